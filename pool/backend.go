@@ -1,0 +1,112 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Backend is a connected client of one running worker process. A driver's
+// Connect returns one once the worker is ready; the supervisor closes it when
+// the process goes away.
+type Backend interface {
+	// Status reports the worker's login state; it doubles as the health probe,
+	// so it must answer within ctx's deadline.
+	Status(ctx context.Context) (AuthState, error)
+	// Chat starts one turn. An error returned here happened before anything
+	// was sent upstream. Otherwise the channel carries the answer and always
+	// ends with one EventDone or EventError, then is closed by the backend.
+	// Cancelling ctx stops the upstream turn.
+	Chat(ctx context.Context, t *Turn) (<-chan Event, error)
+	// Close drops the connection.
+	Close() error
+}
+
+// ModelLister is implemented by backends that can list their models.
+type ModelLister interface {
+	Models(ctx context.Context) ([]Model, error)
+}
+
+// LoginURLer is implemented by backends that log in through a browser.
+type LoginURLer interface {
+	LoginURL(ctx context.Context) (string, error)
+}
+
+// SessionDeleter is implemented by backends with upstream sessions.
+type SessionDeleter interface {
+	DeleteSession(ctx context.Context, sessionID string) error
+}
+
+// Endpoint is where a started worker listens.
+type Endpoint struct {
+	// Name is the instance name (for logs and errors).
+	Name string
+	// WorkDir is the worker's own directory.
+	WorkDir string
+	// Port is the worker's main port (Lingma's socket port, the HTTP port of
+	// an OpenAI-compatible server).
+	Port int
+	// AuxPort is a second port (Lingma's --httpPort for the login callback);
+	// 0 when the driver needs none.
+	AuxPort int
+}
+
+// Driver knows how to launch and talk to one kind of worker.
+type Driver interface {
+	// Command returns the argv that starts a worker at ep.
+	Command(ep Endpoint) []string
+	// Connect waits until the worker at ep answers and returns a client; it
+	// returns when ctx ends. The supervisor calls it in a loop until the start
+	// timeout, so one call may fail fast.
+	Connect(ctx context.Context, ep Endpoint) (Backend, error)
+}
+
+// Errors of the pool that callers match with errors.Is.
+var (
+	// ErrNoInstance: no instance is ready to serve (all down, logging in,
+	// draining or cooled down).
+	ErrNoInstance = errors.New("no ready instance")
+	// ErrNotLoggedIn: the worker has no valid login.
+	ErrNotLoggedIn = errors.New("worker is not logged in")
+	// ErrUnknownInstance: no instance has that name.
+	ErrUnknownInstance = errors.New("unknown instance")
+	// ErrWorkerGone: the worker process or its connection went away mid-turn.
+	ErrWorkerGone = errors.New("worker connection lost")
+)
+
+// OverloadedError is returned when the admission guard rejects a request.
+type OverloadedError struct {
+	// RetryAfter is an estimate of when a retry can be admitted.
+	RetryAfter time.Duration
+	Reason     string
+}
+
+func (e *OverloadedError) Error() string {
+	return fmt.Sprintf("overloaded: %s (retry after %s)", e.Reason, e.RetryAfter.Round(time.Second))
+}
+
+// RateLimitedError is an upstream rate-limit or quota answer.
+type RateLimitedError struct {
+	// RetryAfter is the upstream's hint; 0 when it gave none.
+	RetryAfter time.Duration
+	Message    string
+}
+
+func (e *RateLimitedError) Error() string {
+	return "upstream rate limited: " + e.Message
+}
+
+// UpstreamError is any other failure the worker reported for a turn.
+type UpstreamError struct {
+	// Status is the upstream's status code when it gave one (0 otherwise).
+	Status  int
+	Message string
+}
+
+func (e *UpstreamError) Error() string {
+	if e.Status != 0 {
+		return fmt.Sprintf("upstream error %d: %s", e.Status, e.Message)
+	}
+	return "upstream error: " + e.Message
+}
