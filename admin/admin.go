@@ -1,0 +1,138 @@
+// Package admin is poolgate's operator surface: health and readiness probes,
+// the admin API under /internal, the Prometheus endpoint and the dashboard.
+// It reads and steers the pool through small interfaces; protocol logic
+// stays in handlers.
+package admin
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/poolgate/poolgate/handlers"
+	"github.com/poolgate/poolgate/pool"
+)
+
+// Config configures the admin surface.
+type Config struct {
+	// AdminToken guards /internal/*; when empty the API keys are accepted
+	// instead (main warns loudly about that).
+	AdminToken string
+	// APIKeys are the public API keys (the fallback above).
+	APIKeys []string
+	// MetricsToken guards /metrics unless MetricsPublic.
+	MetricsToken  string
+	MetricsPublic bool
+}
+
+// Pool is what admin needs of the pool.
+type Pool interface {
+	Snapshot() pool.Snapshot
+	Ready() (bool, string)
+	Restart(name string) error
+	Drain(name string) error
+}
+
+// Admin serves the operator endpoints.
+type Admin struct {
+	cfg  Config
+	pool Pool
+	reg  *prometheus.Registry
+	log  *slog.Logger
+}
+
+// New returns the admin surface. reg is the registry main made; New adds the
+// pool's scrape-time collector to it.
+func New(cfg Config, p Pool, reg *prometheus.Registry, log *slog.Logger) *Admin {
+	reg.MustRegister(newPoolCollector(p))
+	return &Admin{cfg: cfg, pool: p, reg: reg, log: log}
+}
+
+// RegisterProbes adds /healthz and /readyz (no credentials) to r.
+func (a *Admin) RegisterProbes(r gin.IRouter) {
+	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	r.GET("/readyz", func(c *gin.Context) {
+		if ok, why := a.pool.Ready(); !ok {
+			c.JSON(http.StatusServiceUnavailable, gin.H{"status": "unavailable", "reason": why})
+			return
+		}
+		c.JSON(http.StatusOK, gin.H{"status": "ready"})
+	})
+}
+
+// Register adds /metrics and the /internal API to r.
+func (a *Admin) Register(r gin.IRouter) {
+	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg})
+	r.GET("/metrics", a.metricsAuth(), gin.WrapH(metrics))
+
+	in := r.Group("/internal", a.adminAuth())
+	in.GET("/pool", func(c *gin.Context) { c.JSON(http.StatusOK, a.pool.Snapshot()) })
+	in.POST("/pool/:instance/restart", a.poolAction("restart", a.pool.Restart))
+	in.POST("/pool/:instance/drain", a.poolAction("drain", a.pool.Drain))
+}
+
+func (a *Admin) poolAction(what string, do func(string) error) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		name := c.Param("instance")
+		if err := do(name); err != nil {
+			if errors.Is(err, pool.ErrUnknownInstance) {
+				handlers.WriteError(c.Writer, c.Request, http.StatusNotFound, "unknown instance "+name)
+				return
+			}
+			handlers.WriteError(c.Writer, c.Request, http.StatusInternalServerError, err.Error())
+			return
+		}
+		a.log.Info("admin action", "action", what, "instance", name, "by", c.GetString(whoKey))
+		c.JSON(http.StatusAccepted, gin.H{"instance": name, "action": what})
+	}
+}
+
+const whoKey = "admin_who"
+
+// adminAuth accepts the admin token; only when none is set, an API key.
+func (a *Admin) adminAuth() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		key := handlers.CallerKey(c.Request)
+		switch {
+		case a.cfg.AdminToken != "":
+			if handlers.MatchKey(key, []string{a.cfg.AdminToken}) {
+				c.Set(whoKey, "admin-token")
+				c.Next()
+				return
+			}
+		case len(a.cfg.APIKeys) == 0:
+			c.Set(whoKey, "loopback")
+			c.Next()
+			return
+		case handlers.MatchKey(key, a.cfg.APIKeys):
+			c.Set(whoKey, "api-key")
+			c.Next()
+			return
+		}
+		handlers.WriteError(c.Writer, c.Request, http.StatusUnauthorized, "admin token required")
+		c.Abort()
+	}
+}
+
+func (a *Admin) metricsAuth() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if a.cfg.MetricsPublic || (a.cfg.MetricsToken == "" && len(a.cfg.APIKeys) == 0 && a.cfg.AdminToken == "") {
+			c.Next()
+			return
+		}
+		want := []string{a.cfg.MetricsToken}
+		if a.cfg.MetricsToken == "" {
+			want = []string{a.cfg.AdminToken}
+		}
+		if handlers.MatchKey(handlers.CallerKey(c.Request), want) {
+			c.Next()
+			return
+		}
+		handlers.WriteError(c.Writer, c.Request, http.StatusUnauthorized, "metrics token required")
+		c.Abort()
+	}
+}

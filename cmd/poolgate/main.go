@@ -1,0 +1,49 @@
+// Command poolgate is the gateway daemon: it loads the configuration, wires
+// the pool, the session store, the protocol handlers and the admin surface
+// together, serves until SIGINT/SIGTERM and shuts down gracefully. With the
+// argument "simworker" it runs the bundled reference worker instead, so the
+// default pool needs no second binary.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/poolgate/poolgate/internal/sim"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "poolgate:", err)
+		os.Exit(1)
+	}
+}
+
+// run is the whole program; main only adds the process's signals, arguments,
+// environment and exit code.
+func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "simworker" {
+		return sim.Main(ctx, args[1:], getenv(environ), stdout, stderr)
+	}
+	return serve(ctx, args, environ, stderr)
+}
+
+func getenv(environ []string) func(string) string {
+	m := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		for i := 0; i < len(kv); i++ {
+			if kv[i] == '=' {
+				m[kv[:i]] = kv[i+1:]
+				break
+			}
+		}
+	}
+	return func(k string) string { return m[k] }
+}

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/poolgate/poolgate/admin"
+	"github.com/poolgate/poolgate/handlers"
+	"github.com/poolgate/poolgate/handlers/anthropic"
+	"github.com/poolgate/poolgate/handlers/openaichat"
+	"github.com/poolgate/poolgate/handlers/responses"
+	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/internal/tokens"
+	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/lingma"
+	"github.com/poolgate/poolgate/session"
+)
+
+func serve(ctx context.Context, args, environ []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("poolgate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "YAML config file (keys as in the README; env POOLGATE_* overrides)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, warnings, err := config.Load(*cfgPath, environ)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stderr)
+	for _, w := range warnings {
+		log.Warn(w)
+	}
+	app, err := build(cfg, log)
+	if err != nil {
+		return err
+	}
+	return app.run(ctx)
+}
+
+func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// app is the wired daemon.
+type app struct {
+	cfg    config.Config
+	log    *slog.Logger
+	pool   *pool.Pool
+	router *pool.Router
+	store  store
+	api    *http.Server
+	admin  *http.Server // nil when admin shares the API listener
+}
+
+// store is what main needs of a session store beyond what its users need.
+type store interface {
+	pool.AffinityStore
+	responses.Store
+	Run(ctx context.Context)
+	Close() error
+}
+
+func build(cfg config.Config, log *slog.Logger) (*app, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg)
+
+	driver, workers, err := workerSetup(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	p := pool.New(pool.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
+		workers, driver, &pool.ExecLauncher{}, m, log)
+
+	var router *pool.Router
+	onEvict := func(a session.Affinity) { router.DeleteSession(a) }
+	st, err := openStore(cfg, m, onEvict, log)
+	if err != nil {
+		return nil, err
+	}
+	router = pool.NewRouter(pool.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
+		Retries: cfg.Retries, Count: tokens.Count}, p, st, m, log)
+
+	gin.SetMode(gin.ReleaseMode)
+	protocols := handlers.Protocols{
+		Chat:      openaichat.New(openaichat.Config{}, router, log),
+		Responses: responses.New(responses.Config{}, router, st, log),
+		Messages:  anthropic.New(anthropic.Config{}, router, log),
+		Models:    router,
+	}
+	engine := handlers.New(handlers.Config{APIKeys: cfg.APIKeys, MaxBodyBytes: cfg.MaxBodyBytes}, protocols, m, log)
+	adm := admin.New(admin.Config{AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys, MetricsToken: cfg.MetricsToken,
+		MetricsPublic: cfg.MetricsPublic}, p, reg, log)
+	adm.RegisterProbes(engine)
+	a := &app{cfg: cfg, log: log, pool: p, router: router, store: st, api: httpServer(cfg.Listen, engine)}
+	if cfg.AdminListen != "" {
+		ae := gin.New()
+		ae.Use(handlers.RequestID(log), handlers.Recover(log))
+		adm.RegisterProbes(ae)
+		adm.Register(ae)
+		a.admin = httpServer(cfg.AdminListen, ae)
+	} else {
+		adm.Register(engine)
+	}
+	return a, nil
+}
+
+// httpServer sets the timeouts both servers need (STYLE 19); streams set
+// their own write deadlines.
+func httpServer(addr string, h http.Handler) *http.Server {
+	return &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+		MaxHeaderBytes: 1 << 20}
+}
+
+func openStore(cfg config.Config, m *metrics.Metrics, onEvict func(session.Affinity), log *slog.Logger) (store, error) {
+	mem := session.MemoryConfig{OnEvict: onEvict}
+	if cfg.RedisURL == "" {
+		return session.NewMemory(mem), nil
+	}
+	r, err := session.OpenRedis(session.RedisConfig{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Memory: mem, Logger: log,
+		OnError: func(op string, _ error) { m.StoreErrors.WithLabelValues(op).Inc() }})
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	return r, nil
+}
+
+// workerSetup builds the driver and one worker config per account. With no
+// worker binary configured, the pool runs this executable's simworker; with
+// no accounts either, two simulated accounts that start logged in.
+func workerSetup(cfg config.Config, log *slog.Logger) (pool.Driver, []pool.WorkerConfig, error) {
+	command := []string{cfg.WorkerBin}
+	extra := cfg.WorkerArgs
+	accounts := cfg.Accounts
+	if cfg.WorkerBin == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, nil, fmt.Errorf("find own executable for the simulated workers: %w", err)
+		}
+		command = []string{self, "simworker"}
+		if len(accounts) == 0 {
+			accounts = config.DefaultAccounts()
+			extra = append(extra, "--logged-in")
+			log.Info("no accounts configured: serving two simulated accounts (set POOLGATE_ACCOUNTS and POOLGATE_WORKER_BIN for real ones)")
+		}
+	}
+	if len(accounts) == 0 {
+		return nil, nil, errors.New("no accounts: set POOLGATE_ACCOUNTS (a JSON list of {name, username, password}) or POOLGATE_ACCOUNTS_FILE")
+	}
+	driver := lingma.New(lingma.Config{Command: command, ExtraArgs: extra})
+	workers := make([]pool.WorkerConfig, 0, len(accounts))
+	for _, acct := range accounts {
+		env := []string{"SIMWORKER_ACCOUNTS=" + acct.Username + ":" + acct.Password}
+		keys := make([]string, 0, len(acct.Env))
+		for k := range acct.Env {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			env = append(env, k+"="+acct.Env[k])
+		}
+		workers = append(workers, pool.WorkerConfig{
+			Name:           acct.Name,
+			Account:        pool.Account{Name: acct.Name, Username: acct.Username, Password: acct.Password, Env: env},
+			WorkDir:        filepath.Join(cfg.DataDir, "workers", acct.Name),
+			MaxInFlight:    cfg.InstanceMaxInFlight,
+			StartTimeout:   cfg.StartTimeout,
+			HealthInterval: cfg.HealthInterval,
+			HealthTimeout:  cfg.HealthTimeout,
+			BackoffMax:     cfg.BackoffMax,
+		})
+	}
+	return driver, workers, nil
+}
+
+// run serves until ctx ends, then shuts down: stop accepting, let turns in
+// flight finish within the grace period, stop the workers (SIGINT, then
+// SIGKILL) and close the store.
+func (a *app) run(ctx context.Context) error {
+	if len(a.cfg.APIKeys) == 0 {
+		a.log.Warn("NO API KEYS SET: anyone who can reach " + a.cfg.Listen + " can use this gateway; set POOLGATE_API_KEYS")
+	}
+	if a.cfg.AdminToken == "" {
+		a.log.Warn("no POOLGATE_ADMIN_TOKEN: the admin API accepts the API keys; set an admin token")
+	}
+	lis, err := net.Listen("tcp", a.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", a.cfg.Listen, err)
+	}
+	var adminLis net.Listener
+	if a.admin != nil {
+		if adminLis, err = net.Listen("tcp", a.cfg.AdminListen); err != nil {
+			lis.Close()
+			return fmt.Errorf("admin listen %s: %w", a.cfg.AdminListen, err)
+		}
+	}
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
+	a.pool.Start(runCtx)
+	go a.store.Run(runCtx)
+	errc := make(chan error, 2)
+	go func() { errc <- a.api.Serve(lis) }()
+	if a.admin != nil {
+		go func() { errc <- a.admin.Serve(adminLis) }()
+	}
+	a.log.Info("poolgate listening", "addr", lis.Addr().String(), "accounts", len(a.pool.Workers()),
+		"store", storeName(a.cfg), "admin", strings.TrimSpace(a.cfg.AdminListen))
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	a.log.Info("shutting down", "grace", a.cfg.ShutdownGrace)
+	grace, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownGrace)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		a.pool.Shutdown(grace)
+		close(done)
+	}()
+	for _, srv := range []*http.Server{a.api, a.admin} {
+		if srv == nil {
+			continue
+		}
+		if err := srv.Shutdown(grace); err != nil {
+			srv.Close()
+		}
+	}
+	<-done
+	stopRun()
+	a.router.Wait()
+	_ = a.store.Close()
+	a.log.Info("stopped")
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	return serveErr
+}
+
+func storeName(cfg config.Config) string {
+	if cfg.RedisURL != "" {
+		return "redis"
+	}
+	return "memory"
+}

@@ -1,0 +1,253 @@
+// Package handlers is poolgate's public HTTP API on gin: the middleware
+// (request id, auth, body cap, access log) and the routes of the three
+// protocols, whose logic lives in the sub-packages openaichat, responses
+// and anthropic (plain net/http, no gin). Routes stay thin (STYLE 12).
+package handlers
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/poolgate/poolgate/handlers/anthropic"
+	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/handlers/openaichat"
+	"github.com/poolgate/poolgate/handlers/responses"
+	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/pool"
+)
+
+// Config configures the public API.
+type Config struct {
+	// APIKeys are the accepted keys (Bearer or x-api-key); empty disables
+	// auth (main allows that only on loopback).
+	APIKeys []string
+	// MaxBodyBytes caps request bodies (default 16 MiB).
+	MaxBodyBytes int64
+}
+
+// ModelLister lists the pool's models.
+type ModelLister interface {
+	Models() []pool.Model
+}
+
+// Protocols are the protocol handlers the routes call.
+type Protocols struct {
+	Chat      *openaichat.Handler
+	Responses *responses.Handler
+	Messages  *anthropic.Handler
+	Models    ModelLister
+}
+
+// New returns the gin engine serving the public API.
+func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Engine {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 16 << 20
+	}
+	e := gin.New()
+	e.HandleMethodNotAllowed = true
+	e.Use(RequestID(log), Recover(log))
+	e.NoRoute(notFound)
+	e.NoMethod(notAllowed)
+
+	api := e.Group("", BodyCap(cfg.MaxBodyBytes), APIAuth(cfg.APIKeys))
+	chat := observe(m, "chat", p.Chat.Completions)
+	api.POST("/v1/chat/completions", chat)
+	api.POST("/chat/completions", chat)
+	create := observe(m, "responses", p.Responses.Create)
+	api.POST("/v1/responses", create)
+	api.POST("/responses", create)
+	api.GET("/v1/responses/:id", withID(p.Responses.Get))
+	api.DELETE("/v1/responses/:id", withID(p.Responses.Delete))
+	api.GET("/v1/responses/:id/input_items", withID(p.Responses.InputItems))
+	api.POST("/v1/messages", observe(m, "messages", p.Messages.Messages))
+	api.POST("/v1/messages/count_tokens", gin.WrapF(p.Messages.CountTokens))
+	api.GET("/v1/models", models(p.Models))
+	return e
+}
+
+// withID exposes gin's :id as the request's path value.
+func withID(h http.HandlerFunc) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		c.Request.SetPathValue("id", c.Param("id"))
+		h(c.Writer, c.Request)
+	}
+}
+
+// observe records the request counter and duration of an API.
+func observe(m *metrics.Metrics, api string, h http.HandlerFunc) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		start := time.Now()
+		h(c.Writer, c.Request)
+		if m != nil {
+			m.Requests.WithLabelValues(api, itoa(c.Writer.Status())).Inc()
+			m.RequestDuration.WithLabelValues(api).Observe(time.Since(start).Seconds())
+		}
+	}
+}
+
+func itoa(n int) string {
+	// Status codes are three digits; avoid strconv's allocation on the hot path.
+	if n >= 100 && n < 1000 {
+		return string([]byte{byte('0' + n/100), byte('0' + n/10%10), byte('0' + n%10)})
+	}
+	return "0"
+}
+
+// isAnthropic reports whether a request speaks the Anthropic protocol, so
+// errors outside its handler still come in its shape.
+func isAnthropic(r *http.Request) bool {
+	return strings.HasPrefix(r.URL.Path, "/v1/messages") || r.Header.Get("anthropic-version") != ""
+}
+
+// WriteError writes an error in the request's protocol shape.
+func WriteError(w http.ResponseWriter, r *http.Request, status int, message string) {
+	if isAnthropic(r) {
+		anthropic.WriteError(w, status, anthropicType(status), message)
+		return
+	}
+	openaichat.WriteError(w, status, openAIType(status), message, nil, nil)
+}
+
+func openAIType(status int) string {
+	switch status {
+	case http.StatusUnauthorized:
+		return "authentication_error"
+	case http.StatusNotFound:
+		return "not_found_error"
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case http.StatusRequestEntityTooLarge, http.StatusBadRequest, http.StatusMethodNotAllowed:
+		return "invalid_request_error"
+	}
+	return "server_error"
+}
+
+func anthropicType(status int) string {
+	switch status {
+	case http.StatusUnauthorized:
+		return "authentication_error"
+	case http.StatusNotFound:
+		return "not_found_error"
+	case http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case http.StatusBadRequest, http.StatusMethodNotAllowed:
+		return "invalid_request_error"
+	}
+	return "api_error"
+}
+
+func notFound(c *gin.Context) {
+	WriteError(c.Writer, c.Request, http.StatusNotFound, "unknown route "+c.Request.Method+" "+c.Request.URL.Path)
+}
+
+func notAllowed(c *gin.Context) {
+	WriteError(c.Writer, c.Request, http.StatusMethodNotAllowed, "method "+c.Request.Method+" not allowed on "+c.Request.URL.Path)
+}
+
+// RequestID takes the client's x-request-id (when sane) or mints one, puts it
+// on the response before anything else is written, into the request context,
+// and logs one access line per request.
+func RequestID(log *slog.Logger) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		id := c.GetHeader("X-Request-Id")
+		if !saneID(id) {
+			var b [12]byte
+			_, _ = rand.Read(b[:])
+			id = "req_" + hex.EncodeToString(b[:])
+		}
+		c.Header("X-Request-Id", id)
+		c.Request = c.Request.WithContext(httpx.WithRequestID(c.Request.Context(), id))
+		start := time.Now()
+		c.Next()
+		log.LogAttrs(c.Request.Context(), slog.LevelInfo, "request",
+			slog.String("request_id", id), slog.String("method", c.Request.Method),
+			slog.String("path", c.Request.URL.Path), slog.Int("status", c.Writer.Status()),
+			slog.Duration("duration", time.Since(start)))
+	}
+}
+
+func saneID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// Recover turns a handler panic into a 500 in the caller's protocol (and a
+// log line with the stack), never a dropped connection without an answer.
+func Recover(log *slog.Logger) gin.HandlerFunc {
+	return gin.CustomRecoveryWithWriter(nil, func(c *gin.Context, err any) {
+		log.Error("handler panic", "request_id", httpx.RequestID(c.Request.Context()), "panic", err)
+		if !c.Writer.Written() {
+			WriteError(c.Writer, c.Request, http.StatusInternalServerError, "internal error")
+		}
+		c.Abort()
+	})
+}
+
+// BodyCap limits request bodies; protocol decoders turn the overflow into 413.
+func BodyCap(n int64) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if c.Request.ContentLength > n {
+			WriteError(c.Writer, c.Request, http.StatusRequestEntityTooLarge, "request body exceeds "+formatBytes(n))
+			c.Abort()
+			return
+		}
+		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, n)
+		c.Next()
+	}
+}
+
+func formatBytes(n int64) string {
+	if n%(1<<20) == 0 {
+		return strconv.FormatInt(n>>20, 10) + " MiB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
+}
+
+// APIAuth checks the caller's key (Bearer or x-api-key) against keys and puts
+// it into the request context; with no keys, everyone is let in.
+func APIAuth(keys []string) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		key := CallerKey(c.Request)
+		if len(keys) > 0 && !MatchKey(key, keys) {
+			WriteError(c.Writer, c.Request, http.StatusUnauthorized, "invalid or missing API key")
+			c.Abort()
+			return
+		}
+		c.Request = c.Request.WithContext(httpx.WithAPIKey(c.Request.Context(), key))
+		c.Next()
+	}
+}
+
+// CallerKey returns the key a request presents (Bearer, else x-api-key).
+func CallerKey(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return strings.TrimSpace(r.Header.Get("X-Api-Key"))
+}
+
+// MatchKey compares key with every accepted key in constant time.
+func MatchKey(key string, keys []string) bool {
+	ok := 0
+	for _, k := range keys {
+		ok |= subtle.ConstantTimeCompare([]byte(key), []byte(k))
+	}
+	return ok == 1 && key != ""
+}

@@ -1,0 +1,52 @@
+package handlers
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+)
+
+// startTime stands in for model creation times, which workers don't report.
+var startTime = time.Now().Unix()
+
+type openAIModel struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+	Name    string `json:"name,omitempty"`
+}
+
+type anthropicModel struct {
+	Type        string `json:"type"`
+	ID          string `json:"id"`
+	DisplayName string `json:"display_name"`
+	CreatedAt   string `json:"created_at"`
+}
+
+// models serves GET /v1/models in the OpenAI list shape, or Anthropic's when
+// the client sends anthropic-version (the Anthropic SDK's models.list).
+func models(ml ModelLister) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		ms := ml.Models()
+		if c.GetHeader("anthropic-version") != "" {
+			data := make([]anthropicModel, 0, len(ms))
+			created := time.Unix(startTime, 0).UTC().Format(time.RFC3339)
+			for _, m := range ms {
+				data = append(data, anthropicModel{Type: "model", ID: m.ID, DisplayName: m.Name, CreatedAt: created})
+			}
+			var first, last *string
+			if len(data) > 0 {
+				first, last = &data[0].ID, &data[len(data)-1].ID
+			}
+			c.JSON(http.StatusOK, gin.H{"data": data, "has_more": false, "first_id": first, "last_id": last})
+			return
+		}
+		data := make([]openAIModel, 0, len(ms))
+		for _, m := range ms {
+			data = append(data, openAIModel{ID: m.ID, Object: "model", Created: startTime, OwnedBy: "poolgate", Name: m.Name})
+		}
+		c.JSON(http.StatusOK, gin.H{"object": "list", "data": data})
+	}
+}

@@ -1,0 +1,374 @@
+// Package config is poolgate's configuration: one struct read from an
+// optional YAML file and POOLGATE_* environment variables (the same keys),
+// decoded strictly and validated once. Only cmd/poolgate uses it; it hands
+// each package its own typed sub-config.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Account is one upstream account.
+type Account struct {
+	Name     string `yaml:"name" json:"name"`
+	Username string `yaml:"username" json:"username"`
+	// Password is never logged; PasswordEnv or PasswordFile may supply it.
+	Password     string            `yaml:"password" json:"password"`
+	PasswordEnv  string            `yaml:"password_env" json:"password_env"`
+	PasswordFile string            `yaml:"password_file" json:"password_file"`
+	Env          map[string]string `yaml:"env" json:"env"`
+	// SessionBundle is a sealed session bundle (base64) restored at start.
+	SessionBundle     string `yaml:"session_bundle" json:"session_bundle"`
+	SessionBundleFile string `yaml:"session_bundle_file" json:"session_bundle_file"`
+	// Recipe names the login recipe for this account (default by driver).
+	Recipe string `yaml:"recipe" json:"recipe"`
+}
+
+// Config is every setting. The yaml tag is the key; the environment variable
+// is POOLGATE_ plus the key in upper case. Each field's default is in Defaults.
+type Config struct {
+	Listen        string   `yaml:"listen"`         // API listen address (127.0.0.1:8080)
+	AdminListen   string   `yaml:"admin_listen"`   // separate admin listener ("" = same as API)
+	APIKeys       []string `yaml:"api_keys"`       // Bearer keys for the API (none = loopback only)
+	AdminToken    string   `yaml:"admin_token"`    // Bearer token for /internal/* ("" = API keys, with a warning)
+	MetricsToken  string   `yaml:"metrics_token"`  // Bearer token for /metrics
+	MetricsPublic bool     `yaml:"metrics_public"` // serve /metrics without a token (false)
+	Insecure      bool     `yaml:"insecure"`       // allow a non-loopback listen without API keys (false)
+	MaxBodyBytes  int64    `yaml:"max_body_bytes"` // request body cap in bytes (16 MiB)
+	LogLevel      string   `yaml:"log_level"`      // debug, info, warn, error (info)
+	LogFormat     string   `yaml:"log_format"`     // text or json (text)
+
+	DataDir      string    `yaml:"data_dir"`      // parent of the per-account work dirs
+	WorkerBin    string    `yaml:"worker_bin"`    // worker binary ("" = this executable's simworker)
+	WorkerArgs   []string  `yaml:"worker_args"`   // extra worker arguments
+	Accounts     []Account `yaml:"accounts"`      // accounts (JSON list in the environment)
+	AccountsFile string    `yaml:"accounts_file"` // YAML or JSON file with the account list
+
+	InstanceMaxInFlight int           `yaml:"instance_max_in_flight"` // turns at once per instance (1)
+	MaxInFlight         int           `yaml:"max_in_flight"`          // turns at once in the pool (64)
+	MaxQueue            int           `yaml:"max_queue"`              // requests waiting for a slot (256)
+	QueueTimeout        time.Duration `yaml:"queue_timeout"`          // longest wait for a slot (60s)
+	Retries             int           `yaml:"retries"`                // retries on other instances before the first byte (2)
+	StartTimeout        time.Duration `yaml:"start_timeout"`          // worker start to ready (20s)
+	HealthInterval      time.Duration `yaml:"health_interval"`        // between health checks (5s)
+	HealthTimeout       time.Duration `yaml:"health_timeout"`         // one health check (3s)
+	BackoffMax          time.Duration `yaml:"backoff_max"`            // restart backoff cap (30s)
+	ShutdownGrace       time.Duration `yaml:"shutdown_grace"`         // in-flight grace on shutdown (30s)
+
+	DefaultModel string            `yaml:"default_model"` // model for unknown names ("" = first listed)
+	ModelAliases map[string]string `yaml:"model_aliases"` // client name -> pool model (JSON object in the environment)
+
+	RedisURL    string `yaml:"redis_url"`    // Redis URL ("" = in-memory store)
+	RedisPrefix string `yaml:"redis_prefix"` // Redis key prefix (poolgate:)
+}
+
+// Defaults returns the configuration with every default filled in.
+func Defaults() Config {
+	return Config{
+		Listen:              "127.0.0.1:8080",
+		MaxBodyBytes:        16 << 20,
+		LogLevel:            "info",
+		LogFormat:           "text",
+		DataDir:             defaultDataDir(),
+		InstanceMaxInFlight: 1,
+		MaxInFlight:         64,
+		MaxQueue:            256,
+		QueueTimeout:        60 * time.Second,
+		Retries:             2,
+		StartTimeout:        20 * time.Second,
+		HealthInterval:      5 * time.Second,
+		HealthTimeout:       3 * time.Second,
+		BackoffMax:          30 * time.Second,
+		ShutdownGrace:       30 * time.Second,
+		RedisPrefix:         "poolgate:",
+	}
+}
+
+func defaultDataDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "poolgate")
+	}
+	return filepath.Join(os.TempDir(), "poolgate")
+}
+
+// DefaultAccounts are the simulated accounts served with no configuration.
+func DefaultAccounts() []Account {
+	return []Account{
+		{Name: "sim-1", Username: "demo1", Password: "demo1"},
+		{Name: "sim-2", Username: "demo2", Password: "demo2"},
+	}
+}
+
+const envPrefix = "POOLGATE_"
+
+// Load builds the configuration: defaults, then the YAML file (if path is
+// set), then the environment. It returns warnings (unknown POOLGATE_
+// variables) separately from errors.
+func Load(path string, environ []string) (Config, []string, error) {
+	cfg := Defaults()
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, nil, fmt.Errorf("read config: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) { // an empty file is fine
+			return cfg, nil, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	warnings, err := applyEnv(&cfg, environ)
+	if err != nil {
+		return cfg, warnings, err
+	}
+	if cfg.AccountsFile != "" {
+		if err := loadAccountsFile(&cfg); err != nil {
+			return cfg, warnings, err
+		}
+	}
+	if err := cfg.resolveAccounts(environ); err != nil {
+		return cfg, warnings, err
+	}
+	return cfg, warnings, cfg.Validate()
+}
+
+func loadAccountsFile(cfg *Config) error {
+	b, err := os.ReadFile(cfg.AccountsFile)
+	if err != nil {
+		return fmt.Errorf("accounts_file: %w", err)
+	}
+	var accts []Account
+	dec := yaml.NewDecoder(bytes.NewReader(b)) // YAML is a superset of JSON
+	dec.KnownFields(true)
+	if err := dec.Decode(&accts); err != nil {
+		return fmt.Errorf("accounts_file %s: %w", cfg.AccountsFile, err)
+	}
+	cfg.Accounts = append(cfg.Accounts, accts...)
+	return nil
+}
+
+// resolveAccounts fills passwords from password_env / password_file and
+// defaults account names.
+func (c *Config) resolveAccounts(environ []string) error {
+	env := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	for i := range c.Accounts {
+		a := &c.Accounts[i]
+		if a.Name == "" {
+			a.Name = a.Username
+		}
+		if a.Name == "" {
+			a.Name = "account-" + strconv.Itoa(i+1)
+		}
+		switch {
+		case a.Password != "":
+		case a.PasswordEnv != "":
+			a.Password = env[a.PasswordEnv]
+			if a.Password == "" {
+				return fmt.Errorf("account %s: password_env %s is empty or unset", a.Name, a.PasswordEnv)
+			}
+		case a.PasswordFile != "":
+			b, err := os.ReadFile(a.PasswordFile)
+			if err != nil {
+				return fmt.Errorf("account %s: password_file: %w", a.Name, err)
+			}
+			a.Password = strings.TrimRight(string(b), "\r\n")
+		}
+	}
+	return nil
+}
+
+// Validate checks the configuration once.
+func (c *Config) Validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("listen %q: %w", c.Listen, err))
+	}
+	if c.AdminListen != "" {
+		if _, _, err := net.SplitHostPort(c.AdminListen); err != nil {
+			errs = append(errs, fmt.Errorf("admin_listen %q: %w", c.AdminListen, err))
+		}
+	}
+	if len(c.APIKeys) == 0 && !c.Insecure && !IsLoopback(c.Listen) {
+		errs = append(errs, fmt.Errorf("listen %q is not a loopback address and no api_keys are set: set POOLGATE_API_KEYS, or POOLGATE_INSECURE=true to serve without auth", c.Listen))
+	}
+	seen := map[string]bool{}
+	for _, a := range c.Accounts {
+		if seen[a.Name] {
+			errs = append(errs, fmt.Errorf("account name %q is used twice", a.Name))
+		}
+		seen[a.Name] = true
+		if strings.ContainsAny(a.Name, "/\\ \x00") || a.Name == "." || a.Name == ".." {
+			errs = append(errs, fmt.Errorf("account name %q: use letters, digits, '-', '_' or '.'", a.Name))
+		}
+	}
+	positive := map[string]int64{"max_body_bytes": c.MaxBodyBytes, "instance_max_in_flight": int64(c.InstanceMaxInFlight),
+		"max_in_flight": int64(c.MaxInFlight), "max_queue": int64(c.MaxQueue)}
+	for k, v := range positive {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %d", k, v))
+		}
+	}
+	if c.Retries < 0 {
+		errs = append(errs, fmt.Errorf("retries must be >= 0, got %d", c.Retries))
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("log_format %q: use text or json", c.LogFormat))
+	}
+	return errors.Join(errs...)
+}
+
+// IsLoopback reports whether a listen address binds only loopback.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Keys returns every configuration key, sorted.
+func Keys() []string {
+	t := reflect.TypeOf(Config{})
+	keys := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		keys = append(keys, t.Field(i).Tag.Get("yaml"))
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// EnvName returns the environment variable for a key.
+func EnvName(key string) string { return envPrefix + strings.ToUpper(key) }
+
+func applyEnv(cfg *Config, environ []string) ([]string, error) {
+	v := reflect.ValueOf(cfg).Elem()
+	t := v.Type()
+	byEnv := map[string]int{}
+	for i := range t.NumField() {
+		byEnv[EnvName(t.Field(i).Tag.Get("yaml"))] = i
+	}
+	var warnings []string
+	var errs []error
+	for _, kv := range environ {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(k, envPrefix) {
+			continue
+		}
+		i, known := byEnv[k]
+		if !known {
+			if !ignoredEnv[k] {
+				warnings = append(warnings, fmt.Sprintf("unknown environment variable %s ignored%s", k, suggest(k, byEnv)))
+			}
+			continue
+		}
+		if err := setField(v.Field(i), val); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", k, err))
+		}
+	}
+	sort.Strings(warnings)
+	return warnings, errors.Join(errs...)
+}
+
+// ignoredEnv are POOLGATE_ variables read by other tools, not the daemon.
+var ignoredEnv = map[string]bool{"POOLGATE_TEST_SIMWORKER": true}
+
+func setField(f reflect.Value, val string) error {
+	switch f.Interface().(type) {
+	case string:
+		f.SetString(val)
+	case bool:
+		b, err := strconv.ParseBool(val)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", val)
+		}
+		f.SetBool(b)
+	case int, int64:
+		n, err := strconv.ParseInt(strings.TrimSpace(val), 10, 64)
+		if err != nil {
+			return fmt.Errorf("want an integer, got %q", val)
+		}
+		f.SetInt(n)
+	case time.Duration:
+		d, err := time.ParseDuration(strings.TrimSpace(val))
+		if err != nil {
+			return fmt.Errorf("want a duration like 30s, got %q", val)
+		}
+		f.SetInt(int64(d))
+	case []string:
+		var list []string
+		for _, s := range strings.Split(val, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				list = append(list, s)
+			}
+		}
+		f.Set(reflect.ValueOf(list))
+	default: // accounts, aliases: JSON
+		dec := json.NewDecoder(strings.NewReader(val))
+		dec.DisallowUnknownFields()
+		p := reflect.New(f.Type())
+		if err := dec.Decode(p.Interface()); err != nil {
+			return fmt.Errorf("want JSON: %w", err)
+		}
+		f.Set(p.Elem())
+	}
+	return nil
+}
+
+// suggest names the closest known variable, if one is close.
+func suggest(k string, known map[string]int) string {
+	best, bestD := "", 4
+	for name := range known {
+		if d := levenshtein(k, name); d < bestD || (d == bestD && name < best) {
+			best, bestD = name, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return "; did you mean " + best + "?"
+}
+
+func levenshtein(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

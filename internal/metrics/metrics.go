@@ -1,0 +1,109 @@
+// Package metrics defines every Prometheus metric poolgate exports. main makes
+// the registry and calls New once; packages receive *Metrics (a nil *Metrics
+// records nothing, so unit tests may pass nil).
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// APIs label values (the `api` label).
+var APIs = []string{"chat", "responses", "messages"}
+
+// Metrics holds the collectors. Fields are exported for the packages that
+// record them; the names are a contract with dashboards and alerts.
+type Metrics struct {
+	Requests         *prometheus.CounterVec   // poolgate_requests_total{api,code}
+	RequestDuration  *prometheus.HistogramVec // poolgate_request_duration_seconds{api}
+	TTFT             *prometheus.HistogramVec // poolgate_time_to_first_token_seconds{api}
+	Tokens           *prometheus.CounterVec   // poolgate_tokens_total{direction}
+	InFlight         prometheus.Gauge         // poolgate_in_flight
+	QueueDepth       prometheus.Gauge         // poolgate_queue_depth
+	QueueWait        prometheus.Histogram     // poolgate_queue_wait_seconds
+	Rejections       prometheus.Counter       // poolgate_backpressure_rejections_total
+	Retries          prometheus.Counter       // poolgate_retries_total
+	Cooldowns        prometheus.Counter       // poolgate_cooldowns_total
+	Restarts         *prometheus.CounterVec   // poolgate_instance_restarts_total{instance}
+	CacheHits        prometheus.Counter       // poolgate_session_cache_hits_total
+	CacheMisses      prometheus.Counter       // poolgate_session_cache_misses_total
+	CacheInvalidated prometheus.Counter       // poolgate_session_cache_invalidations_total
+	StoreErrors      *prometheus.CounterVec   // poolgate_store_errors_total{op}
+	LoginAttempts    *prometheus.CounterVec   // poolgate_login_attempts_total{result}
+	LoginDuration    prometheus.Histogram     // poolgate_login_duration_seconds
+}
+
+// StoreOps are the store operation label values, pre-initialised.
+var StoreOps = []string{"take_affinity", "put_affinity", "flush_affinity", "save_response", "load_response", "delete_response"}
+
+// New creates the collectors and registers them on reg.
+func New(reg prometheus.Registerer) *Metrics {
+	latency := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
+	m := &Metrics{
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poolgate_requests_total", Help: "API requests by api and HTTP status code.",
+		}, []string{"api", "code"}),
+		RequestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "poolgate_request_duration_seconds", Help: "Whole request duration.", Buckets: latency,
+		}, []string{"api"}),
+		TTFT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "poolgate_time_to_first_token_seconds", Help: "Time to the first answer event.", Buckets: latency,
+		}, []string{"api"}),
+		Tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poolgate_tokens_total", Help: "Tokens by direction (input, output).",
+		}, []string{"direction"}),
+		InFlight:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "poolgate_in_flight", Help: "Requests holding a worker slot."}),
+		QueueDepth: prometheus.NewGauge(prometheus.GaugeOpts{Name: "poolgate_queue_depth", Help: "Requests waiting for a worker slot."}),
+		QueueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "poolgate_queue_wait_seconds", Help: "Time spent waiting for a worker slot.", Buckets: latency,
+		}),
+		Rejections: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "poolgate_backpressure_rejections_total", Help: "Requests rejected with 429 by admission control.",
+		}),
+		Retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "poolgate_retries_total", Help: "Turns retried on another instance.",
+		}),
+		Cooldowns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "poolgate_cooldowns_total", Help: "Instances put into cooldown after an upstream rate limit.",
+		}),
+		Restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poolgate_instance_restarts_total", Help: "Worker process restarts by instance.",
+		}, []string{"instance"}),
+		CacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "poolgate_session_cache_hits_total", Help: "Requests that reused an upstream session.",
+		}),
+		CacheMisses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "poolgate_session_cache_misses_total", Help: "Follow-up requests that found no reusable session.",
+		}),
+		CacheInvalidated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "poolgate_session_cache_invalidations_total", Help: "Affinity entries dropped after a failure or a gone instance.",
+		}),
+		StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poolgate_store_errors_total", Help: "Failed session store operations by op.",
+		}, []string{"op"}),
+		LoginAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poolgate_login_attempts_total", Help: "Automatic login attempts by result.",
+		}, []string{"result"}),
+		LoginDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "poolgate_login_duration_seconds", Help: "Automatic login duration.",
+			Buckets: []float64{1, 2, 5, 10, 20, 30, 60, 120, 300},
+		}),
+	}
+	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Tokens, m.InFlight, m.QueueDepth, m.QueueWait,
+		m.Rejections, m.Retries, m.Cooldowns, m.Restarts, m.CacheHits, m.CacheMisses, m.CacheInvalidated,
+		m.StoreErrors, m.LoginAttempts, m.LoginDuration)
+	for _, api := range APIs {
+		m.RequestDuration.WithLabelValues(api)
+		m.TTFT.WithLabelValues(api)
+		m.Requests.WithLabelValues(api, "200")
+	}
+	for _, d := range []string{"input", "output"} {
+		m.Tokens.WithLabelValues(d)
+	}
+	for _, op := range StoreOps {
+		m.StoreErrors.WithLabelValues(op)
+	}
+	for _, r := range []string{"success", "failure"} {
+		m.LoginAttempts.WithLabelValues(r)
+	}
+	return m
+}

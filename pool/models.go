@@ -1,0 +1,43 @@
+package pool
+
+// Models returns the union of the instances' models, in first-seen order.
+func (p *Pool) Models() []Model {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	seen := map[string]bool{}
+	var out []Model
+	for _, w := range p.workers {
+		for _, m := range w.models {
+			if !seen[m.ID] {
+				seen[m.ID] = true
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
+
+// Models returns the pool's models.
+func (r *Router) Models() []Model { return r.pool.Models() }
+
+// ResolveModel maps a client's model name to a pool model id: an exact id,
+// a display name, an alias, else the default model. Clients such as Claude
+// Code send their own model names and must still be served.
+func (r *Router) ResolveModel(name string) string {
+	if a, ok := r.cfg.Aliases[name]; ok {
+		name = a
+	}
+	models := r.pool.Models()
+	for _, m := range models {
+		if m.ID == name || (m.Name != "" && m.Name == name) {
+			return m.ID
+		}
+	}
+	if r.cfg.DefaultModel != "" {
+		return r.cfg.DefaultModel
+	}
+	if len(models) > 0 {
+		return models[0].ID
+	}
+	return name
+}

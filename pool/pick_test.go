@@ -1,0 +1,180 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+type nopBackend struct{}
+
+func (nopBackend) Status(context.Context) (AuthState, error)         { return AuthState{LoggedIn: true}, nil }
+func (nopBackend) Chat(context.Context, *Turn) (<-chan Event, error) { return nil, errors.New("nop") }
+func (nopBackend) Close() error                                      { return nil }
+
+// testPool builds a pool whose workers are already ready, without processes.
+func testPool(t *testing.T, cfg Config, names ...string) *Pool {
+	t.Helper()
+	var wcs []WorkerConfig
+	for _, n := range names {
+		wcs = append(wcs, WorkerConfig{Name: n, WorkDir: t.TempDir()})
+	}
+	p := New(cfg, wcs, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for _, w := range p.workers {
+		w.state, w.backend = StateReady, nopBackend{}
+	}
+	return p
+}
+
+func TestPickLeastInFlight(t *testing.T) {
+	p := testPool(t, Config{}, "a", "b", "c")
+	p.workers[0].cfg.MaxInFlight = 2
+	s1, err := p.Acquire(context.Background(), Want{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, _ := p.Acquire(context.Background(), Want{})
+	s3, _ := p.Acquire(context.Background(), Want{})
+	got := map[string]bool{s1.Worker.Name(): true, s2.Worker.Name(): true, s3.Worker.Name(): true}
+	if len(got) != 3 {
+		t.Errorf("three turns on %v, want one on each instance", got)
+	}
+}
+
+func TestPickPreferAndHint(t *testing.T) {
+	tests := []struct {
+		name string
+		give Want
+		want string
+	}{
+		{"prefer", Want{Prefer: "b"}, "b"},
+		{"prefer unknown falls back", Want{Prefer: "zz", Exclude: []string{"a", "c"}}, "b"},
+		{"exclude", Want{Exclude: []string{"a", "b"}}, "c"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := testPool(t, Config{}, "a", "b", "c")
+			s, err := p.Acquire(context.Background(), tt.give)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Worker.Name() != tt.want {
+				t.Errorf("picked %s, want %s", s.Worker.Name(), tt.want)
+			}
+		})
+	}
+}
+
+func TestHintIsStable(t *testing.T) {
+	p := testPool(t, Config{}, "a", "b", "c", "d")
+	first := ""
+	for range 5 {
+		s, err := p.Acquire(context.Background(), Want{Hint: "user-42"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == "" {
+			first = s.Worker.Name()
+		}
+		if s.Worker.Name() != first {
+			t.Fatalf("hint picked %s, then %s", first, s.Worker.Name())
+		}
+		s.Release()
+	}
+}
+
+func TestQueueWaitsForRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testPool(t, Config{QueueTimeout: time.Minute}, "a")
+		s1, _ := p.Acquire(context.Background(), Want{})
+		go func() {
+			time.Sleep(3 * time.Second)
+			s1.Release()
+		}()
+		start := time.Now()
+		s2, err := p.Acquire(context.Background(), Want{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(start); waited != 3*time.Second {
+			t.Errorf("waited %s, want 3s (until the release)", waited)
+		}
+		s2.Release()
+	})
+}
+
+func TestBusyPreferredWaitsThenFallsBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testPool(t, Config{AffinityWait: 2 * time.Second}, "a", "b")
+		held, _ := p.Acquire(context.Background(), Want{Prefer: "a"})
+		start := time.Now()
+		s, err := p.Acquire(context.Background(), Want{Prefer: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Worker.Name() != "b" || time.Since(start) < 2*time.Second {
+			t.Errorf("got %s after %s, want b after the 2s affinity wait", s.Worker.Name(), time.Since(start))
+		}
+		held.Release()
+	})
+}
+
+func TestOverloaded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testPool(t, Config{MaxQueue: 1, QueueTimeout: 5 * time.Second}, "a")
+		held, _ := p.Acquire(context.Background(), Want{})
+		queued := make(chan error, 1)
+		go func() {
+			_, err := p.Acquire(context.Background(), Want{})
+			queued <- err
+		}()
+		synctest.Wait()
+		_, err := p.Acquire(context.Background(), Want{})
+		var oe *OverloadedError
+		if !errors.As(err, &oe) || oe.RetryAfter < time.Second {
+			t.Fatalf("queue full: got %v, want OverloadedError with RetryAfter >= 1s", err)
+		}
+		err = <-queued
+		if !errors.As(err, &oe) {
+			t.Fatalf("queue timeout: got %v, want OverloadedError", err)
+		}
+		held.Release()
+	})
+}
+
+func TestNoInstance(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testPool(t, Config{NoInstanceWait: 3 * time.Second}, "a")
+		p.workers[0].state = StateBackoff
+		start := time.Now()
+		_, err := p.Acquire(context.Background(), Want{})
+		if !errors.Is(err, ErrNoInstance) {
+			t.Fatalf("got %v, want ErrNoInstance", err)
+		}
+		if d := time.Since(start); d < 3*time.Second || d > 4*time.Second {
+			t.Errorf("gave up after %s, want about 3s", d)
+		}
+	})
+}
+
+func TestCooldownSkipsInstance(t *testing.T) {
+	p := testPool(t, Config{}, "a", "b")
+	p.workers[0].cooldown(time.Minute)
+	for range 3 {
+		s, err := p.Acquire(context.Background(), Want{Prefer: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Worker.Name() != "b" {
+			t.Fatalf("picked %s while a cools down", s.Worker.Name())
+		}
+		s.Release()
+	}
+	if snap := p.Snapshot(); snap.Instances[0].CooldownUntil == nil {
+		t.Error("snapshot does not show the cooldown")
+	}
+}

@@ -1,0 +1,346 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/session"
+)
+
+// AffinityStore keeps conversation -> (instance, upstream session) entries.
+// Take is get-and-delete, so two concurrent turns can never continue one
+// upstream session; the finishing turn writes the next entry back.
+type AffinityStore interface {
+	TakeAffinity(ctx context.Context, key string) (session.Affinity, error)
+	PutAffinity(ctx context.Context, key string, a session.Affinity) error
+}
+
+// RouterConfig configures routing. Zero fields take the defaults noted.
+type RouterConfig struct {
+	// DefaultModel serves requests for models the pool doesn't know (default:
+	// the first model the pool lists).
+	DefaultModel string
+	// Aliases maps client model names to pool model ids (e.g. Claude Code's
+	// "claude-sonnet-4-5" to a Lingma model key).
+	Aliases map[string]string
+	// Retries is how many other instances a failed turn is retried on before
+	// anything reached the client (config default 2; 0 disables retries).
+	Retries int
+	// Count counts tokens of a text (required; internal/tokens.Count).
+	Count func(string) int
+}
+
+// Router runs one request on the pool: affinity, admission, retries,
+// cooldowns, limits and usage.
+type Router struct {
+	cfg     RouterConfig
+	pool    *Pool
+	store   AffinityStore
+	metrics *metrics.Metrics
+	log     *slog.Logger
+	wg      sync.WaitGroup
+}
+
+// NewRouter returns a router over p. store may be nil (no affinity).
+func NewRouter(cfg RouterConfig, p *Pool, store AffinityStore, m *metrics.Metrics, log *slog.Logger) *Router {
+	cfg.Retries = max(cfg.Retries, 0)
+	return &Router{cfg: cfg, pool: p, store: store, metrics: m, log: log}
+}
+
+// Wait waits for the router's background work (upstream session deletes).
+func (r *Router) Wait() { r.wg.Wait() }
+
+// request is one Chat call's routing state.
+type request struct {
+	*ChatRequest
+	model    string
+	owner    string
+	split    int // index of the newest assistant message, -1 if none
+	hit      session.Affinity
+	hasHit   bool
+	reused   bool
+	excluded []string
+}
+
+// Chat runs req. An error returned here happened before any event reached
+// the caller (after retries). Otherwise the channel carries the answer and
+// ends with one EventDone or EventError; it is closed when the turn is over
+// and its slot freed. Cancelling ctx cancels the upstream turn.
+func (r *Router) Chat(ctx context.Context, req *ChatRequest) (<-chan Event, error) {
+	rq := &request{ChatRequest: req, model: r.ResolveModel(req.Model), owner: OwnerKey(req.APIKey),
+		split: lastAssistant(req.Messages)}
+	r.lookup(ctx, rq)
+	var lastErr error
+	for attempt := 0; attempt <= r.cfg.Retries; attempt++ {
+		if attempt > 0 && r.metrics != nil {
+			r.metrics.Retries.Inc()
+		}
+		slot, err := r.pool.Acquire(ctx, Want{Prefer: rq.hit.Instance, Hint: affinityHint(req), Exclude: rq.excluded})
+		if err != nil {
+			r.dropHit(rq)
+			if lastErr != nil && errors.Is(err, ErrNoInstance) {
+				return nil, lastErr
+			}
+			return nil, err
+		}
+		out, err := r.attempt(ctx, rq, slot)
+		if err == nil {
+			return out, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		r.log.Warn("turn failed before any output, trying another instance",
+			"instance", slot.Worker.Name(), "attempt", attempt+1, "err", err, "request_id", req.RequestID)
+		rq.excluded = append(rq.excluded, slot.Worker.Name())
+	}
+	return nil, lastErr
+}
+
+// lookup takes the conversation's affinity entry, if any.
+func (r *Router) lookup(ctx context.Context, rq *request) {
+	if r.store == nil || rq.split < 0 {
+		return
+	}
+	key := conversationKey(rq.owner, rq.model, rq.Tools, rq.ToolChoice, rq.Messages[:rq.split+1], nil)
+	a, err := r.store.TakeAffinity(ctx, key)
+	if err != nil {
+		if r.metrics != nil {
+			r.metrics.CacheMisses.Inc()
+		}
+		return
+	}
+	rq.hit, rq.hasHit = a, true
+}
+
+// dropHit forgets an affinity entry that can't be used and frees its
+// upstream session, best effort.
+func (r *Router) dropHit(rq *request) {
+	if !rq.hasHit {
+		return
+	}
+	rq.hasHit = false
+	if r.metrics != nil {
+		r.metrics.CacheInvalidated.Inc()
+	}
+	r.DeleteSession(rq.hit)
+	rq.hit = session.Affinity{}
+}
+
+// DeleteSession frees an upstream session on its worker in the background,
+// best effort (used for invalidated and evicted affinity entries).
+func (r *Router) DeleteSession(a session.Affinity) {
+	if a.SessionID == "" {
+		return
+	}
+	w, ok := r.pool.Worker(a.Instance)
+	if !ok {
+		return
+	}
+	r.pool.mu.Lock()
+	be := w.backend
+	r.pool.mu.Unlock()
+	del, ok := be.(SessionDeleter)
+	if !ok {
+		return
+	}
+	r.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		if err := del.DeleteSession(ctx, a.SessionID); err != nil {
+			r.log.Debug("delete upstream session", "instance", a.Instance, "err", err)
+		}
+	})
+}
+
+// attempt runs the turn on slot. It returns an error (slot released) if the
+// turn failed before its first event; a non-streaming turn is buffered whole
+// and fails here on any error.
+func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan Event, error) {
+	turn := &Turn{RequestID: rq.RequestID, Model: rq.model, Messages: rq.Messages, Tools: rq.Tools,
+		ToolChoice: rq.ToolChoice, MaxTokens: rq.MaxTokens, Temperature: rq.Temperature, TopP: rq.TopP}
+	rq.reused = false
+	if rq.hasHit {
+		if slot.Worker.Name() != rq.hit.Instance {
+			r.dropHit(rq)
+		} else if rq.hit.SessionID != "" {
+			turn.SessionID = rq.hit.SessionID
+			turn.Messages = rq.Messages[rq.split+1:]
+			rq.reused = true
+		}
+	}
+	tctx, cancel := context.WithCancel(ctx)
+	src, err := slot.Backend.Chat(tctx, turn)
+	if err != nil {
+		cancel()
+		r.failed(rq, slot, err)
+		return nil, err
+	}
+	var head []Event
+	for {
+		ev, ok := <-src
+		if !ok {
+			ev = Event{Type: EventError, Err: ErrWorkerGone}
+		}
+		if ev.Type == EventError {
+			cancel()
+			r.failed(rq, slot, ev.Err)
+			return nil, ev.Err
+		}
+		head = append(head, ev)
+		if rq.Stream || ev.Type == EventDone {
+			break
+		}
+	}
+	if rq.reused && r.metrics != nil {
+		r.metrics.CacheHits.Inc()
+	}
+	out := make(chan Event, 16)
+	r.wg.Go(func() {
+		defer cancel()
+		defer slot.Release()
+		r.forward(tctx, rq, slot, head, src, out)
+	})
+	return out, nil
+}
+
+// failed handles a turn that failed before any output.
+func (r *Router) failed(rq *request, slot *Slot, err error) {
+	slot.Release()
+	if rq.reused || (rq.hasHit && rq.hit.Instance == slot.Worker.Name()) {
+		r.dropHit(rq)
+	}
+	var rl *RateLimitedError
+	switch {
+	case errors.As(err, &rl):
+		d := slot.Worker.cooldown(rl.RetryAfter)
+		if r.metrics != nil {
+			r.metrics.Cooldowns.Inc()
+		}
+		r.log.Warn("upstream rate limit, cooling instance down", "instance", slot.Worker.Name(), "for", d)
+	case errors.Is(err, ErrNotLoggedIn), errors.Is(err, ErrWorkerGone):
+		slot.Worker.send(cmdCheck)
+	}
+}
+
+// forward streams the answer to out, enforcing stop sequences and the token
+// cap, and writes the conversation's affinity back after a clean finish.
+func (r *Router) forward(ctx context.Context, rq *request, slot *Slot, head []Event, src <-chan Event, out chan<- Event) {
+	defer close(out)
+	lim := newLimiter(rq.Stop, rq.MaxTokens, r.cfg.Count)
+	var text strings.Builder
+	var calls []ToolCall
+	send := func(ev Event) bool {
+		select {
+		case out <- ev:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	handle := func(ev Event) (done bool) {
+		switch ev.Type {
+		case EventText:
+			emit, stop, reason, seq := lim.text(ev.Text)
+			if emit != "" {
+				text.WriteString(emit)
+				if !send(Event{Type: EventText, Text: emit}) {
+					return true
+				}
+			}
+			if stop {
+				// The client's answer ends here while the upstream session
+				// holds more: it can't be continued, so it is not written back.
+				r.finish(rq, slot, Event{Type: EventDone, Finish: reason, StopSequence: seq}, text.String(), calls, false, send)
+				return true
+			}
+		case EventToolCall:
+			calls = append(calls, ev.ToolCall)
+			return !send(ev)
+		case EventDone:
+			if rest := lim.flush(); rest != "" {
+				text.WriteString(rest)
+				if !send(Event{Type: EventText, Text: rest}) {
+					return true
+				}
+			}
+			r.finish(rq, slot, ev, text.String(), calls, true, send)
+			return true
+		case EventError:
+			r.failed(rq, slot, ev.Err)
+			send(ev)
+			return true
+		}
+		return false
+	}
+	for _, ev := range head {
+		if handle(ev) {
+			return
+		}
+	}
+	for {
+		select {
+		case ev, ok := <-src:
+			if !ok {
+				ev = Event{Type: EventError, Err: ErrWorkerGone}
+			}
+			if handle(ev) {
+				return
+			}
+		case <-ctx.Done():
+			if rq.reused || rq.hasHit {
+				r.dropHit(rq)
+			}
+			return
+		}
+	}
+}
+
+// finish completes usage, writes affinity back (when keep) and sends done.
+func (r *Router) finish(rq *request, slot *Slot, done Event, text string, calls []ToolCall, keep bool, send func(Event) bool) {
+	if done.Usage.OutputTokens == 0 && r.cfg.Count != nil {
+		done.Usage.OutputTokens = r.cfg.Count(text)
+		for _, c := range calls {
+			done.Usage.OutputTokens += r.cfg.Count(c.Name) + r.cfg.Count(c.Arguments)
+		}
+	}
+	if done.Usage.InputTokens == 0 && r.cfg.Count != nil {
+		for i := range rq.Messages {
+			done.Usage.InputTokens += r.cfg.Count(rq.Messages[i].Content) + 4
+		}
+	}
+	if done.Finish == "" {
+		done.Finish = FinishStop
+		if len(calls) > 0 {
+			done.Finish = FinishToolCalls
+		}
+	}
+	if r.metrics != nil {
+		r.metrics.Tokens.WithLabelValues("input").Add(float64(done.Usage.InputTokens))
+		r.metrics.Tokens.WithLabelValues("output").Add(float64(done.Usage.OutputTokens))
+	}
+	sessionID := done.SessionID
+	switch {
+	case !keep:
+		r.DeleteSession(session.Affinity{Instance: slot.Worker.Name(), SessionID: sessionID})
+	case r.store != nil:
+		answer := Message{Role: RoleAssistant, Content: text, ToolCalls: calls}
+		key := conversationKey(rq.owner, rq.model, rq.Tools, rq.ToolChoice, rq.Messages, &answer)
+		a := session.Affinity{Instance: slot.Worker.Name(), SessionID: sessionID, Model: rq.model}
+		// Detached from the request: the answer is complete even if the
+		// client goes away now.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(context.Background()), time.Second)
+		if err := r.store.PutAffinity(pctx, key, a); err != nil {
+			r.log.Debug("affinity write-back failed", "err", err)
+		}
+		cancel()
+	}
+	slot.Worker.turnOK()
+	send(done)
+}
