@@ -1,0 +1,108 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadEnvOverridesFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:9000\nmax_queue: 5\napi_keys: [a, b]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, warnings, err := Load(path, []string{"POOLGATE_MAX_QUEUE=7", "POOLGATE_QUEUE_TIMEOUT=2s", "HOME=/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) != 0 {
+		t.Errorf("warnings %v, want none", warnings)
+	}
+	if cfg.Listen != "127.0.0.1:9000" || cfg.MaxQueue != 7 || cfg.QueueTimeout != 2*time.Second ||
+		!slices.Equal(cfg.APIKeys, []string{"a", "b"}) {
+		t.Errorf("got %+v", cfg)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		file string
+		env  []string
+		want string
+	}{
+		{"unknown yaml key", "lisen: x\n", nil, "lisen"},
+		{"bad duration", "", []string{"POOLGATE_QUEUE_TIMEOUT=soon"}, "POOLGATE_QUEUE_TIMEOUT"},
+		{"bad int", "", []string{"POOLGATE_MAX_QUEUE=many"}, "POOLGATE_MAX_QUEUE"},
+		{"public without keys", "", []string{"POOLGATE_LISTEN=0.0.0.0:8080"}, "POOLGATE_API_KEYS"},
+		{"bad accounts json", "", []string{`POOLGATE_ACCOUNTS=[{"nam":"x"}]`}, "POOLGATE_ACCOUNTS"},
+		{"duplicate account", "", []string{`POOLGATE_ACCOUNTS=[{"name":"x"},{"name":"x"}]`}, "used twice"},
+		{"path in account name", "", []string{`POOLGATE_ACCOUNTS=[{"name":"../x"}]`}, "account name"},
+		{"zero queue", "", []string{"POOLGATE_MAX_QUEUE=0"}, "max_queue"},
+		{"missing password env", "", []string{`POOLGATE_ACCOUNTS=[{"name":"x","password_env":"NOPE"}]`}, "NOPE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := ""
+			if tt.file != "" {
+				path = filepath.Join(t.TempDir(), "c.yaml")
+				if err := os.WriteFile(path, []byte(tt.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, _, err := Load(path, tt.env)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v, want an error mentioning %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestUnknownEnvWarnsWithSuggestion(t *testing.T) {
+	_, warnings, err := Load("", []string{"POOLGATE_MAX_QUEU=3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "POOLGATE_MAX_QUEUE") {
+		t.Errorf("warnings %v, want one suggesting POOLGATE_MAX_QUEUE", warnings)
+	}
+}
+
+func TestInsecureAllowsPublicListen(t *testing.T) {
+	if _, _, err := Load("", []string{"POOLGATE_LISTEN=0.0.0.0:8080", "POOLGATE_INSECURE=true"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPasswordSources(t *testing.T) {
+	pw := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pw, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := Load("", []string{
+		`POOLGATE_ACCOUNTS=[{"name":"a","password_env":"A_PW"},{"name":"b","password_file":"` + pw + `"}]`,
+		"A_PW=fromenv",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Accounts[0].Password != "fromenv" || cfg.Accounts[1].Password != "s3cret" {
+		t.Errorf("passwords not resolved from env and file")
+	}
+}
+
+// The README's configuration table documents every key.
+func TestREADMEDocumentsEveryKey(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range Keys() {
+		if !strings.Contains(string(b), "| `"+k+"` |") {
+			t.Errorf("README configuration table lacks %q", k)
+		}
+	}
+}
