@@ -58,6 +58,7 @@ type Pool struct {
 	byName  map[string]*Worker
 	wg      sync.WaitGroup
 	cancel  context.CancelFunc
+	loginer Loginer
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced whenever capacity may have freed

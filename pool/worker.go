@@ -62,6 +62,11 @@ type WorkerConfig struct {
 	StableAfter time.Duration
 	// StopGrace is the wait between SIGINT and SIGKILL (default 3s).
 	StopGrace time.Duration
+	// AutoLogin hands a logged-out worker to the pool's Loginer (default
+	// off here; main turns it on from POOLGATE_AUTO_LOGIN).
+	AutoLogin bool
+	// Recipe names the account's login recipe ("" = the default).
+	Recipe string
 }
 
 func (c *WorkerConfig) fill() {
@@ -242,6 +247,9 @@ func (w *Worker) serve(ctx context.Context, proc Process, be Backend) (command, 
 		w.endCooldown()
 		if !st.LoggedIn {
 			w.set(StateNeedsLogin, ErrNotLoggedIn)
+			if w.cfg.AutoLogin && w.pool.loginer != nil {
+				w.pool.loginer.Ensure(w.loginTarget())
+			}
 			return nil
 		}
 		if w.models == nil {
