@@ -1,0 +1,378 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/poolgate/poolgate/internal/lsp"
+)
+
+// wait bounds every wait in these tests.
+const wait = 5 * time.Second
+
+// syncBuffer is a log sink tests can read while the simulator writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// poll waits (bounded) until cond holds.
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// harness is one in-process simworker.
+type harness struct {
+	dir          string
+	socket, http int
+	exits        chan int
+	log          *syncBuffer
+}
+
+// startSim runs a simworker with the standard Lingma command line plus args,
+// in a work dir dir ("" for a fresh one), until the test ends.
+func startSimIn(t *testing.T, dir string, args ...string) *harness {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	h := &harness{dir: dir, socket: freePort(t), http: freePort(t), exits: make(chan int, 4), log: &syncBuffer{}}
+	all := append([]string{"start", "--transportType=websocket", "--workDir=" + dir,
+		"--socketPort=" + strconv.Itoa(h.socket), "--httpPort=" + strconv.Itoa(h.http)}, args...)
+	cfg, err := ParseArgs(all, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatalf("ParseArgs(%q): %v", all, err)
+	}
+	cfg.Exit = func(code int) { h.exits <- code }
+	s, err := New(cfg, slog.New(slog.NewTextHandler(h.log, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(wait):
+			t.Errorf("simworker did not stop")
+		}
+	})
+	poll(t, "simworker listening", func() bool { return strings.Contains(h.log.String(), "simworker listening") })
+	return h
+}
+
+func startSim(t *testing.T, args ...string) *harness {
+	t.Helper()
+	return startSimIn(t, "", args...)
+}
+
+func (h *harness) baseURL() string { return "http://127.0.0.1:" + strconv.Itoa(h.http) }
+
+func (h *harness) stats(t *testing.T) Stats {
+	t.Helper()
+	var st Stats
+	getJSON(t, h.baseURL()+"/sim/stats", &st)
+	return st
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: decode: %v", url, err)
+	}
+}
+
+// client is a minimal Lingma protocol client over a real WebSocket.
+type client struct {
+	t        *testing.T
+	ws       *websocket.Conn
+	mu       sync.Mutex
+	nextID   int
+	pending  map[string]chan *lsp.Message
+	incoming chan *lsp.Message // server-to-client requests and notifications
+	closed   chan struct{}     // closed when the read loop ends
+}
+
+func dial(t *testing.T, h *harness) *client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, "ws://127.0.0.1:"+strconv.Itoa(h.socket), nil)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	ws.SetReadLimit(lsp.MaxFrame)
+	c := &client{t: t, ws: ws, pending: map[string]chan *lsp.Message{}, incoming: make(chan *lsp.Message, 256), closed: make(chan struct{})}
+	go c.readLoop()
+	t.Cleanup(func() { _ = ws.CloseNow() })
+	return c
+}
+
+func (c *client) readLoop() {
+	defer close(c.closed)
+	var buf []byte
+	for {
+		_, data, err := c.ws.Read(context.Background())
+		if err != nil {
+			return
+		}
+		buf = append(buf, data...)
+		for {
+			body, rest, err := lsp.Split(buf)
+			if err != nil {
+				break
+			}
+			buf = rest
+			m, err := lsp.Decode(body)
+			if err != nil {
+				c.t.Errorf("client decode: %v", err)
+				continue
+			}
+			if m.IsResponse() {
+				c.mu.Lock()
+				ch := c.pending[string(m.ID)]
+				c.mu.Unlock()
+				if ch != nil {
+					ch <- m
+				}
+				continue
+			}
+			c.incoming <- m
+		}
+	}
+}
+
+// sendRaw writes bytes as one WebSocket text message.
+func (c *client) sendRaw(b []byte) {
+	c.t.Helper()
+	if err := c.ws.Write(context.Background(), websocket.MessageText, b); err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
+}
+
+// frame encodes a request and registers for its response.
+func (c *client) frame(method string, params any) ([]byte, chan *lsp.Message) {
+	c.t.Helper()
+	raw, err := json.Marshal(params)
+	if err != nil {
+		c.t.Fatalf("marshal: %v", err)
+	}
+	c.mu.Lock()
+	c.nextID++
+	id := json.RawMessage(fmt.Sprintf(`"c%d"`, c.nextID))
+	ch := make(chan *lsp.Message, 1)
+	c.pending[string(id)] = ch
+	c.mu.Unlock()
+	b, err := lsp.Encode(&lsp.Message{ID: id, Method: method, Params: raw})
+	if err != nil {
+		c.t.Fatalf("encode: %v", err)
+	}
+	return b, ch
+}
+
+func awaitMsg(t *testing.T, ch chan *lsp.Message, what string) *lsp.Message {
+	t.Helper()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(wait):
+		t.Fatalf("timed out waiting for %s", what)
+		return nil
+	}
+}
+
+// call sends a request and returns the whole response message.
+func (c *client) call(method string, params any) *lsp.Message {
+	c.t.Helper()
+	b, ch := c.frame(method, params)
+	c.sendRaw(b)
+	return awaitMsg(c.t, ch, "response to "+method)
+}
+
+// result calls method and decodes a successful result into v.
+func (c *client) result(method string, params, v any) {
+	c.t.Helper()
+	m := c.call(method, params)
+	if m.Error != nil {
+		c.t.Fatalf("%s: %v", method, m.Error)
+	}
+	if err := json.Unmarshal(m.Result, v); err != nil {
+		c.t.Fatalf("%s: decode %s: %v", method, m.Result, err)
+	}
+}
+
+// next returns the next server-to-client message.
+func (c *client) next() *lsp.Message {
+	c.t.Helper()
+	return awaitMsg(c.t, c.incoming, "a server request")
+}
+
+// quiet asserts that no server message arrives within d.
+func (c *client) quiet(d time.Duration) {
+	c.t.Helper()
+	select {
+	case m := <-c.incoming:
+		c.t.Fatalf("got %s %s while the server should wait", m.Method, m.Params)
+	case <-time.After(d):
+	}
+}
+
+func (c *client) reply(m *lsp.Message) {
+	c.t.Helper()
+	b, err := lsp.Encode(&lsp.Message{ID: m.ID, Result: json.RawMessage(`{}`)})
+	if err != nil {
+		c.t.Fatalf("encode: %v", err)
+	}
+	c.sendRaw(b)
+}
+
+// turnResult is what a client saw of one turn.
+type turnResult struct {
+	deltas []string
+	thinks int
+	finish finishParams
+}
+
+func (r turnResult) text() string { return strings.Join(r.deltas, "") }
+
+func askParamsFor(reqID, sid, text string, reply bool) map[string]any {
+	return map[string]any{
+		"requestId": reqID, "sessionId": sid, "questionText": text, "chatContext": map[string]any{"text": text},
+		"chatTask": "FREE_INPUT", "sessionType": "chat", "mode": "chat", "stream": true, "source": 1,
+		"isReply": reply, "extra": map[string]any{"modelConfig": map[string]any{"key": "dashscope_qwen3_coder"}},
+	}
+}
+
+// ask starts a turn and checks the immediate {success:true}.
+func (c *client) ask(reqID, sid, text string, reply bool) {
+	c.t.Helper()
+	var res struct {
+		Success bool `json:"success"`
+	}
+	c.result("chat/ask", askParamsFor(reqID, sid, text, reply), &res)
+	if !res.Success {
+		c.t.Fatalf("chat/ask %s: success false", reqID)
+	}
+}
+
+// collect answers every server request until the finish of each of reqIDs.
+func (c *client) collect(reqIDs ...string) map[string]*turnResult {
+	c.t.Helper()
+	out := map[string]*turnResult{}
+	for _, id := range reqIDs {
+		out[id] = &turnResult{}
+	}
+	for left := len(reqIDs); left > 0; {
+		m := c.next()
+		var p finishParams
+		if err := json.Unmarshal(m.Params, &p); err != nil {
+			c.t.Fatalf("%s params: %v", m.Method, err)
+		}
+		r := out[p.RequestID]
+		if r == nil {
+			c.t.Fatalf("%s for unexpected request %q", m.Method, p.RequestID)
+		}
+		switch m.Method {
+		case "chat/answer":
+			var d deltaParams
+			_ = json.Unmarshal(m.Params, &d)
+			r.deltas = append(r.deltas, d.Text)
+		case "chat/think":
+			r.thinks++
+		case "chat/finish":
+			r.finish = p
+			left--
+		default:
+			c.t.Fatalf("unexpected server request %s", m.Method)
+		}
+		c.reply(m)
+	}
+	return out
+}
+
+// turn asks and collects one turn.
+func (c *client) turn(reqID, sid, text string, reply bool) *turnResult {
+	c.t.Helper()
+	c.ask(reqID, sid, text, reply)
+	return c.collect(reqID)[reqID]
+}
+
+// isClosed reports whether the server dropped the connection within wait.
+func (c *client) isClosed() bool {
+	select {
+	case <-c.closed:
+		return true
+	case <-time.After(wait):
+		return false
+	}
+}
+
+var errNoMatch = errors.New("no match")
+
+// sseEvents reads an SSE body into its data payloads.
+func sseEvents(body io.Reader) ([]string, error) {
+	b, err := io.ReadAll(body)
+	var out []string
+	for _, block := range strings.Split(string(b), "\n\n") {
+		if data, ok := strings.CutPrefix(strings.TrimSpace(block), "data: "); ok {
+			out = append(out, data)
+		}
+	}
+	if len(out) == 0 && err == nil {
+		return nil, errNoMatch
+	}
+	return out, err
+}

@@ -1,0 +1,238 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/poolgate/poolgate/internal/lsp"
+)
+
+// version is what initialize reports.
+const version = "0.1.0-sim"
+
+// JSON-RPC error codes the simulator returns.
+const (
+	codeInvalidParams  = -32602
+	codeMethodNotFound = -32601
+	codeNotLoggedIn    = -32001
+)
+
+// errNoReply means the client did not answer a server-to-client request in time.
+var errNoReply = errors.New("no response from client")
+
+// conn is one WebSocket client. Its read loop is the only reader; turns run
+// in their own goroutines, which the conn owns and waits for.
+type conn struct {
+	s   *Sim
+	ws  *websocket.Conn
+	log *slog.Logger
+	ctx context.Context // ends when the connection or the process ends
+
+	wmu sync.Mutex // one frame at a time on the socket
+
+	mu      sync.Mutex
+	nextID  int64
+	pending map[string]chan *lsp.Message // our request id -> its reply
+
+	turns sync.WaitGroup
+}
+
+func (s *Sim) serveWS(w http.ResponseWriter, r *http.Request) {
+	// Add before the hijack: until then Shutdown tracks the connection, so Run
+	// cannot be in conns.Wait yet.
+	s.conns.Add(1)
+	defer s.conns.Done()
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if err != nil {
+		s.log.Warn("websocket accept", "err", err)
+		return
+	}
+	ws.SetReadLimit(lsp.MaxFrame + 64<<10)
+	ctx, cancel := context.WithCancel(r.Context())
+	c := &conn{s: s, ws: ws, log: s.log.With("remote", r.RemoteAddr), ctx: ctx, pending: map[string]chan *lsp.Message{}}
+	c.readLoop()
+	cancel()
+	c.turns.Wait()
+	_ = ws.CloseNow()
+}
+
+// readLoop buffers WebSocket messages, splits them into frames and handles
+// each, until the connection or the process ends.
+func (c *conn) readLoop() {
+	var buf []byte
+	for {
+		_, data, err := c.ws.Read(c.ctx)
+		if err != nil {
+			c.log.Debug("websocket closed", "err", err)
+			return
+		}
+		buf = append(buf, data...)
+		if len(bytes.TrimSpace(buf)) > 0 && bytes.TrimSpace(buf)[0] == '{' {
+			c.log.Error("rejecting bare JSON without a Content-Length frame", "bytes", len(buf))
+			buf = buf[:0]
+			continue
+		}
+		for {
+			body, rest, err := lsp.Split(buf)
+			if errors.Is(err, lsp.ErrIncomplete) {
+				buf = rest
+				break
+			}
+			if err != nil {
+				c.log.Error("bad frame, dropping buffer", "err", err)
+				buf = buf[:0]
+				break
+			}
+			buf = rest
+			m, err := lsp.Decode(body)
+			if err != nil {
+				c.log.Error("bad message", "err", err)
+				continue
+			}
+			c.handle(m)
+		}
+		if len(buf) == 0 {
+			buf = nil // let a large message's buffer go
+		}
+	}
+}
+
+func (c *conn) handle(m *lsp.Message) {
+	switch {
+	case m.IsResponse():
+		c.mu.Lock()
+		ch := c.pending[string(m.ID)]
+		delete(c.pending, string(m.ID))
+		c.mu.Unlock()
+		if ch == nil {
+			c.log.Warn("reply to no pending request", "id", string(m.ID))
+			return
+		}
+		ch <- m
+	case m.IsRequest():
+		c.dispatch(m)
+	default:
+		c.log.Debug("notification ignored", "method", m.Method)
+	}
+}
+
+// dispatch answers one client request. It must not block: replies to our own
+// requests arrive on the same read loop.
+func (c *conn) dispatch(m *lsp.Message) {
+	var (
+		result any
+		rpcErr *lsp.Error
+	)
+	switch m.Method {
+	case "initialize":
+		result = map[string]any{"capabilities": map[string]any{}, "serverInfo": map[string]any{"name": "simworker", "version": version}}
+	case "auth/status":
+		result = c.s.authStatus()
+	case "login/generateUrl":
+		result = c.s.generateLoginURL()
+	case "config/queryModels":
+		ms := c.s.models()
+		result = map[string]any{"chat": ms, "assistant": ms}
+	case "config/getEndpoint":
+		result = map[string]any{"endpoint": ""}
+	case "config/updateEndpoint":
+		result = map[string]any{"success": true}
+	case "chat/ask":
+		c.ask(m)
+		return
+	case "chat/stop":
+		var p struct {
+			RequestID string `json:"requestId"`
+		}
+		_ = json.Unmarshal(m.Params, &p) // an unreadable stop stops nothing
+		c.s.stopTurn(p.RequestID)
+		result = map[string]any{"success": true}
+	case "chat/deleteSessionById":
+		var p struct {
+			SessionID string `json:"sessionId"`
+		}
+		_ = json.Unmarshal(m.Params, &p)
+		c.s.deleteSession(p.SessionID)
+		result = map[string]any{"success": true}
+	default:
+		rpcErr = &lsp.Error{Code: codeMethodNotFound, Message: "method not found: " + m.Method}
+	}
+	c.respond(m.ID, result, rpcErr)
+}
+
+func (s *Sim) authStatus() map[string]any {
+	u, id, ok := s.creds.status()
+	if !ok {
+		return map[string]any{"status": 1}
+	}
+	return map[string]any{"status": 2, "id": id, "name": u.Username, "accountId": u.Username, "userType": "personal"}
+}
+
+// respond sends the response to request id.
+func (c *conn) respond(id json.RawMessage, result any, rpcErr *lsp.Error) {
+	m := &lsp.Message{ID: id, Error: rpcErr}
+	if rpcErr == nil {
+		raw, err := json.Marshal(result)
+		if err != nil {
+			c.log.Error("encode result", "err", err)
+			raw = []byte("null")
+		}
+		m.Result = raw
+	}
+	if err := c.send(m); err != nil {
+		c.log.Debug("respond", "err", err)
+	}
+}
+
+func (c *conn) send(m *lsp.Message) error {
+	frame, err := lsp.Encode(m)
+	if err != nil {
+		return err
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.ws.Write(c.ctx, websocket.MessageText, frame)
+}
+
+// call sends a server-to-client request and waits for its reply, at most
+// ReplyTimeout. It fails early when ctx ends.
+func (c *conn) call(ctx context.Context, method string, params any) error {
+	raw, err := json.Marshal(params)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", method, err)
+	}
+	ch := make(chan *lsp.Message, 1)
+	c.mu.Lock()
+	c.nextID++
+	id := json.RawMessage(strconv.FormatInt(c.nextID, 10))
+	c.pending[string(id)] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.pending, string(id))
+		c.mu.Unlock()
+	}()
+	if err := c.send(&lsp.Message{ID: id, Method: method, Params: raw}); err != nil {
+		return fmt.Errorf("send %s: %w", method, err)
+	}
+	t := time.NewTimer(c.s.cfg.ReplyTimeout)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("%s: %w", method, errNoReply)
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

@@ -1,0 +1,207 @@
+package sim
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Section roles of the prompt contract (docs/prompt-contract.md).
+const (
+	roleSystem     = "system"
+	roleTools      = "tools"
+	roleContract   = "contract"
+	roleUser       = "user"
+	roleAssistant  = "assistant"
+	roleToolCall   = "tool_call"
+	roleToolResult = "tool_result"
+)
+
+// section is one `<<<role key=value>>>` block of a prompt.
+type section struct {
+	role  string
+	attrs map[string]string
+	body  string
+}
+
+// parsePrompt splits a prompt into sections. Text without any marker line is
+// one user section; non-blank text before the first marker is a user section.
+func parsePrompt(text string) []section {
+	var (
+		out   []section
+		cur   *section
+		lines []string
+	)
+	flush := func() {
+		body := strings.TrimRight(strings.Join(lines, "\n"), "\r\n")
+		lines = lines[:0]
+		if cur == nil {
+			if strings.TrimSpace(body) != "" {
+				out = append(out, section{role: roleUser, body: body})
+			}
+			return
+		}
+		cur.body = body
+		out = append(out, *cur)
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if s, ok := parseMarker(line); ok {
+			flush()
+			cur = &s
+			continue
+		}
+		if strings.HasPrefix(line, " <<<") {
+			line = line[1:]
+		}
+		lines = append(lines, line)
+	}
+	flush()
+	return out
+}
+
+// parseMarker reads `<<<role>>>` or `<<<role key=value ...>>>`.
+func parseMarker(line string) (section, bool) {
+	line = strings.TrimRight(line, "\r")
+	if !strings.HasPrefix(line, "<<<") || !strings.HasSuffix(line, ">>>") || len(line) < 7 {
+		return section{}, false
+	}
+	fields := strings.Fields(line[3 : len(line)-3])
+	if len(fields) == 0 {
+		return section{}, false
+	}
+	s := section{role: fields[0]}
+	for _, f := range fields[1:] {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			if s.attrs == nil {
+				s.attrs = map[string]string{}
+			}
+			s.attrs[k] = v
+		}
+	}
+	return s, true
+}
+
+// lastUser returns the index of the last user section, or -1.
+func lastUser(secs []section) int {
+	for i := len(secs) - 1; i >= 0; i-- {
+		if secs[i].role == roleUser {
+			return i
+		}
+	}
+	return -1
+}
+
+// directiveText is the prompt text whose directives count: system sections
+// and everything from the last user section on.
+func directiveText(secs []section) string {
+	from := max(lastUser(secs), 0)
+	var b strings.Builder
+	for i, s := range secs {
+		if s.role == roleSystem || i >= from {
+			b.WriteString(s.body)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+var directiveRE = regexp.MustCompile(`\[\[sim:([a-z_-]+)(?:=([^\]]*))?\]\]`)
+
+// stripRE also eats the blank before a directive so "a [[sim:x]] b" reads "a b".
+var stripRE = regexp.MustCompile(`[ \t]*\[\[sim:[^\]]*\]\]`)
+
+// stripDirectives removes directives from user text.
+func stripDirectives(s string) string {
+	return strings.TrimSpace(stripRE.ReplaceAllString(s, ""))
+}
+
+// directives are the faults and answer shapes a prompt asks for. Numbers are
+// -1 and durations < 0 when the prompt does not set them.
+type directives struct {
+	whoami, toolCode, think bool
+	crash, hang, logout     bool
+	ratelimit               bool
+	retryAfter              time.Duration
+	words, chunks, errAfter int
+	delay, chunkDelay       time.Duration
+	unknown                 []string
+}
+
+func parseDirectives(text string) directives {
+	d := directives{words: -1, chunks: -1, errAfter: -1, delay: -1, chunkDelay: -1, retryAfter: time.Second}
+	for _, m := range directiveRE.FindAllStringSubmatch(text, -1) {
+		name, val := m[1], m[2]
+		ok := true
+		switch name {
+		case "whoami":
+			d.whoami = true
+		case "tool_code":
+			d.toolCode = true
+		case "think":
+			d.think = true
+		case "crash":
+			d.crash = true
+		case "hang":
+			d.hang = true
+		case "logout":
+			d.logout = true
+		case "error":
+			d.errAfter = 0
+		case "error-after":
+			d.errAfter, ok = atoiOK(val)
+		case "words":
+			d.words, ok = atoiOK(val)
+		case "chunks":
+			d.chunks, ok = atoiOK(val)
+		case "delay":
+			d.delay, ok = durationOK(val)
+		case "chunk-delay":
+			d.chunkDelay, ok = durationOK(val)
+		case "ratelimit":
+			d.ratelimit = true
+			if val != "" {
+				var r time.Duration
+				if r, ok = durationOK(val); ok {
+					d.retryAfter = r
+				}
+			}
+		default:
+			ok = false
+		}
+		if !ok {
+			d.unknown = append(d.unknown, m[0])
+		}
+	}
+	return d
+}
+
+// withDefaults fills what the prompt left unset from the process-wide faults.
+func (d directives) withDefaults(f Faults) directives {
+	if d.chunks < 0 {
+		d.chunks = f.Chunks
+	}
+	if d.delay < 0 {
+		d.delay = f.Delay
+	}
+	if d.chunkDelay < 0 {
+		d.chunkDelay = f.ChunkDelay
+	}
+	return d
+}
+
+func atoiOK(s string) (int, bool) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return -1, false
+	}
+	return n, true
+}
+
+func durationOK(s string) (time.Duration, bool) {
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return -1, false
+	}
+	return d, true
+}

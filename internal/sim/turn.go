@@ -1,0 +1,263 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/poolgate/poolgate/internal/lsp"
+)
+
+// Finish reasons and status codes of chat/finish.
+const (
+	reasonSuccess   = "success"
+	reasonError     = "error"
+	reasonCancelled = "cancelled"
+
+	statusOK          = 200
+	statusNotFound    = 404
+	statusRateLimited = 429
+	statusCancelled   = 499
+	statusFailed      = 500
+)
+
+// askParams are the chat/ask fields the simulator reads.
+type askParams struct {
+	RequestID    string `json:"requestId"`
+	SessionID    string `json:"sessionId"`
+	QuestionText string `json:"questionText"`
+	ChatContext  struct {
+		Text string `json:"text"`
+	} `json:"chatContext"`
+	IsReply bool `json:"isReply"`
+}
+
+// finishParams is the body of chat/finish.
+type finishParams struct {
+	RequestID  string `json:"requestId"`
+	SessionID  string `json:"sessionId"`
+	Reason     string `json:"reason"`
+	StatusCode int    `json:"statusCode"`
+	FullAnswer string `json:"fullAnswer"`
+	ErrorMsg   string `json:"errorMsg"`
+	RetryAfter int    `json:"retryAfter,omitempty"`
+}
+
+// deltaParams is the body of chat/answer and chat/think.
+type deltaParams struct {
+	RequestID string `json:"requestId"`
+	SessionID string `json:"sessionId"`
+	Text      string `json:"text"`
+	Step      string `json:"step,omitempty"`
+}
+
+// turn is one chat/ask being answered.
+type turn struct {
+	reqID, sid string
+	n          int // asks in the session so far, this one included
+	reply      bool
+	question   string
+	secs       []section
+	d          directives
+	ratelimit  bool // from --ratelimit-every
+	fail       bool // from --fail-rate
+}
+
+// ask handles chat/ask: it answers the request at once and streams the turn
+// from a goroutine the connection owns.
+func (c *conn) ask(m *lsp.Message) {
+	var p askParams
+	if err := json.Unmarshal(m.Params, &p); err != nil || p.RequestID == "" {
+		c.respond(m.ID, nil, &lsp.Error{Code: codeInvalidParams, Message: "chat/ask needs params with a requestId"})
+		return
+	}
+	if _, _, ok := c.s.creds.status(); !ok {
+		c.respond(m.ID, nil, &lsp.Error{Code: codeNotLoggedIn, Message: "not logged in"})
+		return
+	}
+	question := p.QuestionText
+	if question == "" {
+		question = p.ChatContext.Text
+	}
+	nth := c.s.asks.Add(1)
+	sid, n, ok := c.s.openSession(p.SessionID, question, p.IsReply)
+	if !ok {
+		c.respond(m.ID, map[string]any{"success": true}, nil)
+		c.turns.Go(func() {
+			c.finish(finishParams{RequestID: p.RequestID, SessionID: p.SessionID, Reason: reasonError,
+				StatusCode: statusNotFound, ErrorMsg: "session not found"})
+		})
+		return
+	}
+	ctx, stop := context.WithCancelCause(c.ctx)
+	if !c.s.startTurn(p.RequestID, stop) {
+		stop(nil)
+		c.respond(m.ID, nil, &lsp.Error{Code: codeInvalidParams, Message: "requestId already running: " + p.RequestID})
+		return
+	}
+	secs := parsePrompt(question)
+	d := parseDirectives(directiveText(secs)).withDefaults(c.s.cfg.Faults)
+	if len(d.unknown) > 0 {
+		c.log.Warn("ignoring unknown or malformed directives", "directives", d.unknown)
+	}
+	f := c.s.cfg.Faults
+	t := &turn{
+		reqID: p.RequestID, sid: sid, n: n, reply: p.IsReply, question: question, secs: secs, d: d,
+		ratelimit: f.RatelimitEvery > 0 && nth%int64(f.RatelimitEvery) == 0,
+		fail:      f.FailRate > 0 && rand.Float64() < f.FailRate,
+	}
+	c.respond(m.ID, map[string]any{"success": true}, nil)
+	c.turns.Go(func() {
+		defer stop(nil)
+		defer c.s.endTurn(t.reqID)
+		c.runTurn(ctx, t)
+	})
+}
+
+// runTurn applies the turn's faults and streams its answer.
+func (c *conn) runTurn(ctx context.Context, t *turn) {
+	fin := finishParams{RequestID: t.reqID, SessionID: t.sid}
+	if t.d.logout {
+		if err := c.s.creds.logout(); err != nil {
+			c.log.Error("sim logout", "err", err)
+		}
+	}
+	if t.d.hang {
+		<-ctx.Done()
+		c.abort(t, fin, "", context.Cause(ctx))
+		return
+	}
+	if err := sleepCtx(ctx, t.d.delay); err != nil {
+		c.abort(t, fin, "", err)
+		return
+	}
+	switch {
+	case t.d.ratelimit || t.ratelimit:
+		fin.Reason, fin.StatusCode, fin.ErrorMsg = reasonError, statusRateLimited, "rate limited"
+		fin.RetryAfter = int(math.Ceil(t.d.retryAfter.Seconds()))
+		c.finish(fin)
+		return
+	case t.d.errAfter == 0 || t.fail:
+		fin.Reason, fin.StatusCode, fin.ErrorMsg = reasonError, statusFailed, "simulated error"
+		c.finish(fin)
+		return
+	}
+	if t.d.think {
+		if err := c.call(ctx, "chat/think", deltaParams{RequestID: t.reqID, SessionID: t.sid, Text: "Thinking...", Step: "start"}); err != nil {
+			c.abort(t, fin, "", err)
+			return
+		}
+	}
+	chunks, full := splitChunks(c.answerText(t), t.d.chunks)
+	var sent strings.Builder
+	for i, chunk := range chunks {
+		if t.d.errAfter == i {
+			break
+		}
+		if i > 0 {
+			if err := sleepCtx(ctx, t.d.chunkDelay); err != nil {
+				c.abort(t, fin, sent.String(), err)
+				return
+			}
+		}
+		sent.WriteString(chunk) // a stopped turn's partial answer includes the delta in flight
+		if err := c.call(ctx, "chat/answer", deltaParams{RequestID: t.reqID, SessionID: t.sid, Text: chunk}); err != nil {
+			c.abort(t, fin, sent.String(), err)
+			return
+		}
+		if t.d.crash {
+			c.crash()
+			return
+		}
+	}
+	if t.d.crash { // an empty answer crashes before its finish
+		c.crash()
+		return
+	}
+	fin.FullAnswer = sent.String()
+	if t.d.errAfter >= 0 {
+		fin.Reason, fin.StatusCode, fin.ErrorMsg = reasonError, statusFailed, "simulated error"
+		c.finish(fin)
+		return
+	}
+	fin.Reason, fin.StatusCode, fin.FullAnswer = reasonSuccess, statusOK, full
+	c.s.recordAnswer(t.sid, t.n, full)
+	c.finish(fin)
+}
+
+// answerText is the turn's whole answer before it is cut into deltas.
+func (c *conn) answerText(t *turn) string {
+	if t.d.whoami {
+		return whoamiText(t.sid, t.n, t.reply, len(t.secs), len(t.question))
+	}
+	tools := promptTools(t.secs)
+	if tools == nil && t.n > 1 {
+		tools = c.s.earlierTools(t.sid, t.n)
+	}
+	p := planAnswer(t.secs, tools)
+	switch {
+	case p.call != nil && t.d.toolCode:
+		return renderToolCode(p.call)
+	case p.call != nil:
+		return renderJSONCall(p.call)
+	case t.d.words >= 0:
+		return padWords(p.text, t.d.words)
+	default:
+		return p.text
+	}
+}
+
+// crash ends the process as [[sim:crash]] asks. It returns only under a test
+// hook; the connection is then dropped as a dead process would drop it.
+func (c *conn) crash() {
+	c.log.Warn("sim crash: exiting mid-stream")
+	c.s.cfg.Exit(3)
+	_ = c.ws.CloseNow()
+}
+
+// abort ends a turn whose stream was interrupted by err: chat/stop finishes
+// it as cancelled; a silent client or a closed connection just ends it.
+func (c *conn) abort(t *turn, fin finishParams, partial string, err error) {
+	switch {
+	case errors.Is(err, errStopped):
+		fin.Reason, fin.StatusCode, fin.FullAnswer, fin.ErrorMsg = reasonCancelled, statusCancelled, partial, "cancelled"
+		c.finish(fin)
+	case errors.Is(err, errNoReply):
+		c.log.Warn("no response from client, abandoning turn", "requestId", t.reqID, "err", err)
+	default:
+		c.log.Debug("turn ended", "requestId", t.reqID, "err", err)
+	}
+}
+
+// finish sends chat/finish and waits for its reply like any other request.
+func (c *conn) finish(fin finishParams) {
+	if err := c.call(c.ctx, "chat/finish", fin); err != nil {
+		if errors.Is(err, errNoReply) {
+			c.log.Warn("no response from client to chat/finish", "requestId", fin.RequestID)
+			return
+		}
+		c.log.Debug("chat/finish not delivered", "requestId", fin.RequestID, "err", err)
+	}
+}
+
+// sleepCtx waits d or until ctx ends, returning ctx's cause then.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
