@@ -222,7 +222,7 @@ func (w *Worker) life(ctx context.Context) (command, error) {
 		w.stopProcess(proc)
 	}()
 	w.pool.mu.Lock()
-	w.backend, w.pid, w.startedAt = be, proc.Pid(), time.Now()
+	w.backend, w.startedAt = be, time.Now()
 	w.pool.mu.Unlock()
 	w.log.Info("worker started", "pid", proc.Pid(), "port", w.ep.Port)
 	return w.serve(ctx, proc, be)
@@ -333,6 +333,7 @@ func (w *Worker) start(ctx context.Context) (Process, Backend, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)
 	}
+	w.setPID(proc.Pid())
 	sctx, cancel := context.WithTimeout(ctx, w.cfg.StartTimeout)
 	defer cancel()
 	for {
@@ -344,9 +345,11 @@ func (w *Worker) start(ctx context.Context) (Process, Backend, error) {
 		}
 		select {
 		case <-proc.Exited():
+			w.setPID(0)
 			return nil, nil, fmt.Errorf("worker %s exited before ready: %v", w.cfg.Name, proc.Wait())
 		case <-sctx.Done():
 			w.stopProcess(proc)
+			w.setPID(0)
 			if ctx.Err() != nil {
 				return nil, nil, ctx.Err()
 			}
@@ -354,6 +357,12 @@ func (w *Worker) start(ctx context.Context) (Process, Backend, error) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+func (w *Worker) setPID(pid int) {
+	w.pool.mu.Lock()
+	w.pid = pid
+	w.pool.mu.Unlock()
 }
 
 // endpoint picks free loopback ports for this start.

@@ -1,0 +1,320 @@
+package lingma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/poolgate/poolgate/internal/lsp"
+	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/textchat"
+)
+
+// codeNotLoggedIn is the JSON-RPC error the worker answers chat/ask with
+// when it has no login (as the simulator does; the real binary's code is not
+// documented, so its message is checked too).
+const codeNotLoggedIn = -32001
+
+// chatParams is the union of chat/answer, chat/think and chat/finish params.
+type chatParams struct {
+	RequestID  string     `json:"requestId"`
+	SessionID  string     `json:"sessionId"`
+	Text       string     `json:"text"`
+	Reason     string     `json:"reason"`
+	StatusCode flexInt    `json:"statusCode"`
+	FullAnswer string     `json:"fullAnswer"`
+	ErrorMsg   string     `json:"errorMsg"`
+	RetryAfter flexString `json:"retryAfter"`
+	method     string
+}
+
+// turn is the reader's side of one running chat turn: an unbounded queue, so
+// a slow consumer never stalls the reader (and with it every other call).
+type turn struct {
+	mu   sync.Mutex
+	q    []*chatParams
+	wake chan struct{}
+}
+
+func (t *turn) push(p *chatParams) {
+	t.mu.Lock()
+	t.q = append(t.q, p)
+	t.mu.Unlock()
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take swaps the queue out into spare's storage.
+func (t *turn) take(spare []*chatParams) []*chatParams {
+	t.mu.Lock()
+	q := t.q
+	t.q = spare[:0]
+	t.mu.Unlock()
+	return q
+}
+
+type askParams struct {
+	RequestID    string      `json:"requestId"`
+	SessionID    string      `json:"sessionId"`
+	QuestionText string      `json:"questionText"`
+	ChatContext  chatContext `json:"chatContext"`
+	ChatTask     string      `json:"chatTask"`
+	SessionType  string      `json:"sessionType"`
+	Mode         string      `json:"mode"`
+	Stream       bool        `json:"stream"`
+	Source       int         `json:"source"`
+	IsReply      bool        `json:"isReply"`
+	Extra        *askExtra   `json:"extra,omitempty"`
+}
+
+type chatContext struct {
+	Text string `json:"text"`
+}
+
+type askExtra struct {
+	ModelConfig struct {
+		Key string `json:"key"`
+	} `json:"modelConfig"`
+}
+
+// Chat starts one turn with chat/ask and streams its answer. The returned
+// channel is owned and closed by a goroutine that ends with the turn, when
+// ctx ends, or at TurnTimeout, whichever comes first.
+func (c *Client) Chat(ctx context.Context, t *pool.Turn) (<-chan pool.Event, error) {
+	// The worker's requestId is unique per ask even when the router retries a
+	// request on the same worker: a stopped turn's late chat/finish must not
+	// reach its successor. The gateway's id stays in front for the logs.
+	reqID := newRequestID()
+	if t.RequestID != "" {
+		reqID = t.RequestID + "-" + strconv.FormatInt(c.turnSeq.Add(1), 10)
+	}
+	tr := &turn{wake: make(chan struct{}, 1)}
+	c.mu.Lock()
+	c.turns[reqID] = tr
+	c.mu.Unlock()
+
+	prompt := textchat.Render(t)
+	p := askParams{
+		RequestID:    reqID,
+		SessionID:    t.SessionID,
+		QuestionText: prompt,
+		ChatContext:  chatContext{Text: prompt},
+		ChatTask:     "FREE_INPUT",
+		SessionType:  "chat",
+		Mode:         c.cfg.Mode,
+		Stream:       true,
+		Source:       1,
+		IsReply:      t.SessionID != "",
+	}
+	if c.cfg.Mode == ModeAgent {
+		p.SessionType = "assistant"
+	}
+	if t.Model != "" {
+		p.Extra = &askExtra{}
+		p.Extra.ModelConfig.Key = t.Model
+	}
+	var res result
+	err := c.call(ctx, "chat/ask", p, &res)
+	if err == nil && res.failed() {
+		err = askError(res.message())
+	}
+	if err != nil {
+		c.endTurn(reqID)
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			c.stop(reqID) // the ask may have reached the worker
+		}
+		var rpc *lsp.Error
+		if errors.As(err, &rpc) && (rpc.Code == codeNotLoggedIn || loginMessage(rpc.Message)) {
+			err = fmt.Errorf("%w: %w", pool.ErrNotLoggedIn, err)
+		}
+		return nil, err
+	}
+	out := make(chan pool.Event, 16)
+	go c.run(ctx, t, reqID, tr, out)
+	return out, nil
+}
+
+// askError is the error of a chat/ask answered with success: false.
+func askError(msg string) error {
+	if loginMessage(msg) {
+		return fmt.Errorf("%w: %s", pool.ErrNotLoggedIn, msg)
+	}
+	return &pool.UpstreamError{Message: "chat/ask: " + msg}
+}
+
+func loginMessage(msg string) bool {
+	m := strings.ToLower(msg)
+	return strings.Contains(m, "not logged in") || strings.Contains(m, "not login") ||
+		strings.Contains(m, "unauthorized") || strings.Contains(m, "login required")
+}
+
+func (c *Client) endTurn(reqID string) {
+	c.mu.Lock()
+	delete(c.turns, reqID)
+	c.mu.Unlock()
+}
+
+// stop sends chat/stop without waiting for its answer: the turn is being
+// abandoned either way, and the consumer must not wait for a sick worker.
+func (c *Client) stop(reqID string) {
+	frame, err := requestFrame(c.nextID.Add(1), "chat/stop", map[string]string{"requestId": reqID})
+	if err != nil {
+		return
+	}
+	_ = c.write(frame, c.cfg.StopTimeout) // best effort
+}
+
+// run owns out: it turns the worker's messages into events and always ends
+// the stream with one EventDone or EventError (unless the consumer is gone).
+func (c *Client) run(ctx context.Context, t *pool.Turn, reqID string, tr *turn, out chan<- pool.Event) {
+	defer close(out)
+	defer c.endTurn(reqID)
+	tctx, cancel := context.WithTimeout(ctx, c.cfg.TurnTimeout)
+	defer cancel()
+	idle := time.NewTimer(c.cfg.ReplyTimeout)
+	defer idle.Stop()
+
+	s := stream{ctx: tctx, out: out, parser: textchat.NewParser(t), session: t.SessionID}
+	var q []*chatParams
+	for {
+		select {
+		case <-tr.wake:
+			q = tr.take(q)
+			idle.Reset(c.cfg.ReplyTimeout)
+			if done := s.handle(q); done {
+				return
+			}
+			continue
+		case <-c.done:
+			// Messages that arrived before the drop still count.
+			if s.handle(tr.take(q)) {
+				return
+			}
+			s.send(pool.Event{Type: pool.EventError, Err: fmt.Errorf("lingma %s: turn %s: %w", c.name, reqID, c.gone())})
+			return
+		case <-idle.C:
+			s.fail = fmt.Errorf("lingma %s: turn %s: no message for %s: %w",
+				c.name, reqID, c.cfg.ReplyTimeout, context.DeadlineExceeded)
+		case <-tctx.Done():
+		}
+		break
+	}
+	// Abandoned: by the caller, at TurnTimeout or for silence.
+	c.stop(reqID)
+	err := s.fail
+	switch {
+	case ctx.Err() != nil:
+		err = ctx.Err()
+	case err == nil:
+		err = fmt.Errorf("lingma %s: turn %s exceeded %s: %w", c.name, reqID, c.cfg.TurnTimeout, context.DeadlineExceeded)
+	}
+	select { // never block: the consumer may be gone
+	case out <- pool.Event{Type: pool.EventError, Err: err}:
+	default:
+	}
+}
+
+// stream is the state of one turn's answer.
+type stream struct {
+	ctx     context.Context
+	out     chan<- pool.Event
+	parser  *textchat.Parser
+	session string
+	gotText bool
+	// fail is set when the turn is abandoned for a reason other than ctx.
+	fail error
+}
+
+// handle processes queued messages; done reports that the turn finished and
+// its last event was sent.
+func (s *stream) handle(q []*chatParams) (done bool) {
+	for _, m := range q {
+		if m.SessionID != "" {
+			s.session = m.SessionID
+		}
+		switch m.method {
+		case "chat/answer":
+			s.gotText = s.gotText || m.Text != ""
+			if !s.sendAll(s.parser.Text(m.Text)) {
+				return false // the turn's context ended; the caller sees it
+			}
+		case "chat/finish":
+			return s.finish(m)
+		}
+	}
+	return false
+}
+
+// finish sends the turn's last events; false means its context ended first.
+func (s *stream) finish(m *chatParams) bool {
+	if err := finishError(m); err != nil {
+		return s.send(pool.Event{Type: pool.EventError, Err: err})
+	}
+	if !s.gotText && m.FullAnswer != "" {
+		if !s.sendAll(s.parser.Text(m.FullAnswer)) {
+			return false
+		}
+	}
+	evs, reason := s.parser.Finish()
+	return s.sendAll(evs) && s.send(pool.Event{Type: pool.EventDone, Finish: reason, SessionID: s.session})
+}
+
+func (s *stream) sendAll(evs []pool.Event) bool {
+	for _, ev := range evs {
+		if !s.send(ev) {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *stream) send(ev pool.Event) bool {
+	select {
+	case s.out <- ev:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+// finishError maps a chat/finish that is not a success to the pool's errors.
+func finishError(m *chatParams) error {
+	code := int(m.StatusCode)
+	msg := m.ErrorMsg
+	if msg == "" && m.Reason != "" && m.Reason != "success" {
+		msg = m.Reason
+	}
+	lower := strings.ToLower(msg)
+	switch {
+	case code == 200 || code == 0 && m.ErrorMsg == "" && m.Reason != "error":
+		return nil
+	case code == 429 || strings.Contains(lower, "rate limit") || strings.Contains(lower, "ratelimit") ||
+		strings.Contains(lower, "quota") || strings.Contains(lower, "too many requests"):
+		return &pool.RateLimitedError{RetryAfter: seconds(string(m.RetryAfter)), Message: cmpMsg(msg, code)}
+	case code == 401:
+		return fmt.Errorf("%w: %w", pool.ErrNotLoggedIn, &pool.UpstreamError{Status: code, Message: cmpMsg(msg, code)})
+	}
+	return &pool.UpstreamError{Status: code, Message: cmpMsg(msg, code)}
+}
+
+func cmpMsg(msg string, code int) string {
+	if msg != "" {
+		return msg
+	}
+	return "chat/finish status " + strconv.Itoa(code)
+}
+
+// seconds parses a retryAfter value in (possibly fractional) seconds.
+func seconds(s string) time.Duration {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || f <= 0 || f > 24*3600 {
+		return 0
+	}
+	return time.Duration(f * float64(time.Second))
+}

@@ -1,0 +1,435 @@
+package lingma
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/poolgate/poolgate/internal/lsp"
+	"github.com/poolgate/poolgate/pool"
+)
+
+// Client is a connection to one running Lingma worker. Its one reader
+// goroutine routes responses to pending calls and chat messages to their
+// turns, and answers every request the worker sends. All methods are safe
+// for concurrent use.
+type Client struct {
+	conn   *websocket.Conn
+	cfg    Config
+	name   string
+	cancel context.CancelFunc // ends the reader
+	done   chan struct{}      // closed when the reader has ended
+
+	nextID  atomic.Int64 // JSON-RPC ids of our requests
+	turnSeq atomic.Int64 // suffixes of chat requestIds
+
+	mu      sync.Mutex
+	pending map[int64]chan *lsp.Message
+	turns   map[string]*turn
+	err     error // why the connection ended; set before done is closed
+
+	closeOnce sync.Once
+}
+
+var (
+	_ pool.Backend        = (*Client)(nil)
+	_ pool.ModelLister    = (*Client)(nil)
+	_ pool.LoginURLer     = (*Client)(nil)
+	_ pool.SessionDeleter = (*Client)(nil)
+)
+
+func newClient(conn *websocket.Conn, cfg Config, name string) *Client {
+	conn.SetReadLimit(readLimit)
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		conn:    conn,
+		cfg:     cfg,
+		name:    name,
+		cancel:  cancel,
+		done:    make(chan struct{}),
+		pending: map[int64]chan *lsp.Message{},
+		turns:   map[string]*turn{},
+	}
+	go c.read(ctx)
+	return c
+}
+
+// Close drops the connection and waits for the reader to end. Pending calls
+// and running turns fail with pool.ErrWorkerGone. It is safe to call twice.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		_ = c.conn.CloseNow() // the worker may be dead: no close handshake
+	})
+	<-c.done
+	return nil
+}
+
+// Status asks auth/status. Logged in means status 2 and a non-empty id.
+func (c *Client) Status(ctx context.Context) (pool.AuthState, error) {
+	var r struct {
+		Status    flexInt    `json:"status"`
+		ID        flexString `json:"id"`
+		Name      flexString `json:"name"`
+		AccountID flexString `json:"accountId"`
+	}
+	if err := c.call(ctx, "auth/status", struct{}{}, &r); err != nil {
+		return pool.AuthState{}, err
+	}
+	if r.Status != 2 || r.ID == "" {
+		return pool.AuthState{}, nil
+	}
+	acct := cmp.Or(string(r.Name), string(r.AccountID), string(r.ID))
+	return pool.AuthState{LoggedIn: true, Account: acct}, nil
+}
+
+// Models asks config/queryModels and flattens its scenes into one list,
+// without duplicates, scenes in name order.
+func (c *Client) Models(ctx context.Context) ([]pool.Model, error) {
+	type entry struct {
+		Key         string `json:"key"`
+		DisplayName string `json:"displayName"`
+	}
+	var raw json.RawMessage
+	if err := c.call(ctx, "config/queryModels", struct{}{}, &raw); err != nil {
+		return nil, err
+	}
+	var lists [][]entry
+	if trimmed := bytes.TrimSpace(raw); len(trimmed) > 0 && trimmed[0] == '[' {
+		var l []entry
+		if err := json.Unmarshal(trimmed, &l); err != nil {
+			return nil, fmt.Errorf("lingma %s: config/queryModels: %w", c.name, err)
+		}
+		lists = append(lists, l)
+	} else {
+		var scenes map[string][]entry
+		if err := json.Unmarshal(raw, &scenes); err != nil {
+			return nil, fmt.Errorf("lingma %s: config/queryModels: %w", c.name, err)
+		}
+		for _, k := range slices.Sorted(maps.Keys(scenes)) {
+			lists = append(lists, scenes[k])
+		}
+	}
+	var out []pool.Model
+	seen := map[string]bool{}
+	for _, l := range lists {
+		for _, e := range l {
+			if e.Key == "" || seen[e.Key] {
+				continue
+			}
+			seen[e.Key] = true
+			out = append(out, pool.Model{ID: e.Key, Name: cmp.Or(e.DisplayName, e.Key)})
+		}
+	}
+	return out, nil
+}
+
+// LoginURL asks login/generateUrl for the URL a browser signs in at.
+func (c *Client) LoginURL(ctx context.Context) (string, error) {
+	var r struct {
+		LoginURL  string     `json:"loginUrl"`
+		ErrorCode flexString `json:"errorCode"`
+		ErrorMsg  string     `json:"errorMsg"`
+	}
+	if err := c.call(ctx, "login/generateUrl", map[string]string{"loginDedicatedType": ""}, &r); err != nil {
+		return "", err
+	}
+	if r.LoginURL == "" {
+		return "", fmt.Errorf("lingma %s: login/generateUrl gave no URL: %s",
+			c.name, cmp.Or(r.ErrorMsg, string(r.ErrorCode), "no reason"))
+	}
+	return r.LoginURL, nil
+}
+
+// DeleteSession frees an upstream session with chat/deleteSessionById.
+func (c *Client) DeleteSession(ctx context.Context, sessionID string) error {
+	var r result
+	if err := c.call(ctx, "chat/deleteSessionById", map[string]string{"sessionId": sessionID}, &r); err != nil {
+		return err
+	}
+	if r.failed() {
+		return fmt.Errorf("lingma %s: delete session %s: %s", c.name, sessionID, r.message())
+	}
+	return nil
+}
+
+// result is the {success, errorCode, errorMsg} shape of several answers.
+type result struct {
+	Success   *bool      `json:"success"`
+	ErrorCode flexString `json:"errorCode"`
+	ErrorMsg  string     `json:"errorMsg"`
+}
+
+// failed reports an explicit success:false; an absent field is success.
+func (r *result) failed() bool { return r.Success != nil && !*r.Success }
+
+func (r *result) message() string {
+	return cmp.Or(r.ErrorMsg, string(r.ErrorCode), "success: false")
+}
+
+// call sends one request and waits for its response, at most CallTimeout.
+func (c *Client) call(ctx context.Context, method string, params, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	defer cancel()
+	ch := make(chan *lsp.Message, 1)
+	id := c.nextID.Add(1)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return fmt.Errorf("lingma %s: %s: %w", c.name, method, err)
+	}
+	c.pending[id] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+	}()
+	frame, err := requestFrame(id, method, params)
+	if err != nil {
+		return fmt.Errorf("lingma %s: %w", c.name, err)
+	}
+	if err := c.write(frame, c.cfg.CallTimeout); err != nil {
+		return fmt.Errorf("lingma %s: %s: %w", c.name, method, err)
+	}
+	select {
+	case m := <-ch:
+		if m.Error != nil {
+			return fmt.Errorf("lingma %s: %s: %w", c.name, method, m.Error)
+		}
+		if out == nil || len(m.Result) == 0 {
+			return nil
+		}
+		if err := json.Unmarshal(m.Result, out); err != nil {
+			return fmt.Errorf("lingma %s: %s: decode result: %w", c.name, method, err)
+		}
+		return nil
+	case <-c.done:
+		return fmt.Errorf("lingma %s: %s: %w", c.name, method, c.gone())
+	case <-ctx.Done():
+		return fmt.Errorf("lingma %s: %s: %w", c.name, method, ctx.Err())
+	}
+}
+
+// write sends one frame. It never uses a caller's context: cancelling a
+// write in flight closes the whole WebSocket (coder/websocket), which would
+// take every other turn down with it.
+func (c *Client) write(frame []byte, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := c.conn.Write(ctx, websocket.MessageText, frame); err != nil {
+		return fmt.Errorf("%w: %w", pool.ErrWorkerGone, err)
+	}
+	return nil
+}
+
+// gone is the error of a connection that has ended.
+func (c *Client) gone() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// read is the connection's one reader. It ends when the connection does,
+// failing every pending call and running turn.
+func (c *Client) read(ctx context.Context) {
+	var buf []byte
+	var err error
+	for {
+		buf, err = c.readMessage(ctx, buf)
+		if err != nil {
+			break
+		}
+		rest := buf
+		for {
+			var body []byte
+			body, rest, err = lsp.Split(rest)
+			if errors.Is(err, lsp.ErrIncomplete) {
+				err = nil
+				break
+			}
+			if err != nil {
+				break
+			}
+			m, derr := lsp.Decode(body)
+			if derr != nil {
+				continue // one bad message does not end the connection
+			}
+			c.dispatch(m)
+		}
+		if err != nil {
+			break
+		}
+		// Keep a partial frame at the front; let a large buffer go.
+		buf = buf[:copy(buf, rest)]
+		if len(buf) == 0 && cap(buf) > 1<<20 {
+			buf = nil
+		}
+	}
+	c.mu.Lock()
+	c.err = fmt.Errorf("%w: %v", pool.ErrWorkerGone, err)
+	c.mu.Unlock()
+	close(c.done)
+}
+
+// readMessage appends one WebSocket message to buf.
+func (c *Client) readMessage(ctx context.Context, buf []byte) ([]byte, error) {
+	_, r, err := c.conn.Reader(ctx)
+	if err != nil {
+		return buf, err
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, 4096)
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// dispatch handles one incoming message on the reader goroutine. It never
+// blocks on a consumer: responses go to 1-buffered channels and chat
+// messages to their turn's unbounded queue.
+func (c *Client) dispatch(m *lsp.Message) {
+	if m.IsResponse() {
+		id, err := strconv.ParseInt(strings.Trim(string(m.ID), `"`), 10, 64)
+		if err != nil {
+			return
+		}
+		c.mu.Lock()
+		ch := c.pending[id]
+		delete(c.pending, id)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- m
+		}
+		return
+	}
+	if len(m.ID) > 0 {
+		// The worker stalls until every request it sends is answered.
+		_ = c.write(replyFrame(m.ID), c.cfg.CallTimeout) // a failed write ends the reader too
+	}
+	switch m.Method {
+	case "chat/answer", "chat/think", "chat/finish":
+	default:
+		return
+	}
+	var p chatParams
+	if json.Unmarshal(m.Params, &p) != nil || p.RequestID == "" {
+		return
+	}
+	c.mu.Lock()
+	t := c.turns[p.RequestID]
+	c.mu.Unlock()
+	if t != nil {
+		p.method = m.Method
+		t.push(&p)
+	}
+}
+
+// requestFrame encodes a framed request. It writes the JSON body once into a
+// buffer that reserves room for the header in front, and does not escape
+// HTML characters (prompts are full of "<<<").
+func requestFrame(id int64, method string, params any) ([]byte, error) {
+	const room = frameRoom
+	buf := bytes.NewBuffer(make([]byte, room, 256))
+	buf.WriteString(`{"jsonrpc":"2.0","id":`)
+	buf.WriteString(strconv.FormatInt(id, 10))
+	buf.WriteString(`,"method":`)
+	buf.WriteString(strconv.Quote(method)) // method names are ASCII
+	buf.WriteString(`,"params":`)
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(params); err != nil {
+		return nil, fmt.Errorf("encode %s: %w", method, err)
+	}
+	buf.Truncate(buf.Len() - 1) // Encode's newline
+	buf.WriteByte('}')
+	b := buf.Bytes()
+	return withHeader(b, room), nil
+}
+
+// replyFrame is the framed empty-result response to request id.
+func replyFrame(id json.RawMessage) []byte {
+	const room = frameRoom
+	b := make([]byte, room, room+len(id)+40)
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b = append(b, id...)
+	b = append(b, `,"result":{}}`...)
+	return withHeader(b, room)
+}
+
+// frameRoom is the space reserved in front of a body for its header:
+// "Content-Length: " + up to 10 digits + "\r\n\r\n".
+const frameRoom = 32
+
+// withHeader writes the Content-Length header right before the body that
+// starts at b[room:] and returns the framed message.
+func withHeader(b []byte, room int) []byte {
+	var hdr [frameRoom]byte
+	h := append(hdr[:0], "Content-Length: "...)
+	h = strconv.AppendInt(h, int64(len(b)-room), 10)
+	h = append(h, "\r\n\r\n"...)
+	start := room - len(h)
+	copy(b[start:], h)
+	return b[start:]
+}
+
+// flexInt decodes a number that some builds send as a string.
+type flexInt int
+
+// UnmarshalJSON accepts 2, 2.0, "2" and null.
+func (f *flexInt) UnmarshalJSON(b []byte) error {
+	s := strings.Trim(string(b), `"`)
+	if s == "" || s == "null" {
+		*f = 0
+		return nil
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return fmt.Errorf("not a number: %s", b)
+	}
+	*f = flexInt(v)
+	return nil
+}
+
+// flexString decodes a string that some builds send as a number.
+type flexString string
+
+// UnmarshalJSON accepts a string, a number or null.
+func (f *flexString) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*f = flexString(s)
+		return nil
+	}
+	if string(b) == "null" {
+		*f = ""
+		return nil
+	}
+	*f = flexString(b)
+	return nil
+}

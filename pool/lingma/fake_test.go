@@ -1,0 +1,338 @@
+package lingma
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/poolgate/poolgate/internal/lsp"
+	"github.com/poolgate/poolgate/pool"
+)
+
+// fake is a scripted Lingma worker for the edge cases the simulator does not
+// produce: split frames, silence, a drop in the middle of a turn.
+type fake struct {
+	t      *testing.T
+	port   int
+	script func(fc *fakeConn, m *lsp.Message)
+
+	mu      sync.Mutex
+	methods []string
+	replies []*lsp.Message // the client's responses to our requests
+}
+
+type fakeConn struct {
+	ws *websocket.Conn
+	f  *fake
+}
+
+// newFake serves script, which sees every client request except initialize
+// (answered {}) and chat/stop (recorded, answered {}).
+func newFake(t *testing.T, script func(fc *fakeConn, m *lsp.Message)) *fake {
+	t.Helper()
+	f := &fake{t: t, script: script}
+	srv := httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	f.port, _ = strconv.Atoi(u.Port())
+	return f
+}
+
+func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
+	ws, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer ws.CloseNow()
+	fc := &fakeConn{ws: ws, f: f}
+	var buf []byte
+	for {
+		_, data, err := ws.Read(r.Context())
+		if err != nil {
+			return
+		}
+		buf = append(buf, data...)
+		for {
+			body, rest, err := lsp.Split(buf)
+			if err != nil {
+				break
+			}
+			buf = rest
+			m, err := lsp.Decode(body)
+			if err != nil {
+				f.t.Errorf("fake: %v", err)
+				continue
+			}
+			f.mu.Lock()
+			if m.IsResponse() {
+				f.replies = append(f.replies, m)
+			} else {
+				f.methods = append(f.methods, m.Method)
+			}
+			f.mu.Unlock()
+			switch {
+			case m.IsResponse():
+			case m.Method == "initialize" || m.Method == "chat/stop":
+				fc.reply(m.ID, struct{}{})
+			default:
+				f.script(fc, m)
+			}
+		}
+	}
+}
+
+func (f *fake) seen() ([]string, []*lsp.Message) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.methods), slices.Clone(f.replies)
+}
+
+func (fc *fakeConn) frame(m *lsp.Message) []byte {
+	b, err := lsp.Encode(m)
+	if err != nil {
+		fc.f.t.Errorf("fake encode: %v", err)
+	}
+	return b
+}
+
+func (fc *fakeConn) write(b []byte) {
+	_ = fc.ws.Write(context.Background(), websocket.MessageText, b)
+}
+
+func (fc *fakeConn) reply(id json.RawMessage, result any) {
+	raw, _ := json.Marshal(result)
+	fc.write(fc.frame(&lsp.Message{ID: id, Result: raw}))
+}
+
+// notify sends a server-to-client request (id set) or notification.
+func (fc *fakeConn) notify(id, method string, params any) {
+	raw, _ := json.Marshal(params)
+	m := &lsp.Message{Method: method, Params: raw}
+	if id != "" {
+		m.ID = json.RawMessage(id)
+	}
+	fc.write(fc.frame(m))
+}
+
+func requestID(m *lsp.Message) string {
+	var p struct {
+		RequestID string `json:"requestId"`
+	}
+	_ = json.Unmarshal(m.Params, &p)
+	return p.RequestID
+}
+
+func fakeClient(t *testing.T, f *fake, cfg Config) *Client {
+	t.Helper()
+	b, err := New(cfg).Connect(context.Background(), pool.Endpoint{Name: "fake", Port: f.port})
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	c := b.(*Client)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestFraming(t *testing.T) {
+	f := newFake(t, func(fc *fakeConn, m *lsp.Message) {
+		// A server request and the answer in one WebSocket message, the
+		// answer's frame split over two more.
+		b := fc.frame(&lsp.Message{ID: json.RawMessage(`"srv-1"`), Method: "session/title/update", Params: json.RawMessage(`{}`)})
+		raw, _ := json.Marshal(map[string]any{"status": 2, "id": 42, "name": "neo"})
+		ans := fc.frame(&lsp.Message{ID: m.ID, Result: raw})
+		fc.write(append(b, ans[:10]...))
+		fc.write(ans[10:])
+	})
+	c := fakeClient(t, f, Config{})
+	st, err := c.Status(context.Background())
+	if err != nil || !st.LoggedIn || st.Account != "neo" {
+		t.Fatalf("Status() = %+v, %v; want logged in as neo", st, err)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		_, replies := f.seen()
+		if len(replies) == 1 {
+			if string(replies[0].ID) != `"srv-1"` || string(replies[0].Result) != "{}" {
+				t.Errorf("reply = %s %s, want id \"srv-1\" and {}", replies[0].ID, replies[0].Result)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the client did not answer the server's request")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestCallTimeout(t *testing.T) {
+	f := newFake(t, func(fc *fakeConn, m *lsp.Message) {
+		if m.Method == "config/queryModels" {
+			fc.reply(m.ID, []map[string]string{{"key": "a"}, {"key": "b", "displayName": "B"}, {"key": "a"}})
+		} // auth/status is never answered
+	})
+	c := fakeClient(t, f, Config{CallTimeout: 100 * time.Millisecond})
+	if _, err := c.Status(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Status() on a silent worker = %v, want DeadlineExceeded", err)
+	}
+	got, err := c.Models(context.Background())
+	want := []pool.Model{{ID: "a", Name: "a"}, {ID: "b", Name: "B"}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("Models() after a timeout = %+v, %v; want %+v", got, err, want)
+	}
+}
+
+// askThen acknowledges chat/ask and runs then with the turn's requestId.
+func askThen(then func(fc *fakeConn, reqID string)) func(*fakeConn, *lsp.Message) {
+	return func(fc *fakeConn, m *lsp.Message) {
+		if m.Method != "chat/ask" {
+			fc.reply(m.ID, struct{}{})
+			return
+		}
+		fc.reply(m.ID, map[string]bool{"success": true})
+		then(fc, requestID(m))
+	}
+}
+
+func TestDropMidTurn(t *testing.T) {
+	f := newFake(t, askThen(func(fc *fakeConn, reqID string) {
+		fc.notify(`1`, "chat/answer", map[string]string{"requestId": reqID, "text": "par"})
+		time.Sleep(20 * time.Millisecond)
+		_ = fc.ws.CloseNow()
+	}))
+	c := fakeClient(t, f, Config{})
+	a := chat(t, c, &pool.Turn{Messages: user("hi")})
+	if a.text != "par" || !errors.Is(a.err, pool.ErrWorkerGone) {
+		t.Errorf("answer = %q, %v; want \"par\" then ErrWorkerGone", a.text, a.err)
+	}
+}
+
+func TestRouting(t *testing.T) {
+	f := newFake(t, askThen(func(fc *fakeConn, reqID string) {
+		fc.notify(`7`, "chat/answer", map[string]string{"requestId": "other", "text": "NOT MINE"})
+		fc.notify(``, "chat/think", map[string]string{"requestId": reqID, "text": "hmm"})
+		fc.notify(`8`, "chat/finish", map[string]any{"requestId": reqID, "sessionId": "s-9", "statusCode": "200",
+			"fullAnswer": "whole answer"})
+	}))
+	c := fakeClient(t, f, Config{})
+	a := chat(t, c, &pool.Turn{Messages: user("hi")})
+	if a.err != nil || a.text != "whole answer" || a.done.SessionID != "s-9" {
+		t.Errorf("answer = %q, %+v, %v; want the fullAnswer of our turn in s-9", a.text, a.done, a.err)
+	}
+}
+
+func TestStopOnSilence(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{name: "reply timeout", cfg: Config{ReplyTimeout: 100 * time.Millisecond}, want: context.DeadlineExceeded,
+			ctx: func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }},
+		{name: "caller deadline", cfg: Config{}, want: context.DeadlineExceeded,
+			ctx: func() (context.Context, context.CancelFunc) {
+				return context.WithTimeout(context.Background(), 100*time.Millisecond)
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake(t, askThen(func(*fakeConn, string) {}))
+			c := fakeClient(t, f, tt.cfg)
+			ctx, cancel := tt.ctx()
+			defer cancel()
+			ch, err := c.Chat(ctx, &pool.Turn{Messages: user("hi")})
+			if err != nil {
+				t.Fatalf("Chat: %v", err)
+			}
+			if a := collect(t, ch); !errors.Is(a.err, tt.want) {
+				t.Errorf("silent turn: %v, want %v", a.err, tt.want)
+			}
+			deadline := time.Now().Add(wait)
+			for {
+				if methods, _ := f.seen(); slices.Contains(methods, "chat/stop") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no chat/stop was sent")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+}
+
+func TestAskRefused(t *testing.T) {
+	tests := []struct {
+		give   any // the result of chat/ask, or an *lsp.Error
+		wantIs error
+	}{
+		{give: &lsp.Error{Code: codeNotLoggedIn, Message: "not logged in"}, wantIs: pool.ErrNotLoggedIn},
+		{give: map[string]any{"success": false, "errorMsg": "User not login"}, wantIs: pool.ErrNotLoggedIn},
+		{give: &lsp.Error{Code: -32000, Message: "boom"}},
+	}
+	for _, tt := range tests {
+		f := newFake(t, func(fc *fakeConn, m *lsp.Message) {
+			if e, ok := tt.give.(*lsp.Error); ok {
+				fc.write(fc.frame(&lsp.Message{ID: m.ID, Error: e}))
+				return
+			}
+			fc.reply(m.ID, tt.give)
+		})
+		c := fakeClient(t, f, Config{})
+		_, err := c.Chat(context.Background(), &pool.Turn{Messages: user("hi")})
+		if err == nil || tt.wantIs != nil && !errors.Is(err, tt.wantIs) {
+			t.Errorf("Chat() refused with %v = %v, want an error matching %v", tt.give, err, tt.wantIs)
+		}
+	}
+}
+
+// isUpstream returns a check for an UpstreamError with the status.
+func isUpstream(status int) func(error) bool {
+	return func(err error) bool {
+		var ue *pool.UpstreamError
+		return errors.As(err, &ue) && ue.Status == status
+	}
+}
+
+// isRateLimited returns a check for a RateLimitedError with the hint.
+func isRateLimited(retry time.Duration) func(error) bool {
+	return func(err error) bool {
+		var rl *pool.RateLimitedError
+		return errors.As(err, &rl) && rl.RetryAfter == retry
+	}
+}
+
+func isNil(err error) bool { return err == nil }
+
+func TestFinishError(t *testing.T) {
+	tests := []struct {
+		give chatParams
+		want func(error) bool
+	}{
+		{give: chatParams{StatusCode: 200, Reason: "success"}, want: isNil},
+		{give: chatParams{}, want: isNil},
+		{give: chatParams{StatusCode: 429, ErrorMsg: "rate limited", RetryAfter: "3"}, want: isRateLimited(3 * time.Second)},
+		{give: chatParams{StatusCode: 500, ErrorMsg: "Daily quota exceeded"}, want: isRateLimited(0)},
+		{give: chatParams{StatusCode: 404, ErrorMsg: "session not found"}, want: isUpstream(404)},
+		{give: chatParams{StatusCode: 418, Reason: "error"}, want: isUpstream(418)},
+		{give: chatParams{Reason: "error", ErrorMsg: "x"}, want: isUpstream(0)},
+		{give: chatParams{StatusCode: 401, ErrorMsg: "token expired"}, want: func(err error) bool {
+			return errors.Is(err, pool.ErrNotLoggedIn) && isUpstream(401)(err)
+		}},
+	}
+	for _, tt := range tests {
+		if err := finishError(&tt.give); !tt.want(err) {
+			t.Errorf("finishError(%+v) = %v, not as wanted", tt.give, err)
+		}
+	}
+}

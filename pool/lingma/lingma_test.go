@@ -1,0 +1,373 @@
+package lingma
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/poolgate/poolgate/internal/sim"
+	"github.com/poolgate/poolgate/pool"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// wait bounds every wait in these tests.
+const wait = 10 * time.Second
+
+// syncBuffer collects the simulator's log for failure messages.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// worker is one in-process simulator and the endpoint the driver sees.
+type worker struct {
+	ep   pool.Endpoint
+	stop func() // shuts the simulator down and waits for it
+}
+
+// startSim runs sim.Main with the driver's own command line (minus the
+// binary) plus extra args, until the test ends.
+func startSim(t *testing.T, extra ...string) *worker {
+	t.Helper()
+	ep := pool.Endpoint{Name: "acct-1", WorkDir: t.TempDir(), Port: freePort(t), AuxPort: freePort(t)}
+	argv := New(Config{Command: []string{"sim"}, ExtraArgs: extra}).Command(ep)[1:]
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	log := &syncBuffer{}
+	go func() { done <- sim.Main(ctx, argv, func(string) string { return "" }, log, log) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("sim.Main: %v", err)
+				}
+			case <-time.After(wait):
+				t.Errorf("simulator did not stop")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return &worker{ep: ep, stop: stop}
+}
+
+// connect retries Connect as the supervisor does, until the worker answers.
+func connect(t *testing.T, w *worker, cfg Config) *Client {
+	t.Helper()
+	d := New(cfg)
+	deadline := time.Now().Add(wait)
+	for {
+		b, err := d.Connect(context.Background(), w.ep)
+		if err == nil {
+			c := b.(*Client)
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Connect: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func newSim(t *testing.T, extra ...string) (*worker, *Client) {
+	t.Helper()
+	w := startSim(t, append([]string{"--logged-in"}, extra...)...)
+	return w, connect(t, w, Config{})
+}
+
+// answer is a whole collected stream.
+type answer struct {
+	text  string
+	calls []pool.ToolCall
+	done  *pool.Event
+	err   error
+}
+
+func collect(t *testing.T, ch <-chan pool.Event) answer {
+	t.Helper()
+	var a answer
+	var text strings.Builder
+	timeout := time.After(wait)
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				a.text = text.String()
+				if a.done == nil && a.err == nil {
+					t.Fatalf("stream closed without EventDone or EventError")
+				}
+				return a
+			}
+			if a.done != nil || a.err != nil {
+				t.Fatalf("event %+v after the end of the stream", ev)
+			}
+			switch ev.Type {
+			case pool.EventText:
+				text.WriteString(ev.Text)
+			case pool.EventToolCall:
+				a.calls = append(a.calls, ev.ToolCall)
+			case pool.EventDone:
+				a.done = &ev
+			case pool.EventError:
+				a.err = ev.Err
+			}
+		case <-timeout:
+			t.Fatalf("stream did not end")
+		}
+	}
+}
+
+func chat(t *testing.T, c *Client, turn *pool.Turn) answer {
+	t.Helper()
+	ch, err := c.Chat(context.Background(), turn)
+	if err != nil {
+		t.Fatalf("Chat: %v", err)
+	}
+	return collect(t, ch)
+}
+
+func user(text string) []pool.Message { return []pool.Message{{Role: pool.RoleUser, Content: text}} }
+
+func TestCommand(t *testing.T) {
+	ep := pool.Endpoint{WorkDir: "/w/a", Port: 7001, AuxPort: 7002}
+	tests := []struct {
+		give Config
+		want []string
+	}{
+		{give: Config{}, want: []string{"Lingma", "start", "--transportType=websocket", "--workDir=/w/a",
+			"--socketPort=7001", "--httpPort=7002"}},
+		{give: Config{Command: []string{"/bin/poolgate", "simworker"}, ExtraArgs: []string{"--chunk-delay=1ms"}},
+			want: []string{"/bin/poolgate", "simworker", "start", "--transportType=websocket", "--workDir=/w/a",
+				"--socketPort=7001", "--httpPort=7002", "--chunk-delay=1ms"}},
+	}
+	for _, tt := range tests {
+		if got := New(tt.give).Command(ep); !slices.Equal(got, tt.want) {
+			t.Errorf("Command() = %q, want %q", got, tt.want)
+		}
+	}
+}
+
+func TestStatus(t *testing.T) {
+	_, in := newSim(t)
+	st, err := in.Status(context.Background())
+	if err != nil || !st.LoggedIn || st.Account != "demo" {
+		t.Errorf("Status() = %+v, %v; want logged in as demo", st, err)
+	}
+
+	w := startSim(t)
+	out := connect(t, w, Config{})
+	st, err = out.Status(context.Background())
+	if err != nil || st.LoggedIn {
+		t.Errorf("Status() = %+v, %v; want logged out", st, err)
+	}
+	if _, err := out.Chat(context.Background(), &pool.Turn{Messages: user("hi")}); !errors.Is(err, pool.ErrNotLoggedIn) {
+		t.Errorf("Chat() logged out = %v, want ErrNotLoggedIn", err)
+	}
+	u, err := out.LoginURL(context.Background())
+	if err != nil || !strings.Contains(u, "port="+strconv.Itoa(w.ep.AuxPort)) {
+		t.Errorf("LoginURL() = %q, %v; want a URL with the callback port", u, err)
+	}
+}
+
+func TestModels(t *testing.T) {
+	_, c := newSim(t, "--model-keys=dashscope_qwen3_coder,kmodel")
+	got, err := c.Models(context.Background())
+	want := []pool.Model{{ID: "dashscope_qwen3_coder", Name: "Qwen3-Coder"}, {ID: "kmodel", Name: "Kimi"}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("Models() = %+v, %v; want %+v", got, err, want)
+	}
+}
+
+func TestChatText(t *testing.T) {
+	_, c := newSim(t)
+	tests := []struct {
+		give string
+		want string
+	}{
+		{give: "hello there", want: "You said: hello there"},
+		{give: "split me [[sim:chunks=3]] [[sim:chunk-delay=1ms]] [[sim:think]]", want: "You said: split me"},
+		{give: "<<<odd>>> text", want: "You said: <<<odd>>> text"},
+	}
+	for _, tt := range tests {
+		a := chat(t, c, &pool.Turn{Messages: user(tt.give), Model: "kmodel"})
+		if a.err != nil || a.text != tt.want || a.done.Finish != pool.FinishStop || a.done.SessionID == "" {
+			t.Errorf("answer = %q, %+v, %v; want %q and a session", a.text, a.done, a.err, tt.want)
+		}
+	}
+}
+
+func TestSessionReuse(t *testing.T) {
+	_, c := newSim(t)
+	first := chat(t, c, &pool.Turn{Messages: user("one")})
+	if first.err != nil {
+		t.Fatalf("first turn: %v", first.err)
+	}
+	sid := first.done.SessionID
+	second := chat(t, c, &pool.Turn{SessionID: sid, Messages: user("two [[sim:whoami]]")})
+	want := "session=" + sid + " turn=2 reply=true"
+	if second.err != nil || !strings.HasPrefix(second.text, want) || second.done.SessionID != sid {
+		t.Errorf("second turn = %q, %+v, %v; want %q...", second.text, second.done, second.err, want)
+	}
+
+	if err := c.DeleteSession(context.Background(), sid); err != nil {
+		t.Fatalf("DeleteSession: %v", err)
+	}
+	gone := chat(t, c, &pool.Turn{SessionID: sid, Messages: user("three")})
+	var ue *pool.UpstreamError
+	if !errors.As(gone.err, &ue) || ue.Status != 404 {
+		t.Errorf("turn on a deleted session: %v, want UpstreamError 404", gone.err)
+	}
+}
+
+var weatherTool = pool.Tool{
+	Name:       "get_weather",
+	Parameters: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`),
+}
+
+func TestToolCalls(t *testing.T) {
+	_, c := newSim(t)
+	for _, directive := range []string{"", " [[sim:tool_code]]"} {
+		msgs := []pool.Message{
+			{Role: pool.RoleSystem, Content: "Be brief."},
+			{Role: pool.RoleUser, Content: "Paris" + directive},
+		}
+		a := chat(t, c, &pool.Turn{Messages: msgs, Tools: []pool.Tool{weatherTool}})
+		if a.err != nil || len(a.calls) != 1 || a.text != "" || a.done.Finish != pool.FinishToolCalls {
+			t.Fatalf("answer%s = %q %+v %+v %v; want one call", directive, a.text, a.calls, a.done, a.err)
+		}
+		call := a.calls[0]
+		if call.Name != "get_weather" || call.Arguments != `{"city":"Paris"}` || !strings.HasPrefix(call.ID, "call_") {
+			t.Errorf("call%s = %+v, want get_weather with city Paris", directive, call)
+		}
+
+		// The follow-up turn continues the session with only the new messages.
+		next := []pool.Message{
+			{Role: pool.RoleAssistant, ToolCalls: a.calls},
+			{Role: pool.RoleTool, ToolCallID: call.ID, Content: "18C and sunny"},
+		}
+		b := chat(t, c, &pool.Turn{SessionID: a.done.SessionID, Messages: next, Tools: []pool.Tool{weatherTool}})
+		if b.err != nil || b.text != "Tool get_weather returned: 18C and sunny" || b.done.Finish != pool.FinishStop {
+			t.Errorf("result turn%s = %q %+v %v", directive, b.text, b.done, b.err)
+		}
+	}
+}
+
+func TestChatErrors(t *testing.T) {
+	_, c := newSim(t)
+	a := chat(t, c, &pool.Turn{Messages: user("x [[sim:ratelimit=2s]]")})
+	var rl *pool.RateLimitedError
+	if !errors.As(a.err, &rl) || rl.RetryAfter != 2*time.Second {
+		t.Errorf("rate limit: %v, want RateLimitedError retry after 2s", a.err)
+	}
+	a = chat(t, c, &pool.Turn{Messages: user("x [[sim:error-after=2]] [[sim:chunks=4]]")})
+	var ue *pool.UpstreamError
+	if !errors.As(a.err, &ue) || ue.Status != 500 || a.text == "" {
+		t.Errorf("error after 2 deltas: %q %v, want some text then UpstreamError 500", a.text, a.err)
+	}
+}
+
+func TestCancelSendsStop(t *testing.T) {
+	_, c := newSim(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	turn := &pool.Turn{RequestID: "req-hang", Messages: user("wait [[sim:hang]]")}
+	ch, err := c.Chat(ctx, turn)
+	if err != nil {
+		t.Fatalf("Chat: %v", err)
+	}
+	cancel()
+	start := time.Now()
+	a := collect(t, ch)
+	if !errors.Is(a.err, context.Canceled) || time.Since(start) > time.Second {
+		t.Errorf("cancelled turn ended with %v after %s, want context.Canceled at once", a.err, time.Since(start))
+	}
+	// The same gateway request id again (a retry on this worker) must not
+	// see the stopped turn's late chat/finish.
+	if a := chat(t, c, &pool.Turn{RequestID: "req-hang", Messages: user("again")}); a.text != "You said: again" {
+		t.Errorf("turn after stop = %q, %v", a.text, a.err)
+	}
+}
+
+func TestTurnTimeout(t *testing.T) {
+	w := startSim(t, "--logged-in")
+	c := connect(t, w, Config{TurnTimeout: 200 * time.Millisecond})
+	a := chat(t, c, &pool.Turn{Messages: user("[[sim:hang]]")})
+	if !errors.Is(a.err, context.DeadlineExceeded) {
+		t.Errorf("hung turn: %v, want DeadlineExceeded", a.err)
+	}
+	a = chat(t, c, &pool.Turn{Messages: user("[[sim:hang]]")})
+	if !errors.Is(a.err, context.DeadlineExceeded) {
+		t.Errorf("second hung turn: %v, want DeadlineExceeded", a.err)
+	}
+}
+
+func TestWorkerGone(t *testing.T) {
+	w, c := newSim(t)
+	ch, err := c.Chat(context.Background(), &pool.Turn{Messages: user("[[sim:hang]]")})
+	if err != nil {
+		t.Fatalf("Chat: %v", err)
+	}
+	w.stop()
+	if a := collect(t, ch); !errors.Is(a.err, pool.ErrWorkerGone) {
+		t.Errorf("turn on a stopped worker: %v, want ErrWorkerGone", a.err)
+	}
+	if _, err := c.Status(context.Background()); !errors.Is(err, pool.ErrWorkerGone) {
+		t.Errorf("Status() after the drop = %v, want ErrWorkerGone", err)
+	}
+	if _, err := c.Chat(context.Background(), &pool.Turn{Messages: user("hi")}); !errors.Is(err, pool.ErrWorkerGone) {
+		t.Errorf("Chat() after the drop = %v, want ErrWorkerGone", err)
+	}
+}
+
+// TestConcurrent runs turns and health checks side by side, for the race
+// detector and for routing by requestId.
+func TestConcurrent(t *testing.T) {
+	_, c := newSim(t)
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Go(func() {
+			want := "You said: n" + strconv.Itoa(i) + " a b c d e"
+			a := chat(t, c, &pool.Turn{Messages: user("n" + strconv.Itoa(i) + " a b c d e [[sim:chunks=5]] [[sim:chunk-delay=2ms]]")})
+			if a.err != nil || a.text != want {
+				t.Errorf("turn %d = %q, %v; want %q", i, a.text, a.err, want)
+			}
+		})
+		wg.Go(func() {
+			for range 10 {
+				if _, err := c.Status(context.Background()); err != nil {
+					t.Errorf("Status: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

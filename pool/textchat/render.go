@@ -1,0 +1,303 @@
+// Package textchat adapts the neutral chat model in pool to text-only workers
+// such as Lingma's chat mode, which take one prompt and answer with text. It
+// implements both directions of docs/prompt-contract.md: Render turns a Turn
+// into one prompt (markers, tools and contract sections), and Parser turns the
+// answer's text deltas back into neutral events, recognising tool calls.
+//
+// The package is neutral: it knows the prompt contract, not any worker's wire
+// format. Drivers (pool/lingma) call it; cmd/simworker reads the same contract.
+package textchat
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/poolgate/poolgate/pool"
+)
+
+// Section roles that are not message roles.
+const (
+	sectionTools      = "tools"
+	sectionContract   = "contract"
+	sectionToolCall   = "tool_call"
+	sectionToolResult = "tool_result"
+)
+
+// Render returns the prompt for t per the prompt contract. A lone user message
+// with no system message and no offered tools is returned as its bare text.
+// Continuation turns need no special case: t.Messages then holds only the new
+// messages, and the tools sections are repeated whenever tools are offered.
+func Render(t *pool.Turn) string {
+	tools := toolsOffered(t.Tools, t.ToolChoice)
+	if !tools && len(t.Messages) == 1 && t.Messages[0].Role == pool.RoleUser {
+		return t.Messages[0].Content
+	}
+	w := writer{b: make([]byte, 0, estimate(t, tools))}
+
+	sys := false
+	for i := range t.Messages {
+		m := &t.Messages[i]
+		if m.Role != pool.RoleSystem {
+			continue
+		}
+		if sys {
+			w.b = append(w.b, "\n\n"...)
+		} else {
+			w.marker(pool.RoleSystem, "", "")
+			sys = true
+		}
+		w.body(m.Content)
+	}
+	if tools {
+		w.marker(sectionTools, "", "")
+		w.toolsJSON(t.Tools, t.ToolChoice)
+		w.marker(sectionContract, "", "")
+		w.b = append(w.b, contractText(t.ToolChoice)...)
+	}
+	for i := range t.Messages {
+		m := &t.Messages[i]
+		switch m.Role {
+		case pool.RoleSystem:
+		case pool.RoleAssistant:
+			if m.Content != "" || len(m.ToolCalls) == 0 {
+				w.marker(pool.RoleAssistant, "", "")
+				w.body(m.Content)
+			}
+			for _, c := range m.ToolCalls {
+				w.marker(sectionToolCall, c.ID, c.Name)
+				args := c.Arguments
+				if strings.TrimSpace(args) == "" {
+					args = "{}"
+				}
+				w.body(args)
+			}
+		case pool.RoleTool:
+			name := m.Name
+			if name == "" {
+				name = callName(t.Messages[:i], m.ToolCallID)
+			}
+			w.marker(sectionToolResult, m.ToolCallID, name)
+			w.body(m.Content)
+		default:
+			w.marker(m.Role, "", "")
+			w.body(m.Content)
+		}
+	}
+	return string(w.b)
+}
+
+// toolsOffered reports whether the prompt carries the tools sections and the
+// answer must be parsed for tool calls.
+func toolsOffered(tools []pool.Tool, choice pool.ToolChoice) bool {
+	return len(tools) > 0 && choice.Mode != pool.ToolNone
+}
+
+// estimate sizes the prompt buffer so that Render allocates once in the
+// common case.
+func estimate(t *pool.Turn, tools bool) int {
+	n := 64
+	for i := range t.Messages {
+		m := &t.Messages[i]
+		n += len(m.Content) + 32
+		for _, c := range m.ToolCalls {
+			n += len(c.Arguments) + len(c.ID) + len(c.Name) + 40
+		}
+	}
+	if tools {
+		n += len(contractAuto) + 128
+		for _, tl := range t.Tools {
+			n += len(tl.Name) + len(tl.Description) + len(tl.Parameters) + 48
+		}
+	}
+	return n
+}
+
+// callName finds the name of the call id among the assistant messages before
+// a tool result whose protocol did not carry the name.
+func callName(msgs []pool.Message, id string) string {
+	if id == "" {
+		return ""
+	}
+	for i := len(msgs) - 1; i >= 0; i-- {
+		for _, c := range msgs[i].ToolCalls {
+			if c.ID == id {
+				return c.Name
+			}
+		}
+	}
+	return ""
+}
+
+type writer struct{ b []byte }
+
+// marker starts a section: a newline ends the previous body, then the marker
+// line. id and name become key=value attributes when set.
+func (w *writer) marker(role, id, name string) {
+	if len(w.b) > 0 {
+		w.b = append(w.b, '\n')
+	}
+	w.b = append(w.b, "<<<"...)
+	w.b = append(w.b, role...)
+	if id != "" {
+		w.b = append(w.b, " id="...)
+		w.b = appendAttr(w.b, id)
+	}
+	if name != "" {
+		w.b = append(w.b, " name="...)
+		w.b = appendAttr(w.b, name)
+	}
+	w.b = append(w.b, ">>>\n"...)
+}
+
+// appendAttr writes an attribute value; characters that would end the value
+// or the marker line become '_' (ids and names are identifiers in practice).
+func appendAttr(b []byte, v string) []byte {
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; c {
+		case ' ', '\t', '\r', '\n', '>', '=':
+			b = append(b, '_')
+		default:
+			b = append(b, c)
+		}
+	}
+	return b
+}
+
+// body writes a section body, escaping lines that start with "<<<" by one
+// leading space so they cannot be read as markers.
+func (w *writer) body(s string) {
+	if !strings.Contains(s, "<<<") {
+		w.b = append(w.b, s...)
+		return
+	}
+	for {
+		if strings.HasPrefix(s, "<<<") {
+			w.b = append(w.b, ' ')
+		}
+		i := strings.IndexByte(s, '\n')
+		if i < 0 {
+			w.b = append(w.b, s...)
+			return
+		}
+		w.b = append(w.b, s[:i+1]...)
+		s = s[i+1:]
+	}
+}
+
+// toolsJSON writes the tools section body: one line of JSON.
+func (w *writer) toolsJSON(tools []pool.Tool, choice pool.ToolChoice) {
+	w.b = append(w.b, `{"tool_choice":`...)
+	switch choice.Mode {
+	case pool.ToolRequired:
+		w.b = append(w.b, `"required"`...)
+	case pool.ToolNamed:
+		w.b = appendJSONString(w.b, choice.Name)
+	default:
+		w.b = append(w.b, `"auto"`...)
+	}
+	w.b = append(w.b, `,"tools":[`...)
+	for i, tl := range tools {
+		if i > 0 {
+			w.b = append(w.b, ',')
+		}
+		w.b = append(w.b, `{"name":`...)
+		w.b = appendJSONString(w.b, tl.Name)
+		if tl.Description != "" {
+			w.b = append(w.b, `,"description":`...)
+			w.b = appendJSONString(w.b, tl.Description)
+		}
+		w.b = appendSchema(w.b, tl.Parameters)
+		w.b = append(w.b, '}')
+	}
+	w.b = append(w.b, "]}"...)
+}
+
+// appendSchema writes `,"parameters":<schema>` on one line; a missing or
+// malformed schema is left out rather than breaking the section.
+func appendSchema(b []byte, schema json.RawMessage) []byte {
+	s := bytes.TrimSpace(schema)
+	if len(s) == 0 || bytes.Equal(s, []byte("null")) {
+		return b
+	}
+	n := len(b)
+	b = append(b, `,"parameters":`...)
+	buf := bytes.NewBuffer(b)
+	if err := json.Compact(buf, s); err != nil {
+		return b[:n]
+	}
+	return buf.Bytes()
+}
+
+const contractHead = "To call tools, answer with nothing but one fenced block like this one, listing one or more calls:\n" +
+	"```json\n" +
+	`{"tool_calls": [{"name": "TOOL_NAME", "arguments": {"ARGUMENT": "VALUE"}}]}` + "\n" +
+	"```\n" +
+	"Use only the tools in the tools section, with arguments that match their parameters schema.\n"
+
+const contractTail = "Never invent tool results: they come back in tool_result sections after your calls."
+
+const contractAuto = contractHead +
+	"Call a tool only when it helps; otherwise answer in plain text, without any block.\n" + contractTail
+
+const contractRequired = contractHead +
+	"You must call at least one tool in this answer.\n" + contractTail
+
+// contractText is the human-readable contract for the tool choice.
+func contractText(choice pool.ToolChoice) string {
+	switch choice.Mode {
+	case pool.ToolRequired:
+		return contractRequired
+	case pool.ToolNamed:
+		return contractHead + "You must call the tool " + string(appendJSONString(nil, choice.Name)) +
+			" in this answer.\n" + contractTail
+	default:
+		return contractAuto
+	}
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD,
+// as encoding/json does.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

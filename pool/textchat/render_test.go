@@ -1,0 +1,139 @@
+package textchat
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/poolgate/poolgate/pool"
+)
+
+var weather = pool.Tool{
+	Name:        "get_weather",
+	Description: "Weather for a city",
+	Parameters:  json.RawMessage(`{"type": "object",` + "\n" + `"properties": {"city": {"type": "string"}}, "required": ["city"]}`),
+}
+
+func TestRender(t *testing.T) {
+	const toolsLine = `{"tool_choice":"auto","tools":[{"name":"get_weather","description":"Weather for a city",` +
+		`"parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}]}`
+	tests := []struct {
+		name string
+		give pool.Turn
+		want string
+	}{
+		{
+			name: "lone user message is bare",
+			give: pool.Turn{Messages: []pool.Message{{Role: pool.RoleUser, Content: "hi <<<there>>>"}}},
+			want: "hi <<<there>>>",
+		},
+		{
+			name: "tool choice none is bare",
+			give: pool.Turn{
+				Messages:   []pool.Message{{Role: pool.RoleUser, Content: "hi"}},
+				Tools:      []pool.Tool{weather},
+				ToolChoice: pool.ToolChoice{Mode: pool.ToolNone},
+			},
+			want: "hi",
+		},
+		{
+			name: "systems joined and hoisted",
+			give: pool.Turn{Messages: []pool.Message{
+				{Role: pool.RoleSystem, Content: "A"},
+				{Role: pool.RoleUser, Content: "q"},
+				{Role: pool.RoleSystem, Content: "B"},
+			}},
+			want: "<<<system>>>\nA\n\nB\n<<<user>>>\nq",
+		},
+		{
+			name: "escaping",
+			give: pool.Turn{Messages: []pool.Message{
+				{Role: pool.RoleUser, Content: "<<<user>>>\nx <<<y\n<<<z"},
+				{Role: pool.RoleAssistant, Content: ""},
+			}},
+			want: "<<<user>>>\n <<<user>>>\nx <<<y\n <<<z\n<<<assistant>>>\n",
+		},
+		{
+			name: "full transcript with tools",
+			give: pool.Turn{
+				Messages: []pool.Message{
+					{Role: pool.RoleSystem, Content: "You are a helpful assistant."},
+					{Role: pool.RoleUser, Content: "What is the weather in Paris?"},
+					{Role: pool.RoleAssistant, Content: "Let me check.", ToolCalls: []pool.ToolCall{
+						{ID: "call_abc", Name: "get_weather", Arguments: `{"city":"Paris"}`},
+					}},
+					{Role: pool.RoleTool, ToolCallID: "call_abc", Content: "18C and sunny"},
+					{Role: pool.RoleUser, Content: "Thanks!"},
+				},
+				Tools: []pool.Tool{weather},
+			},
+			want: "<<<system>>>\nYou are a helpful assistant.\n<<<tools>>>\n" + toolsLine +
+				"\n<<<contract>>>\n" + contractAuto +
+				"\n<<<user>>>\nWhat is the weather in Paris?\n<<<assistant>>>\nLet me check.\n" +
+				"<<<tool_call id=call_abc name=get_weather>>>\n{\"city\":\"Paris\"}\n" +
+				"<<<tool_result id=call_abc name=get_weather>>>\n18C and sunny\n<<<user>>>\nThanks!",
+		},
+		{
+			name: "continuation: tool result only, tools repeated, odd ids sanitized",
+			give: pool.Turn{
+				SessionID: "sess-1",
+				Messages: []pool.Message{
+					{Role: pool.RoleTool, ToolCallID: "id with>space", Name: "get_weather", Content: "ok"},
+				},
+				Tools:      []pool.Tool{{Name: "get_weather"}},
+				ToolChoice: pool.ToolChoice{Mode: pool.ToolNamed, Name: "get_weather"},
+			},
+			want: "<<<tools>>>\n{\"tool_choice\":\"get_weather\",\"tools\":[{\"name\":\"get_weather\"}]}\n<<<contract>>>\n" +
+				contractText(pool.ToolChoice{Mode: pool.ToolNamed, Name: "get_weather"}) +
+				"\n<<<tool_result id=id_with_space name=get_weather>>>\nok",
+		},
+		{
+			name: "call without arguments and no text",
+			give: pool.Turn{Messages: []pool.Message{
+				{Role: pool.RoleUser, Content: "go"},
+				{Role: pool.RoleAssistant, ToolCalls: []pool.ToolCall{{ID: "c1", Name: "now"}}},
+			}},
+			want: "<<<user>>>\ngo\n<<<tool_call id=c1 name=now>>>\n{}",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Render(&tt.give); got != tt.want {
+				t.Errorf("Render() =\n%s\nwant\n%s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRenderContract(t *testing.T) {
+	tests := []struct {
+		give pool.ToolChoice
+		want string
+	}{
+		{give: pool.ToolChoice{}, want: "only when it helps"},
+		{give: pool.ToolChoice{Mode: pool.ToolRequired}, want: "must call at least one tool"},
+		{give: pool.ToolChoice{Mode: pool.ToolNamed, Name: "get_weather"}, want: `must call the tool "get_weather"`},
+	}
+	for _, tt := range tests {
+		got := contractText(tt.give)
+		if !strings.Contains(got, tt.want) || !strings.Contains(got, "```json") {
+			t.Errorf("contractText(%v) = %q, want it to contain %q", tt.give, got, tt.want)
+		}
+	}
+}
+
+func TestAppendJSONString(t *testing.T) {
+	tests := []string{"", "plain", "q\"b\\s", "nl\n\r\t\x01", "é😀", "bad\xffutf8", "<&>"}
+	for _, give := range tests {
+		got := appendJSONString(nil, give)
+		var back string
+		if err := json.Unmarshal(got, &back); err != nil {
+			t.Errorf("appendJSONString(%q) = %s: %v", give, got, err)
+			continue
+		}
+		want := strings.ToValidUTF8(give, "\uFFFD")
+		if back != want {
+			t.Errorf("round trip of %q = %q, want %q", give, back, want)
+		}
+	}
+}
