@@ -1,0 +1,185 @@
+package testenv
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Daemon is a poolgate process started by a test.
+type Daemon struct {
+	URL  string
+	Addr string
+	cmd  *exec.Cmd
+	log  *syncBuffer
+	done chan struct{}
+	err  error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// StartDaemon runs the poolgate binary with env (KEY=VALUE; a free loopback
+// POOLGATE_LISTEN and a temp POOLGATE_DATA_DIR are added unless given) and
+// waits until /healthz answers. The process is stopped (SIGTERM, then
+// SIGKILL) at cleanup; its log is printed if the test failed.
+func StartDaemon(t testing.TB, env ...string) *Daemon {
+	t.Helper()
+	has := func(k string) bool {
+		for _, kv := range env {
+			if strings.HasPrefix(kv, k+"=") {
+				return true
+			}
+		}
+		return false
+	}
+	if !has("POOLGATE_LISTEN") {
+		env = append(env, fmt.Sprintf("POOLGATE_LISTEN=127.0.0.1:%d", FreePort(t)))
+	}
+	if !has("POOLGATE_DATA_DIR") {
+		env = append(env, "POOLGATE_DATA_DIR="+t.TempDir())
+	}
+	d := &Daemon{log: &syncBuffer{}, done: make(chan struct{})}
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "POOLGATE_LISTEN="); ok {
+			d.Addr = v
+		}
+	}
+	d.URL = "http://" + d.Addr
+	d.cmd = exec.Command(PoolgateBin(t))
+	d.cmd.Env = append(cleanEnv(), env...)
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("start poolgate: %v", err)
+	}
+	go func() {
+		d.err = d.cmd.Wait()
+		close(d.done)
+	}()
+	t.Cleanup(func() {
+		d.Stop(t, 20*time.Second)
+		if t.Failed() {
+			t.Logf("poolgate log:\n%s", d.Log())
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if c, err := net.DialTimeout("tcp", d.Addr, 200*time.Millisecond); err == nil {
+			c.Close()
+			return d
+		}
+		select {
+		case <-d.done:
+			t.Fatalf("poolgate exited at start (%v):\n%s", d.err, d.Log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("poolgate did not listen on %s within 15s:\n%s", d.Addr, d.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// cleanEnv is the test's environment without POOLGATE_ settings, so a
+// developer's shell can't change what a test starts.
+func cleanEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "POOLGATE_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// Log returns what the daemon logged so far.
+func (d *Daemon) Log() string { return d.log.String() }
+
+// Pid returns the daemon's process id.
+func (d *Daemon) Pid() int { return d.cmd.Process.Pid }
+
+// Done is closed when the process has exited.
+func (d *Daemon) Done() <-chan struct{} { return d.done }
+
+// ExitErr is the process's exit error, valid after Done.
+func (d *Daemon) ExitErr() error { return d.err }
+
+// Stop sends SIGTERM and waits up to grace, then kills the process group.
+func (d *Daemon) Stop(t testing.TB, grace time.Duration) {
+	select {
+	case <-d.done:
+		return
+	default:
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(grace):
+		t.Errorf("poolgate did not exit within %s of SIGTERM", grace)
+		_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+		<-d.done
+	}
+}
+
+// WaitReady polls /readyz until it answers 200.
+func (d *Daemon) WaitReady(t testing.TB, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		resp, err := http.Get(d.URL + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("poolgate not ready within %s:\n%s", within, d.Log())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// GetJSON fetches path with an optional Bearer token and decodes into v.
+func (d *Daemon) GetJSON(t testing.TB, path, token string, v any) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, d.URL+path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	if v != nil {
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			t.Fatalf("GET %s: decode: %v", path, err)
+		}
+	}
+	return resp.StatusCode
+}

@@ -1,0 +1,177 @@
+package testenv
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// readyTimeout bounds how long a redis-server may take to answer PING.
+const readyTimeout = 10 * time.Second
+
+// RedisServer is a real redis-server process owned by one test.
+type RedisServer struct {
+	t    testing.TB
+	bin  string
+	dir  string
+	port int
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+}
+
+// Redis starts a redis-server on a free loopback port with no persistence,
+// waits until it answers PING and kills it when the test ends. It fails the
+// test when redis-server is not installed.
+func Redis(t testing.TB) *RedisServer {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server not found on PATH: install it with 'apt-get install redis-server' or run 'make test', which installs it")
+	}
+	s := &RedisServer{t: t, bin: bin, dir: t.TempDir()}
+	t.Cleanup(s.Kill)
+	// Another process may grab the free port before redis binds it; try a
+	// few ports before giving up.
+	for attempt := 1; ; attempt++ {
+		s.port = FreePort(t)
+		err := s.start()
+		if err == nil {
+			return s
+		}
+		if attempt == 3 {
+			t.Fatalf("start redis-server: %v", err)
+		}
+	}
+}
+
+// Addr returns the server's host:port.
+func (s *RedisServer) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// URL returns the server's address as a redis:// URL for database 0.
+func (s *RedisServer) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Kill stops the server with SIGKILL and waits for it to exit. Killing a
+// stopped server does nothing.
+func (s *RedisServer) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+	s.cmd, s.done = nil, nil
+}
+
+// Restart kills the server if it runs and starts a fresh, empty one on the
+// same port, waiting until it answers PING.
+func (s *RedisServer) Restart() {
+	s.t.Helper()
+	s.Kill()
+	if err := s.start(); err != nil {
+		s.t.Fatalf("restart redis-server: %v", err)
+	}
+}
+
+// Freeze stops the server with SIGSTOP: it keeps its connections and port but
+// answers nothing, like a hung server. Thaw resumes it.
+func (s *RedisServer) Freeze() { s.signal(syscall.SIGSTOP) }
+
+// Thaw resumes a server stopped by Freeze.
+func (s *RedisServer) Thaw() { s.signal(syscall.SIGCONT) }
+
+func (s *RedisServer) signal(sig syscall.Signal) {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		s.t.Fatalf("signal redis-server: not running")
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("signal redis-server: %v", err)
+	}
+}
+
+func (s *RedisServer) start() error {
+	logFile := filepath.Join(s.dir, "redis.log")
+	cmd := exec.Command(s.bin,
+		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--logfile", logFile)
+	// Take the server down with the test binary if it dies without cleanup.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("run %s: %w", s.bin, err)
+	}
+	done := make(chan struct{})
+	go func() { // ends when the process exits; Kill waits for it
+		_ = cmd.Wait()
+		close(done)
+	}()
+	s.mu.Lock()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+	if err := s.waitReady(done); err != nil {
+		s.Kill()
+		log, _ := os.ReadFile(logFile)
+		return fmt.Errorf("port %d: %w; log:\n%s", s.port, err, tail(string(log), 2000))
+	}
+	return nil
+}
+
+// waitReady polls with PING until the server answers, exits, or time runs out.
+func (s *RedisServer) waitReady(exited <-chan struct{}) error {
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		err := ping(s.Addr())
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("redis-server exited before it was ready")
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %v: %w", readyTimeout, err)
+		}
+	}
+}
+
+// ping speaks just enough RESP to check readiness without a client library.
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(line) != "+PONG" {
+		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+	}
+	return nil
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}

@@ -1,0 +1,382 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisConfig configures the Redis store. Zero values take the defaults.
+type RedisConfig struct {
+	// URL locates the server, as redis://[[user]:password@]host:port[/db]
+	// (rediss:// for TLS). Required by OpenRedis; ignored by NewRedis.
+	URL string
+	// Prefix starts every key the store writes. Default "poolgate:".
+	Prefix string
+	// AffinityTimeout bounds each affinity call to Redis, so a hung server
+	// cannot stall a request. Default 250 ms.
+	AffinityTimeout time.Duration
+	// ResponseTimeout bounds each response-object call and each batch of a
+	// flush or sweep. Default 1 s.
+	ResponseTimeout time.Duration
+	// RetryInterval is how long the store skips Redis after a failed call
+	// before it probes again (a request or Run probes). Default 1 s.
+	RetryInterval time.Duration
+	// SweepInterval is how often Run reports and removes expired affinity
+	// entries and drops expired local ones. Default 30 s.
+	SweepInterval time.Duration
+	// EvictGrace is how long an expired affinity value stays in Redis so a
+	// sweeper can still read it and report it to OnEvict. Entries that expire
+	// while no replica runs Run vanish unreported after it. Default 10 min.
+	EvictGrace time.Duration
+	// Memory configures the in-process tier and the limits shared with Redis:
+	// AffinityTTL and ResponseTTL apply to both tiers; Now is the clock of
+	// both; OnEvict receives evictions from both, each entry once (by the
+	// replica whose Run swept it, for entries that lived in Redis).
+	Memory MemoryConfig
+	// OnError is called for every operation that could not use Redis,
+	// including those skipped while Redis is marked down (their error wraps
+	// ErrUnavailable), with op one of take_affinity, put_affinity,
+	// flush_affinity, save_response, load_response, delete_response (the
+	// poolgate_store_errors_total{op} counter). It is called from many
+	// goroutines and must not block. Default: none.
+	OnError func(op string, err error)
+	// Logger receives one warning when Redis becomes unreachable and one info
+	// line when it is back. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// ErrUnavailable is passed to OnError for calls that skipped Redis because a
+// recent call failed.
+var ErrUnavailable = errors.New("redis marked down")
+
+func (c RedisConfig) withDefaults() RedisConfig {
+	if c.Prefix == "" {
+		c.Prefix = "poolgate:"
+	}
+	if c.AffinityTimeout <= 0 {
+		c.AffinityTimeout = 250 * time.Millisecond
+	}
+	if c.ResponseTimeout <= 0 {
+		c.ResponseTimeout = time.Second
+	}
+	if c.RetryInterval <= 0 {
+		c.RetryInterval = time.Second
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = 30 * time.Second
+	}
+	if c.EvictGrace <= 0 {
+		c.EvictGrace = 10 * time.Minute
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Memory = c.Memory.withDefaults()
+	return c
+}
+
+// RedisClient is the part of a go-redis client the store uses; *redis.Client
+// satisfies it.
+type RedisClient interface {
+	redis.Scripter
+	Get(ctx context.Context, key string) *redis.StringCmd
+	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
+	Del(ctx context.Context, keys ...string) *redis.IntCmd
+	ZRangeByScore(ctx context.Context, key string, opt *redis.ZRangeBy) *redis.StringSliceCmd
+	Ping(ctx context.Context) *redis.StatusCmd
+	Close() error
+}
+
+var _ RedisClient = (*redis.Client)(nil)
+
+// Redis is the shared store for several replicas. It keeps an in-process
+// Memory as a local tier: affinity puts and response saves go to both, reads
+// try Redis and fall back to the local tier when Redis fails, so a Redis that
+// is down, slow or restarting costs reuse but never fails a call. It is safe
+// for concurrent use.
+type Redis struct {
+	cfg    RedisConfig
+	client RedisClient
+	local  *Memory
+	health health
+}
+
+// OpenRedis connects (lazily: an unreachable server is not an error here) to
+// the server at cfg.URL.
+func OpenRedis(cfg RedisConfig) (*Redis, error) {
+	opts, err := redis.ParseURL(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("redis url: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	// Per-call contexts carry the deadlines; without this go-redis would use
+	// its own 3 s read timeout instead.
+	opts.ContextTimeoutEnabled = true
+	opts.DialTimeout = cfg.ResponseTimeout
+	// Fail fast when the server is gone: one immediate retry (for a pooled
+	// connection that died with a restart) and one dial attempt, instead of
+	// go-redis's backoffs that would spend the whole deadline on a refused
+	// port. The store's own RetryInterval does the backing off.
+	opts.MaxRetries = 1
+	opts.MinRetryBackoff, opts.MaxRetryBackoff = -1, -1
+	opts.DialerRetries = 1
+	opts.DialerRetryTimeout = time.Millisecond
+	opts.DisableIdentity = true
+	return NewRedis(cfg, redis.NewClient(opts)), nil
+}
+
+// NewRedis returns a store on client, which it closes on Close. The client
+// should honour context deadlines (go-redis: ContextTimeoutEnabled).
+func NewRedis(cfg RedisConfig, client RedisClient) *Redis {
+	cfg = cfg.withDefaults()
+	return &Redis{
+		cfg:    cfg,
+		client: client,
+		local:  NewMemory(cfg.Memory),
+		health: health{now: cfg.Memory.Now, retry: cfg.RetryInterval, log: cfg.Logger},
+	}
+}
+
+// Close closes the Redis client.
+func (r *Redis) Close() error { return r.client.Close() }
+
+// Healthy reports whether Redis answered the last call.
+func (r *Redis) Healthy() bool { return r.health.healthy() }
+
+// Ping asks Redis directly (never skipped) and updates Healthy.
+func (r *Redis) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.AffinityTimeout)
+	defer cancel()
+	if err := r.client.Ping(ctx).Err(); err != nil {
+		r.health.failure(err)
+		return fmt.Errorf("redis ping: %w", err)
+	}
+	r.health.success()
+	return nil
+}
+
+// failed records a call that could not use Redis. It returns false when the
+// caller's own context ended, which says nothing about Redis.
+func (r *Redis) failed(ctx context.Context, op string, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	r.health.failure(err)
+	if r.cfg.OnError != nil {
+		r.cfg.OnError(op, err)
+	}
+	return true
+}
+
+// skipped records a call that did not try Redis because it is marked down.
+func (r *Redis) skipped(op string) {
+	if r.cfg.OnError != nil {
+		r.cfg.OnError(op, ErrUnavailable)
+	}
+}
+
+func (r *Redis) report(a Affinity) {
+	if r.cfg.Memory.OnEvict != nil {
+		r.cfg.Memory.OnEvict(a)
+	}
+}
+
+// TakeAffinity removes and returns the entry under key, or ErrNotFound. When
+// Redis fails it takes from the local tier.
+func (r *Redis) TakeAffinity(ctx context.Context, key string) (Affinity, error) {
+	const op = "take_affinity"
+	if !r.health.allow() {
+		r.skipped(op)
+		return r.takeLocal(key)
+	}
+	a, expired, err := r.takeRemote(ctx, key)
+	switch {
+	case err == nil:
+		r.health.success()
+		r.local.discardAffinity(key)
+		if expired {
+			r.report(a)
+			return Affinity{}, ErrNotFound
+		}
+		return a, nil
+	case errors.Is(err, ErrNotFound):
+		r.health.success()
+		// A local-only entry was put while Redis was down; a mirrored one
+		// was taken from Redis by another replica since, so it is stale.
+		a, mirrored, err := r.local.takeAffinity(key)
+		if err != nil || mirrored {
+			return Affinity{}, ErrNotFound
+		}
+		return a, nil
+	default:
+		if !r.failed(ctx, op, err) {
+			return Affinity{}, ctx.Err()
+		}
+	}
+	return r.takeLocal(key)
+}
+
+// takeLocal serves a take from the local tier while Redis is away. Taking a
+// mirrored entry leaves its Redis copy behind; it is queued for deletion so
+// that no later turn reuses the session once Redis is back.
+func (r *Redis) takeLocal(key string) (Affinity, error) {
+	a, mirrored, err := r.local.takeAffinity(key)
+	if err == nil && mirrored {
+		r.health.queueAffinity(key)
+	}
+	return a, err
+}
+
+// PutAffinity stores a under key in Redis and locally. It fails only when ctx
+// is already done; a Redis failure leaves the entry in the local tier alone.
+func (r *Redis) PutAffinity(ctx context.Context, key string, a Affinity) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	mirrored := false
+	if r.health.allow() {
+		// A write-back after a clean finish should land even if the client
+		// hangs up now; the deadline still bounds it.
+		old, err := r.putRemote(context.WithoutCancel(ctx), key, a)
+		if err == nil {
+			r.health.success()
+			mirrored = true
+			if old != nil {
+				r.report(*old)
+			}
+		} else {
+			r.failed(context.Background(), "put_affinity", err)
+		}
+	} else {
+		r.skipped("put_affinity")
+	}
+	r.local.putAffinity(key, a, mirrored)
+	return nil
+}
+
+// FlushAffinity removes owner's entries (all when owner is empty) from both
+// tiers, reports them to OnEvict, and returns how many it removed. When Redis
+// fails only the local tier is flushed and the error is not returned.
+func (r *Redis) FlushAffinity(ctx context.Context, owner string) (int, error) {
+	const op = "flush_affinity"
+	_, n := r.local.flushAffinity(owner) // mirrored copies are counted in Redis
+	if !r.health.allow() {
+		r.skipped(op)
+		return n, nil
+	}
+	members, err := r.indexMembers(ctx, false)
+	if err == nil {
+		var mine []string
+		for _, m := range members {
+			if ownedBy(m, owner) {
+				mine = append(mine, m)
+			}
+		}
+		var removed []Affinity
+		removed, err = r.removeRemote(ctx, "all", mine)
+		for _, a := range removed {
+			r.report(a)
+		}
+		n += len(removed)
+	}
+	if err != nil {
+		if !r.failed(ctx, op, err) {
+			return n, ctx.Err()
+		}
+		return n, nil
+	}
+	r.health.success()
+	return n, nil
+}
+
+// SaveResponse stores data under id for ttl (Memory.ResponseTTL when 0) in
+// Redis and keeps a local copy, so a GET on this replica works while Redis is
+// away.
+func (r *Redis) SaveResponse(ctx context.Context, id string, data []byte, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if ttl <= 0 {
+		ttl = r.cfg.Memory.ResponseTTL
+	}
+	var remoteErr error = ErrUnavailable
+	if r.health.allow() {
+		remoteErr = r.saveRemote(context.WithoutCancel(ctx), id, data, ttl)
+		if remoteErr == nil {
+			r.health.success()
+		} else {
+			r.failed(context.Background(), "save_response", remoteErr)
+		}
+	} else {
+		r.skipped("save_response")
+	}
+	err := r.local.saveResponse(id, data, ttl, remoteErr == nil)
+	if remoteErr == nil {
+		return nil // a local copy too large for the local tier is no loss
+	}
+	return err
+}
+
+// LoadResponse returns the object stored under id, or ErrNotFound. When Redis
+// fails it answers from the local copy.
+func (r *Redis) LoadResponse(ctx context.Context, id string) ([]byte, error) {
+	const op = "load_response"
+	if !r.health.allow() {
+		r.skipped(op)
+		data, _, err := r.local.loadResponse(id)
+		return data, err
+	}
+	data, err := r.loadRemote(ctx, id)
+	switch {
+	case err == nil:
+		r.health.success()
+		return data, nil
+	case errors.Is(err, ErrNotFound):
+		r.health.success()
+		// Only an object saved while Redis was down may live here alone; a
+		// mirrored copy whose original is gone was deleted elsewhere.
+		data, mirrored, err := r.local.loadResponse(id)
+		if err != nil || mirrored {
+			_, _ = r.local.deleteResponse(id)
+			return nil, ErrNotFound
+		}
+		return data, nil
+	default:
+		if !r.failed(ctx, op, err) {
+			return nil, ctx.Err()
+		}
+	}
+	data, _, err = r.local.loadResponse(id)
+	return data, err
+}
+
+// DeleteResponse removes the object stored under id from both tiers, or
+// returns ErrNotFound. While Redis is away it removes the local copy, queues
+// the Redis delete for when it is back, and reports success.
+func (r *Redis) DeleteResponse(ctx context.Context, id string) error {
+	const op = "delete_response"
+	if r.health.allow() {
+		n, err := r.deleteRemote(ctx, id)
+		if err == nil {
+			r.health.success()
+			mirrored, lerr := r.local.deleteResponse(id)
+			if n == 0 && (lerr != nil || mirrored) {
+				return ErrNotFound
+			}
+			return nil
+		}
+		if !r.failed(ctx, op, err) {
+			return ctx.Err()
+		}
+	} else {
+		r.skipped(op)
+	}
+	_, _ = r.local.deleteResponse(id)
+	r.health.queueResponse(id)
+	return nil
+}
