@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/pool"
+)
+
+// These tests run the real binary with its default pool: two simulated
+// accounts served by `poolgate simworker` processes.
+
+func sdk(d *testenv.Daemon, key string) openai.Client {
+	return openai.NewClient(option.WithBaseURL(d.URL+"/v1"), option.WithAPIKey(key), option.WithMaxRetries(0))
+}
+
+func poolState(t *testing.T, d *testenv.Daemon, token string) pool.Snapshot {
+	t.Helper()
+	var s pool.Snapshot
+	if code := d.GetJSON(t, "/internal/pool", token, &s); code != http.StatusOK {
+		t.Fatalf("/internal/pool: %d", code)
+	}
+	return s
+}
+
+func TestDefaultPoolServesTheSDKAndShutsDownClean(t *testing.T) {
+	d := testenv.StartDaemon(t)
+	d.WaitReady(t, 10*time.Second)
+	var snap pool.Snapshot
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		snap = poolState(t, d, "")
+		ready := 0
+		for _, in := range snap.Instances {
+			if in.State == pool.StateReady && in.PID > 0 {
+				ready++
+			}
+		}
+		if ready == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("want two ready instances with pids, got %+v", snap.Instances)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	client := sdk(d, "any")
+	params := openai.ChatCompletionNewParams{
+		Model:    "claude-sonnet-4-5", // unknown names map to the default model
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("be brief"), openai.UserMessage("hello pool")},
+	}
+	resp, err := client.Chat.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.Choices[0].Message.Content; got != "You said: hello pool" || resp.Choices[0].FinishReason != "stop" {
+		t.Errorf("non-stream: %q (%s)", got, resp.Choices[0].FinishReason)
+	}
+	if resp.Usage.PromptTokens == 0 || resp.Usage.CompletionTokens == 0 {
+		t.Errorf("usage %+v, want token counts", resp.Usage)
+	}
+	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	stream := client.Chat.Completions.NewStreaming(ctx, params)
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := acc.Choices[0].Message.Content; got != resp.Choices[0].Message.Content {
+		t.Errorf("stream %q != non-stream %q", got, resp.Choices[0].Message.Content)
+	}
+	if acc.Usage.TotalTokens == 0 {
+		t.Error("stream with include_usage carried no usage")
+	}
+
+	models, err := client.Models.List(ctx)
+	if err != nil || len(models.Data) == 0 {
+		t.Fatalf("models: %v, %v", models, err)
+	}
+
+	d.Stop(t, 15*time.Second)
+	if err := d.ExitErr(); err != nil {
+		t.Errorf("exit after SIGTERM: %v", err)
+	}
+	for _, in := range snap.Instances {
+		if err := syscall.Kill(-in.PID, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("worker group %d of %s survived shutdown", in.PID, in.Name)
+		}
+	}
+}
+
+// errorBody is the OpenAI error shape; pointers tell "null" from "missing".
+type errorBody struct {
+	Error map[string]json.RawMessage `json:"error"`
+}
+
+func TestBadInputGetsItsStatusAndShape(t *testing.T) {
+	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_MAX_BODY_BYTES=4096")
+	d.WaitReady(t, 10*time.Second)
+	tests := []struct {
+		name   string
+		method string
+		path   string
+		key    string
+		body   string
+		want   int
+	}{
+		{"invalid json", "POST", "/v1/chat/completions", "sk-1", `{"model":`, 400},
+		{"missing messages", "POST", "/v1/chat/completions", "sk-1", `{"model":"m"}`, 400},
+		{"empty messages", "POST", "/v1/chat/completions", "sk-1", `{"model":"m","messages":[]}`, 400},
+		{"wrong type", "POST", "/v1/chat/completions", "sk-1", `{"model":"m","messages":"hi"}`, 400},
+		{"body over cap", "POST", "/v1/chat/completions", "sk-1", `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}`, 413},
+		{"unknown route", "GET", "/v1/nothing", "sk-1", "", 404},
+		{"no key", "POST", "/v1/chat/completions", "", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, 401},
+		{"wrong key", "POST", "/v1/chat/completions", "sk-2", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, 401},
+		{"admin without token", "GET", "/internal/pool", "", "", 401},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tt.method, d.URL+tt.path, strings.NewReader(tt.body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Request-Id", "test-"+strings.ReplaceAll(tt.name, " ", "-"))
+			if tt.key != "" {
+				req.Header.Set("Authorization", "Bearer "+tt.key)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				b, _ := io.ReadAll(resp.Body)
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tt.want, b)
+			}
+			if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+				t.Errorf("content-type %q", ct)
+			}
+			if got := resp.Header.Get("X-Request-Id"); got != req.Header.Get("X-Request-Id") {
+				t.Errorf("x-request-id %q, want the client's %q", got, req.Header.Get("X-Request-Id"))
+			}
+			var eb errorBody
+			if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{"message", "type", "param", "code"} {
+				if _, ok := eb.Error[k]; !ok {
+					t.Errorf("error body lacks %q: %v", k, eb.Error)
+				}
+			}
+		})
+	}
+}
+
+func TestNoReadyInstanceIs503(t *testing.T) {
+	d := testenv.StartDaemon(t, "POOLGATE_WORKER_BIN=/nonexistent/worker", `POOLGATE_ACCOUNTS=[{"name":"a"}]`)
+	resp, err := http.Get(d.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "no ready instance") {
+		t.Errorf("readyz: %d %s", resp.StatusCode, b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	client := sdk(d, "x")
+	_, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "m",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("got %v, want a 503 API error", err)
+	}
+}
+
+func TestRefusesPublicListenWithoutKeys(t *testing.T) {
+	err := run(context.Background(), nil, []string{"POOLGATE_LISTEN=0.0.0.0:0"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "POOLGATE_API_KEYS") {
+		t.Errorf("got %v, want a refusal naming POOLGATE_API_KEYS", err)
+	}
+}
