@@ -64,8 +64,9 @@ func (a *Admin) RegisterProbes(r gin.IRouter) {
 	})
 }
 
-// Register adds /metrics and the /internal API to r.
-func (a *Admin) Register(r gin.IRouter) {
+// Register adds /metrics and the /internal API to r; it returns the
+// authenticated /internal group for the other admin endpoints.
+func (a *Admin) Register(r gin.IRouter) gin.IRouter {
 	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg})
 	r.GET("/metrics", a.metricsAuth(), gin.WrapH(metrics))
 
@@ -73,6 +74,7 @@ func (a *Admin) Register(r gin.IRouter) {
 	in.GET("/pool", func(c *gin.Context) { c.JSON(http.StatusOK, a.pool.Snapshot()) })
 	in.POST("/pool/:instance/restart", a.poolAction("restart", a.pool.Restart))
 	in.POST("/pool/:instance/drain", a.poolAction("drain", a.pool.Drain))
+	return in
 }
 
 func (a *Admin) poolAction(what string, do func(string) error) gin.HandlerFunc {
@@ -118,21 +120,22 @@ func (a *Admin) adminAuth() gin.HandlerFunc {
 	}
 }
 
+// metricsAuth: the metrics token when one is set (nothing else is enough);
+// without one, whatever the admin API accepts; nothing with
+// POOLGATE_METRICS_PUBLIC.
 func (a *Admin) metricsAuth() gin.HandlerFunc {
+	admin := a.adminAuth()
 	return func(c *gin.Context) {
-		if a.cfg.MetricsPublic || (a.cfg.MetricsToken == "" && len(a.cfg.APIKeys) == 0 && a.cfg.AdminToken == "") {
+		switch {
+		case a.cfg.MetricsPublic:
 			c.Next()
-			return
-		}
-		want := []string{a.cfg.MetricsToken}
-		if a.cfg.MetricsToken == "" {
-			want = []string{a.cfg.AdminToken}
-		}
-		if handlers.MatchKey(handlers.CallerKey(c.Request), want) {
+		case a.cfg.MetricsToken == "":
+			admin(c)
+		case handlers.MatchKey(handlers.CallerKey(c.Request), []string{a.cfg.MetricsToken}):
 			c.Next()
-			return
+		default:
+			handlers.WriteError(c.Writer, c.Request, http.StatusUnauthorized, "metrics token required")
+			c.Abort()
 		}
-		handlers.WriteError(c.Writer, c.Request, http.StatusUnauthorized, "metrics token required")
-		c.Abort()
 	}
 }

@@ -79,6 +79,7 @@ type app struct {
 type store interface {
 	pool.AffinityStore
 	responses.Store
+	admin.AffinityFlusher
 	Run(ctx context.Context)
 	Close() error
 }
@@ -116,15 +117,15 @@ func build(cfg config.Config, log *slog.Logger) (*app, error) {
 		MetricsPublic: cfg.MetricsPublic}, p, reg, log)
 	adm.RegisterProbes(engine)
 	a := &app{cfg: cfg, log: log, pool: p, router: router, store: st, api: httpServer(cfg.Listen, engine)}
+	adminEngine := engine
 	if cfg.AdminListen != "" {
-		ae := gin.New()
-		ae.Use(handlers.RequestID(log), handlers.Recover(log))
-		adm.RegisterProbes(ae)
-		adm.Register(ae)
-		a.admin = httpServer(cfg.AdminListen, ae)
-	} else {
-		adm.Register(engine)
+		adminEngine = gin.New()
+		adminEngine.Use(handlers.RequestID(log), handlers.Recover(log))
+		adm.RegisterProbes(adminEngine)
+		a.admin = httpServer(cfg.AdminListen, adminEngine)
 	}
+	internal := adm.Register(adminEngine)
+	adm.RegisterSession(internal, st)
 	return a, nil
 }
 

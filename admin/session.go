@@ -1,0 +1,57 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/poolgate/poolgate/handlers"
+	"github.com/poolgate/poolgate/pool"
+)
+
+// AffinityFlusher removes conversation affinity entries.
+type AffinityFlusher interface {
+	// FlushAffinity removes the entries of one owner (pool.OwnerKey of an API
+	// key), or all entries for owner "".
+	FlushAffinity(ctx context.Context, owner string) (int, error)
+}
+
+// RegisterSession adds the session endpoints to the /internal group.
+func (a *Admin) RegisterSession(r gin.IRouter, store AffinityFlusher) {
+	r.DELETE("/session/affinity", func(c *gin.Context) {
+		// The key travels in the body, never in the query string, which
+		// would land in access logs.
+		var body struct {
+			APIKey *string `json:"api_key"`
+		}
+		raw, err := io.ReadAll(io.LimitReader(c.Request.Body, 64<<10))
+		if err != nil {
+			handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, "read body: "+err.Error())
+			return
+		}
+		if len(raw) > 0 {
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&body); err != nil && !errors.Is(err, io.EOF) {
+				handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, `body must be {"api_key": "..."} or empty: `+err.Error())
+				return
+			}
+		}
+		owner, scope := "", "all"
+		if body.APIKey != nil {
+			owner, scope = pool.OwnerKey(*body.APIKey), "api_key"
+		}
+		n, err := store.FlushAffinity(c.Request.Context(), owner)
+		if err != nil {
+			handlers.WriteError(c.Writer, c.Request, http.StatusInternalServerError, "flush affinity: "+err.Error())
+			return
+		}
+		a.log.Info("admin action", "action", "flush_affinity", "scope", scope, "removed", n, "by", c.GetString(whoKey))
+		c.JSON(http.StatusOK, gin.H{"flushed": n, "scope": scope})
+	})
+}
