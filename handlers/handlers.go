@@ -85,6 +85,7 @@ func withID(h http.HandlerFunc) gin.HandlerFunc {
 func observe(m *metrics.Metrics, api string, h http.HandlerFunc) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
+		c.Request = c.Request.WithContext(pool.WithAPI(c.Request.Context(), api))
 		h(c.Writer, c.Request)
 		if m != nil {
 			m.Requests.WithLabelValues(api, itoa(c.Writer.Status())).Inc()

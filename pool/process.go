@@ -48,10 +48,41 @@ type ProcSpec struct {
 //
 // Linux delivers the parent-death signal when the *thread* that forked the
 // child exits, so all forks happen on one goroutine locked to its OS thread
-// for the launcher's life (golang/go#27505).
+// until Close (golang/go#27505). Close it only after every process it started
+// has exited: its thread ends then.
 type ExecLauncher struct {
-	once sync.Once
-	reqs chan launchReq
+	once   sync.Once
+	mu     sync.Mutex
+	closed bool
+	reqs   chan launchReq
+	done   chan struct{}
+}
+
+// Close ends the spawner goroutine (and its thread) and waits for it.
+func (l *ExecLauncher) Close() {
+	l.init()
+	l.mu.Lock()
+	if !l.closed {
+		l.closed = true
+		close(l.reqs)
+	}
+	l.mu.Unlock()
+	<-l.done
+}
+
+func (l *ExecLauncher) init() {
+	l.once.Do(func() {
+		l.reqs = make(chan launchReq)
+		l.done = make(chan struct{})
+		go func() {
+			defer close(l.done)
+			// No UnlockOSThread: the thread exits with the goroutine.
+			runtime.LockOSThread()
+			for r := range l.reqs {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
 }
 
 type launchReq struct {
@@ -76,19 +107,15 @@ func (l *ExecLauncher) Launch(spec ProcSpec) (Process, error) {
 	lw := &lineLogger{log: spec.Log}
 	cmd.Stdout, cmd.Stderr = lw, lw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	l.once.Do(func() {
-		l.reqs = make(chan launchReq)
-		// This goroutine lives as long as the process: it owns the thread
-		// every child's parent-death signal is tied to.
-		go func() {
-			runtime.LockOSThread()
-			for r := range l.reqs {
-				r.done <- r.cmd.Start()
-			}
-		}()
-	})
+	l.init()
 	done := make(chan error, 1)
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, &StartError{Argv: spec.Argv, Err: errors.New("launcher closed")}
+	}
 	l.reqs <- launchReq{cmd: cmd, done: done}
+	l.mu.Unlock()
 	if err := <-done; err != nil {
 		return nil, &StartError{Argv: spec.Argv, Err: err}
 	}

@@ -55,9 +55,19 @@ func NewRouter(cfg RouterConfig, p *Pool, store AffinityStore, m *metrics.Metric
 // Wait waits for the router's background work (upstream session deletes).
 func (r *Router) Wait() { r.wg.Wait() }
 
+type apiKey struct{}
+
+// WithAPI labels ctx with the public API a request came in on ("chat",
+// "responses", "messages"), for the router's per-API metrics.
+func WithAPI(ctx context.Context, api string) context.Context {
+	return context.WithValue(ctx, apiKey{}, api)
+}
+
 // request is one Chat call's routing state.
 type request struct {
 	*ChatRequest
+	start    time.Time
+	api      string
 	model    string
 	owner    string
 	split    int // index of the newest assistant message, -1 if none
@@ -72,8 +82,9 @@ type request struct {
 // ends with one EventDone or EventError; it is closed when the turn is over
 // and its slot freed. Cancelling ctx cancels the upstream turn.
 func (r *Router) Chat(ctx context.Context, req *ChatRequest) (<-chan Event, error) {
-	rq := &request{ChatRequest: req, model: r.ResolveModel(req.Model), owner: OwnerKey(req.APIKey),
-		split: lastAssistant(req.Messages)}
+	api, _ := ctx.Value(apiKey{}).(string)
+	rq := &request{ChatRequest: req, start: time.Now(), api: api, model: r.ResolveModel(req.Model),
+		owner: OwnerKey(req.APIKey), split: lastAssistant(req.Messages)}
 	r.lookup(ctx, rq)
 	var lastErr error
 	for attempt := 0; attempt <= r.cfg.Retries; attempt++ {
@@ -192,6 +203,9 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan E
 			cancel()
 			r.failed(rq, slot, ev.Err)
 			return nil, ev.Err
+		}
+		if len(head) == 0 && r.metrics != nil && rq.api != "" {
+			r.metrics.TTFT.WithLabelValues(rq.api).Observe(time.Since(rq.start).Seconds())
 		}
 		head = append(head, ev)
 		if rq.Stream || ev.Type == EventDone {

@@ -41,7 +41,8 @@ func fastWorker(t *testing.T, name string) pool.WorkerConfig {
 func startPool(t *testing.T, command []string, cfg pool.Config, workers ...pool.WorkerConfig) *fixture {
 	t.Helper()
 	drv := lingma.New(lingma.Config{Command: command, ExtraArgs: []string{"--logged-in"}})
-	p := pool.New(cfg, workers, drv, &pool.ExecLauncher{}, nil, quietLog())
+	launcher := &pool.ExecLauncher{}
+	p := pool.New(cfg, workers, drv, launcher, nil, quietLog())
 	ctx, cancel := context.WithCancel(context.Background())
 	p.Start(ctx)
 	f := &fixture{pool: p, cancel: cancel,
@@ -52,6 +53,7 @@ func startPool(t *testing.T, command []string, cfg pool.Config, workers ...pool.
 		p.Shutdown(sctx)
 		cancel()
 		f.router.Wait()
+		launcher.Close()
 	})
 	return f
 }

@@ -36,6 +36,8 @@ type Account struct {
 	Password string
 	// Env is extra environment for this account's worker (KEY=VALUE).
 	Env []string
+	// Args are extra worker arguments for this account only.
+	Args []string
 }
 
 // WorkerConfig configures one worker. Zero fields take the defaults noted.
@@ -328,7 +330,7 @@ func (w *Worker) start(ctx context.Context) (Process, Backend, error) {
 	}
 	w.ep = ep
 	proc, err := w.launcher.Launch(ProcSpec{
-		Argv: w.driver.Command(ep), Env: w.cfg.Account.Env, Dir: w.cfg.WorkDir, Log: w.log,
+		Argv: append(w.driver.Command(ep), w.cfg.Account.Args...), Env: w.cfg.Account.Env, Dir: w.cfg.WorkDir, Log: w.log,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)

@@ -66,13 +66,14 @@ func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 
 // app is the wired daemon.
 type app struct {
-	cfg    config.Config
-	log    *slog.Logger
-	pool   *pool.Pool
-	router *pool.Router
-	store  store
-	api    *http.Server
-	admin  *http.Server // nil when admin shares the API listener
+	cfg      config.Config
+	log      *slog.Logger
+	pool     *pool.Pool
+	launcher *pool.ExecLauncher
+	router   *pool.Router
+	store    store
+	api      *http.Server
+	admin    *http.Server // nil when admin shares the API listener
 }
 
 // store is what main needs of a session store beyond what its users need.
@@ -93,8 +94,9 @@ func build(cfg config.Config, log *slog.Logger) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
+	launcher := &pool.ExecLauncher{}
 	p := pool.New(pool.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
-		workers, driver, &pool.ExecLauncher{}, m, log)
+		workers, driver, launcher, m, log)
 
 	var router *pool.Router
 	onEvict := func(a session.Affinity) { router.DeleteSession(a) }
@@ -116,7 +118,7 @@ func build(cfg config.Config, log *slog.Logger) (*app, error) {
 	adm := admin.New(admin.Config{AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys, MetricsToken: cfg.MetricsToken,
 		MetricsPublic: cfg.MetricsPublic}, p, reg, log)
 	adm.RegisterProbes(engine)
-	a := &app{cfg: cfg, log: log, pool: p, router: router, store: st, api: httpServer(cfg.Listen, engine)}
+	a := &app{cfg: cfg, log: log, pool: p, launcher: launcher, router: router, store: st, api: httpServer(cfg.Listen, engine)}
 	adminEngine := engine
 	if cfg.AdminListen != "" {
 		adminEngine = gin.New()
@@ -184,8 +186,9 @@ func workerSetup(cfg config.Config, log *slog.Logger) (pool.Driver, []pool.Worke
 			env = append(env, k+"="+acct.Env[k])
 		}
 		workers = append(workers, pool.WorkerConfig{
-			Name:           acct.Name,
-			Account:        pool.Account{Name: acct.Name, Username: acct.Username, Password: acct.Password, Env: env},
+			Name: acct.Name,
+			Account: pool.Account{Name: acct.Name, Username: acct.Username, Password: acct.Password, Env: env,
+				Args: acct.Args},
 			WorkDir:        filepath.Join(cfg.DataDir, "workers", acct.Name),
 			MaxInFlight:    cfg.InstanceMaxInFlight,
 			StartTimeout:   cfg.StartTimeout,
@@ -251,6 +254,7 @@ func (a *app) run(ctx context.Context) error {
 		}
 	}
 	<-done
+	a.launcher.Close() // every worker has exited: the spawner thread may end
 	stopRun()
 	a.router.Wait()
 	_ = a.store.Close()

@@ -31,6 +31,8 @@ type Account struct {
 	PasswordEnv  string            `yaml:"password_env" json:"password_env"`
 	PasswordFile string            `yaml:"password_file" json:"password_file"`
 	Env          map[string]string `yaml:"env" json:"env"`
+	// Args are extra worker arguments for this account only.
+	Args []string `yaml:"args" json:"args"`
 	// SessionBundle is a sealed session bundle (base64) restored at start.
 	SessionBundle     string `yaml:"session_bundle" json:"session_bundle"`
 	SessionBundleFile string `yaml:"session_bundle_file" json:"session_bundle_file"`

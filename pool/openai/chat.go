@@ -118,14 +118,14 @@ func (s *stream) run(resp *http.Response, cancel context.CancelFunc) {
 	}()
 	var err error
 	if isJSONBody(resp.Header.Get("Content-Type"), r) {
-		err = s.acc.whole(r)
+		err = s.acc.whole(r, s.emit)
 	} else {
 		err = s.acc.sse(r, s.emit)
 	}
 	if errors.Is(err, errListenerGone) {
 		return
 	}
-	if err == nil && s.acc.done {
+	if err == nil && s.acc.sawDone {
 		// Read the end of the body so the connection is reused; a server
 		// that holds it open past drainWait has it dropped instead.
 		t := time.AfterFunc(drainWait, cancel)
@@ -177,12 +177,8 @@ func (s *stream) readError(err error) error {
 // event stream: by its content type, else by its first byte, for servers
 // that ignore stream:true or mislabel their streams.
 func isJSONBody(contentType string, r *sseReader) bool {
-	mt, _, _ := mime.ParseMediaType(contentType)
-	switch mt {
-	case "text/event-stream":
+	if mt, _, _ := mime.ParseMediaType(contentType); mt == "text/event-stream" {
 		return false
-	case "application/json":
-		return true
 	}
 	return r.firstByte() == '{'
 }

@@ -157,9 +157,13 @@ func (t *flexText) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// jsonString decodes a JSON string literal that the scanner has validated.
-// The common case, no escapes and valid UTF-8, takes one allocation.
+// jsonString decodes a JSON string literal that a decoder has validated
+// ("" when it is not one). The common case, no escapes and valid UTF-8,
+// takes one allocation.
 func jsonString(b []byte) string {
+	if len(b) < 2 || b[len(b)-1] != '"' {
+		return ""
+	}
 	in := b[1 : len(b)-1]
 	if bytes.IndexByte(in, '\\') < 0 && utf8.Valid(in) {
 		return string(in)
@@ -195,6 +199,9 @@ func errorMessage(raw json.RawMessage) string {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" || string(raw) == "false" {
 		return ""
+	}
+	if !json.Valid(raw) {
+		return clip(raw)
 	}
 	var obj struct {
 		Message flexText        `json:"message"`
