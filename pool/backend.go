@@ -50,6 +50,8 @@ type Endpoint struct {
 	// AuxPort is a second port (Lingma's --httpPort for the login callback);
 	// 0 when the driver needs none.
 	AuxPort int
+	// Account is the account the worker runs as (for command templates).
+	Account Account
 }
 
 // Driver knows how to launch and talk to one kind of worker.

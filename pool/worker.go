@@ -377,7 +377,7 @@ func (w *Worker) endpoint() (Endpoint, error) {
 	if err != nil {
 		return Endpoint{}, err
 	}
-	return Endpoint{Name: w.cfg.Name, WorkDir: w.cfg.WorkDir, Port: p1, AuxPort: p2}, nil
+	return Endpoint{Name: w.cfg.Name, WorkDir: w.cfg.WorkDir, Port: p1, AuxPort: p2, Account: w.cfg.Account}, nil
 }
 
 func freePort() (int, error) {

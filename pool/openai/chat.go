@@ -122,8 +122,8 @@ func (s *stream) run(resp *http.Response, cancel context.CancelFunc) {
 	} else {
 		err = s.acc.sse(r, s.emit)
 	}
-	if errors.Is(err, errListenerGone) {
-		return
+	if errors.Is(err, errListenerGone) || s.ctx.Err() != nil {
+		return // nobody listens any more
 	}
 	if err == nil && s.acc.sawDone {
 		// Read the end of the body so the connection is reused; a server

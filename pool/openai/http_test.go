@@ -228,3 +228,17 @@ func TestConnectionReuse(t *testing.T) {
 		t.Errorf("5 rounds of 8 concurrent turns used %d connections in all, want at most 10", n)
 	}
 }
+
+func TestConnectionDroppedMidStream(t *testing.T) {
+	f := startFake(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, sse(text("partial")))
+		_ = http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler) // drops the connection, as a crashed worker does
+	})
+	c := connect(t, newDriver(t, Config{}), f.ep)
+	a := chat(t, c, userTurn("x"))
+	if a.text != "partial" || !errors.Is(a.err, pool.ErrWorkerGone) {
+		t.Errorf("answer = %+v, want the partial text then ErrWorkerGone", a)
+	}
+}

@@ -35,9 +35,7 @@ type Config struct {
 	// Command is the argv template that starts one worker. These placeholders
 	// are replaced in every argument: {port} (the API port the driver talks
 	// to), {auxport} (a second free port), {workdir}, {account.name} and
-	// {account.username}. pool.Endpoint carries only the instance name, so
-	// both account placeholders expand to it (the account name unless the
-	// instance was renamed). Example:
+	// {account.username} (the account's name and login name). Example:
 	// ["llama-server", "--host", "127.0.0.1", "--port", "{port}", "-m", "model.gguf"].
 	// Required: there is no default.
 	Command []string
@@ -151,8 +149,8 @@ func (d *Driver) Command(ep pool.Endpoint) []string {
 		"{port}", strconv.Itoa(ep.Port),
 		"{auxport}", strconv.Itoa(ep.AuxPort),
 		"{workdir}", ep.WorkDir,
-		"{account.name}", ep.Name,
-		"{account.username}", ep.Name,
+		"{account.name}", ep.Account.Name,
+		"{account.username}", ep.Account.Username,
 	)
 	argv := make([]string, len(d.cfg.Command))
 	for i, a := range d.cfg.Command {

@@ -382,9 +382,10 @@ func TestWorkerGone(t *testing.T) {
 func TestCommand(t *testing.T) {
 	d := New(Config{Command: []string{"llama-server", "--port", "{port}", "--slot-save-path={workdir}/slots",
 		"--alias", "{account.name}", "--user={account.username}", "--aux={auxport}", "{unknown}"}})
-	got := d.Command(pool.Endpoint{Name: "acct-2", WorkDir: "/w/2", Port: 7001, AuxPort: 7002})
+	got := d.Command(pool.Endpoint{Name: "acct-2", WorkDir: "/w/2", Port: 7001, AuxPort: 7002,
+		Account: pool.Account{Name: "acct-2", Username: "me@example.com"}})
 	want := []string{"llama-server", "--port", "7001", "--slot-save-path=/w/2/slots",
-		"--alias", "acct-2", "--user=acct-2", "--aux=7002", "{unknown}"}
+		"--alias", "acct-2", "--user=me@example.com", "--aux=7002", "{unknown}"}
 	if !slices.Equal(got, want) {
 		t.Errorf("Command = %q, want %q", got, want)
 	}

@@ -47,7 +47,7 @@ func (s *sseReader) reset(r io.Reader) {
 		s.line = nil
 	}
 	if cap(s.data) > 1<<20 {
-		s.data = nil
+		s.data, s.dec = nil, nil // the decoder's buffer grew as large
 	}
 	s.line, s.data = s.line[:0], s.data[:0]
 }
