@@ -29,6 +29,7 @@ import (
 	"github.com/poolgate/poolgate/internal/tokens"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/lingma"
+	openaidrv "github.com/poolgate/poolgate/pool/openai"
 	"github.com/poolgate/poolgate/session"
 )
 
@@ -155,49 +156,68 @@ func openStore(cfg config.Config, m *metrics.Metrics, onEvict func(session.Affin
 // worker binary configured, the pool runs this executable's simworker; with
 // no accounts either, two simulated accounts that start logged in.
 func workerSetup(cfg config.Config, log *slog.Logger) (pool.Driver, []pool.WorkerConfig, error) {
-	command := []string{cfg.WorkerBin}
-	extra := cfg.WorkerArgs
+	// prefix starts the worker binary; extra follows the driver's own
+	// arguments (for the openai driver, the whole template is prefix+extra).
+	prefix, extra := []string{cfg.WorkerBin}, cfg.WorkerArgs
 	accounts := cfg.Accounts
 	if cfg.WorkerBin == "" {
 		self, err := os.Executable()
 		if err != nil {
 			return nil, nil, fmt.Errorf("find own executable for the simulated workers: %w", err)
 		}
-		command = []string{self, "simworker"}
+		prefix = []string{self, "simworker"}
+		if cfg.Driver == "openai" {
+			prefix = append(prefix, "start", "--protocol=openai", "--port={port}", "--workDir={workdir}")
+		}
 		if len(accounts) == 0 {
 			accounts = config.DefaultAccounts()
-			extra = append(extra, "--logged-in")
+			if cfg.Driver == "lingma" {
+				extra = append(extra, "--logged-in")
+			}
 			log.Info("no accounts configured: serving two simulated accounts (set POOLGATE_ACCOUNTS and POOLGATE_WORKER_BIN for real ones)")
 		}
 	}
 	if len(accounts) == 0 {
 		return nil, nil, errors.New("no accounts: set POOLGATE_ACCOUNTS (a JSON list of {name, username, password}) or POOLGATE_ACCOUNTS_FILE")
 	}
-	driver := lingma.New(lingma.Config{Command: command, ExtraArgs: extra})
+	var driver pool.Driver
+	switch cfg.Driver {
+	case "openai":
+		template := append(append([]string(nil), prefix...), extra...)
+		driver = openaidrv.New(openaidrv.Config{Command: template, APIKey: cfg.WorkerAPIKey, IdleConns: cfg.InstanceMaxInFlight})
+	default:
+		driver = lingma.New(lingma.Config{Command: prefix, ExtraArgs: extra})
+	}
 	workers := make([]pool.WorkerConfig, 0, len(accounts))
 	for _, acct := range accounts {
-		env := []string{"SIMWORKER_ACCOUNTS=" + acct.Username + ":" + acct.Password}
-		keys := make([]string, 0, len(acct.Env))
-		for k := range acct.Env {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			env = append(env, k+"="+acct.Env[k])
-		}
 		workers = append(workers, pool.WorkerConfig{
-			Name: acct.Name,
-			Account: pool.Account{Name: acct.Name, Username: acct.Username, Password: acct.Password, Env: env,
-				Args: acct.Args},
+			Name:           acct.Name,
+			Account:        poolAccount(acct),
 			WorkDir:        filepath.Join(cfg.DataDir, "workers", acct.Name),
 			MaxInFlight:    cfg.InstanceMaxInFlight,
 			StartTimeout:   cfg.StartTimeout,
 			HealthInterval: cfg.HealthInterval,
 			HealthTimeout:  cfg.HealthTimeout,
 			BackoffMax:     cfg.BackoffMax,
+			Recipe:         acct.Recipe,
 		})
 	}
 	return driver, workers, nil
+}
+
+// poolAccount converts a configured account; the simulator learns the
+// account's credentials from SIMWORKER_ACCOUNTS (harmless to real workers).
+func poolAccount(acct config.Account) pool.Account {
+	env := []string{"SIMWORKER_ACCOUNTS=" + acct.Username + ":" + acct.Password}
+	keys := make([]string, 0, len(acct.Env))
+	for k := range acct.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+acct.Env[k])
+	}
+	return pool.Account{Name: acct.Name, Username: acct.Username, Password: acct.Password, Env: env, Args: acct.Args}
 }
 
 // run serves until ctx ends, then shuts down: stop accepting, let turns in

@@ -54,11 +54,13 @@ type Config struct {
 	LogLevel      string   `yaml:"log_level"`      // debug, info, warn, error (info)
 	LogFormat     string   `yaml:"log_format"`     // text or json (text)
 
-	DataDir      string    `yaml:"data_dir"`      // parent of the per-account work dirs
-	WorkerBin    string    `yaml:"worker_bin"`    // worker binary ("" = this executable's simworker)
-	WorkerArgs   []string  `yaml:"worker_args"`   // extra worker arguments
-	Accounts     []Account `yaml:"accounts"`      // accounts (JSON list in the environment)
-	AccountsFile string    `yaml:"accounts_file"` // YAML or JSON file with the account list
+	Driver       string    `yaml:"driver"`         // worker protocol: lingma or openai (lingma)
+	WorkerAPIKey string    `yaml:"worker_api_key"` // Bearer key sent to openai-driver workers
+	DataDir      string    `yaml:"data_dir"`       // parent of the per-account work dirs
+	WorkerBin    string    `yaml:"worker_bin"`     // worker binary ("" = this executable's simworker)
+	WorkerArgs   []string  `yaml:"worker_args"`    // extra worker arguments
+	Accounts     []Account `yaml:"accounts"`       // accounts (JSON list in the environment)
+	AccountsFile string    `yaml:"accounts_file"`  // YAML or JSON file with the account list
 
 	InstanceMaxInFlight int           `yaml:"instance_max_in_flight"` // turns at once per instance (1)
 	MaxInFlight         int           `yaml:"max_in_flight"`          // turns at once in the pool (64)
@@ -85,6 +87,7 @@ func Defaults() Config {
 		MaxBodyBytes:        16 << 20,
 		LogLevel:            "info",
 		LogFormat:           "text",
+		Driver:              "lingma",
 		DataDir:             defaultDataDir(),
 		InstanceMaxInFlight: 1,
 		MaxInFlight:         64,
@@ -231,6 +234,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Retries < 0 {
 		errs = append(errs, fmt.Errorf("retries must be >= 0, got %d", c.Retries))
+	}
+	switch c.Driver {
+	case "lingma", "openai":
+	default:
+		errs = append(errs, fmt.Errorf("driver %q: use lingma or openai", c.Driver))
 	}
 	switch c.LogFormat {
 	case "text", "json":
