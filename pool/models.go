@@ -1,5 +1,10 @@
 package pool
 
+import (
+	"context"
+	"errors"
+)
+
 // Models returns the union of the instances' models, in first-seen order.
 func (p *Pool) Models() []Model {
 	p.mu.Lock()
@@ -40,4 +45,23 @@ func (r *Router) ResolveModel(name string) string {
 		return models[0].ID
 	}
 	return name
+}
+
+// InstanceModels asks the named instance for its model list now.
+func (p *Pool) InstanceModels(ctx context.Context, name string) ([]Model, error) {
+	w, ok := p.byName[name]
+	if !ok {
+		return nil, ErrUnknownInstance
+	}
+	p.mu.Lock()
+	be := w.backend
+	p.mu.Unlock()
+	if be == nil {
+		return nil, ErrNoInstance
+	}
+	ml, ok := be.(ModelLister)
+	if !ok {
+		return nil, errors.New("this worker cannot list models")
+	}
+	return ml.Models(ctx)
 }

@@ -195,3 +195,44 @@ func TestRefusesPublicListenWithoutKeys(t *testing.T) {
 		t.Errorf("got %v, want a refusal naming POOLGATE_API_KEYS", err)
 	}
 }
+
+func TestStatsAndRawModels(t *testing.T) {
+	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_ADMIN_TOKEN=adm")
+	d.WaitReady(t, 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	client := sdk(d, "sk-1")
+	for i := range 3 {
+		if _, err := client.Chat.Completions.New(ctx, chatParams(strings.Repeat("x", i+1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stats struct {
+		Requests struct {
+			Total float64            `json:"total"`
+			ByAPI map[string]float64 `json:"by_api"`
+		} `json:"requests"`
+		Tokens      map[string]float64 `json:"tokens"`
+		Concurrency map[string]float64 `json:"concurrency"`
+		Pool        []pool.InstanceStatus
+	}
+	if code := d.GetJSON(t, "/internal/stats", "adm", &stats); code != http.StatusOK {
+		t.Fatalf("stats: %d", code)
+	}
+	if stats.Requests.ByAPI["chat"] != 3 || stats.Tokens["output"] == 0 || stats.Concurrency["max_queue"] != 256 || len(stats.Pool) != 2 {
+		t.Errorf("stats %+v", stats)
+	}
+	if code := d.GetJSON(t, "/internal/stats", "sk-1", nil); code != http.StatusUnauthorized {
+		t.Errorf("API key on admin with an admin token set: %d, want 401", code)
+	}
+	var raw struct {
+		Models []pool.Model `json:"models"`
+	}
+	if code := d.GetJSON(t, "/internal/models/raw?instance=sim-1", "adm", &raw); code != http.StatusOK || len(raw.Models) == 0 {
+		t.Errorf("models/raw: %d %+v", code, raw)
+	}
+	var eb errorBody
+	if code := d.GetJSON(t, "/internal/models/raw?instance=nope", "adm", &eb); code != http.StatusNotFound || !strings.Contains(string(eb.Error["message"]), "nope") {
+		t.Errorf("unknown instance: %d %v", code, eb.Error)
+	}
+}

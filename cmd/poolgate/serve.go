@@ -129,6 +129,7 @@ func build(cfg config.Config, log *slog.Logger) (*app, error) {
 	}
 	internal := adm.Register(adminEngine)
 	adm.RegisterSession(internal, st)
+	adm.RegisterStats(internal, admin.Limits{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue}, p)
 	return a, nil
 }
 
