@@ -1,0 +1,572 @@
+package openaichat
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/poolgate/poolgate/pool"
+)
+
+// wireRequest is the request body of POST /v1/chat/completions. Fields the
+// gateway cannot honour are decoded so they can be rejected by name rather
+// than silently dropped; fields it can ignore without changing the answer's
+// meaning (user, seed, metadata, ...) are typed so a wrong type is still a 400.
+// Unknown fields are accepted and ignored: clients and SDKs add vendor
+// extensions freely (reasoning_effort, extra_body leftovers), and rejecting
+// them would break more callers than it protects.
+type wireRequest struct {
+	Model               string              `json:"model"`
+	Messages            []wireMessage       `json:"messages"`
+	Tools               []wireTool          `json:"tools"`
+	ToolChoice          json.RawMessage     `json:"tool_choice"`
+	Stream              *bool               `json:"stream"`
+	StreamOptions       *wireStreamOptions  `json:"stream_options"`
+	MaxTokens           *int                `json:"max_tokens"`
+	MaxCompletionTokens *int                `json:"max_completion_tokens"`
+	Stop                json.RawMessage     `json:"stop"`
+	Temperature         *float64            `json:"temperature"`
+	TopP                *float64            `json:"top_p"`
+	FrequencyPenalty    *float64            `json:"frequency_penalty"`
+	PresencePenalty     *float64            `json:"presence_penalty"`
+	N                   *int                `json:"n"`
+	ResponseFormat      *wireResponseFormat `json:"response_format"`
+	User                string              `json:"user"`
+	Seed                *int64              `json:"seed"`
+	ParallelToolCalls   *bool               `json:"parallel_tool_calls"`
+	ServiceTier         *string             `json:"service_tier"`
+	Metadata            map[string]string   `json:"metadata"`
+	Store               *bool               `json:"store"`
+	Logprobs            *bool               `json:"logprobs"`
+	TopLogprobs         *int                `json:"top_logprobs"`
+	Audio               json.RawMessage     `json:"audio"`
+	Modalities          []string            `json:"modalities"`
+	Prediction          json.RawMessage     `json:"prediction"`
+	Functions           json.RawMessage     `json:"functions"`
+	FunctionCall        json.RawMessage     `json:"function_call"`
+}
+
+type wireStreamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+type wireResponseFormat struct {
+	Type       string `json:"type"`
+	JSONSchema *struct {
+		Strict *bool `json:"strict"`
+	} `json:"json_schema"`
+}
+
+type wireMessage struct {
+	Role         string          `json:"role"`
+	Content      json.RawMessage `json:"content"`
+	Name         string          `json:"name"`
+	ToolCalls    []wireToolCall  `json:"tool_calls"`
+	ToolCallID   string          `json:"tool_call_id"`
+	Refusal      *string         `json:"refusal"`
+	FunctionCall json.RawMessage `json:"function_call"`
+}
+
+type wireToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function wireFunction `json:"function"`
+}
+
+type wireFunction struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+type wirePart struct {
+	Type    string  `json:"type"`
+	Text    *string `json:"text"`
+	Refusal *string `json:"refusal"`
+}
+
+type wireTool struct {
+	Type     string `json:"type"`
+	Function *struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+		Strict      *bool           `json:"strict"`
+	} `json:"function"`
+}
+
+type wireToolChoice struct {
+	Type     string `json:"type"`
+	Function *struct {
+		Name string `json:"name"`
+	} `json:"function"`
+}
+
+// options are the request's settings that shape the response, not the
+// worker's turn.
+type options struct {
+	stream       bool
+	includeUsage bool
+}
+
+// maxStops is OpenAI's limit on stop sequences.
+const maxStops = 4
+
+// decodeRequest parses and validates a request body into the neutral
+// request. Every error it returns is a *requestError (a 400).
+func decodeRequest(body []byte) (*pool.ChatRequest, options, error) {
+	var w wireRequest
+	if err := unmarshal(body, &w, ""); err != nil {
+		return nil, options{}, locate(body, err)
+	}
+	if err := w.reject(); err != nil {
+		return nil, options{}, err
+	}
+	req := &pool.ChatRequest{Model: w.Model, AffinityHint: w.User}
+	var err error
+	if req.Messages, err = decodeMessages(w.Messages); err != nil {
+		return nil, options{}, err
+	}
+	if req.Tools, err = decodeTools(w.Tools); err != nil {
+		return nil, options{}, err
+	}
+	if req.ToolChoice, err = decodeToolChoice(w.ToolChoice, req.Tools); err != nil {
+		return nil, options{}, err
+	}
+	if req.Stop, err = decodeStop(w.Stop); err != nil {
+		return nil, options{}, err
+	}
+	if err := w.checkRanges(); err != nil {
+		return nil, options{}, err
+	}
+	// max_completion_tokens replaces the deprecated max_tokens; 0 means no cap.
+	switch {
+	case w.MaxCompletionTokens != nil:
+		req.MaxTokens = *w.MaxCompletionTokens
+	case w.MaxTokens != nil:
+		req.MaxTokens = *w.MaxTokens
+	}
+	req.Temperature, req.TopP = w.Temperature, w.TopP
+	opt := options{stream: w.Stream != nil && *w.Stream}
+	opt.includeUsage = opt.stream && w.StreamOptions != nil && w.StreamOptions.IncludeUsage
+	req.Stream = opt.stream
+	return req, opt, nil
+}
+
+// reject refuses features the text-only workers cannot provide.
+func (w *wireRequest) reject() error {
+	switch {
+	case w.N != nil && *w.N != 1:
+		return badRequest("n", codeUnsupValue, "only n=1 is supported")
+	case w.Logprobs != nil && *w.Logprobs:
+		return badRequest("logprobs", codeUnsupported, "logprobs are not supported")
+	case w.TopLogprobs != nil && *w.TopLogprobs != 0:
+		return badRequest("top_logprobs", codeUnsupported, "logprobs are not supported")
+	case !isNull(w.Audio):
+		return badRequest("audio", codeUnsupported, "audio output is not supported")
+	case !isNull(w.Prediction):
+		return badRequest("prediction", codeUnsupported, "predicted outputs are not supported")
+	case !isNull(w.Functions):
+		return badRequest("functions", codeUnsupported, "functions is deprecated and not supported; use tools")
+	case !isNull(w.FunctionCall):
+		return badRequest("function_call", codeUnsupported, "function_call is deprecated and not supported; use tool_choice")
+	}
+	for _, m := range w.Modalities {
+		if m != "text" {
+			return badRequest("modalities", codeUnsupValue, "only the text modality is supported, got %q", m)
+		}
+	}
+	if f := w.ResponseFormat; f != nil {
+		switch f.Type {
+		case "text", "json_object":
+		case "json_schema":
+			// A non-strict schema is a hint the model may follow; a strict
+			// one is a guarantee the gateway cannot give.
+			if f.JSONSchema != nil && f.JSONSchema.Strict != nil && *f.JSONSchema.Strict {
+				return badRequest("response_format", codeUnsupValue, "strict json_schema output is not supported")
+			}
+		default:
+			return badRequest("response_format.type", codeInvalidVal, "unknown response format %q", f.Type)
+		}
+	}
+	return nil
+}
+
+// checkRanges validates numeric fields against OpenAI's documented ranges.
+func (w *wireRequest) checkRanges() error {
+	ranges := []struct {
+		param  string
+		v      *float64
+		lo, hi float64
+	}{
+		{"temperature", w.Temperature, 0, 2},
+		{"top_p", w.TopP, 0, 1},
+		{"frequency_penalty", w.FrequencyPenalty, -2, 2},
+		{"presence_penalty", w.PresencePenalty, -2, 2},
+	}
+	for _, r := range ranges {
+		if r.v != nil && (*r.v < r.lo || *r.v > r.hi) {
+			return badRequest(r.param, codeInvalidVal, "must be between %g and %g, got %g", r.lo, r.hi, *r.v)
+		}
+	}
+	if w.MaxTokens != nil && *w.MaxTokens < 0 {
+		return badRequest("max_tokens", codeInvalidVal, "must not be negative, got %d", *w.MaxTokens)
+	}
+	if w.MaxCompletionTokens != nil && *w.MaxCompletionTokens < 0 {
+		return badRequest("max_completion_tokens", codeInvalidVal, "must not be negative, got %d", *w.MaxCompletionTokens)
+	}
+	return nil
+}
+
+func decodeMessages(items []wireMessage) ([]pool.Message, error) {
+	if items == nil {
+		return nil, badRequest("messages", codeMissing, "is required")
+	}
+	if len(items) == 0 {
+		return nil, badRequest("messages", codeInvalidVal, "must contain at least one message")
+	}
+	msgs := make([]pool.Message, len(items))
+	var toolNames map[string]string // tool call id -> function name
+	for i := range items {
+		if err := decodeMessage(&items[i], i, &msgs[i], &toolNames); err != nil {
+			return nil, err
+		}
+	}
+	return msgs, nil
+}
+
+// locate refines a type error inside the messages or tools array: the
+// one-pass decode names the field but not the element, so the array is
+// decoded again element by element (only on this error path) to name it.
+func locate(body []byte, err error) error {
+	var re *requestError
+	if !errors.As(err, &re) || re.code != codeInvalidType {
+		return err
+	}
+	var probe struct {
+		Messages []json.RawMessage `json:"messages"`
+		Tools    []json.RawMessage `json:"tools"`
+	}
+	if json.Unmarshal(body, &probe) != nil {
+		return err // the array itself has the wrong type: err names it
+	}
+	var arr []json.RawMessage
+	var name string
+	var elem any
+	switch {
+	case strings.HasPrefix(re.param, "messages"):
+		arr, name, elem = probe.Messages, "messages", new(wireMessage)
+	case strings.HasPrefix(re.param, "tools"):
+		arr, name, elem = probe.Tools, "tools", new(wireTool)
+	default:
+		return err
+	}
+	for i, raw := range arr {
+		if e := unmarshal(raw, elem, fmt.Sprintf("%s[%d]", name, i)); e != nil {
+			return e
+		}
+	}
+	return err
+}
+
+func decodeMessage(wm *wireMessage, i int, m *pool.Message, toolNames *map[string]string) error {
+	param := "messages[" + strconv.Itoa(i) + "]"
+	switch wm.Role {
+	case "system", "developer":
+		m.Role = pool.RoleSystem
+	case "user":
+		m.Role = pool.RoleUser
+	case "assistant":
+		m.Role = pool.RoleAssistant
+	case "tool":
+		m.Role = pool.RoleTool
+	case "":
+		return badRequest(param+".role", codeMissing, "is required")
+	default:
+		return badRequest(param+".role", codeInvalidVal,
+			"unsupported role %q (want system, developer, user, assistant or tool)", wm.Role)
+	}
+	if !isNull(wm.FunctionCall) {
+		return badRequest(param+".function_call", codeUnsupported, "function_call is deprecated and not supported; use tool_calls")
+	}
+	var err error
+	if m.Content, err = decodeContent(wm.Content, param+".content"); err != nil {
+		return err
+	}
+	switch m.Role {
+	case pool.RoleAssistant:
+		if m.ToolCalls, err = decodeToolCalls(wm.ToolCalls, param, toolNames); err != nil {
+			return err
+		}
+	case pool.RoleTool:
+		if wm.ToolCallID == "" {
+			return badRequest(param+".tool_call_id", codeMissing, "is required for tool messages")
+		}
+		m.ToolCallID = wm.ToolCallID
+		m.Name = (*toolNames)[wm.ToolCallID]
+	}
+	if isNull(wm.Content) && m.Role != pool.RoleAssistant {
+		return badRequest(param+".content", codeMissing, "is required for %s messages", wm.Role)
+	}
+	if len(wm.ToolCalls) > 0 && m.Role != pool.RoleAssistant {
+		return badRequest(param+".tool_calls", codeInvalidVal, "only assistant messages have tool_calls")
+	}
+	return nil
+}
+
+func decodeToolCalls(calls []wireToolCall, param string, toolNames *map[string]string) ([]pool.ToolCall, error) {
+	if len(calls) == 0 {
+		return nil, nil
+	}
+	out := make([]pool.ToolCall, len(calls))
+	for j, c := range calls {
+		p := fmt.Sprintf("%s.tool_calls[%d]", param, j)
+		if c.Type != "" && c.Type != "function" {
+			return nil, badRequest(p+".type", codeUnsupValue, "unsupported tool call type %q", c.Type)
+		}
+		if c.Function.Name == "" {
+			return nil, badRequest(p+".function.name", codeMissing, "is required")
+		}
+		args := c.Function.Arguments
+		if strings.TrimSpace(args) == "" {
+			args = "{}"
+		}
+		out[j] = pool.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: args}
+		if c.ID != "" {
+			if *toolNames == nil {
+				*toolNames = make(map[string]string)
+			}
+			(*toolNames)[c.ID] = c.Function.Name
+		}
+	}
+	return out, nil
+}
+
+// decodeContent accepts a string, null, or an array of text parts (joined
+// with no separator, as OpenAI does). Other part types are media the
+// text-only workers cannot read.
+func decodeContent(raw json.RawMessage, param string) (string, error) {
+	if isNull(raw) {
+		return "", nil
+	}
+	if raw[0] == '"' {
+		return decodeString(raw, param)
+	}
+	if raw[0] != '[' {
+		return "", badRequest(param, codeInvalidType, "must be a string, an array of content parts or null")
+	}
+	var parts []wirePart
+	if err := unmarshal(raw, &parts, param); err != nil {
+		return "", err
+	}
+	if len(parts) == 1 && parts[0].Type == "text" && parts[0].Text != nil {
+		return *parts[0].Text, nil
+	}
+	var b strings.Builder
+	for j, p := range parts {
+		pp := fmt.Sprintf("%s[%d]", param, j)
+		switch p.Type {
+		case "text":
+			if p.Text == nil {
+				return "", badRequest(pp+".text", codeMissing, "is required for text parts")
+			}
+			b.WriteString(*p.Text)
+		case "refusal":
+			if p.Refusal != nil {
+				b.WriteString(*p.Refusal)
+			}
+		case "image_url", "input_audio", "file":
+			return "", badRequest(pp+".type", codeUnsupValue, "%s content parts are not supported: the backend is text-only", p.Type)
+		default:
+			return "", badRequest(pp+".type", codeInvalidVal, "unknown content part type %q", p.Type)
+		}
+	}
+	return b.String(), nil
+}
+
+func decodeTools(tools []wireTool) ([]pool.Tool, error) {
+	if len(tools) == 0 {
+		return nil, nil
+	}
+	out := make([]pool.Tool, 0, len(tools))
+	seen := make(map[string]bool, len(tools))
+	for i, t := range tools {
+		p := "tools[" + strconv.Itoa(i) + "]"
+		if t.Type != "function" {
+			return nil, badRequest(p+".type", codeUnsupValue, "unsupported tool type %q (only function)", t.Type)
+		}
+		if t.Function == nil || t.Function.Name == "" {
+			return nil, badRequest(p+".function.name", codeMissing, "is required")
+		}
+		f := t.Function
+		if seen[f.Name] {
+			return nil, badRequest(p+".function.name", codeInvalidVal, "duplicate tool name %q", f.Name)
+		}
+		seen[f.Name] = true
+		params := f.Parameters
+		if isNull(params) {
+			params = nil
+		} else if params[0] != '{' {
+			return nil, badRequest(p+".function.parameters", codeInvalidType, "must be a JSON schema object")
+		}
+		out = append(out, pool.Tool{Name: f.Name, Description: f.Description, Parameters: params})
+	}
+	return out, nil
+}
+
+func decodeToolChoice(raw json.RawMessage, tools []pool.Tool) (pool.ToolChoice, error) {
+	if isNull(raw) {
+		return pool.ToolChoice{}, nil
+	}
+	var tc pool.ToolChoice
+	if raw[0] == '"' {
+		var s string
+		if err := unmarshal(raw, &s, "tool_choice"); err != nil {
+			return tc, err
+		}
+		switch s {
+		case "auto":
+			return tc, nil
+		case "none":
+			return pool.ToolChoice{Mode: pool.ToolNone}, nil
+		case "required":
+			tc = pool.ToolChoice{Mode: pool.ToolRequired}
+		default:
+			return tc, badRequest("tool_choice", codeInvalidVal, "unknown tool_choice %q (want auto, none, required or a function)", s)
+		}
+	} else {
+		var w wireToolChoice
+		if err := unmarshal(raw, &w, "tool_choice"); err != nil {
+			return tc, err
+		}
+		if w.Type != "function" {
+			return tc, badRequest("tool_choice.type", codeUnsupValue, "unsupported tool_choice type %q", w.Type)
+		}
+		if w.Function == nil || w.Function.Name == "" {
+			return tc, badRequest("tool_choice.function.name", codeMissing, "is required")
+		}
+		tc = pool.ToolChoice{Mode: pool.ToolNamed, Name: w.Function.Name}
+	}
+	if len(tools) == 0 {
+		return tc, badRequest("tool_choice", codeInvalidVal, "tool_choice requires tools")
+	}
+	if tc.Mode == pool.ToolNamed && !hasTool(tools, tc.Name) {
+		return tc, badRequest("tool_choice", codeInvalidVal, "tool %q is not among the request's tools", tc.Name)
+	}
+	return tc, nil
+}
+
+func hasTool(tools []pool.Tool, name string) bool {
+	for _, t := range tools {
+		if t.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func decodeStop(raw json.RawMessage) ([]string, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var stops []string
+	if raw[0] == '"' {
+		var s string
+		if err := unmarshal(raw, &s, "stop"); err != nil {
+			return nil, err
+		}
+		stops = []string{s}
+	} else if err := unmarshal(raw, &stops, "stop"); err != nil {
+		return nil, err
+	}
+	if len(stops) > maxStops {
+		return nil, badRequest("stop", codeInvalidVal, "at most %d stop sequences are allowed, got %d", maxStops, len(stops))
+	}
+	out := stops[:0]
+	for _, s := range stops {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// decodeString decodes a JSON string the top-level decode already
+// validated. Without escapes and with valid UTF-8 its bytes are the value,
+// which skips a second scan of the (often long) message text.
+func decodeString(raw json.RawMessage, param string) (string, error) {
+	inner := raw[1 : len(raw)-1]
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner), nil
+	}
+	var s string
+	err := unmarshal(raw, &s, param)
+	return s, err
+}
+
+// isNull reports whether a raw value is absent or JSON null.
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || bytes.Equal(raw, []byte("null"))
+}
+
+// unmarshal decodes data into v and turns decoding errors into request
+// errors naming the parameter (prefix is the path of data in the body).
+func unmarshal(data []byte, v any, prefix string) error {
+	err := json.Unmarshal(data, v)
+	if err == nil {
+		return nil
+	}
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return badRequest("", "invalid_json", "the body is not valid JSON: %v", se)
+	case errors.As(err, &te):
+		param := joinParam(prefix, te.Field)
+		if param == "" {
+			return badRequest("", codeInvalidType, "the body must be a JSON object")
+		}
+		return badRequest(param, codeInvalidType, "must be %s, got %s", jsonKind(te.Type), te.Value)
+	default:
+		return badRequest(prefix, codeInvalidVal, "%v", err)
+	}
+}
+
+func joinParam(prefix, field string) string {
+	switch {
+	case prefix == "":
+		return field
+	case field == "":
+		return prefix
+	default:
+		return prefix + "." + field
+	}
+}
+
+// jsonKind names the JSON type a Go type decodes from.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	default:
+		return "an object"
+	}
+}

@@ -1,0 +1,234 @@
+package openaichat
+
+import (
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/poolgate/poolgate/pool"
+)
+
+// completion is the non-streaming response body.
+type completion struct {
+	ID      string   `json:"id"`
+	Object  string   `json:"object"`
+	Created int64    `json:"created"`
+	Model   string   `json:"model"`
+	Choices []choice `json:"choices"`
+	Usage   usage    `json:"usage"`
+}
+
+type choice struct {
+	Index        int          `json:"index"`
+	Message      replyMessage `json:"message"`
+	Logprobs     *struct{}    `json:"logprobs"`
+	FinishReason string       `json:"finish_reason"`
+}
+
+type replyMessage struct {
+	Role      string          `json:"role"`
+	Content   *string         `json:"content"`
+	Refusal   *string         `json:"refusal"`
+	ToolCalls []replyToolCall `json:"tool_calls,omitempty"`
+}
+
+type replyToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function wireFunction `json:"function"`
+}
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+func usageOf(u pool.Usage) usage {
+	return usage{PromptTokens: u.InputTokens, CompletionTokens: u.OutputTokens, TotalTokens: u.InputTokens + u.OutputTokens}
+}
+
+// finishReason maps the neutral finish reason to OpenAI's. A stop sequence
+// is "stop" on this protocol; an answer that called tools ends with
+// "tool_calls" even if the worker said "stop", since clients key on it.
+func finishReason(f pool.FinishReason, calledTools bool) string {
+	switch f {
+	case pool.FinishLength:
+		return "length"
+	case pool.FinishToolCalls:
+		return "tool_calls"
+	}
+	if calledTools {
+		return "tool_calls"
+	}
+	return "stop"
+}
+
+// streamEncoder builds the data payloads of one chat.completion.chunk
+// stream. The id/object/created/model head is rendered once; every chunk
+// reuses one buffer, so a text delta costs no allocation. A payload returned
+// by a method is valid until the next call.
+type streamEncoder struct {
+	head  []byte // `{"id":...,"model":...,"choices":[`
+	usage bool   // stream_options.include_usage: "usage":null on each chunk
+	buf   []byte
+	tools int // tool calls sent so far: the next call's index
+}
+
+func newStreamEncoder(id, model string, created int64, includeUsage bool) *streamEncoder {
+	head := make([]byte, 0, 96+len(id)+len(model))
+	head = append(head, `{"id":`...)
+	head = appendString(head, id)
+	head = append(head, `,"object":"chat.completion.chunk","created":`...)
+	head = strconv.AppendInt(head, created, 10)
+	head = append(head, `,"model":`...)
+	head = appendString(head, model)
+	head = append(head, `,"choices":[`...)
+	return &streamEncoder{head: head, usage: includeUsage, buf: make([]byte, 0, 512)}
+}
+
+// begin starts a chunk with one choice whose delta follows.
+func (e *streamEncoder) begin() []byte {
+	b := append(e.buf[:0], e.head...)
+	return append(b, `{"index":0,"delta":`...)
+}
+
+// end closes a chunk begun with begin; finish is the JSON finish_reason.
+func (e *streamEncoder) end(b []byte, finish string) []byte {
+	b = append(b, `,"logprobs":null,"finish_reason":`...)
+	b = append(b, finish...)
+	b = append(b, "}]"...)
+	if e.usage {
+		b = append(b, `,"usage":null`...)
+	}
+	b = append(b, '}')
+	e.buf = b
+	return b
+}
+
+// role is the first chunk: the assistant role and empty content.
+func (e *streamEncoder) role() []byte {
+	b := e.begin()
+	b = append(b, `{"role":"assistant","content":""}`...)
+	return e.end(b, "null")
+}
+
+// text is a content delta.
+func (e *streamEncoder) text(s string) []byte {
+	b := e.begin()
+	b = append(b, `{"content":`...)
+	b = appendString(b, s)
+	b = append(b, '}')
+	return e.end(b, "null")
+}
+
+// toolCallHead opens the next tool call: its index, id, type and name with
+// empty arguments, as OpenAI sends the first fragment of a call.
+func (e *streamEncoder) toolCallHead(id, name string) []byte {
+	b := e.begin()
+	b = append(b, `{"tool_calls":[{"index":`...)
+	b = strconv.AppendInt(b, int64(e.tools), 10)
+	b = append(b, `,"id":`...)
+	b = appendString(b, id)
+	b = append(b, `,"type":"function","function":{"name":`...)
+	b = appendString(b, name)
+	b = append(b, `,"arguments":""}}]}`...)
+	return e.end(b, "null")
+}
+
+// toolCallArgs sends the arguments of the call opened last, then moves on
+// to the next index.
+func (e *streamEncoder) toolCallArgs(args string) []byte {
+	b := e.begin()
+	b = append(b, `{"tool_calls":[{"index":`...)
+	b = strconv.AppendInt(b, int64(e.tools), 10)
+	b = append(b, `,"function":{"arguments":`...)
+	b = appendString(b, args)
+	b = append(b, `}}]}`...)
+	e.tools++
+	return e.end(b, "null")
+}
+
+// finish is the last chunk with a choice: an empty delta and the reason.
+func (e *streamEncoder) finish(reason string) []byte {
+	b := e.begin()
+	b = append(b, "{}"...)
+	return e.end(b, strconv.Quote(reason))
+}
+
+// usageChunk is the extra chunk stream_options.include_usage asks for: no
+// choices, only the usage.
+func (e *streamEncoder) usageChunk(u pool.Usage) []byte {
+	b := append(e.buf[:0], e.head...)
+	b = append(b, `],"usage":{"prompt_tokens":`...)
+	b = strconv.AppendInt(b, int64(u.InputTokens), 10)
+	b = append(b, `,"completion_tokens":`...)
+	b = strconv.AppendInt(b, int64(u.OutputTokens), 10)
+	b = append(b, `,"total_tokens":`...)
+	b = strconv.AppendInt(b, int64(u.InputTokens+u.OutputTokens), 10)
+	b = append(b, "}}"...)
+	e.buf = b
+	return b
+}
+
+// errorChunk is the in-stream error frame: the same {"error":{...}} object
+// as an error response body, which OpenAI's SDKs raise as an error.
+func (e *streamEncoder) errorChunk(ae *APIError) []byte {
+	b, _ := json.Marshal(errorBody{errorFields{Message: ae.Message, Type: ae.Type, Param: ae.Param, Code: ae.Code}})
+	return b
+}
+
+// doneData is the payload of the stream's closing frame.
+var doneData = []byte("[DONE]")
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD and
+// U+2028/U+2029 are escaped, like encoding/json, but without allocating.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

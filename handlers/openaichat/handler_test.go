@@ -1,0 +1,331 @@
+package openaichat
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/pooltest"
+)
+
+var _ Chatter = (*pooltest.Chatter)(nil)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// newTestHandler returns a handler with a fixed clock and counting ids, so
+// transcripts are stable.
+func newTestHandler(t *testing.T, chat Chatter, cfg Config) *Handler {
+	t.Helper()
+	h := New(cfg, chat, nil)
+	h.now = func() time.Time { return time.Unix(1700000000, 0) }
+	var n atomic.Int64
+	h.newID = func(prefix string) string { return fmt.Sprintf("%stest%d", prefix, n.Add(1)) }
+	return h
+}
+
+// serve runs one request through h the way the gin middleware would.
+func serve(h *Handler, body string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
+	ctx := httpx.WithRequestID(r.Context(), "req-1")
+	ctx = httpx.WithAPIKey(ctx, "sk-test")
+	rec := httptest.NewRecorder()
+	h.Completions(rec, r.WithContext(ctx))
+	return rec
+}
+
+// transcript renders a response for a golden file: status, the headers a
+// client cares about, then the body verbatim.
+func transcript(rec *httptest.ResponseRecorder) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "status: %d\n", rec.Code)
+	for _, k := range []string{"Content-Type", "Cache-Control", "Retry-After"} {
+		if v := rec.Header().Get(k); v != "" {
+			fmt.Fprintf(&b, "%s: %s\n", k, v)
+		}
+	}
+	b.WriteString("\n")
+	b.Write(rec.Body.Bytes())
+	return b.Bytes()
+}
+
+func checkGolden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read golden (run with -update to create): %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s: got\n%s\nwant\n%s", path, got, want)
+	}
+}
+
+const (
+	simpleBody = `{"model":"qwen","messages":[{"role":"user","content":"hi"}]}`
+	streamBody = `{"model":"qwen","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	usageBody  = `{"model":"qwen","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`
+)
+
+func toolAnswer() []pool.Event {
+	return []pool.Event{
+		{Type: pool.EventText, Text: "Let me check."},
+		{Type: pool.EventToolCall, ToolCall: pool.ToolCall{ID: "call_a", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
+		{Type: pool.EventToolCall, ToolCall: pool.ToolCall{Name: "get_time", Arguments: `{"tz":"CET"}`}},
+		{Type: pool.EventDone, Finish: pool.FinishToolCalls, Usage: pool.Usage{InputTokens: 20, OutputTokens: 12}},
+	}
+}
+
+func failingAnswer() []pool.Event {
+	return []pool.Event{
+		{Type: pool.EventText, Text: "Half an "},
+		{Type: pool.EventText, Text: "answer"},
+		{Type: pool.EventError, Err: &pool.UpstreamError{Status: 500, Message: "model crashed"}},
+	}
+}
+
+func TestGolden(t *testing.T) {
+	tests := []struct {
+		name   string
+		body   string
+		events []pool.Event
+		err    error
+	}{
+		{name: "stream_text", body: streamBody, events: pooltest.TextAnswer("Hello", ", \"world\"\n", "日本")},
+		{name: "stream_usage", body: usageBody, events: pooltest.TextAnswer("Hello", " there")},
+		{name: "stream_tool_calls", body: usageBody, events: toolAnswer()},
+		{name: "stream_stop_sequence", body: streamBody, events: []pool.Event{
+			{Type: pool.EventText, Text: "one two"},
+			{Type: pool.EventDone, Finish: pool.FinishStopSequence, StopSequence: "three"}}},
+		{name: "stream_length", body: streamBody, events: []pool.Event{
+			{Type: pool.EventText, Text: "cut"},
+			{Type: pool.EventDone, Finish: pool.FinishLength}}},
+		{name: "stream_fails_midway", body: usageBody, events: failingAnswer()},
+		{name: "stream_fails_before_first_event", body: streamBody, events: []pool.Event{
+			{Type: pool.EventError, Err: pool.ErrWorkerGone}}},
+		{name: "stream_overloaded", body: streamBody, err: &pool.OverloadedError{RetryAfter: 1500 * time.Millisecond, Reason: "queue full"}},
+		{name: "json_text", body: simpleBody, events: pooltest.TextAnswer("Hello", " there")},
+		{name: "json_tool_calls", body: simpleBody, events: toolAnswer()},
+		{name: "json_fails", body: simpleBody, events: failingAnswer()},
+		{name: "json_no_instance", body: simpleBody, err: pool.ErrNoInstance},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			chat := &pooltest.Chatter{Events: tt.events, Err: tt.err}
+			rec := serve(newTestHandler(t, chat, Config{}), tt.body)
+			checkGolden(t, tt.name, transcript(rec))
+		})
+	}
+}
+
+func TestRequestMapping(t *testing.T) {
+	body := `{
+		"model": "qwen-max", "user": "conv-7", "stream": true, "max_tokens": 50, "max_completion_tokens": 100,
+		"temperature": 0.5, "top_p": 0.9, "stop": "END", "seed": 3, "metadata": {"a": "b"},
+		"response_format": {"type": "json_object"}, "parallel_tool_calls": false, "some_vendor_field": {"x": 1},
+		"messages": [
+			{"role": "developer", "content": "Be brief."},
+			{"role": "user", "content": [{"type": "text", "text": "What is "}, {"type": "text", "text": "the weather?"}]},
+			{"role": "assistant", "content": null, "tool_calls": [
+				{"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Oslo\"}"}}]},
+			{"role": "tool", "tool_call_id": "c1", "content": "rainy"}
+		],
+		"tools": [{"type": "function", "function": {"name": "weather", "description": "Looks it up",
+			"parameters": {"type": "object"}}}],
+		"tool_choice": {"type": "function", "function": {"name": "weather"}}
+	}`
+	chat := &pooltest.Chatter{Events: pooltest.TextAnswer("ok")}
+	rec := serve(newTestHandler(t, chat, Config{}), body)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("got status %d (%s), want 200", rec.Code, rec.Body)
+	}
+	got := chat.Requests()[0]
+	temp, topP := 0.5, 0.9
+	want := &pool.ChatRequest{
+		RequestID: "req-1", APIKey: "sk-test", AffinityHint: "conv-7",
+		Model: "qwen-max", MaxTokens: 100, Stop: []string{"END"}, Temperature: &temp, TopP: &topP, Stream: true,
+		Messages: []pool.Message{
+			{Role: pool.RoleSystem, Content: "Be brief."},
+			{Role: pool.RoleUser, Content: "What is the weather?"},
+			{Role: pool.RoleAssistant, ToolCalls: []pool.ToolCall{{ID: "c1", Name: "weather", Arguments: `{"city":"Oslo"}`}}},
+			{Role: pool.RoleTool, Content: "rainy", ToolCallID: "c1", Name: "weather"},
+		},
+		Tools:      []pool.Tool{{Name: "weather", Description: "Looks it up", Parameters: []byte(`{"type": "object"}`)}},
+		ToolChoice: pool.ToolChoice{Mode: pool.ToolNamed, Name: "weather"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+}
+
+func TestKeepAlive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		chat := &pooltest.Chatter{Script: func(*pool.ChatRequest) ([]pool.Event, error) {
+			time.Sleep(40 * time.Second) // a slow first token, in the bubble's fake time
+			return pooltest.TextAnswer("late"), nil
+		}}
+		rec := serve(newTestHandler(t, slowChatter{chat}, Config{KeepAlive: 15 * time.Second}), streamBody)
+		if got, want := strings.Count(rec.Body.String(), ": keep-alive\n\n"), 2; got != want {
+			t.Errorf("got %d keep-alives, want %d in\n%s", got, want, rec.Body)
+		}
+		if !strings.HasSuffix(rec.Body.String(), "data: [DONE]\n\n") {
+			t.Errorf("got body\n%s\nwant it to end with [DONE]", rec.Body)
+		}
+	})
+}
+
+// slowChatter runs its script inside the returned stream, so a delay in the
+// script is a silence on an open channel, like a worker thinking.
+type slowChatter struct{ c *pooltest.Chatter }
+
+func (s slowChatter) Chat(ctx context.Context, req *pool.ChatRequest) (<-chan pool.Event, error) {
+	ch := make(chan pool.Event)
+	go func() {
+		defer close(ch)
+		events, _ := s.c.Script(req)
+		for _, ev := range events {
+			select {
+			case ch <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch, nil
+}
+
+// blockingChatter sends one text event and then waits for cancellation,
+// reporting when it saw it.
+type blockingChatter struct{ canceled chan struct{} }
+
+func (b blockingChatter) Chat(ctx context.Context, _ *pool.ChatRequest) (<-chan pool.Event, error) {
+	ch := make(chan pool.Event)
+	go func() {
+		defer close(ch)
+		select {
+		case ch <- pool.Event{Type: pool.EventText, Text: "partial"}:
+		case <-ctx.Done():
+		}
+		<-ctx.Done()
+		close(b.canceled)
+	}()
+	return ch, nil
+}
+
+func TestClientDisconnectCancelsWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		chat := blockingChatter{canceled: make(chan struct{})}
+		h := newTestHandler(t, chat, Config{})
+		ctx, cancel := context.WithCancel(context.Background())
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(streamBody)).WithContext(ctx)
+		rec := httptest.NewRecorder()
+		done := make(chan struct{})
+		go func() {
+			h.Completions(rec, r)
+			close(done)
+		}()
+		synctest.Wait()
+		cancel()
+		<-done
+		<-chat.canceled
+		if strings.Contains(rec.Body.String(), "[DONE]") {
+			t.Errorf("got [DONE] after a disconnect, want none")
+		}
+	})
+}
+
+func TestErrorFor(t *testing.T) {
+	tests := []struct {
+		give           error
+		wantStatus     int
+		wantType       string
+		wantCode       string
+		wantRetryAfter string
+	}{
+		{give: pool.ErrNoInstance, wantStatus: 503, wantType: TypeServer, wantCode: "no_instance"},
+		{give: fmt.Errorf("pick: %w", pool.ErrNotLoggedIn), wantStatus: 503, wantType: TypeServer, wantCode: "not_logged_in"},
+		{give: &pool.OverloadedError{RetryAfter: 2100 * time.Millisecond}, wantStatus: 429, wantType: TypeRateLimit,
+			wantCode: "overloaded", wantRetryAfter: "3"},
+		{give: &pool.OverloadedError{}, wantStatus: 429, wantType: TypeRateLimit, wantCode: "overloaded", wantRetryAfter: "1"},
+		{give: &pool.RateLimitedError{Message: "quota"}, wantStatus: 429, wantType: TypeRateLimit, wantCode: "rate_limit_exceeded"},
+		{give: &pool.RateLimitedError{RetryAfter: time.Minute}, wantStatus: 429, wantType: TypeRateLimit,
+			wantCode: "rate_limit_exceeded", wantRetryAfter: "60"},
+		{give: &pool.UpstreamError{Status: 500, Message: "boom"}, wantStatus: 502, wantType: TypeServer, wantCode: "upstream_error"},
+		{give: pool.ErrWorkerGone, wantStatus: 502, wantType: TypeServer, wantCode: "worker_gone"},
+		{give: context.DeadlineExceeded, wantStatus: 504, wantType: TypeServer, wantCode: "timeout"},
+		{give: httpx.ErrBodyTooLarge, wantStatus: 413, wantType: TypeInvalidRequest, wantCode: "request_too_large"},
+		{give: fmt.Errorf("surprise"), wantStatus: 500, wantType: TypeServer},
+	}
+	for _, tt := range tests {
+		t.Run(tt.give.Error(), func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			ErrorFor(tt.give).Write(rec)
+			e := decodeErrorBody(t, rec)
+			code := ""
+			if e.Code != nil {
+				code = *e.Code
+			}
+			got := fmt.Sprint(rec.Code, e.Type, code, rec.Header().Get("Retry-After"))
+			want := fmt.Sprint(tt.wantStatus, tt.wantType, tt.wantCode, tt.wantRetryAfter)
+			if got != want {
+				t.Errorf("got %s, want %s", got, want)
+			}
+		})
+	}
+}
+
+func TestWriteErrorShape(t *testing.T) {
+	rec := httptest.NewRecorder()
+	WriteError(rec, http.StatusUnauthorized, TypeAuthentication, "bad key", nil, nil)
+	if got, want := rec.Body.String(), `{"error":{"message":"bad key","type":"authentication_error","param":null,"code":null}}`+"\n"; got != want {
+		t.Errorf("got %s, want %s", got, want)
+	}
+	if got, want := rec.Header().Get("Content-Type"), "application/json"; got != want {
+		t.Errorf("got Content-Type %q, want %q", got, want)
+	}
+}
+
+func TestDeadline(t *testing.T) {
+	tests := []struct {
+		name       string
+		give       string
+		wantStatus int
+		wantBody   string
+	}{
+		{name: "stream", give: streamBody, wantStatus: 200, wantBody: `data: {"error":{"message":"the request timed out","type":"server_error","param":null,"code":"timeout"}}`},
+		{name: "json", give: simpleBody, wantStatus: 504, wantBody: `"code":"timeout"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newTestHandler(t, blockingChatter{canceled: make(chan struct{})}, Config{KeepAlive: -1})
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(tt.give)).WithContext(ctx)
+				rec := httptest.NewRecorder()
+				h.Completions(rec, r)
+				if rec.Code != tt.wantStatus || !strings.Contains(rec.Body.String(), tt.wantBody) {
+					t.Errorf("got %d %s, want %d containing %s", rec.Code, rec.Body, tt.wantStatus, tt.wantBody)
+				}
+			})
+		})
+	}
+}
