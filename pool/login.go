@@ -33,7 +33,9 @@ func (p *Pool) SetLoginer(l Loginer) { p.loginer = l }
 
 // loginTarget describes w for the login runner; the functions use whatever
 // backend is current when they run.
-func (w *Worker) loginTarget() LoginTarget {
+func (w *Worker) loginTarget() LoginTarget { return w.target() }
+
+func (w *Worker) target() LoginTarget {
 	current := func() (Backend, error) {
 		w.pool.mu.Lock()
 		be := w.backend

@@ -59,6 +59,7 @@ type Pool struct {
 	wg      sync.WaitGroup
 	cancel  context.CancelFunc
 	loginer Loginer
+	hooks   Hooks
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced whenever capacity may have freed
@@ -117,6 +118,52 @@ func (p *Pool) Worker(name string) (*Worker, bool) {
 
 // Workers returns every instance in config order.
 func (p *Pool) Workers() []*Worker { return p.workers }
+
+// Hooks are called around a worker's life; each receives the instance's
+// target (account, work dir, and calls into the running worker).
+type Hooks struct {
+	// PreStart runs before every process start (restore credentials into
+	// an empty work dir). An error is logged; the start goes on.
+	PreStart func(ctx context.Context, t LoginTarget) error
+	// Ready runs, in the background, each time an instance becomes ready
+	// (after a start or a login): save its credentials.
+	Ready func(ctx context.Context, t LoginTarget)
+}
+
+// SetHooks installs hooks; call before Start.
+func (p *Pool) SetHooks(h Hooks) { p.hooks = h }
+
+func (p *Pool) readyHook(ctx context.Context, w *Worker) {
+	if p.hooks.Ready == nil {
+		return
+	}
+	t := w.target()
+	p.wg.Go(func() { p.hooks.Ready(ctx, t) })
+}
+
+// Stop stops the named instance now, cutting its turns (a lost lease must
+// not be driven a moment longer); Restart starts it again.
+func (p *Pool) Stop(name string) error {
+	w, ok := p.byName[name]
+	if !ok {
+		return ErrUnknownInstance
+	}
+	w.send(cmdStop)
+	return nil
+}
+
+// Fence makes the named instance unusable for new turns from until on (the
+// end of the lease this replica is sure it holds); zero removes the fence.
+func (p *Pool) Fence(name string, until time.Time) {
+	w, ok := p.byName[name]
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	w.fence = until
+	p.mu.Unlock()
+	p.broadcast()
+}
 
 // Restart asks the named instance to restart (drain, then start again).
 func (p *Pool) Restart(name string) error {

@@ -69,6 +69,9 @@ type WorkerConfig struct {
 	AutoLogin bool
 	// Recipe names the account's login recipe ("" = the default).
 	Recipe string
+	// Held keeps the worker stopped until Pool.Restart starts it (a replica
+	// runs only the accounts it holds a lease for).
+	Held bool
 }
 
 func (c *WorkerConfig) fill() {
@@ -100,6 +103,7 @@ type command int
 const (
 	cmdRestart command = iota + 1
 	cmdDrain
+	cmdStop  // stop now: in-flight turns are cut (a lost lease)
 	cmdCheck // re-check health and login now
 )
 
@@ -125,6 +129,7 @@ type Worker struct {
 	startedAt time.Time
 	ep        Endpoint
 	models    []Model
+	fence     time.Time // zero: unfenced; else usable only before it (lease)
 }
 
 // Name returns the instance name.
@@ -147,7 +152,7 @@ func (w *Worker) send(c command) {
 // stopped.
 func (w *Worker) run(ctx context.Context) {
 	backoff := w.cfg.BackoffMin
-	held := false
+	held := w.cfg.Held
 	for {
 		if held {
 			w.set(StateStopped, nil)
@@ -168,7 +173,7 @@ func (w *Worker) run(ctx context.Context) {
 			return
 		}
 		switch next {
-		case cmdDrain:
+		case cmdDrain, cmdStop:
 			held = true
 			continue
 		case cmdRestart:
@@ -192,7 +197,7 @@ func (w *Worker) run(ctx context.Context) {
 		case <-t.C:
 		case c := <-w.cmds:
 			t.Stop()
-			held = c == cmdDrain
+			held = c == cmdDrain || c == cmdStop
 		}
 		w.countRestart()
 	}
@@ -257,7 +262,9 @@ func (w *Worker) serve(ctx context.Context, proc Process, be Backend) (command, 
 		if w.models == nil {
 			w.fetchModels(ctx, be)
 		}
-		w.set(StateReady, nil)
+		if w.set(StateReady, nil) {
+			w.pool.readyHook(ctx, w)
+		}
 		return nil
 	}
 	if err := check(); err != nil {
@@ -284,7 +291,9 @@ func (w *Worker) serve(ctx context.Context, proc Process, be Backend) (command, 
 			if c == cmdCheck {
 				break
 			}
-			w.drain(ctx, proc)
+			if c != cmdStop {
+				w.drain(ctx, proc)
+			}
 			return c, nil
 		}
 		if err := check(); err != nil {
@@ -323,6 +332,13 @@ func (w *Worker) drain(ctx context.Context, proc Process) {
 func (w *Worker) start(ctx context.Context) (Process, Backend, error) {
 	if err := os.MkdirAll(w.cfg.WorkDir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)
+	}
+	if h := w.pool.hooks.PreStart; h != nil {
+		// A failed restore is not fatal: the worker starts logged out and
+		// the login path takes over.
+		if err := h(ctx, w.target()); err != nil {
+			w.log.Warn("pre-start hook", "err", err)
+		}
 	}
 	ep, err := w.endpoint()
 	if err != nil {
@@ -410,7 +426,8 @@ func (w *Worker) stopProcess(p Process) {
 	<-p.Exited()
 }
 
-func (w *Worker) set(s State, err error) {
+// set records the state and reports whether it changed.
+func (w *Worker) set(s State, err error) bool {
 	w.pool.mu.Lock()
 	changed := w.state != s
 	w.state = s
@@ -424,6 +441,7 @@ func (w *Worker) set(s State, err error) {
 		w.log.Info("worker state", "state", string(s))
 		w.pool.broadcast()
 	}
+	return changed
 }
 
 // cooldown takes the worker out of rotation for d (0: exponential from 5s).
@@ -464,7 +482,8 @@ func (w *Worker) endCooldown() {
 
 // usable reports whether the picker may give this worker a turn; pool.mu held.
 func (w *Worker) usable() bool {
-	return w.state == StateReady && w.backend != nil && w.coolUntil.IsZero()
+	return w.state == StateReady && w.backend != nil && w.coolUntil.IsZero() &&
+		(w.fence.IsZero() || time.Now().Before(w.fence))
 }
 
 // turnOK notes a successful turn: the cooldown backoff starts over.
