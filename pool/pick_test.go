@@ -178,3 +178,24 @@ func TestCooldownSkipsInstance(t *testing.T) {
 		t.Error("snapshot does not show the cooldown")
 	}
 }
+
+func TestFenceTakesInstanceOutOfRotation(t *testing.T) {
+	p := testPool(t, Config{}, "a", "b")
+	p.Fence("a", time.Now().Add(-time.Millisecond))
+	for range 3 {
+		s, err := p.Acquire(context.Background(), Want{Prefer: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Worker.Name() != "a" {
+			s.Release()
+			continue
+		}
+		t.Fatal("picked a fenced instance")
+	}
+	p.Fence("a", time.Time{})
+	s, err := p.Acquire(context.Background(), Want{Prefer: "a"})
+	if err != nil || s.Worker.Name() != "a" {
+		t.Fatalf("unfenced instance not picked: %v", err)
+	}
+}
