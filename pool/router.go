@@ -44,6 +44,7 @@ type Router struct {
 	metrics *metrics.Metrics
 	log     *slog.Logger
 	wg      sync.WaitGroup
+	remote  Remote
 }
 
 // NewRouter returns a router over p. store may be nil (no affinity).
@@ -70,7 +71,8 @@ type request struct {
 	api      string
 	model    string
 	owner    string
-	split    int // index of the newest assistant message, -1 if none
+	split    int    // index of the newest assistant message, -1 if none
+	key      string // the affinity entry taken, if any
 	hit      session.Affinity
 	hasHit   bool
 	reused   bool
@@ -86,6 +88,9 @@ func (r *Router) Chat(ctx context.Context, req *ChatRequest) (<-chan Event, erro
 	rq := &request{ChatRequest: req, start: time.Now(), api: api, model: r.ResolveModel(req.Model),
 		owner: OwnerKey(req.APIKey), split: lastAssistant(req.Messages)}
 	r.lookup(ctx, rq)
+	if r.forwardRemote(ctx, rq) {
+		return nil, ErrForwarded
+	}
 	var lastErr error
 	for attempt := 0; attempt <= r.cfg.Retries; attempt++ {
 		if attempt > 0 && r.metrics != nil {
@@ -127,7 +132,7 @@ func (r *Router) lookup(ctx context.Context, rq *request) {
 		}
 		return
 	}
-	rq.hit, rq.hasHit = a, true
+	rq.key, rq.hit, rq.hasHit = key, a, true
 }
 
 // dropHit forgets an affinity entry that can't be used and frees its
