@@ -107,6 +107,9 @@ func (h *Handler) Completions(w http.ResponseWriter, r *http.Request) {
 	req.APIKey = httpx.APIKey(ctx)
 
 	events, err := h.chat.Chat(ctx, req)
+	if errors.Is(err, pool.ErrForwarded) {
+		return // another replica answered
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
