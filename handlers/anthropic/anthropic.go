@@ -1,0 +1,194 @@
+// Package anthropic serves Anthropic's Messages API (POST /v1/messages and
+// /v1/messages/count_tokens) on plain net/http. It sits between the gin
+// routes in handlers and the pool's router: it decodes and validates wire
+// JSON into a neutral pool.ChatRequest, calls the router, and writes the
+// neutral events back as one JSON message or as Anthropic's SSE events
+// through httpx.SSE. It never sees another protocol's types (STYLE 13).
+package anthropic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/pool"
+)
+
+// Chatter is the router as this package uses it. An error from Chat happened
+// before any event; otherwise the channel ends with one EventDone or
+// EventError and is closed by the router.
+type Chatter interface {
+	Chat(ctx context.Context, req *pool.ChatRequest) (<-chan pool.Event, error)
+}
+
+// Config tunes the Messages handler.
+type Config struct {
+	// PingInterval is how long a started stream may stay silent before a
+	// ping event keeps proxies from cutting it. Default 15s; negative disables.
+	PingInterval time.Duration
+}
+
+// Handler serves the Messages API. It is safe for concurrent use.
+type Handler struct {
+	cfg  Config
+	chat Chatter
+	log  *slog.Logger
+}
+
+// New returns a Handler that sends requests to chat. A nil log discards.
+func New(cfg Config, chat Chatter, log *slog.Logger) *Handler {
+	if cfg.PingInterval == 0 {
+		cfg.PingInterval = 15 * time.Second
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Handler{cfg: cfg, chat: chat, log: log}
+}
+
+// Messages serves POST /v1/messages, streaming when the body says stream.
+func (h *Handler) Messages(w http.ResponseWriter, r *http.Request) {
+	body, err := httpx.ReadBody(r)
+	if err != nil {
+		writeMapped(w, err)
+		return
+	}
+	in, req, err := decodeMessages(body, false)
+	if err != nil {
+		writeMapped(w, err)
+		return
+	}
+	// The router's goroutines select on this ctx; cancelling it on return
+	// frees them even when we stop reading early (a failed client write).
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	req.RequestID = httpx.RequestID(ctx)
+	req.APIKey = httpx.APIKey(ctx)
+	events, err := h.chat.Chat(ctx, req)
+	if errors.Is(err, pool.ErrForwarded) {
+		return // another replica answered
+	}
+	if err != nil {
+		h.failBeforeStart(ctx, w, err)
+		return
+	}
+	if req.Stream {
+		h.stream(ctx, w, in.Model, events)
+		return
+	}
+	h.reply(ctx, w, in.Model, events)
+}
+
+// next receives one event. While it waits, each tick sends a ping through
+// enc (tick is nil before a stream starts). A stream that ends without a
+// closing event (the router gave up, ctx ended) is an error.
+func next(ctx context.Context, events <-chan pool.Event, tick <-chan time.Time, enc *streamEncoder) (pool.Event, error) {
+	for {
+		select {
+		case ev, ok := <-events:
+			switch {
+			case !ok && ctx.Err() != nil:
+				return ev, ctx.Err()
+			case !ok:
+				return ev, pool.ErrWorkerGone
+			case ev.Type == pool.EventError && ev.Err == nil:
+				return ev, pool.ErrWorkerGone
+			case ev.Type == pool.EventError:
+				return ev, ev.Err
+			}
+			return ev, nil
+		case <-tick:
+			if err := enc.ping(); err != nil {
+				return pool.Event{}, err
+			}
+		case <-ctx.Done():
+			return pool.Event{}, ctx.Err()
+		}
+	}
+}
+
+// failBeforeStart answers a failure that came before any byte was sent,
+// unless the client itself went away.
+func (h *Handler) failBeforeStart(ctx context.Context, w http.ResponseWriter, err error) {
+	if ctx.Err() == context.Canceled {
+		return // the client is gone; nobody reads an answer
+	}
+	h.log.LogAttrs(ctx, slog.LevelWarn, "messages: request failed",
+		slog.String("request_id", httpx.RequestID(ctx)), slog.Any("err", err))
+	writeMapped(w, err)
+}
+
+// reply buffers the whole answer and writes it as one message.
+func (h *Handler) reply(ctx context.Context, w http.ResponseWriter, model string, events <-chan pool.Event) {
+	var c collector
+	for {
+		ev, err := next(ctx, events, nil, nil)
+		if err != nil {
+			h.failBeforeStart(ctx, w, err)
+			return
+		}
+		if ev.Type != pool.EventDone {
+			c.add(&ev)
+			continue
+		}
+		b, err := json.Marshal(c.body(model, &ev))
+		if err != nil {
+			h.failBeforeStart(ctx, w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		_, _ = w.Write(b) // a write error means the client left; nothing to do
+		return
+	}
+}
+
+// stream writes the answer as SSE. Headers go out only with the first
+// upstream event, so an error before it is still a JSON error (STYLE 15).
+func (h *Handler) stream(ctx context.Context, w http.ResponseWriter, model string, events <-chan pool.Event) {
+	ev, err := next(ctx, events, nil, nil)
+	if err != nil {
+		h.failBeforeStart(ctx, w, err)
+		return
+	}
+	sse := httpx.NewSSE(w)
+	enc := newStreamEncoder(sse, model)
+	if err := enc.start(); err != nil {
+		return // the client is gone
+	}
+	var tick <-chan time.Time
+	if h.cfg.PingInterval > 0 {
+		t := time.NewTicker(h.cfg.PingInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		var werr error
+		switch ev.Type {
+		case pool.EventText:
+			werr = enc.text(ev.Text)
+		case pool.EventToolCall:
+			werr = enc.toolCall(&ev.ToolCall)
+		case pool.EventDone:
+			_ = enc.done(&ev) // the stream is over either way
+			return
+		}
+		if werr != nil {
+			return // the client stopped reading; cancel() ends the worker turn
+		}
+		ev, err = next(ctx, events, tick, enc)
+		if err != nil {
+			if ctx.Err() != context.Canceled {
+				h.log.LogAttrs(ctx, slog.LevelWarn, "messages: stream failed mid-way",
+					slog.String("request_id", httpx.RequestID(ctx)), slog.Any("err", err))
+				_ = enc.fail(err)
+			}
+			return
+		}
+	}
+}

@@ -1,0 +1,62 @@
+package anthropic
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/internal/tokens"
+	"github.com/poolgate/poolgate/pool"
+)
+
+// CountTokens serves POST /v1/messages/count_tokens: the tokens of the
+// rendered system prompt, messages and tool definitions by the gateway's BPE
+// tokenizer (internal/tokens), as {"input_tokens": n}. It validates the body like Messages does, minus
+// max_tokens, so a request count_tokens accepts is one Messages accepts.
+func (h *Handler) CountTokens(w http.ResponseWriter, r *http.Request) {
+	body, err := httpx.ReadBody(r)
+	if err != nil {
+		writeMapped(w, err)
+		return
+	}
+	_, req, err := decodeMessages(body, true)
+	if err != nil {
+		writeMapped(w, err)
+		return
+	}
+	n := promptTokens(req)
+	b := strconv.AppendInt(append(make([]byte, 0, 32), `{"input_tokens":`...), int64(n), 10)
+	b = append(b, '}')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	_, _ = w.Write(b)
+}
+
+// promptTokens counts a request with the gateway's BPE tokenizer the way
+// the router counts prompts: the transcript with its per-message framing,
+// and the tool definitions as one more system message (the workers get them
+// in the prompt, since they have no native tool calling).
+func promptTokens(req *pool.ChatRequest) int {
+	msgs := make([]tokens.Message, 0, len(req.Messages)+1)
+	if len(req.Tools) > 0 {
+		var sb strings.Builder
+		for _, t := range req.Tools {
+			sb.WriteString(t.Name)
+			sb.WriteString(": ")
+			sb.WriteString(t.Description)
+			sb.WriteByte('\n')
+			sb.Write(t.Parameters)
+			sb.WriteByte('\n')
+		}
+		msgs = append(msgs, tokens.Message{Role: pool.RoleSystem, Content: sb.String()})
+	}
+	for _, m := range req.Messages {
+		extra := m.Name
+		for _, tc := range m.ToolCalls {
+			extra += tc.Name + tc.Arguments
+		}
+		msgs = append(msgs, tokens.Message{Role: m.Role, Content: m.Content, Extra: extra})
+	}
+	return tokens.CountMessages(msgs)
+}

@@ -1,0 +1,277 @@
+package anthropic
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	"github.com/poolgate/poolgate/pool"
+)
+
+// messageBody is the non-streaming answer (and message_start's message).
+type messageBody struct {
+	ID           string         `json:"id"`
+	Type         string         `json:"type"`
+	Role         string         `json:"role"`
+	Model        string         `json:"model"`
+	Content      []contentBlock `json:"content"`
+	StopReason   *string        `json:"stop_reason"`
+	StopSequence *string        `json:"stop_sequence"`
+	Usage        usageBody      `json:"usage"`
+}
+
+// contentBlock is a text or tool_use block; MarshalJSON writes only the
+// fields its type has (a text block always carries "text", even empty).
+type contentBlock struct {
+	Type  string
+	Text  string
+	ID    string
+	Name  string
+	Input string
+}
+
+func (c contentBlock) MarshalJSON() ([]byte, error) {
+	return c.append(make([]byte, 0, 48+len(c.Text)+len(c.Input))), nil
+}
+
+func (c contentBlock) append(b []byte) []byte {
+	if c.Type == "tool_use" {
+		b = append(b, `{"type":"tool_use","id":`...)
+		b = appendString(b, c.ID)
+		b = append(b, `,"name":`...)
+		b = appendString(b, c.Name)
+		b = append(b, `,"input":`...)
+		b = append(b, c.Input...)
+		return append(b, '}')
+	}
+	b = append(b, `{"type":"text","text":`...)
+	b = appendString(b, c.Text)
+	return append(b, '}')
+}
+
+type usageBody struct {
+	InputTokens  int `json:"input_tokens"`
+	OutputTokens int `json:"output_tokens"`
+}
+
+func newMessageID() string { return "msg_" + rand.Text() }
+
+func newToolUseID() string { return "toolu_" + rand.Text() }
+
+// toolInput returns args when it is a JSON object, else "{}": a tool_use
+// block's input must be an object or clients fail to decode the whole answer.
+func toolInput(args string) string {
+	s := strings.TrimSpace(args)
+	if s == "" || s[0] != '{' || !json.Valid([]byte(s)) {
+		return "{}"
+	}
+	return s
+}
+
+// stopReason maps the neutral finish to Anthropic's; a turn that made tool
+// calls ends with tool_use whatever the worker said.
+func stopReason(f pool.FinishReason, madeCalls bool) string {
+	switch {
+	case madeCalls:
+		return "tool_use"
+	case f == pool.FinishLength:
+		return "max_tokens"
+	case f == pool.FinishStopSequence:
+		return "stop_sequence"
+	case f == pool.FinishToolCalls:
+		return "tool_use"
+	default:
+		return "end_turn"
+	}
+}
+
+// collector folds an event stream into the non-streaming answer.
+type collector struct {
+	text  strings.Builder
+	calls []pool.ToolCall
+}
+
+func (c *collector) add(ev *pool.Event) {
+	switch ev.Type {
+	case pool.EventText:
+		c.text.WriteString(ev.Text)
+	case pool.EventToolCall:
+		c.calls = append(c.calls, ev.ToolCall)
+	}
+}
+
+func (c *collector) body(model string, done *pool.Event) *messageBody {
+	m := &messageBody{
+		ID: newMessageID(), Type: "message", Role: "assistant", Model: model,
+		Content: make([]contentBlock, 0, 1+len(c.calls)),
+		Usage:   usageBody{InputTokens: done.Usage.InputTokens, OutputTokens: done.Usage.OutputTokens},
+	}
+	if c.text.Len() > 0 || len(c.calls) == 0 {
+		m.Content = append(m.Content, contentBlock{Type: "text", Text: c.text.String()})
+	}
+	for _, tc := range c.calls {
+		id := tc.ID
+		if id == "" {
+			id = newToolUseID()
+		}
+		m.Content = append(m.Content, contentBlock{Type: "tool_use", ID: id, Name: tc.Name, Input: toolInput(tc.Arguments)})
+	}
+	reason := stopReason(done.Finish, len(c.calls) > 0)
+	m.StopReason = &reason
+	if reason == "stop_sequence" {
+		seq := done.StopSequence
+		m.StopSequence = &seq
+	}
+	return m
+}
+
+// eventWriter is the part of httpx.SSE the stream encoder needs.
+type eventWriter interface {
+	Event(name string, data []byte) error
+}
+
+// streamEncoder turns neutral events into Anthropic's SSE events. It keeps
+// one buffer for all frames, so a streamed delta costs no allocation.
+type streamEncoder struct {
+	w      eventWriter
+	buf    []byte
+	id     string
+	model  string
+	next   int  // index of the next content block
+	inText bool // a text block is open at index next-1
+	pinged bool
+	calls  int
+}
+
+func newStreamEncoder(w eventWriter, model string) *streamEncoder {
+	return &streamEncoder{w: w, id: newMessageID(), model: model, buf: make([]byte, 0, 512)}
+}
+
+// start writes message_start. Input tokens are not known before the worker
+// finishes, so they are reported in message_delta's usage.
+func (e *streamEncoder) start() error {
+	b := append(e.buf[:0], `{"type":"message_start","message":{"id":`...)
+	b = appendString(b, e.id)
+	b = append(b, `,"type":"message","role":"assistant","model":`...)
+	b = appendString(b, e.model)
+	b = append(b, `,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}}`...)
+	return e.emit("message_start", b)
+}
+
+func (e *streamEncoder) emit(name string, b []byte) error {
+	e.buf = b
+	return e.w.Event(name, b)
+}
+
+// ping writes a ping event (after the first block start, and as keep-alive).
+func (e *streamEncoder) ping() error {
+	e.pinged = true
+	return e.emit("ping", append(e.buf[:0], `{"type":"ping"}`...))
+}
+
+func (e *streamEncoder) blockStart(block contentBlock) error {
+	b := append(e.buf[:0], `{"type":"content_block_start","index":`...)
+	b = strconv.AppendInt(b, int64(e.next), 10)
+	b = append(b, `,"content_block":`...)
+	b = block.append(b)
+	b = append(b, '}')
+	e.next++
+	if err := e.emit("content_block_start", b); err != nil {
+		return err
+	}
+	if !e.pinged {
+		return e.ping()
+	}
+	return nil
+}
+
+func (e *streamEncoder) blockStop() error {
+	e.inText = false
+	b := append(e.buf[:0], `{"type":"content_block_stop","index":`...)
+	b = strconv.AppendInt(b, int64(e.next-1), 10)
+	return e.emit("content_block_stop", append(b, '}'))
+}
+
+// text writes a text_delta, opening a text block first when none is open.
+func (e *streamEncoder) text(s string) error {
+	if s == "" {
+		return nil
+	}
+	if !e.inText {
+		if err := e.blockStart(contentBlock{Type: "text"}); err != nil {
+			return err
+		}
+		e.inText = true
+	}
+	b := append(e.buf[:0], `{"type":"content_block_delta","index":`...)
+	b = strconv.AppendInt(b, int64(e.next-1), 10)
+	b = append(b, `,"delta":{"type":"text_delta","text":`...)
+	b = appendString(b, s)
+	return e.emit("content_block_delta", append(b, "}}"...))
+}
+
+// toolCall writes a whole tool_use block: start with empty input, the
+// arguments as one input_json_delta, stop.
+func (e *streamEncoder) toolCall(tc *pool.ToolCall) error {
+	if e.inText {
+		if err := e.blockStop(); err != nil {
+			return err
+		}
+	}
+	id := tc.ID
+	if id == "" {
+		id = newToolUseID()
+	}
+	e.calls++
+	if err := e.blockStart(contentBlock{Type: "tool_use", ID: id, Name: tc.Name, Input: "{}"}); err != nil {
+		return err
+	}
+	b := append(e.buf[:0], `{"type":"content_block_delta","index":`...)
+	b = strconv.AppendInt(b, int64(e.next-1), 10)
+	b = append(b, `,"delta":{"type":"input_json_delta","partial_json":`...)
+	b = appendString(b, toolInput(tc.Arguments))
+	if err := e.emit("content_block_delta", append(b, "}}"...)); err != nil {
+		return err
+	}
+	return e.blockStop()
+}
+
+// done closes the open block and writes message_delta and message_stop.
+func (e *streamEncoder) done(ev *pool.Event) error {
+	if e.next == 0 {
+		// An empty answer still has one (empty) text block, as the
+		// non-streaming message does.
+		if err := e.blockStart(contentBlock{Type: "text"}); err != nil {
+			return err
+		}
+		e.inText = true
+	}
+	if e.inText {
+		if err := e.blockStop(); err != nil {
+			return err
+		}
+	}
+	reason := stopReason(ev.Finish, e.calls > 0)
+	b := append(e.buf[:0], `{"type":"message_delta","delta":{"stop_reason":`...)
+	b = appendString(b, reason)
+	b = append(b, `,"stop_sequence":`...)
+	if reason == "stop_sequence" {
+		b = appendString(b, ev.StopSequence)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `},"usage":{"input_tokens":`...)
+	b = strconv.AppendInt(b, int64(ev.Usage.InputTokens), 10)
+	b = append(b, `,"output_tokens":`...)
+	b = strconv.AppendInt(b, int64(ev.Usage.OutputTokens), 10)
+	if err := e.emit("message_delta", append(b, "}}"...)); err != nil {
+		return err
+	}
+	return e.emit("message_stop", append(e.buf[:0], `{"type":"message_stop"}`...))
+}
+
+// fail writes the in-stream error event; the caller then closes the stream.
+func (e *streamEncoder) fail(err error) error {
+	return e.emit("error", appendErrorBody(e.buf[:0], streamErrorType(err), mapError(err).message))
+}

@@ -1,0 +1,188 @@
+package anthropic_test
+
+import (
+	"encoding/json"
+	"flag"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/poolgate/poolgate/handlers/anthropic"
+	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/pooltest"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
+
+// volatile matches the random ids in a transcript.
+var volatile = regexp.MustCompile(`\b(msg|toolu)_[A-Z2-7]{26}\b`)
+
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	got = volatile.ReplaceAllStringFunc(got, func(m string) string { return m[:strings.IndexByte(m, '_')] + "_X" })
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read golden (run go test -update to create it): %v", err)
+	}
+	if got != string(want) {
+		t.Errorf("transcript %s differs from golden:\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+// call runs one handler call and returns status, content type and body.
+func call(t *testing.T, hf http.HandlerFunc, body string) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	hf(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(body)))
+	head := rec.Result().Status + "\n" + rec.Header().Get("Content-Type") + "\n"
+	if ra := rec.Header().Get("Retry-After"); ra != "" {
+		head += "Retry-After: " + ra + "\n"
+	}
+	return head + "\n" + rec.Body.String()
+}
+
+const streamBody = `{"model":"claude-x","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
+
+func TestGoldenStreams(t *testing.T) {
+	text := func(s string) pool.Event { return pool.Event{Type: pool.EventText, Text: s} }
+	tests := []struct {
+		name  string
+		give  []pool.Event
+		giveE error
+	}{
+		{name: "text", give: pooltest.TextAnswer("Hel", "lo \"wo", "rld\"\n")},
+		{name: "tool_use", give: []pool.Event{
+			text("Checking."),
+			{Type: pool.EventToolCall, ToolCall: pool.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
+			{Type: pool.EventToolCall, ToolCall: pool.ToolCall{Name: "get_time", Arguments: ``}},
+			{Type: pool.EventDone, Finish: pool.FinishToolCalls, Usage: pool.Usage{InputTokens: 30, OutputTokens: 9}},
+		}},
+		{name: "max_tokens", give: []pool.Event{
+			text("Once upon"),
+			{Type: pool.EventDone, Finish: pool.FinishLength, Usage: pool.Usage{InputTokens: 5, OutputTokens: 50}},
+		}},
+		{name: "stop_sequence", give: []pool.Event{
+			text("1, 2, "),
+			{Type: pool.EventDone, Finish: pool.FinishStopSequence, StopSequence: "3", Usage: pool.Usage{InputTokens: 5, OutputTokens: 3}},
+		}},
+		{name: "fails_half_way", give: []pool.Event{
+			text("Half an "),
+			{Type: pool.EventError, Err: &pool.UpstreamError{Status: 500, Message: "worker crashed"}},
+		}},
+		{name: "rate_limited_half_way", give: []pool.Event{
+			text("Half"),
+			{Type: pool.EventError, Err: &pool.RateLimitedError{Message: "quota"}},
+		}},
+		{name: "ends_without_done", give: []pool.Event{text("cut")}},
+		{name: "empty_answer", give: pooltest.TextAnswer()},
+		{name: "error_before_first_event", giveE: pool.ErrNoInstance},
+		{name: "error_as_first_event", give: []pool.Event{{Type: pool.EventError, Err: &pool.OverloadedError{Reason: "queue full", RetryAfter: 1500e6}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := anthropic.New(anthropic.Config{}, &pooltest.Chatter{Events: tt.give, Err: tt.giveE}, nil)
+			checkGolden(t, "stream_"+tt.name, call(t, h.Messages, streamBody))
+		})
+	}
+}
+
+func TestGoldenNonStream(t *testing.T) {
+	h := anthropic.New(anthropic.Config{}, &pooltest.Chatter{Events: []pool.Event{
+		{Type: pool.EventText, Text: "Let me look."},
+		{Type: pool.EventToolCall, ToolCall: pool.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
+		{Type: pool.EventDone, Finish: pool.FinishToolCalls, Usage: pool.Usage{InputTokens: 30, OutputTokens: 9}},
+	}}, nil)
+	body := `{"model":"claude-x","max_tokens":50,"messages":[{"role":"user","content":"weather?"}],` +
+		`"tools":[{"name":"get_weather","input_schema":{"type":"object"}}],"tool_choice":{"type":"any"}}`
+	checkGolden(t, "nonstream_tool_use", call(t, h.Messages, body))
+}
+
+func TestValidationErrors(t *testing.T) {
+	msgs := `"messages":[{"role":"user","content":"hi"}]`
+	tests := []struct {
+		name       string
+		give       string
+		wantStatus int
+		wantInMsg  string
+	}{
+		{"bad json", `{"model":`, 400, "invalid JSON"},
+		{"no model", `{"max_tokens":5,` + msgs + `}`, 400, "model"},
+		{"no max_tokens", `{"model":"m",` + msgs + `}`, 400, "max_tokens"},
+		{"zero max_tokens", `{"model":"m","max_tokens":0,` + msgs + `}`, 400, "max_tokens"},
+		{"no messages", `{"model":"m","max_tokens":5,"messages":[]}`, 400, "messages"},
+		{"temperature", `{"model":"m","max_tokens":5,"temperature":1.5,` + msgs + `}`, 400, "temperature"},
+		{"top_p", `{"model":"m","max_tokens":5,"top_p":-1,` + msgs + `}`, 400, "top_p"},
+		{"top_k", `{"model":"m","max_tokens":5,"top_k":-1,` + msgs + `}`, 400, "top_k"},
+		{"blank stop", `{"model":"m","max_tokens":5,"stop_sequences":[" "],` + msgs + `}`, 400, "stop_sequences.0"},
+		{"bad role", `{"model":"m","max_tokens":5,"messages":[{"role":"system","content":"x"}]}`, 400, "messages.0.role"},
+		{"image", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}`, 400, "image blocks"},
+		{"document", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"document","source":{}}]}]}`, 400, "messages.0.content.1: document"},
+		{"image in tool result", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"image"}]}]}]}`, 400, "image blocks"},
+		{"system image", `{"model":"m","max_tokens":5,"system":[{"type":"image"}],` + msgs + `}`, 400, "system.0"},
+		{"server tool", `{"model":"m","max_tokens":5,"tools":[{"type":"web_search_20250305","name":"web_search"}],` + msgs + `}`, 400, "web_search_20250305"},
+		{"tool without schema", `{"model":"m","max_tokens":5,"tools":[{"name":"f"}],` + msgs + `}`, 400, "input_schema"},
+		{"tool_choice unknown", `{"model":"m","max_tokens":5,"tool_choice":{"type":"tool","name":"f"},` + msgs + `}`, 400, "tool_choice.name"},
+		{"tool_choice bad type", `{"model":"m","max_tokens":5,"tool_choice":{"type":"maybe"},` + msgs + `}`, 400, "tool_choice.type"},
+		{"prefill", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}`, 400, "prefill"},
+		{"mcp", `{"model":"m","max_tokens":5,"mcp_servers":[{"type":"url"}],` + msgs + `}`, 400, "mcp_servers"},
+	}
+	h := anthropic.New(anthropic.Config{}, &pooltest.Chatter{Events: pooltest.TextAnswer("ok")}, nil)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			h.Messages(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(tt.give)))
+			var body struct {
+				Type  string
+				Error struct{ Type, Message string }
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+				t.Fatalf("body %q: %v", rec.Body.String(), err)
+			}
+			if rec.Code != tt.wantStatus || body.Type != "error" || body.Error.Type != "invalid_request_error" || !strings.Contains(body.Error.Message, tt.wantInMsg) {
+				t.Errorf("got %d %s, want %d invalid_request_error mentioning %q", rec.Code, rec.Body.String(), tt.wantStatus, tt.wantInMsg)
+			}
+		})
+	}
+}
+
+func TestErrorMapping(t *testing.T) {
+	tests := []struct {
+		give       error
+		wantStatus int
+		wantType   string
+	}{
+		{pool.ErrNoInstance, 529, "overloaded_error"},
+		{pool.ErrNotLoggedIn, 529, "overloaded_error"},
+		{&pool.OverloadedError{Reason: "full"}, 429, "rate_limit_error"},
+		{&pool.RateLimitedError{Message: "quota"}, 429, "rate_limit_error"},
+		{&pool.UpstreamError{Message: "bad"}, 502, "api_error"},
+		{pool.ErrWorkerGone, 502, "api_error"},
+	}
+	for _, tt := range tests {
+		h := anthropic.New(anthropic.Config{}, &pooltest.Chatter{Err: tt.give}, nil)
+		rec := httptest.NewRecorder()
+		h.Messages(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
+		if rec.Code != tt.wantStatus || !strings.Contains(rec.Body.String(), `"type":"`+tt.wantType+`"`) {
+			t.Errorf("%v: got %d %s, want %d %s", tt.give, rec.Code, rec.Body.String(), tt.wantStatus, tt.wantType)
+		}
+	}
+}
+
+func TestWriteError(t *testing.T) {
+	rec := httptest.NewRecorder()
+	anthropic.WriteError(rec, http.StatusUnauthorized, "authentication_error", "invalid x-api-key")
+	want := `{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}`
+	if rec.Code != 401 || rec.Body.String() != want || rec.Header().Get("Content-Type") != "application/json" {
+		t.Errorf("got %d %s, want 401 %s", rec.Code, rec.Body.String(), want)
+	}
+}

@@ -1,0 +1,130 @@
+package responses_test
+
+import (
+	"errors"
+	"flag"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/poolgate/poolgate/handlers/httpx"
+	rsp "github.com/poolgate/poolgate/handlers/responses"
+	"github.com/poolgate/poolgate/handlers/responses/responsestest"
+	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/pooltest"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
+
+// volatile matches the random ids and the clock in a transcript.
+var volatile = regexp.MustCompile(`\b(resp|msg|fc|fco|call)_[a-z2-7]{26}\b|"created_at":\d+`)
+
+func normalize(s string) string {
+	return volatile.ReplaceAllStringFunc(s, func(m string) string {
+		if strings.HasPrefix(m, `"created_at"`) {
+			return `"created_at":0`
+		}
+		return m[:strings.IndexByte(m, '_')] + "_X"
+	})
+}
+
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read golden (run go test -update to create it): %v", err)
+	}
+	if got != string(want) {
+		t.Errorf("transcript %s differs from golden:\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+// record runs one create request and returns status, content type and body.
+func record(t *testing.T, h *rsp.Handler, body string) string {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, "/v1/responses", strings.NewReader(body))
+	req = req.WithContext(httpx.WithRequestID(req.Context(), "req-1"))
+	rec := httptest.NewRecorder()
+	h.Create(rec, req)
+	head := rec.Result().Status + "\n" + rec.Header().Get("Content-Type") + "\n"
+	if ra := rec.Header().Get("Retry-After"); ra != "" {
+		head += "Retry-After: " + ra + "\n"
+	}
+	return head + "\n" + normalize(rec.Body.String())
+}
+
+func TestGoldenStreams(t *testing.T) {
+	text := func(s string) pool.Event { return pool.Event{Type: pool.EventText, Text: s} }
+	tests := []struct {
+		name   string
+		give   []pool.Event
+		giveFn error
+		body   string
+	}{
+		{name: "text", give: pooltest.TextAnswer("Hel", "lo \"wo", "rld\"\n")},
+		{name: "tool_call", give: []pool.Event{
+			text("Checking."),
+			{Type: pool.EventToolCall, ToolCall: pool.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
+			{Type: pool.EventDone, Finish: pool.FinishToolCalls, Usage: pool.Usage{InputTokens: 30, OutputTokens: 9}},
+		}, body: `{"model":"m","input":"weather?","stream":true,"tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}]}`},
+		{name: "max_output_tokens", give: []pool.Event{
+			text("Once upon"),
+			{Type: pool.EventDone, Finish: pool.FinishLength, Usage: pool.Usage{InputTokens: 5, OutputTokens: 2}},
+		}, body: `{"model":"m","input":"story","stream":true,"max_output_tokens":2}`},
+		{name: "fails_half_way", give: []pool.Event{
+			text("Half an "),
+			{Type: pool.EventError, Err: &pool.UpstreamError{Status: 500, Message: "worker crashed"}},
+		}},
+		{name: "ends_without_done", give: []pool.Event{text("cut")}},
+		{name: "empty_answer", give: pooltest.TextAnswer()},
+		{name: "error_before_first_event", giveFn: pool.ErrNoInstance},
+		{name: "error_as_first_event", give: []pool.Event{{Type: pool.EventError, Err: &pool.OverloadedError{Reason: "queue full", RetryAfter: 2e9}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			chat := &pooltest.Chatter{Events: tt.give, Err: tt.giveFn}
+			h := rsp.New(rsp.Config{}, chat, &responsestest.Store{}, nil)
+			body := tt.body
+			if body == "" {
+				body = `{"model":"m","input":"hi","stream":true}`
+			}
+			checkGolden(t, "stream_"+tt.name, record(t, h, body))
+		})
+	}
+}
+
+func TestGoldenNonStream(t *testing.T) {
+	chat := &pooltest.Chatter{Events: []pool.Event{
+		{Type: pool.EventText, Text: "Let me look."},
+		{Type: pool.EventToolCall, ToolCall: pool.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
+		{Type: pool.EventDone, Finish: pool.FinishToolCalls, Usage: pool.Usage{InputTokens: 30, OutputTokens: 9}},
+	}}
+	h := rsp.New(rsp.Config{}, chat, &responsestest.Store{}, nil)
+	body := `{"model":"m","input":[{"role":"developer","content":"be brief"},{"role":"user","content":[{"type":"input_text","text":"weather?"}]}],` +
+		`"instructions":"You help.","metadata":{"k":"v"},"temperature":0.5,"tool_choice":"required",` +
+		`"tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}]}`
+	checkGolden(t, "nonstream_tool_call", record(t, h, body))
+}
+
+func TestStreamFailureIsStored(t *testing.T) {
+	store := &responsestest.Store{}
+	chat := &pooltest.Chatter{Events: []pool.Event{
+		{Type: pool.EventText, Text: "Half"},
+		{Type: pool.EventError, Err: errors.New("boom")},
+	}}
+	h := rsp.New(rsp.Config{}, chat, store, nil)
+	record(t, h, `{"model":"m","input":"hi","stream":true}`)
+	if store.Saves() != 1 {
+		t.Errorf("saves = %d, want 1 (a failed response is retrievable)", store.Saves())
+	}
+}

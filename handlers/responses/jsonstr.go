@@ -1,0 +1,57 @@
+package responses
+
+import "unicode/utf8"
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string literal. It is the hot path of every
+// streamed delta, so it copies runs of safe bytes at once and never allocates
+// beyond growing b. Invalid UTF-8 becomes U+FFFD, as encoding/json does;
+// U+2028/U+2029 are escaped so the output is also valid JavaScript.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if (r == utf8.RuneError && size == 1) || r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			switch r {
+			case utf8.RuneError:
+				b = append(b, `\ufffd`...)
+			case '\u2028':
+				b = append(b, `\u2028`...)
+			default:
+				b = append(b, `\u2029`...)
+			}
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

@@ -1,0 +1,72 @@
+package responses_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	rsp "github.com/poolgate/poolgate/handlers/responses"
+	"github.com/poolgate/poolgate/handlers/responses/responsestest"
+	"github.com/poolgate/poolgate/pool"
+)
+
+// pausingChatter sends one text event, goes quiet for Pause, then finishes.
+type pausingChatter struct{ Pause time.Duration }
+
+func (c pausingChatter) Chat(ctx context.Context, _ *pool.ChatRequest) (<-chan pool.Event, error) {
+	ch := make(chan pool.Event)
+	go func() {
+		defer close(ch)
+		for i, ev := range []pool.Event{{Type: pool.EventText, Text: "a"}, {Type: pool.EventDone, Finish: pool.FinishStop}} {
+			if i > 0 {
+				select {
+				case <-time.After(c.Pause):
+				case <-ctx.Done():
+					return
+				}
+			}
+			select {
+			case ch <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch, nil
+}
+
+func TestQuietStreamGetsKeepAlives(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := rsp.New(rsp.Config{KeepAlive: 10 * time.Second}, pausingChatter{Pause: 25 * time.Second}, &responsestest.Store{}, nil)
+		rec := httptest.NewRecorder()
+		h.Create(rec, httptest.NewRequest(http.MethodPost, "/v1/responses", strings.NewReader(`{"model":"m","input":"hi","stream":true}`)))
+		if got := strings.Count(rec.Body.String(), ": keep-alive\n\n"); got != 2 {
+			t.Errorf("keep-alives = %d, want 2:\n%s", got, rec.Body.String())
+		}
+		if !strings.Contains(rec.Body.String(), "event: response.completed\n") {
+			t.Errorf("no response.completed:\n%s", rec.Body.String())
+		}
+	})
+}
+
+func TestDeadlineMidStreamEndsWithFailed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &responsestest.Store{}
+		h := rsp.New(rsp.Config{}, pausingChatter{Pause: time.Hour}, store, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		rec := httptest.NewRecorder()
+		h.Create(rec, httptest.NewRequest(http.MethodPost, "/v1/responses", strings.NewReader(`{"model":"m","input":"hi","stream":true}`)).WithContext(ctx))
+		body := rec.Body.String()
+		if strings.Count(body, "event: response.failed\n") != 1 || strings.Contains(body, "response.completed") {
+			t.Errorf("want exactly one response.failed:\n%s", body)
+		}
+		if store.Saves() != 1 {
+			t.Errorf("saves = %d, want 1 (saved despite the ended request)", store.Saves())
+		}
+	})
+}

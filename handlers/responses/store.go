@@ -1,0 +1,200 @@
+package responses
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/session"
+)
+
+// record is what the store keeps per response: the object as the client saw
+// it, this turn's input items, and the whole neutral transcript up to and
+// including the answer (without instructions, which OpenAI does not carry
+// over), so a follow-up rebuilds the conversation and the router's
+// transcript-based affinity sees the same prefix it saw before.
+type record struct {
+	// Owner is a hash of the API key that created it; other keys get 404.
+	Owner      string          `json:"owner,omitempty"`
+	Model      string          `json:"model"`
+	Response   json.RawMessage `json:"response"`
+	Input      []item          `json:"input"`
+	Transcript []pool.Message  `json:"transcript"`
+}
+
+// ownerOf hashes an API key, so the store never holds one.
+func ownerOf(apiKey string) string {
+	if apiKey == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(apiKey))
+	return hex.EncodeToString(sum[:16])
+}
+
+// save stores a finished response when the request asked for it. It runs
+// even if the client has gone (the answer is complete and may be continued);
+// a failure is logged and degrades to "not stored".
+func (h *Handler) save(ctx context.Context, t *turn, enc *streamEncoder, obj []byte) {
+	if obj == nil || !t.resp.Store {
+		return
+	}
+	rec := record{
+		Owner: t.owner, Model: t.resp.Model, Response: obj, Input: t.d.items,
+		Transcript: append(append(t.history[:len(t.history):len(t.history)], t.d.input...), enc.answer()),
+	}
+	data, err := json.Marshal(&rec)
+	if err == nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.StoreTimeout)
+		err = h.store.SaveResponse(sctx, t.resp.ID, data, h.cfg.TTL)
+		cancel()
+	}
+	if err != nil {
+		h.log.LogAttrs(ctx, slog.LevelWarn, "responses: storing the response failed",
+			slog.String("request_id", httpx.RequestID(ctx)), slog.String("response_id", t.resp.ID), slog.Any("err", err))
+	}
+}
+
+// load fetches a record owned by owner; another owner's record is
+// session.ErrNotFound, so ids can't be probed across keys.
+func (h *Handler) load(ctx context.Context, id, owner string) (*record, error) {
+	sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+	defer cancel()
+	data, err := h.store.LoadResponse(sctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var rec record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return nil, fmt.Errorf("decode stored response %s: %w", id, err)
+	}
+	if rec.Owner != owner {
+		return nil, session.ErrNotFound
+	}
+	return &rec, nil
+}
+
+// loadFor answers a lookup failure itself and returns nil then.
+func (h *Handler) loadFor(w http.ResponseWriter, r *http.Request) *record {
+	id := r.PathValue("id")
+	rec, err := h.load(r.Context(), id, ownerOf(httpx.APIKey(r.Context())))
+	if isNotFound(err) {
+		err = notFound("", id)
+	}
+	if err != nil {
+		h.failBeforeStart(r.Context(), w, err)
+		return nil
+	}
+	return rec
+}
+
+// Get serves GET /v1/responses/{id}; the id is r.PathValue("id").
+func (h *Handler) Get(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Get("stream") == "true" {
+		writeMapped(w, badParam("stream", "replaying a stored response as a stream is not supported"))
+		return
+	}
+	if rec := h.loadFor(w, r); rec != nil {
+		writeJSON(w, http.StatusOK, rec.Response)
+	}
+}
+
+// Delete serves DELETE /v1/responses/{id}; the id is r.PathValue("id").
+func (h *Handler) Delete(w http.ResponseWriter, r *http.Request) {
+	if h.loadFor(w, r) == nil {
+		return
+	}
+	id := r.PathValue("id")
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.StoreTimeout)
+	defer cancel()
+	err := h.store.DeleteResponse(ctx, id)
+	if isNotFound(err) {
+		err = notFound("", id) // deleted concurrently
+	}
+	if err != nil {
+		h.failBeforeStart(r.Context(), w, err)
+		return
+	}
+	b := append([]byte(`{"id":`), appendString(nil, id)...)
+	writeJSON(w, http.StatusOK, append(b, `,"object":"response.deleted","deleted":true}`...))
+}
+
+// InputItems serves GET /v1/responses/{id}/input_items with OpenAI's cursor
+// pagination: limit (1..100, default 20), order (asc or desc, default desc)
+// and after (an item id).
+func (h *Handler) InputItems(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := 20
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 100 {
+			writeMapped(w, badParam("limit", "limit must be an integer between 1 and 100"))
+			return
+		}
+		limit = n
+	}
+	order := q.Get("order")
+	if order != "" && order != "asc" && order != "desc" {
+		writeMapped(w, badParam("order", "order must be \"asc\" or \"desc\""))
+		return
+	}
+	rec := h.loadFor(w, r)
+	if rec == nil {
+		return
+	}
+	items := rec.Input
+	if order != "asc" {
+		items = make([]item, len(rec.Input))
+		for i, it := range rec.Input {
+			items[len(items)-1-i] = it
+		}
+	}
+	page, more, err := paginate(items, q.Get("after"), limit)
+	if err != nil {
+		writeMapped(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, appendList(make([]byte, 0, 256), page, more))
+}
+
+func paginate(items []item, after string, limit int) ([]item, bool, error) {
+	if after != "" {
+		i := 0
+		for i < len(items) && items[i].ID != after {
+			i++
+		}
+		if i == len(items) {
+			return nil, false, badParam("after", "no input item with id '"+after+"'")
+		}
+		items = items[i+1:]
+	}
+	if len(items) > limit {
+		return items[:limit], true, nil
+	}
+	return items, false, nil
+}
+
+func appendList(b []byte, page []item, more bool) []byte {
+	b = append(b, `{"object":"list","data":[`...)
+	for i := range page {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = page[i].wire(b)
+	}
+	b = append(b, `],"first_id":`...)
+	if len(page) > 0 {
+		b = appendString(b, page[0].ID)
+		b = append(b, `,"last_id":`...)
+		b = appendString(b, page[len(page)-1].ID)
+	} else {
+		b = append(b, `null,"last_id":null`...)
+	}
+	return append(b, `,"has_more":`+strconv.FormatBool(more)+`}`...)
+}
