@@ -26,6 +26,8 @@ type RedisConfig struct {
 	// RetryInterval is how long the store skips Redis after a failed call
 	// before it probes again (a request or Run probes). Default 1 s.
 	RetryInterval time.Duration
+	// LeaseTimeout bounds each lease and replica-registry call. Default 500 ms.
+	LeaseTimeout time.Duration
 	// SweepInterval is how often Run reports and removes expired affinity
 	// entries and drops expired local ones. Default 30 s.
 	SweepInterval time.Duration
@@ -41,8 +43,8 @@ type RedisConfig struct {
 	// OnError is called for every operation that could not use Redis,
 	// including those skipped while Redis is marked down (their error wraps
 	// ErrUnavailable), with op one of take_affinity, put_affinity,
-	// flush_affinity, save_response, load_response, delete_response (the
-	// poolgate_store_errors_total{op} counter). It is called from many
+	// flush_affinity, save_response, load_response, delete_response,
+	// save_bundle, load_bundle (the poolgate_store_errors_total{op} counter). It is called from many
 	// goroutines and must not block. Default: none.
 	OnError func(op string, err error)
 	// Logger receives one warning when Redis becomes unreachable and one info

@@ -1,0 +1,407 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/poolgate/poolgate/session"
+)
+
+// ClusterStore is the shared state replicas coordinate through (Redis).
+// Lease calls must fail, never pretend, when the store is unreachable, and
+// after the store lost its data it admits no new owner for one lease TTL
+// (session.Redis does both).
+type ClusterStore interface {
+	AcquireLease(ctx context.Context, account, holder string, ttl time.Duration) (session.Lease, bool, error)
+	RenewLease(ctx context.Context, account, holder string, token int64, ttl time.Duration) (session.Lease, error)
+	ReleaseLease(ctx context.Context, account, holder string, token int64) error
+	Leases(ctx context.Context, accounts []string) ([]session.Lease, error)
+	Heartbeat(ctx context.Context, r session.Replica, ttl time.Duration) error
+	Replicas(ctx context.Context) ([]session.Replica, error)
+	LeaveCluster(ctx context.Context, id string) error
+}
+
+// ClusterConfig configures a replica's part in the cluster.
+type ClusterConfig struct {
+	// ID names this replica run (required): unique per process start, so a
+	// restarted replica never renews the lease of its predecessor.
+	ID string
+	// URL is where other replicas reach this one (POOLGATE_ADVERTISE_URL).
+	URL string
+	// LeaseTTL is how long a lease lives without renewal (default 15s).
+	LeaseTTL time.Duration
+	// MaxAccounts caps the accounts this replica holds (default: its fair
+	// share, accounts / live replicas rounded up).
+	MaxAccounts int
+	// DrainTimeout bounds the graceful hand-over of a surplus account
+	// (default 15s, and never past the lease).
+	DrainTimeout time.Duration
+}
+
+// Cluster holds this replica's accounts: it acquires, renews and releases
+// leases, fences workers to the lease it is sure of, and answers which
+// replica serves an account. Only its Run loop changes what it holds.
+type Cluster struct {
+	cfg   ClusterConfig
+	pool  *Pool
+	store ClusterStore
+	log   *slog.Logger
+
+	mu        sync.Mutex
+	held      map[string]*heldLease
+	leases    map[string]session.Lease // last view of every account's lease
+	replicas  map[string]session.Replica
+	releasing map[string]bool
+}
+
+type heldLease struct {
+	token int64
+	valid time.Time // this replica may serve the account until then
+}
+
+// NewCluster returns the coordinator for p's accounts. p's workers must be
+// configured Held: the cluster starts the ones it wins.
+func NewCluster(cfg ClusterConfig, p *Pool, store ClusterStore, log *slog.Logger) *Cluster {
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 15 * time.Second
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = 15 * time.Second
+	}
+	return &Cluster{cfg: cfg, pool: p, store: store, log: log.With("replica", cfg.ID),
+		held: map[string]*heldLease{}, leases: map[string]session.Lease{}, replicas: map[string]session.Replica{},
+		releasing: map[string]bool{}}
+}
+
+// margin is how long before the lease's end this replica stops serving: it
+// covers the time a renewal takes and clock-rate drift.
+func (c *Cluster) margin() time.Duration { return c.cfg.LeaseTTL / 5 }
+
+func (c *Cluster) interval() time.Duration { return c.cfg.LeaseTTL / 5 }
+
+// Run coordinates until ctx ends, then releases every lease it holds (the
+// pool must be drained by then).
+func (c *Cluster) Run(ctx context.Context) {
+	t := time.NewTicker(c.interval())
+	defer t.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		c.tick(ctx, &wg)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Leave releases every lease and deregisters; call after the pool stopped.
+func (c *Cluster) Leave(ctx context.Context) {
+	c.mu.Lock()
+	held := c.held
+	c.held = map[string]*heldLease{}
+	c.mu.Unlock()
+	for name, h := range held {
+		if err := c.store.ReleaseLease(ctx, name, c.cfg.ID, h.token); err != nil {
+			c.log.Warn("release lease on shutdown", "account", name, "err", err)
+		}
+	}
+	if err := c.store.LeaveCluster(ctx, c.cfg.ID); err != nil {
+		c.log.Warn("leave cluster", "err", err)
+	}
+}
+
+func (c *Cluster) tick(ctx context.Context, wg *sync.WaitGroup) {
+	c.enforceFences()
+	cctx, cancel := context.WithTimeout(ctx, c.interval())
+	defer cancel()
+	c.heartbeat(cctx)
+	c.renew(cctx)
+	if err := c.refresh(cctx); err != nil {
+		c.log.Warn("cluster view", "err", err)
+		return
+	}
+	c.balance(cctx, wg)
+}
+
+// enforceFences stops every worker whose lease this replica can no longer
+// be sure of: before the lease can pass to another replica, never after.
+func (c *Cluster) enforceFences() {
+	now := time.Now()
+	c.mu.Lock()
+	var lost []string
+	for name, h := range c.held {
+		if !now.Before(h.valid) {
+			lost = append(lost, name)
+			delete(c.held, name)
+		}
+	}
+	c.mu.Unlock()
+	for _, name := range lost {
+		c.log.Warn("lease not renewed in time: stopping the account's worker", "account", name)
+		_ = c.pool.Stop(name)
+	}
+}
+
+func (c *Cluster) heartbeat(ctx context.Context) {
+	snap := c.pool.Snapshot()
+	r := session.Replica{ID: c.cfg.ID, URL: c.cfg.URL, InFlight: snap.InFlight, Queue: snap.Waiting}
+	c.mu.Lock()
+	for name := range c.held {
+		r.Accounts = append(r.Accounts, name)
+	}
+	c.mu.Unlock()
+	sort.Strings(r.Accounts)
+	for _, in := range snap.Instances {
+		if in.State == StateReady {
+			r.Capacity += in.MaxInFlight
+		}
+	}
+	if err := c.store.Heartbeat(ctx, r, c.cfg.LeaseTTL); err != nil {
+		c.log.Warn("heartbeat", "err", err)
+	}
+}
+
+func (c *Cluster) renew(ctx context.Context) {
+	c.mu.Lock()
+	names := make([]string, 0, len(c.held))
+	for name := range c.held {
+		names = append(names, name)
+	}
+	c.mu.Unlock()
+	for _, name := range names {
+		c.mu.Lock()
+		h, ok := c.held[name]
+		c.mu.Unlock()
+		if !ok {
+			continue
+		}
+		start := time.Now()
+		_, err := c.store.RenewLease(ctx, name, c.cfg.ID, h.token, c.cfg.LeaseTTL)
+		switch {
+		case err == nil:
+			c.setValid(name, h, start)
+		case errors.Is(err, session.ErrLeaseLost):
+			c.log.Warn("lease lost to another replica: stopping the account's worker", "account", name)
+			c.mu.Lock()
+			delete(c.held, name)
+			c.mu.Unlock()
+			c.pool.Fence(name, time.Now())
+			_ = c.pool.Stop(name)
+		default:
+			// Unreachable store: keep serving until the fence, renewing on
+			// the next tick.
+			c.log.Warn("renew lease", "account", name, "err", err)
+		}
+	}
+}
+
+// setValid extends what this replica may assume after a renewal or an
+// acquisition that started at start.
+func (c *Cluster) setValid(name string, h *heldLease, start time.Time) {
+	valid := start.Add(c.cfg.LeaseTTL - c.margin())
+	c.mu.Lock()
+	h.valid = valid
+	c.mu.Unlock()
+	c.pool.Fence(name, valid)
+}
+
+func (c *Cluster) refresh(ctx context.Context) error {
+	names := make([]string, 0, len(c.pool.workers))
+	for _, w := range c.pool.workers {
+		names = append(names, w.cfg.Name)
+	}
+	leases, err := c.store.Leases(ctx, names)
+	if err != nil {
+		return err
+	}
+	reps, err := c.store.Replicas(ctx)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.leases = map[string]session.Lease{}
+	for i, l := range leases {
+		c.leases[names[i]] = l
+	}
+	c.replicas = map[string]session.Replica{}
+	for _, r := range reps {
+		c.replicas[r.ID] = r
+	}
+	return nil
+}
+
+// share is how many accounts this replica should hold.
+func (c *Cluster) share() int {
+	c.mu.Lock()
+	live := max(len(c.replicas), 1)
+	if _, ok := c.replicas[c.cfg.ID]; !ok {
+		live++ // our heartbeat did not land yet
+	}
+	c.mu.Unlock()
+	n := (len(c.pool.workers) + live - 1) / live
+	if c.cfg.MaxAccounts > 0 {
+		n = min(n, c.cfg.MaxAccounts)
+	}
+	return n
+}
+
+// balance takes free accounts up to the share, and hands surplus over.
+func (c *Cluster) balance(ctx context.Context, wg *sync.WaitGroup) {
+	share := c.share()
+	c.mu.Lock()
+	held := len(c.held)
+	var free []string
+	for _, w := range c.pool.workers {
+		name := w.cfg.Name
+		if _, mine := c.held[name]; mine || c.releasing[name] {
+			continue
+		}
+		if l := c.leases[name]; l.Holder == "" {
+			free = append(free, name)
+		}
+	}
+	c.mu.Unlock()
+	switch {
+	case held < share:
+		// After Redis lost its data the store admits no new owner for one
+		// TTL, while holders win their leases back by renewing.
+		for _, name := range free[:min(len(free), share-held)] {
+			c.acquire(ctx, name)
+		}
+	case held > share:
+		c.releaseSurplus(held-share, wg)
+	}
+}
+
+func (c *Cluster) acquire(ctx context.Context, name string) {
+	start := time.Now()
+	l, ok, err := c.store.AcquireLease(ctx, name, c.cfg.ID, c.cfg.LeaseTTL)
+	if err != nil || !ok {
+		return
+	}
+	h := &heldLease{token: l.Token}
+	c.mu.Lock()
+	c.held[name] = h
+	c.mu.Unlock()
+	c.setValid(name, h, start)
+	c.log.Info("lease acquired: starting the account's worker", "account", name, "token", l.Token)
+	_ = c.pool.Restart(name)
+}
+
+// releaseSurplus hands n accounts over gracefully: drain (no new turns, the
+// running ones finish), then release the lease for another replica.
+func (c *Cluster) releaseSurplus(n int, wg *sync.WaitGroup) {
+	snap := c.pool.Snapshot()
+	sort.Slice(snap.Instances, func(i, j int) bool { return snap.Instances[i].InFlight < snap.Instances[j].InFlight })
+	for _, in := range snap.Instances {
+		if n == 0 {
+			return
+		}
+		c.mu.Lock()
+		h, mine := c.held[in.Name]
+		if !mine || c.releasing[in.Name] {
+			c.mu.Unlock()
+			continue
+		}
+		c.releasing[in.Name] = true
+		c.mu.Unlock()
+		n--
+		name, token := in.Name, h.token
+		wg.Go(func() { c.handOver(name, token) })
+	}
+}
+
+func (c *Cluster) handOver(name string, token int64) {
+	c.log.Info("handing surplus account over", "account", name)
+	_ = c.pool.Drain(name)
+	deadline := time.Now().Add(c.cfg.DrainTimeout)
+	for time.Now().Before(deadline) {
+		if in, ok := c.instance(name); ok && in.State == StateStopped {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = c.pool.Stop(name)
+	ctx, cancel := context.WithTimeout(context.Background(), c.interval())
+	defer cancel()
+	c.mu.Lock()
+	delete(c.held, name)
+	delete(c.releasing, name)
+	c.mu.Unlock()
+	if err := c.store.ReleaseLease(ctx, name, c.cfg.ID, token); err != nil {
+		c.log.Warn("release lease", "account", name, "err", err)
+	}
+}
+
+func (c *Cluster) instance(name string) (InstanceStatus, bool) {
+	for _, in := range c.pool.Snapshot().Instances {
+		if in.Name == name {
+			return in, true
+		}
+	}
+	return InstanceStatus{}, false
+}
+
+// Owner returns the URL of the other replica that holds the account.
+func (c *Cluster) Owner(account string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.leases[account]
+	if l.Holder == "" || l.Holder == c.cfg.ID {
+		return "", false
+	}
+	r, ok := c.replicas[l.Holder]
+	return r.URL, ok && r.URL != ""
+}
+
+// Spare returns another replica with free capacity, as far as the
+// heartbeats say, for a new conversation this replica can't serve.
+func (c *Cluster) Spare() (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	best, bestFree := "", 0
+	for id, r := range c.replicas {
+		if id == c.cfg.ID || r.URL == "" {
+			continue
+		}
+		if free := r.Capacity - r.InFlight - r.Queue; free > bestFree {
+			best, bestFree = r.URL, free
+		}
+	}
+	return best, best != ""
+}
+
+// Status is the cluster as /internal/cluster shows it.
+type ClusterStatus struct {
+	Self     string            `json:"self"`
+	Replicas []session.Replica `json:"replicas"`
+	Leases   []session.Lease   `json:"leases"`
+	Held     map[string]int64  `json:"held"`
+}
+
+// Status returns this replica's view of the cluster.
+func (c *Cluster) Status() ClusterStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := ClusterStatus{Self: c.cfg.ID, Held: map[string]int64{}}
+	for _, r := range c.replicas {
+		s.Replicas = append(s.Replicas, r)
+	}
+	sort.Slice(s.Replicas, func(i, j int) bool { return s.Replicas[i].ID < s.Replicas[j].ID })
+	for name, l := range c.leases {
+		l.Account = name
+		s.Leases = append(s.Leases, l)
+	}
+	sort.Slice(s.Leases, func(i, j int) bool { return s.Leases[i].Account < s.Leases[j].Account })
+	for name, h := range c.held {
+		s.Held[name] = h.token
+	}
+	return s
+}
