@@ -31,6 +31,10 @@ type Config struct {
 	APIKeys []string
 	// MaxBodyBytes caps request bodies (default 16 MiB).
 	MaxBodyBytes int64
+	// ReplicaID and ClusterToken turn on forwarding between replicas
+	// (empty on a single node).
+	ReplicaID    string
+	ClusterToken string
 }
 
 // ModelLister lists the pool's models.
@@ -58,6 +62,10 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	e.NoMethod(notAllowed)
 
 	api := e.Group("", BodyCap(cfg.MaxBodyBytes), APIAuth(cfg.APIKeys))
+	if cfg.ClusterToken != "" {
+		api.Use(ClusterHop(cfg.ReplicaID, cfg.ClusterToken, &http.Client{Transport: &http.Transport{
+			MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, ResponseHeaderTimeout: 0}}))
+	}
 	chat := observe(m, "chat", p.Chat.Completions)
 	api.POST("/v1/chat/completions", chat)
 	api.POST("/chat/completions", chat)

@@ -77,6 +77,9 @@ func NewCluster(cfg ClusterConfig, p *Pool, store ClusterStore, log *slog.Logger
 		releasing: map[string]bool{}}
 }
 
+// ID returns this replica run's id.
+func (c *Cluster) ID() string { return c.cfg.ID }
+
 // margin is how long before the lease's end this replica stops serving: it
 // covers the time a renewal takes and clock-rate drift.
 func (c *Cluster) margin() time.Duration { return c.cfg.LeaseTTL / 5 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -72,6 +75,7 @@ type app struct {
 	pool     *pool.Pool
 	launcher *pool.ExecLauncher
 	router   *pool.Router
+	cluster  *pool.Cluster // nil on a single node
 	store    store
 	api      *http.Server
 	admin    *http.Server // nil when admin shares the API listener
@@ -95,31 +99,53 @@ func build(cfg config.Config, log *slog.Logger) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
-	launcher := &pool.ExecLauncher{}
-	p := pool.New(pool.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
-		workers, driver, launcher, m, log)
-
-	var router *pool.Router
-	onEvict := func(a session.Affinity) { router.DeleteSession(a) }
-	st, err := openStore(cfg, m, onEvict, log)
-	if err != nil {
+	clustered := cfg.AdvertiseURL != ""
+	for i := range workers {
+		workers[i].Held = clustered // a replica runs only the accounts it leases
+	}
+	a := &app{cfg: cfg, log: log, launcher: &pool.ExecLauncher{}}
+	a.pool = pool.New(pool.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
+		workers, driver, a.launcher, m, log)
+	onEvict := func(s session.Affinity) { a.router.DeleteSession(s) }
+	if a.store, err = openStore(cfg, m, onEvict, log); err != nil {
 		return nil, err
 	}
-	router = pool.NewRouter(pool.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
-		Retries: cfg.Retries, Count: tokens.Count}, p, st, m, log)
+	a.router = pool.NewRouter(pool.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
+		Retries: cfg.Retries, Count: tokens.Count}, a.pool, a.store, m, log)
+	var ready readiness = a.pool
+	if clustered {
+		cs, ok := a.store.(pool.ClusterStore)
+		if !ok {
+			return nil, errors.New("clustering needs the Redis store")
+		}
+		a.cluster = pool.NewCluster(pool.ClusterConfig{ID: replicaID(cfg.ReplicaID), URL: cfg.AdvertiseURL,
+			LeaseTTL: cfg.LeaseTTL, MaxAccounts: cfg.MaxAccountsPerReplica}, a.pool, cs, log)
+		a.router.SetRemote(a.cluster)
+		ready = clusterReadiness{a.pool, a.cluster}
+	}
+	a.routes(reg, m, ready)
+	return a, nil
+}
 
+// routes builds the public and admin HTTP surfaces.
+func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readiness) {
+	cfg, log := a.cfg, a.log
 	gin.SetMode(gin.ReleaseMode)
 	protocols := handlers.Protocols{
-		Chat:      openaichat.New(openaichat.Config{}, router, log),
-		Responses: responses.New(responses.Config{}, router, st, log),
-		Messages:  anthropic.New(anthropic.Config{}, router, log),
-		Models:    router,
+		Chat:      openaichat.New(openaichat.Config{}, a.router, log),
+		Responses: responses.New(responses.Config{}, a.router, a.store, log),
+		Messages:  anthropic.New(anthropic.Config{}, a.router, log),
+		Models:    a.router,
 	}
-	engine := handlers.New(handlers.Config{APIKeys: cfg.APIKeys, MaxBodyBytes: cfg.MaxBodyBytes}, protocols, m, log)
+	hcfg := handlers.Config{APIKeys: cfg.APIKeys, MaxBodyBytes: cfg.MaxBodyBytes}
+	if a.cluster != nil {
+		hcfg.ReplicaID, hcfg.ClusterToken = a.cluster.ID(), cfg.ClusterToken
+	}
+	engine := handlers.New(hcfg, protocols, m, log)
 	adm := admin.New(admin.Config{AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys, MetricsToken: cfg.MetricsToken,
-		MetricsPublic: cfg.MetricsPublic}, p, reg, log)
+		MetricsPublic: cfg.MetricsPublic}, adminPool{a.pool, ready}, reg, log)
 	adm.RegisterProbes(engine)
-	a := &app{cfg: cfg, log: log, pool: p, launcher: launcher, router: router, store: st, api: httpServer(cfg.Listen, engine)}
+	a.api = httpServer(cfg.Listen, engine)
 	adminEngine := engine
 	if cfg.AdminListen != "" {
 		adminEngine = gin.New()
@@ -128,9 +154,52 @@ func build(cfg config.Config, log *slog.Logger) (*app, error) {
 		a.admin = httpServer(cfg.AdminListen, adminEngine)
 	}
 	internal := adm.Register(adminEngine)
-	adm.RegisterSession(internal, st)
-	adm.RegisterStats(internal, admin.Limits{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue}, p)
-	return a, nil
+	adm.RegisterSession(internal, a.store)
+	adm.RegisterStats(internal, admin.Limits{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue}, a.pool)
+	if a.cluster != nil {
+		adm.RegisterCluster(internal, a.cluster)
+	}
+}
+
+// readiness answers /readyz.
+type readiness interface{ Ready() (bool, string) }
+
+// clusterReadiness: a replica is ready when it serves an account itself or
+// can forward to a replica with capacity.
+type clusterReadiness struct {
+	pool    *pool.Pool
+	cluster *pool.Cluster
+}
+
+func (r clusterReadiness) Ready() (bool, string) {
+	ok, why := r.pool.Ready()
+	if ok {
+		return true, ""
+	}
+	if _, spare := r.cluster.Spare(); spare {
+		return true, ""
+	}
+	return false, why + "; no other replica has capacity"
+}
+
+// adminPool is the pool as admin sees it, with the replica's readiness.
+type adminPool struct {
+	*pool.Pool
+	ready readiness
+}
+
+func (p adminPool) Ready() (bool, string) { return p.ready.Ready() }
+
+// replicaID names this process run: the configured name (else the host
+// name) plus a random suffix, so a restarted replica never renews its
+// predecessor's leases.
+func replicaID(name string) string {
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return name + "-" + hex.EncodeToString(b[:])
 }
 
 // httpServer sets the timeouts both servers need (STYLE 19); streams set
@@ -245,7 +314,11 @@ func (a *app) run(ctx context.Context) error {
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRun()
 	a.pool.Start(runCtx)
-	go a.store.Run(runCtx)
+	var bg sync.WaitGroup
+	bg.Go(func() { a.store.Run(runCtx) })
+	if a.cluster != nil {
+		bg.Go(func() { a.cluster.Run(runCtx) })
+	}
 	errc := make(chan error, 2)
 	go func() { errc <- a.api.Serve(lis) }()
 	if a.admin != nil {
@@ -277,6 +350,12 @@ func (a *app) run(ctx context.Context) error {
 	<-done
 	a.launcher.Close() // every worker has exited: the spawner thread may end
 	stopRun()
+	bg.Wait()
+	if a.cluster != nil {
+		lctx, lcancel := context.WithTimeout(context.Background(), 3*time.Second)
+		a.cluster.Leave(lctx) // workers are stopped: hand the leases over now
+		lcancel()
+	}
 	a.router.Wait()
 	_ = a.store.Close()
 	a.log.Info("stopped")

@@ -78,6 +78,12 @@ type Config struct {
 
 	RedisURL    string `yaml:"redis_url"`    // Redis URL ("" = in-memory store)
 	RedisPrefix string `yaml:"redis_prefix"` // Redis key prefix (poolgate:)
+
+	AdvertiseURL          string        `yaml:"advertise_url"`            // this replica's URL for the others ("" = no cluster)
+	ClusterToken          string        `yaml:"cluster_token"`            // shared secret of forwarded requests
+	ReplicaID             string        `yaml:"replica_id"`               // replica name (hostname); a per-start suffix is added
+	LeaseTTL              time.Duration `yaml:"lease_ttl"`                // account lease lifetime (15s)
+	MaxAccountsPerReplica int           `yaml:"max_accounts_per_replica"` // accounts one replica holds (0 = fair share)
 }
 
 // Defaults returns the configuration with every default filled in.
@@ -100,6 +106,7 @@ func Defaults() Config {
 		BackoffMax:          30 * time.Second,
 		ShutdownGrace:       30 * time.Second,
 		RedisPrefix:         "poolgate:",
+		LeaseTTL:            15 * time.Second,
 	}
 }
 
@@ -230,6 +237,17 @@ func (c *Config) Validate() error {
 	for k, v := range positive {
 		if v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %d", k, v))
+		}
+	}
+	if c.AdvertiseURL != "" {
+		if c.RedisURL == "" {
+			errs = append(errs, errors.New("advertise_url turns on clustering, which needs redis_url (POOLGATE_REDIS_URL)"))
+		}
+		if c.ClusterToken == "" {
+			errs = append(errs, errors.New("advertise_url turns on clustering, which needs cluster_token (POOLGATE_CLUSTER_TOKEN)"))
+		}
+		if c.LeaseTTL < 2*time.Second {
+			errs = append(errs, fmt.Errorf("lease_ttl %s is too short (at least 2s)", c.LeaseTTL))
 		}
 	}
 	if c.Retries < 0 {
