@@ -1,0 +1,192 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/poolgate/poolgate/handlers"
+	"github.com/poolgate/poolgate/login"
+	"github.com/poolgate/poolgate/pool"
+)
+
+// LoginService is what the admin API needs of the login runner
+// (*login.Runner).
+type LoginService interface {
+	// Start starts a login now unless one runs, and returns its status.
+	Start(t pool.LoginTarget) login.Status
+	// Status returns one instance's login status.
+	Status(instance string) (login.Status, bool)
+	// All returns every instance's login status, by name.
+	All() []login.Status
+	// Screenshot returns the newest failure screenshot (PNG), or
+	// login.ErrNoScreenshot.
+	Screenshot(instance string) ([]byte, error)
+}
+
+// LoginTargets finds instances for the login endpoints (*pool.Pool).
+type LoginTargets interface {
+	// LoginTarget returns the named instance's login target, or
+	// pool.ErrUnknownInstance.
+	LoginTarget(name string) (pool.LoginTarget, error)
+	// LoginPort returns the port of the instance's login callback (0 when
+	// it is not running), or pool.ErrUnknownInstance.
+	LoginPort(name string) (int, error)
+}
+
+// loginURLTimeout bounds the worker's answer to a login URL request.
+const loginURLTimeout = 30 * time.Second
+
+// RegisterLogin adds the auto-login endpoints to r, the authenticated
+// /internal group: start a login, list login states, hand out a login URL,
+// serve the last failure screenshot, and forward a login callback to its
+// instance (the manual fallback: an operator signs in with their own
+// browser and passes the callback through here). svc may be nil when no
+// browser is available: the manual fallback still works, start answers 503.
+func RegisterLogin(r gin.IRouter, svc LoginService, targets LoginTargets, log *slog.Logger) {
+	h := &loginAPI{svc: svc, targets: targets, log: log}
+	r.POST("/auto-login/start", h.start)
+	r.GET("/auto-login/status", h.status)
+	r.GET("/auto-login/url", h.url)
+	r.GET("/auto-login/:instance/screenshot", h.screenshot)
+	r.GET("/auto-login/:instance/callback", h.callback)
+}
+
+type loginAPI struct {
+	svc     LoginService
+	targets LoginTargets
+	log     *slog.Logger
+}
+
+// target resolves the instance named in the query or path, or writes the
+// error (400 when none is named, 404 naming an unknown one).
+func (h *loginAPI) target(c *gin.Context, name string) (pool.LoginTarget, bool) {
+	if name == "" {
+		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, "instance is required (?instance=NAME)")
+		return pool.LoginTarget{}, false
+	}
+	t, err := h.targets.LoginTarget(name)
+	if err != nil {
+		writeInstanceError(c, name, err)
+		return pool.LoginTarget{}, false
+	}
+	return t, true
+}
+
+func writeInstanceError(c *gin.Context, name string, err error) {
+	if errors.Is(err, pool.ErrUnknownInstance) {
+		handlers.WriteError(c.Writer, c.Request, http.StatusNotFound, "unknown instance "+name)
+		return
+	}
+	handlers.WriteError(c.Writer, c.Request, http.StatusInternalServerError, "instance "+name+": "+err.Error())
+}
+
+func (h *loginAPI) start(c *gin.Context) {
+	name := c.Query("instance")
+	t, ok := h.target(c, name)
+	if !ok {
+		return
+	}
+	if h.svc == nil {
+		handlers.WriteError(c.Writer, c.Request, http.StatusServiceUnavailable,
+			"automatic login is not available (no browser); use /auto-login/url and /auto-login/"+name+"/callback")
+		return
+	}
+	st := h.svc.Start(t)
+	h.log.Info("admin action", "action", "auto_login_start", "instance", name, "by", c.GetString(whoKey))
+	c.JSON(http.StatusAccepted, st)
+}
+
+func (h *loginAPI) status(c *gin.Context) {
+	var all []login.Status
+	if h.svc != nil {
+		all = h.svc.All()
+	}
+	if all == nil {
+		all = []login.Status{}
+	}
+	c.JSON(http.StatusOK, gin.H{"instances": all})
+}
+
+func (h *loginAPI) url(c *gin.Context) {
+	name := c.Query("instance")
+	t, ok := h.target(c, name)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.Request.Context(), loginURLTimeout)
+	defer cancel()
+	u, err := t.LoginURL(ctx)
+	if err != nil {
+		code := http.StatusBadGateway
+		if errors.Is(err, pool.ErrWorkerGone) {
+			code = http.StatusServiceUnavailable
+		}
+		handlers.WriteError(c.Writer, c.Request, code, "ask instance "+name+" for a login URL: "+err.Error())
+		return
+	}
+	h.log.Info("admin action", "action", "auto_login_url", "instance", name, "by", c.GetString(whoKey))
+	c.JSON(http.StatusOK, gin.H{"url": u})
+}
+
+func (h *loginAPI) screenshot(c *gin.Context) {
+	name := c.Param("instance")
+	if _, ok := h.target(c, name); !ok {
+		return
+	}
+	var png []byte
+	err := login.ErrNoScreenshot
+	if h.svc != nil {
+		png, err = h.svc.Screenshot(name)
+	}
+	switch {
+	case errors.Is(err, login.ErrNoScreenshot):
+		handlers.WriteError(c.Writer, c.Request, http.StatusNotFound, "no login screenshot for instance "+name)
+		return
+	case err != nil:
+		handlers.WriteError(c.Writer, c.Request, http.StatusInternalServerError, "screenshot of instance "+name+": "+err.Error())
+		return
+	}
+	c.Header("Cache-Control", "no-store")
+	c.Data(http.StatusOK, "image/png", png)
+}
+
+// callback forwards /auto-login/NAME/callback?QUERY to the instance's own
+// http://127.0.0.1:PORT/auth/callback?QUERY and relays the answer.
+func (h *loginAPI) callback(c *gin.Context) {
+	name := c.Param("instance")
+	port, err := h.targets.LoginPort(name)
+	if err != nil {
+		writeInstanceError(c, name, err)
+		return
+	}
+	if port == 0 {
+		handlers.WriteError(c.Writer, c.Request, http.StatusServiceUnavailable, "instance "+name+" is not running")
+		return
+	}
+	upstream := &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port)}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			pr.Out.URL.Path, pr.Out.URL.RawPath = "/auth/callback", ""
+			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
+			// The admin credentials and poolgate's cookies are not the
+			// worker's business.
+			for _, k := range []string{"Authorization", "Proxy-Authorization", "X-Api-Key", "Cookie"} {
+				pr.Out.Header.Del(k)
+			}
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			handlers.WriteError(w, r, http.StatusBadGateway, "forward the login callback to instance "+name+": "+err.Error())
+		},
+	}
+	h.log.Info("admin action", "action", "auto_login_callback", "instance", name, "by", c.GetString(whoKey))
+	proxy.ServeHTTP(c.Writer, c.Request)
+}

@@ -1,0 +1,211 @@
+package login
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/poolgate/poolgate/internal/sim"
+	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/lingma"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// wait bounds every wait in these tests.
+const wait = 30 * time.Second
+
+// chromium fails the test when no browser is installed: these tests are
+// about the real browser and never skip.
+func chromium(t *testing.T) string {
+	t.Helper()
+	p, err := findChromium("")
+	if err != nil {
+		t.Fatalf("no chromium: install chromium with 'apt-get install chromium' or run 'make test' (%v)", err)
+	}
+	return p
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// syncBuffer collects a log for failure messages.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// worker is one in-process simulator, logged out, reached with the Lingma
+// driver as the pool would.
+type worker struct {
+	ep     pool.Endpoint
+	client *lingma.Client
+}
+
+// startSim runs the simulator with the given login page variant; valid
+// accounts come from SIMWORKER_ACCOUNTS (via getenv), as in production.
+func startSim(t *testing.T, variant, accounts string) *worker {
+	t.Helper()
+	ep := pool.Endpoint{Name: "acct", WorkDir: t.TempDir(), Port: freePort(t), AuxPort: freePort(t)}
+	args := []string{"start", "--transportType=websocket", "--workDir", ep.WorkDir,
+		"--socketPort", strconv.Itoa(ep.Port), "--httpPort", strconv.Itoa(ep.AuxPort), "--login-page", variant}
+	getenv := func(k string) string {
+		if k == "SIMWORKER_ACCOUNTS" {
+			return accounts
+		}
+		return ""
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sim.Main(ctx, args, getenv, io.Discard, io.Discard) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("sim.Main: %v", err)
+			}
+		case <-time.After(wait):
+			t.Errorf("simulator did not stop")
+		}
+	})
+	d := lingma.New(lingma.Config{})
+	deadline := time.Now().Add(wait)
+	for {
+		b, err := d.Connect(context.Background(), ep)
+		if err == nil {
+			c := b.(*lingma.Client)
+			t.Cleanup(func() { _ = c.Close() })
+			return &worker{ep: ep, client: c}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connect to simulator: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// target is the login target of w for an account.
+func (w *worker) target(name, user, pass string) pool.LoginTarget {
+	return pool.LoginTarget{
+		Instance: name,
+		Account:  pool.Account{Name: name, Username: user, Password: pass},
+		WorkDir:  w.ep.WorkDir,
+		LoginURL: w.client.LoginURL,
+		Confirm: func(ctx context.Context) (bool, error) {
+			st, err := w.client.Status(ctx)
+			return st.LoggedIn, err
+		},
+	}
+}
+
+// stats reads the simulator's counters.
+func (w *worker) stats(t *testing.T) sim.Stats {
+	t.Helper()
+	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(w.ep.AuxPort) + "/sim/stats")
+	if err != nil {
+		t.Fatalf("sim stats: %v", err)
+	}
+	defer resp.Body.Close()
+	var st sim.Stats
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatalf("sim stats: %v", err)
+	}
+	return st
+}
+
+// newTestRunner makes a runner with fast test timings whose browser
+// profiles live in a fresh dir; at cleanup it closes the runner and fails
+// the test if any process still mentions that dir (a leaked Chromium).
+func newTestRunner(t *testing.T, cfg Config) (*Runner, *syncBuffer) {
+	t.Helper()
+	cfg.Chromium = chromium(t)
+	cfg.TempDir = t.TempDir()
+	if cfg.StepTimeout == 0 {
+		cfg.StepTimeout = 20 * time.Second // generous: CI machines can be very busy
+	}
+	if cfg.LoginTimeout == 0 {
+		cfg.LoginTimeout = wait
+	}
+	if cfg.Backoff == 0 {
+		cfg.Backoff = 50 * time.Millisecond
+	}
+	logs := &syncBuffer{}
+	r, err := NewRunner(cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatalf("NewRunner: %v", err)
+	}
+	t.Cleanup(func() {
+		r.Close()
+		if t.Failed() {
+			t.Logf("runner log:\n%s", logs)
+		}
+		if procs := processesMentioning(cfg.TempDir); len(procs) > 0 {
+			t.Errorf("processes left after Close: %v", procs)
+		}
+	})
+	return r, logs
+}
+
+// processesMentioning scans /proc for live processes whose command line
+// contains s.
+func processesMentioning(s string) []string {
+	var out []string
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil || !bytes.Contains(b, []byte(s)) {
+			continue
+		}
+		out = append(out, filepath.Base(d)+": "+strings.ReplaceAll(string(b), "\x00", " "))
+	}
+	return out
+}
+
+// await polls the runner until the instance's login is no longer running.
+func await(t *testing.T, r *Runner, name string) Status {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute) // a bound, not an expectation
+	for {
+		st, ok := r.Status(name)
+		if ok && st.State != StateRunning {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("login of %s still running: %+v", name, st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
