@@ -1,0 +1,507 @@
+package admin_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/go-rod/rod"
+	"github.com/go-rod/rod/lib/launcher"
+	"github.com/go-rod/rod/lib/launcher/flags"
+	"github.com/go-rod/rod/lib/proto"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/poolgate/poolgate/admin"
+	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/login"
+	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/lingma"
+)
+
+const adminToken = "adm-dashboard-token"
+
+// TestDashboard drives /admin in a real headless Chromium against a real
+// pool of two simworker processes: wrong token, the instance list, the
+// optional login and stats parts, Log in, Export and Restart.
+func TestDashboard(t *testing.T) {
+	chromium := findChromium(t)
+	p, srv, logins := startAdmin(t)
+
+	checkPageHeaders(t, srv.URL)
+
+	page := openPage(t, chromium)
+	page.Timeout(15 * time.Second).MustNavigate(srv.URL + "/admin").MustWaitLoad()
+
+	// A wrong token is said to be wrong, and not kept.
+	typeToken(t, page, "not-the-token")
+	waitJS(t, page, "the wrong-token message",
+		`() => { const e = document.getElementById("error"); return !e.hidden && e.textContent.includes("Wrong token"); }`)
+	if got := page.MustEval(`() => sessionStorage.getItem("poolgate.adminToken")`); !got.Nil() {
+		t.Errorf("a rejected token is still in sessionStorage: %v", got)
+	}
+
+	typeToken(t, page, adminToken)
+	waitJS(t, page, "both instances listed as ready", `() => {
+		const s = [...document.querySelectorAll("#instances tbody td.state-cell span")].map(e => e.textContent);
+		return s.length === 2 && s.every(x => x === "ready");
+	}`)
+	if info := page.MustInfo(); strings.Contains(info.URL, adminToken) {
+		t.Errorf("the token is in the page URL %s", info.URL)
+	}
+
+	// The optional parts: login states and pool-wide stats.
+	waitJS(t, page, "the login state of w2",
+		`() => document.querySelector('tr[data-instance="w2"] td.login').textContent.startsWith("failed")`)
+	if got := page.MustElement("#m-hitrate").MustText(); got != "75.0%" {
+		t.Errorf("cache hit rate card = %q, want %q", got, "75.0%")
+	}
+	if got := page.MustElement("#m-rejections").MustText(); got != "3" {
+		t.Errorf("rejections card = %q, want %q", got, "3")
+	}
+
+	click(t, page, `tr[data-instance="w2"] button.act-login`)
+	waitFor(t, 5*time.Second, "a login start for w2", func() bool { return logins.started("w2") })
+
+	// Export downloads the bundle JSON.
+	dlDir := t.TempDir()
+	wait := page.Browser().Timeout(10 * time.Second).WaitDownload(dlDir)
+	click(t, page, `tr[data-instance="w1"] button.act-export`)
+	checkDownload(t, filepath.Join(dlDir, wait().GUID))
+
+	// Restart w1: the pool shows a new process, then so does the page.
+	before := instance(p, "w1")
+	click(t, page, `tr[data-instance="w1"] button.act-restart`)
+	var after pool.InstanceStatus
+	waitFor(t, 20*time.Second, "w1 restarted with a new pid and ready", func() bool {
+		after = instance(p, "w1")
+		return after.Restarts > before.Restarts && after.PID != 0 && after.PID != before.PID && after.State == pool.StateReady
+	})
+	waitJS(t, page, "the page showing w1's new pid and restart count", `(pid, restarts) => {
+		const r = document.querySelector('tr[data-instance="w1"]');
+		return r && r.querySelector("td.pid").textContent === pid &&
+			r.querySelector("td.restarts").textContent === restarts &&
+			r.querySelector("td.state-cell span").textContent === "ready";
+	}`, strconv.Itoa(after.PID), strconv.Itoa(after.Restarts))
+	if got := instance(p, "w2"); got.Restarts != 0 {
+		t.Errorf("w2 restarts = %d, want 0 (only w1 was restarted)", got.Restarts)
+	}
+
+	saveScreenshot(t, page)
+
+	// Only the core admin API (the endpoints Register itself adds): the
+	// parts whose endpoint answers 404 hide, the rest works.
+	bare, hasLogin, hasStats := startBareAdmin(t, p)
+	page.Timeout(15 * time.Second).MustNavigate(bare.URL + "/admin").MustWaitLoad()
+	typeToken(t, page, adminToken)
+	waitJS(t, page, "the instances, with only the parts the server has", `(hasLogin, hasStats) => {
+		const rows = document.querySelectorAll("#instances tbody tr");
+		const shown = (sel) => [...document.querySelectorAll(sel)].some(e => !e.hidden);
+		return rows.length === 2 && shown(".login-col") === hasLogin && shown("button.act-login") === hasLogin &&
+			shown(".stats-only") === hasStats && document.getElementById("error").hidden;
+	}`, hasLogin, hasStats)
+}
+
+// startBareAdmin serves only the core admin API and the page over p, and
+// says whether that includes the login status and stats endpoints.
+func startBareAdmin(t *testing.T, p *pool.Pool) (_ *httptest.Server, hasLogin, hasStats bool) {
+	t.Helper()
+	eng := gin.New()
+	adm := admin.New(admin.Config{AdminToken: adminToken}, p, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	adm.Register(eng)
+	adm.RegisterDashboard(eng)
+	srv := httptest.NewServer(eng)
+	t.Cleanup(srv.Close)
+	return srv, hasRoute(eng, http.MethodGet, "/internal/auto-login/status"), hasRoute(eng, http.MethodGet, "/internal/stats")
+}
+
+// startAdmin serves the admin surface over a real pool of two simworkers,
+// with a fake login service and, unless the build has them, stand-ins for
+// the /internal/stats and session export endpoints.
+func startAdmin(t *testing.T) (*pool.Pool, *httptest.Server, *fakeLogins) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	drv := lingma.New(lingma.Config{Command: []string{testenv.PoolgateBin(t), "simworker"}, ExtraArgs: []string{"--logged-in"}})
+	launcher := &pool.ExecLauncher{}
+	p := pool.New(pool.Config{}, []pool.WorkerConfig{worker(t, "w1"), worker(t, "w2")}, drv, launcher, nil, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	p.Start(ctx)
+	t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		p.Shutdown(sctx)
+		cancel()
+		launcher.Close()
+	})
+
+	gin.SetMode(gin.TestMode)
+	eng := gin.New()
+	adm := admin.New(admin.Config{AdminToken: adminToken}, p, prometheus.NewRegistry(), log)
+	adm.RegisterProbes(eng)
+	in := adm.Register(eng)
+	adm.RegisterDashboard(eng)
+	logins := &fakeLogins{}
+	if !hasRoute(eng, http.MethodGet, "/internal/auto-login/status") {
+		admin.RegisterLogin(in, logins, p, log)
+	}
+	if !hasRoute(eng, http.MethodGet, "/internal/stats") {
+		in.GET("/stats", func(c *gin.Context) {
+			c.JSON(http.StatusOK, gin.H{
+				"requests":                gin.H{"total": 12},
+				"tokens":                  gin.H{"input": 100, "output": 40},
+				"cache":                   gin.H{"hits": 3, "misses": 1, "hit_rate": 0.75},
+				"concurrency":             gin.H{"in_flight": 0, "queue_depth": 0, "max_in_flight": 64, "max_queue": 256},
+				"backpressure_rejections": 3,
+			})
+		})
+	}
+	if !hasRoute(eng, http.MethodPost, "/internal/session/export") {
+		in.POST("/session/export", func(c *gin.Context) {
+			c.JSON(http.StatusOK, gin.H{"instance": c.Query("instance"), "account": c.Query("instance"), "bundle": "c2VhbGVk", "bytes": 6})
+		})
+	}
+	srv := httptest.NewServer(eng)
+	t.Cleanup(srv.Close)
+
+	waitFor(t, 20*time.Second, "two ready instances", func() bool {
+		return instance(p, "w1").State == pool.StateReady && instance(p, "w2").State == pool.StateReady
+	})
+	return p, srv, logins
+}
+
+func worker(t *testing.T, name string) pool.WorkerConfig {
+	return pool.WorkerConfig{Name: name, Account: pool.Account{Name: name, Env: []string{"SIMWORKER_ACCOUNTS=u-" + name + ":pw"}},
+		WorkDir: t.TempDir(), StartTimeout: 10 * time.Second, HealthInterval: 200 * time.Millisecond,
+		HealthTimeout: time.Second, BackoffMin: 100 * time.Millisecond, BackoffMax: time.Second, StopGrace: 2 * time.Second}
+}
+
+func hasRoute(eng *gin.Engine, method, path string) bool {
+	for _, r := range eng.Routes() {
+		if r.Method == method && r.Path == path {
+			return true
+		}
+	}
+	return false
+}
+
+// checkPageHeaders: the page loads without credentials and with its
+// security headers; the data behind it does not.
+func checkPageHeaders(t *testing.T, base string) {
+	t.Helper()
+	res, err := http.Get(base + "/admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "<title>poolgate</title>") {
+		t.Fatalf("GET /admin without credentials = %d, want 200 and the page", res.StatusCode)
+	}
+	tests := []struct{ give, want string }{
+		{"Content-Type", "text/html; charset=utf-8"},
+		{"Referrer-Policy", "no-referrer"},
+		{"X-Content-Type-Options", "nosniff"},
+		{"X-Frame-Options", "DENY"},
+	}
+	for _, tt := range tests {
+		if got := res.Header.Get(tt.give); got != tt.want {
+			t.Errorf("%s = %q, want %q", tt.give, got, tt.want)
+		}
+	}
+	csp := res.Header.Get("Content-Security-Policy")
+	for _, want := range []string{"default-src 'none'", "script-src 'sha256-", "connect-src 'self'", "frame-ancestors 'none'"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("Content-Security-Policy %q lacks %q", csp, want)
+		}
+	}
+	if strings.Contains(csp, "unsafe-inline") || strings.Contains(string(body), "http://") || strings.Contains(string(body), "https://") {
+		t.Errorf("the page allows unsafe-inline or loads something from elsewhere")
+	}
+	res, err = http.Get(base + "/internal/pool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET /internal/pool without a token = %d, want 401", res.StatusCode)
+	}
+}
+
+// findChromium finds Debian's chromium; the test never downloads one.
+func findChromium(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("chromium"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
+		return "/usr/bin/chromium"
+	}
+	t.Fatalf("chromium not found: install it with 'apt-get install chromium' or run 'make test'")
+	return ""
+}
+
+// openPage starts a headless Chromium with its own profile and opens a tab.
+// At cleanup it closes the browser and checks no process of it is left.
+func openPage(t *testing.T, bin string) *rod.Page {
+	t.Helper()
+	dir := t.TempDir()
+	var tree []int                                          // the browser's processes, seen just before the close
+	t.Cleanup(func() { checkNoBrowserLeft(t, dir, &tree) }) // runs after the close below
+	l := launcher.New().Bin(bin).Leakless(true).Headless(true).NoSandbox(os.Geteuid() == 0).UserDataDir(dir)
+	for _, f := range []string{"disable-gpu", "disable-background-networking", "disable-component-update",
+		"disable-sync", "no-first-run", "disable-quic"} {
+		l.Set(flags.Flag(f))
+	}
+	u := l.MustLaunch()
+	b := rod.New().ControlURL(u).MustConnect()
+	t.Cleanup(func() {
+		tree = append(descendants(l.PID()), l.PID())
+		_ = b.Close()
+		l.Cleanup()
+	})
+	page := b.MustPage("").MustSetViewport(1400, 600, 1, false)
+	return page
+}
+
+func typeToken(t *testing.T, page *rod.Page, token string) {
+	t.Helper()
+	el, err := page.Timeout(10 * time.Second).Element("#token")
+	if err == nil {
+		err = el.Input(token)
+	}
+	if err != nil {
+		t.Fatalf("type the token: %v", err)
+	}
+	click(t, page, "#connect")
+}
+
+// click clicks the element like a user (mouse over its centre), within 10 s.
+func click(t *testing.T, page *rod.Page, selector string) {
+	t.Helper()
+	p := page.Timeout(10 * time.Second)
+	el, err := p.Element(selector)
+	if err == nil {
+		err = el.Click(proto.InputMouseButtonLeft, 1)
+	}
+	if err != nil {
+		t.Fatalf("click %s: %v", selector, err)
+	}
+}
+
+// waitJS waits up to 15 s until the JS function returns true.
+func waitJS(t *testing.T, page *rod.Page, what, js string, args ...any) {
+	t.Helper()
+	if err := page.Timeout(15 * time.Second).Wait(rod.Eval(js, args...)); err != nil {
+		text := "(unavailable)"
+		if body, berr := page.Timeout(2 * time.Second).Element("body"); berr == nil {
+			text, _ = body.Text()
+		}
+		t.Fatalf("waiting for %s: %v\npage text:\n%s", what, err, text)
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func instance(p *pool.Pool, name string) pool.InstanceStatus {
+	for _, in := range p.Snapshot().Instances {
+		if in.Name == name {
+			return in
+		}
+	}
+	return pool.InstanceStatus{}
+}
+
+func checkDownload(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the exported bundle was not downloaded: %v", err)
+	}
+	var got struct {
+		Instance string `json:"instance"`
+		Bundle   string `json:"bundle"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil || got.Instance != "w1" || got.Bundle == "" {
+		t.Errorf("downloaded %q (%v), want the export JSON of w1", b, err)
+	}
+}
+
+// saveScreenshot writes dashboard.png to the test's temp dir and, when
+// POOLGATE_SCREENSHOT_DIR is set, there too.
+func saveScreenshot(t *testing.T, page *rod.Page) {
+	t.Helper()
+	png, err := page.Screenshot(true, &proto.PageCaptureScreenshot{Format: proto.PageCaptureScreenshotFormatPng})
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	dirs := []string{t.TempDir()}
+	if d := os.Getenv("POOLGATE_SCREENSHOT_DIR"); d != "" {
+		dirs = append(dirs, d)
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(d, "dashboard.png")
+		if err := os.WriteFile(p, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("dashboard screenshot: %s", p)
+	}
+}
+
+// checkNoBrowserLeft fails when a process of the browser is still alive: one
+// of its process tree as seen before the close, or any process with the
+// test's profile dir on its command line.
+func checkNoBrowserLeft(t *testing.T, profile string, tree *[]int) {
+	t.Helper()
+	if len(*tree) < 2 {
+		t.Errorf("saw %d browser processes before the close, want the browser and its helpers", len(*tree))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var left []int
+		for _, pid := range *tree {
+			if alive(pid) {
+				left = append(left, pid)
+			}
+		}
+		left = append(left, withArg(profile)...)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("chromium processes left after the test: %v", left)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// procStat returns a process's state letter and parent pid.
+func procStat(pid int) (state byte, ppid int, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+	rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
+	f := strings.Fields(rest)
+	if len(f) < 2 {
+		return 0, 0, false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	return f[0][0], ppid, true
+}
+
+func alive(pid int) bool {
+	state, _, ok := procStat(pid)
+	return ok && state != 'Z'
+}
+
+// descendants lists every process under root.
+func descendants(root int) []int {
+	children := map[int][]int{}
+	for _, pid := range allPids() {
+		if _, ppid, ok := procStat(pid); ok {
+			children[ppid] = append(children[ppid], pid)
+		}
+	}
+	var out []int
+	queue := []int{root}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		out = append(out, children[p]...)
+		queue = append(queue, children[p]...)
+	}
+	return out
+}
+
+func allPids() []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// withArg lists live processes (other than this one) whose command line
+// contains s.
+func withArg(s string) []int {
+	var pids []int
+	for _, pid := range allPids() {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err == nil && pid != os.Getpid() && strings.Contains(string(b), s) && alive(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// fakeLogins stands in for the login runner: w2 has a failed attempt.
+type fakeLogins struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+var _ admin.LoginService = (*fakeLogins)(nil)
+
+func (f *fakeLogins) Start(target pool.LoginTarget) login.Status {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, target.Instance)
+	return login.Status{Name: target.Instance, State: login.StateRunning, Attempts: 2}
+}
+
+func (f *fakeLogins) started(name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.calls {
+		if c == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *fakeLogins) Status(name string) (login.Status, bool) {
+	for _, s := range f.All() {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return login.Status{}, false
+}
+
+func (f *fakeLogins) All() []login.Status {
+	return []login.Status{
+		{Name: "w1", State: login.StateSucceeded, Attempts: 1},
+		{Name: "w2", State: login.StateFailed, Attempts: 1, LastError: "the login page did not load"},
+	}
+}
+
+func (f *fakeLogins) Screenshot(string) ([]byte, error) { return nil, login.ErrNoScreenshot }
