@@ -303,7 +303,7 @@ func (p *Pool) Acquire(ctx context.Context, want Want) (*Slot, error) {
 			p.mu.Unlock()
 			return p.admitted(s, start, true), nil
 		}
-		if !p.anyReadyLocked() && waited >= p.cfg.NoInstanceWait {
+		if !p.anyReadyLocked() && waited >= p.cfg.NoInstanceWait && !p.loginPendingLocked() {
 			p.mu.Unlock()
 			return nil, ErrNoInstance
 		}
@@ -348,6 +348,18 @@ func (p *Pool) anyReady() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.anyReadyLocked()
+}
+
+// loginPendingLocked reports whether an instance is being logged in: a
+// request then waits for it (bounded by the queue timeout) instead of
+// failing at once; p.mu held.
+func (p *Pool) loginPendingLocked() bool {
+	for _, w := range p.workers {
+		if w.state == StateNeedsLogin && w.autoLogin() {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *Pool) anyReadyLocked() bool {

@@ -254,7 +254,7 @@ func (w *Worker) serve(ctx context.Context, proc Process, be Backend) (command, 
 		w.endCooldown()
 		if !st.LoggedIn {
 			w.set(StateNeedsLogin, ErrNotLoggedIn)
-			if w.cfg.AutoLogin && w.pool.loginer != nil {
+			if w.autoLogin() {
 				w.pool.loginer.Ensure(w.loginTarget())
 			}
 			return nil
@@ -511,3 +511,6 @@ func (w *Worker) fetchModels(ctx context.Context, be Backend) {
 	w.models = ms
 	w.pool.mu.Unlock()
 }
+
+// autoLogin reports whether a logged-out worker is logged in by the pool.
+func (w *Worker) autoLogin() bool { return w.cfg.AutoLogin && w.pool.loginer != nil }

@@ -30,6 +30,7 @@ import (
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/tokens"
+	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/lingma"
 	openaidrv "github.com/poolgate/poolgate/pool/openai"
@@ -51,7 +52,7 @@ func serve(ctx context.Context, args, environ []string, stderr io.Writer) error 
 	for _, w := range warnings {
 		log.Warn(w)
 	}
-	app, err := build(cfg, log)
+	app, err := build(cfg, log, getenv(environ))
 	if err != nil {
 		return err
 	}
@@ -76,6 +77,7 @@ type app struct {
 	launcher *pool.ExecLauncher
 	router   *pool.Router
 	cluster  *pool.Cluster // nil on a single node
+	login    *login.Runner // nil without Chromium
 	store    store
 	api      *http.Server
 	admin    *http.Server // nil when admin shares the API listener
@@ -90,7 +92,7 @@ type store interface {
 	Close() error
 }
 
-func build(cfg config.Config, log *slog.Logger) (*app, error) {
+func build(cfg config.Config, log *slog.Logger, getenv func(string) string) (*app, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
@@ -112,6 +114,9 @@ func build(cfg config.Config, log *slog.Logger) (*app, error) {
 	}
 	a.router = pool.NewRouter(pool.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
 		Retries: cfg.Retries, Count: tokens.Count}, a.pool, a.store, m, log)
+	if err := a.setupLogin(m, getenv); err != nil {
+		return nil, err
+	}
 	var ready readiness = a.pool
 	if clustered {
 		cs, ok := a.store.(pool.ClusterStore)
@@ -159,6 +164,44 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	if a.cluster != nil {
 		adm.RegisterCluster(internal, a.cluster)
 	}
+	var svc admin.LoginService
+	if a.login != nil {
+		svc = a.login // never a typed nil
+	}
+	admin.RegisterLogin(internal, svc, a.pool, log)
+	adm.RegisterDashboard(adminEngine)
+}
+
+// setupLogin starts the login runner when a Chromium is there; without one,
+// logins are manual (the admin API hands out the URL and forwards the
+// callback).
+func (a *app) setupLogin(m *metrics.Metrics, getenv func(string) string) error {
+	cfg := a.cfg
+	recipe := cfg.LoginRecipe
+	if recipe == "" {
+		recipe = "simworker"
+		if cfg.WorkerBin != "" && cfg.Driver == "lingma" {
+			recipe = "lingma-alibaba"
+		}
+	}
+	r, err := login.NewRunner(login.Config{Chromium: cfg.Chromium, Concurrency: cfg.LoginConcurrency,
+		RecipeFile: cfg.LoginRecipes, DefaultRecipe: recipe, Stealth: cfg.LoginStealth, Getenv: getenv,
+		TempDir: filepath.Join(cfg.DataDir, "login-profiles"), Metrics: m}, a.log.With("component", "login"))
+	switch {
+	case errors.Is(err, login.ErrNoChromium):
+		a.log.Warn("automatic login is off: no Chromium found (set POOLGATE_CHROMIUM or install chromium); use the admin API's manual login", "err", err)
+		return nil
+	case err != nil:
+		return fmt.Errorf("login: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "login-profiles"), 0o700); err != nil {
+		return fmt.Errorf("login profiles dir: %w", err)
+	}
+	a.login = r
+	if cfg.AutoLogin {
+		a.pool.SetLoginer(r)
+	}
+	return nil
 }
 
 // readiness answers /readyz.
@@ -270,6 +313,7 @@ func workerSetup(cfg config.Config, log *slog.Logger) (pool.Driver, []pool.Worke
 			HealthTimeout:  cfg.HealthTimeout,
 			BackoffMax:     cfg.BackoffMax,
 			Recipe:         acct.Recipe,
+			AutoLogin:      cfg.AutoLogin,
 		})
 	}
 	return driver, workers, nil
@@ -334,6 +378,9 @@ func (a *app) run(ctx context.Context) error {
 	a.log.Info("shutting down", "grace", a.cfg.ShutdownGrace)
 	grace, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownGrace)
 	defer cancel()
+	if a.login != nil {
+		a.login.Close() // cancels logins; every browser is gone when it returns
+	}
 	done := make(chan struct{})
 	go func() {
 		a.pool.Shutdown(grace)

@@ -79,6 +79,13 @@ type Config struct {
 	RedisURL    string `yaml:"redis_url"`    // Redis URL ("" = in-memory store)
 	RedisPrefix string `yaml:"redis_prefix"` // Redis key prefix (poolgate:)
 
+	AutoLogin        bool   `yaml:"auto_login"`        // log logged-out workers in with headless Chromium (true)
+	Chromium         string `yaml:"chromium"`          // Chromium binary ("" = chromium on PATH)
+	LoginConcurrency int    `yaml:"login_concurrency"` // browsers at once (2)
+	LoginRecipes     string `yaml:"login_recipes"`     // YAML file with login recipes
+	LoginStealth     bool   `yaml:"login_stealth"`     // go-rod/stealth pages for guarded login pages (false)
+	LoginRecipe      string `yaml:"login_recipe"`      // default recipe (simworker; lingma-alibaba for real Lingma)
+
 	AdvertiseURL          string        `yaml:"advertise_url"`            // this replica's URL for the others ("" = no cluster)
 	ClusterToken          string        `yaml:"cluster_token"`            // shared secret of forwarded requests
 	ReplicaID             string        `yaml:"replica_id"`               // replica name (hostname); a per-start suffix is added
@@ -107,6 +114,8 @@ func Defaults() Config {
 		ShutdownGrace:       30 * time.Second,
 		RedisPrefix:         "poolgate:",
 		LeaseTTL:            15 * time.Second,
+		AutoLogin:           true,
+		LoginConcurrency:    2,
 	}
 }
 

@@ -33,7 +33,7 @@ type Metrics struct {
 }
 
 // StoreOps are the store operation label values, pre-initialised.
-var StoreOps = []string{"take_affinity", "put_affinity", "flush_affinity", "save_response", "load_response", "delete_response"}
+var StoreOps = []string{"take_affinity", "put_affinity", "flush_affinity", "save_response", "load_response", "delete_response", "save_bundle", "load_bundle"}
 
 // New creates the collectors and registers them on reg.
 func New(reg prometheus.Registerer) *Metrics {

@@ -1,0 +1,172 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/poolgate/poolgate/handlers"
+	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/session"
+)
+
+// BundleService exports and imports sealed session bundles
+// (*bundles.Service).
+type BundleService interface {
+	// Export seals the named instance's credentials. Errors:
+	// pool.ErrUnknownInstance, session.ErrNoCredentials (not logged in),
+	// session.ErrNoKey.
+	Export(ctx context.Context, instance string) (account string, sealed []byte, err error)
+	// Import verifies and installs a sealed bundle for the instance, then
+	// restarts its worker; a rejected bundle leaves the worker alone. Errors:
+	// pool.ErrUnknownInstance, session.ErrNoKey, session.ErrSeal,
+	// session.ErrChecksum, session.ErrMalformed, session.ErrWrongAccount.
+	Import(ctx context.Context, instance string, sealed []byte) error
+}
+
+// maxBundleBody caps an import request body, in bytes: a sealed bundle is at
+// most 1 MiB, 1.4 MiB in base64.
+const maxBundleBody = 2 << 20
+
+// bundleJSON is the export answer and the import body; an import takes an
+// export's answer back verbatim.
+type bundleJSON struct {
+	Instance string `json:"instance,omitempty"`
+	Account  string `json:"account,omitempty"`
+	// Bundle is the sealed bundle in standard base64.
+	Bundle string `json:"bundle"`
+	// Bytes is the length of the sealed bundle (decoded).
+	Bytes *int `json:"bytes,omitempty"`
+}
+
+// RegisterBundles adds the session bundle endpoints to r, the authenticated
+// /internal group:
+//
+//	POST /session/export?instance=NAME -> {"instance","account","bundle","bytes"}
+//	POST /session/import?instance=NAME  <- that JSON -> {"instance","account","imported":true}
+func (a *Admin) RegisterBundles(r gin.IRouter, svc BundleService) {
+	r.POST("/session/export", func(c *gin.Context) { a.exportBundle(c, svc) })
+	r.POST("/session/import", func(c *gin.Context) { a.importBundle(c, svc) })
+}
+
+func (a *Admin) exportBundle(c *gin.Context, svc BundleService) {
+	name := c.Query("instance")
+	if name == "" {
+		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, "instance is required (?instance=NAME)")
+		return
+	}
+	account, sealed, err := svc.Export(c.Request.Context(), name)
+	if err != nil {
+		a.log.Warn("admin action failed", "action", "session_export", "instance", name, "by", c.GetString(whoKey), "err", err)
+		writeBundleError(c, name, err)
+		return
+	}
+	n := len(sealed)
+	a.log.Info("admin action", "action", "session_export", "instance", name, "account", account, "bytes", n, "by", c.GetString(whoKey))
+	c.Header("Cache-Control", "no-store")
+	c.JSON(http.StatusOK, bundleJSON{Instance: name, Account: account, Bundle: base64.StdEncoding.EncodeToString(sealed), Bytes: &n})
+}
+
+func (a *Admin) importBundle(c *gin.Context, svc BundleService) {
+	body, sealed, ok := decodeImport(c)
+	if !ok {
+		return
+	}
+	name := c.Query("instance")
+	switch {
+	case name == "" && body.Instance == "":
+		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, "instance is required (?instance=NAME)")
+		return
+	case name == "":
+		name = body.Instance
+	case body.Instance != "" && body.Instance != name:
+		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest,
+			"the body names instance "+body.Instance+" but the query names "+name)
+		return
+	}
+	if err := svc.Import(c.Request.Context(), name, sealed); err != nil {
+		a.log.Warn("admin action failed", "action", "session_import", "instance", name, "bytes", len(sealed), "by", c.GetString(whoKey), "err", err)
+		writeBundleError(c, name, err)
+		return
+	}
+	account := instanceAccount(a.pool, name)
+	a.log.Info("admin action", "action", "session_import", "instance", name, "account", account, "bytes", len(sealed), "by", c.GetString(whoKey))
+	c.JSON(http.StatusOK, gin.H{"instance": name, "account": account, "imported": true})
+}
+
+// decodeImport reads the import body (capped) and its base64 bundle, or
+// writes the error: 413 over the cap, 400 for bad JSON or base64.
+func decodeImport(c *gin.Context) (bundleJSON, []byte, bool) {
+	var body bundleJSON
+	raw, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxBundleBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			handlers.WriteError(c.Writer, c.Request, http.StatusRequestEntityTooLarge,
+				"body over "+strconv.Itoa(maxBundleBody)+" bytes; a sealed bundle is at most 1 MiB")
+			return body, nil, false
+		}
+		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, "read body: "+err.Error())
+		return body, nil, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest,
+			`body must be the export's JSON {"instance", "account", "bundle": "<base64>", "bytes"}: `+err.Error())
+		return body, nil, false
+	}
+	if body.Bundle == "" {
+		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, `"bundle" is required (standard base64 of the sealed bundle)`)
+		return body, nil, false
+	}
+	sealed, err := base64.StdEncoding.DecodeString(body.Bundle)
+	if err != nil {
+		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, `"bundle" is not standard base64: `+err.Error())
+		return body, nil, false
+	}
+	if body.Bytes != nil && *body.Bytes != len(sealed) {
+		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest,
+			`"bytes" says `+strconv.Itoa(*body.Bytes)+" but the bundle decodes to "+strconv.Itoa(len(sealed))+" bytes (truncated copy?)")
+		return body, nil, false
+	}
+	return body, sealed, true
+}
+
+// writeBundleError maps the bundle service's errors to HTTP.
+func writeBundleError(c *gin.Context, name string, err error) {
+	code := http.StatusInternalServerError
+	msg := err.Error()
+	switch {
+	case errors.Is(err, pool.ErrUnknownInstance):
+		code, msg = http.StatusNotFound, "unknown instance "+name
+	case errors.Is(err, session.ErrNoKey):
+		code, msg = http.StatusServiceUnavailable, session.ErrNoKey.Error()
+	case errors.Is(err, session.ErrNoCredentials):
+		code, msg = http.StatusConflict, "instance "+name+" is not logged in: "+msg
+	case errors.Is(err, session.ErrWrongAccount):
+		code = http.StatusConflict
+	case errors.Is(err, session.ErrSeal), errors.Is(err, session.ErrChecksum):
+		code = http.StatusUnprocessableEntity
+	case errors.Is(err, session.ErrMalformed):
+		code = http.StatusBadRequest
+	}
+	handlers.WriteError(c.Writer, c.Request, code, msg)
+}
+
+// instanceAccount names the account of an instance, for the answer.
+func instanceAccount(p Pool, name string) string {
+	for _, in := range p.Snapshot().Instances {
+		if in.Name == name {
+			return in.Account
+		}
+	}
+	return ""
+}

@@ -1,0 +1,285 @@
+// Package bundles moves session bundles between workers, the session store
+// and the admin API. It sits between pool (whose workers own the work dirs)
+// and session (which packs, seals, verifies and installs bundles and stores
+// them): main wires a Service into the admin endpoints (Export, Import), the
+// worker's pre-start hook (Restore) and the login runner's success hook
+// (Saved).
+package bundles
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/session"
+)
+
+// Config configures the bundle service.
+type Config struct {
+	// Key seals and opens bundles (32 bytes, from POOLGATE_BUNDLE_KEY via
+	// session.ParseKey). Default none: bundles are disabled, Export and
+	// Import return session.ErrNoKey, Restore and Saved do nothing.
+	Key []byte
+	// Spec is the driver's credential layout. Default session.LingmaSpec().
+	Spec session.Spec
+	// Limits bound what Import and Restore accept. Default session's
+	// defaults (1 MiB sealed, 4 MiB unpacked, 64 files).
+	Limits session.Limits
+	// Configured are sealed bundles from the accounts' config
+	// (session_bundle, or the content of session_bundle_file), by account
+	// name; Restore falls back to them. Default none.
+	Configured map[string][]byte
+	// Now tells the time. Default time.Now.
+	Now func() time.Time
+}
+
+// PoolLike is what the service needs of the pool (*pool.Pool).
+type PoolLike interface {
+	// Worker returns the named instance.
+	Worker(name string) (*pool.Worker, bool)
+	// Restart restarts the named instance, or returns pool.ErrUnknownInstance.
+	Restart(name string) error
+	// Snapshot tells each instance's state.
+	Snapshot() pool.Snapshot
+}
+
+// StoreLike keeps sealed bundles by account (*session.Memory, *session.Redis).
+type StoreLike interface {
+	SaveBundle(ctx context.Context, account string, sealed []byte) error
+	LoadBundle(ctx context.Context, account string) ([]byte, error)
+}
+
+var (
+	_ PoolLike  = (*pool.Pool)(nil)
+	_ StoreLike = (*session.Memory)(nil)
+	_ StoreLike = (*session.Redis)(nil)
+)
+
+// Service exports, imports, saves and restores session bundles. It is safe
+// for concurrent use; installs are serialised.
+type Service struct {
+	cfg   Config
+	pool  PoolLike
+	store StoreLike
+	log   *slog.Logger
+
+	mu     sync.Mutex // serialises work dir changes
+	noKey  sync.Once
+	noPool bool
+}
+
+// New returns a bundle service. pool may be nil when only Restore and Saved
+// are used.
+func New(cfg Config, p PoolLike, store StoreLike, log *slog.Logger) *Service {
+	if cfg.Spec.Dir == "" {
+		cfg.Spec = session.LingmaSpec()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Service{cfg: cfg, pool: p, store: store, log: log, noPool: p == nil}
+}
+
+// Enabled reports whether a bundle key is configured.
+func (s *Service) Enabled() bool { return len(s.cfg.Key) > 0 }
+
+// worker finds the named instance.
+func (s *Service) worker(instance string) (*pool.Worker, error) {
+	if s.noPool {
+		return nil, fmt.Errorf("instance %s: %w", instance, pool.ErrUnknownInstance)
+	}
+	w, ok := s.pool.Worker(instance)
+	if !ok {
+		return nil, fmt.Errorf("instance %s: %w", instance, pool.ErrUnknownInstance)
+	}
+	return w, nil
+}
+
+func (s *Service) state(instance string) pool.State {
+	for _, in := range s.pool.Snapshot().Instances {
+		if in.Name == instance {
+			return in.State
+		}
+	}
+	return ""
+}
+
+// Export seals the named instance's credentials and also saves the bundle
+// in the store. Errors: session.ErrNoKey, pool.ErrUnknownInstance,
+// session.ErrNoCredentials (the instance is not logged in).
+func (s *Service) Export(ctx context.Context, instance string) (account string, sealed []byte, err error) {
+	if !s.Enabled() {
+		return "", nil, session.ErrNoKey
+	}
+	w, err := s.worker(instance)
+	if err != nil {
+		return "", nil, err
+	}
+	if st := s.state(instance); st == pool.StateNeedsLogin {
+		return "", nil, fmt.Errorf("instance %s is %s: %w", instance, st, session.ErrNoCredentials)
+	}
+	s.mu.Lock()
+	sealed, _, err = session.Pack(w.WorkDir(), s.cfg.Spec, w.Account(), s.cfg.Key, s.cfg.Now())
+	s.mu.Unlock()
+	if err != nil {
+		return "", nil, fmt.Errorf("export instance %s: %w", instance, err)
+	}
+	s.save(ctx, w.Account(), sealed)
+	return w.Account(), sealed, nil
+}
+
+// Import verifies sealed completely, installs it into the named instance's
+// work dir, restarts the instance and saves the bundle in the store. A
+// bundle that fails any check leaves the work dir and the worker alone.
+// Errors: session.ErrNoKey, pool.ErrUnknownInstance, session.ErrSeal,
+// session.ErrChecksum, session.ErrMalformed, session.ErrWrongAccount.
+func (s *Service) Import(ctx context.Context, instance string, sealed []byte) error {
+	if !s.Enabled() {
+		return session.ErrNoKey
+	}
+	w, err := s.worker(instance)
+	if err != nil {
+		return err
+	}
+	b, err := session.Open(sealed, s.cfg.Key, s.cfg.Spec, s.cfg.Limits)
+	if err != nil {
+		return fmt.Errorf("import into instance %s: %w", instance, err)
+	}
+	if b.Manifest.Account != w.Account() {
+		return fmt.Errorf("import into instance %s: the bundle is for account %q, the instance runs %q: %w",
+			instance, b.Manifest.Account, w.Account(), session.ErrWrongAccount)
+	}
+	s.mu.Lock()
+	err = b.Install(w.WorkDir())
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("import into instance %s: %w", instance, err)
+	}
+	if err := s.pool.Restart(instance); err != nil {
+		return fmt.Errorf("import into instance %s: installed, but restart: %w", instance, err)
+	}
+	s.save(ctx, w.Account(), sealed)
+	return nil
+}
+
+// save stores a bundle; a store failure costs other replicas the bundle but
+// not this call, so it is logged (the store counts it too).
+func (s *Service) save(ctx context.Context, account string, sealed []byte) {
+	if s.store == nil {
+		return
+	}
+	if err := s.store.SaveBundle(ctx, account, sealed); err != nil {
+		s.log.Warn("session bundle not saved in the store", "account", account, "err", err)
+	}
+}
+
+// warnNoKey says once that bundles are off.
+func (s *Service) warnNoKey() {
+	s.noKey.Do(func() {
+		s.log.Warn("POOLGATE_BUNDLE_KEY is not set: session bundles are neither saved after a login nor restored before a start")
+	})
+}
+
+// Saved packs account's credentials from workDir after a successful login
+// and saves the sealed bundle in the store, so another replica or a wiped
+// disk can start the account without a login. Without a key it does nothing.
+func (s *Service) Saved(ctx context.Context, account, workDir string) error {
+	if !s.Enabled() {
+		s.warnNoKey()
+		return nil
+	}
+	s.mu.Lock()
+	sealed, m, err := session.Pack(workDir, s.cfg.Spec, account, s.cfg.Key, s.cfg.Now())
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("save session bundle of %s: %w", account, err)
+	}
+	if s.store == nil {
+		return nil
+	}
+	if err := s.store.SaveBundle(ctx, account, sealed); err != nil {
+		return fmt.Errorf("save session bundle of %s: %w", account, err)
+	}
+	s.log.Info("session bundle saved", "account", account, "bytes", len(sealed), "expires_at", m.ExpiresAt)
+	return nil
+}
+
+// candidate is one bundle Restore may install.
+type candidate struct {
+	from   string
+	bundle *session.Bundle
+}
+
+// Restore runs before a worker starts: when workDir has no credentials it
+// installs account's newest valid bundle, from the store or from the
+// account's config, and reports whether it did. Bundles that do not open
+// (another key, corrupt) or have expired are skipped with a warning; the
+// error is non-nil only when a bundle was found and none could be used, or
+// the install failed. The worker should start either way (it will then
+// need a login). Without a key it does nothing.
+func (s *Service) Restore(ctx context.Context, account, workDir string) (bool, error) {
+	if !s.Enabled() {
+		s.warnNoKey()
+		return false, nil
+	}
+	if session.HasCredentials(workDir, s.cfg.Spec) {
+		return false, nil
+	}
+	var cands []candidate
+	var problems []error
+	consider := func(from string, sealed []byte) {
+		b, err := session.Open(sealed, s.cfg.Key, s.cfg.Spec, s.cfg.Limits)
+		if err == nil {
+			if exp := b.Manifest.ExpiresAt; exp != nil && !s.cfg.Now().Before(*exp) {
+				err = fmt.Errorf("expired at %s", exp.Format(time.RFC3339))
+			}
+		}
+		if err != nil {
+			s.log.Warn("session bundle not usable", "account", account, "from", from, "err", err)
+			problems = append(problems, fmt.Errorf("bundle from %s: %w", from, err))
+			return
+		}
+		if b.Manifest.Account != account {
+			s.log.Warn("session bundle was made for another account name; using it anyway",
+				"account", account, "bundle_account", b.Manifest.Account, "from", from)
+		}
+		cands = append(cands, candidate{from: from, bundle: b})
+	}
+	if s.store != nil {
+		sealed, err := s.store.LoadBundle(ctx, account)
+		switch {
+		case err == nil:
+			consider("store", sealed)
+		case !errors.Is(err, session.ErrNotFound):
+			s.log.Warn("session store did not answer for the bundle", "account", account, "err", err)
+		}
+	}
+	if sealed, ok := s.cfg.Configured[account]; ok {
+		consider("config", sealed)
+	}
+	if len(cands) == 0 {
+		return false, errors.Join(problems...)
+	}
+	best := cands[0]
+	for _, c := range cands[1:] {
+		if c.bundle.Manifest.CreatedAt.After(best.bundle.Manifest.CreatedAt) {
+			best = c
+		}
+	}
+	s.mu.Lock()
+	err := best.bundle.Install(workDir)
+	s.mu.Unlock()
+	if err != nil {
+		return false, fmt.Errorf("restore session bundle of %s: %w", account, err)
+	}
+	s.log.Info("session bundle restored", "account", account, "from", best.from,
+		"created_at", best.bundle.Manifest.CreatedAt, "expires_at", best.bundle.Manifest.ExpiresAt)
+	return true, nil
+}

@@ -1,0 +1,223 @@
+package bundles_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/poolgate/poolgate/internal/bundles"
+	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/session"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// logBuf is a goroutine-safe log sink.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func newKey(t *testing.T) []byte {
+	t.Helper()
+	k := make([]byte, session.KeySize)
+	if _, err := rand.Read(k); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// loggedIn returns a work dir with Lingma credentials for user, expiring at exp.
+func loggedIn(t *testing.T, user string, exp time.Time) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "cache"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{"id": "machine-" + user, "user": `{"username":"` + user + `","expiresAt":"` + exp.Format(time.RFC3339) + `"}`}
+	for n, d := range files {
+		if err := os.WriteFile(filepath.Join(dir, "cache", n), []byte(d), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func pack(t *testing.T, key []byte, dir, account string, at time.Time) []byte {
+	t.Helper()
+	s, _, err := session.Pack(dir, session.LingmaSpec(), account, key, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func userOf(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "cache", "user"))
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+func TestRestore(t *testing.T) {
+	key := newKey(t)
+	later := t0.Add(60 * 24 * time.Hour)
+	fromStore := pack(t, key, loggedIn(t, "store-user", later), "acct", t0.Add(time.Hour))
+	fromConfig := pack(t, key, loggedIn(t, "config-user", later), "acct", t0)
+	expired := pack(t, key, loggedIn(t, "expired-user", t0.Add(-time.Hour)), "acct", t0.Add(2*time.Hour))
+	foreign := pack(t, newKey(t), loggedIn(t, "foreign-user", later), "acct", t0.Add(3*time.Hour))
+	tests := []struct {
+		name     string
+		store    []byte
+		config   []byte
+		workDir  func(t *testing.T) string
+		want     bool
+		wantUser string
+		wantErr  bool
+	}{
+		{name: "from the store", store: fromStore, want: true, wantUser: "store-user"},
+		{name: "from config", config: fromConfig, want: true, wantUser: "config-user"},
+		{name: "newest wins", store: fromStore, config: fromConfig, want: true, wantUser: "store-user"},
+		{name: "expired skipped", store: expired, config: fromConfig, want: true, wantUser: "config-user"},
+		{name: "other key skipped", store: foreign, config: fromConfig, want: true, wantUser: "config-user"},
+		{name: "only unusable", store: foreign, wantErr: true},
+		{name: "nothing stored", want: false},
+		{name: "already logged in", store: fromStore,
+			workDir: func(t *testing.T) string { return loggedIn(t, "present-user", later) }, wantUser: "present-user"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := session.NewMemory(session.MemoryConfig{})
+			if tt.store != nil {
+				_ = store.SaveBundle(context.Background(), "acct", tt.store)
+			}
+			cfg := bundles.Config{Key: key, Now: func() time.Time { return t0.Add(24 * time.Hour) }}
+			if tt.config != nil {
+				cfg.Configured = map[string][]byte{"acct": tt.config}
+			}
+			svc := bundles.New(cfg, nil, store, slog.New(slog.DiscardHandler))
+			dir := filepath.Join(t.TempDir(), "w1")
+			if tt.workDir != nil {
+				dir = tt.workDir(t)
+			}
+			got, err := svc.Restore(context.Background(), "acct", dir)
+			if got != tt.want || (err != nil) != tt.wantErr {
+				t.Fatalf("Restore() = %v, %v; want %v, error %v", got, err, tt.want, tt.wantErr)
+			}
+			u := userOf(t, dir)
+			if tt.wantUser == "" && u != "" || tt.wantUser != "" && !strings.Contains(u, `"`+tt.wantUser+`"`) {
+				t.Errorf("cache/user = %q, want %s's", u, tt.wantUser)
+			}
+		})
+	}
+}
+
+func TestSavedThenRestoredElsewhere(t *testing.T) {
+	key := newKey(t)
+	store := session.NewMemory(session.MemoryConfig{})
+	svc := bundles.New(bundles.Config{Key: key}, nil, store, slog.New(slog.DiscardHandler))
+	src := loggedIn(t, "u1", time.Now().Add(time.Hour))
+	if err := svc.Saved(context.Background(), "acct", src); err != nil {
+		t.Fatalf("Saved() = %v", err)
+	}
+	sealed, err := store.LoadBundle(context.Background(), "acct")
+	if err != nil {
+		t.Fatalf("LoadBundle() = %v", err)
+	}
+	if b, err := session.Open(sealed, key, session.LingmaSpec(), session.Limits{}); err != nil || b.Manifest.Account != "acct" || b.Manifest.MachineID != "machine-u1" {
+		t.Fatalf("saved bundle: %v, %+v", err, b)
+	}
+	dst := t.TempDir() // a wiped disk
+	if ok, err := svc.Restore(context.Background(), "acct", dst); !ok || err != nil {
+		t.Fatalf("Restore() = %v, %v; want true, nil", ok, err)
+	}
+	if userOf(t, dst) != userOf(t, src) {
+		t.Errorf("restored cache/user = %q, want %q", userOf(t, dst), userOf(t, src))
+	}
+	if err := svc.Saved(context.Background(), "acct", t.TempDir()); !errors.Is(err, session.ErrNoCredentials) {
+		t.Errorf("Saved(empty dir) = %v, want ErrNoCredentials", err)
+	}
+}
+
+func TestWithoutAKeyNothingHappens(t *testing.T) {
+	var logs logBuf
+	store := session.NewMemory(session.MemoryConfig{})
+	_ = store.SaveBundle(context.Background(), "acct", []byte("sealed"))
+	svc := bundles.New(bundles.Config{}, nil, store, slog.New(slog.NewTextHandler(&logs, nil)))
+	dir := loggedIn(t, "u1", time.Now().Add(time.Hour))
+	for range 3 {
+		if err := svc.Saved(context.Background(), "acct", dir); err != nil {
+			t.Errorf("Saved() = %v, want nil", err)
+		}
+		if ok, err := svc.Restore(context.Background(), "acct", t.TempDir()); ok || err != nil {
+			t.Errorf("Restore() = %v, %v; want false, nil", ok, err)
+		}
+	}
+	if n := strings.Count(logs.String(), "POOLGATE_BUNDLE_KEY is not set"); n != 1 {
+		t.Errorf("the missing key was logged %d times, want once:\n%s", n, logs.String())
+	}
+	if _, _, err := svc.Export(context.Background(), "w1"); !errors.Is(err, session.ErrNoKey) {
+		t.Errorf("Export() = %v, want ErrNoKey", err)
+	}
+	if err := svc.Import(context.Background(), "w1", []byte("x")); !errors.Is(err, session.ErrNoKey) {
+		t.Errorf("Import() = %v, want ErrNoKey", err)
+	}
+}
+
+// idlePool is a pool that is never started: its worker stays stopped.
+func idlePool(t *testing.T, workDir string) *pool.Pool {
+	t.Helper()
+	wc := pool.WorkerConfig{Name: "w1", Account: pool.Account{Name: "acct"}, WorkDir: workDir}
+	return pool.New(pool.Config{}, []pool.WorkerConfig{wc}, nil, nil, nil, slog.New(slog.DiscardHandler))
+}
+
+func TestExportImportWithoutProcesses(t *testing.T) {
+	key := newKey(t)
+	srcDir := loggedIn(t, "u1", time.Now().Add(time.Hour))
+	store := session.NewMemory(session.MemoryConfig{})
+	src := bundles.New(bundles.Config{Key: key}, idlePool(t, srcDir), store, slog.New(slog.DiscardHandler))
+	account, sealed, err := src.Export(context.Background(), "w1")
+	if err != nil || account != "acct" {
+		t.Fatalf("Export() = %q, %v", account, err)
+	}
+	if _, _, err := src.Export(context.Background(), "nope"); !errors.Is(err, pool.ErrUnknownInstance) {
+		t.Errorf("Export(unknown) = %v, want ErrUnknownInstance", err)
+	}
+	dstDir := t.TempDir()
+	dst := bundles.New(bundles.Config{Key: key}, idlePool(t, dstDir), nil, slog.New(slog.DiscardHandler))
+	if _, _, err := dst.Export(context.Background(), "w1"); !errors.Is(err, session.ErrNoCredentials) {
+		t.Errorf("Export(empty work dir) = %v, want ErrNoCredentials", err)
+	}
+	if err := dst.Import(context.Background(), "w1", sealed); err != nil {
+		t.Fatalf("Import() = %v", err)
+	}
+	if userOf(t, dstDir) != userOf(t, srcDir) {
+		t.Errorf("imported cache/user = %q, want %q", userOf(t, dstDir), userOf(t, srcDir))
+	}
+	other := pack(t, key, srcDir, "other-acct", time.Now())
+	if err := dst.Import(context.Background(), "w1", other); !errors.Is(err, session.ErrWrongAccount) {
+		t.Errorf("Import(other account) = %v, want ErrWrongAccount", err)
+	}
+}

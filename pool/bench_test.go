@@ -1,0 +1,112 @@
+package pool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+)
+
+// Hot paths of every request: hashing the transcript into its affinity key
+// (twice per turn: the lookup and the write-back) and picking a worker.
+
+// transcript is a 20-message conversation of the kind a coding agent sends:
+// a system prompt, user turns, assistant turns with tool calls and tool results.
+func transcript() []Message {
+	msgs := []Message{{Role: RoleSystem, Content: "You are a careful coding assistant. Answer briefly and use the tools when they help."}}
+	for i := 0; len(msgs) < 20; i++ {
+		switch i % 3 {
+		case 0:
+			msgs = append(msgs, Message{Role: RoleUser, Content: fmt.Sprintf("  Please look at file %d and tell me what the handler does.  ", i)})
+		case 1:
+			msgs = append(msgs, Message{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: fmt.Sprintf("call_%d", i),
+				Name: "read_file", Arguments: fmt.Sprintf(`{"path": "pkg/file%d.go", "limit": 200, "offset": 0}`, i)}}})
+		default:
+			msgs = append(msgs, Message{Role: RoleTool, ToolCallID: fmt.Sprintf("call_%d", i-1), Content: "package pkg\n\nfunc Handle() error { return nil }\n"},
+				Message{Role: RoleAssistant, Content: "The handler does nothing yet: it returns nil."})
+		}
+	}
+	return msgs[:20]
+}
+
+var benchTools = []Tool{
+	{Name: "read_file", Description: "Read a file", Parameters: json.RawMessage(
+		`{"type": "object", "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}, "offset": {"type": "integer"}}, "required": ["path"]}`)},
+	{Name: "run", Description: "Run a shell command", Parameters: json.RawMessage(
+		`{"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}`)},
+}
+
+func BenchmarkConversationKey(b *testing.B) {
+	msgs := transcript()
+	owner := OwnerKey("sk-bench")
+	for _, bb := range []struct {
+		name  string
+		tools []Tool
+	}{{"20 messages", nil}, {"20 messages, 2 tools", benchTools}} {
+		b.Run(bb.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = conversationKey(owner, "dashscope_qwen3_coder", bb.tools, ToolChoice{}, msgs, nil)
+			}
+		})
+	}
+}
+
+// benchPool is testPool for benchmarks: n ready workers without processes,
+// each taking perWorker turns at once.
+func benchPool(b *testing.B, n, perWorker int) *Pool {
+	b.Helper()
+	var wcs []WorkerConfig
+	for i := range n {
+		wcs = append(wcs, WorkerConfig{Name: fmt.Sprintf("w%d", i), WorkDir: b.TempDir(), MaxInFlight: perWorker})
+	}
+	p := New(Config{MaxInFlight: n * perWorker}, wcs, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for _, w := range p.workers {
+		w.state, w.backend = StateReady, nopBackend{}
+	}
+	return p
+}
+
+func BenchmarkAcquireRelease(b *testing.B) {
+	for _, bb := range []struct {
+		name string
+		want Want
+	}{
+		{"least busy", Want{}},
+		{"hint", Want{Hint: "user-42"}},
+		{"prefer", Want{Prefer: "w5"}},
+		{"prefer excluded", Want{Prefer: "w5", Exclude: []string{"w5", "w6"}}},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			p := benchPool(b, 8, 1)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				s, err := p.Acquire(ctx, bb.want)
+				if err != nil {
+					b.Fatal(err)
+				}
+				s.Release()
+			}
+		})
+	}
+}
+
+// BenchmarkAcquireReleaseParallel contends for the pool's lock the way
+// concurrent requests do.
+func BenchmarkAcquireReleaseParallel(b *testing.B) {
+	p := benchPool(b, 8, 256)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			s, err := p.Acquire(context.Background(), Want{})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			s.Release()
+		}
+	})
+}
