@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,6 +29,7 @@ import (
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/openaichat"
 	"github.com/poolgate/poolgate/handlers/responses"
+	"github.com/poolgate/poolgate/internal/bundles"
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/tokens"
@@ -78,6 +81,7 @@ type app struct {
 	router   *pool.Router
 	cluster  *pool.Cluster // nil on a single node
 	login    *login.Runner // nil without Chromium
+	bundles  *bundles.Service
 	store    store
 	api      *http.Server
 	admin    *http.Server // nil when admin shares the API listener
@@ -88,6 +92,7 @@ type store interface {
 	pool.AffinityStore
 	responses.Store
 	admin.AffinityFlusher
+	bundles.StoreLike
 	Run(ctx context.Context)
 	Close() error
 }
@@ -115,6 +120,9 @@ func build(cfg config.Config, log *slog.Logger, getenv func(string) string) (*ap
 	a.router = pool.NewRouter(pool.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
 		Retries: cfg.Retries, Count: tokens.Count}, a.pool, a.store, m, log)
 	if err := a.setupLogin(m, getenv); err != nil {
+		return nil, err
+	}
+	if err := a.setupBundles(); err != nil {
 		return nil, err
 	}
 	var ready readiness = a.pool
@@ -169,7 +177,79 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		svc = a.login // never a typed nil
 	}
 	admin.RegisterLogin(internal, svc, a.pool, log)
+	adm.RegisterBundles(internal, a.bundles)
 	adm.RegisterDashboard(adminEngine)
+}
+
+// setupBundles: credentials are restored into an empty work dir before a
+// worker starts (from the store, else the account's configured bundle), and
+// saved to the store each time an instance becomes ready.
+func (a *app) setupBundles() error {
+	var key []byte
+	if a.cfg.BundleKey != "" {
+		k, err := session.ParseKey(a.cfg.BundleKey)
+		if err != nil {
+			return fmt.Errorf("POOLGATE_BUNDLE_KEY: %w", err)
+		}
+		key = k
+	}
+	configured := map[string][]byte{}
+	for _, acct := range a.cfg.Accounts {
+		b64 := acct.SessionBundle
+		if acct.SessionBundleFile != "" {
+			raw, err := os.ReadFile(acct.SessionBundleFile)
+			if err != nil {
+				return fmt.Errorf("account %s: session_bundle_file: %w", acct.Name, err)
+			}
+			b64 = string(raw)
+		}
+		if b64 = strings.TrimSpace(b64); b64 == "" {
+			continue
+		}
+		sealed, err := decodeBundle(b64)
+		if err != nil {
+			return fmt.Errorf("account %s: session_bundle: %w", acct.Name, err)
+		}
+		configured[acct.Name] = sealed
+	}
+	if key == nil && len(configured) > 0 {
+		return errors.New("accounts carry session bundles but POOLGATE_BUNDLE_KEY is not set")
+	}
+	a.bundles = bundles.New(bundles.Config{Key: key, Configured: configured}, a.pool, a.store, a.log.With("component", "bundles"))
+	a.pool.SetHooks(pool.Hooks{
+		PreStart: func(ctx context.Context, t pool.LoginTarget) error {
+			_, err := a.bundles.Restore(ctx, t.Account.Name, t.WorkDir)
+			return err
+		},
+		Ready: func(ctx context.Context, t pool.LoginTarget) {
+			// A worker may still be writing its credentials right after the
+			// login is confirmed: save them a moment later.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			if err := a.bundles.Saved(ctx, t.Account.Name, t.WorkDir); err != nil {
+				a.log.Warn("save session bundle", "instance", t.Instance, "err", err)
+			}
+		},
+	})
+	return nil
+}
+
+// decodeBundle accepts a bundle as exported (the JSON of the export
+// endpoint) or as its bare base64.
+func decodeBundle(s string) ([]byte, error) {
+	if strings.HasPrefix(s, "{") {
+		var exp struct {
+			Bundle string `json:"bundle"`
+		}
+		if err := json.Unmarshal([]byte(s), &exp); err != nil {
+			return nil, err
+		}
+		s = exp.Bundle
+	}
+	return base64.StdEncoding.DecodeString(s)
 }
 
 // setupLogin starts the login runner when a Chromium is there; without one,

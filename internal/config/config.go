@@ -76,6 +76,7 @@ type Config struct {
 	DefaultModel string            `yaml:"default_model"` // model for unknown names ("" = first listed)
 	ModelAliases map[string]string `yaml:"model_aliases"` // client name -> pool model (JSON object in the environment)
 
+	BundleKey   string `yaml:"bundle_key"`   // base64 of 32 bytes sealing session bundles ("" = bundles off)
 	RedisURL    string `yaml:"redis_url"`    // Redis URL ("" = in-memory store)
 	RedisPrefix string `yaml:"redis_prefix"` // Redis key prefix (poolgate:)
 
