@@ -240,24 +240,28 @@ func (c *Cluster) refresh(ctx context.Context) error {
 	return nil
 }
 
-// share is how many accounts this replica should hold.
-func (c *Cluster) share() int {
+// share is how many accounts this replica may hold (the ceiling of a fair
+// split) and the floor every live replica should reach.
+func (c *Cluster) share() (ceil, floor int) {
 	c.mu.Lock()
 	live := max(len(c.replicas), 1)
 	if _, ok := c.replicas[c.cfg.ID]; !ok {
 		live++ // our heartbeat did not land yet
 	}
 	c.mu.Unlock()
-	n := (len(c.pool.workers) + live - 1) / live
+	n := len(c.pool.workers)
+	ceil, floor = (n+live-1)/live, n/live
 	if c.cfg.MaxAccounts > 0 {
-		n = min(n, c.cfg.MaxAccounts)
+		ceil, floor = min(ceil, c.cfg.MaxAccounts), min(floor, c.cfg.MaxAccounts)
 	}
-	return n
+	return ceil, floor
 }
 
-// balance takes free accounts up to the share, and hands surplus over.
+// balance takes free accounts up to the share, and hands accounts over when
+// this replica holds more than it should: above the ceiling, or above the
+// floor while another live replica is below it (a replica that joined late).
 func (c *Cluster) balance(ctx context.Context, wg *sync.WaitGroup) {
-	share := c.share()
+	ceil, floor := c.share()
 	c.mu.Lock()
 	held := len(c.held)
 	var free []string
@@ -270,17 +274,61 @@ func (c *Cluster) balance(ctx context.Context, wg *sync.WaitGroup) {
 			free = append(free, name)
 		}
 	}
+	giveUp := c.owedLocked(floor)
 	c.mu.Unlock()
 	switch {
-	case held < share:
+	case held < ceil && len(free) > 0:
 		// After Redis lost its data the store admits no new owner for one
 		// TTL, while holders win their leases back by renewing.
-		for _, name := range free[:min(len(free), share-held)] {
+		for _, name := range free[:min(len(free), ceil-held)] {
 			c.acquire(ctx, name)
 		}
-	case held > share:
-		c.releaseSurplus(held-share, wg)
+	case held > ceil:
+		c.releaseSurplus(held-ceil, wg)
+	case giveUp && len(free) == 0:
+		c.releaseSurplus(1, wg)
 	}
+}
+
+// owedLocked reports whether this replica should hand one account to a live
+// replica below the floor: the replicas above the floor give, the most
+// loaded first, ties by id, one account per missing slot; c.mu held.
+func (c *Cluster) owedLocked(floor int) bool {
+	type load struct {
+		id   string
+		held int
+	}
+	var loads []load
+	missing := 0
+	for id, r := range c.replicas {
+		n := len(r.Accounts)
+		if id == c.cfg.ID {
+			n = len(c.held)
+		}
+		if n < floor {
+			missing += floor - n
+		}
+		loads = append(loads, load{id, n})
+	}
+	if missing == 0 {
+		return false
+	}
+	sort.Slice(loads, func(i, j int) bool {
+		if loads[i].held != loads[j].held {
+			return loads[i].held > loads[j].held
+		}
+		return loads[i].id < loads[j].id
+	})
+	for _, l := range loads {
+		if missing == 0 || l.held <= floor {
+			return false
+		}
+		if l.id == c.cfg.ID {
+			return len(c.releasing) == 0 // one hand-over at a time
+		}
+		missing--
+	}
+	return false
 }
 
 func (c *Cluster) acquire(ctx context.Context, name string) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/poolgate/poolgate/internal/testenv"
 )
@@ -276,4 +278,13 @@ func TestRedisRestartCostsNoRequest(t *testing.T) {
 	if !strings.Contains(d.Log(), "redis reachable again") {
 		t.Error("the recovery was not logged")
 	}
+}
+
+func sdkURL(base string) openai.Client {
+	return openai.NewClient(option.WithBaseURL(base+"/v1"), option.WithAPIKey("x"), option.WithMaxRetries(0))
+}
+
+func jsonDecode(resp *http.Response, v any) error {
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(v)
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/poolgate/poolgate/admin"
 	"github.com/poolgate/poolgate/handlers"
@@ -52,6 +53,9 @@ func serve(ctx context.Context, args, environ []string, stderr io.Writer) error 
 		return err
 	}
 	log := newLogger(cfg, stderr)
+	// go-redis logs its own dial failures to stderr; the store already logs
+	// an outage once, so keep the library's lines at debug level.
+	redis.SetLogger(redisLogger{log})
 	for _, w := range warnings {
 		log.Warn(w)
 	}
@@ -60,6 +64,12 @@ func serve(ctx context.Context, args, environ []string, stderr io.Writer) error 
 		return err
 	}
 	return app.run(ctx)
+}
+
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Debug(fmt.Sprintf(format, v...), "component", "go-redis")
 }
 
 func newLogger(cfg config.Config, w io.Writer) *slog.Logger {

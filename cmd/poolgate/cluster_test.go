@@ -1,0 +1,307 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/poolgate/poolgate/deploy"
+	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/pool"
+)
+
+// scale is three replicas sharing four accounts and one Redis, behind
+// Debian's nginx with deploy/nginx.conf.
+type scale struct {
+	t        *testing.T
+	mu       sync.Mutex // guards replicas
+	redis    *testenv.RedisServer
+	ports    []int
+	replicas []*testenv.Daemon
+	env      []string
+	nginxURL string
+}
+
+const clusterAccounts = `POOLGATE_ACCOUNTS=[{"name":"acct-1","username":"u1","password":"pw"},{"name":"acct-2","username":"u2","password":"pw"},` +
+	`{"name":"acct-3","username":"u3","password":"pw"},{"name":"acct-4","username":"u4","password":"pw"}]`
+
+func newScale(t *testing.T) *scale {
+	s := &scale{t: t, redis: testenv.Redis(t)}
+	key := newBundleKey(t)
+	// The operator's first login: one node logs the accounts in (here the
+	// simulator starts logged in) and seals their bundles into Redis.
+	first := testenv.StartDaemon(t, "POOLGATE_REDIS_URL="+s.redis.URL(), "POOLGATE_BUNDLE_KEY="+key, clusterAccounts,
+		"POOLGATE_WORKER_ARGS=--logged-in")
+	waitAllReady(t, first, 4, 20*time.Second)
+	rc := redis.NewClient(&redis.Options{Addr: s.redis.Addr()})
+	defer rc.Close()
+	for deadline := time.Now().Add(10 * time.Second); rc.Exists(context.Background(),
+		"poolgate:bundle:acct-1", "poolgate:bundle:acct-2", "poolgate:bundle:acct-3", "poolgate:bundle:acct-4").Val() != 4; {
+		if time.Now().After(deadline) {
+			t.Fatal("bundles not saved")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	first.Stop(t, 15*time.Second)
+
+	// From now on no replica can log in: every start is from a bundle.
+	s.env = []string{"POOLGATE_REDIS_URL=" + s.redis.URL(), "POOLGATE_BUNDLE_KEY=" + key, clusterAccounts,
+		"POOLGATE_AUTO_LOGIN=false", "POOLGATE_CLUSTER_TOKEN=ct", "POOLGATE_LEASE_TTL=3s",
+		"POOLGATE_HEALTH_INTERVAL=300ms", "POOLGATE_METRICS_PUBLIC=true"}
+	for range 3 {
+		s.ports = append(s.ports, testenv.FreePort(t))
+	}
+	s.replicas = make([]*testenv.Daemon, 3)
+	for i := range 3 {
+		s.start(i)
+	}
+	s.startNginx()
+	return s
+}
+
+func (s *scale) start(i int) {
+	addr := fmt.Sprintf("127.0.0.1:%d", s.ports[i])
+	d := testenv.StartDaemon(s.t, append(s.env, "POOLGATE_LISTEN="+addr, "POOLGATE_ADVERTISE_URL=http://"+addr,
+		fmt.Sprintf("POOLGATE_REPLICA_ID=r%d", i+1))...)
+	s.mu.Lock()
+	s.replicas[i] = d
+	s.mu.Unlock()
+}
+
+// live returns the replicas whose process runs, by index.
+func (s *scale) live() map[int]*testenv.Daemon {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[int]*testenv.Daemon{}
+	for i, d := range s.replicas {
+		if d == nil {
+			continue
+		}
+		select {
+		case <-d.Done():
+		default:
+			out[i] = d
+		}
+	}
+	return out
+}
+
+func (s *scale) startNginx() {
+	t := s.t
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		bin = "/usr/sbin/nginx"
+		if _, err := os.Stat(bin); err != nil {
+			t.Fatal("nginx not found: install it with 'apt-get install nginx' or run 'make test'")
+		}
+	}
+	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	var ups []string
+	for _, p := range s.ports {
+		ups = append(ups, fmt.Sprintf("127.0.0.1:%d", p))
+	}
+	conf, err := deploy.NginxConfig(listen, ups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(path, conf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-p", dir, "-c", path, "-g", "daemon off; pid "+filepath.Join(dir, "nginx.pid")+";")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if out, err := exec.Command(bin, "-t", "-p", dir, "-c", path, "-g", "pid "+filepath.Join(dir, "nginx.pid")+";").CombinedOutput(); err != nil {
+		t.Fatalf("nginx -t: %v\n%s", err, out)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	s.nginxURL = "http://" + listen
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if resp, err := http.Get(s.nginxURL + "/healthz"); err == nil {
+			resp.Body.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("nginx did not come up")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// readyOn maps each account to the live replicas where it is ready.
+func (s *scale) readyOn() map[string][]int {
+	out := map[string][]int{}
+	for i, d := range s.live() {
+		resp, err := http.Get(d.URL + "/internal/pool")
+		if err != nil {
+			continue
+		}
+		var snap pool.Snapshot
+		_ = jsonDecode(resp, &snap)
+		for _, in := range snap.Instances {
+			if in.State == pool.StateReady {
+				out[in.Name] = append(out[in.Name], i)
+			}
+		}
+	}
+	return out
+}
+
+// sample checks, many times a second until stop, that no account is ever
+// ready on two replicas at once.
+func (s *scale) sample(stop <-chan struct{}, violations *atomic.Int32, wg *sync.WaitGroup) {
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			for acct, on := range s.readyOn() {
+				if len(on) > 1 {
+					violations.Add(1)
+					s.t.Errorf("%s ready on replicas %v at once", acct, on)
+				}
+			}
+		}
+	})
+}
+
+func (s *scale) waitSpread(within time.Duration) map[string][]int {
+	s.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		on := s.readyOn()
+		per := map[int]int{}
+		for _, rs := range on {
+			if len(rs) == 1 {
+				per[rs[0]]++
+			}
+		}
+		fair := true
+		count := map[int]int{}
+		live := len(s.live())
+		for i := range s.live() {
+			count[i] = per[i]
+		}
+		for i := range count {
+			fair = fair && count[i] >= 1 && count[i] <= (4+live-1)/live
+		}
+		if len(on) == 4 && fair {
+			return on
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("accounts not spread over the live replicas within %s: %v", within, on)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// load runs non-streaming conversations through nginx until stop and counts failures.
+func (s *scale) load(stop <-chan struct{}, failed *atomic.Int32, wg *sync.WaitGroup) {
+	for c := range 3 {
+		wg.Go(func() {
+			client := sdkURL(s.nginxURL)
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				conv := &conversation{client: client}
+				for turn := range 2 {
+					if _, err := conv.say(ctx, fmt.Sprintf("client %d conv %d turn %d", c, n, turn)); err != nil {
+						failed.Add(1)
+						s.t.Errorf("request through nginx failed: %v", err)
+					}
+				}
+				cancel()
+			}
+		})
+	}
+}
+
+func TestScaleOut(t *testing.T) {
+	s := newScale(t)
+	var violations, failed atomic.Int32
+	stopSampling := make(chan struct{})
+	var sampler sync.WaitGroup
+	s.sample(stopSampling, &violations, &sampler)
+	defer func() {
+		close(stopSampling)
+		sampler.Wait()
+	}()
+
+	// Four accounts over three replicas: each holds one or two.
+	s.waitSpread(30 * time.Second)
+
+	// A conversation keeps its upstream session although nginx spreads the turns.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conv := &conversation{client: sdkURL(s.nginxURL)}
+	var first whoami
+	for turn := 1; turn <= 5; turn++ {
+		a, err := conv.say(ctx, fmt.Sprintf("[[sim:whoami]] turn %d", turn))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := parseWhoami(t, a)
+		if turn == 1 {
+			first = w
+		} else if !w.reply || w.session != first.session || w.turn != turn {
+			t.Errorf("turn %d through nginx: %+v, want session %s continued", turn, w, first.session)
+		}
+	}
+
+	// Kill the replica holding most; its accounts come back on the others
+	// from their bundles (auto-login is off), and traffic keeps flowing.
+	stopLoad := make(chan struct{})
+	var load sync.WaitGroup
+	s.load(stopLoad, &failed, &load)
+	on := s.readyOn()
+	victim := on["acct-1"][0]
+	killedAt := time.Now()
+	vd := s.live()[victim]
+	_ = syscall.Kill(vd.Pid(), syscall.SIGKILL)
+	<-vd.Done()
+	s.waitSpread(20 * time.Second)
+	t.Logf("accounts serving again %s after the kill", time.Since(killedAt).Round(100*time.Millisecond))
+
+	// Restart it: it takes its share back, gracefully.
+	s.start(victim)
+	s.waitSpread(30 * time.Second)
+
+	// Redis restarts (losing its data): replicas keep their accounts.
+	s.redis.Kill()
+	time.Sleep(500 * time.Millisecond)
+	s.redis.Restart()
+	time.Sleep(5 * time.Second)
+	s.waitSpread(20 * time.Second)
+
+	close(stopLoad)
+	load.Wait()
+	if failed.Load() > 0 || violations.Load() > 0 {
+		t.Fatalf("%d failed requests, %d double-ownership samples", failed.Load(), violations.Load())
+	}
+	var cs pool.ClusterStatus
+	if code := s.live()[0].GetJSON(t, "/internal/cluster", "", &cs); code != http.StatusOK || len(cs.Replicas) != 3 {
+		t.Errorf("/internal/cluster: %d %+v", code, cs)
+	}
+}
