@@ -89,18 +89,44 @@ func (c *Cluster) interval() time.Duration { return c.cfg.LeaseTTL / 5 }
 // Run coordinates until ctx ends, then releases every lease it holds (the
 // pool must be drained by then).
 func (c *Cluster) Run(ctx context.Context) {
-	t := time.NewTicker(c.interval())
-	defer t.Stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	next := time.Now()
 	for {
-		c.tick(ctx, &wg)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		if now := time.Now(); !now.Before(next) {
+			c.tick(ctx, &wg)
+			next = now.Add(c.interval())
+		} else {
+			c.enforceFences()
+		}
+		// Wake at the next tick, or earlier at the first fence, so a worker
+		// is stopped the moment its lease can no longer be trusted.
+		wake := time.Until(next)
+		if f, ok := c.firstFence(); ok {
+			wake = min(wake, time.Until(f))
+		}
+		t.Reset(max(wake, 0))
 	}
+}
+
+// firstFence returns the earliest end of a held lease.
+func (c *Cluster) firstFence() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var first time.Time
+	for _, h := range c.held {
+		if first.IsZero() || h.valid.Before(first) {
+			first = h.valid
+		}
+	}
+	return first, !first.IsZero()
 }
 
 // Leave releases every lease and deregisters; call after the pool stopped.

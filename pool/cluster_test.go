@@ -1,0 +1,187 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/poolgate/poolgate/session"
+)
+
+// fakeCluster is an in-memory ClusterStore whose calls can be made to fail.
+type fakeCluster struct {
+	mu       sync.Mutex
+	down     bool
+	leases   map[string]session.Lease
+	tokens   map[string]int64
+	replicas map[string]session.Replica
+}
+
+var errDown = errors.New("store down")
+
+func newFakeCluster() *fakeCluster {
+	return &fakeCluster{leases: map[string]session.Lease{}, tokens: map[string]int64{}, replicas: map[string]session.Replica{}}
+}
+
+func (f *fakeCluster) setDown(v bool) { f.mu.Lock(); f.down = v; f.mu.Unlock() }
+
+func (f *fakeCluster) live(a string) (session.Lease, bool) {
+	l, ok := f.leases[a]
+	return l, ok && time.Now().Before(l.Expires)
+}
+
+func (f *fakeCluster) AcquireLease(_ context.Context, a, holder string, ttl time.Duration) (session.Lease, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return session.Lease{}, false, errDown
+	}
+	if l, ok := f.live(a); ok && l.Holder != holder {
+		return l, false, nil
+	}
+	f.tokens[a]++
+	l := session.Lease{Account: a, Holder: holder, Token: f.tokens[a], Expires: time.Now().Add(ttl)}
+	f.leases[a] = l
+	return l, true, nil
+}
+
+func (f *fakeCluster) RenewLease(_ context.Context, a, holder string, token int64, ttl time.Duration) (session.Lease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return session.Lease{}, errDown
+	}
+	l, ok := f.live(a)
+	if !ok || l.Holder != holder || l.Token != token {
+		return session.Lease{}, session.ErrLeaseLost
+	}
+	l.Expires = time.Now().Add(ttl)
+	f.leases[a] = l
+	return l, nil
+}
+
+func (f *fakeCluster) ReleaseLease(_ context.Context, a, holder string, token int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return errDown
+	}
+	if l, ok := f.leases[a]; ok && l.Holder == holder && l.Token == token {
+		delete(f.leases, a)
+	}
+	return nil
+}
+
+func (f *fakeCluster) Leases(_ context.Context, accounts []string) ([]session.Lease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return nil, errDown
+	}
+	out := make([]session.Lease, len(accounts))
+	for i, a := range accounts {
+		if l, ok := f.live(a); ok {
+			out[i] = l
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeCluster) Heartbeat(_ context.Context, r session.Replica, _ time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return errDown
+	}
+	f.replicas[r.ID] = r
+	return nil
+}
+
+func (f *fakeCluster) Replicas(context.Context) ([]session.Replica, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down {
+		return nil, errDown
+	}
+	var out []session.Replica
+	for _, r := range f.replicas {
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (f *fakeCluster) LeaveCluster(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.replicas, id)
+	return nil
+}
+
+var _ ClusterStore = (*fakeCluster)(nil)
+
+func usableNow(p *Pool, name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.byName[name].usable()
+}
+
+func TestClusterFencesWhenTheStoreIsGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testPool(t, Config{}, "a", "b")
+		store := newFakeCluster()
+		c := NewCluster(ClusterConfig{ID: "r1", LeaseTTL: 5 * time.Second}, p, store, p.log)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { c.Run(ctx); close(done) }()
+		time.Sleep(time.Second)
+		if held := c.Status().Held; len(held) != 2 || !usableNow(p, "a") {
+			t.Fatalf("held %v, want both accounts in use", held)
+		}
+		store.setDown(true)
+		lastRenewal := time.Now()
+		// The replica must stop trusting its leases before they can expire
+		// in the store (5s after the last renewal).
+		for usableNow(p, "a") || usableNow(p, "b") {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if d := time.Since(lastRenewal); d >= 5*time.Second {
+			t.Errorf("still serving %s after the last renewal, want under the 5s TTL", d)
+		}
+		synctest.Wait()
+		if held := c.Status().Held; len(held) != 0 {
+			t.Errorf("still holds %v without the store", held)
+		}
+		cancel()
+		<-done
+	})
+}
+
+func TestClusterHandsAnAccountToALateReplica(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := testPool(t, Config{}, "a", "b")
+		store := newFakeCluster()
+		c := NewCluster(ClusterConfig{ID: "r1", LeaseTTL: 5 * time.Second, DrainTimeout: time.Second}, p, store, p.log)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { c.Run(ctx); close(done) }()
+		time.Sleep(time.Second)
+		if len(c.Status().Held) != 2 {
+			t.Fatal("did not take both free accounts")
+		}
+		// A second replica joins, holding nothing: r1 is above the floor (1).
+		_ = store.Heartbeat(ctx, session.Replica{ID: "r2", URL: "http://r2"}, time.Hour)
+		time.Sleep(5 * time.Second)
+		if held := c.Status().Held; len(held) != 1 {
+			t.Fatalf("held %v after r2 joined, want one account handed over", held)
+		}
+		free, _ := store.Leases(ctx, []string{"a", "b"})
+		if free[0].Holder != "" && free[1].Holder != "" {
+			t.Errorf("no lease released: %+v", free)
+		}
+		cancel()
+		<-done
+	})
+}
