@@ -3,6 +3,7 @@ package anthropic
 import (
 	"crypto/rand"
 	"encoding/json"
+	"github.com/poolgate/poolgate/internal/jsonx"
 	"strconv"
 	"strings"
 
@@ -38,15 +39,15 @@ func (c contentBlock) MarshalJSON() ([]byte, error) {
 func (c contentBlock) append(b []byte) []byte {
 	if c.Type == "tool_use" {
 		b = append(b, `{"type":"tool_use","id":`...)
-		b = appendString(b, c.ID)
+		b = jsonx.AppendString(b, c.ID)
 		b = append(b, `,"name":`...)
-		b = appendString(b, c.Name)
+		b = jsonx.AppendString(b, c.Name)
 		b = append(b, `,"input":`...)
 		b = append(b, c.Input...)
 		return append(b, '}')
 	}
 	b = append(b, `{"type":"text","text":`...)
-	b = appendString(b, c.Text)
+	b = jsonx.AppendString(b, c.Text)
 	return append(b, '}')
 }
 
@@ -152,9 +153,9 @@ func newStreamEncoder(w eventWriter, model string) *streamEncoder {
 // finishes, so they are reported in message_delta's usage.
 func (e *streamEncoder) start() error {
 	b := append(e.buf[:0], `{"type":"message_start","message":{"id":`...)
-	b = appendString(b, e.id)
+	b = jsonx.AppendString(b, e.id)
 	b = append(b, `,"type":"message","role":"assistant","model":`...)
-	b = appendString(b, e.model)
+	b = jsonx.AppendString(b, e.model)
 	b = append(b, `,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}}`...)
 	return e.emit("message_start", b)
 }
@@ -207,7 +208,7 @@ func (e *streamEncoder) text(s string) error {
 	b := append(e.buf[:0], `{"type":"content_block_delta","index":`...)
 	b = strconv.AppendInt(b, int64(e.next-1), 10)
 	b = append(b, `,"delta":{"type":"text_delta","text":`...)
-	b = appendString(b, s)
+	b = jsonx.AppendString(b, s)
 	return e.emit("content_block_delta", append(b, "}}"...))
 }
 
@@ -230,7 +231,7 @@ func (e *streamEncoder) toolCall(tc *pool.ToolCall) error {
 	b := append(e.buf[:0], `{"type":"content_block_delta","index":`...)
 	b = strconv.AppendInt(b, int64(e.next-1), 10)
 	b = append(b, `,"delta":{"type":"input_json_delta","partial_json":`...)
-	b = appendString(b, toolInput(tc.Arguments))
+	b = jsonx.AppendString(b, toolInput(tc.Arguments))
 	if err := e.emit("content_block_delta", append(b, "}}"...)); err != nil {
 		return err
 	}
@@ -254,10 +255,10 @@ func (e *streamEncoder) done(ev *pool.Event) error {
 	}
 	reason := stopReason(ev.Finish, e.calls > 0)
 	b := append(e.buf[:0], `{"type":"message_delta","delta":{"stop_reason":`...)
-	b = appendString(b, reason)
+	b = jsonx.AppendString(b, reason)
 	b = append(b, `,"stop_sequence":`...)
 	if reason == "stop_sequence" {
-		b = appendString(b, ev.StopSequence)
+		b = jsonx.AppendString(b, ev.StopSequence)
 	} else {
 		b = append(b, "null"...)
 	}

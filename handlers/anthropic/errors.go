@@ -3,6 +3,7 @@ package anthropic
 import (
 	"context"
 	"errors"
+	"github.com/poolgate/poolgate/internal/jsonx"
 	"net/http"
 	"strconv"
 	"time"
@@ -40,9 +41,9 @@ func WriteError(w http.ResponseWriter, status int, typ, message string) {
 
 func appendErrorBody(b []byte, typ, message string) []byte {
 	b = append(b, `{"type":"error","error":{"type":`...)
-	b = appendString(b, typ)
+	b = jsonx.AppendString(b, typ)
 	b = append(b, `,"message":`...)
-	b = appendString(b, message)
+	b = jsonx.AppendString(b, message)
 	return append(b, "}}"...)
 }
 

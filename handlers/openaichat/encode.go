@@ -2,8 +2,8 @@ package openaichat
 
 import (
 	"encoding/json"
+	"github.com/poolgate/poolgate/internal/jsonx"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/poolgate/poolgate/pool"
 )
@@ -78,11 +78,11 @@ type streamEncoder struct {
 func newStreamEncoder(id, model string, created int64, includeUsage bool) *streamEncoder {
 	head := make([]byte, 0, 96+len(id)+len(model))
 	head = append(head, `{"id":`...)
-	head = appendString(head, id)
+	head = jsonx.AppendString(head, id)
 	head = append(head, `,"object":"chat.completion.chunk","created":`...)
 	head = strconv.AppendInt(head, created, 10)
 	head = append(head, `,"model":`...)
-	head = appendString(head, model)
+	head = jsonx.AppendString(head, model)
 	head = append(head, `,"choices":[`...)
 	return &streamEncoder{head: head, usage: includeUsage, buf: make([]byte, 0, 512)}
 }
@@ -117,7 +117,7 @@ func (e *streamEncoder) role() []byte {
 func (e *streamEncoder) text(s string) []byte {
 	b := e.begin()
 	b = append(b, `{"content":`...)
-	b = appendString(b, s)
+	b = jsonx.AppendString(b, s)
 	b = append(b, '}')
 	return e.end(b, "null")
 }
@@ -129,9 +129,9 @@ func (e *streamEncoder) toolCallHead(id, name string) []byte {
 	b = append(b, `{"tool_calls":[{"index":`...)
 	b = strconv.AppendInt(b, int64(e.tools), 10)
 	b = append(b, `,"id":`...)
-	b = appendString(b, id)
+	b = jsonx.AppendString(b, id)
 	b = append(b, `,"type":"function","function":{"name":`...)
-	b = appendString(b, name)
+	b = jsonx.AppendString(b, name)
 	b = append(b, `,"arguments":""}}]}`...)
 	return e.end(b, "null")
 }
@@ -143,7 +143,7 @@ func (e *streamEncoder) toolCallArgs(args string) []byte {
 	b = append(b, `{"tool_calls":[{"index":`...)
 	b = strconv.AppendInt(b, int64(e.tools), 10)
 	b = append(b, `,"function":{"arguments":`...)
-	b = appendString(b, args)
+	b = jsonx.AppendString(b, args)
 	b = append(b, `}}]}`...)
 	e.tools++
 	return e.end(b, "null")
@@ -180,55 +180,3 @@ func (e *streamEncoder) errorChunk(ae *APIError) []byte {
 
 // doneData is the payload of the stream's closing frame.
 var doneData = []byte("[DONE]")
-
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD and
-// U+2028/U+2029 are escaped, like encoding/json, but without allocating.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}

@@ -3,6 +3,7 @@ package responses
 import (
 	"encoding/json"
 	"errors"
+	"github.com/poolgate/poolgate/internal/jsonx"
 	"testing"
 
 	"github.com/poolgate/poolgate/pool"
@@ -97,17 +98,17 @@ func BenchmarkEncodeToolCall(b *testing.B) {
 func TestAppendStringMatchesEncodingJSON(t *testing.T) {
 	tests := []string{"", "plain", "q\"b\\s", "\n\r\t\x00\x1f", "ü日本\U0001F600", "\xff\xfe bad", "\u2028\u2029", "<&>"}
 	for _, give := range tests {
-		got := appendString(nil, give)
+		got := jsonx.AppendString(nil, give)
 		var back string
 		if err := json.Unmarshal(got, &back); err != nil {
-			t.Errorf("appendString(%q) = %s: not JSON: %v", give, got, err)
+			t.Errorf("jsonx.AppendString(%q) = %s: not JSON: %v", give, got, err)
 			continue
 		}
 		want, _ := json.Marshal(give)
 		var wantBack string
 		_ = json.Unmarshal(want, &wantBack)
 		if back != wantBack {
-			t.Errorf("appendString(%q) round-trips to %q, want %q", give, back, wantBack)
+			t.Errorf("jsonx.AppendString(%q) round-trips to %q, want %q", give, back, wantBack)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package responses
 import (
 	"context"
 	"errors"
+	"github.com/poolgate/poolgate/internal/jsonx"
 	"net/http"
 	"strconv"
 	"time"
@@ -107,9 +108,9 @@ func writeMapped(w http.ResponseWriter, err error) {
 func writeError(w http.ResponseWriter, we wireError) {
 	b := make([]byte, 0, 96+len(we.msg))
 	b = append(b, `{"error":{"message":`...)
-	b = appendString(b, we.msg)
+	b = jsonx.AppendString(b, we.msg)
 	b = append(b, `,"type":`...)
-	b = appendString(b, we.typ)
+	b = jsonx.AppendString(b, we.typ)
 	b = append(b, `,"param":`...)
 	b = appendNullable(b, we.param)
 	b = append(b, `,"code":`...)
@@ -122,7 +123,7 @@ func appendNullable(b []byte, s string) []byte {
 	if s == "" {
 		return append(b, "null"...)
 	}
-	return appendString(b, s)
+	return jsonx.AppendString(b, s)
 }
 
 func writeJSON(w http.ResponseWriter, status int, b []byte) {

@@ -3,6 +3,7 @@ package responses
 import (
 	"crypto/rand"
 	"encoding/json"
+	"github.com/poolgate/poolgate/internal/jsonx"
 	mrand "math/rand/v2"
 	"strconv"
 	"strings"
@@ -37,15 +38,15 @@ func (it wireItem) MarshalJSON() ([]byte, error) {
 // input_text.
 func (it *item) wire(b []byte) []byte {
 	b = append(b, `{"id":`...)
-	b = appendString(b, it.ID)
+	b = jsonx.AppendString(b, it.ID)
 	b = append(b, `,"type":`...)
-	b = appendString(b, it.Type)
+	b = jsonx.AppendString(b, it.Type)
 	b = append(b, `,"status":`...)
-	b = appendString(b, it.Status)
+	b = jsonx.AppendString(b, it.Status)
 	switch it.Type {
 	case "message":
 		b = append(b, `,"role":`...)
-		b = appendString(b, it.Role)
+		b = jsonx.AppendString(b, it.Role)
 		b = append(b, `,"content":[`...)
 		for i, p := range it.Parts {
 			if i > 0 {
@@ -56,16 +57,16 @@ func (it *item) wire(b []byte) []byte {
 		b = append(b, ']')
 	case "function_call":
 		b = append(b, `,"call_id":`...)
-		b = appendString(b, it.CallID)
+		b = jsonx.AppendString(b, it.CallID)
 		b = append(b, `,"name":`...)
-		b = appendString(b, it.Name)
+		b = jsonx.AppendString(b, it.Name)
 		b = append(b, `,"arguments":`...)
-		b = appendString(b, it.Arguments)
+		b = jsonx.AppendString(b, it.Arguments)
 	case "function_call_output":
 		b = append(b, `,"call_id":`...)
-		b = appendString(b, it.CallID)
+		b = jsonx.AppendString(b, it.CallID)
 		b = append(b, `,"output":`...)
-		b = appendString(b, it.Output)
+		b = jsonx.AppendString(b, it.Output)
 	}
 	return append(b, '}')
 }
@@ -73,11 +74,11 @@ func (it *item) wire(b []byte) []byte {
 func appendPart(b []byte, role, text string) []byte {
 	if role == pool.RoleAssistant {
 		b = append(b, `{"type":"output_text","text":`...)
-		b = appendString(b, text)
+		b = jsonx.AppendString(b, text)
 		return append(b, `,"annotations":[],"logprobs":[]}`...)
 	}
 	b = append(b, `{"type":"input_text","text":`...)
-	b = appendString(b, text)
+	b = jsonx.AppendString(b, text)
 	return append(b, '}')
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/poolgate/poolgate/internal/jsonx"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -121,7 +122,7 @@ func (h *Handler) Delete(w http.ResponseWriter, r *http.Request) {
 		h.failBeforeStart(r.Context(), w, err)
 		return
 	}
-	b := append([]byte(`{"id":`), appendString(nil, id)...)
+	b := append([]byte(`{"id":`), jsonx.AppendString(nil, id)...)
 	writeJSON(w, http.StatusOK, append(b, `,"object":"response.deleted","deleted":true}`...))
 }
 
@@ -190,9 +191,9 @@ func appendList(b []byte, page []item, more bool) []byte {
 	}
 	b = append(b, `],"first_id":`...)
 	if len(page) > 0 {
-		b = appendString(b, page[0].ID)
+		b = jsonx.AppendString(b, page[0].ID)
 		b = append(b, `,"last_id":`...)
-		b = appendString(b, page[len(page)-1].ID)
+		b = jsonx.AppendString(b, page[len(page)-1].ID)
 	} else {
 		b = append(b, `null,"last_id":null`...)
 	}

@@ -2,6 +2,7 @@ package responses
 
 import (
 	"encoding/json"
+	"github.com/poolgate/poolgate/internal/jsonx"
 
 	"github.com/poolgate/poolgate/pool"
 )
@@ -29,7 +30,7 @@ func newStreamEncoder(w eventWriter, resp *responseObject) *streamEncoder {
 // head starts an event's JSON: type and sequence number.
 func (e *streamEncoder) head(typ string) []byte {
 	b := append(e.buf[:0], `{"type":`...)
-	b = appendString(b, typ)
+	b = jsonx.AppendString(b, typ)
 	b = append(b, `,"sequence_number":`...)
 	b = appendInt(b, e.seq)
 	e.seq++
@@ -75,14 +76,14 @@ func (e *streamEncoder) itemEvent(typ string, index int, it *item) error {
 func (e *streamEncoder) partEvent(typ string, text []byte) error {
 	b := e.itemRef(typ, e.msgID)
 	b = append(b, `,"content_index":0,"part":{"type":"output_text","text":`...)
-	b = appendString(b, string(text))
+	b = jsonx.AppendString(b, string(text))
 	return e.emit(typ, append(b, `,"annotations":[],"logprobs":[]}}`...))
 }
 
 // itemRef starts an event about the item at the current output index.
 func (e *streamEncoder) itemRef(typ, id string) []byte {
 	b := append(e.head(typ), `,"item_id":`...)
-	b = appendString(b, id)
+	b = jsonx.AppendString(b, id)
 	b = append(b, `,"output_index":`...)
 	return appendInt(b, len(e.resp.Output))
 }
@@ -109,7 +110,7 @@ func (e *streamEncoder) text(s string) error {
 	e.builder.text = append(e.builder.text, s...)
 	b := e.itemRef("response.output_text.delta", e.msgID)
 	b = append(b, `,"content_index":0,"delta":`...)
-	b = appendString(b, s)
+	b = jsonx.AppendString(b, s)
 	return e.emit("response.output_text.delta", append(b, `,"logprobs":[]}`...))
 }
 
@@ -118,7 +119,7 @@ func (e *streamEncoder) text(s string) error {
 func (e *streamEncoder) closeMessage() error {
 	b := e.itemRef("response.output_text.done", e.msgID)
 	b = append(b, `,"content_index":0,"text":`...)
-	b = appendString(b, string(e.builder.text))
+	b = jsonx.AppendString(b, string(e.builder.text))
 	if err := e.emit("response.output_text.done", append(b, `,"logprobs":[]}`...)); err != nil {
 		return err
 	}
@@ -145,22 +146,22 @@ func (e *streamEncoder) toolCall(tc *pool.ToolCall) error {
 		return err
 	}
 	b := append(e.head("response.function_call_arguments.delta"), `,"item_id":`...)
-	b = appendString(b, done.ID)
+	b = jsonx.AppendString(b, done.ID)
 	b = append(b, `,"output_index":`...)
 	b = appendInt(b, index)
 	b = append(b, `,"delta":`...)
-	b = appendString(b, done.Arguments)
+	b = jsonx.AppendString(b, done.Arguments)
 	if err := e.emit("response.function_call_arguments.delta", append(b, '}')); err != nil {
 		return err
 	}
 	b = append(e.head("response.function_call_arguments.done"), `,"item_id":`...)
-	b = appendString(b, done.ID)
+	b = jsonx.AppendString(b, done.ID)
 	b = append(b, `,"output_index":`...)
 	b = appendInt(b, index)
 	b = append(b, `,"name":`...)
-	b = appendString(b, done.Name)
+	b = jsonx.AppendString(b, done.Name)
 	b = append(b, `,"arguments":`...)
-	b = appendString(b, done.Arguments)
+	b = jsonx.AppendString(b, done.Arguments)
 	if err := e.emit("response.function_call_arguments.done", append(b, '}')); err != nil {
 		return err
 	}

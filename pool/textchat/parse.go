@@ -3,6 +3,7 @@ package textchat
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -338,10 +339,5 @@ func findTool(tools []pool.Tool, name string) int {
 func newCallID() string {
 	var r [12]byte
 	_, _ = rand.Read(r[:]) // crypto/rand.Read never fails (Go 1.24+).
-	b := make([]byte, 0, 29)
-	b = append(b, "call_"...)
-	for _, c := range r {
-		b = append(b, hexDigits[c>>4], hexDigits[c&0xf])
-	}
-	return string(b)
+	return "call_" + hex.EncodeToString(r[:])
 }

@@ -2,6 +2,7 @@ package textchat
 
 import (
 	"encoding/json"
+	"github.com/poolgate/poolgate/internal/jsonx"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -95,7 +96,7 @@ func (p *pyParser) call(tools []pool.Tool, depth int) (pool.ToolCall, bool) {
 				p.out = append(p.out, ',')
 			}
 			keys = append(keys, key)
-			p.out = appendJSONString(p.out, key)
+			p.out = jsonx.AppendString(p.out, key)
 			p.out = append(p.out, ':')
 		case len(keys) == 0 && !positional:
 			prop, ok := onlyProperty(tools[ti].Parameters)
@@ -103,7 +104,7 @@ func (p *pyParser) call(tools []pool.Tool, depth int) (pool.ToolCall, bool) {
 				return pool.ToolCall{}, false
 			}
 			positional = true
-			p.out = appendJSONString(p.out, prop)
+			p.out = jsonx.AppendString(p.out, prop)
 			p.out = append(p.out, ':')
 		default:
 			return pool.ToolCall{}, false
@@ -359,7 +360,7 @@ func (p *pyParser) dictKey(depth int) bool {
 		return false // unhashable or nested: not a JSON key
 	}
 	key := string(k)
-	p.out = appendJSONString(p.out[:mark], key)
+	p.out = jsonx.AppendString(p.out[:mark], key)
 	return true
 }
 
@@ -452,7 +453,7 @@ func (p *pyParser) strings() bool {
 	if !utf8.Valid(p.scratch) {
 		return false
 	}
-	p.out = appendJSONString(p.out, string(p.scratch))
+	p.out = jsonx.AppendString(p.out, string(p.scratch))
 	return true
 }
 

@@ -11,8 +11,8 @@ package textchat
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/poolgate/poolgate/internal/jsonx"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/poolgate/poolgate/pool"
 )
@@ -193,7 +193,7 @@ func (w *writer) toolsJSON(tools []pool.Tool, choice pool.ToolChoice) {
 	case pool.ToolRequired:
 		w.b = append(w.b, `"required"`...)
 	case pool.ToolNamed:
-		w.b = appendJSONString(w.b, choice.Name)
+		w.b = jsonx.AppendString(w.b, choice.Name)
 	default:
 		w.b = append(w.b, `"auto"`...)
 	}
@@ -203,10 +203,10 @@ func (w *writer) toolsJSON(tools []pool.Tool, choice pool.ToolChoice) {
 			w.b = append(w.b, ',')
 		}
 		w.b = append(w.b, `{"name":`...)
-		w.b = appendJSONString(w.b, tl.Name)
+		w.b = jsonx.AppendString(w.b, tl.Name)
 		if tl.Description != "" {
 			w.b = append(w.b, `,"description":`...)
-			w.b = appendJSONString(w.b, tl.Description)
+			w.b = jsonx.AppendString(w.b, tl.Description)
 		}
 		w.b = appendSchema(w.b, tl.Parameters)
 		w.b = append(w.b, '}')
@@ -250,54 +250,9 @@ func contractText(choice pool.ToolChoice) string {
 	case pool.ToolRequired:
 		return contractRequired
 	case pool.ToolNamed:
-		return contractHead + "You must call the tool " + string(appendJSONString(nil, choice.Name)) +
+		return contractHead + "You must call the tool " + string(jsonx.AppendString(nil, choice.Name)) +
 			" in this answer.\n" + contractTail
 	default:
 		return contractAuto
 	}
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD,
-// as encoding/json does.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

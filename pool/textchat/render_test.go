@@ -2,6 +2,7 @@ package textchat
 
 import (
 	"encoding/json"
+	"github.com/poolgate/poolgate/internal/jsonx"
 	"strings"
 	"testing"
 
@@ -125,10 +126,10 @@ func TestRenderContract(t *testing.T) {
 func TestAppendJSONString(t *testing.T) {
 	tests := []string{"", "plain", "q\"b\\s", "nl\n\r\t\x01", "é😀", "bad\xffutf8", "<&>"}
 	for _, give := range tests {
-		got := appendJSONString(nil, give)
+		got := jsonx.AppendString(nil, give)
 		var back string
 		if err := json.Unmarshal(got, &back); err != nil {
-			t.Errorf("appendJSONString(%q) = %s: %v", give, got, err)
+			t.Errorf("jsonx.AppendString(%q) = %s: %v", give, got, err)
 			continue
 		}
 		want := strings.ToValidUTF8(give, "\uFFFD")

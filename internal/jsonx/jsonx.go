@@ -1,14 +1,17 @@
-package responses
+// Package jsonx has the small JSON encoding helpers the hot paths share
+// (protocol stream encoders, the prompt renderer), where encoding/json would
+// allocate per call.
+package jsonx
 
 import "unicode/utf8"
 
 const hexDigits = "0123456789abcdef"
 
-// appendString appends s as a JSON string literal. It is the hot path of every
+// AppendString appends s as a JSON string literal. It is the hot path of every
 // streamed delta, so it copies runs of safe bytes at once and never allocates
 // beyond growing b. Invalid UTF-8 becomes U+FFFD, as encoding/json does;
 // U+2028/U+2029 are escaped so the output is also valid JavaScript.
-func appendString(b []byte, s string) []byte {
+func AppendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {

@@ -1,0 +1,35 @@
+package jsonx
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"", "plain", "quote\" back\\slash", "\n\r\t\x00\x1f", "é ü 日本", "\u2028\u2029", "\xff\xfe bad", "<>&"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got := AppendString(nil, s)
+		var back string
+		if err := json.Unmarshal(got, &back); err != nil {
+			t.Fatalf("AppendString(%q) = %s is not valid JSON: %v", s, got, err)
+		}
+		// encoding/json is the reference for what the string decodes to
+		// (invalid UTF-8 becomes U+FFFD in both).
+		ref, _ := json.Marshal(s)
+		var want string
+		_ = json.Unmarshal(ref, &want)
+		if back != want {
+			t.Errorf("AppendString(%q) decodes to %q, want %q", s, back, want)
+		}
+	})
+}
+
+func BenchmarkAppendString(b *testing.B) {
+	b.ReportAllocs()
+	buf := make([]byte, 0, 256)
+	for b.Loop() {
+		buf = AppendString(buf[:0], "a typical delta with \"quotes\" and a newline\n")
+	}
+}
