@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -175,24 +174,6 @@ func TestNginxStreamsAndFailsOver(t *testing.T) {
 	do(t, req, http.StatusRequestEntityTooLarge)
 }
 
-// syncBuffer is a bytes.Buffer safe to read while a process writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func do(t *testing.T, req *http.Request, want int) string {
 	t.Helper()
 	res, err := http.DefaultClient.Do(req)
@@ -213,7 +194,7 @@ func startNginx(t *testing.T, bin string, args []string, listen string) {
 	t.Helper()
 	args[len(args)-1] += " daemon off;"
 	cmd := exec.Command(bin, args...)
-	log := &syncBuffer{}
+	log := &testenv.Buffer{}
 	cmd.Stdout, cmd.Stderr = io.Discard, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

@@ -6,15 +6,15 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/testenv"
 
 	"go.uber.org/goleak"
 
@@ -39,34 +39,6 @@ func chromium(t *testing.T) string {
 	return p
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// syncBuffer collects a log for failure messages.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // worker is one in-process simulator, logged out, reached with the Lingma
 // driver as the pool would.
 type worker struct {
@@ -78,7 +50,7 @@ type worker struct {
 // accounts come from SIMWORKER_ACCOUNTS (via getenv), as in production.
 func startSim(t *testing.T, variant, accounts string) *worker {
 	t.Helper()
-	ep := pool.Endpoint{Name: "acct", WorkDir: t.TempDir(), Port: freePort(t), AuxPort: freePort(t)}
+	ep := pool.Endpoint{Name: "acct", WorkDir: t.TempDir(), Port: testenv.FreePort(t), AuxPort: testenv.FreePort(t)}
 	args := []string{"start", "--transportType=websocket", "--workDir", ep.WorkDir,
 		"--socketPort", strconv.Itoa(ep.Port), "--httpPort", strconv.Itoa(ep.AuxPort), "--login-page", variant}
 	getenv := func(k string) string {
@@ -149,7 +121,7 @@ func (w *worker) stats(t *testing.T) sim.Stats {
 // newTestRunner makes a runner with fast test timings whose browser
 // profiles live in a fresh dir; at cleanup it closes the runner and fails
 // the test if any process still mentions that dir (a leaked Chromium).
-func newTestRunner(t *testing.T, cfg Config) (*Runner, *syncBuffer) {
+func newTestRunner(t *testing.T, cfg Config) (*Runner, *testenv.Buffer) {
 	t.Helper()
 	cfg.Chromium = chromium(t)
 	cfg.TempDir = t.TempDir()
@@ -162,7 +134,7 @@ func newTestRunner(t *testing.T, cfg Config) (*Runner, *syncBuffer) {
 	if cfg.Backoff == 0 {
 		cfg.Backoff = 50 * time.Millisecond
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	r, err := NewRunner(cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatalf("NewRunner: %v", err)

@@ -77,7 +77,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		{"least busy", Want{}},
 		{"hint", Want{Hint: "user-42"}},
 		{"prefer", Want{Prefer: "w5"}},
-		{"prefer excluded", Want{Prefer: "w5", Exclude: []string{"w5", "w6"}}},
+		{"retry, 2 excluded", Want{Hint: "user-42", Exclude: []string{"w5", "w6"}}},
 	} {
 		b.Run(bb.name, func(b *testing.B) {
 			p := benchPool(b, 8, 1)

@@ -1,7 +1,6 @@
 package session
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -66,30 +65,6 @@ func TestRedisKeys(t *testing.T) {
 	}
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *syncBuffer) count(s string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Count(b.buf.String(), s)
-}
-
 // errorCounter counts OnError calls per op.
 type errorCounter struct {
 	mu sync.Mutex
@@ -119,7 +94,7 @@ func (c *errorCounter) get(op string) int {
 
 func TestRedisOutageDegradesAndRecovers(t *testing.T) {
 	srv := testenv.Redis(t)
-	var logs syncBuffer
+	var logs testenv.Buffer
 	var errs errorCounter
 	r := openTestRedis(t, srv, RedisConfig{
 		RetryInterval: 50 * time.Millisecond,
@@ -155,7 +130,7 @@ func TestRedisOutageDegradesAndRecovers(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond) // let the outage span several retry intervals
 	}
-	if n := logs.count("level=WARN"); n != 1 {
+	if n := countIn(&logs, "level=WARN"); n != 1 {
 		t.Errorf("logged %d warnings, want 1:\n%s", n, logs.String())
 	}
 	if errs.get("take_affinity") == 0 || errs.get("put_affinity") == 0 || errs.get("load_response") == 0 {
@@ -184,7 +159,7 @@ func TestRedisOutageDegradesAndRecovers(t *testing.T) {
 	if !r.Healthy() {
 		t.Errorf("Healthy() = false after recovery, want true")
 	}
-	if n := logs.count("recovered"); n != 1 {
+	if n := countIn(&logs, "recovered"); n != 1 {
 		t.Errorf("logged %d recoveries, want 1:\n%s", n, logs.String())
 	}
 }
@@ -391,3 +366,5 @@ func TestRedisOnErrorSkipsCallerCancel(t *testing.T) {
 		t.Errorf("OnError called %d times, Healthy() = %v; want 0, true", n, r.Healthy())
 	}
 }
+
+func countIn(b *testenv.Buffer, s string) int { return strings.Count(b.String(), s) }

@@ -1,20 +1,20 @@
 package sim
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/testenv"
 
 	"github.com/coder/websocket"
 
@@ -23,34 +23,6 @@ import (
 
 // wait bounds every wait in these tests.
 const wait = 5 * time.Second
-
-// syncBuffer is a log sink tests can read while the simulator writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // poll waits (bounded) until cond holds.
 func poll(t *testing.T, what string, cond func() bool) {
@@ -69,7 +41,7 @@ type harness struct {
 	dir          string
 	socket, http int
 	exits        chan int
-	log          *syncBuffer
+	log          *testenv.Buffer
 }
 
 // startSim runs a simworker with the standard Lingma command line plus args,
@@ -79,7 +51,7 @@ func startSimIn(t *testing.T, dir string, args ...string) *harness {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	h := &harness{dir: dir, socket: freePort(t), http: freePort(t), exits: make(chan int, 4), log: &syncBuffer{}}
+	h := &harness{dir: dir, socket: testenv.FreePort(t), http: testenv.FreePort(t), exits: make(chan int, 4), log: &testenv.Buffer{}}
 	all := append([]string{"start", "--transportType=websocket", "--workDir=" + dir,
 		"--socketPort=" + strconv.Itoa(h.socket), "--httpPort=" + strconv.Itoa(h.http)}, args...)
 	cfg, err := ParseArgs(all, func(string) string { return "" }, io.Discard)

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 // buildSimworker builds cmd/simworker, the binary the supervisor spawns.
@@ -30,7 +32,7 @@ func buildSimworker(t *testing.T) string {
 // for it and a channel with its exit error.
 func spawn(t *testing.T, bin string) (*harness, *exec.Cmd, chan error) {
 	t.Helper()
-	h := &harness{dir: t.TempDir(), socket: freePort(t), http: freePort(t), log: &syncBuffer{}}
+	h := &harness{dir: t.TempDir(), socket: testenv.FreePort(t), http: testenv.FreePort(t), log: &testenv.Buffer{}}
 	cmd := exec.Command(bin, "start", "--transportType=websocket", "--workDir="+h.dir,
 		"--socketPort="+strconv.Itoa(h.socket), "--httpPort="+strconv.Itoa(h.http), "--logged-in")
 	cmd.Stderr = h.log

@@ -8,13 +8,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 func TestMainLifecycle(t *testing.T) {
-	p1, p2 := freePort(t), freePort(t)
+	p1, p2 := testenv.FreePort(t), testenv.FreePort(t)
 	args := []string{"start", "--transportType=websocket", "--workDir=" + t.TempDir(),
 		"--socketPort=" + strconv.Itoa(p1), "--httpPort=" + strconv.Itoa(p2), "--logged-in"}
-	stderr := &syncBuffer{}
+	stderr := &testenv.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Main(ctx, args, func(string) string { return "" }, io.Discard, stderr) }()

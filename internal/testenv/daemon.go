@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,26 +18,9 @@ type Daemon struct {
 	URL  string
 	Addr string
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *Buffer
 	done chan struct{}
 	err  error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // StartDaemon runs the poolgate binary with env (KEY=VALUE; a free loopback
@@ -62,7 +43,7 @@ func StartDaemon(t testing.TB, env ...string) *Daemon {
 	if !has("POOLGATE_DATA_DIR") {
 		env = append(env, "POOLGATE_DATA_DIR="+t.TempDir())
 	}
-	d := &Daemon{log: &syncBuffer{}, done: make(chan struct{})}
+	d := &Daemon{log: &Buffer{}, done: make(chan struct{})}
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "POOLGATE_LISTEN="); ok {
 			d.Addr = v

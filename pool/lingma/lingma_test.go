@@ -1,17 +1,17 @@
 package lingma
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/testenv"
 
 	"go.uber.org/goleak"
 
@@ -24,28 +24,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // wait bounds every wait in these tests.
 const wait = 10 * time.Second
 
-// syncBuffer collects the simulator's log for failure messages.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // worker is one in-process simulator and the endpoint the driver sees.
 type worker struct {
 	ep   pool.Endpoint
@@ -56,11 +34,11 @@ type worker struct {
 // binary) plus extra args, until the test ends.
 func startSim(t *testing.T, extra ...string) *worker {
 	t.Helper()
-	ep := pool.Endpoint{Name: "acct-1", WorkDir: t.TempDir(), Port: freePort(t), AuxPort: freePort(t)}
+	ep := pool.Endpoint{Name: "acct-1", WorkDir: t.TempDir(), Port: testenv.FreePort(t), AuxPort: testenv.FreePort(t)}
 	argv := New(Config{Command: []string{"sim"}, ExtraArgs: extra}).Command(ep)[1:]
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	log := &syncBuffer{}
+	log := &testenv.Buffer{}
 	go func() { done <- sim.Main(ctx, argv, func(string) string { return "" }, log, log) }()
 	var once sync.Once
 	stop := func() {

@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/testenv"
 
 	"go.uber.org/goleak"
 
@@ -24,16 +25,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // wait bounds every wait in these tests.
 const wait = 10 * time.Second
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // worker is one in-process simulator speaking the OpenAI API.
 type worker struct {
 	ep   pool.Endpoint
@@ -44,7 +35,7 @@ type worker struct {
 // test ends. [[sim:crash]] is not used: in process it would exit the test.
 func startSim(t *testing.T, extra ...string) *worker {
 	t.Helper()
-	ep := pool.Endpoint{Name: "acct-1", WorkDir: t.TempDir(), Port: freePort(t)}
+	ep := pool.Endpoint{Name: "acct-1", WorkDir: t.TempDir(), Port: testenv.FreePort(t)}
 	args := append([]string{"start", "--protocol=openai", "--httpPort", strconv.Itoa(ep.Port), "--workDir", ep.WorkDir}, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -374,7 +365,7 @@ func TestWorkerGone(t *testing.T) {
 		t.Errorf("Status of a stopped worker = %v, want ErrWorkerGone", err)
 	}
 	d := newDriver(t, Config{})
-	if _, err := d.Connect(context.Background(), pool.Endpoint{Name: "x", Port: freePort(t)}); !errors.Is(err, pool.ErrWorkerGone) {
+	if _, err := d.Connect(context.Background(), pool.Endpoint{Name: "x", Port: testenv.FreePort(t)}); !errors.Is(err, pool.ErrWorkerGone) {
 		t.Errorf("Connect to a closed port = %v, want ErrWorkerGone", err)
 	}
 }
