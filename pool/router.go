@@ -92,8 +92,12 @@ func (r *Router) Chat(ctx context.Context, req *ChatRequest) (<-chan Event, erro
 		return nil, ErrForwarded
 	}
 	var lastErr error
-	for attempt := 0; attempt <= r.cfg.Retries; attempt++ {
-		if attempt > 0 && r.metrics != nil {
+	// attempts counts turns a worker took; a turn refused by an instance
+	// that was already gone (its death not yet noticed) or logged out never
+	// ran, so it doesn't spend the retry budget. Each tried instance is
+	// excluded, which bounds the loop.
+	for attempts := 0; attempts <= r.cfg.Retries; {
+		if len(rq.excluded) > 0 && r.metrics != nil {
 			r.metrics.Retries.Inc()
 		}
 		slot, err := r.pool.Acquire(ctx, Want{Prefer: rq.hit.Instance, Hint: affinityHint(req), Exclude: rq.excluded})
@@ -104,7 +108,7 @@ func (r *Router) Chat(ctx context.Context, req *ChatRequest) (<-chan Event, erro
 			}
 			return nil, err
 		}
-		out, err := r.attempt(ctx, rq, slot)
+		out, started, err := r.attempt(ctx, rq, slot)
 		if err == nil {
 			return out, nil
 		}
@@ -112,8 +116,11 @@ func (r *Router) Chat(ctx context.Context, req *ChatRequest) (<-chan Event, erro
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if started || !(errors.Is(err, ErrWorkerGone) || errors.Is(err, ErrNotLoggedIn)) {
+			attempts++
+		}
 		r.log.Warn("turn failed before any output, trying another instance",
-			"instance", slot.Worker.Name(), "attempt", attempt+1, "err", err, "request_id", req.RequestID)
+			"instance", slot.Worker.Name(), "attempts", attempts, "err", err, "request_id", req.RequestID)
 		rq.excluded = append(rq.excluded, slot.Worker.Name())
 	}
 	return nil, lastErr
@@ -176,9 +183,9 @@ func (r *Router) DeleteSession(a session.Affinity) {
 }
 
 // attempt runs the turn on slot. It returns an error (slot released) if the
-// turn failed before its first event; a non-streaming turn is buffered whole
-// and fails here on any error.
-func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan Event, error) {
+// turn failed before its first event, and whether the worker had taken the
+// turn; a non-streaming turn is buffered whole and fails here on any error.
+func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan Event, bool, error) {
 	turn := &Turn{RequestID: rq.RequestID, Model: rq.model, Messages: rq.Messages, Tools: rq.Tools,
 		ToolChoice: rq.ToolChoice, MaxTokens: rq.MaxTokens, Temperature: rq.Temperature, TopP: rq.TopP}
 	rq.reused = false
@@ -196,7 +203,7 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan E
 	if err != nil {
 		cancel()
 		r.failed(rq, slot, err)
-		return nil, err
+		return nil, false, err
 	}
 	var head []Event
 	for {
@@ -207,7 +214,7 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan E
 		if ev.Type == EventError {
 			cancel()
 			r.failed(rq, slot, ev.Err)
-			return nil, ev.Err
+			return nil, true, ev.Err
 		}
 		if len(head) == 0 && r.metrics != nil && rq.api != "" {
 			r.metrics.TTFT.WithLabelValues(rq.api).Observe(time.Since(rq.start).Seconds())
@@ -226,7 +233,7 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan E
 		defer slot.Release()
 		r.forward(tctx, rq, slot, head, src, out)
 	})
-	return out, nil
+	return out, true, nil
 }
 
 // failed handles a turn that failed before any output.
