@@ -114,7 +114,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.TempDir = os.TempDir()
 	}
 	if c.Getenv == nil {
-		c.Getenv = os.Getenv
+		c.Getenv = func(string) string { return "" } // only cmd reads the environment
 	}
 	bin, err := findChromium(c.Chromium)
 	if err != nil {

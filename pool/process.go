@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"os/exec"
 	"runtime"
 	"sync"
@@ -51,6 +50,10 @@ type ProcSpec struct {
 // until Close (golang/go#27505). Close it only after every process it started
 // has exited: its thread ends then.
 type ExecLauncher struct {
+	// Env is the base environment of every worker (main passes its own
+	// without poolgate's settings and secrets); ProcSpec.Env is added.
+	Env []string
+
 	once   sync.Once
 	mu     sync.Mutex
 	closed bool
@@ -103,7 +106,7 @@ func (l *ExecLauncher) Launch(spec ProcSpec) (Process, error) {
 	}
 	cmd := exec.Command(path, spec.Argv[1:]...)
 	cmd.Dir = spec.Dir
-	cmd.Env = append(os.Environ(), spec.Env...)
+	cmd.Env = append(append([]string(nil), l.Env...), spec.Env...)
 	lw := &lineLogger{log: spec.Log}
 	cmd.Stdout, cmd.Stderr = lw, lw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

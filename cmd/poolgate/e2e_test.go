@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"encoding/json"
 	"errors"
 	"io"
@@ -54,6 +56,15 @@ func TestDefaultPoolServesTheSDKAndShutsDownClean(t *testing.T) {
 			t.Fatalf("want two ready instances with pids, got %+v", snap.Instances)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Workers never see poolgate's settings or secrets.
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", snap.Instances[0].PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(env), "POOLGATE_") {
+		t.Error("a worker process inherited POOLGATE_ variables")
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

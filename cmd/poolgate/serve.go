@@ -59,7 +59,7 @@ func serve(ctx context.Context, args, environ []string, stderr io.Writer) error 
 	for _, w := range warnings {
 		log.Warn(w)
 	}
-	app, err := build(cfg, log, getenv(environ))
+	app, err := build(cfg, log, environ)
 	if err != nil {
 		return err
 	}
@@ -107,7 +107,8 @@ type store interface {
 	Close() error
 }
 
-func build(cfg config.Config, log *slog.Logger, getenv func(string) string) (*app, error) {
+func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) {
+	lookup := getenv(environ)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
@@ -120,7 +121,7 @@ func build(cfg config.Config, log *slog.Logger, getenv func(string) string) (*ap
 	for i := range workers {
 		workers[i].Held = clustered // a replica runs only the accounts it leases
 	}
-	a := &app{cfg: cfg, log: log, launcher: &pool.ExecLauncher{}}
+	a := &app{cfg: cfg, log: log, launcher: &pool.ExecLauncher{Env: workerEnv(environ)}}
 	a.pool = pool.New(pool.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
 		workers, driver, a.launcher, m, log)
 	onEvict := func(s session.Affinity) { a.router.DeleteSession(s) }
@@ -129,7 +130,7 @@ func build(cfg config.Config, log *slog.Logger, getenv func(string) string) (*ap
 	}
 	a.router = pool.NewRouter(pool.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
 		Retries: cfg.Retries, Count: tokens.Count}, a.pool, a.store, m, log)
-	if err := a.setupLogin(m, getenv); err != nil {
+	if err := a.setupLogin(m, lookup); err != nil {
 		return nil, err
 	}
 	if err := a.setupBundles(); err != nil {
@@ -292,6 +293,18 @@ func (a *app) setupLogin(m *metrics.Metrics, getenv func(string) string) error {
 		a.pool.SetLoginer(r)
 	}
 	return nil
+}
+
+// workerEnv is the environment workers inherit: this process's, without
+// poolgate's own settings (API keys, tokens and the bundle key stay here).
+func workerEnv(environ []string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		if !strings.HasPrefix(kv, "POOLGATE_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // readiness answers /readyz.
