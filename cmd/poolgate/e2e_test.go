@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
