@@ -1,0 +1,140 @@
+// Command bench is poolgate's benchmark harness: it measures what the
+// gateway costs by sending the same load to one simulated worker directly and
+// through poolgate, in one run, and writes docs/benchmarks.md and a plot of
+// the added latency. It sits outside the daemon: it only starts bin/poolgate
+// (which spawns its own simulated workers) and redis-server as processes and
+// talks to them over loopback HTTP.
+//
+//	go run ./bench -short -bin bin/poolgate   # make bench: under two minutes
+//	go run ./bench -bin bin/poolgate          # make bench-full
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	short := fs.Bool("short", false, "the short run (under two minutes): fewer requests, 1,000 streams in scenario 4")
+	bin := fs.String("bin", "bin/poolgate", "the poolgate binary to measure (make build)")
+	out := fs.String("out", "docs/benchmarks.md", "where to write the report")
+	svg := fs.String("svg", "docs/bench-latency.svg", "where to write the added-latency plot")
+	note := fs.String("note", "", "a remark to put at the top of the report (for example about the machine)")
+	only := fs.String("only", "", "run only these scenarios (comma-separated: 1,2,3,4,5,sweep) and print them; writes no files")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	binPath, err := filepath.Abs(*bin)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(binPath); err != nil {
+		return fmt.Errorf("%w (build it with `make build`)", err)
+	}
+	if _, err := raiseNoFile(); err != nil {
+		return fmt.Errorf("raise the open-file limit: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "poolgate-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	b := &bench{bin: binPath, dir: dir, plan: newPlan(*short), out: stdout}
+	if *only != "" {
+		b.only = map[string]bool{}
+		for _, id := range strings.Split(*only, ",") {
+			b.only[strings.TrimSpace(id)] = true
+		}
+	}
+	defer b.stopAll() // also on error and Ctrl-C: no process outlives the run
+	res, err := b.runAll(ctx)
+	if err != nil {
+		return err
+	}
+	res.note = *note
+	fmt.Fprintln(stdout)
+	if err := res.printTable(stdout); err != nil {
+		return err
+	}
+	if b.only != nil {
+		return nil // a partial run must not replace the report
+	}
+	if err := res.write(*out, *svg); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nwrote %s and %s\n", *out, *svg)
+	return nil
+}
+
+// write saves the plot to svg and the report, which links to it, to out.
+func (res *results) write(out, svg string) error {
+	plotTitle := "Added latency through poolgate, non-streaming (through − direct)"
+	if err := writeFile(svg, []byte(plotSVG(res.plotPoints(), plotTitle))); err != nil {
+		return err
+	}
+	rel, err := filepath.Rel(filepath.Dir(out), svg)
+	if err != nil {
+		rel = svg
+	}
+	return writeFile(out, []byte(res.markdown(rel)))
+}
+
+// runAll runs every scenario in turn, each against a fresh poolgate.
+func (b *bench) runAll(ctx context.Context) (*results, error) {
+	res := &results{plan: b.plan, machine: describeMachine(b.bin), started: time.Now(), loadBefore: loadavg()}
+	kind := map[bool]string{true: "short", false: "full"}[b.plan.short]
+	b.logf("poolgate benchmark (%s run): %s, %d cores, load average %.2f", kind, res.machine.cpu, res.machine.cores, res.loadBefore)
+	steps := []struct {
+		id, name string
+		run      func(context.Context) ([]*row, error)
+	}{
+		{"1", "1: sequential", b.scenarioSequential},
+		{"2", "2: 200 concurrent clients", b.scenarioConcurrent},
+		{"3", "3: 50 ms worker at a constant rate", b.scenarioRate},
+		{"5", "5: affinity in memory and on Redis", b.scenarioAffinity},
+		{"sweep", "sweep: added latency against concurrency", b.scenarioSweep},
+	}
+	for _, s := range steps {
+		if !b.selected(s.id) {
+			continue
+		}
+		b.logf("scenario %s", s.name)
+		rows, err := s.run(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("scenario %s: %w", s.name, err)
+		}
+		res.rows = append(res.rows, rows...)
+	}
+	var err error
+	if b.selected("4") {
+		b.logf("scenario 4: %d slow streams", b.plan.streams)
+		if res.streams, err = b.scenarioStreams(ctx); err != nil {
+			return nil, fmt.Errorf("scenario 4: %w", err)
+		}
+	}
+	res.took, res.loadAfter = time.Since(res.started), loadavg()
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return nil, ctx.Err()
+	}
+	return res, nil
+}

@@ -1,0 +1,396 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// plan sizes a run: -short is what `make bench` runs in under two minutes,
+// the full plan what `make bench-full` runs.
+type plan struct {
+	short bool
+	// rounds splits each measurement into blocks that alternate direct and
+	// through poolgate, so drift on a shared machine hits both alike.
+	rounds int
+	// seqN and seqStreamN are the requests per target at concurrency 1.
+	seqN, seqStreamN int
+	// block is the time per target of each closed-loop or constant-rate
+	// measurement (split across rounds); sweepBlock the same for the sweep.
+	block, sweepBlock time.Duration
+	// rate is scenario 3's constant rate, in requests per second.
+	rate float64
+	// sweep lists the extra concurrencies of the added-latency plot (1 and
+	// 200 come from scenarios 1 and 2).
+	sweep []int
+	// streams is scenario 4's number of concurrent slow streams, each of
+	// streamChunks chunks 500 ms apart, opened at streamRamp per second.
+	streams, streamChunks int
+	streamRamp            float64
+	// affinityClients is scenario 5's closed-loop concurrency.
+	affinityClients int
+}
+
+func newPlan(short bool) plan {
+	if short {
+		return plan{short: true, rounds: 2, seqN: 2000, seqStreamN: 300, block: 3 * time.Second,
+			sweepBlock: 2 * time.Second, rate: 200, sweep: []int{8, 32, 128},
+			streams: 1000, streamChunks: 12, streamRamp: 1000, affinityClients: 16}
+	}
+	return plan{rounds: 3, seqN: 15000, seqStreamN: 2000, block: 15 * time.Second,
+		sweepBlock: 6 * time.Second, rate: 200, sweep: []int{8, 32, 128},
+		streams: 5000, streamChunks: 30, streamRamp: 1000, affinityClients: 16}
+}
+
+// row is one scenario measured directly and through poolgate.
+type row struct {
+	id, title, mode string
+	// concurrency places non-streaming closed-loop rows on the plot (0: not plotted).
+	concurrency     int
+	direct, through *recorder
+	// cpu is the gateway's CPU time over the through blocks.
+	cpu time.Duration
+	// idle and mem are the gateway's memory when ready and after the row.
+	idle, mem memInfo
+	note      string
+}
+
+// load is how requests are driven: a closed loop of clients, or a constant
+// rate with an in-flight cap. n bounds the count, dur the time.
+type load struct {
+	clients int
+	rate    float64
+	n       int
+	dur     time.Duration
+}
+
+const unbounded = 1 << 30
+
+// bench runs the scenarios and keeps what it started, to stop it on any exit.
+type bench struct {
+	bin  string
+	dir  string
+	plan plan
+	out  io.Writer
+
+	// only, when set, names the scenarios to run (-only).
+	only map[string]bool
+
+	mu       sync.Mutex
+	children []*child
+	gateways int
+}
+
+func (b *bench) selected(id string) bool { return b.only == nil || b.only[id] }
+
+// track registers c to be stopped by stopAll.
+func (b *bench) track(c *child) {
+	b.mu.Lock()
+	b.children = append(b.children, c)
+	b.mu.Unlock()
+}
+
+// stopAll stops every child still running, newest first.
+func (b *bench) stopAll() {
+	b.mu.Lock()
+	cs := b.children
+	b.children = nil
+	b.mu.Unlock()
+	for i := len(cs) - 1; i >= 0; i-- {
+		cs[i].stop(syscall.SIGINT, 10*time.Second)
+	}
+}
+
+func (b *bench) logf(format string, args ...any) { fmt.Fprintf(b.out, format+"\n", args...) }
+
+// gateway starts a fresh poolgate for one scenario, in its own data dir.
+func (b *bench) gateway(ctx context.Context, cfg gatewayConfig) (*gateway, error) {
+	b.gateways++
+	dir := filepath.Join(b.dir, "gw"+strconv.Itoa(b.gateways))
+	g, err := startGateway(ctx, b.bin, dir, cfg)
+	if err != nil {
+		return nil, err
+	}
+	b.track(g.child)
+	return g, nil
+}
+
+// compare measures the row's workload against g's first worker directly and
+// through g, alternating in rounds.
+func (b *bench) compare(ctx context.Context, g *gateway, r *row, stream bool, body func(int) []byte, ld load) error {
+	conns := max(ld.clients, 64)
+	if ld.rate > 0 {
+		conns = max(conns, int(ld.rate))
+	}
+	direct := newTarget("direct", "http://127.0.0.1:"+strconv.Itoa(g.workers[0].Port), conns)
+	through := newTarget("poolgate", g.url, conns)
+	defer direct.close()
+	defer through.close()
+	for _, t := range []*target{direct, through} { // open connections, warm caches
+		closedLoop(ctx, max(min(ld.clients, 64), 1), 200, 500*time.Millisecond, requester(t, stream, body, nil), newRecorder())
+	}
+	r.direct, r.through, r.idle = newRecorder(), newRecorder(), g.idle
+	for round := range b.plan.rounds {
+		order := []*target{direct, through}
+		if round%2 == 1 {
+			order[0], order[1] = through, direct
+		}
+		for _, t := range order {
+			rec := newRecorder()
+			c0, err := procCPU(g.pid())
+			if err != nil {
+				return err
+			}
+			drive(ctx, ld, b.plan.rounds, requester(t, stream, body, nil), rec)
+			c1, err := procCPU(g.pid())
+			if err != nil {
+				return err
+			}
+			if t == through {
+				r.cpu += c1 - c0
+				r.through.merge(rec)
+			} else {
+				r.direct.merge(rec)
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if ld.rate > 0 {
+		r.note = fmt.Sprintf("late sends: %d direct, %d through", r.direct.late.Load(), r.through.late.Load())
+	}
+	var err error
+	r.mem, err = procMem(g.pid())
+	b.logf("  %-44s direct p50 %-9s through p50 %-9s errors %d/%d", r.title+", "+r.mode,
+		fmtDur(r.direct.lat.quantile(50)), fmtDur(r.through.lat.quantile(50)), r.direct.errs.Load(), r.through.errs.Load())
+	return err
+}
+
+// drive runs one block: 1/rounds of the load's count and time.
+func drive(ctx context.Context, ld load, rounds int, do requestFunc, rec *recorder) {
+	dur := ld.dur / time.Duration(rounds)
+	if ld.rate > 0 {
+		n := int(ld.rate * dur.Seconds())
+		constantRate(ctx, ld.rate, n, max(ld.clients, 1), do, rec)
+		return
+	}
+	closedLoop(ctx, ld.clients, max(ld.n/rounds, 1), dur, do, rec)
+}
+
+const (
+	streamDirective = " [[sim:chunks=100]]"
+	delayDirective  = " [[sim:delay=50ms]]"
+)
+
+// scenarioSequential is scenario 1: one client, back to back, zero-latency
+// worker; non-streaming and streaming.
+func (b *bench) scenarioSequential(ctx context.Context) ([]*row, error) {
+	g, err := b.gateway(ctx, gatewayConfig{})
+	if err != nil {
+		return nil, err
+	}
+	defer g.stop(syscall.SIGINT, 10*time.Second)
+	limit := 4 * b.plan.block // time bound; the counts normally end it first
+	ns := &row{id: "1", title: "sequential, c=1", mode: "non-stream", concurrency: 1}
+	if err := b.compare(ctx, g, ns, false, fixed(chatBody(false, "bench")), load{clients: 1, n: b.plan.seqN, dur: limit}); err != nil {
+		return nil, err
+	}
+	st := &row{id: "1", title: "sequential, c=1", mode: "stream, 100 events"}
+	if err := b.compare(ctx, g, st, true, fixed(chatBody(true, "bench"+streamDirective)), load{clients: 1, n: b.plan.seqStreamN, dur: limit}); err != nil {
+		return nil, err
+	}
+	return []*row{ns, st}, nil
+}
+
+// scenarioSweep measures added latency at the plot's extra concurrencies.
+func (b *bench) scenarioSweep(ctx context.Context) ([]*row, error) {
+	g, err := b.gateway(ctx, gatewayConfig{})
+	if err != nil {
+		return nil, err
+	}
+	defer g.stop(syscall.SIGINT, 10*time.Second)
+	var rows []*row
+	for _, c := range b.plan.sweep {
+		r := &row{id: "sweep", title: fmt.Sprintf("%d clients", c), mode: "non-stream", concurrency: c}
+		if err := b.compare(ctx, g, r, false, fixed(chatBody(false, "bench")), load{clients: c, n: unbounded, dur: b.plan.sweepBlock}); err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// scenarioConcurrent is scenario 2: 200 clients, zero-latency worker.
+func (b *bench) scenarioConcurrent(ctx context.Context) ([]*row, error) {
+	g, err := b.gateway(ctx, gatewayConfig{})
+	if err != nil {
+		return nil, err
+	}
+	defer g.stop(syscall.SIGINT, 10*time.Second)
+	ld := load{clients: 200, n: unbounded, dur: b.plan.block}
+	ns := &row{id: "2", title: "200 clients", mode: "non-stream", concurrency: 200}
+	if err := b.compare(ctx, g, ns, false, fixed(chatBody(false, "bench")), ld); err != nil {
+		return nil, err
+	}
+	st := &row{id: "2", title: "200 clients", mode: "stream, 100 events"}
+	if err := b.compare(ctx, g, st, true, fixed(chatBody(true, "bench"+streamDirective)), ld); err != nil {
+		return nil, err
+	}
+	return []*row{ns, st}, nil
+}
+
+// scenarioRate is scenario 3: a 50 ms worker at a constant rate.
+func (b *bench) scenarioRate(ctx context.Context) ([]*row, error) {
+	g, err := b.gateway(ctx, gatewayConfig{})
+	if err != nil {
+		return nil, err
+	}
+	defer g.stop(syscall.SIGINT, 10*time.Second)
+	title := fmt.Sprintf("50 ms worker, %.0f req/s", b.plan.rate)
+	ld := load{rate: b.plan.rate, clients: 1000, dur: b.plan.block}
+	ns := &row{id: "3", title: title, mode: "non-stream"}
+	if err := b.compare(ctx, g, ns, false, fixed(chatBody(false, "bench"+delayDirective)), ld); err != nil {
+		return nil, err
+	}
+	st := &row{id: "3", title: title, mode: "stream, 100 events"}
+	if err := b.compare(ctx, g, st, true, fixed(chatBody(true, "bench"+delayDirective+streamDirective)), ld); err != nil {
+		return nil, err
+	}
+	return []*row{ns, st}, nil
+}
+
+// scenarioAffinity is scenario 5: a workload of first turns and follow-ups,
+// with affinity in memory and on Redis.
+func (b *bench) scenarioAffinity(ctx context.Context) ([]*row, error) {
+	var rows []*row
+	for _, store := range []string{"memory", "redis"} {
+		cfg := gatewayConfig{}
+		if store == "redis" {
+			rc, url, err := startRedis(ctx, b.dir)
+			if err != nil {
+				return nil, err
+			}
+			b.track(rc)
+			defer rc.stop(syscall.SIGTERM, 5*time.Second)
+			cfg.RedisURL = url
+		}
+		r, err := b.affinityRow(ctx, cfg, store)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+func (b *bench) affinityRow(ctx context.Context, cfg gatewayConfig, store string) (*row, error) {
+	g, err := b.gateway(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer g.stop(syscall.SIGINT, 10*time.Second)
+	c := b.plan.affinityClients
+	r := &row{id: "5", title: fmt.Sprintf("affinity on %s, %d clients", store, c), mode: "non-stream"}
+	m0, err := g.cacheMisses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.compare(ctx, g, r, false, affinityBodies(8*c), load{clients: c, n: unbounded, dur: b.plan.block}); err != nil {
+		return nil, err
+	}
+	m1, err := g.cacheMisses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.note = fmt.Sprintf("%d affinity misses", m1-m0)
+	return r, nil
+}
+
+// streamsResult is scenario 4: many slow streams open at once.
+type streamsResult struct {
+	want     int
+	maxOpen  int64
+	rssOpen  int64 // VmRSS sampled while the most streams were open
+	idle     memInfo
+	mem      memInfo
+	cpu      time.Duration
+	rec      *recorder
+	lifetime time.Duration
+}
+
+// scenarioStreams is scenario 4: open many slow streams through poolgate
+// and watch its memory.
+func (b *bench) scenarioStreams(ctx context.Context) (*streamsResult, error) {
+	const accounts = 4
+	n := b.plan.streams
+	g, err := b.gateway(ctx, gatewayConfig{Accounts: accounts, PerInstance: 2 * n / accounts})
+	if err != nil {
+		return nil, err
+	}
+	defer g.stop(syscall.SIGINT, 10*time.Second)
+	through := newTarget("poolgate", g.url, n)
+	defer through.close()
+	res := &streamsResult{want: n, idle: g.idle, rec: newRecorder(),
+		lifetime: time.Duration(b.plan.streamChunks) * 500 * time.Millisecond}
+	var open atomic.Int64
+	do := func(ctx context.Context, seq int) outcome {
+		body := chatBody(true, fmt.Sprintf("slow stream %d [[sim:chunks=%d]] [[sim:chunk-delay=500ms]]", seq, b.plan.streamChunks))
+		o := through.chat(ctx, body, true, func() { open.Add(1) })
+		if !o.firstByte.IsZero() {
+			open.Add(-1)
+		}
+		return o
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { res.sample(g.pid(), &open, stop) })
+	c0, err := procCPU(g.pid())
+	if err != nil {
+		close(stop)
+		wg.Wait()
+		return nil, err
+	}
+	constantRate(ctx, b.plan.streamRamp, n, n, do, res.rec)
+	close(stop)
+	wg.Wait()
+	c1, err := procCPU(g.pid())
+	if err != nil {
+		return nil, err
+	}
+	res.cpu = c1 - c0
+	if res.mem, err = procMem(g.pid()); err != nil {
+		return nil, err
+	}
+	b.logf("  %-44s open at once %d, RSS then %s, errors %d", fmt.Sprintf("%d slow streams", n), res.maxOpen,
+		fmtMiB(res.rssOpen), res.rec.errs.Load())
+	return res, ctx.Err()
+}
+
+// sample polls the open-stream count and the gateway's RSS until stop.
+func (s *streamsResult) sample(pid int, open *atomic.Int64, stop <-chan struct{}) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		n := open.Load()
+		m, err := procMem(pid)
+		if err != nil || n < s.maxOpen {
+			continue
+		}
+		if n > s.maxOpen {
+			s.maxOpen, s.rssOpen = n, 0
+		}
+		s.rssOpen = max(s.rssOpen, m.RSS)
+	}
+}
