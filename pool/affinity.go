@@ -5,8 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"hash"
 	"strings"
+	"sync"
 )
 
 // Conversation keys. A key is "<owner>:<conversation>": owner is a hash of
@@ -22,62 +22,96 @@ func OwnerKey(apiKey string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// conversationKey hashes msgs under the request's model and tools.
+// conversationKey hashes msgs under the request's model and tools. It
+// writes everything into one pooled buffer and hashes that once: it runs
+// twice per follow-up turn, so it must not allocate per message.
 func conversationKey(owner, model string, tools []Tool, choice ToolChoice, msgs []Message, extra *Message) string {
-	h := sha256.New()
-	w := func(s string) {
-		_, _ = h.Write([]byte(s))
-		_, _ = h.Write([]byte{0})
-	}
-	w(model)
+	bp := keyBufs.Get().(*[]byte)
+	b := (*bp)[:0]
+	b = appendField(b, model)
 	for _, t := range tools {
-		w(t.Name)
-		w(t.Description)
-		writeCanonicalJSON(h, t.Parameters)
+		b = appendField(b, t.Name)
+		b = appendField(b, t.Description)
+		// Schemas repeat byte for byte from one turn to the next: compacting
+		// them is enough, and far cheaper than re-encoding.
+		b = appendCompact(b, t.Parameters)
+		b = append(b, 0)
 	}
-	w(string(choice.Mode))
-	w(choice.Name)
+	b = appendField(b, string(choice.Mode))
+	b = appendField(b, choice.Name)
 	for i := range msgs {
-		writeMessage(h, &msgs[i])
+		b = appendMessage(b, &msgs[i])
 	}
 	if extra != nil {
-		writeMessage(h, extra)
+		b = appendMessage(b, extra)
 	}
-	return owner + ":" + hex.EncodeToString(h.Sum(nil)[:16])
+	sum := sha256.Sum256(b)
+	*bp = b
+	keyBufs.Put(bp)
+	var out [64]byte
+	n := copy(out[:], owner)
+	out[n] = ':'
+	hex.Encode(out[n+1:], sum[:16])
+	return string(out[:n+33])
 }
 
-func writeMessage(h hash.Hash, m *Message) {
-	_, _ = h.Write([]byte{0x1e})
-	_, _ = h.Write([]byte(m.Role))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(strings.TrimSpace(m.Content)))
+var keyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+
+func appendField(b []byte, s string) []byte {
+	b = append(b, s...)
+	return append(b, 0)
+}
+
+func appendMessage(b []byte, m *Message) []byte {
+	b = append(b, 0x1e)
+	b = appendField(b, m.Role)
+	b = append(b, strings.TrimSpace(m.Content)...)
 	for _, tc := range m.ToolCalls {
-		_, _ = h.Write([]byte{0x1f})
-		_, _ = h.Write([]byte(tc.Name))
-		_, _ = h.Write([]byte{0})
-		writeCanonicalJSON(h, json.RawMessage(tc.Arguments))
+		b = append(b, 0x1f)
+		b = appendField(b, tc.Name)
+		b = appendCanonical(b, tc.Arguments)
 	}
+	return b
 }
 
-// writeCanonicalJSON writes raw re-encoded with sorted keys and no spaces, so
-// formatting differences between client and gateway don't split a
-// conversation; invalid JSON is hashed as trimmed text.
-func writeCanonicalJSON(h hash.Hash, raw json.RawMessage) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return
+// appendCompact appends raw without insignificant whitespace (raw as it is
+// when it isn't valid JSON).
+func appendCompact(b []byte, raw json.RawMessage) []byte {
+	buf := bytes.NewBuffer(b)
+	if err := json.Compact(buf, raw); err != nil {
+		return append(b, raw...)
 	}
+	return buf.Bytes()
+}
+
+// appendCanonical appends tool arguments re-encoded with sorted keys and no
+// spaces, so a client that re-encodes a call's arguments (the Anthropic SDKs
+// send them back as objects) doesn't split the conversation; invalid JSON is
+// appended trimmed.
+func appendCanonical(b []byte, args string) []byte {
+	args = strings.TrimSpace(args)
+	if args == "" || args == "{}" {
+		return append(b, args...)
+	}
+	if c, ok := canonicalArgs.get(args); ok {
+		return append(b, c...)
+	}
+	n := len(b)
+	b = canonicalize(b, args)
+	canonicalArgs.put(args, string(b[n:]))
+	return b
+}
+
+func canonicalize(b []byte, args string) []byte {
 	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
-		_, _ = h.Write(raw)
-		return
+	if err := json.Unmarshal([]byte(args), &v); err != nil {
+		return append(b, args...)
 	}
-	b, err := json.Marshal(v) // maps marshal with sorted keys
+	out, err := json.Marshal(v) // maps marshal with sorted keys
 	if err != nil {
-		_, _ = h.Write(raw)
-		return
+		return append(b, args...)
 	}
-	_, _ = h.Write(b)
+	return append(b, out...)
 }
 
 // lastAssistant returns the index of the newest assistant message, -1 if none:
@@ -106,4 +140,36 @@ func affinityHint(req *ChatRequest) string {
 		return "f:" + req.Messages[0].Content
 	}
 	return ""
+}
+
+// argsCache remembers canonical tool arguments: a conversation's calls come
+// back with every later turn, so each is canonicalized once, not per turn.
+type argsCache struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+// canonicalArgs is process-wide like keyBufs: a pure function's memo, with
+// no state a caller could observe.
+var canonicalArgs = &argsCache{m: map[string]string{}}
+
+const argsCacheMax = 8192
+
+func (c *argsCache) get(k string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[k]
+	return v, ok
+}
+
+func (c *argsCache) put(k, v string) {
+	if len(k) > 4096 {
+		return // big payloads are rare and not worth the memory
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= argsCacheMax {
+		clear(c.m)
+	}
+	c.m[k] = v
 }
