@@ -6,9 +6,19 @@ import (
 )
 
 // Models returns the union of the instances' models, in first-seen order.
+// The slice is shared: callers must not modify it.
 func (p *Pool) Models() []Model {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.models
+}
+
+// setModels records a worker's model list and rebuilds the union (rarely:
+// once per worker start), so requests read it without building it.
+func (p *Pool) setModels(w *Worker, ms []Model) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w.models = ms
 	seen := map[string]bool{}
 	var out []Model
 	for _, w := range p.workers {
@@ -19,7 +29,7 @@ func (p *Pool) Models() []Model {
 			}
 		}
 	}
-	return out
+	p.models = out
 }
 
 // Models returns the pool's models.

@@ -67,6 +67,7 @@ type Pool struct {
 	waiting  int
 	closing  bool
 	rr       uint64        // round-robin tie breaker
+	models   []Model       // union of the workers' models (setModels)
 	avgTurn  time.Duration // moving average of turn duration, for Retry-After
 }
 

@@ -507,9 +507,7 @@ func (w *Worker) fetchModels(ctx context.Context, be Backend) {
 		w.log.Warn("list models", "err", err)
 		return
 	}
-	w.pool.mu.Lock()
-	w.models = ms
-	w.pool.mu.Unlock()
+	w.pool.setModels(w, ms)
 }
 
 // autoLogin reports whether a logged-out worker is logged in by the pool.
