@@ -247,3 +247,59 @@ func TestStatsAndRawModels(t *testing.T) {
 		t.Errorf("unknown instance: %d %v", code, eb.Error)
 	}
 }
+
+func TestDrainAndRestart(t *testing.T) {
+	d := testenv.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm")
+	state := func() pool.InstanceStatus {
+		var s pool.Snapshot
+		d.GetJSON(t, "/internal/pool", "adm", &s)
+		return s.Instances[0]
+	}
+	waitState := func(want pool.State, within time.Duration) pool.InstanceStatus {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for {
+			in := state()
+			if in.State == want {
+				return in
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s is %s after %s, want %s", in.Name, in.State, within, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitState(pool.StateReady, 15*time.Second)
+	// A slow turn is running when the drain starts: it is never cut.
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		client := sdk(d, "x")
+		_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "m",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("slow [[sim:delay=1500ms]]")}})
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the turn is running (on either instance)
+	req, _ := http.NewRequest(http.MethodPost, d.URL+"/internal/pool/sim-1/drain", nil)
+	req.Header.Set("Authorization", "Bearer adm")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("drain: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	stopped := waitState(pool.StateStopped, 15*time.Second)
+	if stopped.PID != 0 {
+		t.Errorf("stopped instance still has pid %d", stopped.PID)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("the turn running during the drain failed: %v", err)
+	}
+	req, _ = http.NewRequest(http.MethodPost, d.URL+"/internal/pool/sim-1/restart", nil)
+	req.Header.Set("Authorization", "Bearer adm")
+	if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("restart: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	waitState(pool.StateReady, 15*time.Second)
+}
