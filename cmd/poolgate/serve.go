@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,8 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -36,8 +32,6 @@ import (
 	"github.com/poolgate/poolgate/internal/tokens"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool"
-	"github.com/poolgate/poolgate/pool/lingma"
-	openaidrv "github.com/poolgate/poolgate/pool/openai"
 	"github.com/poolgate/poolgate/session"
 )
 
@@ -192,109 +186,6 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	adm.RegisterDashboard(adminEngine)
 }
 
-// setupBundles: credentials are restored into an empty work dir before a
-// worker starts (from the store, else the account's configured bundle), and
-// saved to the store each time an instance becomes ready.
-func (a *app) setupBundles() error {
-	var key []byte
-	if a.cfg.BundleKey != "" {
-		k, err := session.ParseKey(a.cfg.BundleKey)
-		if err != nil {
-			return fmt.Errorf("POOLGATE_BUNDLE_KEY: %w", err)
-		}
-		key = k
-	}
-	configured := map[string][]byte{}
-	for _, acct := range a.cfg.Accounts {
-		b64 := acct.SessionBundle
-		if acct.SessionBundleFile != "" {
-			raw, err := os.ReadFile(acct.SessionBundleFile)
-			if err != nil {
-				return fmt.Errorf("account %s: session_bundle_file: %w", acct.Name, err)
-			}
-			b64 = string(raw)
-		}
-		if b64 = strings.TrimSpace(b64); b64 == "" {
-			continue
-		}
-		sealed, err := decodeBundle(b64)
-		if err != nil {
-			return fmt.Errorf("account %s: session_bundle: %w", acct.Name, err)
-		}
-		configured[acct.Name] = sealed
-	}
-	if key == nil && len(configured) > 0 {
-		return errors.New("accounts carry session bundles but POOLGATE_BUNDLE_KEY is not set")
-	}
-	a.bundles = bundles.New(bundles.Config{Key: key, Configured: configured}, a.pool, a.store, a.log.With("component", "bundles"))
-	a.pool.SetHooks(pool.Hooks{
-		PreStart: func(ctx context.Context, t pool.LoginTarget) error {
-			_, err := a.bundles.Restore(ctx, t.Account.Name, t.WorkDir)
-			return err
-		},
-		Ready: func(ctx context.Context, t pool.LoginTarget) {
-			// A worker may still be writing its credentials right after the
-			// login is confirmed: save them a moment later.
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-			if err := a.bundles.Saved(ctx, t.Account.Name, t.WorkDir); err != nil {
-				a.log.Warn("save session bundle", "instance", t.Instance, "err", err)
-			}
-		},
-	})
-	return nil
-}
-
-// decodeBundle accepts a bundle as exported (the JSON of the export
-// endpoint) or as its bare base64.
-func decodeBundle(s string) ([]byte, error) {
-	if strings.HasPrefix(s, "{") {
-		var exp struct {
-			Bundle string `json:"bundle"`
-		}
-		if err := json.Unmarshal([]byte(s), &exp); err != nil {
-			return nil, err
-		}
-		s = exp.Bundle
-	}
-	return base64.StdEncoding.DecodeString(s)
-}
-
-// setupLogin starts the login runner when a Chromium is there; without one,
-// logins are manual (the admin API hands out the URL and forwards the
-// callback).
-func (a *app) setupLogin(m *metrics.Metrics, getenv func(string) string) error {
-	cfg := a.cfg
-	recipe := cfg.LoginRecipe
-	if recipe == "" {
-		recipe = "simworker"
-		if cfg.WorkerBin != "" && cfg.Driver == "lingma" {
-			recipe = "lingma-alibaba"
-		}
-	}
-	r, err := login.NewRunner(login.Config{Chromium: cfg.Chromium, Concurrency: cfg.LoginConcurrency,
-		RecipeFile: cfg.LoginRecipes, DefaultRecipe: recipe, Stealth: cfg.LoginStealth, Getenv: getenv,
-		TempDir: filepath.Join(cfg.DataDir, "login-profiles"), Metrics: m}, a.log.With("component", "login"))
-	switch {
-	case errors.Is(err, login.ErrNoChromium):
-		a.log.Warn("automatic login is off: no Chromium found (set POOLGATE_CHROMIUM or install chromium); use the admin API's manual login", "err", err)
-		return nil
-	case err != nil:
-		return fmt.Errorf("login: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "login-profiles"), 0o700); err != nil {
-		return fmt.Errorf("login profiles dir: %w", err)
-	}
-	a.login = r
-	if cfg.AutoLogin {
-		a.pool.SetLoginer(r)
-	}
-	return nil
-}
-
 // workerEnv is the environment workers inherit: this process's, without
 // poolgate's own settings (API keys, tokens and the bundle key stay here).
 func workerEnv(environ []string) []string {
@@ -353,88 +244,6 @@ func replicaID(name string) string {
 func httpServer(addr string, h http.Handler) *http.Server {
 	return &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 		MaxHeaderBytes: 1 << 20}
-}
-
-func openStore(cfg config.Config, m *metrics.Metrics, onEvict func(session.Affinity), log *slog.Logger) (store, error) {
-	mem := session.MemoryConfig{OnEvict: onEvict}
-	if cfg.RedisURL == "" {
-		return session.NewMemory(mem), nil
-	}
-	r, err := session.OpenRedis(session.RedisConfig{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Memory: mem, Logger: log,
-		OnError: func(op string, _ error) { m.StoreErrors.WithLabelValues(op).Inc() }})
-	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
-	}
-	return r, nil
-}
-
-// workerSetup builds the driver and one worker config per account. With no
-// worker binary configured, the pool runs this executable's simworker; with
-// no accounts either, two simulated accounts that start logged in.
-func workerSetup(cfg config.Config, log *slog.Logger) (pool.Driver, []pool.WorkerConfig, error) {
-	// prefix starts the worker binary; extra follows the driver's own
-	// arguments (for the openai driver, the whole template is prefix+extra).
-	prefix, extra := []string{cfg.WorkerBin}, cfg.WorkerArgs
-	accounts := cfg.Accounts
-	if cfg.WorkerBin == "" {
-		self, err := os.Executable()
-		if err != nil {
-			return nil, nil, fmt.Errorf("find own executable for the simulated workers: %w", err)
-		}
-		prefix = []string{self, "simworker"}
-		if cfg.Driver == "openai" {
-			prefix = append(prefix, "start", "--protocol=openai", "--port={port}", "--workDir={workdir}")
-		}
-		if len(accounts) == 0 {
-			accounts = config.DefaultAccounts()
-			if cfg.Driver == "lingma" {
-				extra = append(extra, "--logged-in")
-			}
-			log.Info("no accounts configured: serving two simulated accounts (set POOLGATE_ACCOUNTS and POOLGATE_WORKER_BIN for real ones)")
-		}
-	}
-	if len(accounts) == 0 {
-		return nil, nil, errors.New("no accounts: set POOLGATE_ACCOUNTS (a JSON list of {name, username, password}) or POOLGATE_ACCOUNTS_FILE")
-	}
-	var driver pool.Driver
-	switch cfg.Driver {
-	case "openai":
-		template := append(append([]string(nil), prefix...), extra...)
-		driver = openaidrv.New(openaidrv.Config{Command: template, APIKey: cfg.WorkerAPIKey, IdleConns: cfg.InstanceMaxInFlight})
-	default:
-		driver = lingma.New(lingma.Config{Command: prefix, ExtraArgs: extra})
-	}
-	workers := make([]pool.WorkerConfig, 0, len(accounts))
-	for _, acct := range accounts {
-		workers = append(workers, pool.WorkerConfig{
-			Name:           acct.Name,
-			Account:        poolAccount(acct),
-			WorkDir:        filepath.Join(cfg.DataDir, "workers", acct.Name),
-			MaxInFlight:    cfg.InstanceMaxInFlight,
-			StartTimeout:   cfg.StartTimeout,
-			HealthInterval: cfg.HealthInterval,
-			HealthTimeout:  cfg.HealthTimeout,
-			BackoffMax:     cfg.BackoffMax,
-			Recipe:         acct.Recipe,
-			AutoLogin:      cfg.AutoLogin,
-		})
-	}
-	return driver, workers, nil
-}
-
-// poolAccount converts a configured account; the simulator learns the
-// account's credentials from SIMWORKER_ACCOUNTS (harmless to real workers).
-func poolAccount(acct config.Account) pool.Account {
-	env := []string{"SIMWORKER_ACCOUNTS=" + acct.Username + ":" + acct.Password}
-	keys := make([]string, 0, len(acct.Env))
-	for k := range acct.Env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		env = append(env, k+"="+acct.Env[k])
-	}
-	return pool.Account{Name: acct.Name, Username: acct.Username, Password: acct.Password, Env: env, Args: acct.Args}
 }
 
 // run serves until ctx ends, then shuts down: stop accepting, let turns in
