@@ -123,7 +123,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 		return nil, err
 	}
 	a.router = pool.NewRouter(pool.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
-		Retries: cfg.Retries, Count: tokens.Count}, a.pool, a.store, m, log)
+		Retries: cfg.Retries, Count: tokens.NewMemo().Count}, a.pool, a.store, m, log)
 	if err := a.setupLogin(m, lookup); err != nil {
 		return nil, err
 	}
