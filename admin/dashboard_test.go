@@ -72,7 +72,7 @@ func TestDashboard(t *testing.T) {
 	}
 
 	click(t, page, `tr[data-instance="w2"] button.act-login`)
-	waitFor(t, 5*time.Second, "a login start for w2", func() bool { return logins.started("w2") })
+	testenv.WaitFor(t, 5*time.Second, "a login start for w2", func() bool { return logins.started("w2") })
 
 	// Export downloads the bundle JSON.
 	dlDir := t.TempDir()
@@ -81,11 +81,11 @@ func TestDashboard(t *testing.T) {
 	checkDownload(t, filepath.Join(dlDir, wait().GUID))
 
 	// Restart w1: the pool shows a new process, then so does the page.
-	before := instance(p, "w1")
+	before := instanceOf(p, "w1")
 	click(t, page, `tr[data-instance="w1"] button.act-restart`)
 	var after pool.InstanceStatus
-	waitFor(t, 20*time.Second, "w1 restarted with a new pid and ready", func() bool {
-		after = instance(p, "w1")
+	testenv.WaitFor(t, 20*time.Second, "w1 restarted with a new pid and ready", func() bool {
+		after = instanceOf(p, "w1")
 		return after.Restarts > before.Restarts && after.PID != 0 && after.PID != before.PID && after.State == pool.StateReady
 	})
 	waitJS(t, page, "the page showing w1's new pid and restart count", `(pid, restarts) => {
@@ -94,7 +94,7 @@ func TestDashboard(t *testing.T) {
 			r.querySelector("td.restarts").textContent === restarts &&
 			r.querySelector("td.state-cell span").textContent === "ready";
 	}`, strconv.Itoa(after.PID), strconv.Itoa(after.Restarts))
-	if got := instance(p, "w2"); got.Restarts != 0 {
+	if got := instanceOf(p, "w2"); got.Restarts != 0 {
 		t.Errorf("w2 restarts = %d, want 0 (only w1 was restarted)", got.Restarts)
 	}
 
@@ -174,8 +174,8 @@ func startAdmin(t *testing.T) (*pool.Pool, *httptest.Server, *fakeLogins) {
 	srv := httptest.NewServer(eng)
 	t.Cleanup(srv.Close)
 
-	waitFor(t, 20*time.Second, "two ready instances", func() bool {
-		return instance(p, "w1").State == pool.StateReady && instance(p, "w2").State == pool.StateReady
+	testenv.WaitFor(t, 20*time.Second, "two ready instances", func() bool {
+		return instanceOf(p, "w1").State == pool.StateReady && instanceOf(p, "w2").State == pool.StateReady
 	})
 	return p, srv, logins
 }
@@ -309,26 +309,6 @@ func waitJS(t *testing.T, page *rod.Page, what, js string, args ...any) {
 		}
 		t.Fatalf("waiting for %s: %v\npage text:\n%s", what, err, text)
 	}
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func instance(p *pool.Pool, name string) pool.InstanceStatus {
-	for _, in := range p.Snapshot().Instances {
-		if in.Name == name {
-			return in
-		}
-	}
-	return pool.InstanceStatus{}
 }
 
 func checkDownload(t *testing.T, path string) {
@@ -505,3 +485,8 @@ func (f *fakeLogins) All() []login.Status {
 }
 
 func (f *fakeLogins) Screenshot(string) ([]byte, error) { return nil, login.ErrNoScreenshot }
+
+func instanceOf(p *pool.Pool, name string) pool.InstanceStatus {
+	in, _ := p.Snapshot().Instance(name)
+	return in
+}

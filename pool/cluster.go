@@ -400,7 +400,7 @@ func (c *Cluster) handOver(name string, token int64) {
 	_ = c.pool.Drain(name)
 	deadline := time.Now().Add(c.cfg.DrainTimeout)
 	for time.Now().Before(deadline) {
-		if in, ok := c.instance(name); ok && in.State == StateStopped {
+		if in, ok := c.pool.Snapshot().Instance(name); ok && in.State == StateStopped {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -415,15 +415,6 @@ func (c *Cluster) handOver(name string, token int64) {
 	if err := c.store.ReleaseLease(ctx, name, c.cfg.ID, token); err != nil {
 		c.log.Warn("release lease", "account", name, "err", err)
 	}
-}
-
-func (c *Cluster) instance(name string) (InstanceStatus, bool) {
-	for _, in := range c.pool.Snapshot().Instances {
-		if in.Name == name {
-			return in, true
-		}
-	}
-	return InstanceStatus{}, false
 }
 
 // Owner returns the URL of the other replica that holds the account.

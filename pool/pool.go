@@ -460,6 +460,16 @@ type Snapshot struct {
 	Waiting   int              `json:"queue_depth"`
 }
 
+// Instance returns the named instance's status.
+func (s Snapshot) Instance(name string) (InstanceStatus, bool) {
+	for _, in := range s.Instances {
+		if in.Name == name {
+			return in, true
+		}
+	}
+	return InstanceStatus{}, false
+}
+
 // Snapshot returns the current state of every instance.
 func (p *Pool) Snapshot() Snapshot {
 	p.mu.Lock()

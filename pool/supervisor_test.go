@@ -60,27 +60,6 @@ func startPool(t *testing.T, command []string, cfg pool.Config, workers ...pool.
 
 func simCommand(t *testing.T) []string { return []string{testenv.PoolgateBin(t), "simworker"} }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func instance(p *pool.Pool, name string) pool.InstanceStatus {
-	for _, in := range p.Snapshot().Instances {
-		if in.Name == name {
-			return in
-		}
-	}
-	return pool.InstanceStatus{}
-}
-
 func allReady(p *pool.Pool) bool {
 	for _, in := range p.Snapshot().Instances {
 		if in.State != pool.StateReady {
@@ -114,7 +93,7 @@ func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 
 func TestPoolServesAndReplacesAKilledWorker(t *testing.T) {
 	f := startPool(t, simCommand(t), pool.Config{}, fastWorker(t, "w1"), fastWorker(t, "w2"))
-	waitFor(t, 20*time.Second, "two ready instances", func() bool { return allReady(f.pool) })
+	testenv.WaitFor(t, 20*time.Second, "two ready instances", func() bool { return allReady(f.pool) })
 
 	for _, stream := range []bool{false, true} {
 		got, err := ask(t, f.router, "hello pool", stream)
@@ -123,19 +102,19 @@ func TestPoolServesAndReplacesAKilledWorker(t *testing.T) {
 		}
 	}
 
-	old := instance(f.pool, "w1")
+	old := instanceOf(f.pool, "w1")
 	if old.PID == 0 {
 		t.Fatal("ready instance without a pid")
 	}
 	if err := syscall.Kill(old.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "w1 out of rotation", func() bool { return instance(f.pool, "w1").State != pool.StateReady })
-	waitFor(t, 10*time.Second, "w1 back with a new pid", func() bool {
-		in := instance(f.pool, "w1")
+	testenv.WaitFor(t, 5*time.Second, "w1 out of rotation", func() bool { return instanceOf(f.pool, "w1").State != pool.StateReady })
+	testenv.WaitFor(t, 10*time.Second, "w1 back with a new pid", func() bool {
+		in := instanceOf(f.pool, "w1")
 		return in.State == pool.StateReady && in.PID != 0 && in.PID != old.PID
 	})
-	if in := instance(f.pool, "w1"); in.Restarts < 1 {
+	if in := instanceOf(f.pool, "w1"); in.Restarts < 1 {
 		t.Errorf("restarts = %d after a kill, want >= 1", in.Restarts)
 	}
 	if got, err := ask(t, f.router, "after restart", false); err != nil || got != "You said: after restart" {
@@ -145,13 +124,13 @@ func TestPoolServesAndReplacesAKilledWorker(t *testing.T) {
 
 func TestMissingBinaryBacksOffWithAClearError(t *testing.T) {
 	f := startPool(t, []string{"/nonexistent/lingma-worker"}, pool.Config{NoInstanceWait: 300 * time.Millisecond}, fastWorker(t, "w1"))
-	waitFor(t, 5*time.Second, "backoff with an error", func() bool {
-		in := instance(f.pool, "w1")
+	testenv.WaitFor(t, 5*time.Second, "backoff with an error", func() bool {
+		in := instanceOf(f.pool, "w1")
 		return in.State == pool.StateBackoff && strings.Contains(in.LastError, "POOLGATE_WORKER_BIN")
 	})
 	time.Sleep(3 * time.Second)
 	// Backoff doubles from 100ms to a 1s cap: about 5 tries in 3s, never a hot loop.
-	if n := instance(f.pool, "w1").Restarts; n > 10 {
+	if n := instanceOf(f.pool, "w1").Restarts; n > 10 {
 		t.Errorf("%d restarts in 3s: the backoff is not holding", n)
 	}
 	if _, err := ask(t, f.router, "anyone?", false); !errors.Is(err, pool.ErrNoInstance) {
@@ -165,19 +144,19 @@ func TestWorkerThatNeverGetsReadyIsKilledAndRetried(t *testing.T) {
 	// A process that runs but never listens: sh ignores the worker arguments.
 	f := startPool(t, []string{"sh", "-c", "sleep 60", "sh"}, pool.Config{}, wc)
 	var pid int
-	waitFor(t, 5*time.Second, "a started pid", func() bool {
-		pid = instance(f.pool, "w1").PID
+	testenv.WaitFor(t, 5*time.Second, "a started pid", func() bool {
+		pid = instanceOf(f.pool, "w1").PID
 		return pid != 0
 	})
-	waitFor(t, 5*time.Second, "start timeout", func() bool {
-		return strings.Contains(instance(f.pool, "w1").LastError, "not ready within")
+	testenv.WaitFor(t, 5*time.Second, "start timeout", func() bool {
+		return strings.Contains(instanceOf(f.pool, "w1").LastError, "not ready within")
 	})
-	waitFor(t, 3*time.Second, "the stuck process killed", func() bool { return !alive(pid) })
+	testenv.WaitFor(t, 3*time.Second, "the stuck process killed", func() bool { return !alive(pid) })
 }
 
 func TestShutdownLeavesNoProcess(t *testing.T) {
 	f := startPool(t, simCommand(t), pool.Config{}, fastWorker(t, "w1"), fastWorker(t, "w2"))
-	waitFor(t, 20*time.Second, "two ready instances", func() bool { return allReady(f.pool) })
+	testenv.WaitFor(t, 20*time.Second, "two ready instances", func() bool { return allReady(f.pool) })
 	var pids []int
 	for _, in := range f.pool.Snapshot().Instances {
 		pids = append(pids, in.PID)
@@ -199,7 +178,7 @@ func TestShutdownLeavesNoProcess(t *testing.T) {
 
 func TestNonStreamTurnSurvivesAWorkerKilledMidTurn(t *testing.T) {
 	f := startPool(t, simCommand(t), pool.Config{}, fastWorker(t, "w1"), fastWorker(t, "w2"))
-	waitFor(t, 20*time.Second, "two ready instances", func() bool { return allReady(f.pool) })
+	testenv.WaitFor(t, 20*time.Second, "two ready instances", func() bool { return allReady(f.pool) })
 	done := make(chan error, 1)
 	var got string
 	go func() {
@@ -208,7 +187,7 @@ func TestNonStreamTurnSurvivesAWorkerKilledMidTurn(t *testing.T) {
 		done <- err
 	}()
 	var victim pool.InstanceStatus
-	waitFor(t, 5*time.Second, "a busy instance", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "a busy instance", func() bool {
 		for _, in := range f.pool.Snapshot().Instances {
 			if in.InFlight > 0 {
 				victim = in
@@ -227,4 +206,9 @@ func TestNonStreamTurnSurvivesAWorkerKilledMidTurn(t *testing.T) {
 	if !strings.HasPrefix(got, "You said: slow") {
 		t.Errorf("answer %q", got)
 	}
+}
+
+func instanceOf(p *pool.Pool, name string) pool.InstanceStatus {
+	in, _ := p.Snapshot().Instance(name)
+	return in
 }
