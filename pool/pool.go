@@ -117,6 +117,9 @@ func (p *Pool) Worker(name string) (*Worker, bool) {
 	return w, ok
 }
 
+// Size returns the number of instances.
+func (p *Pool) Size() int { return len(p.workers) }
+
 // Workers returns every instance in config order.
 func (p *Pool) Workers() []*Worker { return p.workers }
 

@@ -94,8 +94,10 @@ func (r *Router) Chat(ctx context.Context, req *ChatRequest) (<-chan Event, erro
 	var lastErr error
 	// attempts counts turns a worker took; a turn refused by an instance
 	// that was already gone (its death not yet noticed) or logged out never
-	// ran, so it doesn't spend the retry budget. Each tried instance is
-	// excluded, which bounds the loop.
+	// ran, so it doesn't spend the retry budget, up to one refusal per
+	// instance. Tried instances are excluded until every one has been: by
+	// then those restarted are new processes, worth another try.
+	refused := 0
 	for attempts := 0; attempts <= r.cfg.Retries; {
 		if len(rq.excluded) > 0 && r.metrics != nil {
 			r.metrics.Retries.Inc()
@@ -118,10 +120,15 @@ func (r *Router) Chat(ctx context.Context, req *ChatRequest) (<-chan Event, erro
 		}
 		if started || !(errors.Is(err, ErrWorkerGone) || errors.Is(err, ErrNotLoggedIn)) {
 			attempts++
+		} else if refused++; refused > r.pool.Size() {
+			attempts++
 		}
 		r.log.Warn("turn failed before any output, trying another instance",
 			"instance", slot.Worker.Name(), "attempts", attempts, "err", err, "request_id", req.RequestID)
 		rq.excluded = append(rq.excluded, slot.Worker.Name())
+		if len(rq.excluded) >= r.pool.Size() {
+			rq.excluded = rq.excluded[:0]
+		}
 	}
 	return nil, lastErr
 }
