@@ -14,8 +14,10 @@ type flakyBackend struct {
 	started int
 }
 
-func (b *flakyBackend) Status(context.Context) (AuthState, error) { return AuthState{LoggedIn: true}, nil }
-func (b *flakyBackend) Close() error                              { return nil }
+func (b *flakyBackend) Status(context.Context) (AuthState, error) {
+	return AuthState{LoggedIn: true}, nil
+}
+func (b *flakyBackend) Close() error { return nil }
 
 func (b *flakyBackend) Chat(ctx context.Context, _ *Turn) (<-chan Event, error) {
 	b.mu.Lock()
