@@ -319,18 +319,25 @@ func (c *Cluster) balance(ctx context.Context, wg *sync.WaitGroup) {
 // owedLocked reports whether this replica should hand one account to a live
 // replica below the floor: the replicas above the floor give, the most
 // loaded first, ties by id, one account per missing slot; c.mu held.
+// Holdings come from the lease table, read fresh before every balance:
+// heartbeats lag one tick behind acquisitions, and trusting them would move
+// accounts (and cut their sessions) for nothing.
 func (c *Cluster) owedLocked(floor int) bool {
 	type load struct {
 		id   string
 		held int
 	}
+	held := map[string]int{}
+	for _, l := range c.leases {
+		if l.Holder != "" {
+			held[l.Holder]++
+		}
+	}
+	held[c.cfg.ID] = len(c.held)
 	var loads []load
 	missing := 0
-	for id, r := range c.replicas {
-		n := len(r.Accounts)
-		if id == c.cfg.ID {
-			n = len(c.held)
-		}
+	for id := range c.replicas {
+		n := held[id]
 		if n < floor {
 			missing += floor - n
 		}

@@ -183,34 +183,50 @@ func (s *scale) sample(stop <-chan struct{}, violations *atomic.Int32, wg *sync.
 	})
 }
 
+// waitSpread waits until every account is ready on exactly one live
+// replica, each live replica holds its fair share, and that stays so for a
+// second (no hand-over still under way).
 func (s *scale) waitSpread(within time.Duration) map[string][]int {
 	s.t.Helper()
 	deadline := time.Now().Add(within)
+	var stableSince time.Time
 	for {
 		on := s.readyOn()
-		per := map[int]int{}
-		for _, rs := range on {
-			if len(rs) == 1 {
-				per[rs[0]]++
+		if s.fair(on) {
+			if stableSince.IsZero() {
+				stableSince = time.Now()
 			}
-		}
-		fair := true
-		count := map[int]int{}
-		live := len(s.live())
-		for i := range s.live() {
-			count[i] = per[i]
-		}
-		for i := range count {
-			fair = fair && count[i] >= 1 && count[i] <= (4+live-1)/live
-		}
-		if len(on) == 4 && fair {
-			return on
+			if time.Since(stableSince) >= time.Second {
+				return on
+			}
+		} else {
+			stableSince = time.Time{}
 		}
 		if time.Now().After(deadline) {
 			s.t.Fatalf("accounts not spread over the live replicas within %s: %v", within, on)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+func (s *scale) fair(on map[string][]int) bool {
+	if len(on) != 4 {
+		return false
+	}
+	per := map[int]int{}
+	for _, rs := range on {
+		if len(rs) != 1 {
+			return false
+		}
+		per[rs[0]]++
+	}
+	live := s.live()
+	for i := range live {
+		if per[i] < 1 || per[i] > (4+len(live)-1)/len(live) {
+			return false
+		}
+	}
+	return true
 }
 
 // load runs non-streaming conversations through nginx until stop and counts failures.
@@ -275,7 +291,7 @@ func TestScaleOut(t *testing.T) {
 	stopLoad := make(chan struct{})
 	var load sync.WaitGroup
 	s.load(stopLoad, &failed, &load)
-	on := s.readyOn()
+	on := s.waitSpread(10 * time.Second)
 	victim := on["acct-1"][0]
 	killedAt := time.Now()
 	vd := s.live()[victim]
