@@ -6,19 +6,15 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -170,37 +166,6 @@ func loginPageHits(t *testing.T, p *pool.Pool) int {
 	return st.LoginPageHits
 }
 
-// dirHash fingerprints every path, mode and content under dir.
-func dirHash(t *testing.T, dir string) string {
-	t.Helper()
-	var lines []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		line := fmt.Sprintf("%s %v", p, fi.Mode())
-		if fi.Mode().IsRegular() {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			sum := sha256.Sum256(b)
-			line += " " + hex.EncodeToString(sum[:])
-		}
-		lines = append(lines, line)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sort.Strings(lines)
-	return strings.Join(lines, "\n")
-}
-
 func TestBundleExportImportLogsInWithoutABrowser(t *testing.T) {
 	key := bundleKey(t)
 	src := newBundleEnv(t, key, admin.Config{}, true, true)
@@ -312,7 +277,7 @@ func TestBundleImportRejectsBadBundlesAndLeavesTheWorkerAlone(t *testing.T) {
 
 	dst := newBundleEnv(t, key, admin.Config{}, true, false)
 	before := dst.waitState(t, pool.StateNeedsLogin, nil)
-	hash := dirHash(t, dst.workDir)
+	hash := testenv.TreeHash(t, dst.workDir)
 
 	tests := []struct {
 		name    string
@@ -350,7 +315,7 @@ func TestBundleImportRejectsBadBundlesAndLeavesTheWorkerAlone(t *testing.T) {
 			if code != tt.want || !strings.Contains(msg, tt.wantMsg) {
 				t.Errorf("status %d %s, want %d with %q", code, msg, tt.want, tt.wantMsg)
 			}
-			if got := dirHash(t, dst.workDir); got != hash {
+			if got := testenv.TreeHash(t, dst.workDir); got != hash {
 				t.Errorf("work dir changed:\n%s\nwant:\n%s", got, hash)
 			}
 		})

@@ -8,12 +8,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"testing"
 	"time"
 )
@@ -58,38 +54,6 @@ func credWorkDir(t testing.TB, files map[string]string) string {
 	dir := t.TempDir()
 	writeFiles(t, dir, files)
 	return dir
-}
-
-// treeHash fingerprints every path, type, permission and content under dir.
-func treeHash(t testing.TB, dir string) string {
-	t.Helper()
-	var lines []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		line := fmt.Sprintf("%s %v", rel, fi.Mode())
-		if fi.Mode().IsRegular() {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			sum := sha256.Sum256(b)
-			line += " " + hex.EncodeToString(sum[:])
-		}
-		lines = append(lines, line)
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("hash %s: %v", dir, err)
-	}
-	sort.Strings(lines)
-	return strings.Join(lines, "\n")
 }
 
 // entry is one tar entry of a hand-built bundle.

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 func TestParseKey(t *testing.T) {
@@ -99,7 +101,7 @@ func TestBundleRoundTrip(t *testing.T) {
 	}
 	delete(creds, "cache/sub/ignored")
 	creds["keep.txt"] = "not credentials"
-	if got, want := treeHash(t, dst), treeHash(t, credWorkDir(t, creds)); got != want {
+	if got, want := testenv.TreeHash(t, dst), testenv.TreeHash(t, credWorkDir(t, creds)); got != want {
 		t.Errorf("installed tree:\n%s\nwant:\n%s", got, want)
 	}
 	if !HasCredentials(dst, LingmaSpec()) {
@@ -126,7 +128,7 @@ func TestOpenRejectsEveryFlippedByte(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := credWorkDir(t, lingmaCreds("old"))
-	before := treeHash(t, dst)
+	before := testenv.TreeHash(t, dst)
 	for i := range sealed {
 		bad := slices.Clone(sealed)
 		bad[i] ^= 0x01
@@ -140,7 +142,7 @@ func TestOpenRejectsEveryFlippedByte(t *testing.T) {
 	if _, err := openAndInstall(sealed, testKey(t), dst); !errors.Is(err, ErrSeal) {
 		t.Errorf("wrong key: error = %v, want ErrSeal", err)
 	}
-	if got := treeHash(t, dst); got != before {
+	if got := testenv.TreeHash(t, dst); got != before {
 		t.Errorf("work dir changed by rejected bundles:\n%s\nwant:\n%s", got, before)
 	}
 }
@@ -202,12 +204,12 @@ func TestOpenRejectsBadContent(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dst := credWorkDir(t, lingmaCreds("old"))
-			before := treeHash(t, dst)
+			before := testenv.TreeHash(t, dst)
 			_, err := openAndInstall(mustSeal(t, key, tt.give), key, dst)
 			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Errorf("error = %v, want %v containing %q", err, tt.want, tt.wantMsg)
 			}
-			if got := treeHash(t, dst); got != before {
+			if got := testenv.TreeHash(t, dst); got != before {
 				t.Errorf("work dir changed:\n%s\nwant:\n%s", got, before)
 			}
 		})
@@ -295,11 +297,11 @@ func TestInstallFailureKeepsOldCredentials(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dst := credWorkDir(t, lingmaCreds("old"))
-			before := treeHash(t, dst)
+			before := testenv.TreeHash(t, dst)
 			if err := b.install(dst, tt.give); !errors.Is(err, boom) {
 				t.Fatalf("install() = %v, want the injected failure", err)
 			}
-			if got := treeHash(t, dst); got != before {
+			if got := testenv.TreeHash(t, dst); got != before {
 				t.Errorf("work dir after a failed install:\n%s\nwant:\n%s", got, before)
 			}
 		})
@@ -317,7 +319,7 @@ func TestInstallRepairsAnInterruptedInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A crash after the old dir moved aside, before the new one moved in.
-	want := treeHash(t, credWorkDir(t, lingmaCreds("old")))
+	want := testenv.TreeHash(t, credWorkDir(t, lingmaCreds("old")))
 	dst := credWorkDir(t, map[string]string{".cache.bundle-old/id": "machine-old\n", ".cache.bundle-new/id": "half"})
 	writeFiles(t, dst, map[string]string{".cache.bundle-old/user": lingmaCreds("old")["cache/user"]})
 	ops := osInstallOps()
@@ -325,13 +327,13 @@ func TestInstallRepairsAnInterruptedInstall(t *testing.T) {
 	if err := b.install(dst, ops); err == nil {
 		t.Fatal("install() = nil, want the injected failure")
 	}
-	if got := treeHash(t, dst); got != want {
+	if got := testenv.TreeHash(t, dst); got != want {
 		t.Errorf("after repair:\n%s\nwant the old credentials back:\n%s", got, want)
 	}
 	if err := b.Install(dst); err != nil {
 		t.Fatalf("Install() = %v", err)
 	}
-	if got, want := treeHash(t, dst), treeHash(t, credWorkDir(t, lingmaCreds("new"))); got != want {
+	if got, want := testenv.TreeHash(t, dst), testenv.TreeHash(t, credWorkDir(t, lingmaCreds("new"))); got != want {
 		t.Errorf("after Install:\n%s\nwant:\n%s", got, want)
 	}
 }

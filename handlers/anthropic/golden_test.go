@@ -2,21 +2,18 @@ package anthropic_test
 
 import (
 	"encoding/json"
-	"flag"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/poolgate/poolgate/internal/testenv"
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
 
 // volatile matches the random ids in a transcript.
 var volatile = regexp.MustCompile(`\b(msg|toolu)_[A-Z2-7]{26}\b`)
@@ -24,19 +21,7 @@ var volatile = regexp.MustCompile(`\b(msg|toolu)_[A-Z2-7]{26}\b`)
 func checkGolden(t *testing.T, name, got string) {
 	t.Helper()
 	got = volatile.ReplaceAllStringFunc(got, func(m string) string { return m[:strings.IndexByte(m, '_')] + "_X" })
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden (run go test -update to create it): %v", err)
-	}
-	if got != string(want) {
-		t.Errorf("transcript %s differs from golden:\n--- got\n%s\n--- want\n%s", name, got, want)
-	}
+	testenv.Golden(t, name, []byte(got))
 }
 
 // call runs one handler call and returns status, content type and body.

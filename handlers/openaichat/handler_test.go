@@ -3,12 +3,9 @@ package openaichat
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -16,14 +13,14 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/testenv"
+
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
 var _ Chatter = (*pooltest.Chatter)(nil)
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // newTestHandler returns a handler with a fixed clock and counting ids, so
 // transcripts are stable.
@@ -59,24 +56,6 @@ func transcript(rec *httptest.ResponseRecorder) []byte {
 	b.WriteString("\n")
 	b.Write(rec.Body.Bytes())
 	return b.Bytes()
-}
-
-func checkGolden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden (run with -update to create): %v", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s: got\n%s\nwant\n%s", path, got, want)
-	}
 }
 
 const (
@@ -131,7 +110,7 @@ func TestGolden(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			chat := &pooltest.Chatter{Events: tt.events, Err: tt.err}
 			rec := serve(newTestHandler(t, chat, Config{}), tt.body)
-			checkGolden(t, tt.name, transcript(rec))
+			testenv.Golden(t, tt.name, transcript(rec))
 		})
 	}
 }

@@ -3,8 +3,9 @@ package responses
 import (
 	"encoding/json"
 	"errors"
-	"github.com/poolgate/poolgate/internal/jsonx"
 	"testing"
+
+	"github.com/poolgate/poolgate/internal/jsonx"
 
 	"github.com/poolgate/poolgate/pool"
 )

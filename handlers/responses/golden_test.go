@@ -2,14 +2,13 @@ package responses_test
 
 import (
 	"errors"
-	"flag"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/poolgate/poolgate/internal/testenv"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
 	rsp "github.com/poolgate/poolgate/handlers/responses"
@@ -17,8 +16,6 @@ import (
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
 
 // volatile matches the random ids and the clock in a transcript.
 var volatile = regexp.MustCompile(`\b(resp|msg|fc|fco|call)_[a-z2-7]{26}\b|"created_at":\d+`)
@@ -34,19 +31,7 @@ func normalize(s string) string {
 
 func checkGolden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden (run go test -update to create it): %v", err)
-	}
-	if got != string(want) {
-		t.Errorf("transcript %s differs from golden:\n--- got\n%s\n--- want\n%s", name, got, want)
-	}
+	testenv.Golden(t, name, []byte(got))
 }
 
 // record runs one create request and returns status, content type and body.

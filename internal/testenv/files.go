@@ -1,0 +1,71 @@
+package testenv
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// update is the -update flag of every package with golden files.
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
+
+// Golden compares got with testdata/<name>.golden; with -update it rewrites
+// the file instead.
+func Golden(t testing.TB, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read golden (run go test -update to create it): %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the golden file:\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+
+// TreeHash fingerprints every path (relative to dir), mode and content
+// under dir, so a test can prove a directory was left exactly as it was.
+func TreeHash(t testing.TB, dir string) string {
+	t.Helper()
+	var lines []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		line := fmt.Sprintf("%s %v", rel, fi.Mode())
+		if fi.Mode().IsRegular() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			sum := sha256.Sum256(b)
+			line += " " + hex.EncodeToString(sum[:])
+		}
+		lines = append(lines, line)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("hash %s: %v", dir, err)
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
