@@ -48,26 +48,55 @@ type toolCall struct {
 	single bool
 }
 
-// plan is an answer before rendering: text, or one tool call.
+// plan is an answer before rendering: text, or tool calls.
 type plan struct {
-	text string
-	call *toolCall
+	text  string
+	calls []*toolCall
 }
 
 // planAnswer decides the answer to a prompt (docs/prompt-contract.md, "What
-// the simulator does with it"). tools may come from an earlier turn.
-func planAnswer(secs []section, tools *toolSpec) plan {
-	if n := len(secs); n > 0 && secs[n-1].role == roleToolResult {
-		return plan{text: quoteResults(secs)}
+// the simulator does with it"). tools may come from an earlier turn; calls
+// are the ones the prompt's directives ask for.
+func planAnswer(secs []section, tools *toolSpec, calls []directedCall) plan {
+	last := lastTurn(secs)
+	if last >= 0 && secs[last].role == roleToolResult {
+		return plan{text: quoteResults(secs[:last+1])}
 	}
 	user := ""
 	if i := lastUser(secs); i >= 0 {
 		user = stripDirectives(secs[i].body)
 	}
-	if tools != nil && len(secs) > 0 && secs[len(secs)-1].role == roleUser {
-		return plan{call: chooseCall(tools, user)}
+	if tools == nil || last < 0 || secs[last].role != roleUser {
+		return plan{text: "You said: " + user}
 	}
-	return plan{text: "You said: " + user}
+	if cs := directedCalls(tools, calls, user); len(cs) > 0 {
+		return plan{calls: cs}
+	}
+	if (tools.Choice == "auto" || tools.Choice == "") && len(tools.Tools) > 1 {
+		// An agent offers a dozen tools with every prompt; a model picks one
+		// only when the task needs it.
+		return plan{text: "You said: " + user}
+	}
+	return plan{calls: []*toolCall{chooseCall(tools, user)}}
+}
+
+// directedCalls returns the directed calls whose tools are offered.
+func directedCalls(ts *toolSpec, calls []directedCall, user string) []*toolCall {
+	var out []*toolCall
+	for _, c := range calls {
+		for _, def := range ts.Tools {
+			if def.Name != c.name {
+				continue
+			}
+			args, n := c.args, 0
+			if args == nil {
+				args, n = argsFromSchema(def.Parameters, user)
+			}
+			out = append(out, &toolCall{name: def.Name, args: args, single: n == 1})
+			break
+		}
+	}
+	return out
 }
 
 // quoteResults quotes the trailing tool results, one line each.
@@ -170,13 +199,17 @@ func marshalPlain(v any) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
-// renderJSONCall renders the contract's fenced JSON form.
-func renderJSONCall(c *toolCall) string {
-	body := map[string]any{"tool_calls": []any{map[string]any{"name": c.name, "arguments": c.args}}}
-	return "```json\n" + marshalPlain(body) + "\n```"
+// renderJSONCalls renders the contract's fenced JSON form.
+func renderJSONCalls(calls []*toolCall) string {
+	list := make([]any, 0, len(calls))
+	for _, c := range calls {
+		list = append(list, map[string]any{"name": c.name, "arguments": c.args})
+	}
+	return "```json\n" + marshalPlain(map[string]any{"tool_calls": list}) + "\n```"
 }
 
-// renderToolCode renders Lingma's tool_code form with Python literals.
+// renderToolCode renders Lingma's tool_code form with Python literals; the
+// form has room for one call.
 func renderToolCode(c *toolCall) string {
 	keys := sortedKeys(c.args)
 	parts := make([]string, 0, len(keys))

@@ -190,9 +190,18 @@ func TestToolAnswers(t *testing.T) {
 		give string
 		want string
 	}{
-		{"json form", "<<<tools>>>\n" + weatherTools + "\n<<<contract>>>\nuse tools\n<<<user>>>\nParis",
+		{"json form", "<<<tools>>>\n" + weatherTools + "\n<<<contract>>>\nuse tools\n<<<user>>>\nParis [[sim:call=get_weather]]",
 			"```json\n{\"tool_calls\":[{\"arguments\":{\"city\":\"Paris\"},\"name\":\"get_weather\"}]}\n```"},
-		{"tool_code positional", "<<<tools>>>\n" + weatherTools + "\n<<<user>>>\nParis [[sim:tool_code]]",
+		{"several tools, none asked for", "<<<tools>>>\n" + weatherTools + "\n<<<contract>>>\nuse tools\n<<<user>>>\nParis",
+			"You said: Paris"},
+		{"directed calls with arguments", "<<<tools>>>\n" + weatherTools + "\n<<<user>>>\nboth [[sim:call=add {\"a\":[2]}]] [[sim:call=get_weather {\"city\":\"Rome\"}]] [[sim:call=nope]]",
+			"```json\n{\"tool_calls\":[{\"arguments\":{\"a\":[2]},\"name\":\"add\"},{\"arguments\":{\"city\":\"Rome\"},\"name\":\"get_weather\"}]}\n```"},
+		{"system after the user turn", "<<<tools>>>\n" + weatherTools + "\n<<<user>>>\n<system-reminder>\nbe careful\n</system-reminder>\nRome [[sim:call=get_weather]]\n<<<system>>>\nenv: linux",
+			"```json\n{\"tool_calls\":[{\"arguments\":{\"city\":\"Rome\"},\"name\":\"get_weather\"}]}\n```"},
+		{"result before a system section", "<<<user>>>\nParis\n<<<tool_call id=c1 name=get_weather>>>\n{}\n<<<tool_result id=c1>>>\nsunny\n<<<system>>>\nenv",
+			"Tool get_weather returned: sunny"},
+		{"reminders are not echoed", "<<<user>>>\n<system-reminder>\nx\n</system-reminder>\nhello", "You said: hello"},
+		{"tool_code positional", "<<<tools>>>\n" + weatherTools + "\n<<<user>>>\nParis [[sim:tool_code]] [[sim:call=get_weather]]",
 			"```tool_code\nget_weather(\"Paris\")\n```"},
 		{"tool_code keywords", "<<<tools>>>\n" + named + "\n<<<user>>>\nsum [[sim:tool_code]]",
 			"```tool_code\nadd(a=1, loud=True, unit=\"c\")\n```"},
@@ -217,7 +226,7 @@ func TestToolsFromEarlierTurn(t *testing.T) {
 	h := startSim(t, "--logged-in")
 	c := dial(t, h)
 	r1 := c.turn("r1", "", "<<<tools>>>\n"+weatherTools+"\n<<<user>>>\nhello", false)
-	r2 := c.turn("r2", r1.finish.SessionID, "<<<user>>>\nBerlin", true)
+	r2 := c.turn("r2", r1.finish.SessionID, "<<<user>>>\nBerlin [[sim:call=get_weather]]", true)
 	want := "```json\n{\"tool_calls\":[{\"arguments\":{\"city\":\"Berlin\"},\"name\":\"get_weather\"}]}\n```"
 	if r2.finish.FullAnswer != want {
 		t.Errorf("continuation answer = %q, want %q", r2.finish.FullAnswer, want)

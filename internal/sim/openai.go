@@ -134,24 +134,25 @@ type completion struct {
 	id, model string
 	created   int64
 	text      string
-	call      *toolCall
-	callID    string
+	calls     []*toolCall
+	callIDs   []string
 	d         directives
 	prompt    int // prompt tokens (words)
 }
 
-func (c *completion) args() string { return marshalPlain(c.call.args) }
-
 func (c *completion) usage() map[string]int {
 	out := wordCount(c.text)
-	if c.call != nil {
-		out = wordCount(c.call.name) + len(c.call.args)
+	if len(c.calls) > 0 {
+		out = 0
+		for _, call := range c.calls {
+			out += wordCount(call.name) + len(call.args)
+		}
 	}
 	return map[string]int{"prompt_tokens": c.prompt, "completion_tokens": out, "total_tokens": c.prompt + out}
 }
 
 func (c *completion) finishReason() string {
-	if c.call != nil {
+	if len(c.calls) > 0 {
 		return "tool_calls"
 	}
 	return "stop"
@@ -211,11 +212,12 @@ func (s *Sim) newCompletion(req *oaiRequest, secs []section, d directives) *comp
 		c.text = whoamiText("none", 1, false, len(req.Messages), chars)
 		return c
 	}
-	p := planAnswer(secs, req.toolSpec())
-	c.text, c.call = p.text, p.call
-	if c.call != nil {
-		c.callID = "call_" + randomHex(12)
-	} else if d.words >= 0 {
+	p := planAnswer(secs, req.toolSpec(), d.calls)
+	c.text, c.calls = p.text, p.calls
+	for range c.calls {
+		c.callIDs = append(c.callIDs, "call_"+randomHex(12))
+	}
+	if len(c.calls) == 0 && d.words >= 0 {
 		c.text = padWords(c.text, d.words)
 	}
 	return c
@@ -237,10 +239,13 @@ func (s *Sim) writeCompletion(w http.ResponseWriter, r *http.Request, c *complet
 		return
 	}
 	msg := map[string]any{"role": "assistant", "content": c.text}
-	if c.call != nil {
-		tc := oaiToolCall{ID: c.callID, Type: "function"}
-		tc.Function.Name, tc.Function.Arguments = c.call.name, c.args()
-		msg["content"], msg["tool_calls"] = nil, []oaiToolCall{tc}
+	if len(c.calls) > 0 {
+		tcs := make([]oaiToolCall, len(c.calls))
+		for i, call := range c.calls {
+			tcs[i] = oaiToolCall{ID: c.callIDs[i], Type: "function"}
+			tcs[i].Function.Name, tcs[i].Function.Arguments = call.name, marshalPlain(call.args)
+		}
+		msg["content"], msg["tool_calls"] = nil, tcs
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"id": c.id, "object": "chat.completion", "created": c.created, "model": c.model,
@@ -282,10 +287,10 @@ func (e *sseWriter) data(v any) error {
 	return e.rc.Flush()
 }
 
-// deltas are the stream's delta objects: text pieces, or a tool call's name
-// followed by its arguments in two or more fragments.
+// deltas are the stream's delta objects: text pieces, or per tool call its
+// name followed by its arguments in two or more fragments.
 func (c *completion) deltas() []map[string]any {
-	if c.call == nil {
+	if len(c.calls) == 0 {
 		chunks, full := splitChunks(c.text, c.d.chunks)
 		c.text = full
 		out := make([]map[string]any, 0, len(chunks))
@@ -294,14 +299,16 @@ func (c *completion) deltas() []map[string]any {
 		}
 		return out
 	}
-	zero := 0
-	head := oaiToolCall{Index: &zero, ID: c.callID, Type: "function"}
-	head.Function.Name = c.call.name
-	out := []map[string]any{{"tool_calls": []oaiToolCall{head}}}
-	for _, frag := range splitRunes(c.args(), max(2, c.d.chunks)) {
-		tc := oaiToolCall{Index: &zero}
-		tc.Function.Arguments = frag
-		out = append(out, map[string]any{"tool_calls": []oaiToolCall{tc}})
+	var out []map[string]any
+	for i, call := range c.calls {
+		head := oaiToolCall{Index: &i, ID: c.callIDs[i], Type: "function"}
+		head.Function.Name = call.name
+		out = append(out, map[string]any{"tool_calls": []oaiToolCall{head}})
+		for _, frag := range splitRunes(marshalPlain(call.args), max(2, c.d.chunks)) {
+			tc := oaiToolCall{Index: &i}
+			tc.Function.Arguments = frag
+			out = append(out, map[string]any{"tool_calls": []oaiToolCall{tc}})
+		}
 	}
 	return out
 }

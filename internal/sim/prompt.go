@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/json"
 	"regexp"
 	"strconv"
 	"strings"
@@ -82,6 +83,17 @@ func parseMarker(line string) (section, bool) {
 	return s, true
 }
 
+// lastTurn returns the index of the newest section that is not a system
+// section (agents put their environment after the user's text), or -1.
+func lastTurn(secs []section) int {
+	for i := len(secs) - 1; i >= 0; i-- {
+		if secs[i].role != roleSystem {
+			return i
+		}
+	}
+	return -1
+}
+
 // lastUser returns the index of the last user section, or -1.
 func lastUser(secs []section) int {
 	for i := len(secs) - 1; i >= 0; i-- {
@@ -106,19 +118,28 @@ func directiveText(secs []section) string {
 	return b.String()
 }
 
-var directiveRE = regexp.MustCompile(`\[\[sim:([a-z_-]+)(?:=([^\]]*))?\]\]`)
+// directiveRE matches [[sim:name]] and [[sim:name=value]]; a value may hold
+// single brackets (JSON arguments), not "]]".
+var directiveRE = regexp.MustCompile(`\[\[sim:([a-z_-]+)(?:=((?:[^\]]|\][^\]])*))?\]\]`)
 
 // stripRE also eats the blank before a directive so "a [[sim:x]] b" reads "a b".
-var stripRE = regexp.MustCompile(`[ \t]*\[\[sim:[^\]]*\]\]`)
+var stripRE = regexp.MustCompile(`[ \t]*\[\[sim:(?:[^\]]|\][^\]])*\]\]`)
 
-// stripDirectives removes directives from user text.
+// reminderRE matches the <system-reminder> blocks coding agents put into the
+// user's message: context for a model, not what the user said.
+var reminderRE = regexp.MustCompile(`(?s)<system-reminder>.*?</system-reminder>`)
+
+// stripDirectives removes directives and agents' reminders from user text.
 func stripDirectives(s string) string {
+	s = reminderRE.ReplaceAllString(s, "")
 	return strings.TrimSpace(stripRE.ReplaceAllString(s, ""))
 }
 
 // directives are the faults and answer shapes a prompt asks for. Numbers are
 // -1 and durations < 0 when the prompt does not set them.
 type directives struct {
+	// calls are the tool calls [[sim:call=NAME {args}]] asks for, in order.
+	calls                   []directedCall
 	whoami, toolCode, think bool
 	crash, hang, logout     bool
 	ratelimit               bool
@@ -134,6 +155,11 @@ func parseDirectives(text string) directives {
 		name, val := m[1], m[2]
 		ok := true
 		switch name {
+		case "call":
+			var c directedCall
+			if c, ok = parseCall(val); ok {
+				d.calls = append(d.calls, c)
+			}
 		case "whoami":
 			d.whoami = true
 		case "tool_code":
@@ -188,6 +214,28 @@ func (d directives) withDefaults(f Faults) directives {
 		d.chunkDelay = f.ChunkDelay
 	}
 	return d
+}
+
+// directedCall is one [[sim:call=NAME {args}]]: the tool to call and,
+// when given, its arguments (else they are built from the tool's schema).
+type directedCall struct {
+	name string
+	args map[string]any
+}
+
+// parseCall reads "NAME" or "NAME {json object}".
+func parseCall(v string) (directedCall, bool) {
+	name, rest, _ := strings.Cut(strings.TrimSpace(v), " ")
+	if name == "" {
+		return directedCall{}, false
+	}
+	c := directedCall{name: name}
+	if rest = strings.TrimSpace(rest); rest != "" {
+		if json.Unmarshal([]byte(rest), &c.args) != nil || c.args == nil {
+			return directedCall{}, false
+		}
+	}
+	return c, true
 }
 
 func atoiOK(s string) (int, bool) {

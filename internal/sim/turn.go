@@ -198,12 +198,12 @@ func (c *conn) answerText(t *turn) string {
 	if tools == nil && t.n > 1 {
 		tools = c.s.earlierTools(t.sid, t.n)
 	}
-	p := planAnswer(t.secs, tools)
+	p := planAnswer(t.secs, tools, t.d.calls)
 	switch {
-	case p.call != nil && t.d.toolCode:
-		return renderToolCode(p.call)
-	case p.call != nil:
-		return renderJSONCall(p.call)
+	case len(p.calls) > 0 && t.d.toolCode:
+		return renderToolCode(p.calls[0])
+	case len(p.calls) > 0:
+		return renderJSONCalls(p.calls)
 	case t.d.words >= 0:
 		return padWords(p.text, t.d.words)
 	default:

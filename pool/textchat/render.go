@@ -36,19 +36,18 @@ func Render(t *pool.Turn) string {
 	}
 	w := writer{b: make([]byte, 0, estimate(t, tools))}
 
-	sys := false
-	for i := range t.Messages {
-		m := &t.Messages[i]
-		if m.Role != pool.RoleSystem {
-			continue
-		}
-		if sys {
-			w.b = append(w.b, "\n\n"...)
-		} else {
+	// The system messages that open the transcript make the one system
+	// section at the top; one that comes later (an agent's environment or
+	// reminder mid-conversation) keeps its place, where the model reads it.
+	lead := 0
+	for lead < len(t.Messages) && t.Messages[lead].Role == pool.RoleSystem {
+		if lead == 0 {
 			w.marker(pool.RoleSystem, "", "")
-			sys = true
+		} else {
+			w.b = append(w.b, "\n\n"...)
 		}
-		w.body(m.Content)
+		w.body(t.Messages[lead].Content)
+		lead++
 	}
 	if tools {
 		w.marker(sectionTools, "", "")
@@ -56,10 +55,9 @@ func Render(t *pool.Turn) string {
 		w.marker(sectionContract, "", "")
 		w.b = append(w.b, contractText(t.ToolChoice)...)
 	}
-	for i := range t.Messages {
+	for i := lead; i < len(t.Messages); i++ {
 		m := &t.Messages[i]
 		switch m.Role {
-		case pool.RoleSystem:
 		case pool.RoleAssistant:
 			if m.Content != "" || len(m.ToolCalls) == 0 {
 				w.marker(pool.RoleAssistant, "", "")

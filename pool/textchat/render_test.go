@@ -38,13 +38,22 @@ func TestRender(t *testing.T) {
 			want: "hi",
 		},
 		{
-			name: "systems joined and hoisted",
+			name: "leading systems joined, a later one in place",
 			give: pool.Turn{Messages: []pool.Message{
 				{Role: pool.RoleSystem, Content: "A"},
+				{Role: pool.RoleSystem, Content: "A2"},
 				{Role: pool.RoleUser, Content: "q"},
 				{Role: pool.RoleSystem, Content: "B"},
 			}},
-			want: "<<<system>>>\nA\n\nB\n<<<user>>>\nq",
+			want: "<<<system>>>\nA\n\nA2\n<<<user>>>\nq\n<<<system>>>\nB",
+		},
+		{
+			name: "a continuation that starts with a system message keeps the tools after it",
+			give: pool.Turn{SessionID: "s", Tools: []pool.Tool{{Name: "f"}}, Messages: []pool.Message{
+				{Role: pool.RoleSystem, Content: "env"},
+				{Role: pool.RoleUser, Content: "q"},
+			}},
+			want: "<<<system>>>\nenv\n<<<tools>>>\n{\"tool_choice\":\"auto\",\"tools\":[{\"name\":\"f\"}]}\n<<<contract>>>\n" + contractAuto + "\n<<<user>>>\nq",
 		},
 		{
 			name: "escaping",
