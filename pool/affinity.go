@@ -1,7 +1,6 @@
 package pool
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,10 +10,13 @@ import (
 
 // Conversation keys. A key is "<owner>:<conversation>": owner is a hash of
 // the API key (so two keys never share a session, and one key's entries can
-// be flushed alone), conversation a hash of the model, the tool
-// configuration and the canonical transcript. Canonical means what survives
-// a client's round trip: trimmed text, tool calls by name and
-// key-sorted arguments, no call ids (clients may re-mint them).
+// be flushed alone), conversation a hash of the model and the canonical
+// transcript. Canonical means what survives a client's round trip: trimmed
+// text without agents' reminder blocks, tool calls by name and key-sorted
+// arguments, no call ids (clients may re-mint them). The tools offered are
+// not part of it: every prompt carries the tools anew, so an upstream
+// session is not tied to a tool set, and agents change theirs mid-way (a
+// tool search loads one, an MCP server connects).
 
 // OwnerKey returns the owner part of conversation keys for an API key.
 func OwnerKey(apiKey string) string {
@@ -25,20 +27,10 @@ func OwnerKey(apiKey string) string {
 // conversationKey hashes msgs under the request's model and tools. It
 // writes everything into one pooled buffer and hashes that once: it runs
 // twice per follow-up turn, so it must not allocate per message.
-func conversationKey(owner, model string, tools []Tool, choice ToolChoice, msgs []Message, extra *Message) string {
+func conversationKey(owner, model string, msgs []Message, extra *Message) string {
 	bp := keyBufs.Get().(*[]byte)
 	b := (*bp)[:0]
 	b = appendField(b, model)
-	for _, t := range tools {
-		b = appendField(b, t.Name)
-		b = appendField(b, t.Description)
-		// Schemas repeat byte for byte from one turn to the next: compacting
-		// them is enough, and far cheaper than re-encoding.
-		b = appendCompact(b, t.Parameters)
-		b = append(b, 0)
-	}
-	b = appendField(b, string(choice.Mode))
-	b = appendField(b, choice.Name)
 	for i := range msgs {
 		b = appendMessage(b, &msgs[i])
 	}
@@ -65,7 +57,7 @@ func appendField(b []byte, s string) []byte {
 func appendMessage(b []byte, m *Message) []byte {
 	b = append(b, 0x1e)
 	b = appendField(b, m.Role)
-	b = append(b, strings.TrimSpace(m.Content)...)
+	b = appendText(b, m.Content)
 	for _, tc := range m.ToolCalls {
 		b = append(b, 0x1f)
 		b = appendField(b, tc.Name)
@@ -74,14 +66,32 @@ func appendMessage(b []byte, m *Message) []byte {
 	return b
 }
 
-// appendCompact appends raw without insignificant whitespace (raw as it is
-// when it isn't valid JSON).
-func appendCompact(b []byte, raw json.RawMessage) []byte {
-	buf := bytes.NewBuffer(b)
-	if err := json.Compact(buf, raw); err != nil {
-		return append(b, raw...)
+// Coding agents put <system-reminder> blocks into the transcript (the date,
+// the files that changed, the skills on offer) and rewrite them from one
+// turn to the next, also in messages the upstream session already holds. They
+// are context for the model, not the conversation: leaving them out of the
+// key lets a follow-up find its session after the agent rewrote them.
+const (
+	reminderOpen  = "<system-reminder>"
+	reminderClose = "</system-reminder>"
+)
+
+// appendText appends text trimmed and without reminder blocks.
+func appendText(b []byte, s string) []byte {
+	s = strings.TrimSpace(s)
+	for {
+		i := strings.Index(s, reminderOpen)
+		if i < 0 {
+			break
+		}
+		j := strings.Index(s[i:], reminderClose)
+		if j < 0 {
+			break
+		}
+		b = append(b, strings.TrimSpace(s[:i])...)
+		s = strings.TrimSpace(s[i+j+len(reminderClose):])
 	}
-	return buf.Bytes()
+	return append(b, s...)
 }
 
 // appendCanonical appends tool arguments re-encoded with sorted keys and no

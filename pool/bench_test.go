@@ -2,7 +2,6 @@ package pool
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,27 +30,15 @@ func transcript() []Message {
 	return msgs[:20]
 }
 
-var benchTools = []Tool{
-	{Name: "read_file", Description: "Read a file", Parameters: json.RawMessage(
-		`{"type": "object", "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}, "offset": {"type": "integer"}}, "required": ["path"]}`)},
-	{Name: "run", Description: "Run a shell command", Parameters: json.RawMessage(
-		`{"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}`)},
-}
-
 func BenchmarkConversationKey(b *testing.B) {
 	msgs := transcript()
 	owner := OwnerKey("sk-bench")
-	for _, bb := range []struct {
-		name  string
-		tools []Tool
-	}{{"20 messages", nil}, {"20 messages, 2 tools", benchTools}} {
-		b.Run(bb.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				_ = conversationKey(owner, "dashscope_qwen3_coder", bb.tools, ToolChoice{}, msgs, nil)
-			}
-		})
-	}
+	b.Run("20 messages", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = conversationKey(owner, "dashscope_qwen3_coder", msgs, nil)
+		}
+	})
 }
 
 // benchPool is testPool for benchmarks: n ready workers without processes,

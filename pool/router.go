@@ -138,7 +138,7 @@ func (r *Router) lookup(ctx context.Context, rq *request) {
 	if r.store == nil || rq.split < 0 {
 		return
 	}
-	key := conversationKey(rq.owner, rq.model, rq.Tools, rq.ToolChoice, rq.Messages[:rq.split+1], nil)
+	key := conversationKey(rq.owner, rq.model, rq.Messages[:rq.split+1], nil)
 	a, err := r.store.TakeAffinity(ctx, key)
 	if err != nil {
 		if r.metrics != nil {
@@ -364,7 +364,7 @@ func (r *Router) finish(rq *request, slot *Slot, done Event, text string, calls 
 		r.DeleteSession(session.Affinity{Instance: slot.Worker.Name(), SessionID: sessionID})
 	case r.store != nil:
 		answer := Message{Role: RoleAssistant, Content: text, ToolCalls: calls}
-		key := conversationKey(rq.owner, rq.model, rq.Tools, rq.ToolChoice, rq.Messages, &answer)
+		key := conversationKey(rq.owner, rq.model, rq.Messages, &answer)
 		a := session.Affinity{Instance: slot.Worker.Name(), SessionID: sessionID, Model: rq.model}
 		// Detached from the request: the answer is complete even if the
 		// client goes away now.
