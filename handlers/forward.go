@@ -3,6 +3,7 @@ package handlers
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -49,12 +50,19 @@ func ClusterHop(replicaID, token string, client *http.Client) gin.HandlerFunc {
 		c.Request.Body = io.NopCloser(bytes.NewReader(body))
 		r, w := c.Request, c.Writer
 		fw := func(ctx context.Context, url string) error {
+			if !httpx.Claim(ctx, httpx.Forward) {
+				return errAnsweringHere
+			}
 			return proxy(ctx, client, w, r, strings.TrimRight(url, "/"), body, replicaID, token)
 		}
-		c.Request = r.WithContext(pool.WithForwarder(r.Context(), fw))
+		c.Request = r.WithContext(pool.WithForwarder(httpx.WithClaim(r.Context()), fw))
 		c.Next()
 	}
 }
+
+// errAnsweringHere refuses a forward once this replica's stream has started
+// (a keep-alive went out while the request waited here).
+var errAnsweringHere = errors.New("the answer already started on this replica")
 
 type errReader struct{ err error }
 

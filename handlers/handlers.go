@@ -72,6 +72,10 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	create := observe(m, "responses", p.Responses.Create)
 	api.POST("/v1/responses", create)
 	api.POST("/responses", create)
+	// Remote compaction is an OpenAI-only service: an encrypted summary only
+	// OpenAI's servers can read back. Answer it as OpenAI answers a route it
+	// does not have, so a client falls back to compacting with a plain turn.
+	api.POST("/v1/responses/compact", unsupported)
 	api.GET("/v1/responses/:id", withID(p.Responses.Get))
 	api.DELETE("/v1/responses/:id", withID(p.Responses.Delete))
 	api.GET("/v1/responses/:id/input_items", withID(p.Responses.InputItems))
@@ -157,6 +161,11 @@ func anthropicType(status int) string {
 
 func notFound(c *gin.Context) {
 	WriteError(c.Writer, c.Request, http.StatusNotFound, "unknown route "+c.Request.Method+" "+c.Request.URL.Path)
+}
+
+func unsupported(c *gin.Context) {
+	WriteError(c.Writer, c.Request, http.StatusNotFound, c.Request.Method+" "+c.Request.URL.Path+
+		" is not supported by this gateway (its workers have no server-side compaction)")
 }
 
 func notAllowed(c *gin.Context) {

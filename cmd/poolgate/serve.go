@@ -149,10 +149,13 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readiness) {
 	cfg, log := a.cfg, a.log
 	gin.SetMode(gin.ReleaseMode)
+	m.InitFieldsIgnored("chat", openaichat.DroppedFields)
+	m.InitFieldsIgnored("messages", anthropic.DroppedFields)
+	m.InitFieldsIgnored("responses", responses.DroppedFields)
 	protocols := handlers.Protocols{
-		Chat:      openaichat.New(openaichat.Config{}, a.router, log),
-		Responses: responses.New(responses.Config{}, a.router, a.store, log),
-		Messages:  anthropic.New(anthropic.Config{}, a.router, log),
+		Chat:      openaichat.New(openaichat.Config{CountDropped: m.CountFieldIgnored}, a.router, log),
+		Responses: responses.New(responses.Config{CountDropped: m.CountFieldIgnored}, a.router, a.store, log),
+		Messages:  anthropic.New(anthropic.Config{CountDropped: m.CountFieldIgnored}, a.router, log),
 		Models:    a.router,
 	}
 	hcfg := handlers.Config{APIKeys: cfg.APIKeys, MaxBodyBytes: cfg.MaxBodyBytes}

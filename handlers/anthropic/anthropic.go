@@ -31,7 +31,13 @@ type Config struct {
 	// PingInterval is how long a started stream may stay silent before a
 	// ping event keeps proxies from cutting it. Default 15s; negative disables.
 	PingInterval time.Duration
+	// CountDropped counts request fields that were accepted but dropped
+	// (nil: not counted).
+	CountDropped httpx.FieldCounter
 }
+
+// protocol is this package's label in metrics and logs.
+const protocol = "messages"
 
 // Handler serves the Messages API. It is safe for concurrent use.
 type Handler struct {
@@ -58,17 +64,22 @@ func (h *Handler) Messages(w http.ResponseWriter, r *http.Request) {
 		writeMapped(w, err)
 		return
 	}
-	in, req, err := decodeMessages(body, false)
+	d, err := h.decode(r, body, false)
 	if err != nil {
 		writeMapped(w, err)
 		return
 	}
+	in, req := &d.wire, &d.chat
 	// The router's goroutines select on this ctx; cancelling it on return
 	// frees them even when we stop reading early (a failed client write).
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	req.RequestID = httpx.RequestID(ctx)
 	req.APIKey = httpx.APIKey(ctx)
+	if req.Stream {
+		h.stream(ctx, cancel, w, in.Model, req)
+		return
+	}
 	events, err := h.chat.Chat(ctx, req)
 	if errors.Is(err, pool.ErrForwarded) {
 		return // another replica answered
@@ -77,11 +88,21 @@ func (h *Handler) Messages(w http.ResponseWriter, r *http.Request) {
 		h.failBeforeStart(ctx, w, err)
 		return
 	}
-	if req.Stream {
-		h.stream(ctx, w, in.Model, events)
-		return
-	}
 	h.reply(ctx, w, in.Model, events)
+}
+
+// decode decodes a body and reports what it dropped. Claude Code names its
+// conversation in a header, which beats the hint in the body.
+func (h *Handler) decode(r *http.Request, body []byte, forCount bool) (*decoded, error) {
+	d, err := decodeMessages(body, forCount)
+	if err != nil {
+		return nil, err
+	}
+	if s := r.Header.Get("X-Claude-Code-Session-Id"); s != "" && len(s) <= 128 {
+		d.chat.AffinityHint = s
+	}
+	d.dropped.Report(r.Context(), h.log, h.cfg.CountDropped, protocol)
+	return d, nil
 }
 
 // next receives one event. While it waits, each tick sends a ping through
@@ -148,18 +169,47 @@ func (h *Handler) reply(ctx context.Context, w http.ResponseWriter, model string
 	}
 }
 
-// stream writes the answer as SSE. Headers go out only with the first
-// upstream event, so an error before it is still a JSON error (STYLE 15).
-func (h *Handler) stream(ctx context.Context, w http.ResponseWriter, model string, events <-chan pool.Event) {
-	ev, err := next(ctx, events, nil, nil)
-	if err != nil {
-		h.failBeforeStart(ctx, w, err)
-		return
-	}
+// stream writes the answer as SSE. Headers go out with the first upstream
+// event, so an error before it is still a JSON error with its status; but
+// when the answer takes longer than a ping interval to start (a wait in the
+// queue, an answer held back until it is clear it is not a tool call), the
+// stream opens early with message_start and pings, as Anthropic's own API
+// does, and a failure then comes as an error event.
+func (h *Handler) stream(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, model string, req *pool.ChatRequest) {
 	sse := httpx.NewSSE(w)
 	enc := newStreamEncoder(sse, model)
-	if err := enc.start(); err != nil {
-		return // the client is gone
+	events, err := httpx.Await(h.cfg.PingInterval, cancel,
+		func() (<-chan pool.Event, error) { return h.chat.Chat(ctx, req) },
+		func() error {
+			switch {
+			case !httpx.Claim(ctx, httpx.Local):
+				return nil // another replica is answering
+			case !sse.Started():
+				if err := enc.start(); err != nil {
+					return err
+				}
+			}
+			return enc.ping()
+		})
+	if errors.Is(err, pool.ErrForwarded) {
+		return // another replica answered
+	}
+	var ev pool.Event
+	if err == nil {
+		ev, err = next(ctx, events, nil, nil)
+	}
+	if err != nil {
+		if !sse.Started() {
+			h.failBeforeStart(ctx, w, err)
+			return
+		}
+		h.failMidStream(ctx, enc, err)
+		return
+	}
+	if !sse.Started() {
+		if err := enc.start(); err != nil {
+			return // the client is gone
+		}
 	}
 	var tick <-chan time.Time
 	if h.cfg.PingInterval > 0 {
@@ -183,12 +233,19 @@ func (h *Handler) stream(ctx context.Context, w http.ResponseWriter, model strin
 		}
 		ev, err = next(ctx, events, tick, enc)
 		if err != nil {
-			if ctx.Err() != context.Canceled {
-				h.log.LogAttrs(ctx, slog.LevelWarn, "messages: stream failed mid-way",
-					slog.String("request_id", httpx.RequestID(ctx)), slog.Any("err", err))
-				_ = enc.fail(err)
-			}
+			h.failMidStream(ctx, enc, err)
 			return
 		}
 	}
+}
+
+// failMidStream ends a started stream with an error event, unless the
+// client itself went away.
+func (h *Handler) failMidStream(ctx context.Context, enc *streamEncoder, err error) {
+	if ctx.Err() == context.Canceled {
+		return
+	}
+	h.log.LogAttrs(ctx, slog.LevelWarn, "messages: stream failed mid-way",
+		slog.String("request_id", httpx.RequestID(ctx)), slog.Any("err", err))
+	_ = enc.fail(err)
 }

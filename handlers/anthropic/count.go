@@ -20,12 +20,12 @@ func (h *Handler) CountTokens(w http.ResponseWriter, r *http.Request) {
 		writeMapped(w, err)
 		return
 	}
-	_, req, err := decodeMessages(body, true)
+	d, err := h.decode(r, body, true)
 	if err != nil {
 		writeMapped(w, err)
 		return
 	}
-	n := promptTokens(req)
+	n := promptTokens(&d.chat)
 	b := strconv.AppendInt(append(make([]byte, 0, 32), `{"input_tokens":`...), int64(n), 10)
 	b = append(b, '}')
 	w.Header().Set("Content-Type", "application/json")

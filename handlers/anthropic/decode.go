@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/pool"
 )
 
 // messagesRequest is the wire body of POST /v1/messages (and, minus the
-// sampling fields, of count_tokens). Fields the gateway ignores on purpose
-// (thinking, service_tier, cache_control on blocks, context_management) are
-// simply not decoded: they do not change what a text-only worker answers.
+// sampling fields, of count_tokens). The last group holds fields coding
+// agents send on every turn that a text-only worker cannot honour: they are
+// decoded only to be dropped visibly (see droppable).
 type messagesRequest struct {
 	Model         string          `json:"model"`
 	MaxTokens     *int            `json:"max_tokens"`
@@ -30,35 +31,73 @@ type messagesRequest struct {
 	} `json:"metadata"`
 	MCPServers []json.RawMessage `json:"mcp_servers"`
 	Container  json.RawMessage   `json:"container"`
+
+	Thinking          json.RawMessage `json:"thinking"`
+	ContextManagement json.RawMessage `json:"context_management"`
+	OutputConfig      json.RawMessage `json:"output_config"`
+	ServiceTier       json.RawMessage `json:"service_tier"`
 }
 
 type wireMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
+	// OutputConfig is Claude Code's per-turn effort on a message.
+	OutputConfig json.RawMessage `json:"output_config"`
 }
 
 // wireBlock is any content block; Type says which fields are meaningful.
 type wireBlock struct {
-	Type      string          `json:"type"`
-	Text      string          `json:"text"`
-	ID        string          `json:"id"`
-	Name      string          `json:"name"`
-	Input     json.RawMessage `json:"input"`
-	ToolUseID string          `json:"tool_use_id"`
-	Content   json.RawMessage `json:"content"`
-	IsError   bool            `json:"is_error"`
+	Type         string          `json:"type"`
+	Text         string          `json:"text"`
+	ID           string          `json:"id"`
+	Name         string          `json:"name"`
+	Input        json.RawMessage `json:"input"`
+	ToolUseID    string          `json:"tool_use_id"`
+	Content      json.RawMessage `json:"content"`
+	IsError      bool            `json:"is_error"`
+	ToolName     string          `json:"tool_name"`
+	Title        string          `json:"title"`
+	Source       json.RawMessage `json:"source"`
+	CacheControl json.RawMessage `json:"cache_control"`
 }
 
 type wireTool struct {
-	Type        string          `json:"type"`
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	InputSchema json.RawMessage `json:"input_schema"`
+	Type         string          `json:"type"`
+	Name         string          `json:"name"`
+	Description  string          `json:"description"`
+	InputSchema  json.RawMessage `json:"input_schema"`
+	DeferLoading bool            `json:"defer_loading"`
+	CacheControl json.RawMessage `json:"cache_control"`
 }
 
 type wireToolChoice struct {
 	Type string `json:"type"`
 	Name string `json:"name"`
+}
+
+// Fields this protocol accepts but drops, as counted in
+// poolgate_request_fields_ignored_total{protocol="messages"}.
+const (
+	dropThinking          = "thinking"
+	dropContextManagement = "context_management"
+	dropOutputConfig      = "output_config"
+	dropServiceTier       = "service_tier"
+	dropCacheControl      = "cache_control"
+	dropBillingHeader     = "system.billing_header"
+	dropThinkingBlocks    = "content.thinking"
+	dropImages            = "content.image"
+	dropDocuments         = "content.document"
+	dropServerToolBlocks  = "content.server_tool"
+	dropDeferredTools     = "tools.defer_loading"
+	dropServerTools       = "tools.server"
+)
+
+// DroppedFields lists every field name the Messages decoder may report as
+// dropped, so the counter can be pre-initialised.
+var DroppedFields = []string{
+	dropThinking, dropContextManagement, dropOutputConfig, dropServiceTier, dropCacheControl,
+	dropBillingHeader, dropThinkingBlocks, dropImages, dropDocuments, dropServerToolBlocks,
+	dropDeferredTools, dropServerTools,
 }
 
 // requestError is a client error: it becomes a 400 invalid_request_error.
@@ -70,49 +109,54 @@ func badRequest(format string, args ...any) error {
 	return &requestError{msg: fmt.Sprintf(format, args...)}
 }
 
+// decoded is a validated Messages request: the wire body, the neutral
+// request and the fields that were dropped on the way.
+type decoded struct {
+	wire    messagesRequest
+	chat    pool.ChatRequest
+	dropped httpx.Dropped
+}
+
 // decodeMessages parses and validates a Messages body into the neutral model.
 // forCount relaxes the fields count_tokens does not take (max_tokens).
-func decodeMessages(body []byte, forCount bool) (*messagesRequest, *pool.ChatRequest, error) {
-	var in messagesRequest
-	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, nil, badRequest("invalid JSON body: %v", err)
+func decodeMessages(body []byte, forCount bool) (*decoded, error) {
+	d := &decoded{}
+	in, out := &d.wire, &d.chat
+	if err := json.Unmarshal(body, in); err != nil {
+		return nil, badRequest("invalid JSON body: %v", err)
 	}
 	if err := in.validate(forCount); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	out := &pool.ChatRequest{
-		Model:       in.Model,
-		Stop:        in.StopSequences,
-		Temperature: in.Temperature,
-		TopP:        in.TopP,
-		TopK:        in.TopK,
-		Stream:      in.Stream,
-	}
+	in.dropTopLevel(&d.dropped)
+	out.Model, out.Stop, out.Stream = in.Model, in.StopSequences, in.Stream
+	out.Temperature, out.TopP, out.TopK = in.Temperature, in.TopP, in.TopK
 	if in.MaxTokens != nil {
 		out.MaxTokens = *in.MaxTokens
 	}
 	if in.Metadata != nil {
-		out.AffinityHint = in.Metadata.UserID
+		out.AffinityHint = sessionHint(in.Metadata.UserID)
 	}
-	sys, err := decodeSystem(in.System)
+	sys, err := decodeSystem(in.System, "system", &d.dropped)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if sys != "" {
 		out.Messages = append(out.Messages, pool.Message{Role: pool.RoleSystem, Content: sys})
 	}
+	mc := messageContext{dropped: &d.dropped, current: currentTurn(in.Messages)}
 	for i := range in.Messages {
-		if out.Messages, err = appendMessage(out.Messages, i, &in.Messages[i]); err != nil {
-			return nil, nil, err
+		if out.Messages, err = mc.appendMessage(out.Messages, i, &in.Messages[i]); err != nil {
+			return nil, err
 		}
 	}
-	if out.Tools, err = decodeTools(in.Tools); err != nil {
-		return nil, nil, err
+	if out.Tools, err = decodeTools(in.Tools, in.ToolChoice, mc.referenced, &d.dropped); err != nil {
+		return nil, err
 	}
 	if out.ToolChoice, err = decodeToolChoice(in.ToolChoice, out.Tools); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return &in, out, nil
+	return d, nil
 }
 
 func (in *messagesRequest) validate(forCount bool) error {
@@ -133,7 +177,7 @@ func (in *messagesRequest) validate(forCount bool) error {
 		return badRequest("top_k: must be greater than or equal to 0")
 	case len(in.MCPServers) > 0:
 		return badRequest("mcp_servers: MCP connectors are not supported by this gateway")
-	case len(in.Container) > 0 && string(in.Container) != "null":
+	case !isNull(in.Container):
 		return badRequest("container: code execution containers are not supported by this gateway")
 	}
 	for i, s := range in.StopSequences {
@@ -141,44 +185,136 @@ func (in *messagesRequest) validate(forCount bool) error {
 			return badRequest("stop_sequences.%d: each stop sequence must contain non-whitespace", i)
 		}
 	}
-	if last := in.Messages[len(in.Messages)-1]; last.Role == "assistant" {
-		return badRequest("messages.%d: a final assistant message (prefill) is not supported by this gateway", len(in.Messages)-1)
+	for i := len(in.Messages) - 1; i >= 0; i-- {
+		switch in.Messages[i].Role {
+		case "system":
+			continue
+		case "assistant":
+			return badRequest("messages.%d: a final assistant message (prefill) is not supported by this gateway", i)
+		}
+		break
 	}
 	return nil
 }
 
-// decodeSystem accepts a string or a list of text blocks.
-func decodeSystem(raw json.RawMessage) (string, error) {
+// dropTopLevel records the top-level fields a worker cannot honour: extended
+// thinking, context editing, effort and service tiers change how Anthropic's
+// own models work, not what a text-only worker can be asked.
+func (in *messagesRequest) dropTopLevel(d *httpx.Dropped) {
+	for _, f := range []struct {
+		raw  json.RawMessage
+		name string
+	}{
+		{in.Thinking, dropThinking}, {in.ContextManagement, dropContextManagement},
+		{in.OutputConfig, dropOutputConfig}, {in.ServiceTier, dropServiceTier},
+	} {
+		if !isNull(f.raw) {
+			d.Add(f.name)
+		}
+	}
+}
+
+// sessionHint returns the conversation hint in metadata.user_id. Claude Code
+// sends a JSON object as a string ({"device_id", "account_uuid",
+// "session_id"}), older releases "user_<hash>_account_<uuid>_session_<uuid>";
+// the session is the hint, since one device runs many conversations. Any
+// other value is the hint as it is.
+func sessionHint(userID string) string {
+	if strings.HasPrefix(userID, "{") {
+		var v struct {
+			SessionID string `json:"session_id"`
+		}
+		if json.Unmarshal([]byte(userID), &v) == nil && v.SessionID != "" {
+			return v.SessionID
+		}
+		return userID
+	}
+	if _, s, ok := strings.Cut(userID, "_session_"); ok && s != "" {
+		return s
+	}
+	return userID
+}
+
+// billingHeader starts the system block Claude Code sends for Anthropic's
+// billing: it changes from one request to the next and means nothing to a
+// worker, so it is neither sent nor part of the conversation's identity.
+const billingHeader = "x-anthropic-billing-header:"
+
+// decodeSystem accepts a string or a list of text blocks (the top-level
+// system, or a system message's content).
+func decodeSystem(raw json.RawMessage, param string, d *httpx.Dropped) (string, error) {
 	if isNull(raw) {
 		return "", nil
 	}
 	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", badRequest("system: %v", err)
+			return "", badRequest("%s: %v", param, err)
 		}
 		return s, nil
 	}
 	var blocks []wireBlock
 	if err := json.Unmarshal(raw, &blocks); err != nil {
-		return "", badRequest("system: must be a string or a list of text blocks")
+		return "", badRequest("%s: must be a string or a list of text blocks", param)
 	}
 	parts := make([]string, 0, len(blocks))
 	for i, b := range blocks {
 		if b.Type != "text" {
-			return "", badRequest("system.%d: block type %q is not supported; only text blocks are", i, b.Type)
+			return "", badRequest("%s.%d: block type %q is not supported; only text blocks are", param, i, b.Type)
+		}
+		if !isNull(b.CacheControl) {
+			d.Add(dropCacheControl)
+		}
+		if strings.HasPrefix(b.Text, billingHeader) {
+			d.Add(dropBillingHeader)
+			continue
 		}
 		parts = append(parts, b.Text)
 	}
 	return strings.Join(parts, "\n\n"), nil
 }
 
+// currentTurn returns the index of the message the answer depends on: the
+// last user message (system messages may follow it).
+func currentTurn(msgs []wireMessage) int {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == "user" {
+			return i
+		}
+	}
+	return -1
+}
+
+// messageContext carries what translating the messages learns on the way.
+type messageContext struct {
+	dropped *httpx.Dropped
+	// current is the index of the current turn's user message.
+	current int
+	// referenced names the deferred tools a tool_reference block loaded.
+	referenced map[string]bool
+	// names maps tool_use ids to tool names, so each result can be named in
+	// one pass over the transcript (workers render results by name).
+	names map[string]string
+}
+
 // appendMessage translates one wire message. A user message's tool_result
 // blocks become RoleTool messages ahead of its text, which is the order the
-// neutral transcript (and every worker) expects.
-func appendMessage(dst []pool.Message, i int, m *wireMessage) ([]pool.Message, error) {
-	if m.Role != "user" && m.Role != "assistant" {
-		return nil, badRequest("messages.%d.role: must be \"user\" or \"assistant\", got %q", i, m.Role)
+// neutral transcript (and every worker) expects. A system message keeps its
+// place in the transcript: Claude Code sends its environment that way.
+func (mc *messageContext) appendMessage(dst []pool.Message, i int, m *wireMessage) ([]pool.Message, error) {
+	if !isNull(m.OutputConfig) {
+		mc.dropped.Add(dropOutputConfig)
+	}
+	switch m.Role {
+	case "user", "assistant":
+	case "system":
+		s, err := decodeSystem(m.Content, fmt.Sprintf("messages.%d.content", i), mc.dropped)
+		if err != nil || s == "" {
+			return dst, err
+		}
+		return append(dst, pool.Message{Role: pool.RoleSystem, Content: s}), nil
+	default:
+		return nil, badRequest("messages.%d.role: must be \"user\", \"assistant\" or \"system\", got %q", i, m.Role)
 	}
 	if isNull(m.Content) {
 		return nil, badRequest("messages.%d.content: field required", i)
@@ -195,15 +331,19 @@ func appendMessage(dst []pool.Message, i int, m *wireMessage) ([]pool.Message, e
 		return nil, badRequest("messages.%d.content: must be a string or a list of content blocks", i)
 	}
 	msg := pool.Message{Role: m.Role}
-	var text strings.Builder
+	var text textJoiner
+	media, words, results := 0, 0, 0
 	for j := range blocks {
 		b := &blocks[j]
+		if !isNull(b.CacheControl) {
+			mc.dropped.Add(dropCacheControl)
+		}
 		switch b.Type {
 		case "text":
-			if text.Len() > 0 {
-				text.WriteString("\n\n")
+			text.add(b.Text)
+			if strings.TrimSpace(b.Text) != "" {
+				words++
 			}
-			text.WriteString(b.Text)
 		case "tool_use":
 			if m.Role != "assistant" {
 				return nil, badRequest("messages.%d.content.%d: tool_use blocks belong in assistant messages", i, j)
@@ -213,29 +353,127 @@ func appendMessage(dst []pool.Message, i int, m *wireMessage) ([]pool.Message, e
 				return nil, err
 			}
 			msg.ToolCalls = append(msg.ToolCalls, call)
+			if mc.names == nil {
+				mc.names = make(map[string]string)
+			}
+			mc.names[call.ID] = call.Name
 		case "tool_result":
 			if m.Role != "user" {
 				return nil, badRequest("messages.%d.content.%d: tool_result blocks belong in user messages", i, j)
 			}
-			res, err := toolResult(b, i, j)
+			res, err := mc.toolResult(b, i, j)
 			if err != nil {
 				return nil, err
 			}
 			dst = append(dst, res)
-		case "thinking", "redacted_thinking":
-			// Earlier turns' reasoning: the workers neither produce nor read it.
-		case "image", "document", "search_result", "container_upload":
-			return nil, badRequest("messages.%d.content.%d: %s blocks are not supported; the workers are text-only", i, j, b.Type)
+			results++
 		default:
-			return nil, badRequest("messages.%d.content.%d: unsupported content block type %q", i, j, b.Type)
+			note, isMedia, err := mc.otherBlock(b, i, j)
+			if err != nil {
+				return nil, err
+			}
+			if note != "" {
+				text.add(note)
+			}
+			if isMedia {
+				media++
+			}
 		}
 	}
 	msg.Content = text.String()
+	if i == mc.current && media > 0 && words == 0 && results == 0 {
+		// Answering would mean pretending to have seen it.
+		return nil, badRequest("messages.%d: this turn is only images or documents, which the workers cannot read (they are text-only)", i)
+	}
 	if msg.Content == "" && len(msg.ToolCalls) == 0 {
 		return dst, nil // a user turn made only of tool results
 	}
 	return append(dst, msg), nil
 }
+
+// otherBlock translates the blocks that are neither text nor tools. It
+// returns the text that stands in for the block ("" when it is dropped) and
+// whether the block was media the workers cannot see.
+func (mc *messageContext) otherBlock(b *wireBlock, i, j int) (string, bool, error) {
+	switch b.Type {
+	case "thinking", "redacted_thinking":
+		// Earlier turns' reasoning: the workers neither produce nor read it.
+		mc.dropped.Add(dropThinkingBlocks)
+		return "", false, nil
+	case "image":
+		mc.dropped.Add(dropImages)
+		return imageNote, true, nil
+	case "document":
+		mc.dropped.Add(dropDocuments)
+		return documentNote, true, nil
+	case "tool_reference":
+		return mc.toolReference(b), false, nil
+	case "search_result":
+		return searchResultText(b), false, nil
+	case "server_tool_use", "web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result",
+		"bash_code_execution_tool_result", "text_editor_code_execution_tool_result", "mcp_tool_use", "mcp_tool_result",
+		"container_upload":
+		// Results of tools Anthropic's servers ran; no worker can continue them.
+		mc.dropped.Add(dropServerToolBlocks)
+		return "", false, nil
+	default:
+		return "", false, badRequest("messages.%d.content.%d: unsupported content block type %q", i, j, b.Type)
+	}
+}
+
+// Notes that stand in for media the text-only workers cannot see, so the
+// conversation reads on and the model knows something was there.
+const (
+	imageNote    = "[image omitted: the model cannot see images]"
+	documentNote = "[document omitted: the model cannot read attached documents]"
+)
+
+// toolReference marks a deferred tool as loaded (Claude Code's tool search
+// answers with tool_reference blocks) and says so in the text.
+func (mc *messageContext) toolReference(b *wireBlock) string {
+	name := b.ToolName
+	if name == "" {
+		name = b.Name
+	}
+	if name == "" {
+		return ""
+	}
+	if mc.referenced == nil {
+		mc.referenced = make(map[string]bool)
+	}
+	mc.referenced[name] = true
+	return "Tool " + name + " is now available."
+}
+
+// searchResultText flattens a search_result block to its title and text.
+func searchResultText(b *wireBlock) string {
+	var src string
+	_ = json.Unmarshal(b.Source, &src) // a source that isn't a string is left out
+	var parts []wireBlock
+	_ = json.Unmarshal(b.Content, &parts)
+	var t textJoiner
+	if b.Title != "" || src != "" {
+		t.add(strings.TrimSpace(b.Title + " " + src))
+	}
+	for _, p := range parts {
+		if p.Type == "text" {
+			t.add(p.Text)
+		}
+	}
+	return t.String()
+}
+
+// textJoiner joins text pieces with blank lines.
+type textJoiner struct{ b strings.Builder }
+
+func (t *textJoiner) add(s string) {
+	if t.b.Len() > 0 {
+		t.b.WriteString("\n\n")
+	}
+	t.b.WriteString(s)
+}
+
+func (t *textJoiner) String() string { return t.b.String() }
 
 func toolUseCall(b *wireBlock, i, j int) (pool.ToolCall, error) {
 	if b.ID == "" || b.Name == "" {
@@ -251,11 +489,11 @@ func toolUseCall(b *wireBlock, i, j int) (pool.ToolCall, error) {
 	return pool.ToolCall{ID: b.ID, Name: b.Name, Arguments: args}, nil
 }
 
-func toolResult(b *wireBlock, i, j int) (pool.Message, error) {
+func (mc *messageContext) toolResult(b *wireBlock, i, j int) (pool.Message, error) {
 	if b.ToolUseID == "" {
 		return pool.Message{}, badRequest("messages.%d.content.%d.tool_use_id: field required", i, j)
 	}
-	content, err := toolResultContent(b.Content, i, j)
+	content, err := mc.toolResultContent(b.Content, i, j)
 	if err != nil {
 		return pool.Message{}, err
 	}
@@ -263,10 +501,13 @@ func toolResult(b *wireBlock, i, j int) (pool.Message, error) {
 		// The neutral model has no error flag; say it in the text the worker reads.
 		content = "Error: " + content
 	}
-	return pool.Message{Role: pool.RoleTool, ToolCallID: b.ToolUseID, Content: content}, nil
+	return pool.Message{Role: pool.RoleTool, ToolCallID: b.ToolUseID, Name: mc.names[b.ToolUseID], Content: content}, nil
 }
 
-func toolResultContent(raw json.RawMessage, i, j int) (string, error) {
+// toolResultContent flattens a tool result's content (a string or blocks) to
+// text; an image a tool returned (Claude Code's Read of a picture) becomes a
+// note, so the model learns that the tool worked and what it can't see.
+func (mc *messageContext) toolResultContent(raw json.RawMessage, i, j int) (string, error) {
 	if isNull(raw) {
 		return "", nil
 	}
@@ -279,32 +520,66 @@ func toolResultContent(raw json.RawMessage, i, j int) (string, error) {
 	}
 	var blocks []wireBlock
 	if err := json.Unmarshal(raw, &blocks); err != nil {
-		return "", badRequest("messages.%d.content.%d.content: must be a string or a list of text blocks", i, j)
+		return "", badRequest("messages.%d.content.%d.content: must be a string or a list of content blocks", i, j)
 	}
-	parts := make([]string, 0, len(blocks))
-	for k, b := range blocks {
-		if b.Type != "text" {
-			return "", badRequest("messages.%d.content.%d.content.%d: %s blocks are not supported in tool results; the workers are text-only", i, j, k, b.Type)
+	var text textJoiner
+	for k := range blocks {
+		b := &blocks[k]
+		if b.Type == "text" {
+			text.add(b.Text)
+			continue
 		}
-		parts = append(parts, b.Text)
+		note, _, err := mc.otherBlock(b, i, j)
+		if err != nil {
+			return "", badRequest("messages.%d.content.%d.content.%d: %s blocks are not supported in tool results", i, j, k, b.Type)
+		}
+		if note != "" {
+			text.add(note)
+		}
 	}
-	return strings.Join(parts, "\n\n"), nil
+	return text.String(), nil
 }
 
-func decodeTools(in []wireTool) ([]pool.Tool, error) {
+// decodeTools returns the tools offered to the worker. Tools marked
+// defer_loading are not offered until a tool_reference block has loaded them
+// (or tool_choice names one), which is what Anthropic's tool search does;
+// server tools (web search, code execution) run on Anthropic's side and no
+// worker can run them, so they are dropped.
+func decodeTools(in []wireTool, choice *wireToolChoice, referenced map[string]bool, d *httpx.Dropped) ([]pool.Tool, error) {
 	if len(in) == 0 {
 		return nil, nil
 	}
+	forced := ""
+	if choice != nil && choice.Type == "tool" {
+		forced = choice.Name
+	}
 	out := make([]pool.Tool, 0, len(in))
-	for i, t := range in {
-		if t.Type != "" && t.Type != "custom" {
-			return nil, badRequest("tools.%d.type: server tool %q is not supported; only custom (client) tools are", i, t.Type)
-		}
+	seen := make(map[string]bool, len(in))
+	for i := range in {
+		t := &in[i]
 		if t.Name == "" {
 			return nil, badRequest("tools.%d.name: field required", i)
 		}
+		if seen[t.Name] {
+			return nil, badRequest("tools.%d.name: duplicate tool name %q", i, t.Name)
+		}
+		seen[t.Name] = true
+		if !isNull(t.CacheControl) {
+			d.Add(dropCacheControl)
+		}
+		if t.Type != "" && t.Type != "custom" {
+			if t.Name == forced {
+				return nil, badRequest("tool_choice.name: %q is a server tool (%s), which this gateway's workers cannot run", t.Name, t.Type)
+			}
+			d.Add(dropServerTools)
+			continue
+		}
 		if isNull(t.InputSchema) {
 			return nil, badRequest("tools.%d.input_schema: field required", i)
+		}
+		if t.DeferLoading && !referenced[t.Name] && t.Name != forced {
+			d.Add(dropDeferredTools)
+			continue
 		}
 		out = append(out, pool.Tool{Name: t.Name, Description: t.Description, Parameters: t.InputSchema})
 	}

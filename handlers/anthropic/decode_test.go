@@ -30,7 +30,7 @@ func FuzzDecodeMessages(f *testing.F) {
 		f.Add([]byte(s), false)
 	}
 	f.Fuzz(func(t *testing.T, body []byte, forCount bool) {
-		_, req, err := decodeMessages(body, forCount)
+		d, err := decodeMessages(body, forCount)
 		if err != nil {
 			var re *requestError
 			if !errors.As(err, &re) {
@@ -38,7 +38,7 @@ func FuzzDecodeMessages(f *testing.F) {
 			}
 			return
 		}
-		for _, m := range req.Messages {
+		for _, m := range d.chat.Messages {
 			switch m.Role {
 			case pool.RoleSystem, pool.RoleUser, pool.RoleAssistant, pool.RoleTool:
 			default:
@@ -58,7 +58,7 @@ func BenchmarkDecodeMessages(b *testing.B) {
 	body := []byte(decodeSeeds[1])
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := decodeMessages(body, false); err != nil {
+		if _, err := decodeMessages(body, false); err != nil {
 			b.Fatal(err)
 		}
 	}

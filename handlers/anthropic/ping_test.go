@@ -11,6 +11,7 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
 // pausingChatter sends one text event, goes quiet for Pause, then finishes.
@@ -70,4 +71,58 @@ func TestClientGoneStopsStream(t *testing.T) {
 			t.Errorf("a cancelled stream got a closing frame:\n%s", rec.Body.String())
 		}
 	})
+}
+
+// A request that waits for its answer to start (in the queue, or while the
+// answer is held back) opens the stream with message_start and pings, so the
+// client sees a live connection; a failure after that is an error event.
+func TestSlowStartOpensTheStreamEarly(t *testing.T) {
+	tests := []struct {
+		name  string
+		give  *pooltest.Chatter
+		want  []string // in order
+		avoid string
+	}{
+		{"answer after a wait", &pooltest.Chatter{Delay: 25 * time.Second, Events: pooltest.TextAnswer("hi")},
+			[]string{"event: message_start\n", "event: ping\n", "event: ping\n", "event: content_block_start\n", "hi", "event: message_stop\n"}, "event: error"},
+		{"overloaded after a wait", &pooltest.Chatter{Delay: 25 * time.Second, Err: &pool.OverloadedError{RetryAfter: time.Second}},
+			[]string{"event: message_start\n", "event: ping\n", "event: error\n", `"type":"overloaded_error"`}, "message_stop"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := anthropic.New(anthropic.Config{PingInterval: 10 * time.Second}, tt.give, nil)
+				rec := httptest.NewRecorder()
+				h.Messages(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
+				body := rec.Body.String()
+				if rec.Code != http.StatusOK || !inOrder(body, tt.want) || strings.Contains(body, tt.avoid) {
+					t.Errorf("got %d\n%s\nwant 200 with %q in order and no %q", rec.Code, body, tt.want, tt.avoid)
+				}
+			})
+		})
+	}
+}
+
+// A quick failure is still a JSON error with its own status.
+func TestQuickFailureIsAStatus(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := anthropic.New(anthropic.Config{PingInterval: 10 * time.Second},
+			&pooltest.Chatter{Delay: time.Second, Err: &pool.OverloadedError{RetryAfter: 2 * time.Second}}, nil)
+		rec := httptest.NewRecorder()
+		h.Messages(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
+		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "2" {
+			t.Errorf("got %d %v %s, want 429 with Retry-After 2", rec.Code, rec.Header(), rec.Body.String())
+		}
+	})
+}
+
+func inOrder(s string, parts []string) bool {
+	for _, p := range parts {
+		i := strings.Index(s, p)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(p):]
+	}
+	return true
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
 )
 
 type ctxKey int
@@ -53,4 +54,34 @@ func ReadBody(r *http.Request) ([]byte, error) {
 		return nil, ErrBodyTooLarge
 	}
 	return b, err
+}
+
+type claimKey struct{}
+
+// claim records who writes a response that two goroutines could start: the
+// handler's keep-alives and a forwarder proxying another replica's answer.
+type claim struct {
+	mu sync.Mutex
+	by string
+}
+
+// WithClaim returns ctx whose response is written by whoever claims it first.
+func WithClaim(ctx context.Context) context.Context {
+	return context.WithValue(ctx, claimKey{}, &claim{})
+}
+
+// Claim reports whether who may write the response of the request in ctx:
+// the first claimant wins, later ones must leave the response alone. Without
+// WithClaim, there is only one writer and Claim is always true.
+func Claim(ctx context.Context, who string) bool {
+	c, ok := ctx.Value(claimKey{}).(*claim)
+	if !ok {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.by == "" {
+		c.by = who
+	}
+	return c.by == who
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/pool"
 )
 
@@ -49,6 +50,55 @@ type wireRequest struct {
 	Prediction          json.RawMessage     `json:"prediction"`
 	Functions           json.RawMessage     `json:"functions"`
 	FunctionCall        json.RawMessage     `json:"function_call"`
+
+	// Sent routinely by coding agents and OpenAI-compatible servers' clients;
+	// no worker can honour them, so they are dropped visibly.
+	ReasoningEffort    json.RawMessage `json:"reasoning_effort"`
+	Reasoning          json.RawMessage `json:"reasoning"`
+	EnableThinking     json.RawMessage `json:"enable_thinking"`
+	ThinkingBudget     json.RawMessage `json:"thinking_budget"`
+	Thinking           json.RawMessage `json:"thinking"`
+	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
+	WebSearchOptions   json.RawMessage `json:"web_search_options"`
+	Verbosity          json.RawMessage `json:"verbosity"`
+}
+
+// Fields this protocol accepts but drops, as counted in
+// poolgate_request_fields_ignored_total{protocol="chat"}.
+const (
+	dropReasoning        = "reasoning"
+	dropThinking         = "thinking"
+	dropTemplateKwargs   = "chat_template_kwargs"
+	dropWebSearch        = "web_search_options"
+	dropVerbosity        = "verbosity"
+	dropReasoningContent = "messages.reasoning_content"
+	dropCacheControl     = "cache_control"
+	dropImages           = "content.image"
+	dropAudio            = "content.audio"
+	dropFiles            = "content.file"
+)
+
+// DroppedFields lists every field name the chat decoder may report as
+// dropped, so the counter can be pre-initialised.
+var DroppedFields = []string{
+	dropReasoning, dropThinking, dropTemplateKwargs, dropWebSearch, dropVerbosity,
+	dropReasoningContent, dropCacheControl, dropImages, dropAudio, dropFiles,
+}
+
+// dropTopLevel records the top-level fields a worker cannot honour.
+func (w *wireRequest) dropTopLevel(d *httpx.Dropped) {
+	for _, f := range []struct {
+		raw  json.RawMessage
+		name string
+	}{
+		{w.ReasoningEffort, dropReasoning}, {w.Reasoning, dropReasoning},
+		{w.EnableThinking, dropThinking}, {w.ThinkingBudget, dropThinking}, {w.Thinking, dropThinking},
+		{w.ChatTemplateKwargs, dropTemplateKwargs}, {w.WebSearchOptions, dropWebSearch}, {w.Verbosity, dropVerbosity},
+	} {
+		if !isNull(f.raw) {
+			d.Add(f.name)
+		}
+	}
 }
 
 type wireStreamOptions struct {
@@ -70,6 +120,9 @@ type wireMessage struct {
 	ToolCallID   string          `json:"tool_call_id"`
 	Refusal      *string         `json:"refusal"`
 	FunctionCall json.RawMessage `json:"function_call"`
+	// ReasoningContent is an earlier turn's reasoning (DeepSeek and Qwen
+	// style); the workers neither make nor read it.
+	ReasoningContent json.RawMessage `json:"reasoning_content"`
 }
 
 type wireToolCall struct {
@@ -84,9 +137,10 @@ type wireFunction struct {
 }
 
 type wirePart struct {
-	Type    string  `json:"type"`
-	Text    *string `json:"text"`
-	Refusal *string `json:"refusal"`
+	Type         string          `json:"type"`
+	Text         *string         `json:"text"`
+	Refusal      *string         `json:"refusal"`
+	CacheControl json.RawMessage `json:"cache_control"`
 }
 
 type wireTool struct {
@@ -107,10 +161,11 @@ type wireToolChoice struct {
 }
 
 // options are the request's settings that shape the response, not the
-// worker's turn.
+// worker's turn, and what decoding dropped.
 type options struct {
 	stream       bool
 	includeUsage bool
+	dropped      httpx.Dropped
 }
 
 // maxStops is OpenAI's limit on stop sequences.
@@ -126,9 +181,11 @@ func decodeRequest(body []byte) (*pool.ChatRequest, options, error) {
 	if err := w.reject(); err != nil {
 		return nil, options{}, err
 	}
+	var opt options
+	w.dropTopLevel(&opt.dropped)
 	req := &pool.ChatRequest{Model: w.Model, AffinityHint: w.User}
 	var err error
-	if req.Messages, err = decodeMessages(w.Messages); err != nil {
+	if req.Messages, err = decodeMessages(w.Messages, &opt.dropped); err != nil {
 		return nil, options{}, err
 	}
 	if req.Tools, err = decodeTools(w.Tools); err != nil {
@@ -151,7 +208,7 @@ func decodeRequest(body []byte) (*pool.ChatRequest, options, error) {
 		req.MaxTokens = *w.MaxTokens
 	}
 	req.Temperature, req.TopP = w.Temperature, w.TopP
-	opt := options{stream: w.Stream != nil && *w.Stream}
+	opt.stream = w.Stream != nil && *w.Stream
 	opt.includeUsage = opt.stream && w.StreamOptions != nil && w.StreamOptions.IncludeUsage
 	req.Stream = opt.stream
 	return req, opt, nil
@@ -222,17 +279,32 @@ func (w *wireRequest) checkRanges() error {
 	return nil
 }
 
-func decodeMessages(items []wireMessage) ([]pool.Message, error) {
+// msgDecoder is the translation of one messages list under way.
+type msgDecoder struct {
+	dropped *httpx.Dropped
+	// current is the index of the last user message, the one an answer
+	// depends on.
+	current   int
+	toolNames map[string]string // tool call id -> function name
+}
+
+func decodeMessages(items []wireMessage, dropped *httpx.Dropped) ([]pool.Message, error) {
 	if items == nil {
 		return nil, badRequest("messages", codeMissing, "is required")
 	}
 	if len(items) == 0 {
 		return nil, badRequest("messages", codeInvalidVal, "must contain at least one message")
 	}
+	d := msgDecoder{dropped: dropped, current: -1}
+	for i := len(items) - 1; i >= 0; i-- {
+		if items[i].Role == "user" {
+			d.current = i
+			break
+		}
+	}
 	msgs := make([]pool.Message, len(items))
-	var toolNames map[string]string // tool call id -> function name
 	for i := range items {
-		if err := decodeMessage(&items[i], i, &msgs[i], &toolNames); err != nil {
+		if err := d.decodeMessage(&items[i], i, &msgs[i]); err != nil {
 			return nil, err
 		}
 	}
@@ -273,7 +345,7 @@ func locate(body []byte, err error) error {
 	return err
 }
 
-func decodeMessage(wm *wireMessage, i int, m *pool.Message, toolNames *map[string]string) error {
+func (d *msgDecoder) decodeMessage(wm *wireMessage, i int, m *pool.Message) error {
 	param := "messages[" + strconv.Itoa(i) + "]"
 	switch wm.Role {
 	case "system", "developer":
@@ -293,13 +365,16 @@ func decodeMessage(wm *wireMessage, i int, m *pool.Message, toolNames *map[strin
 	if !isNull(wm.FunctionCall) {
 		return badRequest(param+".function_call", codeUnsupported, "function_call is deprecated and not supported; use tool_calls")
 	}
+	if !isNull(wm.ReasoningContent) {
+		d.dropped.Add(dropReasoningContent)
+	}
 	var err error
-	if m.Content, err = decodeContent(wm.Content, param+".content"); err != nil {
+	if m.Content, err = d.decodeContent(wm.Content, param+".content", i == d.current); err != nil {
 		return err
 	}
 	switch m.Role {
 	case pool.RoleAssistant:
-		if m.ToolCalls, err = decodeToolCalls(wm.ToolCalls, param, toolNames); err != nil {
+		if m.ToolCalls, err = decodeToolCalls(wm.ToolCalls, param, &d.toolNames); err != nil {
 			return err
 		}
 	case pool.RoleTool:
@@ -307,7 +382,7 @@ func decodeMessage(wm *wireMessage, i int, m *pool.Message, toolNames *map[strin
 			return badRequest(param+".tool_call_id", codeMissing, "is required for tool messages")
 		}
 		m.ToolCallID = wm.ToolCallID
-		m.Name = (*toolNames)[wm.ToolCallID]
+		m.Name = d.toolNames[wm.ToolCallID]
 	}
 	if isNull(wm.Content) && m.Role != pool.RoleAssistant {
 		return badRequest(param+".content", codeMissing, "is required for %s messages", wm.Role)
@@ -347,9 +422,11 @@ func decodeToolCalls(calls []wireToolCall, param string, toolNames *map[string]s
 }
 
 // decodeContent accepts a string, null, or an array of text parts (joined
-// with no separator, as OpenAI does). Other part types are media the
-// text-only workers cannot read.
-func decodeContent(raw json.RawMessage, param string) (string, error) {
+// with no separator, as OpenAI does). Media parts (images, audio, files)
+// become a short note, since the workers are text-only and the conversation
+// must read on; a current turn made only of media is a 400, since any answer
+// would pretend to have seen it.
+func (d *msgDecoder) decodeContent(raw json.RawMessage, param string, current bool) (string, error) {
 	if isNull(raw) {
 		return "", nil
 	}
@@ -363,30 +440,55 @@ func decodeContent(raw json.RawMessage, param string) (string, error) {
 	if err := unmarshal(raw, &parts, param); err != nil {
 		return "", err
 	}
-	if len(parts) == 1 && parts[0].Type == "text" && parts[0].Text != nil {
+	if len(parts) == 1 && parts[0].Type == "text" && parts[0].Text != nil && isNull(parts[0].CacheControl) {
 		return *parts[0].Text, nil
 	}
 	var b strings.Builder
+	media, words := 0, 0
 	for j, p := range parts {
 		pp := fmt.Sprintf("%s[%d]", param, j)
+		if !isNull(p.CacheControl) {
+			d.dropped.Add(dropCacheControl)
+		}
 		switch p.Type {
 		case "text":
 			if p.Text == nil {
 				return "", badRequest(pp+".text", codeMissing, "is required for text parts")
 			}
 			b.WriteString(*p.Text)
+			if strings.TrimSpace(*p.Text) != "" {
+				words++
+			}
 		case "refusal":
 			if p.Refusal != nil {
 				b.WriteString(*p.Refusal)
 			}
 		case "image_url", "input_audio", "file":
-			return "", badRequest(pp+".type", codeUnsupValue, "%s content parts are not supported: the backend is text-only", p.Type)
+			d.dropped.Add(mediaDrops[p.Type])
+			if b.Len() > 0 {
+				b.WriteString("\n\n")
+			}
+			b.WriteString(mediaNotes[p.Type])
+			media++
 		default:
 			return "", badRequest(pp+".type", codeInvalidVal, "unknown content part type %q", p.Type)
 		}
 	}
+	if current && media > 0 && words == 0 {
+		return "", badRequest(param, codeUnsupValue, "this turn is only images, audio or files, which the workers cannot read (they are text-only)")
+	}
 	return b.String(), nil
 }
+
+// Notes that stand in for media the text-only workers cannot see.
+var (
+	mediaNotes = map[string]string{
+		"image_url":   "[image omitted: the model cannot see images]",
+		"input_audio": "[audio omitted: the model cannot hear audio]",
+		"file":        "[file omitted: the model cannot read attached files]",
+	}
+	mediaDrops = map[string]string{"image_url": dropImages, "input_audio": dropAudio, "file": dropFiles}
+)
 
 func decodeTools(tools []wireTool) ([]pool.Tool, error) {
 	if len(tools) == 0 {

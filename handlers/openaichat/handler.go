@@ -47,7 +47,13 @@ type Config struct {
 	// WriteTimeout bounds each write and flush of a stream, so a client that
 	// stops reading cannot hold the worker. Default 30s.
 	WriteTimeout time.Duration
+	// CountDropped counts request fields that were accepted but dropped
+	// (nil: not counted).
+	CountDropped httpx.FieldCounter
 }
+
+// protocol is this package's label in metrics and logs.
+const protocol = "chat"
 
 // Handler serves chat completions. It is safe for concurrent use.
 type Handler struct {
@@ -101,22 +107,43 @@ func (h *Handler) Completions(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	opt.dropped.Report(r.Context(), h.log, h.cfg.CountDropped, protocol)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel() // ends the worker call if we stop reading early
 	req.RequestID = httpx.RequestID(ctx)
 	req.APIKey = httpx.APIKey(ctx)
 
+	id, created := h.newID("chatcmpl-"), h.now().Unix()
+	if opt.stream {
+		st := &streamState{sse: httpx.NewSSE(w), enc: newStreamEncoder(id, req.Model, created, opt.includeUsage)}
+		st.sse.WriteTimeout = h.cfg.WriteTimeout
+		// A wait for the answer to start (in the queue, or while it is
+		// held back until it is clear it is not a tool call) sends comments,
+		// which commit the stream: a failure after one is an error chunk.
+		events, err := httpx.Await(h.cfg.KeepAlive, cancel,
+			func() (<-chan pool.Event, error) { return h.chat.Chat(ctx, req) },
+			func() error {
+				if !httpx.Claim(ctx, httpx.Local) {
+					return nil // another replica is answering
+				}
+				return st.sse.Comment("keep-alive")
+			})
+		switch {
+		case errors.Is(err, pool.ErrForwarded):
+			return // another replica answered
+		case err != nil:
+			_, _ = h.streamEvent(w, r, st, pool.Event{Type: pool.EventError, Err: err})
+			return
+		}
+		h.stream(ctx, w, r, events, st)
+		return
+	}
 	events, err := h.chat.Chat(ctx, req)
 	if errors.Is(err, pool.ErrForwarded) {
 		return // another replica answered
 	}
 	if err != nil {
 		h.fail(w, r, err)
-		return
-	}
-	id, created := h.newID("chatcmpl-"), h.now().Unix()
-	if opt.stream {
-		h.stream(ctx, w, r, events, newStreamEncoder(id, req.Model, created, opt.includeUsage))
 		return
 	}
 	h.collect(ctx, w, r, events, &completion{ID: id, Object: "chat.completion", Created: created, Model: req.Model})
@@ -218,10 +245,8 @@ type streamState struct {
 	begun  bool // the role chunk was sent
 }
 
-// stream relays events as chat.completion.chunk frames (STYLE 14-16).
-func (h *Handler) stream(ctx context.Context, w http.ResponseWriter, r *http.Request, events <-chan pool.Event, enc *streamEncoder) {
-	st := &streamState{sse: httpx.NewSSE(w), enc: enc}
-	st.sse.WriteTimeout = h.cfg.WriteTimeout
+// stream relays events as chat.completion.chunk frames.
+func (h *Handler) stream(ctx context.Context, w http.ResponseWriter, r *http.Request, events <-chan pool.Event, st *streamState) {
 	var tick <-chan time.Time
 	var timer *time.Timer
 	if h.cfg.KeepAlive > 0 {

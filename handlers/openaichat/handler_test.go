@@ -308,3 +308,45 @@ func TestDeadline(t *testing.T) {
 		})
 	}
 }
+
+// A request that waits for its answer to start gets keep-alive comments,
+// which commit the stream: a failure after one is an error chunk; a quick
+// failure is still a JSON status.
+func TestSlowStartKeepsAlive(t *testing.T) {
+	tests := []struct {
+		name       string
+		give       *pooltest.Chatter
+		wantStatus int
+		want       []string // in order
+		avoid      string
+	}{
+		{"answer after a wait", &pooltest.Chatter{Delay: 35 * time.Second, Events: pooltest.TextAnswer("late")}, 200,
+			[]string{": keep-alive\n\n", ": keep-alive\n\n", `"content":"late"`, "data: [DONE]\n\n"}, "error"},
+		{"overloaded after a wait", &pooltest.Chatter{Delay: 35 * time.Second, Err: &pool.OverloadedError{RetryAfter: time.Second}}, 200,
+			[]string{": keep-alive\n\n", `data: {"error":`, "rate_limit_error"}, "[DONE]"},
+		{"overloaded at once", &pooltest.Chatter{Err: &pool.OverloadedError{RetryAfter: time.Second}}, 429,
+			[]string{`{"error":`}, "keep-alive"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := serve(newTestHandler(t, tt.give, Config{KeepAlive: 15 * time.Second}), streamBody)
+				body := rec.Body.String()
+				if rec.Code != tt.wantStatus || !inOrder(body, tt.want) || strings.Contains(body, tt.avoid) {
+					t.Errorf("got %d\n%s\nwant %d with %q in order and no %q", rec.Code, body, tt.wantStatus, tt.want, tt.avoid)
+				}
+			})
+		})
+	}
+}
+
+func inOrder(s string, parts []string) bool {
+	for _, p := range parts {
+		i := strings.Index(s, p)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(p):]
+	}
+	return true
+}

@@ -6,13 +6,15 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/pool"
 )
 
 // createRequest is the wire body of POST /v1/responses. Harmless fields
-// (user, parallel_tool_calls, service_tier, truncation, reasoning,
-// stream_options, safety_identifier) are accepted; the ones that would change
-// the answer and can't be honoured are decoded only to be rejected.
+// (user, parallel_tool_calls, truncation, stream_options, safety_identifier,
+// client_metadata) are accepted; fields that would change the answer and
+// can't be honoured are decoded only to be rejected, or, when coding agents
+// send them on every turn, dropped visibly (see droppable).
 type createRequest struct {
 	Model              string            `json:"model"`
 	Input              json.RawMessage   `json:"input"`
@@ -38,12 +40,16 @@ type createRequest struct {
 	Prompt       json.RawMessage `json:"prompt"`
 	TopLogprobs  *int            `json:"top_logprobs"`
 	MaxToolCalls *int            `json:"max_tool_calls"`
+
+	Reasoning   json.RawMessage `json:"reasoning"`
+	ServiceTier json.RawMessage `json:"service_tier"`
 }
 
 type textOptions struct {
 	Format *struct {
 		Type string `json:"type"`
 	} `json:"format"`
+	Verbosity json.RawMessage `json:"verbosity"`
 }
 
 // inputItem is any item of a list input; Type (or Role, for the short
@@ -55,7 +61,9 @@ type inputItem struct {
 	ID        string          `json:"id"`
 	CallID    string          `json:"call_id"`
 	Name      string          `json:"name"`
+	Namespace string          `json:"namespace"`
 	Arguments string          `json:"arguments"`
+	Input     *string         `json:"input"`
 	Output    json.RawMessage `json:"output"`
 }
 
@@ -64,20 +72,38 @@ type contentPart struct {
 	Text string `json:"text"`
 }
 
-type functionTool struct {
-	Type        string          `json:"type"`
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	Parameters  json.RawMessage `json:"parameters"`
+// Fields this protocol accepts but drops, as counted in
+// poolgate_request_fields_ignored_total{protocol="responses"}.
+const (
+	dropReasoning      = "reasoning"
+	dropInclude        = "include"
+	dropServiceTier    = "service_tier"
+	dropVerbosity      = "text.verbosity"
+	dropHostedTools    = "tools.hosted"
+	dropReasoningItems = "input.reasoning"
+	dropCompaction     = "input.compaction"
+	dropHostedCalls    = "input.hosted_tool_call"
+	dropImages         = "content.image"
+	dropFiles          = "content.file"
+)
+
+// DroppedFields lists every field name the Responses decoder may report as
+// dropped, so the counter can be pre-initialised.
+var DroppedFields = []string{
+	dropReasoning, dropInclude, dropServiceTier, dropVerbosity, dropHostedTools,
+	dropReasoningItems, dropCompaction, dropHostedCalls, dropImages, dropFiles,
 }
 
 // decoded is a validated create request: the neutral request without the
-// stored history, and this turn's input as neutral messages and as items.
+// stored history, this turn's input as neutral messages and as items, the
+// map back to the client's tool names, and what was dropped.
 type decoded struct {
-	wire  createRequest
-	chat  pool.ChatRequest
-	input []pool.Message
-	items []item
+	wire    createRequest
+	chat    pool.ChatRequest
+	input   []pool.Message
+	items   []item
+	refs    toolRefs
+	dropped httpx.Dropped
 }
 
 // decodeCreate parses and validates a create body.
@@ -91,14 +117,20 @@ func decodeCreate(body []byte) (*decoded, error) {
 		}
 		return nil, badParam("", "invalid JSON body: "+err.Error())
 	}
-	if err := in.validate(); err != nil {
+	if err := in.validate(&d.dropped); err != nil {
 		return nil, err
 	}
 	var err error
-	if d.input, d.items, err = decodeInput(in.Input); err != nil {
+	c := &d.chat
+	if c.Tools, d.refs, err = decodeTools(in.Tools, forcedTool(in.ToolChoice), &d.dropped); err != nil {
 		return nil, err
 	}
-	c := &d.chat
+	if c.ToolChoice, err = decodeToolChoice(in.ToolChoice, c.Tools); err != nil {
+		return nil, err
+	}
+	if d.input, d.items, err = d.decodeInput(in.Input); err != nil {
+		return nil, err
+	}
 	c.Model, c.Temperature, c.TopP, c.Stream = in.Model, in.Temperature, in.TopP, in.Stream
 	if in.MaxOutputTokens != nil {
 		c.MaxTokens = *in.MaxOutputTokens
@@ -107,16 +139,10 @@ func decodeCreate(body []byte) (*decoded, error) {
 	if c.AffinityHint == "" {
 		c.AffinityHint = in.User
 	}
-	if c.Tools, err = decodeTools(in.Tools); err != nil {
-		return nil, err
-	}
-	if c.ToolChoice, err = decodeToolChoice(in.ToolChoice, c.Tools); err != nil {
-		return nil, err
-	}
 	return d, nil
 }
 
-func (in *createRequest) validate() error {
+func (in *createRequest) validate(d *httpx.Dropped) error {
 	switch {
 	case in.Model == "" && in.PreviousResponseID == "":
 		return badParam("model", "model: field required")
@@ -144,11 +170,23 @@ func (in *createRequest) validate() error {
 		return badParam("text.format", fmt.Sprintf("text.format type %q is not supported; the workers cannot enforce structured output", in.Text.Format.Type))
 	}
 	for _, inc := range in.Include {
-		// Encrypted reasoning is a no-op (the workers produce no reasoning
-		// items); Codex asks for it on every turn.
-		if inc != "reasoning.encrypted_content" {
-			return badParam("include", fmt.Sprintf("include value %q is not supported by this gateway", inc))
+		// Logprobs would be silently missing; everything else asks for
+		// reasoning or hosted-tool details this gateway never produces.
+		if strings.Contains(inc, "logprobs") {
+			return badParam("include", fmt.Sprintf("include value %q is not supported: logprobs are not available", inc))
 		}
+	}
+	if len(in.Include) > 0 {
+		d.Add(dropInclude)
+	}
+	if !isNull(in.Reasoning) {
+		d.Add(dropReasoning)
+	}
+	if !isNull(in.ServiceTier) {
+		d.Add(dropServiceTier)
+	}
+	if in.Text != nil && !isNull(in.Text.Verbosity) {
+		d.Add(dropVerbosity)
 	}
 	return validateMetadata(in.Metadata)
 }
@@ -167,7 +205,7 @@ func validateMetadata(m map[string]string) error {
 
 // decodeInput turns a string or item-list input into neutral messages and
 // the items input_items lists.
-func decodeInput(raw json.RawMessage) ([]pool.Message, []item, error) {
+func (d *decoded) decodeInput(raw json.RawMessage) ([]pool.Message, []item, error) {
 	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
@@ -183,59 +221,100 @@ func decodeInput(raw json.RawMessage) ([]pool.Message, []item, error) {
 	if len(list) == 0 {
 		return nil, nil, badParam("input", "input must not be empty")
 	}
-	msgs := make([]pool.Message, 0, len(list))
-	items := make([]item, 0, len(list))
+	ic := inputContext{decoded: d, current: currentTurn(list),
+		msgs: make([]pool.Message, 0, len(list)), items: make([]item, 0, len(list))}
 	for i := range list {
-		var err error
-		if msgs, items, err = appendItem(msgs, items, i, &list[i]); err != nil {
+		if err := ic.add(i, &list[i]); err != nil {
 			return nil, nil, err
 		}
 	}
-	return msgs, items, nil
+	return ic.msgs, ic.items, nil
 }
 
-func appendItem(msgs []pool.Message, items []item, i int, it *inputItem) ([]pool.Message, []item, error) {
+// currentTurn is the index of the last user message item, the one an answer
+// depends on; -1 when there is none (the input answers tool calls).
+func currentTurn(list []inputItem) int {
+	for i := len(list) - 1; i >= 0; i-- {
+		if it := &list[i]; (it.Type == "message" || it.Type == "") && it.Role == "user" {
+			return i
+		}
+	}
+	return -1
+}
+
+// inputContext is the translation of one input list under way.
+type inputContext struct {
+	*decoded
+	current int
+	msgs    []pool.Message
+	items   []item
+}
+
+// addCall appends a call to the assistant turn it belongs to: calls right
+// after an assistant message (or each other) are that one turn.
+func (ic *inputContext) addCall(call pool.ToolCall) {
+	if n := len(ic.msgs); n > 0 && ic.msgs[n-1].Role == pool.RoleAssistant {
+		ic.msgs[n-1].ToolCalls = append(ic.msgs[n-1].ToolCalls, call)
+		return
+	}
+	ic.msgs = append(ic.msgs, pool.Message{Role: pool.RoleAssistant, ToolCalls: []pool.ToolCall{call}})
+}
+
+func (ic *inputContext) add(i int, it *inputItem) error {
 	param := fmt.Sprintf("input[%d]", i)
 	switch it.Type {
 	case "message", "":
-		role, parts, err := messageParts(param, it)
+		role, parts, err := ic.messageParts(param, it, i == ic.current)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
-		msgs = append(msgs, pool.Message{Role: role, Content: strings.Join(parts, "\n\n")})
-		return msgs, append(items, item{ID: idOr(it.ID, "msg_"), Type: "message", Status: "completed", Role: it.Role, Parts: parts}), nil
+		ic.msgs = append(ic.msgs, pool.Message{Role: role, Content: strings.Join(parts, "\n\n")})
+		ic.items = append(ic.items, item{ID: idOr(it.ID, "msg_"), Type: "message", Status: "completed", Role: it.Role, Parts: parts})
 	case "function_call":
 		if it.CallID == "" || it.Name == "" {
-			return nil, nil, badParam(param, param+": function_call needs call_id and name")
+			return badParam(param, param+": function_call needs call_id and name")
 		}
-		call := pool.ToolCall{ID: it.CallID, Name: it.Name, Arguments: it.Arguments}
-		// Calls right after an assistant message (or each other) belong to
-		// that one assistant turn.
-		if n := len(msgs); n > 0 && msgs[n-1].Role == pool.RoleAssistant {
-			msgs[n-1].ToolCalls = append(msgs[n-1].ToolCalls, call)
-		} else {
-			msgs = append(msgs, pool.Message{Role: pool.RoleAssistant, ToolCalls: []pool.ToolCall{call}})
+		ic.addCall(pool.ToolCall{ID: it.CallID, Name: flatName(it.Namespace, it.Name), Arguments: it.Arguments})
+		ic.items = append(ic.items, item{ID: idOr(it.ID, "fc_"), Type: "function_call", Status: "completed",
+			CallID: it.CallID, Name: it.Name, Namespace: it.Namespace, Arguments: it.Arguments})
+	case "custom_tool_call":
+		if it.CallID == "" || it.Name == "" || it.Input == nil {
+			return badParam(param, param+": custom_tool_call needs call_id, name and input")
 		}
-		return msgs, append(items, item{ID: idOr(it.ID, "fc_"), Type: "function_call", Status: "completed",
-			CallID: it.CallID, Name: it.Name, Arguments: it.Arguments}), nil
-	case "function_call_output":
-		out, err := callOutput(param, it)
+		ic.addCall(pool.ToolCall{ID: it.CallID, Name: flatName(it.Namespace, it.Name), Arguments: customArguments(*it.Input)})
+		ic.items = append(ic.items, item{ID: idOr(it.ID, "ctc_"), Type: "custom_tool_call", Status: "completed",
+			CallID: it.CallID, Name: it.Name, Namespace: it.Namespace, Input: *it.Input})
+	case "function_call_output", "custom_tool_call_output":
+		out, err := ic.callOutput(param, it)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
-		msgs = append(msgs, pool.Message{Role: pool.RoleTool, ToolCallID: it.CallID, Content: out})
-		return msgs, append(items, item{ID: idOr(it.ID, "fco_"), Type: "function_call_output", Status: "completed",
-			CallID: it.CallID, Output: out}), nil
+		ic.msgs = append(ic.msgs, pool.Message{Role: pool.RoleTool, ToolCallID: it.CallID, Content: out})
+		ic.items = append(ic.items, item{ID: idOr(it.ID, "fco_"), Type: it.Type, Status: "completed",
+			CallID: it.CallID, Output: out})
 	case "reasoning":
 		// Reasoning from another server: the workers neither make nor read it.
-		return msgs, items, nil
+		ic.dropped.Add(dropReasoningItems)
+	case "compaction", "compaction_summary":
+		// An encrypted summary only OpenAI's servers can read.
+		ic.dropped.Add(dropCompaction)
+	case "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
+		"computer_call", "computer_call_output", "local_shell_call", "local_shell_call_output",
+		"tool_search_call", "tool_search_output", "mcp_call", "mcp_list_tools",
+		"mcp_approval_request", "mcp_approval_response":
+		// Calls of tools the client's earlier provider ran on its side.
+		ic.dropped.Add(dropHostedCalls)
 	default:
-		return nil, nil, badParam(param, fmt.Sprintf("%s: input item type %q is not supported by this gateway", param, it.Type))
+		return badParam(param, fmt.Sprintf("%s: input item type %q is not supported by this gateway", param, it.Type))
 	}
+	return nil
 }
 
-// messageParts validates a message item and returns its neutral role and text parts.
-func messageParts(param string, it *inputItem) (string, []string, error) {
+// messageParts validates a message item and returns its neutral role and
+// text parts. Images and files become a note (the workers are text-only), so
+// the conversation reads on; a current turn that is nothing but media is a
+// 400, since any answer would pretend to have seen it.
+func (ic *inputContext) messageParts(param string, it *inputItem, current bool) (string, []string, error) {
 	var role string
 	switch it.Role {
 	case "user":
@@ -262,20 +341,42 @@ func messageParts(param string, it *inputItem) (string, []string, error) {
 		return "", nil, badParam(param+".content", param+".content must be a string or a list of parts")
 	}
 	texts := make([]string, 0, len(parts))
+	media, words := 0, 0
 	for j, p := range parts {
 		switch p.Type {
-		case "input_text", "output_text", "refusal", "text":
+		case "input_text", "output_text", "refusal", "text", "summary_text":
 			texts = append(texts, p.Text)
+			if strings.TrimSpace(p.Text) != "" {
+				words++
+			}
+		case "input_image":
+			ic.dropped.Add(dropImages)
+			texts = append(texts, imageNote)
+			media++
+		case "input_file":
+			ic.dropped.Add(dropFiles)
+			texts = append(texts, fileNote)
+			media++
 		default:
 			pp := fmt.Sprintf("%s.content[%d]", param, j)
 			return "", nil, badParam(pp, fmt.Sprintf("%s: %s parts are not supported; the workers are text-only", pp, p.Type))
 		}
 	}
+	if current && media > 0 && words == 0 {
+		return "", nil, badParam(param+".content", param+": this turn is only images or files, which the workers cannot read (they are text-only)")
+	}
 	return role, texts, nil
 }
 
-// callOutput returns a function_call_output's output, a string or text parts.
-func callOutput(param string, it *inputItem) (string, error) {
+// Notes that stand in for media the text-only workers cannot see.
+const (
+	imageNote = "[image omitted: the model cannot see images]"
+	fileNote  = "[file omitted: the model cannot read attached files]"
+)
+
+// callOutput returns a tool output: a string, or parts whose text counts
+// (an image a tool returned becomes a note).
+func (ic *inputContext) callOutput(param string, it *inputItem) (string, error) {
 	if it.CallID == "" {
 		return "", badParam(param+".call_id", param+".call_id: field required")
 	}
@@ -296,10 +397,18 @@ func callOutput(param string, it *inputItem) (string, error) {
 	}
 	texts := make([]string, 0, len(parts))
 	for _, p := range parts {
-		if p.Type != "input_text" && p.Type != "output_text" {
+		switch p.Type {
+		case "input_text", "output_text", "text":
+			texts = append(texts, p.Text)
+		case "input_image":
+			ic.dropped.Add(dropImages)
+			texts = append(texts, imageNote)
+		case "input_file":
+			ic.dropped.Add(dropFiles)
+			texts = append(texts, fileNote)
+		default:
 			return "", badParam(param+".output", fmt.Sprintf("%s.output: %s parts are not supported; the workers are text-only", param, p.Type))
 		}
-		texts = append(texts, p.Text)
 	}
 	return strings.Join(texts, "\n\n"), nil
 }
@@ -307,56 +416,56 @@ func callOutput(param string, it *inputItem) (string, error) {
 // nameToolResults fills the tool name of each result in input from the call
 // it answers, found in input or in the stored history before it; workers
 // that render results by name need it, and function_call_output omits it.
+// One pass over both, with a map: a transcript may hold thousands of calls.
 func nameToolResults(history, input []pool.Message) {
-	for i := range input {
-		if input[i].Role != pool.RoleTool || input[i].Name != "" {
-			continue
-		}
-		if name := callName(input[:i], input[i].ToolCallID); name != "" {
-			input[i].Name = name
-		} else {
-			input[i].Name = callName(history, input[i].ToolCallID)
-		}
-	}
-}
-
-func callName(msgs []pool.Message, callID string) string {
-	for i := len(msgs) - 1; i >= 0; i-- {
-		for _, tc := range msgs[i].ToolCalls {
-			if tc.ID == callID {
-				return tc.Name
+	var names map[string]string
+	note := func(msgs []pool.Message) {
+		for i := range msgs {
+			for _, tc := range msgs[i].ToolCalls {
+				if names == nil {
+					names = make(map[string]string)
+				}
+				names[tc.ID] = tc.Name
 			}
 		}
 	}
-	return ""
+	note(history)
+	for i := range input {
+		m := &input[i]
+		switch {
+		case len(m.ToolCalls) > 0:
+			note(input[i : i+1])
+		case m.Role == pool.RoleTool && m.Name == "":
+			m.Name = names[m.ToolCallID]
+		}
+	}
 }
 
-func decodeTools(raw []json.RawMessage) ([]pool.Tool, error) {
-	if len(raw) == 0 {
-		return nil, nil
+// wireToolChoice is the object form of tool_choice.
+type wireToolChoice struct {
+	Type      string `json:"type"`
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+}
+
+// forcedTool returns what a tool_choice object forces: a tool's name, or a
+// hosted tool's type; "" for the string forms.
+func forcedTool(raw json.RawMessage) string {
+	var tc wireToolChoice
+	if isNull(raw) || raw[0] != '{' || json.Unmarshal(raw, &tc) != nil {
+		return ""
 	}
-	out := make([]pool.Tool, 0, len(raw))
-	for i, r := range raw {
-		param := fmt.Sprintf("tools[%d]", i)
-		var t functionTool
-		if err := json.Unmarshal(r, &t); err != nil {
-			return nil, badParam(param, param+" must be a tool object")
-		}
-		if t.Type != "function" {
-			return nil, badParam(param+".type", fmt.Sprintf("%s: tool type %q is not supported; only function tools are", param, t.Type))
-		}
-		if t.Name == "" {
-			return nil, badParam(param+".name", param+".name: field required")
-		}
-		out = append(out, pool.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+	if tc.Type == "function" || tc.Type == "custom" {
+		return flatName(tc.Namespace, tc.Name)
 	}
-	return out, nil
+	return tc.Type
 }
 
 func decodeToolChoice(raw json.RawMessage, tools []pool.Tool) (pool.ToolChoice, error) {
 	if isNull(raw) {
 		return pool.ToolChoice{}, nil
 	}
+	var choice pool.ToolChoice
 	if raw[0] == '"' {
 		var s string
 		_ = json.Unmarshal(raw, &s)
@@ -366,23 +475,36 @@ func decodeToolChoice(raw json.RawMessage, tools []pool.Tool) (pool.ToolChoice, 
 		case "none":
 			return pool.ToolChoice{Mode: pool.ToolNone}, nil
 		case "required":
-			return pool.ToolChoice{Mode: pool.ToolRequired}, nil
+			choice = pool.ToolChoice{Mode: pool.ToolRequired}
+		default:
+			return pool.ToolChoice{}, badParam("tool_choice", fmt.Sprintf("tool_choice %q must be auto, none, required or a function", s))
 		}
-		return pool.ToolChoice{}, badParam("tool_choice", fmt.Sprintf("tool_choice %q must be auto, none, required or a function", s))
+	} else {
+		var tc wireToolChoice
+		if err := json.Unmarshal(raw, &tc); err != nil {
+			return pool.ToolChoice{}, badParam("tool_choice", "tool_choice must be a string or an object")
+		}
+		if tc.Type != "function" && tc.Type != "custom" {
+			return pool.ToolChoice{}, badParam("tool_choice", fmt.Sprintf("tool_choice type %q is not supported; use auto, none, required, a function or a custom tool", tc.Type))
+		}
+		choice = pool.ToolChoice{Mode: pool.ToolNamed, Name: flatName(tc.Namespace, tc.Name)}
 	}
-	var tc struct{ Type, Name string }
-	if err := json.Unmarshal(raw, &tc); err != nil {
-		return pool.ToolChoice{}, badParam("tool_choice", "tool_choice must be a string or an object")
+	if len(tools) == 0 {
+		return pool.ToolChoice{}, badParam("tool_choice", "tool_choice requires tools")
 	}
-	if tc.Type != "function" {
-		return pool.ToolChoice{}, badParam("tool_choice", fmt.Sprintf("tool_choice type %q is not supported; use auto, none, required or a function", tc.Type))
+	if choice.Mode == pool.ToolNamed && !hasTool(tools, choice.Name) {
+		return pool.ToolChoice{}, badParam("tool_choice", fmt.Sprintf("tool_choice names tool %q, which is not in tools", choice.Name))
 	}
+	return choice, nil
+}
+
+func hasTool(tools []pool.Tool, name string) bool {
 	for _, t := range tools {
-		if t.Name == tc.Name {
-			return pool.ToolChoice{Mode: pool.ToolNamed, Name: tc.Name}, nil
+		if t.Name == name {
+			return true
 		}
 	}
-	return pool.ToolChoice{}, badParam("tool_choice", fmt.Sprintf("tool_choice names function %q, which is not in tools", tc.Name))
+	return false
 }
 
 func isNull(raw json.RawMessage) bool {

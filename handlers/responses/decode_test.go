@@ -71,7 +71,7 @@ func (w *nopWriter) Event(_ string, data []byte) error {
 
 // BenchmarkEncodeTextDelta is the per-event cost of a streamed text delta.
 func BenchmarkEncodeTextDelta(b *testing.B) {
-	enc := newStreamEncoder(&nopWriter{}, &responseObject{ID: "resp_x", Output: []wireItem{}})
+	enc := newStreamEncoder(&nopWriter{}, &responseObject{ID: "resp_x", Output: []wireItem{}}, nil)
 	if err := enc.text("warm up"); err != nil {
 		b.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func BenchmarkEncodeTextDelta(b *testing.B) {
 }
 
 func BenchmarkEncodeToolCall(b *testing.B) {
-	enc := newStreamEncoder(&nopWriter{}, &responseObject{ID: "resp_x", Output: []wireItem{}})
+	enc := newStreamEncoder(&nopWriter{}, &responseObject{ID: "resp_x", Output: []wireItem{}}, nil)
 	tc := pool.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -12,6 +12,7 @@ import (
 	rsp "github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/handlers/responses/responsestest"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
 // pausingChatter sends one text event, goes quiet for Pause, then finishes.
@@ -69,4 +70,46 @@ func TestDeadlineMidStreamEndsWithFailed(t *testing.T) {
 			t.Errorf("saves = %d, want 1 (saved despite the ended request)", store.Saves())
 		}
 	})
+}
+
+// A request that waits for its answer to start opens the stream with
+// response.created and keeps it alive; a failure after that is
+// response.failed, while a quick failure is still a JSON status.
+func TestSlowStartOpensTheStreamEarly(t *testing.T) {
+	tests := []struct {
+		name       string
+		give       *pooltest.Chatter
+		wantStatus int
+		want       []string // in order
+	}{
+		{"answer after a wait", &pooltest.Chatter{Delay: 25 * time.Second, Events: pooltest.TextAnswer("hi")}, 200,
+			[]string{"event: response.created\n", "event: response.in_progress\n", ": keep-alive\n", "hi", "event: response.completed\n"}},
+		{"overloaded after a wait", &pooltest.Chatter{Delay: 25 * time.Second, Err: &pool.OverloadedError{RetryAfter: time.Second}}, 200,
+			[]string{"event: response.created\n", ": keep-alive\n", "event: response.failed\n"}},
+		{"overloaded at once", &pooltest.Chatter{Err: &pool.OverloadedError{RetryAfter: time.Second}}, 429,
+			[]string{`"type":"rate_limit_error"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := rsp.New(rsp.Config{KeepAlive: 10 * time.Second}, tt.give, &responsestest.Store{}, nil)
+				rec := httptest.NewRecorder()
+				h.Create(rec, httptest.NewRequest(http.MethodPost, "/v1/responses", strings.NewReader(`{"model":"m","input":"hi","stream":true}`)))
+				if body := rec.Body.String(); rec.Code != tt.wantStatus || !inOrder(body, tt.want) {
+					t.Errorf("got %d\n%s\nwant %d with %q in order", rec.Code, body, tt.wantStatus, tt.want)
+				}
+			})
+		})
+	}
+}
+
+func inOrder(s string, parts []string) bool {
+	for _, p := range parts {
+		i := strings.Index(s, p)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(p):]
+	}
+	return true
 }

@@ -14,14 +14,18 @@ import (
 // item is one input or output item. Its JSON tags are the compact form kept
 // in the store; wire renders it the way the Responses API shows it.
 type item struct {
-	ID        string   `json:"id"`
-	Type      string   `json:"type"` // message, function_call, function_call_output
+	ID string `json:"id"`
+	// Type is message, function_call, function_call_output,
+	// custom_tool_call or custom_tool_call_output.
+	Type      string   `json:"type"`
 	Status    string   `json:"status,omitempty"`
 	Role      string   `json:"role,omitempty"`
 	Parts     []string `json:"parts,omitempty"`
 	CallID    string   `json:"call_id,omitempty"`
 	Name      string   `json:"name,omitempty"`
+	Namespace string   `json:"namespace,omitempty"`
 	Arguments string   `json:"arguments,omitempty"`
+	Input     string   `json:"input,omitempty"`
 	Output    string   `json:"output,omitempty"`
 }
 
@@ -55,14 +59,23 @@ func (it *item) wire(b []byte) []byte {
 			b = appendPart(b, it.Role, p)
 		}
 		b = append(b, ']')
-	case "function_call":
+	case "function_call", "custom_tool_call":
 		b = append(b, `,"call_id":`...)
 		b = jsonx.AppendString(b, it.CallID)
+		if it.Namespace != "" {
+			b = append(b, `,"namespace":`...)
+			b = jsonx.AppendString(b, it.Namespace)
+		}
 		b = append(b, `,"name":`...)
 		b = jsonx.AppendString(b, it.Name)
+		if it.Type == "custom_tool_call" {
+			b = append(b, `,"input":`...)
+			b = jsonx.AppendString(b, it.Input)
+			break
+		}
 		b = append(b, `,"arguments":`...)
 		b = jsonx.AppendString(b, it.Arguments)
-	case "function_call_output":
+	case "function_call_output", "custom_tool_call_output":
 		b = append(b, `,"call_id":`...)
 		b = jsonx.AppendString(b, it.CallID)
 		b = append(b, `,"output":`...)
@@ -206,6 +219,7 @@ func newResponse(d *decoded, model, prev string, now int64) *responseObject {
 // is not yet in resp.Output; its output index is len(resp.Output).
 type builder struct {
 	resp    *responseObject
+	refs    toolRefs
 	msgID   string
 	msgOpen bool
 	text    []byte
@@ -226,17 +240,25 @@ func (b *builder) closeMessage(status string) *item {
 	return (*item)(&b.resp.Output[len(b.resp.Output)-1])
 }
 
+// addCall appends the item of a worker's call, in the client's terms: a
+// namespaced function carries its namespace, a custom tool's call is a
+// custom_tool_call with its free-form input.
 func (b *builder) addCall(tc *pool.ToolCall) *item {
 	callID := tc.ID
 	if callID == "" {
 		callID = newID("call_")
 	}
-	args := tc.Arguments
-	if args == "" {
-		args = "{}"
+	ref, input := b.refs.call(tc)
+	it := wireItem{Status: "completed", CallID: callID, Name: ref.name, Namespace: ref.namespace}
+	if ref.custom {
+		it.ID, it.Type, it.Input = newID("ctc_"), "custom_tool_call", input
+	} else {
+		it.ID, it.Type, it.Arguments = newID("fc_"), "function_call", tc.Arguments
+		if it.Arguments == "" {
+			it.Arguments = "{}"
+		}
 	}
-	b.resp.Output = append(b.resp.Output, wireItem{ID: newID("fc_"), Type: "function_call", Status: "completed",
-		CallID: callID, Name: tc.Name, Arguments: args})
+	b.resp.Output = append(b.resp.Output, it)
 	return (*item)(&b.resp.Output[len(b.resp.Output)-1])
 }
 
@@ -268,7 +290,9 @@ func (b *builder) answer() pool.Message {
 		case "message":
 			m.Content += strings.Join(it.Parts, "")
 		case "function_call":
-			m.ToolCalls = append(m.ToolCalls, pool.ToolCall{ID: it.CallID, Name: it.Name, Arguments: it.Arguments})
+			m.ToolCalls = append(m.ToolCalls, pool.ToolCall{ID: it.CallID, Name: flatName(it.Namespace, it.Name), Arguments: it.Arguments})
+		case "custom_tool_call":
+			m.ToolCalls = append(m.ToolCalls, pool.ToolCall{ID: it.CallID, Name: flatName(it.Namespace, it.Name), Arguments: customArguments(it.Input)})
 		}
 	}
 	return m

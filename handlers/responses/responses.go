@@ -46,7 +46,13 @@ type Config struct {
 	// KeepAlive is how long a started stream may stay silent before an SSE
 	// comment keeps proxies from cutting it. Default 15s; negative disables.
 	KeepAlive time.Duration
+	// CountDropped counts request fields that were accepted but dropped
+	// (nil: not counted).
+	CountDropped httpx.FieldCounter
 }
+
+// protocol is this package's label in metrics and logs.
+const protocol = "responses"
 
 // Handler serves the Responses API. It is safe for concurrent use.
 type Handler struct {
@@ -86,16 +92,16 @@ func (h *Handler) Create(w http.ResponseWriter, r *http.Request) {
 		h.failBeforeStart(ctx, w, err)
 		return
 	}
+	if t.d.chat.Stream {
+		h.stream(ctx, cancel, w, t)
+		return
+	}
 	events, err := h.chat.Chat(ctx, &t.d.chat)
 	if errors.Is(err, pool.ErrForwarded) {
 		return // another replica answered
 	}
 	if err != nil {
 		h.failBeforeStart(ctx, w, err)
-		return
-	}
-	if t.d.chat.Stream {
-		h.stream(ctx, w, t, events)
 		return
 	}
 	h.reply(ctx, w, t, events)
@@ -120,6 +126,13 @@ func (h *Handler) prepare(ctx context.Context, r *http.Request) (*turn, error) {
 	d, err := decodeCreate(body)
 	if err != nil {
 		return nil, err
+	}
+	d.dropped.Report(ctx, h.log, h.cfg.CountDropped, protocol)
+	if d.chat.AffinityHint == "" {
+		// Codex names its conversation in a header too.
+		if s := r.Header.Get("Session-Id"); s != "" && len(s) <= 128 {
+			d.chat.AffinityHint = s
+		}
 	}
 	t := &turn{d: d, owner: ownerOf(httpx.APIKey(ctx))}
 	model := d.wire.Model
@@ -196,7 +209,7 @@ func (discard) Event(string, []byte) error { return nil }
 
 // reply buffers the whole answer and writes the response object.
 func (h *Handler) reply(ctx context.Context, w http.ResponseWriter, t *turn, events <-chan pool.Event) {
-	enc := newStreamEncoder(discard{}, t.resp)
+	enc := newStreamEncoder(discard{}, t.resp, t.d.refs)
 	for {
 		ev, err := next(ctx, events, nil, nil)
 		if err != nil {
@@ -224,23 +237,46 @@ func (h *Handler) reply(ctx context.Context, w http.ResponseWriter, t *turn, eve
 }
 
 // stream writes the answer as SSE. Headers go out only with the first
-// upstream event, so an error before it is still a JSON error (STYLE 15);
-// after it the stream always ends with exactly one terminal event.
-func (h *Handler) stream(ctx context.Context, w http.ResponseWriter, t *turn, events <-chan pool.Event) {
-	ev, err := next(ctx, events, nil, nil)
-	if err != nil {
+// upstream event, so an error before it is still a JSON error; but when the
+// answer takes longer than a keep-alive interval to start (a wait in the
+// queue, an answer held back until it is clear it is not a tool call), the
+// stream opens early with response.created, as OpenAI's own API does, and
+// keeps alive with comments. After that the stream always ends with exactly
+// one terminal event.
+func (h *Handler) stream(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, t *turn) {
+	sse := httpx.NewSSE(w)
+	enc := newStreamEncoder(sse, t.resp, t.d.refs)
+	events, err := httpx.Await(h.cfg.KeepAlive, cancel,
+		func() (<-chan pool.Event, error) { return h.chat.Chat(ctx, &t.d.chat) },
+		func() error {
+			switch {
+			case !httpx.Claim(ctx, httpx.Local):
+				return nil // another replica is answering
+			case !sse.Started():
+				return enc.start()
+			}
+			return sse.Comment("keep-alive")
+		})
+	if errors.Is(err, pool.ErrForwarded) {
+		return // another replica answered
+	}
+	var ev pool.Event
+	if err == nil {
+		ev, err = next(ctx, events, nil, nil)
+	}
+	if err != nil && !sse.Started() {
 		h.failBeforeStart(ctx, w, err)
 		return
 	}
-	sse := httpx.NewSSE(w)
-	enc := newStreamEncoder(sse, t.resp)
 	var tick <-chan time.Time
 	if h.cfg.KeepAlive > 0 {
 		tk := time.NewTicker(h.cfg.KeepAlive)
 		defer tk.Stop()
 		tick = tk.C
 	}
-	err = enc.start()
+	if err == nil && !sse.Started() {
+		err = enc.start()
+	}
 	for err == nil {
 		switch ev.Type {
 		case pool.EventText:

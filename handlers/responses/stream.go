@@ -23,8 +23,8 @@ type streamEncoder struct {
 	seq int
 }
 
-func newStreamEncoder(w eventWriter, resp *responseObject) *streamEncoder {
-	return &streamEncoder{builder: builder{resp: resp}, w: w, buf: make([]byte, 0, 512)}
+func newStreamEncoder(w eventWriter, resp *responseObject, refs toolRefs) *streamEncoder {
+	return &streamEncoder{builder: builder{resp: resp, refs: refs}, w: w, buf: make([]byte, 0, 512)}
 }
 
 // head starts an event's JSON: type and sequence number.
@@ -130,8 +130,8 @@ func (e *streamEncoder) closeMessage() error {
 	return e.itemEvent("response.output_item.done", index, e.builder.closeMessage("completed"))
 }
 
-// toolCall writes a whole function call: item added (in progress), its
-// arguments as one delta, arguments done, item done.
+// toolCall writes a whole call: item added (in progress), its arguments (or
+// a custom tool's input) as one delta, then done, item done.
 func (e *streamEncoder) toolCall(tc *pool.ToolCall) error {
 	if e.msgOpen {
 		if err := e.closeMessage(); err != nil {
@@ -141,28 +141,36 @@ func (e *streamEncoder) toolCall(tc *pool.ToolCall) error {
 	index := len(e.resp.Output)
 	done := *e.addCall(tc)
 	added := done
-	added.Status, added.Arguments = "in_progress", ""
+	added.Status, added.Arguments, added.Input = "in_progress", "", ""
 	if err := e.itemEvent("response.output_item.added", index, &added); err != nil {
 		return err
 	}
-	b := append(e.head("response.function_call_arguments.delta"), `,"item_id":`...)
+	deltaType, doneType, payload := "response.function_call_arguments.delta", "response.function_call_arguments.done", done.Arguments
+	if done.Type == "custom_tool_call" {
+		deltaType, doneType, payload = "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done", done.Input
+	}
+	b := append(e.head(deltaType), `,"item_id":`...)
 	b = jsonx.AppendString(b, done.ID)
 	b = append(b, `,"output_index":`...)
 	b = appendInt(b, index)
 	b = append(b, `,"delta":`...)
-	b = jsonx.AppendString(b, done.Arguments)
-	if err := e.emit("response.function_call_arguments.delta", append(b, '}')); err != nil {
+	b = jsonx.AppendString(b, payload)
+	if err := e.emit(deltaType, append(b, '}')); err != nil {
 		return err
 	}
-	b = append(e.head("response.function_call_arguments.done"), `,"item_id":`...)
+	b = append(e.head(doneType), `,"item_id":`...)
 	b = jsonx.AppendString(b, done.ID)
 	b = append(b, `,"output_index":`...)
 	b = appendInt(b, index)
-	b = append(b, `,"name":`...)
-	b = jsonx.AppendString(b, done.Name)
-	b = append(b, `,"arguments":`...)
-	b = jsonx.AppendString(b, done.Arguments)
-	if err := e.emit("response.function_call_arguments.done", append(b, '}')); err != nil {
+	if done.Type == "custom_tool_call" {
+		b = append(b, `,"input":`...)
+	} else {
+		b = append(b, `,"name":`...)
+		b = jsonx.AppendString(b, done.Name)
+		b = append(b, `,"arguments":`...)
+	}
+	b = jsonx.AppendString(b, payload)
+	if err := e.emit(doneType, append(b, '}')); err != nil {
 		return err
 	}
 	return e.itemEvent("response.output_item.done", index, &done)

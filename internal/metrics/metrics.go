@@ -30,6 +30,7 @@ type Metrics struct {
 	StoreErrors      *prometheus.CounterVec   // poolgate_store_errors_total{op}
 	LoginAttempts    *prometheus.CounterVec   // poolgate_login_attempts_total{result}
 	LoginDuration    prometheus.Histogram     // poolgate_login_duration_seconds
+	FieldsIgnored    *prometheus.CounterVec   // poolgate_request_fields_ignored_total{protocol,field}
 }
 
 // StoreOps are the store operation label values, pre-initialised.
@@ -87,10 +88,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "poolgate_login_duration_seconds", Help: "Automatic login duration.",
 			Buckets: []float64{1, 2, 5, 10, 20, 30, 60, 120, 300},
 		}),
+		FieldsIgnored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poolgate_request_fields_ignored_total",
+			Help: "Requests that carried a field the workers cannot honour, which was dropped, by protocol and field.",
+		}, []string{"protocol", "field"}),
 	}
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Tokens, m.InFlight, m.QueueDepth, m.QueueWait,
 		m.Rejections, m.Retries, m.Cooldowns, m.Restarts, m.CacheHits, m.CacheMisses, m.CacheInvalidated,
-		m.StoreErrors, m.LoginAttempts, m.LoginDuration)
+		m.StoreErrors, m.LoginAttempts, m.LoginDuration, m.FieldsIgnored)
 	for _, api := range APIs {
 		m.RequestDuration.WithLabelValues(api)
 		m.TTFT.WithLabelValues(api)
@@ -106,4 +111,22 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.LoginAttempts.WithLabelValues(r)
 	}
 	return m
+}
+
+// InitFieldsIgnored pre-initialises the dropped-field counter of a protocol
+// with every field name its decoder may report.
+func (m *Metrics) InitFieldsIgnored(protocol string, fields []string) {
+	if m == nil {
+		return
+	}
+	for _, f := range fields {
+		m.FieldsIgnored.WithLabelValues(protocol, f)
+	}
+}
+
+// CountFieldIgnored counts one dropped field (nil-safe).
+func (m *Metrics) CountFieldIgnored(protocol, field string) {
+	if m != nil {
+		m.FieldsIgnored.WithLabelValues(protocol, field).Inc()
+	}
 }

@@ -5,6 +5,7 @@ package pooltest
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/poolgate/poolgate/pool"
 )
@@ -19,6 +20,9 @@ type Chatter struct {
 	Events []pool.Event
 	// Script, when set, overrides Err and Events per request.
 	Script func(req *pool.ChatRequest) ([]pool.Event, error)
+	// Delay holds Chat before it answers, as the router holds a request
+	// that waits in the queue or whose answer has not started.
+	Delay time.Duration
 
 	mu   sync.Mutex
 	reqs []*pool.ChatRequest
@@ -29,6 +33,13 @@ func (c *Chatter) Chat(ctx context.Context, req *pool.ChatRequest) (<-chan pool.
 	c.mu.Lock()
 	c.reqs = append(c.reqs, req)
 	c.mu.Unlock()
+	if c.Delay > 0 {
+		select {
+		case <-time.After(c.Delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	events, err := c.Events, c.Err
 	if c.Script != nil {
 		events, err = c.Script(req)
