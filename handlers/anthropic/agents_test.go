@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
 )
 
@@ -57,17 +58,8 @@ func TestClaudeCodeShapes(t *testing.T) {
 	if d.chat.AffinityHint != "sess-1" {
 		t.Errorf("hint = %q, want the session id from metadata.user_id", d.chat.AffinityHint)
 	}
-	got := slices.Sorted(slices.Values(d.dropped.Fields()))
-	want := slices.Sorted(slices.Values([]string{dropThinking, dropContextManagement, dropOutputConfig, dropCacheControl,
-		dropBillingHeader, dropThinkingBlocks, dropImages, dropDeferredTools, dropServerTools}))
-	if !slices.Equal(got, want) {
-		t.Errorf("dropped = %v, want %v", got, want)
-	}
-	for _, f := range got {
-		if !slices.Contains(DroppedFields, f) {
-			t.Errorf("dropped field %q is not in DroppedFields (the counter would miss its pre-initialised series)", f)
-		}
-	}
+	testenv.SameFields(t, d.dropped.Fields(), []string{dropThinking, dropContextManagement, dropOutputConfig, dropCacheControl,
+		dropBillingHeader, dropThinkingBlocks, dropImages, dropDeferredTools, dropServerTools}, DroppedFields)
 }
 
 func TestSessionHint(t *testing.T) {

@@ -201,17 +201,10 @@ func (in *messagesRequest) validate(forCount bool) error {
 // thinking, context editing, effort and service tiers change how Anthropic's
 // own models work, not what a text-only worker can be asked.
 func (in *messagesRequest) dropTopLevel(d *httpx.Dropped) {
-	for _, f := range []struct {
-		raw  json.RawMessage
-		name string
-	}{
-		{in.Thinking, dropThinking}, {in.ContextManagement, dropContextManagement},
-		{in.OutputConfig, dropOutputConfig}, {in.ServiceTier, dropServiceTier},
-	} {
-		if !isNull(f.raw) {
-			d.Add(f.name)
-		}
-	}
+	d.AddSet(dropThinking, in.Thinking)
+	d.AddSet(dropContextManagement, in.ContextManagement)
+	d.AddSet(dropOutputConfig, in.OutputConfig)
+	d.AddSet(dropServiceTier, in.ServiceTier)
 }
 
 // sessionHint returns the conversation hint in metadata.user_id. Claude Code
@@ -262,9 +255,7 @@ func decodeSystem(raw json.RawMessage, param string, d *httpx.Dropped) (string, 
 		if b.Type != "text" {
 			return "", badRequest("%s.%d: block type %q is not supported; only text blocks are", param, i, b.Type)
 		}
-		if !isNull(b.CacheControl) {
-			d.Add(dropCacheControl)
-		}
+		d.AddSet(dropCacheControl, b.CacheControl)
 		if strings.HasPrefix(b.Text, billingHeader) {
 			d.Add(dropBillingHeader)
 			continue
@@ -302,9 +293,7 @@ type messageContext struct {
 // neutral transcript (and every worker) expects. A system message keeps its
 // place in the transcript: Claude Code sends its environment that way.
 func (mc *messageContext) appendMessage(dst []pool.Message, i int, m *wireMessage) ([]pool.Message, error) {
-	if !isNull(m.OutputConfig) {
-		mc.dropped.Add(dropOutputConfig)
-	}
+	mc.dropped.AddSet(dropOutputConfig, m.OutputConfig)
 	switch m.Role {
 	case "user", "assistant":
 	case "system":
@@ -335,9 +324,7 @@ func (mc *messageContext) appendMessage(dst []pool.Message, i int, m *wireMessag
 	media, words, results := 0, 0, 0
 	for j := range blocks {
 		b := &blocks[j]
-		if !isNull(b.CacheControl) {
-			mc.dropped.Add(dropCacheControl)
-		}
+		mc.dropped.AddSet(dropCacheControl, b.CacheControl)
 		switch b.Type {
 		case "text":
 			text.add(b.Text)
@@ -564,9 +551,7 @@ func decodeTools(in []wireTool, choice *wireToolChoice, referenced map[string]bo
 			return nil, badRequest("tools.%d.name: duplicate tool name %q", i, t.Name)
 		}
 		seen[t.Name] = true
-		if !isNull(t.CacheControl) {
-			d.Add(dropCacheControl)
-		}
+		d.AddSet(dropCacheControl, t.CacheControl)
 		if t.Type != "" && t.Type != "custom" {
 			if t.Name == forced {
 				return nil, badRequest("tool_choice.name: %q is a server tool (%s), which this gateway's workers cannot run", t.Name, t.Type)

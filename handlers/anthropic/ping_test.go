@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
+	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
@@ -95,7 +96,7 @@ func TestSlowStartOpensTheStreamEarly(t *testing.T) {
 				rec := httptest.NewRecorder()
 				h.Messages(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
 				body := rec.Body.String()
-				if rec.Code != http.StatusOK || !inOrder(body, tt.want) || strings.Contains(body, tt.avoid) {
+				if rec.Code != http.StatusOK || !testenv.InOrder(body, tt.want) || strings.Contains(body, tt.avoid) {
 					t.Errorf("got %d\n%s\nwant 200 with %q in order and no %q", rec.Code, body, tt.want, tt.avoid)
 				}
 			})
@@ -114,15 +115,4 @@ func TestQuickFailureIsAStatus(t *testing.T) {
 			t.Errorf("got %d %v %s, want 429 with Retry-After 2", rec.Code, rec.Header(), rec.Body.String())
 		}
 	})
-}
-
-func inOrder(s string, parts []string) bool {
-	for _, p := range parts {
-		i := strings.Index(s, p)
-		if i < 0 {
-			return false
-		}
-		s = s[i+len(p):]
-	}
-	return true
 }

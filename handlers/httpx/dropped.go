@@ -2,6 +2,7 @@ package httpx
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 )
 
@@ -24,6 +25,14 @@ func (d *Dropped) Add(field string) {
 		}
 	}
 	d.fields = append(d.fields, field)
+}
+
+// AddSet records field as dropped when raw holds a value (not absent, not
+// null): the decoders keep such fields as raw JSON only to notice them.
+func (d *Dropped) AddSet(field string, raw json.RawMessage) {
+	if len(raw) > 0 && string(raw) != "null" {
+		d.Add(field)
+	}
 }
 
 // Fields returns the dropped fields in the order first seen.

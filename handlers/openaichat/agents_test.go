@@ -1,8 +1,9 @@
 package openaichat
 
 import (
-	"slices"
 	"testing"
+
+	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 // What qwen-code, Cline and other chat clients send besides the basics is
@@ -25,14 +26,5 @@ func TestAgentShapes(t *testing.T) {
 	if req.Messages[0].Content != "sys" {
 		t.Errorf("system = %q", req.Messages[0].Content)
 	}
-	got := slices.Sorted(slices.Values(opt.dropped.Fields()))
-	want := slices.Sorted(slices.Values([]string{dropReasoning, dropThinking, dropTemplateKwargs, dropCacheControl, dropImages, dropReasoningContent}))
-	if !slices.Equal(got, want) {
-		t.Errorf("dropped = %v, want %v", got, want)
-	}
-	for _, f := range got {
-		if !slices.Contains(DroppedFields, f) {
-			t.Errorf("dropped field %q is not in DroppedFields", f)
-		}
-	}
+	testenv.SameFields(t, opt.dropped.Fields(), []string{dropReasoning, dropThinking, dropTemplateKwargs, dropCacheControl, dropImages, dropReasoningContent}, DroppedFields)
 }

@@ -87,18 +87,14 @@ var DroppedFields = []string{
 
 // dropTopLevel records the top-level fields a worker cannot honour.
 func (w *wireRequest) dropTopLevel(d *httpx.Dropped) {
-	for _, f := range []struct {
-		raw  json.RawMessage
-		name string
-	}{
-		{w.ReasoningEffort, dropReasoning}, {w.Reasoning, dropReasoning},
-		{w.EnableThinking, dropThinking}, {w.ThinkingBudget, dropThinking}, {w.Thinking, dropThinking},
-		{w.ChatTemplateKwargs, dropTemplateKwargs}, {w.WebSearchOptions, dropWebSearch}, {w.Verbosity, dropVerbosity},
-	} {
-		if !isNull(f.raw) {
-			d.Add(f.name)
-		}
-	}
+	d.AddSet(dropReasoning, w.ReasoningEffort)
+	d.AddSet(dropReasoning, w.Reasoning)
+	d.AddSet(dropThinking, w.EnableThinking)
+	d.AddSet(dropThinking, w.ThinkingBudget)
+	d.AddSet(dropThinking, w.Thinking)
+	d.AddSet(dropTemplateKwargs, w.ChatTemplateKwargs)
+	d.AddSet(dropWebSearch, w.WebSearchOptions)
+	d.AddSet(dropVerbosity, w.Verbosity)
 }
 
 type wireStreamOptions struct {
@@ -365,9 +361,7 @@ func (d *msgDecoder) decodeMessage(wm *wireMessage, i int, m *pool.Message) erro
 	if !isNull(wm.FunctionCall) {
 		return badRequest(param+".function_call", codeUnsupported, "function_call is deprecated and not supported; use tool_calls")
 	}
-	if !isNull(wm.ReasoningContent) {
-		d.dropped.Add(dropReasoningContent)
-	}
+	d.dropped.AddSet(dropReasoningContent, wm.ReasoningContent)
 	var err error
 	if m.Content, err = d.decodeContent(wm.Content, param+".content", i == d.current); err != nil {
 		return err
@@ -447,9 +441,7 @@ func (d *msgDecoder) decodeContent(raw json.RawMessage, param string, current bo
 	media, words := 0, 0
 	for j, p := range parts {
 		pp := fmt.Sprintf("%s[%d]", param, j)
-		if !isNull(p.CacheControl) {
-			d.dropped.Add(dropCacheControl)
-		}
+		d.dropped.AddSet(dropCacheControl, p.CacheControl)
 		switch p.Type {
 		case "text":
 			if p.Text == nil {

@@ -332,21 +332,10 @@ func TestSlowStartKeepsAlive(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				rec := serve(newTestHandler(t, tt.give, Config{KeepAlive: 15 * time.Second}), streamBody)
 				body := rec.Body.String()
-				if rec.Code != tt.wantStatus || !inOrder(body, tt.want) || strings.Contains(body, tt.avoid) {
+				if rec.Code != tt.wantStatus || !testenv.InOrder(body, tt.want) || strings.Contains(body, tt.avoid) {
 					t.Errorf("got %d\n%s\nwant %d with %q in order and no %q", rec.Code, body, tt.wantStatus, tt.want, tt.avoid)
 				}
 			})
 		})
 	}
-}
-
-func inOrder(s string, parts []string) bool {
-	for _, p := range parts {
-		i := strings.Index(s, p)
-		if i < 0 {
-			return false
-		}
-		s = s[i+len(p):]
-	}
-	return true
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
 )
 
@@ -69,17 +70,8 @@ func TestCodexShapes(t *testing.T) {
 	if d.chat.AffinityHint != "thread-1" {
 		t.Errorf("hint = %q, want prompt_cache_key", d.chat.AffinityHint)
 	}
-	got := slices.Sorted(slices.Values(d.dropped.Fields()))
-	want := slices.Sorted(slices.Values([]string{dropReasoning, dropInclude, dropVerbosity, dropHostedTools,
-		dropReasoningItems, dropCompaction, dropHostedCalls, dropImages}))
-	if !slices.Equal(got, want) {
-		t.Errorf("dropped = %v, want %v", got, want)
-	}
-	for _, f := range got {
-		if !slices.Contains(DroppedFields, f) {
-			t.Errorf("dropped field %q is not in DroppedFields", f)
-		}
-	}
+	testenv.SameFields(t, d.dropped.Fields(), []string{dropReasoning, dropInclude, dropVerbosity, dropHostedTools,
+		dropReasoningItems, dropCompaction, dropHostedCalls, dropImages}, DroppedFields)
 }
 
 // The worker's calls go back in the client's terms: a namespaced function

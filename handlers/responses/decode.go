@@ -179,14 +179,10 @@ func (in *createRequest) validate(d *httpx.Dropped) error {
 	if len(in.Include) > 0 {
 		d.Add(dropInclude)
 	}
-	if !isNull(in.Reasoning) {
-		d.Add(dropReasoning)
-	}
-	if !isNull(in.ServiceTier) {
-		d.Add(dropServiceTier)
-	}
-	if in.Text != nil && !isNull(in.Text.Verbosity) {
-		d.Add(dropVerbosity)
+	d.AddSet(dropReasoning, in.Reasoning)
+	d.AddSet(dropServiceTier, in.ServiceTier)
+	if in.Text != nil {
+		d.AddSet(dropVerbosity, in.Text.Verbosity)
 	}
 	return validateMetadata(in.Metadata)
 }

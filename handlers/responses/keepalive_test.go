@@ -11,6 +11,7 @@ import (
 
 	rsp "github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/handlers/responses/responsestest"
+	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
@@ -95,21 +96,10 @@ func TestSlowStartOpensTheStreamEarly(t *testing.T) {
 				h := rsp.New(rsp.Config{KeepAlive: 10 * time.Second}, tt.give, &responsestest.Store{}, nil)
 				rec := httptest.NewRecorder()
 				h.Create(rec, httptest.NewRequest(http.MethodPost, "/v1/responses", strings.NewReader(`{"model":"m","input":"hi","stream":true}`)))
-				if body := rec.Body.String(); rec.Code != tt.wantStatus || !inOrder(body, tt.want) {
+				if body := rec.Body.String(); rec.Code != tt.wantStatus || !testenv.InOrder(body, tt.want) {
 					t.Errorf("got %d\n%s\nwant %d with %q in order", rec.Code, body, tt.wantStatus, tt.want)
 				}
 			})
 		})
 	}
-}
-
-func inOrder(s string, parts []string) bool {
-	for _, p := range parts {
-		i := strings.Index(s, p)
-		if i < 0 {
-			return false
-		}
-		s = s[i+len(p):]
-	}
-	return true
 }

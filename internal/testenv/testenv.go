@@ -7,6 +7,8 @@ package testenv
 import (
 	"bytes"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,5 +53,33 @@ func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("timed out after %s waiting for %s", d, what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// InOrder reports whether every part occurs in s, each after the one before.
+func InOrder(s string, parts []string) bool {
+	for _, p := range parts {
+		i := strings.Index(s, p)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(p):]
+	}
+	return true
+}
+
+// SameFields checks that a decoder reported exactly want as dropped (in any
+// order), and that each is among the declared fields its counter is
+// initialised with.
+func SameFields(t testing.TB, got, want, declared []string) {
+	t.Helper()
+	g, w := slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))
+	if !slices.Equal(g, w) {
+		t.Errorf("dropped = %v, want %v", g, w)
+	}
+	for _, f := range g {
+		if !slices.Contains(declared, f) {
+			t.Errorf("dropped field %q is not declared (its counter series would be missing)", f)
+		}
 	}
 }
