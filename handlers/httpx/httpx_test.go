@@ -50,8 +50,9 @@ func TestAwait(t *testing.T) {
 
 func TestClaim(t *testing.T) {
 	ctx := WithClaim(context.Background())
-	if !Claim(ctx, Local) || !Claim(ctx, Local) || Claim(ctx, Forward) {
-		t.Error("the first claimant must keep the response and the other be refused")
+	first, again, other := Claim(ctx, Local), Claim(ctx, Local), Claim(ctx, Forward)
+	if !first || !again || other {
+		t.Errorf("claims %v %v %v, want the first claimant to keep the response and the other refused", first, again, other)
 	}
 	if !Claim(context.Background(), Forward) {
 		t.Error("without WithClaim there is one writer, always allowed")
