@@ -79,7 +79,7 @@ func New(cfg Config, workers []WorkerConfig, driver Driver, launcher Launcher, m
 	for _, wc := range workers {
 		wc.fill()
 		w := &Worker{cfg: wc, driver: driver, launcher: launcher, pool: p, state: StateStopped,
-			cmds: make(chan command, 1), log: log.With("instance", wc.Name)}
+			box: newMailbox(), log: log.With("instance", wc.Name)}
 		p.workers = append(p.workers, w)
 		p.byName[wc.Name] = w
 		if m != nil {

@@ -212,3 +212,37 @@ func instanceOf(p *pool.Pool, name string) pool.InstanceStatus {
 	in, _ := p.Snapshot().Instance(name)
 	return in
 }
+
+// A stop sent while a drain waits for a turn (the lease was lost meanwhile)
+// is not lost behind the drain: the worker stops at once, cutting the turn,
+// instead of waiting out the drain.
+func TestStopDuringDrainIsNotLost(t *testing.T) {
+	f := startPool(t, simCommand(t), pool.Config{DrainTimeout: time.Minute}, fastWorker(t, "w1"))
+	testenv.WaitFor(t, 15*time.Second, "ready", func() bool { return allReady(f.pool) })
+	turn := make(chan error, 1)
+	go func() {
+		_, err := ask(t, f.router, "slow [[sim:delay=50s]]", true)
+		turn <- err
+	}()
+	testenv.WaitFor(t, 10*time.Second, "the turn in flight", func() bool {
+		in, _ := f.pool.Snapshot().Instance("w1")
+		return in.InFlight == 1
+	})
+	if err := f.pool.Drain("w1"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "draining", func() bool {
+		in, _ := f.pool.Snapshot().Instance("w1")
+		return in.State == pool.StateDraining
+	})
+	if err := f.pool.Stop("w1"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "stopped before the turn or the drain ended", func() bool {
+		in, _ := f.pool.Snapshot().Instance("w1")
+		return in.State == pool.StateStopped
+	})
+	if err := <-turn; err == nil {
+		t.Error("the turn survived a hard stop")
+	}
+}

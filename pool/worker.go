@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -115,7 +116,7 @@ type Worker struct {
 	launcher Launcher
 	pool     *Pool
 	log      *slog.Logger
-	cmds     chan command
+	box      mailbox
 
 	// Guarded by pool.mu: what the picker and the admin API read.
 	state     State
@@ -141,11 +142,46 @@ func (w *Worker) Account() string { return w.cfg.Account.Name }
 // WorkDir returns the worker's directory.
 func (w *Worker) WorkDir() string { return w.cfg.WorkDir }
 
-func (w *Worker) send(c command) {
-	select {
-	case w.cmds <- c:
-	default: // one pending command of each burst is enough
+func (w *Worker) send(c command) { w.box.post(c) }
+
+// mailbox holds the commands sent to a worker's run loop until it takes
+// them. A command is never lost: of restart, drain and stop the latest one
+// sent is the one that counts (each replaces what was asked before it), and a
+// check is kept until the loop has looked at the worker again.
+type mailbox struct {
+	mu    sync.Mutex
+	cmd   command // the latest restart, drain or stop; 0 if none
+	check bool
+	wake  chan struct{} // one slot: "something is waiting"
+}
+
+func newMailbox() mailbox { return mailbox{wake: make(chan struct{}, 1)} }
+
+func (m *mailbox) post(c command) {
+	m.mu.Lock()
+	if c == cmdCheck {
+		m.check = true
+	} else {
+		m.cmd = c
 	}
+	m.mu.Unlock()
+	select {
+	case m.wake <- struct{}{}:
+	default: // already signalled; take() will see this command too
+	}
+}
+
+// take returns the waiting command (a lifecycle command before a check, which
+// it includes), or 0 when there is none.
+func (m *mailbox) take() command {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.cmd
+	if c == 0 && m.check {
+		c = cmdCheck
+	}
+	m.cmd, m.check = 0, false
+	return c
 }
 
 // run is the worker's whole life; it returns when ctx ends, with the process
@@ -159,8 +195,8 @@ func (w *Worker) run(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 				return
-			case c := <-w.cmds:
-				if c != cmdRestart {
+			case <-w.box.wake:
+				if w.box.take() != cmdRestart {
 					continue
 				}
 				held = false
@@ -188,18 +224,34 @@ func (w *Worker) run(ctx context.Context) {
 		d := backoff/2 + rand.N(backoff/2+1) // jitter in [b/2, b]
 		backoff = min(backoff*2, w.cfg.BackoffMax)
 		w.log.Warn("worker down, restarting after backoff", "err", err, "backoff", d)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !w.backoff(ctx, d, &held) {
 			w.set(StateStopped, nil)
 			return
-		case <-t.C:
-		case c := <-w.cmds:
-			t.Stop()
-			held = c == cmdDrain || c == cmdStop
 		}
 		w.countRestart()
+	}
+}
+
+// backoff waits d before the next start; a restart cuts it short, a drain or
+// stop ends it holding the worker. It reports false when ctx ended.
+func (w *Worker) backoff(ctx context.Context, d time.Duration, held *bool) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-w.box.wake:
+			switch w.box.take() {
+			case cmdDrain, cmdStop:
+				*held = true
+				return true
+			case cmdRestart:
+				return true
+			}
+		}
 	}
 }
 
@@ -287,14 +339,17 @@ func (w *Worker) serve(ctx context.Context, proc Process, be Backend) (command, 
 			return 0, fmt.Errorf("worker process %d exited: %v", proc.Pid(), proc.Wait())
 		case <-tick.C:
 		case <-coolC: // the cooldown ended: probe before returning to rotation
-		case c := <-w.cmds:
-			if c == cmdCheck {
-				break
+		case <-w.box.wake:
+			switch c := w.box.take(); c {
+			case 0, cmdCheck:
+			case cmdStop:
+				return c, nil
+			default:
+				if next := w.drain(ctx, proc); next != 0 {
+					c = next
+				}
+				return c, nil
 			}
-			if c != cmdStop {
-				w.drain(ctx, proc)
-			}
-			return c, nil
 		}
 		if err := check(); err != nil {
 			return 0, err
@@ -303,7 +358,9 @@ func (w *Worker) serve(ctx context.Context, proc Process, be Backend) (command, 
 }
 
 // drain takes the worker out of rotation and waits, bounded, for its turns.
-func (w *Worker) drain(ctx context.Context, proc Process) {
+// A stop sent meanwhile (the lease is lost) ends the wait at once and is
+// returned, as is a later restart or drain, which replaces the one under way.
+func (w *Worker) drain(ctx context.Context, proc Process) command {
 	w.set(StateDraining, nil)
 	deadline := time.NewTimer(w.pool.cfg.DrainTimeout)
 	defer deadline.Stop()
@@ -312,17 +369,23 @@ func (w *Worker) drain(ctx context.Context, proc Process) {
 		n, ch := w.inFlight, w.pool.changed
 		w.pool.mu.Unlock()
 		if n == 0 {
-			return
+			return 0
 		}
 		select {
 		case <-ch:
+		case <-w.box.wake:
+			if c := w.box.take(); c == cmdStop {
+				return c
+			} else if c == cmdRestart {
+				return c
+			}
 		case <-deadline.C:
 			w.log.Warn("drain timed out with turns in flight", "in_flight", n)
-			return
+			return 0
 		case <-ctx.Done():
-			return
+			return 0
 		case <-proc.Exited():
-			return
+			return 0
 		}
 	}
 }
