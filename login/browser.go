@@ -57,7 +57,10 @@ func launch(ctx context.Context, cfg *Config, log *slog.Logger) (_ *browser, err
 		Leakless(true).
 		Headless(*cfg.Headless).
 		NoSandbox(os.Geteuid() == 0). // Chromium refuses to run as root with its sandbox
-		UserDataDir(dir)
+		UserDataDir(dir).
+		// Without an explicit list the launcher passes on this process's
+		// environment, secrets and all.
+		Env(append(append([]string(nil), cfg.Env...), "HOME="+dir)...)
 	for _, f := range browserFlags {
 		l.Set(f)
 	}

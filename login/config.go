@@ -59,6 +59,10 @@ type Config struct {
 	// Getenv reads the variables named by a recipe's password_env. Default
 	// os.Getenv; main passes its own so that tests can inject.
 	Getenv func(string) string
+	// Env is the browser's whole environment (HOME is set to its profile
+	// dir on top). Default none: Chromium never sees the gateway's own
+	// environment, which holds its keys and tokens.
+	Env []string
 	// Metrics records poolgate_login_attempts_total{result} and
 	// poolgate_login_duration_seconds per attempt. Default nil: nothing.
 	Metrics *metrics.Metrics

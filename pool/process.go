@@ -34,7 +34,7 @@ type Launcher interface {
 // ProcSpec is what to start.
 type ProcSpec struct {
 	Argv []string
-	// Env is added to the parent's environment.
+	// Env is added to the launcher's base environment.
 	Env []string
 	Dir string
 	// Log receives the process's stdout and stderr, a line at a time.
@@ -50,8 +50,9 @@ type ProcSpec struct {
 // until Close (golang/go#27505). Close it only after every process it started
 // has exited: its thread ends then.
 type ExecLauncher struct {
-	// Env is the base environment of every worker (main passes its own
-	// without poolgate's settings and secrets); ProcSpec.Env is added.
+	// Env is the base environment of every worker (main passes an allowlist
+	// of its own: paths, locale, proxies); ProcSpec.Env is added. Nothing
+	// else is inherited, so a worker never sees the gateway's secrets.
 	Env []string
 
 	once   sync.Once
@@ -106,7 +107,10 @@ func (l *ExecLauncher) Launch(spec ProcSpec) (Process, error) {
 	}
 	cmd := exec.Command(path, spec.Argv[1:]...)
 	cmd.Dir = spec.Dir
-	cmd.Env = append(append([]string(nil), l.Env...), spec.Env...)
+	// Never nil: a nil Env would hand the child this process's whole
+	// environment.
+	env := make([]string, 0, len(l.Env)+len(spec.Env))
+	cmd.Env = append(append(env, l.Env...), spec.Env...)
 	lw := &lineLogger{log: spec.Log}
 	cmd.Stdout, cmd.Stderr = lw, lw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

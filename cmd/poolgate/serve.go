@@ -115,7 +115,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	for i := range workers {
 		workers[i].Held = clustered // a replica runs only the accounts it leases
 	}
-	a := &app{cfg: cfg, log: log, launcher: &pool.ExecLauncher{Env: workerEnv(environ)}}
+	a := &app{cfg: cfg, log: log, launcher: &pool.ExecLauncher{Env: childEnv(environ)}}
 	a.pool = pool.New(pool.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
 		workers, driver, a.launcher, m, log)
 	onEvict := func(s session.Affinity) { a.router.DeleteSession(s) }
@@ -124,7 +124,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	}
 	a.router = pool.NewRouter(pool.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
 		Retries: cfg.Retries, Count: tokens.NewMemo().Count}, a.pool, a.store, m, log)
-	if err := a.setupLogin(m, lookup); err != nil {
+	if err := a.setupLogin(m, lookup, childEnv(environ)); err != nil {
 		return nil, err
 	}
 	if err := a.setupBundles(); err != nil {
@@ -189,12 +189,27 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	adm.RegisterDashboard(adminEngine)
 }
 
-// workerEnv is the environment workers inherit: this process's, without
-// poolgate's own settings (API keys, tokens and the bundle key stay here).
-func workerEnv(environ []string) []string {
-	out := make([]string, 0, len(environ))
+// inheritedEnv are the variables a child process (a worker, or Chromium
+// for a login) gets from poolgate's environment: where things are, the
+// locale and time zone, the proxies and CA certificates it needs to reach its
+// upstream. Nothing else leaves poolgate: not its API keys, admin or cluster
+// tokens, bundle key, nor any account's password variable. A worker gets its
+// own account's variables on top (WorkerConfig.Account.Env).
+var inheritedEnv = map[string]bool{
+	"PATH": true, "HOME": true, "USER": true, "LOGNAME": true, "SHELL": true, "TMPDIR": true, "TZ": true,
+	"LANG": true, "LANGUAGE": true, "TERM": true,
+	"HTTP_PROXY": true, "HTTPS_PROXY": true, "NO_PROXY": true, "ALL_PROXY": true,
+	"http_proxy": true, "https_proxy": true, "no_proxy": true, "all_proxy": true,
+	"SSL_CERT_FILE": true, "SSL_CERT_DIR": true,
+	"XDG_RUNTIME_DIR": true, "DISPLAY": true, "WAYLAND_DISPLAY": true, "XAUTHORITY": true,
+}
+
+// childEnv filters environ down to inheritedEnv (and the LC_* locale).
+func childEnv(environ []string) []string {
+	out := make([]string, 0, 16)
 	for _, kv := range environ {
-		if !strings.HasPrefix(kv, "POOLGATE_") {
+		k, _, ok := strings.Cut(kv, "=")
+		if ok && (inheritedEnv[k] || strings.HasPrefix(k, "LC_")) {
 			out = append(out, kv)
 		}
 	}

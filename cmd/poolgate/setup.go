@@ -100,7 +100,7 @@ func decodeBundle(s string) ([]byte, error) {
 // setupLogin starts the login runner when a Chromium is there; without one,
 // logins are manual (the admin API hands out the URL and forwards the
 // callback).
-func (a *app) setupLogin(m *metrics.Metrics, getenv func(string) string) error {
+func (a *app) setupLogin(m *metrics.Metrics, getenv func(string) string, env []string) error {
 	cfg := a.cfg
 	recipe := cfg.LoginRecipe
 	if recipe == "" {
@@ -110,7 +110,7 @@ func (a *app) setupLogin(m *metrics.Metrics, getenv func(string) string) error {
 		}
 	}
 	r, err := login.NewRunner(login.Config{Chromium: cfg.Chromium, Concurrency: cfg.LoginConcurrency,
-		RecipeFile: cfg.LoginRecipes, DefaultRecipe: recipe, Stealth: cfg.LoginStealth, Getenv: getenv,
+		RecipeFile: cfg.LoginRecipes, DefaultRecipe: recipe, Stealth: cfg.LoginStealth, Getenv: getenv, Env: env,
 		TempDir: filepath.Join(cfg.DataDir, "login-profiles"), Metrics: m}, a.log.With("component", "login"))
 	switch {
 	case errors.Is(err, login.ErrNoChromium):
@@ -182,7 +182,7 @@ func workerSetup(cfg config.Config, log *slog.Logger) (pool.Driver, []pool.Worke
 	for _, acct := range accounts {
 		workers = append(workers, pool.WorkerConfig{
 			Name:           acct.Name,
-			Account:        poolAccount(acct),
+			Account:        poolAccount(acct, cfg.WorkerBin == ""),
 			WorkDir:        filepath.Join(cfg.DataDir, "workers", acct.Name),
 			MaxInFlight:    cfg.InstanceMaxInFlight,
 			StartTimeout:   cfg.StartTimeout,
@@ -196,10 +196,14 @@ func workerSetup(cfg config.Config, log *slog.Logger) (pool.Driver, []pool.Worke
 	return driver, workers, nil
 }
 
-// poolAccount converts a configured account; the simulator learns the
-// account's credentials from SIMWORKER_ACCOUNTS (harmless to real workers).
-func poolAccount(acct config.Account) pool.Account {
-	env := []string{"SIMWORKER_ACCOUNTS=" + acct.Username + ":" + acct.Password}
+// poolAccount converts a configured account. Its process gets the account's
+// own env entries, and the bundled simulator (only it) its credentials in
+// SIMWORKER_ACCOUNTS, which is how it knows whom to let log in.
+func poolAccount(acct config.Account, sim bool) pool.Account {
+	var env []string
+	if sim {
+		env = append(env, "SIMWORKER_ACCOUNTS="+acct.Username+":"+acct.Password)
+	}
 	keys := make([]string, 0, len(acct.Env))
 	for k := range acct.Env {
 		keys = append(keys, k)

@@ -232,6 +232,11 @@ func (c *Config) Validate() error {
 	if len(c.APIKeys) == 0 && !c.Insecure && !IsLoopback(c.Listen) {
 		errs = append(errs, fmt.Errorf("listen %q is not a loopback address and no api_keys are set: set POOLGATE_API_KEYS, or POOLGATE_INSECURE=true to serve without auth", c.Listen))
 	}
+	// The admin API drains, restarts and exports accounts: it never runs
+	// open on a network, whatever insecure says about the public API.
+	if admin := c.adminListener(); !IsLoopback(admin) && c.AdminToken == "" && len(c.APIKeys) == 0 {
+		errs = append(errs, fmt.Errorf("the admin API would listen on %q, which is not a loopback address, with no credentials: set POOLGATE_ADMIN_TOKEN (or POOLGATE_API_KEYS), or put it on a loopback POOLGATE_ADMIN_LISTEN", admin))
+	}
 	seen := map[string]bool{}
 	for _, a := range c.Accounts {
 		if seen[a.Name] {
@@ -274,6 +279,14 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("log_format %q: use text or json", c.LogFormat))
 	}
 	return errors.Join(errs...)
+}
+
+// adminListener is the address the admin API and /metrics listen on.
+func (c *Config) adminListener() string {
+	if c.AdminListen != "" {
+		return c.AdminListen
+	}
+	return c.Listen
 }
 
 // IsLoopback reports whether a listen address binds only loopback.

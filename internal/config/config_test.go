@@ -38,6 +38,9 @@ func TestLoadErrors(t *testing.T) {
 		{"bad duration", "", []string{"POOLGATE_QUEUE_TIMEOUT=soon"}, "POOLGATE_QUEUE_TIMEOUT"},
 		{"bad int", "", []string{"POOLGATE_MAX_QUEUE=many"}, "POOLGATE_MAX_QUEUE"},
 		{"public without keys", "", []string{"POOLGATE_LISTEN=0.0.0.0:8080"}, "POOLGATE_API_KEYS"},
+		{"public admin listener without credentials", "", []string{"POOLGATE_LISTEN=127.0.0.1:8080", "POOLGATE_ADMIN_LISTEN=0.0.0.0:9090"}, "POOLGATE_ADMIN_TOKEN"},
+		{"insecure does not open the admin API", "", []string{"POOLGATE_LISTEN=0.0.0.0:8080", "POOLGATE_INSECURE=true"}, "admin API"},
+		{"insecure does not open a separate admin listener", "", []string{"POOLGATE_LISTEN=0.0.0.0:8080", "POOLGATE_INSECURE=true", "POOLGATE_ADMIN_LISTEN=[::]:9090"}, "admin API"},
 		{"bad accounts json", "", []string{`POOLGATE_ACCOUNTS=[{"nam":"x"}]`}, "POOLGATE_ACCOUNTS"},
 		{"duplicate account", "", []string{`POOLGATE_ACCOUNTS=[{"name":"x"},{"name":"x"}]`}, "used twice"},
 		{"path in account name", "", []string{`POOLGATE_ACCOUNTS=[{"name":"../x"}]`}, "account name"},
@@ -71,9 +74,22 @@ func TestUnknownEnvWarnsWithSuggestion(t *testing.T) {
 	}
 }
 
-func TestInsecureAllowsPublicListen(t *testing.T) {
-	if _, _, err := Load("", []string{"POOLGATE_LISTEN=0.0.0.0:8080", "POOLGATE_INSECURE=true"}); err != nil {
-		t.Fatal(err)
+func TestPublicListenersWithCredentials(t *testing.T) {
+	tests := []struct {
+		name string
+		give []string
+	}{
+		{"insecure API, admin on loopback", []string{"POOLGATE_LISTEN=0.0.0.0:8080", "POOLGATE_INSECURE=true", "POOLGATE_ADMIN_LISTEN=127.0.0.1:9090"}},
+		{"insecure API, admin token", []string{"POOLGATE_LISTEN=0.0.0.0:8080", "POOLGATE_INSECURE=true", "POOLGATE_ADMIN_TOKEN=t"}},
+		{"public admin listener with a token", []string{"POOLGATE_ADMIN_LISTEN=0.0.0.0:9090", "POOLGATE_ADMIN_TOKEN=t"}},
+		{"public listeners with API keys", []string{"POOLGATE_LISTEN=0.0.0.0:8080", "POOLGATE_API_KEYS=k", "POOLGATE_ADMIN_LISTEN=0.0.0.0:9090"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, _, err := Load("", tt.give); err != nil {
+				t.Errorf("got %v, want the configuration accepted", err)
+			}
+		})
 	}
 }
 

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/poolgate/poolgate/internal/testenv"
+)
+
+// The admin API never listens on a network without credentials, whatever
+// POOLGATE_INSECURE says: the daemon refuses to start.
+func TestAdminListenerNeedsCredentials(t *testing.T) {
+	tests := []struct {
+		name string
+		give []string
+	}{
+		{"admin listener on all interfaces", []string{"POOLGATE_LISTEN=127.0.0.1:0", "POOLGATE_ADMIN_LISTEN=0.0.0.0:0"}},
+		{"insecure API carrying the admin API", []string{"POOLGATE_LISTEN=0.0.0.0:0", "POOLGATE_INSECURE=true"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			env := append(tt.give, "POOLGATE_DATA_DIR="+t.TempDir())
+			err := run(ctx, nil, env, io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), "POOLGATE_ADMIN_TOKEN") {
+				t.Errorf("run = %v, want a refusal naming POOLGATE_ADMIN_TOKEN", err)
+			}
+		})
+	}
+}
+
+// dumpEnv writes a wrapper script that saves its environment to out, then
+// execs target with its arguments.
+func dumpEnv(t *testing.T, out string, target ...string) string {
+	t.Helper()
+	script := filepath.Join(t.TempDir(), "wrapper")
+	quoted := make([]string, len(target))
+	for i, a := range target {
+		quoted[i] = "'" + a + "'"
+	}
+	body := fmt.Sprintf("#!/bin/sh\nenv > \"%s\"\nexec %s \"$@\"\n", out, strings.Join(quoted, " "))
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return script
+}
+
+func readEnv(t *testing.T, path string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the child did not dump its environment: %v", err)
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// No secret of the gateway reaches a child process: a worker sees an
+// allowlist of poolgate's environment plus its own account's variables
+// (never another account's, never a password variable, never the
+// simulator's credentials when the worker is not the simulator), and
+// Chromium sees none of poolgate's secrets.
+func TestChildrenSeeNoSecrets(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal("this test needs chromium: install it with 'apt-get install chromium' (make test does)")
+	}
+	dumps := t.TempDir()
+	worker := dumpEnv(t, filepath.Join(dumps, "worker-$MINE.env"), testenv.PoolgateBin(t), "simworker")
+	browser := dumpEnv(t, filepath.Join(dumps, "chromium.env"), chromium)
+	accts, _ := json.Marshal([]map[string]any{
+		{"name": "a1", "username": "alice", "password_env": "A1_PW", "env": map[string]string{"MINE": "a1"}},
+		{"name": "a2", "username": "bob", "password_env": "A2_PW", "env": map[string]string{"MINE": "a2"}},
+	})
+	secretNames := []string{"POOLGATE_", "A1_PW", "A2_PW", "SIMWORKER_ACCOUNTS", "UNRELATED_SECRET"}
+	secretValues := []string{"pw-one", "pw-two", "s3cret", "sk-secret", "adm-secret"}
+	testenv.StartDaemon(t, "POOLGATE_WORKER_BIN="+worker, "POOLGATE_CHROMIUM="+browser,
+		"POOLGATE_ACCOUNTS="+string(accts), "A1_PW=pw-one", "A2_PW=pw-two", "UNRELATED_SECRET=s3cret",
+		"POOLGATE_API_KEYS=sk-secret", "POOLGATE_ADMIN_TOKEN=adm-secret", "POOLGATE_HEALTH_INTERVAL=300ms")
+	// Both workers start logged out: the pool runs Chromium to log them in.
+	testenv.WaitFor(t, 60*time.Second, "both workers and a browser to dump their environment", func() bool {
+		for _, f := range []string{"worker-a1.env", "worker-a2.env", "chromium.env"} {
+			if _, err := os.Stat(filepath.Join(dumps, f)); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	for _, f := range []string{"worker-a1.env", "worker-a2.env", "chromium.env"} {
+		env := readEnv(t, filepath.Join(dumps, f))
+		for k, v := range env {
+			for _, s := range secretNames {
+				if strings.HasPrefix(k, s) {
+					t.Errorf("%s: %s reached the child", f, k)
+				}
+			}
+			for _, s := range secretValues {
+				if strings.Contains(v, s) {
+					t.Errorf("%s: %s holds a secret", f, k)
+				}
+			}
+		}
+		if env["PATH"] == "" {
+			t.Errorf("%s: no PATH: the allowlist must keep what a program needs", f)
+		}
+	}
+	if a1 := readEnv(t, filepath.Join(dumps, "worker-a1.env")); a1["MINE"] != "a1" {
+		t.Errorf("worker a1 has MINE=%q, want its own account's variable", a1["MINE"])
+	}
+	if c := readEnv(t, filepath.Join(dumps, "chromium.env")); !strings.Contains(c["HOME"], "poolgate-login-") {
+		t.Errorf("chromium HOME=%q, want its own throwaway profile dir", c["HOME"])
+	}
+}
