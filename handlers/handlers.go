@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -31,6 +32,9 @@ type Config struct {
 	APIKeys []string
 	// MaxBodyBytes caps request bodies (default 16 MiB).
 	MaxBodyBytes int64
+	// BodyTimeout bounds how long a request body may take to arrive
+	// (default 60s): a slow client can't hold a goroutine and its buffer.
+	BodyTimeout time.Duration
 	// ReplicaID and ClusterToken turn on forwarding between replicas
 	// (empty on a single node).
 	ReplicaID    string
@@ -55,13 +59,16 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 16 << 20
 	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = 60 * time.Second
+	}
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.Use(RequestID(log), Recover(log))
 	e.NoRoute(notFound)
 	e.NoMethod(notAllowed)
 
-	api := e.Group("", BodyCap(cfg.MaxBodyBytes), APIAuth(cfg.APIKeys))
+	api := e.Group("", BodyCap(cfg.MaxBodyBytes, cfg.BodyTimeout), APIAuth(cfg.APIKeys))
 	if cfg.ClusterToken != "" {
 		api.Use(ClusterHop(cfg.ReplicaID, cfg.ClusterToken, &http.Client{Transport: &http.Transport{
 			MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, ResponseHeaderTimeout: 0}}))
@@ -218,17 +225,42 @@ func Recover(log *slog.Logger) gin.HandlerFunc {
 	})
 }
 
-// BodyCap limits request bodies; protocol decoders turn the overflow into 413.
-func BodyCap(n int64) gin.HandlerFunc {
+// BodyCap limits request bodies in size and in time: protocol decoders turn
+// the overflow into 413 and a body that did not arrive in time into 408. The
+// deadline ends with the body: a connection's read deadline that outlived it
+// would cancel a long stream's context when the server's background read
+// hits it.
+func BodyCap(n int64, timeout time.Duration) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if c.Request.ContentLength > n {
 			WriteError(c.Writer, c.Request, http.StatusRequestEntityTooLarge, "request body exceeds "+formatBytes(n))
 			c.Abort()
 			return
 		}
-		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, n)
+		rc := http.NewResponseController(c.Writer)
+		if rc.SetReadDeadline(time.Now().Add(timeout)) == nil {
+			c.Request.Body = &timedBody{ReadCloser: http.MaxBytesReader(c.Writer, c.Request.Body, n), rc: rc}
+		} else {
+			c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, n)
+		}
 		c.Next()
 	}
+}
+
+// timedBody clears the read deadline once the body is read.
+type timedBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done bool
+}
+
+func (b *timedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.done {
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
 }
 
 func formatBytes(n int64) string {

@@ -1,9 +1,14 @@
 package anthropic
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
@@ -90,4 +95,25 @@ func TestForcedDeferredToolIsOffered(t *testing.T) {
 	if len(d.chat.Tools) != 1 || d.chat.ToolChoice != want {
 		t.Errorf("tools %+v choice %+v, want Late offered and forced", d.chat.Tools, d.chat.ToolChoice)
 	}
+}
+
+// count_tokens takes no worker slot, so it has its own bound: with every
+// slot busy a request waits a moment, then gets a 429 in Anthropic's shape.
+func TestCountTokensIsAdmitted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := New(Config{CountConcurrency: 1, CountWait: 2 * time.Second}, nil, nil)
+		h.counts <- struct{}{} // the one slot is busy
+		rec := httptest.NewRecorder()
+		body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+		h.CountTokens(rec, httptest.NewRequest(http.MethodPost, "/v1/messages/count_tokens", strings.NewReader(body)))
+		if rec.Code != http.StatusTooManyRequests || !strings.Contains(rec.Body.String(), `"rate_limit_error"`) {
+			t.Errorf("busy: got %d %s, want 429 rate_limit_error", rec.Code, rec.Body.String())
+		}
+		<-h.counts
+		rec = httptest.NewRecorder()
+		h.CountTokens(rec, httptest.NewRequest(http.MethodPost, "/v1/messages/count_tokens", strings.NewReader(body)))
+		if rec.Code != http.StatusOK || len(h.counts) != 0 {
+			t.Errorf("free: got %d %s with %d slots held, want 200 and the slot given back", rec.Code, rec.Body.String(), len(h.counts))
+		}
+	})
 }

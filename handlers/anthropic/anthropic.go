@@ -12,6 +12,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -34,6 +35,13 @@ type Config struct {
 	// CountDropped counts request fields that were accepted but dropped
 	// (nil: not counted).
 	CountDropped httpx.FieldCounter
+	// CountConcurrency bounds the count_tokens requests tokenized at once
+	// (default GOMAXPROCS): they take no worker slot, so without a bound a
+	// burst of 16 MiB bodies would take every core.
+	CountConcurrency int
+	// CountWait is how long a count_tokens request waits for its turn
+	// before a 429 (default 5s).
+	CountWait time.Duration
 }
 
 // protocol is this package's label in metrics and logs.
@@ -41,9 +49,10 @@ const protocol = "messages"
 
 // Handler serves the Messages API. It is safe for concurrent use.
 type Handler struct {
-	cfg  Config
-	chat Chatter
-	log  *slog.Logger
+	cfg    Config
+	chat   Chatter
+	log    *slog.Logger
+	counts chan struct{} // count_tokens slots
 }
 
 // New returns a Handler that sends requests to chat. A nil log discards.
@@ -51,10 +60,16 @@ func New(cfg Config, chat Chatter, log *slog.Logger) *Handler {
 	if cfg.PingInterval == 0 {
 		cfg.PingInterval = 15 * time.Second
 	}
+	if cfg.CountConcurrency <= 0 {
+		cfg.CountConcurrency = runtime.GOMAXPROCS(0)
+	}
+	if cfg.CountWait <= 0 {
+		cfg.CountWait = 5 * time.Second
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Handler{cfg: cfg, chat: chat, log: log}
+	return &Handler{cfg: cfg, chat: chat, log: log, counts: make(chan struct{}, cfg.CountConcurrency)}
 }
 
 // Messages serves POST /v1/messages, streaming when the body says stream.

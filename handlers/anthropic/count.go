@@ -1,9 +1,11 @@
 package anthropic
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/internal/tokens"
@@ -20,6 +22,11 @@ func (h *Handler) CountTokens(w http.ResponseWriter, r *http.Request) {
 		writeMapped(w, err)
 		return
 	}
+	if !h.countSlot(r.Context()) {
+		writeMapped(w, &pool.OverloadedError{RetryAfter: time.Second})
+		return
+	}
+	defer func() { <-h.counts }()
 	d, err := h.decode(r, body, true)
 	if err != nil {
 		writeMapped(w, err)
@@ -31,6 +38,24 @@ func (h *Handler) CountTokens(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	_, _ = w.Write(b)
+}
+
+// countSlot waits, bounded, for a count_tokens slot.
+func (h *Handler) countSlot(ctx context.Context) bool {
+	select {
+	case h.counts <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(h.cfg.CountWait)
+	defer t.Stop()
+	select {
+	case h.counts <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
 }
 
 // promptTokens counts a request with the gateway's BPE tokenizer the way

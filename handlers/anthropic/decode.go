@@ -100,6 +100,13 @@ var DroppedFields = []string{
 	dropDeferredTools, dropServerTools,
 }
 
+// Bounds of stop_sequences: every streamed delta is checked against each of
+// them, so their number and size are the cost of every answer.
+const (
+	maxStops     = 32
+	maxStopBytes = 512
+)
+
 // requestError is a client error: it becomes a 400 invalid_request_error.
 type requestError struct{ msg string }
 
@@ -180,9 +187,15 @@ func (in *messagesRequest) validate(forCount bool) error {
 	case !isNull(in.Container):
 		return badRequest("container: code execution containers are not supported by this gateway")
 	}
+	if len(in.StopSequences) > maxStops {
+		return badRequest("stop_sequences: at most %d stop sequences are allowed, got %d", maxStops, len(in.StopSequences))
+	}
 	for i, s := range in.StopSequences {
 		if strings.TrimSpace(s) == "" {
 			return badRequest("stop_sequences.%d: each stop sequence must contain non-whitespace", i)
+		}
+		if len(s) > maxStopBytes {
+			return badRequest("stop_sequences.%d: a stop sequence may be at most %d bytes", i, maxStopBytes)
 		}
 	}
 	for i := len(in.Messages) - 1; i >= 0; i-- {

@@ -70,6 +70,8 @@ func mapError(err error) wireError {
 		return wireError{http.StatusBadRequest, errInvalidRequest, reqErr.msg, 0}
 	case errors.Is(err, httpx.ErrBodyTooLarge):
 		return wireError{http.StatusRequestEntityTooLarge, errRequestTooBig, "request body too large", 0}
+	case errors.Is(err, httpx.ErrBodyTimeout):
+		return wireError{http.StatusRequestTimeout, errInvalidRequest, err.Error(), 0}
 	case errors.As(err, &over):
 		return wireError{http.StatusTooManyRequests, errRateLimit, "the gateway is at capacity, retry later", max(over.RetryAfter, time.Second)}
 	case errors.As(err, &rate):

@@ -109,6 +109,8 @@ func TestValidationErrors(t *testing.T) {
 		{"top_p", `{"model":"m","max_tokens":5,"top_p":-1,` + msgs + `}`, 400, "top_p"},
 		{"top_k", `{"model":"m","max_tokens":5,"top_k":-1,` + msgs + `}`, 400, "top_k"},
 		{"blank stop", `{"model":"m","max_tokens":5,"stop_sequences":[" "],` + msgs + `}`, 400, "stop_sequences.0"},
+		{"too many stops", `{"model":"m","max_tokens":5,"stop_sequences":["a"` + strings.Repeat(`,"a"`, 32) + `],` + msgs + `}`, 400, "at most 32"},
+		{"long stop", `{"model":"m","max_tokens":5,"stop_sequences":["` + strings.Repeat("x", 513) + `"],` + msgs + `}`, 400, "stop_sequences.0"},
 		{"bad role", `{"model":"m","max_tokens":5,"messages":[{"role":"tool","content":"x"}]}`, 400, "messages.0.role"},
 		{"image alone", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}`, 400, "only images"},
 		{"document alone after history", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},` +

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"sync"
 )
 
@@ -45,13 +46,21 @@ func APIKey(ctx context.Context) string {
 // ErrBodyTooLarge is returned by ReadBody when the body exceeds its cap.
 var ErrBodyTooLarge = errors.New("request body too large")
 
-// ReadBody reads the whole request body. The middleware already wrapped it in
-// http.MaxBytesReader; ReadBody turns that cap into ErrBodyTooLarge.
+// ErrBodyTimeout is returned by ReadBody when the body did not arrive
+// within the time the middleware allows it.
+var ErrBodyTimeout = errors.New("the request body did not arrive in time")
+
+// ReadBody reads the whole request body. The middleware already capped it in
+// size and time; ReadBody turns those caps into ErrBodyTooLarge and
+// ErrBodyTimeout.
 func ReadBody(r *http.Request) ([]byte, error) {
 	b, err := io.ReadAll(r.Body)
 	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
+	switch {
+	case errors.As(err, &mbe):
 		return nil, ErrBodyTooLarge
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, ErrBodyTimeout
 	}
 	return b, err
 }

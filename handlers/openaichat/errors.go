@@ -118,6 +118,7 @@ func strPtr(s string) *string {
 //
 //	request errors (bad JSON, bad fields)     400 invalid_request_error
 //	httpx.ErrBodyTooLarge                     413 invalid_request_error
+//	httpx.ErrBodyTimeout                      408 invalid_request_error
 //	pool.ErrNoInstance, pool.ErrNotLoggedIn   503 server_error
 //	*pool.OverloadedError                     429 rate_limit_error + Retry-After
 //	*pool.RateLimitedError                    429 rate_limit_error (+ Retry-After)
@@ -139,6 +140,9 @@ func ErrorFor(err error) *APIError {
 	case errors.Is(err, httpx.ErrBodyTooLarge):
 		return &APIError{Status: http.StatusRequestEntityTooLarge, Type: TypeInvalidRequest,
 			Message: "request body too large", Code: strPtr("request_too_large")}
+	case errors.Is(err, httpx.ErrBodyTimeout):
+		return &APIError{Status: http.StatusRequestTimeout, Type: TypeInvalidRequest,
+			Message: err.Error(), Code: strPtr("request_timeout")}
 	case errors.As(err, &ole):
 		return &APIError{Status: http.StatusTooManyRequests, Type: TypeRateLimit,
 			Message: "the gateway is at capacity, retry later", Code: strPtr("overloaded"),

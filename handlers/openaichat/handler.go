@@ -95,7 +95,7 @@ func randomID(prefix string) string {
 // Completions serves POST /v1/chat/completions.
 func (h *Handler) Completions(w http.ResponseWriter, r *http.Request) {
 	body, err := httpx.ReadBody(r)
-	if err != nil && !errors.Is(err, httpx.ErrBodyTooLarge) {
+	if err != nil && !errors.Is(err, httpx.ErrBodyTooLarge) && !errors.Is(err, httpx.ErrBodyTimeout) {
 		err = badRequest("", "", "read body: %v", err)
 	}
 	if err != nil {

@@ -63,6 +63,8 @@ func mapError(err error) wireError {
 		return wireError{status: status, typ: "invalid_request_error", msg: reqErr.msg, param: reqErr.param, code: reqErr.code}
 	case errors.Is(err, httpx.ErrBodyTooLarge):
 		return wireError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "request_too_large", msg: "request body too large"}
+	case errors.Is(err, httpx.ErrBodyTimeout):
+		return wireError{status: http.StatusRequestTimeout, typ: "invalid_request_error", code: "request_timeout", msg: err.Error()}
 	case errors.As(err, &over):
 		return wireError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "overloaded",
 			msg: "the gateway is at capacity, retry later", retryAfter: max(over.RetryAfter, time.Second)}

@@ -105,23 +105,27 @@ func quoteResults(secs []section) string {
 	for start > 0 && secs[start-1].role == roleToolResult {
 		start--
 	}
+	calls := map[string]string{} // call id -> tool name
+	for _, s := range secs[:start] {
+		if s.role == roleToolCall && s.attrs["id"] != "" && s.attrs["name"] != "" {
+			calls[s.attrs["id"]] = s.attrs["name"]
+		}
+	}
 	lines := make([]string, 0, len(secs)-start)
 	for _, s := range secs[start:] {
-		lines = append(lines, fmt.Sprintf("Tool %s returned: %s", resultName(secs, s), strings.TrimSpace(s.body)))
+		lines = append(lines, fmt.Sprintf("Tool %s returned: %s", resultName(calls, s), strings.TrimSpace(s.body)))
 	}
 	return strings.Join(lines, "\n")
 }
 
 // resultName names a tool result: its own name attribute, else the name of
 // the call with the same id, else "tool".
-func resultName(secs []section, r section) string {
+func resultName(calls map[string]string, r section) string {
 	if n := r.attrs["name"]; n != "" {
 		return n
 	}
-	for _, s := range secs {
-		if s.role == roleToolCall && s.attrs["id"] != "" && s.attrs["id"] == r.attrs["id"] && s.attrs["name"] != "" {
-			return s.attrs["name"]
-		}
+	if n := calls[r.attrs["id"]]; n != "" {
+		return n
 	}
 	return "tool"
 }

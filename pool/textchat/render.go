@@ -55,6 +55,7 @@ func Render(t *pool.Turn) string {
 		w.marker(sectionContract, "", "")
 		w.b = append(w.b, contractText(t.ToolChoice)...)
 	}
+	var names map[string]string // call id -> tool name, built on first need
 	for i := lead; i < len(t.Messages); i++ {
 		m := &t.Messages[i]
 		switch m.Role {
@@ -73,8 +74,11 @@ func Render(t *pool.Turn) string {
 			}
 		case pool.RoleTool:
 			name := m.Name
-			if name == "" {
-				name = callName(t.Messages[:i], m.ToolCallID)
+			if name == "" && m.ToolCallID != "" {
+				if names == nil {
+					names = callNames(t.Messages)
+				}
+				name = names[m.ToolCallID]
 			}
 			w.marker(sectionToolResult, m.ToolCallID, name)
 			w.body(m.Content)
@@ -112,20 +116,19 @@ func estimate(t *pool.Turn, tools bool) int {
 	return n
 }
 
-// callName finds the name of the call id among the assistant messages before
-// a tool result whose protocol did not carry the name.
-func callName(msgs []pool.Message, id string) string {
-	if id == "" {
-		return ""
-	}
-	for i := len(msgs) - 1; i >= 0; i-- {
+// callNames maps call ids to tool names, for tool results whose protocol did
+// not carry the name. One map, not a search per result: a transcript may
+// hold tens of thousands of calls.
+func callNames(msgs []pool.Message) map[string]string {
+	names := make(map[string]string)
+	for i := range msgs {
 		for _, c := range msgs[i].ToolCalls {
-			if c.ID == id {
-				return c.Name
+			if c.ID != "" {
+				names[c.ID] = c.Name
 			}
 		}
 	}
-	return ""
+	return names
 }
 
 type writer struct{ b []byte }
