@@ -39,10 +39,11 @@ type Pool interface {
 
 // Admin serves the operator endpoints.
 type Admin struct {
-	cfg  Config
-	pool Pool
-	reg  *prometheus.Registry
-	log  *slog.Logger
+	cfg   Config
+	pool  Pool
+	reg   *prometheus.Registry
+	log   *slog.Logger
+	lease *leaseGate // nil: not clustered, every instance is this replica's
 }
 
 // New returns the admin surface. reg is the registry main made; New adds the
@@ -70,7 +71,7 @@ func (a *Admin) Register(r gin.IRouter) gin.IRouter {
 	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg})
 	r.GET("/metrics", a.metricsAuth(), gin.WrapH(metrics))
 
-	in := r.Group("/internal", a.adminAuth())
+	in := r.Group("/internal", a.adminAuth(), a.leased())
 	in.GET("/pool", func(c *gin.Context) { c.JSON(http.StatusOK, a.pool.Snapshot()) })
 	in.POST("/pool/:instance/restart", a.poolAction("restart", a.pool.Restart))
 	in.POST("/pool/:instance/drain", a.poolAction("drain", a.pool.Drain))

@@ -21,6 +21,10 @@ const (
 	tokenHeader = "X-Poolgate-Cluster-Token"
 )
 
+// Forwarded reports whether another replica forwarded r (it is never
+// forwarded again: one hop at most).
+func Forwarded(r *http.Request) bool { return r.Header.Get(hopHeader) != "" }
+
 // hopByHop headers are not forwarded (RFC 9110, 7.6.1).
 var hopByHop = map[string]bool{"Connection": true, "Keep-Alive": true, "Proxy-Connection": true,
 	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Content-Length": true}
@@ -53,7 +57,7 @@ func ClusterHop(replicaID, token string, client *http.Client) gin.HandlerFunc {
 			if !httpx.Claim(ctx, httpx.Forward) {
 				return errAnsweringHere
 			}
-			return proxy(ctx, client, w, r, strings.TrimRight(url, "/"), body, replicaID, token)
+			return Proxy(ctx, client, w, r, strings.TrimRight(url, "/"), body, replicaID, token)
 		}
 		c.Request = r.WithContext(pool.WithForwarder(httpx.WithClaim(r.Context()), fw))
 		c.Next()
@@ -68,9 +72,10 @@ type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
-// proxy sends the request to base and streams the answer back unbuffered.
-// It returns an error only if nothing was written.
-func proxy(ctx context.Context, client *http.Client, w http.ResponseWriter, r *http.Request, base string, body []byte, replicaID, token string) error {
+// Proxy sends the request (with body) to the replica at base, marked as
+// forwarded by replicaID with the cluster token, and streams the answer back
+// unbuffered. It returns an error only if nothing was written.
+func Proxy(ctx context.Context, client *http.Client, w http.ResponseWriter, r *http.Request, base string, body []byte, replicaID, token string) error {
 	req, err := http.NewRequestWithContext(ctx, r.Method, base+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		return err

@@ -72,10 +72,19 @@ func NewCluster(cfg ClusterConfig, p *Pool, store ClusterStore, log *slog.Logger
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 15 * time.Second
 	}
+	// No account is leased yet: a worker started by anything but a won
+	// lease (a stray admin restart) must not take turns.
+	for _, w := range p.workers {
+		p.Fence(w.cfg.Name, notLeased)
+	}
 	return &Cluster{cfg: cfg, pool: p, store: store, log: log.With("replica", cfg.ID),
 		held: map[string]*heldLease{}, leases: map[string]session.Lease{}, replicas: map[string]session.Replica{},
 		releasing: map[string]bool{}}
 }
+
+// notLeased is the fence of a worker whose lease this replica never held: a
+// moment long past.
+var notLeased = time.Unix(1, 0)
 
 // ID returns this replica run's id.
 func (c *Cluster) ID() string { return c.cfg.ID }
@@ -422,6 +431,25 @@ func (c *Cluster) handOver(name string, token int64) {
 	if err := c.store.ReleaseLease(ctx, name, c.cfg.ID, token); err != nil {
 		c.log.Warn("release lease", "account", name, "err", err)
 	}
+}
+
+// Holder reports whether this replica holds the account's lease now (and
+// may act on it), else the URL of the replica that holds it ("" when none
+// does, as far as the last view of the lease table knows).
+func (c *Cluster) Holder(account string) (local bool, url string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h, ok := c.held[account]; ok && !c.releasing[account] && time.Now().Before(h.valid) {
+		return true, ""
+	}
+	l := c.leases[account]
+	if l.Holder == "" || l.Holder == c.cfg.ID {
+		return false, ""
+	}
+	if r, ok := c.replicas[l.Holder]; ok {
+		return false, r.URL
+	}
+	return false, ""
 }
 
 // Owner returns the URL of the other replica that holds the account.

@@ -174,6 +174,11 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		adm.RegisterProbes(adminEngine)
 		a.admin = httpServer(cfg.AdminListen, adminEngine)
 	}
+	if a.cluster != nil {
+		// The advertised URL serves the admin API unless it has a listener
+		// of its own, whose address no replica knows.
+		adm.SetCluster(a.cluster, cfg.ClusterToken, cfg.AdminListen == "")
+	}
 	internal := adm.Register(adminEngine)
 	adm.RegisterSession(internal, a.store)
 	adm.RegisterStats(internal, admin.Limits{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue}, a.pool)

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/pool"
+)
+
+func postAdmin(t *testing.T, url string, header map[string]string, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return resp.StatusCode, b.String()
+}
+
+// The lease decides who drives an account, for the admin API too: an action
+// sent to a replica that does not hold the account is carried out by the
+// holder (forwarded), never where it landed, so no account is ever served
+// by two replicas.
+func TestAdminActionsFollowTheLease(t *testing.T) {
+	s := newScale(t)
+	var violations atomic.Int32
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	s.sample(stop, &violations, &wg)
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	on := s.waitSpread(30 * time.Second)
+	holder := on["acct-1"][0]
+	other := -1
+	for i := range s.live() {
+		if i != holder {
+			other = i
+			break
+		}
+	}
+	restarts := func(i int) int {
+		var snap pool.Snapshot
+		s.live()[i].GetJSON(t, "/internal/pool", "", &snap)
+		in, _ := snap.Instance("acct-1")
+		return in.Restarts
+	}
+	before := restarts(holder)
+	code, body := postAdmin(t, s.live()[other].URL+"/internal/pool/acct-1/restart", nil, "")
+	if code != http.StatusAccepted {
+		t.Fatalf("restart on a non-holder: %d %s, want 202 from the holder", code, body)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the holder to restart acct-1", func() bool { return restarts(holder) > before })
+	if on := s.waitSpread(15 * time.Second); on["acct-1"][0] != holder {
+		t.Errorf("acct-1 moved to replica %d, want it still on the holder %d", on["acct-1"][0], holder)
+	}
+
+	// A bundle import lands on the holder too: its own check answers.
+	code, body = postAdmin(t, s.live()[other].URL+"/internal/session/import?instance=acct-1", nil, `{"bundle":"not base64!"}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, "bundle") {
+		t.Errorf("import on a non-holder: %d %s, want the holder's 400 about the bundle", code, body)
+	}
+
+	// A replica that receives an already forwarded action it does not hold
+	// refuses it: one hop, and never an action without the lease.
+	code, body = postAdmin(t, s.live()[other].URL+"/internal/pool/acct-1/drain",
+		map[string]string{"X-Poolgate-Forwarded-By": "r9"}, "")
+	if code != http.StatusConflict || !strings.Contains(body, "acct-1") {
+		t.Errorf("forwarded drain on a non-holder: %d %s, want 409 naming acct-1", code, body)
+	}
+	s.waitSpread(10 * time.Second)
+	if violations.Load() > 0 {
+		t.Fatalf("%d samples with an account ready on two replicas", violations.Load())
+	}
+}
