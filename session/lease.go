@@ -111,6 +111,12 @@ else
 end
 `
 
+// allowOOM lets a script run, and write, when Redis is out of memory
+// (maxmemory with noeviction): leases and heartbeats are a few bytes each,
+// and a replica that cannot renew must stop its accounts, so a Redis filled
+// by other data must not fence every replica. It needs Redis 7.
+const allowOOM = "#!lua flags=allow-oom\n"
+
 // A lease value is "<token>:<holder>"; the token is digits, so the first colon
 // splits it even when the holder has colons of its own.
 
@@ -122,7 +128,7 @@ end
 //
 // KEYS[1] lease, KEYS[2] token counter, KEYS[3] epoch; ARGV[1] holder,
 // ARGV[2] ttl ms.
-var acquireLeaseScript = redis.NewScript(redisNowMs + `
+var acquireLeaseScript = redis.NewScript(allowOOM + redisNowMs + `
 local holder, ttl = ARGV[1], tonumber(ARGV[2])
 ` + leaseEpochLua + `
 local v = redis.call('GET', KEYS[1])
@@ -150,7 +156,7 @@ return {1, holder, tok, ttl}
 //
 // KEYS[1] lease, KEYS[2] token counter, KEYS[3] epoch; ARGV[1] holder,
 // ARGV[2] token, ARGV[3] ttl ms.
-var renewLeaseScript = redis.NewScript(redisNowMs + `
+var renewLeaseScript = redis.NewScript(allowOOM + redisNowMs + `
 local holder, token, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local want = token .. ':' .. holder
 local v = redis.call('GET', KEYS[1])
@@ -172,7 +178,7 @@ return 1
 // ARGV[2]. The token counter stays.
 //
 // KEYS[1] lease; ARGV[1] holder, ARGV[2] token.
-var releaseLeaseScript = redis.NewScript(`
+var releaseLeaseScript = redis.NewScript(allowOOM + `
 if redis.call('GET', KEYS[1]) == ARGV[2] .. ':' .. ARGV[1] then
   redis.call('DEL', KEYS[1])
   return 1

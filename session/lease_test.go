@@ -485,3 +485,65 @@ func TestLeaseKeys(t *testing.T) {
 		})
 	}
 }
+
+// A Redis filled to maxmemory (noeviction) by other data refuses writes; the
+// leases and heartbeats of the replicas still go through, or every replica
+// would fence its accounts at once.
+func TestLeasesSurviveAFullRedis(t *testing.T) {
+	srv := testenv.Redis(t)
+	r, raw := openLeaseRedis(t, srv, RedisConfig{})
+	ctx := context.Background()
+	l, ok, err := r.AcquireLease(ctx, "acct-1", "r1", 10*time.Second)
+	if err != nil || !ok {
+		t.Fatalf("AcquireLease = %v, %v", ok, err)
+	}
+	tok := l.Token
+	if err := raw.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	used, _ := raw.Info(ctx, "memory").Result()
+	if err := raw.ConfigSet(ctx, "maxmemory", fmt.Sprint(usedMemory(t, used)+2<<20)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	filler := strings.Repeat("x", 64<<10)
+	full := false
+	for i := 0; i < 1000 && !full; i++ {
+		err := raw.Set(ctx, fmt.Sprintf("filler:%d", i), filler, 0).Err()
+		full = err != nil && strings.Contains(err.Error(), "OOM")
+	}
+	if !full {
+		t.Fatal("Redis never reported OOM")
+	}
+	if err := r.SaveResponse(ctx, "resp_x", []byte(filler), time.Hour); err == nil {
+		// The local tier keeps it; the Redis write must have failed.
+		if n, _ := raw.Exists(ctx, r.responseKey("resp_x")).Result(); n != 0 {
+			t.Fatal("a response write succeeded in a full Redis: the test's premise is wrong")
+		}
+	}
+	if _, err := r.RenewLease(ctx, "acct-1", "r1", tok, 10*time.Second); err != nil {
+		t.Errorf("RenewLease in a full Redis: %v", err)
+	}
+	if _, ok, err := r.AcquireLease(ctx, "acct-2", "r1", 10*time.Second); err != nil || !ok {
+		t.Errorf("AcquireLease in a full Redis: %v, %v", ok, err)
+	}
+	if err := r.Heartbeat(ctx, Replica{ID: "r1"}, 10*time.Second); err != nil {
+		t.Errorf("Heartbeat in a full Redis: %v", err)
+	}
+	if err := r.ReleaseLease(ctx, "acct-1", "r1", tok); err != nil {
+		t.Errorf("ReleaseLease in a full Redis: %v", err)
+	}
+}
+
+// usedMemory reads used_memory from INFO memory.
+func usedMemory(t *testing.T, info string) int64 {
+	t.Helper()
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			var n int64
+			fmt.Sscan(v, &n)
+			return n
+		}
+	}
+	t.Fatal("no used_memory in INFO")
+	return 0
+}

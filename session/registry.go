@@ -40,7 +40,7 @@ func (r *Redis) replicaIndexKey() string { return r.cfg.Prefix + "replicas" }
 // prunes index entries whose heartbeat expired, so the index stays bounded.
 //
 // KEYS[1] record, KEYS[2] index; ARGV[1] JSON, ARGV[2] ttl ms, ARGV[3] id.
-var heartbeatScript = redis.NewScript(redisNowMs + `
+var heartbeatScript = redis.NewScript(allowOOM + redisNowMs + `
 local ttl = tonumber(ARGV[2])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
 redis.call('ZADD', KEYS[2], now + ttl, ARGV[3])
@@ -68,7 +68,7 @@ return out
 // leaveScript removes a replica's record and index entry.
 //
 // KEYS[1] record, KEYS[2] index; ARGV[1] id.
-var leaveScript = redis.NewScript(`
+var leaveScript = redis.NewScript(allowOOM + `
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 return 1
