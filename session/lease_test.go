@@ -514,7 +514,7 @@ func TestLeasesSurviveAFullRedis(t *testing.T) {
 	if !full {
 		t.Fatal("Redis never reported OOM")
 	}
-	if err := r.SaveResponse(ctx, "resp_x", []byte(filler), time.Hour); err == nil {
+	if err := r.SaveResponse(ctx, "", "resp_x", []byte(filler), time.Hour); err == nil {
 		// The local tier keeps it; the Redis write must have failed.
 		if n, _ := raw.Exists(ctx, r.responseKey("resp_x")).Result(); n != 0 {
 			t.Fatal("a response write succeeded in a full Redis: the test's premise is wrong")

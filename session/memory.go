@@ -125,15 +125,27 @@ func (m *Memory) FlushAffinity(_ context.Context, owner string) (int, error) {
 	return n, nil
 }
 
-// SaveResponse stores a copy of data under id for ttl (ResponseTTL when 0).
-func (m *Memory) SaveResponse(_ context.Context, id string, data []byte, ttl time.Duration) error {
-	return m.saveResponse(id, data, ttl, false)
+// SaveResponse stores a copy of data under id for ttl (ResponseTTL when 0);
+// the responses in keep (the earlier links of its chain) live as long as it
+// from now on. The store is bounded as a whole (MaxResponses,
+// MaxResponseBytes), so owner is not needed to keep it bounded.
+func (m *Memory) SaveResponse(_ context.Context, _, id string, data []byte, ttl time.Duration, keep ...string) error {
+	return m.saveResponse(id, data, ttl, false, keep)
 }
 
 // LoadResponse returns a copy of the object stored under id, or ErrNotFound.
 func (m *Memory) LoadResponse(_ context.Context, id string) ([]byte, error) {
 	data, _, err := m.loadResponse(id)
 	return data, err
+}
+
+// LoadResponses returns copies of several objects; a missing one is nil.
+func (m *Memory) LoadResponses(_ context.Context, ids []string) ([][]byte, error) {
+	out := make([][]byte, len(ids))
+	for i, id := range ids {
+		out[i], _, _ = m.loadResponse(id)
+	}
+	return out, nil
 }
 
 // DeleteResponse removes the object stored under id, or returns ErrNotFound.
@@ -225,7 +237,7 @@ func (m *Memory) flushAffinity(owner string) (all, localOnly int) {
 	return all, len(evicted)
 }
 
-func (m *Memory) saveResponse(id string, data []byte, ttl time.Duration, mirrored bool) error {
+func (m *Memory) saveResponse(id string, data []byte, ttl time.Duration, mirrored bool, keep []string) error {
 	size := int64(len(data))
 	if size > m.cfg.MaxResponseBytes {
 		return fmt.Errorf("save response %s: %d bytes: %w", id, size, ErrTooLarge)
@@ -239,6 +251,12 @@ func (m *Memory) saveResponse(id string, data []byte, ttl time.Duration, mirrore
 	n.expires = m.cfg.Now().Add(ttl)
 	if old := m.resp.get(id); old != nil {
 		m.resp.remove(old)
+	}
+	for _, k := range keep {
+		if kn := m.resp.get(k); kn != nil && m.cfg.Now().Before(kn.expires) {
+			kn.expires = n.expires
+			m.resp.touch(kn)
+		}
 	}
 	m.resp.add(n)
 	for b := m.resp.back(); b != nil && (m.resp.len() > m.cfg.MaxResponses || m.resp.bytes > m.cfg.MaxResponseBytes); b = m.resp.back() {

@@ -53,7 +53,7 @@ func TestMemoryRunSweeps(t *testing.T) {
 		var wg sync.WaitGroup
 		wg.Go(func() { m.Run(ctx) })
 		mustPut(t, m, "own:1", aff(1))
-		if err := m.SaveResponse(ctx, "resp_1", []byte("x"), 0); err != nil {
+		if err := m.SaveResponse(ctx, "", "resp_1", []byte("x"), 0); err != nil {
 			t.Fatalf("SaveResponse() = %v", err)
 		}
 		time.Sleep(2 * time.Minute)
@@ -88,7 +88,7 @@ func TestMemoryResponseTTL(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				m := NewMemory(MemoryConfig{})
 				ctx := context.Background()
-				if err := m.SaveResponse(ctx, "resp_1", []byte("x"), tt.give); err != nil {
+				if err := m.SaveResponse(ctx, "", "resp_1", []byte("x"), tt.give); err != nil {
 					t.Fatalf("SaveResponse() = %v", err)
 				}
 				time.Sleep(tt.wantLive - time.Second)
@@ -147,7 +147,7 @@ func TestMemoryResponseCaps(t *testing.T) {
 			var ids []string
 			for i, size := range tt.give {
 				ids = append(ids, fmt.Sprintf("resp_%d", i))
-				if err := m.SaveResponse(ctx, ids[i], make([]byte, size), 0); err != nil {
+				if err := m.SaveResponse(ctx, "", ids[i], make([]byte, size), 0); err != nil {
 					t.Fatalf("SaveResponse(%d bytes) = %v", size, err)
 				}
 			}
@@ -166,7 +166,7 @@ func TestMemoryResponseCaps(t *testing.T) {
 
 func TestMemoryResponseTooLarge(t *testing.T) {
 	m := NewMemory(MemoryConfig{MaxResponseBytes: 10})
-	err := m.SaveResponse(context.Background(), "resp_big", make([]byte, 11), 0)
+	err := m.SaveResponse(context.Background(), "", "resp_big", make([]byte, 11), 0)
 	if !errors.Is(err, ErrTooLarge) {
 		t.Errorf("SaveResponse(11 bytes) error = %v, want ErrTooLarge", err)
 	}

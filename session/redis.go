@@ -35,6 +35,11 @@ type RedisConfig struct {
 	// sweeper can still read it and report it to OnEvict. Entries that expire
 	// while no replica runs Run vanish unreported after it. Default 10 min.
 	EvictGrace time.Duration
+	// OwnerMaxResponses and OwnerMaxResponseBytes cap what one owner (one
+	// API key) keeps in Redis: beyond either, its oldest responses are
+	// dropped, so one key can never fill Redis. Defaults 1000 and 64 MiB.
+	OwnerMaxResponses     int
+	OwnerMaxResponseBytes int64
 	// Memory configures the in-process tier and the limits shared with Redis:
 	// AffinityTTL and ResponseTTL apply to both tiers; Now is the clock of
 	// both; OnEvict receives evictions from both, each entry once (by the
@@ -75,6 +80,12 @@ func (c RedisConfig) withDefaults() RedisConfig {
 	if c.EvictGrace <= 0 {
 		c.EvictGrace = 10 * time.Minute
 	}
+	if c.OwnerMaxResponses <= 0 {
+		c.OwnerMaxResponses = 1000
+	}
+	if c.OwnerMaxResponseBytes <= 0 {
+		c.OwnerMaxResponseBytes = 64 << 20
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -89,6 +100,7 @@ type RedisClient interface {
 	Get(ctx context.Context, key string) *redis.StringCmd
 	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
 	Del(ctx context.Context, keys ...string) *redis.IntCmd
+	MGet(ctx context.Context, keys ...string) *redis.SliceCmd
 	ZRangeByScore(ctx context.Context, key string, opt *redis.ZRangeBy) *redis.StringSliceCmd
 	Ping(ctx context.Context) *redis.StatusCmd
 	Close() error
@@ -297,9 +309,10 @@ func (r *Redis) FlushAffinity(ctx context.Context, owner string) (int, error) {
 }
 
 // SaveResponse stores data under id for ttl (Memory.ResponseTTL when 0) in
-// Redis and keeps a local copy, so a GET on this replica works while Redis is
-// away.
-func (r *Redis) SaveResponse(ctx context.Context, id string, data []byte, ttl time.Duration) error {
+// Redis, counted against owner's quota, and keeps a local copy, so a GET on
+// this replica works while Redis is away. The responses in keep (the earlier
+// links of its chain) live as long as it from now on.
+func (r *Redis) SaveResponse(ctx context.Context, owner, id string, data []byte, ttl time.Duration, keep ...string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -308,7 +321,7 @@ func (r *Redis) SaveResponse(ctx context.Context, id string, data []byte, ttl ti
 	}
 	var remoteErr error = ErrUnavailable
 	if r.health.allow() {
-		remoteErr = r.saveRemote(context.WithoutCancel(ctx), id, data, ttl)
+		remoteErr = r.saveRemote(context.WithoutCancel(ctx), owner, id, data, ttl, keep)
 		if remoteErr == nil {
 			r.health.success()
 		} else {
@@ -317,7 +330,7 @@ func (r *Redis) SaveResponse(ctx context.Context, id string, data []byte, ttl ti
 	} else {
 		r.skipped("save_response")
 	}
-	err := r.local.saveResponse(id, data, ttl, remoteErr == nil)
+	err := r.local.saveResponse(id, data, ttl, remoteErr == nil, keep)
 	if remoteErr == nil {
 		return nil // a local copy too large for the local tier is no loss
 	}
@@ -340,14 +353,7 @@ func (r *Redis) LoadResponse(ctx context.Context, id string) ([]byte, error) {
 		return data, nil
 	case errors.Is(err, ErrNotFound):
 		r.health.success()
-		// Only an object saved while Redis was down may live here alone; a
-		// mirrored copy whose original is gone was deleted elsewhere.
-		data, mirrored, err := r.local.loadResponse(id)
-		if err != nil || mirrored {
-			_, _ = r.local.deleteResponse(id)
-			return nil, ErrNotFound
-		}
-		return data, nil
+		return r.localOnly(id)
 	default:
 		if !r.failed(ctx, op, err) {
 			return nil, ctx.Err()
@@ -355,6 +361,53 @@ func (r *Redis) LoadResponse(ctx context.Context, id string) ([]byte, error) {
 	}
 	data, _, err = r.local.loadResponse(id)
 	return data, err
+}
+
+// localOnly answers for an object Redis does not have: only one saved
+// while Redis was down may live in the local tier alone; a mirrored copy
+// whose original is gone was deleted elsewhere.
+func (r *Redis) localOnly(id string) ([]byte, error) {
+	data, mirrored, err := r.local.loadResponse(id)
+	if err != nil || mirrored {
+		_, _ = r.local.deleteResponse(id)
+		return nil, ErrNotFound
+	}
+	return data, nil
+}
+
+// LoadResponses loads several objects in one round trip; a missing one is
+// nil. When Redis fails it answers from the local copies.
+func (r *Redis) LoadResponses(ctx context.Context, ids []string) ([][]byte, error) {
+	const op = "load_response"
+	out := make([][]byte, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	var vals []any
+	err := ErrUnavailable
+	if r.health.allow() {
+		vals, err = r.loadManyRemote(ctx, ids)
+	} else {
+		r.skipped(op)
+	}
+	switch {
+	case err == nil:
+		r.health.success()
+		for i, v := range vals {
+			if s, ok := v.(string); ok {
+				out[i] = []byte(s)
+			} else {
+				out[i], _ = r.localOnly(ids[i])
+			}
+		}
+		return out, nil
+	case !errors.Is(err, ErrUnavailable) && !r.failed(ctx, op, err):
+		return nil, ctx.Err()
+	}
+	for i, id := range ids {
+		out[i], _, _ = r.local.loadResponse(id)
+	}
+	return out, nil
 }
 
 // DeleteResponse removes the object stored under id from both tiers, or

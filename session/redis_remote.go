@@ -189,10 +189,67 @@ func (r *Redis) indexMembers(ctx context.Context, due bool) ([]string, error) {
 	return r.client.ZRangeByScore(ctx, r.affinityIndexKey(), by).Result()
 }
 
-func (r *Redis) saveRemote(ctx context.Context, id string, data []byte, ttl time.Duration) error {
+// responseIndexKey orders an owner's responses by save time;
+// responseSizesKey holds their sizes and, under the field bytesField, their
+// total. Both live as long as the owner's newest response.
+func (r *Redis) responseIndexKey(owner string) string { return r.cfg.Prefix + "respidx:" + owner }
+func (r *Redis) responseSizesKey(owner string) string { return r.cfg.Prefix + "respsz:" + owner }
+
+// saveResponseScript stores a response, extends the life of the responses
+// it builds on, and enforces the owner's quota: while the owner keeps more
+// responses or bytes than allowed, its oldest are unindexed. It returns
+// their ids; the caller deletes them (keys the script may not name).
+//
+// KEYS[1] response, KEYS[2] owner index, KEYS[3] owner sizes, KEYS[4..]
+// responses to keep; ARGV[1] data, ARGV[2] ttl ms, ARGV[3] id, ARGV[4] max
+// count, ARGV[5] max bytes.
+var saveResponseScript = redis.NewScript(redisNowMs + `
+local ttl, id, size = tonumber(ARGV[2]), ARGV[3], string.len(ARGV[1])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+for i = 4, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl) end
+local old = tonumber(redis.call('HGET', KEYS[3], id) or '0')
+redis.call('HSET', KEYS[3], id, size)
+local total = redis.call('HINCRBY', KEYS[3], '` + bytesField + `', size - old)
+redis.call('ZADD', KEYS[2], now, id)
+redis.call('PEXPIRE', KEYS[2], ttl)
+redis.call('PEXPIRE', KEYS[3], ttl)
+local evicted = {}
+while redis.call('ZCARD', KEYS[2]) > tonumber(ARGV[4]) or total > tonumber(ARGV[5]) do
+  local v = redis.call('ZPOPMIN', KEYS[2])
+  if #v == 0 then break end
+  if v[1] == id then
+    redis.call('ZADD', KEYS[2], now, id) -- alone over the byte cap: it stays
+    break
+  end
+  local sz = tonumber(redis.call('HGET', KEYS[3], v[1]) or '0')
+  redis.call('HDEL', KEYS[3], v[1])
+  total = redis.call('HINCRBY', KEYS[3], '` + bytesField + `', -sz)
+  evicted[#evicted + 1] = v[1]
+end
+return evicted
+`)
+
+// bytesField is the owner-sizes field holding the total; it cannot be an id.
+const bytesField = "#total"
+
+func (r *Redis) saveRemote(ctx context.Context, owner, id string, data []byte, ttl time.Duration, keep []string) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.ResponseTimeout)
 	defer cancel()
-	return r.client.Set(ctx, r.responseKey(id), data, ttl).Err()
+	keys := make([]string, 0, 3+len(keep))
+	keys = append(keys, r.responseKey(id), r.responseIndexKey(owner), r.responseSizesKey(owner))
+	for _, k := range keep {
+		keys = append(keys, r.responseKey(k))
+	}
+	evicted, err := saveResponseScript.Run(ctx, r.client, keys, data, ttl.Milliseconds(), id,
+		r.cfg.OwnerMaxResponses, r.cfg.OwnerMaxResponseBytes).StringSlice()
+	if err != nil || len(evicted) == 0 {
+		return err
+	}
+	_, err = r.deleteRemote(ctx, evicted...)
+	for _, e := range evicted {
+		_, _ = r.local.deleteResponse(e)
+	}
+	return err
 }
 
 func (r *Redis) loadRemote(ctx context.Context, id string) ([]byte, error) {
@@ -200,6 +257,16 @@ func (r *Redis) loadRemote(ctx context.Context, id string) ([]byte, error) {
 	defer cancel()
 	b, err := r.client.Get(ctx, r.responseKey(id)).Bytes()
 	return b, remoteErr(err)
+}
+
+func (r *Redis) loadManyRemote(ctx context.Context, ids []string) ([]any, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.ResponseTimeout)
+	defer cancel()
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = r.responseKey(id)
+	}
+	return r.client.MGet(ctx, keys...).Result()
 }
 
 func (r *Redis) deleteRemote(ctx context.Context, ids ...string) (int64, error) {

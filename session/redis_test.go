@@ -118,7 +118,7 @@ func TestRedisOutageDegradesAndRecovers(t *testing.T) {
 		if err != nil || got != aff(i) {
 			t.Fatalf("turn %d: TakeAffinity() = %v, %v; want %v, nil", i, got, err, aff(i))
 		}
-		if err := r.SaveResponse(ctx, key, []byte("body"), 0); err != nil {
+		if err := r.SaveResponse(ctx, "", key, []byte("body"), 0); err != nil {
 			t.Fatalf("turn %d: SaveResponse() = %v", i, err)
 		}
 		if _, err := r.LoadResponse(ctx, key); err != nil {
@@ -216,7 +216,7 @@ func TestRedisHungCallsReturnInTime(t *testing.T) {
 				// The first call waits out its deadline; the rest skip Redis.
 				{name: "put", give: func() error { return r.PutAffinity(ctx, "own:1", aff(1)) }, limit: 450 * time.Millisecond},
 				{name: "take", give: func() error { _, err := r.TakeAffinity(ctx, "own:1"); return err }, limit: 20 * time.Millisecond},
-				{name: "save", give: func() error { return r.SaveResponse(ctx, "r", []byte("x"), 0) }, limit: 20 * time.Millisecond},
+				{name: "save", give: func() error { return r.SaveResponse(ctx, "", "r", []byte("x"), 0) }, limit: 20 * time.Millisecond},
 				{name: "load", give: func() error { _, err := r.LoadResponse(ctx, "r"); return err }, limit: 20 * time.Millisecond},
 			}
 			for _, c := range calls {
@@ -305,7 +305,7 @@ func TestRedisLocalOnlyEntries(t *testing.T) {
 	if got := ev.list(); len(got) != 1 || got[0] != aff(1) {
 		t.Errorf("evicted %v, want [%v]", got, aff(1))
 	}
-	if err := r.SaveResponse(ctx, "resp_down", []byte("x"), 0); err != nil {
+	if err := r.SaveResponse(ctx, "", "resp_down", []byte("x"), 0); err != nil {
 		t.Errorf("SaveResponse() while down = %v", err)
 	}
 	if got, err := r.LoadResponse(ctx, "resp_down"); err != nil || string(got) != "x" {

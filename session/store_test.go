@@ -16,7 +16,7 @@ type store interface {
 	TakeAffinity(ctx context.Context, key string) (Affinity, error)
 	PutAffinity(ctx context.Context, key string, a Affinity) error
 	FlushAffinity(ctx context.Context, owner string) (int, error)
-	SaveResponse(ctx context.Context, id string, data []byte, ttl time.Duration) error
+	SaveResponse(ctx context.Context, owner, id string, data []byte, ttl time.Duration, keep ...string) error
 	LoadResponse(ctx context.Context, id string) ([]byte, error)
 	DeleteResponse(ctx context.Context, id string) error
 	Ping(ctx context.Context) error
@@ -179,7 +179,7 @@ func responseSuite(t *testing.T, newStore newStoreFunc) {
 		t.Errorf("DeleteResponse(missing) error = %v, want ErrNotFound", err)
 	}
 	give := []byte(`{"id":"resp_1"}`)
-	if err := s.SaveResponse(ctx, "resp_1", give, 0); err != nil {
+	if err := s.SaveResponse(ctx, "", "resp_1", give, 0); err != nil {
 		t.Fatalf("SaveResponse() = %v", err)
 	}
 	give[0] = 'X' // the store must have kept its own copy
@@ -187,7 +187,7 @@ func responseSuite(t *testing.T, newStore newStoreFunc) {
 	if err != nil || string(got) != `{"id":"resp_1"}` {
 		t.Fatalf("LoadResponse() = %q, %v; want %q, nil", got, err, `{"id":"resp_1"}`)
 	}
-	if err := s.SaveResponse(ctx, "resp_1", []byte("v2"), time.Hour); err != nil {
+	if err := s.SaveResponse(ctx, "", "resp_1", []byte("v2"), time.Hour); err != nil {
 		t.Fatalf("SaveResponse(overwrite) = %v", err)
 	}
 	if got, err := s.LoadResponse(ctx, "resp_1"); err != nil || string(got) != "v2" {

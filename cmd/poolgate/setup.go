@@ -135,6 +135,7 @@ func openStore(cfg config.Config, m *metrics.Metrics, onEvict func(session.Affin
 		return session.NewMemory(mem), nil
 	}
 	r, err := session.OpenRedis(session.RedisConfig{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Memory: mem, Logger: log,
+		OwnerMaxResponses: cfg.StoredResponsesPerKey, OwnerMaxResponseBytes: cfg.StoredResponseBytesPerKey,
 		OnError: func(op string, _ error) { m.StoreErrors.WithLabelValues(op).Inc() }})
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)

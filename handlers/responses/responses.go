@@ -26,12 +26,15 @@ type Chatter interface {
 }
 
 // Store keeps stored responses as opaque bytes. The session package
-// implements it (memory and Redis); bounding the count is its job, the TTL
-// is given per call. Load and Delete return session.ErrNotFound for an
-// unknown id.
+// implements it (memory and Redis); bounding what it keeps, in all and per
+// owner, is its job, the TTL is given per call, and the responses in keep
+// (the earlier links of a chain) must live as long as the one saved. Load
+// and Delete return session.ErrNotFound for an unknown id.
 type Store interface {
-	SaveResponse(ctx context.Context, id string, data []byte, ttl time.Duration) error
+	SaveResponse(ctx context.Context, owner, id string, data []byte, ttl time.Duration, keep ...string) error
 	LoadResponse(ctx context.Context, id string) ([]byte, error)
+	// LoadResponses loads several in one go: nil data for a missing one.
+	LoadResponses(ctx context.Context, ids []string) ([][]byte, error)
 	DeleteResponse(ctx context.Context, id string) error
 }
 
@@ -112,6 +115,7 @@ func (h *Handler) Create(w http.ResponseWriter, r *http.Request) {
 type turn struct {
 	d       *decoded
 	history []pool.Message // stored transcript before this input (no instructions)
+	chain   []string       // ids of the records history was read from, oldest first
 	resp    *responseObject
 	owner   string
 }
@@ -138,13 +142,15 @@ func (h *Handler) prepare(ctx context.Context, r *http.Request) (*turn, error) {
 	model := d.wire.Model
 	if prev := d.wire.PreviousResponseID; prev != "" {
 		rec, err := h.load(ctx, prev, t.owner)
+		if err == nil {
+			t.history, t.chain, err = h.history(ctx, prev, rec, t.owner)
+		}
 		if isNotFound(err) {
 			return nil, notFound("previous_response_id", prev)
 		}
 		if err != nil {
 			return nil, err
 		}
-		t.history = rec.Transcript
 		if model == "" {
 			model = rec.Model
 		}

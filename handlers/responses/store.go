@@ -17,17 +17,46 @@ import (
 )
 
 // record is what the store keeps per response: the object as the client saw
-// it, this turn's input items, and the whole neutral transcript up to and
-// including the answer (without instructions, which OpenAI does not carry
-// over), so a follow-up rebuilds the conversation and the router's
-// transcript-based affinity sees the same prefix it saw before.
+// it, this turn's input items, and its part of the neutral transcript
+// (without instructions, which OpenAI does not carry over), so a follow-up
+// rebuilds the conversation and the router's transcript-based affinity sees
+// the same prefix it saw before.
+//
+// A chain of previous_response_id turns is stored by reference: a record
+// holds only its own turn (input and answer) and the ids of the records
+// before it, read back in one batch. Storing the whole conversation again
+// with every turn made its storage grow with the square of its length.
 type record struct {
 	// Owner is a hash of the API key that created it; other keys get 404.
-	Owner      string          `json:"owner,omitempty"`
-	Model      string          `json:"model"`
-	Response   json.RawMessage `json:"response"`
-	Input      []item          `json:"input"`
-	Transcript []pool.Message  `json:"transcript"`
+	Owner    string          `json:"owner,omitempty"`
+	Model    string          `json:"model"`
+	Response json.RawMessage `json:"response"`
+	Input    []item          `json:"input"`
+	// Transcript is this turn's input and answer.
+	Transcript []pool.Message `json:"transcript"`
+	// Chain lists the records whose transcripts come before this one's,
+	// oldest first.
+	Chain []string `json:"chain,omitempty"`
+}
+
+// history rebuilds the transcript that record id ends: its chain's
+// transcripts, then its own. It returns the chain a follow-up extends.
+func (h *Handler) history(ctx context.Context, id string, rec *record, owner string) ([]pool.Message, []string, error) {
+	sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+	defer cancel()
+	datas, err := h.store.LoadResponses(sctx, rec.Chain)
+	if err != nil {
+		return nil, nil, err
+	}
+	var msgs []pool.Message
+	for i, data := range datas {
+		link, err := decodeRecord(rec.Chain[i], data, owner)
+		if err != nil {
+			return nil, nil, err // a link that expired or was evicted breaks the chain
+		}
+		msgs = append(msgs, link.Transcript...)
+	}
+	return append(msgs, rec.Transcript...), append(rec.Chain[:len(rec.Chain):len(rec.Chain)], id), nil
 }
 
 // ownerOf hashes an API key, so the store never holds one.
@@ -46,14 +75,12 @@ func (h *Handler) save(ctx context.Context, t *turn, enc *streamEncoder, obj []b
 	if obj == nil || !t.resp.Store {
 		return
 	}
-	rec := record{
-		Owner: t.owner, Model: t.resp.Model, Response: obj, Input: t.d.items,
-		Transcript: append(append(t.history[:len(t.history):len(t.history)], t.d.input...), enc.answer()),
-	}
+	rec := record{Owner: t.owner, Model: t.resp.Model, Response: obj, Input: t.d.items, Chain: t.chain,
+		Transcript: append(append([]pool.Message(nil), t.d.input...), enc.answer())}
 	data, err := json.Marshal(&rec)
 	if err == nil {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.StoreTimeout)
-		err = h.store.SaveResponse(sctx, t.resp.ID, data, h.cfg.TTL)
+		err = h.store.SaveResponse(sctx, t.owner, t.resp.ID, data, h.cfg.TTL, t.chain...)
 		cancel()
 	}
 	if err != nil {
@@ -70,6 +97,15 @@ func (h *Handler) load(ctx context.Context, id, owner string) (*record, error) {
 	data, err := h.store.LoadResponse(sctx, id)
 	if err != nil {
 		return nil, err
+	}
+	return decodeRecord(id, data, owner)
+}
+
+// decodeRecord decodes a stored record owned by owner; a missing one (nil
+// data) or another owner's is session.ErrNotFound.
+func decodeRecord(id string, data []byte, owner string) (*record, error) {
+	if data == nil {
+		return nil, session.ErrNotFound
 	}
 	var rec record
 	if err := json.Unmarshal(data, &rec); err != nil {

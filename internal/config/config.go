@@ -80,6 +80,9 @@ type Config struct {
 	RedisURL    string `yaml:"redis_url"`    // Redis URL ("" = in-memory store)
 	RedisPrefix string `yaml:"redis_prefix"` // Redis key prefix (poolgate:)
 
+	StoredResponsesPerKey     int   `yaml:"stored_responses_per_key"`      // Responses kept in Redis per API key (1000)
+	StoredResponseBytesPerKey int64 `yaml:"stored_response_bytes_per_key"` // their total size per API key (64 MiB)
+
 	AutoLogin        bool   `yaml:"auto_login"`        // log logged-out workers in with headless Chromium (true)
 	Chromium         string `yaml:"chromium"`          // Chromium binary ("" = chromium on PATH)
 	LoginConcurrency int    `yaml:"login_concurrency"` // browsers at once (2)
@@ -97,26 +100,28 @@ type Config struct {
 // Defaults returns the configuration with every default filled in.
 func Defaults() Config {
 	return Config{
-		Listen:              "127.0.0.1:8080",
-		MaxBodyBytes:        16 << 20,
-		LogLevel:            "info",
-		LogFormat:           "text",
-		Driver:              "lingma",
-		DataDir:             defaultDataDir(),
-		InstanceMaxInFlight: 1,
-		MaxInFlight:         64,
-		MaxQueue:            256,
-		QueueTimeout:        60 * time.Second,
-		Retries:             2,
-		StartTimeout:        20 * time.Second,
-		HealthInterval:      5 * time.Second,
-		HealthTimeout:       3 * time.Second,
-		BackoffMax:          30 * time.Second,
-		ShutdownGrace:       30 * time.Second,
-		RedisPrefix:         "poolgate:",
-		LeaseTTL:            15 * time.Second,
-		AutoLogin:           true,
-		LoginConcurrency:    2,
+		Listen:                    "127.0.0.1:8080",
+		MaxBodyBytes:              16 << 20,
+		LogLevel:                  "info",
+		LogFormat:                 "text",
+		Driver:                    "lingma",
+		DataDir:                   defaultDataDir(),
+		InstanceMaxInFlight:       1,
+		MaxInFlight:               64,
+		MaxQueue:                  256,
+		QueueTimeout:              60 * time.Second,
+		Retries:                   2,
+		StartTimeout:              20 * time.Second,
+		HealthInterval:            5 * time.Second,
+		HealthTimeout:             3 * time.Second,
+		BackoffMax:                30 * time.Second,
+		ShutdownGrace:             30 * time.Second,
+		RedisPrefix:               "poolgate:",
+		StoredResponsesPerKey:     1000,
+		StoredResponseBytesPerKey: 64 << 20,
+		LeaseTTL:                  15 * time.Second,
+		AutoLogin:                 true,
+		LoginConcurrency:          2,
 	}
 }
 
@@ -248,7 +253,8 @@ func (c *Config) Validate() error {
 		}
 	}
 	positive := map[string]int64{"max_body_bytes": c.MaxBodyBytes, "instance_max_in_flight": int64(c.InstanceMaxInFlight),
-		"max_in_flight": int64(c.MaxInFlight), "max_queue": int64(c.MaxQueue)}
+		"max_in_flight": int64(c.MaxInFlight), "max_queue": int64(c.MaxQueue),
+		"stored_responses_per_key": int64(c.StoredResponsesPerKey), "stored_response_bytes_per_key": c.StoredResponseBytesPerKey}
 	for k, v := range positive {
 		if v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %d", k, v))

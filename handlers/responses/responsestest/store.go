@@ -41,8 +41,9 @@ func (s *Store) now() time.Time {
 	return time.Now()
 }
 
-// SaveResponse stores a copy of data under id for ttl.
-func (s *Store) SaveResponse(_ context.Context, id string, data []byte, ttl time.Duration) error {
+// SaveResponse stores a copy of data under id for ttl, and keeps the
+// responses in keep alive as long.
+func (s *Store) SaveResponse(_ context.Context, _, id string, data []byte, ttl time.Duration, keep ...string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.data == nil {
@@ -56,12 +57,29 @@ func (s *Store) SaveResponse(_ context.Context, id string, data []byte, ttl time
 		s.order = append(s.order, id)
 	}
 	s.data[id] = entry{data: append([]byte(nil), data...), expires: s.now().Add(ttl)}
+	for _, k := range keep {
+		if e, ok := s.data[k]; ok {
+			e.expires = s.now().Add(ttl)
+			s.data[k] = e
+		}
+	}
 	s.saves++
 	for len(s.data) > max && len(s.order) > 0 {
 		delete(s.data, s.order[0])
 		s.order = s.order[1:]
 	}
 	return nil
+}
+
+// Bytes is the size of everything stored.
+func (s *Store) Bytes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, e := range s.data {
+		n += len(e.data)
+	}
+	return n
 }
 
 // LoadResponse returns the data stored under id, or session.ErrNotFound.
@@ -73,6 +91,15 @@ func (s *Store) LoadResponse(_ context.Context, id string) ([]byte, error) {
 		return nil, session.ErrNotFound
 	}
 	return append([]byte(nil), e.data...), nil
+}
+
+// LoadResponses returns several; a missing one is nil.
+func (s *Store) LoadResponses(ctx context.Context, ids []string) ([][]byte, error) {
+	out := make([][]byte, len(ids))
+	for i, id := range ids {
+		out[i], _ = s.LoadResponse(ctx, id)
+	}
+	return out, nil
 }
 
 // DeleteResponse removes id, or returns session.ErrNotFound.
