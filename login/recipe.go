@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
 	"os"
 	"path"
 	"regexp"
@@ -30,6 +31,13 @@ type Recipe struct {
 	// PasswordFile names a file with the password (trailing newline
 	// trimmed), used when the account has none and PasswordEnv is unset.
 	PasswordFile string `yaml:"password_file"`
+	// Hosts are the hosts the login may visit: exact names ("127.0.0.1",
+	// "signin.example.com") or "*.example.com" for every subdomain. The
+	// login URL the worker hands out, and every page the account's password
+	// is typed into, must be on one of them; anything else ends the attempt.
+	// The worker is trusted with its own account only, so a login URL it
+	// makes up must not take the password anywhere. Required.
+	Hosts []string `yaml:"hosts"`
 	// Steps run in order.
 	Steps []Step `yaml:"steps"`
 	// Failure lists what, on the page, means the login was refused.
@@ -153,6 +161,14 @@ func (r *Recipe) validate() error {
 	if len(r.Steps) == 0 {
 		return errors.New("no steps")
 	}
+	if len(r.Hosts) == 0 {
+		return errors.New("hosts: list the hosts the login may visit (the login page's, e.g. \"*.example.com\")")
+	}
+	for _, h := range r.Hosts {
+		if strings.Trim(strings.TrimPrefix(h, "*."), "abcdefghijklmnopqrstuvwxyz0123456789.-:[]ABCDEFGHIJKLMNOPQRSTUVWXYZ") != "" || h == "" || h == "*." {
+			return fmt.Errorf("hosts: %q is not a host name (no scheme, port or path; \"*.\" only as a prefix)", h)
+		}
+	}
 	if r.PasswordEnv != "" && r.PasswordFile != "" {
 		return errors.New("password_env and password_file are exclusive")
 	}
@@ -243,6 +259,44 @@ func loadRecipes(file string) (map[string]*Recipe, error) {
 	}
 	maps.Copy(all, rs)
 	return all, nil
+}
+
+// HostError is a page the recipe does not allow: the login ends there.
+type HostError struct {
+	Recipe string
+	// Where is the page's scheme and host (never its path or query, which
+	// may carry tokens).
+	Where string
+}
+
+// Error says where the login was taken.
+func (e *HostError) Error() string {
+	return "the login was taken to " + e.Where + ", which recipe " + e.Recipe + " does not list in hosts"
+}
+
+// check returns a *HostError unless raw is an http(s) URL on one of the
+// recipe's hosts.
+func (r *Recipe) check(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		where := "a non-web address"
+		if err == nil && u.Scheme != "" {
+			where = "a " + u.Scheme + ": address"
+		}
+		return &HostError{Recipe: r.Name, Where: where}
+	}
+	host := strings.ToLower(u.Hostname())
+	for _, h := range r.Hosts {
+		h = strings.ToLower(h)
+		if sub, ok := strings.CutPrefix(h, "*."); ok {
+			if strings.HasSuffix(host, "."+sub) {
+				return nil
+			}
+		} else if strings.Trim(h, "[]") == host {
+			return nil
+		}
+	}
+	return &HostError{Recipe: r.Name, Where: u.Scheme + "://" + u.Host}
 }
 
 // password returns the account's password, else the recipe's

@@ -1,6 +1,7 @@
 package login
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,7 +10,7 @@ import (
 )
 
 func TestParseRecipes(t *testing.T) {
-	const ok = "recipes:\n  r:\n    steps:\n      - open: login_url\n"
+	const ok = "recipes:\n  r:\n    hosts: [127.0.0.1, localhost]\n    steps:\n      - open: login_url\n"
 	tests := []struct {
 		name    string
 		give    string
@@ -21,6 +22,7 @@ func TestParseRecipes(t *testing.T) {
 		{"every action", `recipes:
   r:
     description: all of them
+    hosts: [example.com, "*.example.org"]
     password_file: /run/secrets/pw
     steps:
       - open: https://example.com/login
@@ -42,25 +44,27 @@ func TestParseRecipes(t *testing.T) {
       - text: locked
 `, "", 1},
 		{"unknown top-level key", "recipe:\n  r: {}\n", "field recipe not found", 0},
-		{"unknown recipe key", "recipes:\n  r:\n    stepz: []\n", "field stepz not found", 0},
-		{"unknown step key", "recipes:\n  r:\n    steps:\n      - open: login_url\n        selector: x\n", "field selector not found", 0},
+		{"unknown recipe key", "recipes:\n  r:\n    hosts: [127.0.0.1, localhost]\n    stepz: []\n", "field stepz not found", 0},
+		{"unknown step key", "recipes:\n  r:\n    hosts: [127.0.0.1, localhost]\n    steps:\n      - open: login_url\n        selector: x\n", "field selector not found", 0},
 		{"unknown failure key", ok + "    failure:\n      - regex: x\n", "field regex not found", 0},
 		{"empty recipe", "recipes:\n  r:\n", `recipe "r" is empty`, 0},
-		{"no steps", "recipes:\n  r:\n    description: x\n", "no steps", 0},
-		{"two actions", "recipes:\n  r:\n    steps:\n      - wait: a\n        click: b\n", "exactly one of open", 0},
-		{"no action", "recipes:\n  r:\n    steps:\n      - if: a\n", "exactly one of open", 0},
-		{"bad open", "recipes:\n  r:\n    steps:\n      - open: ftp://x\n", "neither login_url", 0},
-		{"type without field or text", "recipes:\n  r:\n    steps:\n      - type: '#u'\n", "exactly one of field and text", 0},
-		{"type with both", "recipes:\n  r:\n    steps:\n      - type: '#u'\n        field: username\n        text: x\n", "exactly one of field and text", 0},
-		{"bad field", "recipes:\n  r:\n    steps:\n      - type: '#u'\n        field: email\n", `field "email"`, 0},
-		{"field on click", "recipes:\n  r:\n    steps:\n      - click: '#u'\n        field: username\n", "field only goes with type", 0},
-		{"text on wait", "recipes:\n  r:\n    steps:\n      - wait: '#u'\n        text: x\n", "text only goes with", 0},
-		{"bad regex", "recipes:\n  r:\n    steps:\n      - wait_url: '('\n", "wait_url", 0},
-		{"bad timeout", "recipes:\n  r:\n    steps:\n      - wait: a\n        timeout: soon\n", "soon", 0},
-		{"negative timeout", "recipes:\n  r:\n    steps:\n      - wait: a\n        timeout: -1s\n", "negative timeout", 0},
+		{"no steps", "recipes:\n  r:\n    hosts: [127.0.0.1, localhost]\n    description: x\n", "no steps", 0},
+		{"two actions", "recipes:\n  r:\n    hosts: [127.0.0.1, localhost]\n    steps:\n      - wait: a\n        click: b\n", "exactly one of open", 0},
+		{"no action", "recipes:\n  r:\n    hosts: [127.0.0.1, localhost]\n    steps:\n      - if: a\n", "exactly one of open", 0},
+		{"bad open", "recipes:\n  r:\n    hosts: [127.0.0.1, localhost]\n    steps:\n      - open: ftp://x\n", "neither login_url", 0},
+		{"type without field or text", "recipes:\n  r:\n    hosts: [127.0.0.1, localhost]\n    steps:\n      - type: '#u'\n", "exactly one of field and text", 0},
+		{"type with both", "recipes:\n  r:\n    hosts: [127.0.0.1, localhost]\n    steps:\n      - type: '#u'\n        field: username\n        text: x\n", "exactly one of field and text", 0},
+		{"bad field", "recipes:\n  r:\n    hosts: [127.0.0.1, localhost]\n    steps:\n      - type: '#u'\n        field: email\n", `field "email"`, 0},
+		{"field on click", "recipes:\n  r:\n    hosts: [127.0.0.1, localhost]\n    steps:\n      - click: '#u'\n        field: username\n", "field only goes with type", 0},
+		{"text on wait", "recipes:\n  r:\n    hosts: [127.0.0.1, localhost]\n    steps:\n      - wait: '#u'\n        text: x\n", "text only goes with", 0},
+		{"bad regex", "recipes:\n  r:\n    hosts: [127.0.0.1, localhost]\n    steps:\n      - wait_url: '('\n", "wait_url", 0},
+		{"bad timeout", "recipes:\n  r:\n    hosts: [127.0.0.1, localhost]\n    steps:\n      - wait: a\n        timeout: soon\n", "soon", 0},
+		{"negative timeout", "recipes:\n  r:\n    hosts: [127.0.0.1, localhost]\n    steps:\n      - wait: a\n        timeout: -1s\n", "negative timeout", 0},
 		{"failure with both", ok + "    failure:\n      - selector: a\n        text: b\n", "exactly one of selector and text", 0},
 		{"failure with neither", ok + "    failure:\n      - {}\n", "exactly one of selector and text", 0},
-		{"two password sources", "recipes:\n  r:\n    password_env: A\n    password_file: b\n    steps:\n      - open: login_url\n", "exclusive", 0},
+		{"no hosts", "recipes:\n  r:\n    steps:\n      - open: login_url\n", "hosts: list the hosts", 0},
+		{"host with a scheme", "recipes:\n  r:\n    hosts: ['https://x.com']\n    steps:\n      - open: login_url\n", "not a host name", 0},
+		{"two password sources", "recipes:\n  r:\n    hosts: [127.0.0.1, localhost]\n    password_env: A\n    password_file: b\n    steps:\n      - open: login_url\n", "exclusive", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,7 +80,7 @@ func TestParseRecipes(t *testing.T) {
 }
 
 func TestParsedStep(t *testing.T) {
-	rs, err := ParseRecipes([]byte("recipes:\n  r:\n    steps:\n      - click: '#next'\n        if: '#next'\n        timeout: 2s\n      - wait_url: cb$\n"))
+	rs, err := ParseRecipes([]byte("recipes:\n  r:\n    hosts: [127.0.0.1, localhost]\n    steps:\n      - click: '#next'\n        if: '#next'\n        timeout: 2s\n      - wait_url: cb$\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +109,7 @@ func TestBuiltinRecipes(t *testing.T) {
 // same name and adds new ones.
 func TestRecipeFileOverrides(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "r.yaml")
-	doc := "recipes:\n  simworker:\n    description: mine\n    steps:\n      - open: login_url\n  extra:\n    steps:\n      - open: login_url\n"
+	doc := "recipes:\n  simworker:\n    hosts: [127.0.0.1, localhost]\n    description: mine\n    steps:\n      - open: login_url\n  extra:\n    hosts: [127.0.0.1]\n    steps:\n      - open: login_url\n"
 	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -177,5 +181,35 @@ func TestRedact(t *testing.T) {
 	}
 	if got := newRedactor("").redact("x"); got != "x" {
 		t.Errorf("empty secret: got %q, want x", got)
+	}
+}
+
+func TestRecipeHosts(t *testing.T) {
+	rc := &Recipe{Name: "r", Hosts: []string{"127.0.0.1", "*.example.com", "[::1]"}}
+	tests := []struct {
+		give string
+		want string // "" allowed, else the place the error names
+	}{
+		{"http://127.0.0.1:4321/login?state=x", ""},
+		{"https://signin.example.com/a", ""},
+		{"https://a.b.EXAMPLE.com/", ""},
+		{"http://[::1]:80/", ""},
+		{"https://example.com/", "https://example.com"},
+		{"https://evil.com/?next=signin.example.com", "https://evil.com"},
+		{"https://signin.example.com.evil.com/", "https://signin.example.com.evil.com"},
+		{"http://127.0.0.2:4321/login", "http://127.0.0.2:4321"},
+		{"file:///etc/passwd", "a file: address"},
+		{"javascript:alert(1)", "a javascript: address"},
+		{"not a url", "a non-web address"},
+	}
+	for _, tt := range tests {
+		err := rc.check(tt.give)
+		var he *HostError
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("check(%q) = %v, want allowed", tt.give, err)
+		case tt.want != "" && (!errors.As(err, &he) || he.Where != tt.want):
+			t.Errorf("check(%q) = %v, want a HostError for %q", tt.give, err, tt.want)
+		}
 	}
 }

@@ -299,6 +299,9 @@ func (r *Runner) attempt(t pool.LoginTarget) (capture, error) {
 	if err != nil {
 		return capture{}, fmt.Errorf("ask the worker for a login URL: %w", err)
 	}
+	if err := rc.check(u); err != nil {
+		return capture{}, err // no browser for a URL the recipe does not allow
+	}
 	select {
 	case r.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -312,20 +315,20 @@ func (r *Runner) attempt(t pool.LoginTarget) (capture, error) {
 	defer br.close()
 	pl := &play{page: br.page, recipe: rc, loginURL: u, username: user, password: pass, timeout: r.cfg.StepTimeout}
 	if err := pl.run(ctx); err != nil {
-		return r.snapshot(br), err
+		return r.snapshot(br, rc), err
 	}
 	if err := r.awaitConfirm(ctx, t); err != nil {
-		return r.snapshot(br), err
+		return r.snapshot(br, rc), err
 	}
 	return capture{}, nil
 }
 
 // snapshot captures the page unless the runner is closing.
-func (r *Runner) snapshot(br *browser) capture {
+func (r *Runner) snapshot(br *browser, rc *Recipe) capture {
 	if r.ctx.Err() != nil {
 		return capture{}
 	}
-	return snapshot(br.page)
+	return snapshot(br.page, rc)
 }
 
 // recipeFor picks the target's recipe and its credentials.

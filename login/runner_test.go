@@ -64,6 +64,7 @@ func TestRecipeFileChoosesByText(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "recipes.yaml")
 	doc := `recipes:
   sim-personal:
+    hosts: [127.0.0.1]
     password_env: SIM_PW
     steps:
       - open: login_url
@@ -185,7 +186,7 @@ func TestConcurrencyLimit(t *testing.T) {
 func TestCloseKillsBrowser(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join(t.TempDir(), "recipes.yaml")
-	doc := "recipes:\n  stuck:\n    steps:\n      - open: login_url\n      - wait: \"#never\"\n"
+	doc := "recipes:\n  stuck:\n    hosts: [127.0.0.1, localhost]\n    steps:\n      - open: login_url\n      - wait: \"#never\"\n"
 	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}

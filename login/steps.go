@@ -69,7 +69,8 @@ func (pl *play) run(ctx context.Context) error {
 			continue
 		}
 		var rej *RejectedError
-		if errors.As(err, &rej) {
+		var host *HostError
+		if errors.As(err, &rej) || errors.As(err, &host) {
 			return err
 		}
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
@@ -93,6 +94,9 @@ func (pl *play) step(ctx context.Context, st *Step, act, arg string) error {
 		if arg == openLoginURL {
 			u = pl.loginURL
 		}
+		if err := pl.recipe.check(u); err != nil {
+			return err
+		}
 		return p.Navigate(u)
 	case actWait:
 		_, err := pl.waitFor(ctx, p, arg, "")
@@ -100,6 +104,13 @@ func (pl *play) step(ctx context.Context, st *Step, act, arg string) error {
 	case actType:
 		el, err := pl.waitFor(ctx, p, arg, "")
 		if err != nil {
+			return err
+		}
+		// Nothing is typed into a page the recipe does not allow: it may be
+		// one a worker or a redirect made up to collect the password.
+		if info, err := p.Info(); err != nil {
+			return err
+		} else if err := pl.recipe.check(info.URL); err != nil {
 			return err
 		}
 		text := st.Text
@@ -199,15 +210,25 @@ type capture struct {
 }
 
 // snapshot records the page's URL, text and a screenshot, under its own
-// short deadline since the attempt's may have passed.
-func snapshot(page *rod.Page) capture {
+// short deadline since the attempt's may have passed. A page the recipe
+// does not allow (a local file, a foreign site) is not recorded: its
+// content is not the login's to keep.
+func snapshot(page *rod.Page, rc *Recipe) capture {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	p := page.Context(ctx)
 	var c capture
-	if info, err := p.Info(); err == nil {
-		c.url = info.URL
+	info, err := p.Info()
+	if err != nil {
+		return c
 	}
+	if herr := rc.check(info.URL); herr != nil {
+		var he *HostError
+		errors.As(herr, &he)
+		c.url = he.Where
+		return c
+	}
+	c.url = info.URL
 	c.text, _ = pageText(p)
 	c.png, _ = p.Screenshot(false, nil)
 	return c

@@ -125,3 +125,49 @@ func TestChildrenSeeNoSecrets(t *testing.T) {
 		t.Errorf("chromium HOME=%q, want its own throwaway profile dir", c["HOME"])
 	}
 }
+
+// A worker is trusted with its own account only: a login URL it hands out
+// for another host (a compromised worker, or a process squatting on its
+// port) or for a local file never gets the password, nor shows up in the
+// login status or a screenshot.
+func TestLoginURLMustBeOnTheRecipesHosts(t *testing.T) {
+	tests := []struct {
+		name string
+		give string
+		want string
+	}{
+		{"a local file", "file:///etc/passwd", "a file: address"},
+		{"another host", "http://127.0.0.2:9/login?state=x", "http://127.0.0.2:9"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dataDir := t.TempDir()
+			accts, _ := json.Marshal([]map[string]string{{"name": "acct-1", "username": "alice", "password": "pw-secret-a"}})
+			d := testenv.StartDaemon(t, "POOLGATE_DATA_DIR="+dataDir, "POOLGATE_ACCOUNTS="+string(accts),
+				"POOLGATE_WORKER_ARGS=--login-url="+tt.give, "POOLGATE_HEALTH_INTERVAL=300ms")
+			var st struct {
+				Instances []struct {
+					Name        string `json:"name"`
+					LastError   string `json:"last_error"`
+					PageURL     string `json:"page_url"`
+					PageSnippet string `json:"page_snippet"`
+				} `json:"instances"`
+			}
+			testenv.WaitFor(t, 60*time.Second, "the login to fail", func() bool {
+				d.GetJSON(t, "/internal/auto-login/status", "", &st)
+				return len(st.Instances) == 1 && st.Instances[0].LastError != ""
+			})
+			in := st.Instances[0]
+			if !strings.Contains(in.LastError, tt.want) || !strings.Contains(in.LastError, "does not list in hosts") {
+				t.Errorf("last error %q, want it to name %q as not in the recipe's hosts", in.LastError, tt.want)
+			}
+			if strings.Contains(in.PageSnippet, "root:") || strings.Contains(in.PageURL, "passwd") {
+				t.Errorf("the status shows the foreign page: url %q, snippet %q", in.PageURL, in.PageSnippet)
+			}
+			shots, _ := filepath.Glob(filepath.Join(dataDir, "workers", "acct-1", "login-screenshots", "*"))
+			if len(shots) > 0 {
+				t.Errorf("screenshots %v of a page the recipe does not allow", shots)
+			}
+		})
+	}
+}

@@ -32,6 +32,9 @@ func (s *Sim) generateLoginURL() map[string]any {
 	s.nonces[nonce] = now.Add(nonceLife)
 	s.mu.Unlock()
 	u := fmt.Sprintf("http://127.0.0.1:%d/login?state=%s&port=%d", s.httpPort, nonce, s.httpPort)
+	if s.cfg.LoginURL != "" {
+		u = s.cfg.LoginURL
+	}
 	return map[string]any{"loginUrl": u, "nonce": nonce, "success": true}
 }
 

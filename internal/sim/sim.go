@@ -108,6 +108,9 @@ type Config struct {
 	LoggedIn string
 	// LoginPage is the login page variant; default LoginPlain.
 	LoginPage string
+	// LoginURL, when set, is the login URL handed out instead of this
+	// worker's own page: a compromised or squatting worker, for tests.
+	LoginURL string
 	// Faults are process-wide fault defaults that directives override.
 	Faults Faults
 	// ModelKeys are the model keys offered; default dashscope_qwen3_coder, kmodel.
@@ -238,6 +241,7 @@ func ParseArgs(args []string, getenv func(string) string, usage io.Writer) (Conf
 	fs.StringVar(&accounts, "accounts", "", "valid logins user:pass,... (default demo:demo)")
 	fs.Var(loggedInFlag{&loggedIn}, "logged-in", "start logged in (as the first account, or =USER)")
 	fs.StringVar(&cfg.LoginPage, "login-page", LoginPlain, "plain, twostep, delayed or org")
+	fs.StringVar(&cfg.LoginURL, "login-url", "", "hand out this login URL instead of the worker's own page (a fault)")
 	fs.DurationVar(&cfg.Faults.Delay, "delay", 0, "wait before the first delta")
 	fs.DurationVar(&cfg.Faults.ChunkDelay, "chunk-delay", 0, "wait between deltas")
 	fs.IntVar(&cfg.Faults.Chunks, "chunks", -1, "deltas per answer (-1: one per word)")
