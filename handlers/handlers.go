@@ -35,6 +35,9 @@ type Config struct {
 	// BodyTimeout bounds how long a request body may take to arrive
 	// (default 60s): a slow client can't hold a goroutine and its buffer.
 	BodyTimeout time.Duration
+	// Insecure says the listener may be public without API keys (the
+	// operator's explicit choice): requests for any host name are served.
+	Insecure bool
 	// ReplicaID and ClusterToken turn on forwarding between replicas
 	// (empty on a single node).
 	ReplicaID    string
@@ -65,6 +68,9 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.Use(RequestID(log), Recover(log))
+	if len(cfg.APIKeys) == 0 {
+		e.Use(BrowserGuard(cfg.Insecure))
+	}
 	e.NoRoute(notFound)
 	e.NoMethod(notAllowed)
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,7 +91,8 @@ func TestChildrenSeeNoSecrets(t *testing.T) {
 	secretValues := []string{"pw-one", "pw-two", "s3cret", "sk-secret", "adm-secret"}
 	testenv.StartDaemon(t, "POOLGATE_WORKER_BIN="+worker, "POOLGATE_CHROMIUM="+browser,
 		"POOLGATE_ACCOUNTS="+string(accts), "A1_PW=pw-one", "A2_PW=pw-two", "UNRELATED_SECRET=s3cret",
-		"POOLGATE_API_KEYS=sk-secret", "POOLGATE_ADMIN_TOKEN=adm-secret", "POOLGATE_HEALTH_INTERVAL=300ms")
+		"POOLGATE_API_KEYS=sk-secret", "POOLGATE_ADMIN_TOKEN=adm-secret", "POOLGATE_HEALTH_INTERVAL=300ms",
+		"POOLGATE_LOGIN_RECIPE=simworker") // the simulator's login page, though the worker binary is custom
 	// Both workers start logged out: the pool runs Chromium to log them in.
 	testenv.WaitFor(t, 60*time.Second, "both workers and a browser to dump their environment", func() bool {
 		for _, f := range []string{"worker-a1.env", "worker-a2.env", "chromium.env"} {
@@ -169,5 +171,70 @@ func TestLoginURLMustBeOnTheRecipesHosts(t *testing.T) {
 				t.Errorf("screenshots %v of a page the recipe does not allow", shots)
 			}
 		})
+	}
+}
+
+// Without API keys (loopback only), a web page the operator opens must not
+// drive the gateway: a simple cross-origin POST (text/plain, foreign Origin),
+// a DNS-rebound Host, or a non-JSON body are refused; a local client, and the
+// dashboard on its own origin, are served.
+func TestBrowsersCannotDriveAnOpenGateway(t *testing.T) {
+	d := testenv.StartDaemon(t)
+	d.WaitReady(t, 20*time.Second)
+	self := "http://" + d.Addr
+	tests := []struct {
+		name       string
+		method     string
+		path       string
+		header     map[string]string
+		body       string
+		wantStatus int
+	}{
+		{"cross-origin simple POST to drain", "POST", "/internal/pool/sim-1/drain",
+			map[string]string{"Content-Type": "text/plain", "Origin": "http://evil.example", "Host": "evil.example:8080"}, "x", 403},
+		{"foreign origin, JSON", "POST", "/v1/chat/completions",
+			map[string]string{"Content-Type": "application/json", "Origin": "http://evil.example"}, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, 403},
+		{"opaque origin", "POST", "/internal/pool/sim-1/drain", map[string]string{"Origin": "null"}, "", 403},
+		{"DNS rebinding read", "GET", "/internal/pool", map[string]string{"Host": "rebind.example:8080"}, "", 403},
+		{"text/plain body from a local client", "POST", "/v1/chat/completions",
+			map[string]string{"Content-Type": "text/plain"}, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, 415},
+		{"cross-site fetch metadata", "GET", "/v1/models", map[string]string{"Sec-Fetch-Site": "cross-site"}, "", 403},
+		{"local client", "POST", "/v1/chat/completions",
+			map[string]string{"Content-Type": "application/json"}, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, 200},
+		{"the dashboard on its own origin", "GET", "/internal/pool", map[string]string{"Origin": self}, "", 200},
+		{"localhost", "GET", "/v1/models", map[string]string{"Host": "localhost:8080"}, "", 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tt.method, d.URL+tt.path, strings.NewReader(tt.body))
+			for k, v := range tt.header {
+				if k == "Host" {
+					req.Host = v
+				} else {
+					req.Header.Set(k, v)
+				}
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.wantStatus {
+				t.Errorf("got %d %s, want %d", resp.StatusCode, b, tt.wantStatus)
+			}
+			if tt.wantStatus >= 400 && !strings.Contains(string(b), `"error"`) {
+				t.Errorf("refusal %s is not in the protocol's error shape", b)
+			}
+		})
+	}
+	var snap struct {
+		Instances []struct{ Name, State string } `json:"instances"`
+	}
+	d.GetJSON(t, "/internal/pool", "", &snap)
+	for _, in := range snap.Instances {
+		if in.State != "ready" {
+			t.Errorf("%s is %s: a refused request changed the pool", in.Name, in.State)
+		}
 	}
 }

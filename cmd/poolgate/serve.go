@@ -158,7 +158,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		Messages:  anthropic.New(anthropic.Config{CountDropped: m.CountFieldIgnored}, a.router, log),
 		Models:    a.router,
 	}
-	hcfg := handlers.Config{APIKeys: cfg.APIKeys, MaxBodyBytes: cfg.MaxBodyBytes}
+	hcfg := handlers.Config{APIKeys: cfg.APIKeys, MaxBodyBytes: cfg.MaxBodyBytes, Insecure: cfg.Insecure}
 	if a.cluster != nil {
 		hcfg.ReplicaID, hcfg.ClusterToken = a.cluster.ID(), cfg.ClusterToken
 	}
@@ -171,6 +171,10 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	if cfg.AdminListen != "" {
 		adminEngine = gin.New()
 		adminEngine.Use(handlers.RequestID(log), handlers.Recover(log))
+		if cfg.AdminToken == "" && len(cfg.APIKeys) == 0 {
+			// Open on loopback (the config refuses anything else).
+			adminEngine.Use(handlers.BrowserGuard(false))
+		}
 		adm.RegisterProbes(adminEngine)
 		a.admin = httpServer(cfg.AdminListen, adminEngine)
 	}

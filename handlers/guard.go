@@ -1,0 +1,74 @@
+package handlers
+
+import (
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+)
+
+// BrowserGuard protects a listener that serves without credentials (no API
+// keys, loopback only) from the web pages its operator's browser opens: with
+// nothing to authenticate, any page could otherwise drive the API and the
+// admin endpoints with simple cross-origin requests, and read them by DNS
+// rebinding. A request must name a loopback host (unless anyHost, for an
+// explicitly insecure public listener), carry no Origin but its own, and a
+// body must be JSON, which no cross-origin page can send without a preflight
+// this server never approves. Clients that aren't browsers send no Origin
+// and pass.
+func BrowserGuard(anyHost bool) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		r := c.Request
+		switch {
+		case !anyHost && !loopbackHost(r.Host):
+			refuse(c, http.StatusForbidden, "host "+r.Host+" is not this gateway's: without API keys it answers only on a loopback address (set POOLGATE_API_KEYS to serve other names)")
+		case !sameOrigin(r):
+			refuse(c, http.StatusForbidden, "cross-origin requests are refused: without API keys this gateway must not be driven by a web page")
+		case hasBody(r) && !jsonBody(r):
+			refuse(c, http.StatusUnsupportedMediaType, "the body must be sent as application/json")
+		default:
+			c.Next()
+		}
+	}
+}
+
+func refuse(c *gin.Context, status int, msg string) {
+	WriteError(c.Writer, c.Request, status, msg)
+	c.Abort()
+}
+
+// loopbackHost reports whether a Host header names this machine by a
+// loopback address or "localhost".
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// sameOrigin reports whether the request carries no Origin, or its own.
+func sameOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return r.Header.Get("Sec-Fetch-Site") != "cross-site"
+	}
+	u, err := url.Parse(o)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && strings.EqualFold(u.Host, r.Host)
+}
+
+func hasBody(r *http.Request) bool {
+	return r.ContentLength > 0 || (r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody)
+}
+
+func jsonBody(r *http.Request) bool {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+}
