@@ -452,6 +452,18 @@ func (c *Cluster) Holder(account string) (local bool, url string) {
 	return false, ""
 }
 
+// Token returns the fencing token of this replica's lease on account, and
+// false when it holds none it can trust now.
+func (c *Cluster) Token(account string) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, ok := c.held[account]
+	if !ok || !time.Now().Before(h.valid) {
+		return 0, false
+	}
+	return h.token, true
+}
+
 // Owner returns the URL of the other replica that holds the account.
 func (c *Cluster) Owner(account string) (string, bool) {
 	c.mu.Lock()

@@ -13,7 +13,7 @@ import (
 
 // bundleStore is what the bundle service needs of both stores.
 type bundleStore interface {
-	SaveBundle(ctx context.Context, account string, sealed []byte) error
+	SaveBundle(ctx context.Context, account string, sealed []byte, v BundleVersion) error
 	LoadBundle(ctx context.Context, account string) ([]byte, error)
 }
 
@@ -28,19 +28,28 @@ func bundleStoreSuite(t *testing.T, s bundleStore) {
 	if _, err := s.LoadBundle(ctx, "acct-a"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("LoadBundle(missing) error = %v, want ErrNotFound", err)
 	}
+	t0 := time.Unix(1_700_000_000, 0)
+	v := func(token int64, at time.Duration) BundleVersion { return BundleVersion{Token: token, Created: t0.Add(at)} }
 	give := []byte("sealed-a-1")
-	if err := s.SaveBundle(ctx, "acct-a", give); err != nil {
+	if err := s.SaveBundle(ctx, "acct-a", give, v(1, 0)); err != nil {
 		t.Fatalf("SaveBundle() = %v", err)
 	}
 	give[0] = 'X' // the store keeps its own copy
-	if err := s.SaveBundle(ctx, "acct-b", []byte("sealed-b")); err != nil {
+	if err := s.SaveBundle(ctx, "acct-b", []byte("sealed-b"), v(1, 0)); err != nil {
 		t.Fatalf("SaveBundle(b) = %v", err)
 	}
 	if got, err := s.LoadBundle(ctx, "acct-a"); err != nil || string(got) != "sealed-a-1" {
 		t.Errorf("LoadBundle(a) = %q, %v; want %q, nil", got, err, "sealed-a-1")
 	}
-	if err := s.SaveBundle(ctx, "acct-a", []byte("sealed-a-2")); err != nil {
+	if err := s.SaveBundle(ctx, "acct-a", []byte("sealed-a-2"), v(1, time.Minute)); err != nil {
 		t.Fatalf("SaveBundle(overwrite) = %v", err)
+	}
+	// A replica that lost the lease (lower token), or an older bundle, never
+	// overwrites the newer one.
+	for _, stale := range []BundleVersion{v(0, time.Hour), v(1, time.Second)} {
+		if err := s.SaveBundle(ctx, "acct-a", []byte("stale"), stale); !errors.Is(err, ErrStaleBundle) {
+			t.Errorf("SaveBundle(%+v) = %v, want ErrStaleBundle", stale, err)
+		}
 	}
 	got, err := s.LoadBundle(ctx, "acct-a")
 	if err != nil || string(got) != "sealed-a-2" {
@@ -52,6 +61,13 @@ func bundleStoreSuite(t *testing.T, s bundleStore) {
 	}
 	if got, err := s.LoadBundle(ctx, "acct-b"); err != nil || string(got) != "sealed-b" {
 		t.Errorf("LoadBundle(b) = %q, %v; want %q, nil", got, err, "sealed-b")
+	}
+	// The next holder's token wins even with an older bundle.
+	if err := s.SaveBundle(ctx, "acct-a", []byte("sealed-a-3"), v(2, -time.Hour)); err != nil {
+		t.Errorf("SaveBundle(next token) = %v", err)
+	}
+	if got, _ := s.LoadBundle(ctx, "acct-a"); string(got) != "sealed-a-3" {
+		t.Errorf("LoadBundle(a) after the next holder's save = %q", got)
 	}
 }
 
@@ -96,12 +112,12 @@ func TestRedisBundleOutage(t *testing.T) {
 	var errs errorCounter
 	r := openTestRedis(t, srv, RedisConfig{RetryInterval: 50 * time.Millisecond, OnError: errs.add})
 	ctx := context.Background()
-	if err := r.SaveBundle(ctx, "acct-up", []byte("saved while up")); err != nil {
+	if err := r.SaveBundle(ctx, "acct-up", []byte("saved while up"), BundleVersion{}); err != nil {
 		t.Fatal(err)
 	}
 	srv.Freeze()
 	start := time.Now()
-	if err := r.SaveBundle(ctx, "acct-down", []byte("saved while down")); err != nil {
+	if err := r.SaveBundle(ctx, "acct-down", []byte("saved while down"), BundleVersion{}); err != nil {
 		t.Errorf("SaveBundle() while down = %v, want nil (local copy)", err)
 	}
 	if d := time.Since(start); d > 3*bundleTimeout {

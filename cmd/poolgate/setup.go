@@ -60,7 +60,13 @@ func (a *app) setupBundles() error {
 	if key == nil && len(configured) > 0 {
 		return errors.New("accounts carry session bundles but POOLGATE_BUNDLE_KEY is not set")
 	}
-	a.bundles = bundles.New(bundles.Config{Key: key, Configured: configured}, a.pool, a.store, a.log.With("component", "bundles"))
+	bcfg := bundles.Config{Key: key, Configured: configured}
+	if a.cfg.AdvertiseURL != "" {
+		// The cluster is made after the bundles; it is there before any
+		// worker starts, which is when the first bundle is saved.
+		bcfg.Token = func(account string) (int64, bool) { return a.cluster.Token(account) }
+	}
+	a.bundles = bundles.New(bcfg, a.pool, a.store, a.log.With("component", "bundles"))
 	a.pool.SetHooks(pool.Hooks{
 		PreStart: func(ctx context.Context, t pool.LoginTarget) error {
 			_, err := a.bundles.Restore(ctx, t.Account.Name, t.WorkDir)

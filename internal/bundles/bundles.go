@@ -35,6 +35,11 @@ type Config struct {
 	Configured map[string][]byte
 	// Now tells the time. Default time.Now.
 	Now func() time.Time
+	// Token returns the fencing token of this replica's lease on account,
+	// and false when it holds none (then it saves no bundle: only the
+	// account's holder may). Default nil: not clustered, every save has
+	// token 0.
+	Token func(account string) (int64, bool)
 }
 
 // PoolLike is what the service needs of the pool (*pool.Pool).
@@ -48,8 +53,9 @@ type PoolLike interface {
 }
 
 // StoreLike keeps sealed bundles by account (*session.Memory, *session.Redis).
+// SaveBundle refuses (session.ErrStaleBundle) to replace a newer bundle.
 type StoreLike interface {
-	SaveBundle(ctx context.Context, account string, sealed []byte) error
+	SaveBundle(ctx context.Context, account string, sealed []byte, v session.BundleVersion) error
 	LoadBundle(ctx context.Context, account string) ([]byte, error)
 }
 
@@ -62,10 +68,10 @@ var (
 // Service exports, imports, saves and restores session bundles. It is safe
 // for concurrent use; installs are serialised.
 type Service struct {
-	cfg   Config
-	pool  PoolLike
-	store StoreLike
-	log   *slog.Logger
+	cfg     Config
+	pool    PoolLike
+	storage StoreLike
+	log     *slog.Logger
 
 	mu     sync.Mutex // serialises work dir changes
 	noKey  sync.Once
@@ -84,7 +90,7 @@ func New(cfg Config, p PoolLike, store StoreLike, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{cfg: cfg, pool: p, store: store, log: log, noPool: p == nil}
+	return &Service{cfg: cfg, pool: p, storage: store, log: log, noPool: p == nil}
 }
 
 // Enabled reports whether a bundle key is configured.
@@ -126,12 +132,12 @@ func (s *Service) Export(ctx context.Context, instance string) (account string, 
 		return "", nil, fmt.Errorf("instance %s is %s: %w", instance, st, session.ErrNoCredentials)
 	}
 	s.mu.Lock()
-	sealed, _, err = session.Pack(w.WorkDir(), s.cfg.Spec, w.Account(), s.cfg.Key, s.cfg.Now())
+	sealed, m, err := session.Pack(w.WorkDir(), s.cfg.Spec, w.Account(), s.cfg.Key, s.cfg.Now())
 	s.mu.Unlock()
 	if err != nil {
 		return "", nil, fmt.Errorf("export instance %s: %w", instance, err)
 	}
-	s.save(ctx, w.Account(), sealed)
+	s.save(ctx, w.Account(), sealed, m.CreatedAt)
 	return w.Account(), sealed, nil
 }
 
@@ -165,19 +171,36 @@ func (s *Service) Import(ctx context.Context, instance string, sealed []byte) er
 	if err := s.pool.Restart(instance); err != nil {
 		return fmt.Errorf("import into instance %s: installed, but restart: %w", instance, err)
 	}
-	s.save(ctx, w.Account(), sealed)
+	s.save(ctx, w.Account(), sealed, b.Manifest.CreatedAt)
 	return nil
 }
 
 // save stores a bundle; a store failure costs other replicas the bundle but
 // not this call, so it is logged (the store counts it too).
-func (s *Service) save(ctx context.Context, account string, sealed []byte) {
-	if s.store == nil {
-		return
-	}
-	if err := s.store.SaveBundle(ctx, account, sealed); err != nil {
+func (s *Service) save(ctx context.Context, account string, sealed []byte, created time.Time) {
+	if err := s.store(ctx, account, sealed, created); err != nil {
 		s.log.Warn("session bundle not saved in the store", "account", account, "err", err)
 	}
+}
+
+// errNotHolder: this replica holds no lease on the account, so a bundle it
+// made could overwrite the holder's.
+var errNotHolder = errors.New("this replica does not hold the account's lease")
+
+// store saves a bundle under this replica's lease token.
+func (s *Service) store(ctx context.Context, account string, sealed []byte, created time.Time) error {
+	if s.storage == nil {
+		return nil
+	}
+	v := session.BundleVersion{Created: created}
+	if s.cfg.Token != nil {
+		tok, ok := s.cfg.Token(account)
+		if !ok {
+			return errNotHolder
+		}
+		v.Token = tok
+	}
+	return s.storage.SaveBundle(ctx, account, sealed, v)
 }
 
 // warnNoKey says once that bundles are off.
@@ -201,10 +224,7 @@ func (s *Service) Saved(ctx context.Context, account, workDir string) error {
 	if err != nil {
 		return fmt.Errorf("save session bundle of %s: %w", account, err)
 	}
-	if s.store == nil {
-		return nil
-	}
-	if err := s.store.SaveBundle(ctx, account, sealed); err != nil {
+	if err := s.store(ctx, account, sealed, m.CreatedAt); err != nil {
 		return fmt.Errorf("save session bundle of %s: %w", account, err)
 	}
 	s.log.Info("session bundle saved", "account", account, "bytes", len(sealed), "expires_at", m.ExpiresAt)
@@ -247,13 +267,16 @@ func (s *Service) Restore(ctx context.Context, account, workDir string) (bool, e
 			return
 		}
 		if b.Manifest.Account != account {
-			s.log.Warn("session bundle was made for another account name; using it anyway",
-				"account", account, "bundle_account", b.Manifest.Account, "from", from)
+			// Another account's credentials would run under this one's name.
+			err := fmt.Errorf("made for account %q: %w", b.Manifest.Account, session.ErrWrongAccount)
+			s.log.Warn("session bundle not usable", "account", account, "from", from, "err", err)
+			problems = append(problems, fmt.Errorf("bundle from %s: %w", from, err))
+			return
 		}
 		cands = append(cands, candidate{from: from, bundle: b})
 	}
-	if s.store != nil {
-		sealed, err := s.store.LoadBundle(ctx, account)
+	if s.storage != nil {
+		sealed, err := s.storage.LoadBundle(ctx, account)
 		switch {
 		case err == nil:
 			consider("store", sealed)

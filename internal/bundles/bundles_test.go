@@ -88,6 +88,7 @@ func TestRestore(t *testing.T) {
 	fromConfig := pack(t, key, loggedIn(t, "config-user", later), "acct", t0)
 	expired := pack(t, key, loggedIn(t, "expired-user", t0.Add(-time.Hour)), "acct", t0.Add(2*time.Hour))
 	foreign := pack(t, newKey(t), loggedIn(t, "foreign-user", later), "acct", t0.Add(3*time.Hour))
+	otherAccount := pack(t, key, loggedIn(t, "other-user", later), "acct-2", t0.Add(4*time.Hour))
 	tests := []struct {
 		name     string
 		store    []byte
@@ -103,6 +104,8 @@ func TestRestore(t *testing.T) {
 		{name: "expired skipped", store: expired, config: fromConfig, want: true, wantUser: "config-user"},
 		{name: "other key skipped", store: foreign, config: fromConfig, want: true, wantUser: "config-user"},
 		{name: "only unusable", store: foreign, wantErr: true},
+		{name: "another account's is never installed", store: otherAccount, config: fromConfig, want: true, wantUser: "config-user"},
+		{name: "only another account's", store: otherAccount, wantErr: true},
 		{name: "nothing stored", want: false},
 		{name: "already logged in", store: fromStore,
 			workDir: func(t *testing.T) string { return loggedIn(t, "present-user", later) }, wantUser: "present-user"},
@@ -111,7 +114,7 @@ func TestRestore(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			store := session.NewMemory(session.MemoryConfig{})
 			if tt.store != nil {
-				_ = store.SaveBundle(context.Background(), "acct", tt.store)
+				_ = store.SaveBundle(context.Background(), "acct", tt.store, session.BundleVersion{})
 			}
 			cfg := bundles.Config{Key: key, Now: func() time.Time { return t0.Add(24 * time.Hour) }}
 			if tt.config != nil {
@@ -164,7 +167,7 @@ func TestSavedThenRestoredElsewhere(t *testing.T) {
 func TestWithoutAKeyNothingHappens(t *testing.T) {
 	var logs logBuf
 	store := session.NewMemory(session.MemoryConfig{})
-	_ = store.SaveBundle(context.Background(), "acct", []byte("sealed"))
+	_ = store.SaveBundle(context.Background(), "acct", []byte("sealed"), session.BundleVersion{})
 	svc := bundles.New(bundles.Config{}, nil, store, slog.New(slog.NewTextHandler(&logs, nil)))
 	dir := loggedIn(t, "u1", time.Now().Add(time.Hour))
 	for range 3 {
@@ -219,5 +222,27 @@ func TestExportImportWithoutProcesses(t *testing.T) {
 	other := pack(t, key, srcDir, "other-acct", time.Now())
 	if err := dst.Import(context.Background(), "w1", other); !errors.Is(err, session.ErrWrongAccount) {
 		t.Errorf("Import(other account) = %v, want ErrWrongAccount", err)
+	}
+}
+
+// In a cluster only the account's lease holder saves its bundle, under its
+// fencing token: a replica that lost the lease can't overwrite the bundle
+// the next holder saved.
+func TestSavesFollowTheLease(t *testing.T) {
+	key := newKey(t)
+	store := session.NewMemory(session.MemoryConfig{})
+	dir := loggedIn(t, "u1", time.Now().Add(time.Hour))
+	saver := func(tok int64, held bool) *bundles.Service {
+		return bundles.New(bundles.Config{Key: key, Token: func(string) (int64, bool) { return tok, held }},
+			nil, store, slog.New(slog.DiscardHandler))
+	}
+	if err := saver(0, false).Saved(context.Background(), "acct", dir); err == nil {
+		t.Error("a replica without the lease saved a bundle")
+	}
+	if err := saver(5, true).Saved(context.Background(), "acct", dir); err != nil {
+		t.Fatalf("the holder's save: %v", err)
+	}
+	if err := saver(4, true).Saved(context.Background(), "acct", dir); !errors.Is(err, session.ErrStaleBundle) {
+		t.Errorf("a stale holder's save = %v, want ErrStaleBundle", err)
 	}
 }
