@@ -29,7 +29,9 @@ func bundleStoreSuite(t *testing.T, s bundleStore) {
 		t.Errorf("LoadBundle(missing) error = %v, want ErrNotFound", err)
 	}
 	t0 := time.Unix(1_700_000_000, 0)
-	v := func(token int64, at time.Duration) BundleVersion { return BundleVersion{Token: token, Created: t0.Add(at)} }
+	v := func(token int64, at time.Duration) BundleVersion {
+		return BundleVersion{Token: token, Created: t0.Add(at)}
+	}
 	give := []byte("sealed-a-1")
 	if err := s.SaveBundle(ctx, "acct-a", give, v(1, 0)); err != nil {
 		t.Fatalf("SaveBundle() = %v", err)
