@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,7 +28,13 @@ type Config struct {
 	// MetricsToken guards /metrics unless MetricsPublic.
 	MetricsToken  string
 	MetricsPublic bool
+	// BodyTimeout bounds how long a request body may take to arrive
+	// (default 60s).
+	BodyTimeout time.Duration
 }
+
+// maxAdminBody caps admin request bodies (a bundle import is the largest).
+const maxAdminBody = 4 << 20
 
 // Pool is what admin needs of the pool.
 type Pool interface {
@@ -71,7 +78,11 @@ func (a *Admin) Register(r gin.IRouter) gin.IRouter {
 	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg})
 	r.GET("/metrics", a.metricsAuth(), gin.WrapH(metrics))
 
-	in := r.Group("/internal", a.adminAuth(), a.leased())
+	timeout := a.cfg.BodyTimeout
+	if timeout <= 0 {
+		timeout = 60 * time.Second
+	}
+	in := r.Group("/internal", handlers.BodyCap(maxAdminBody, timeout), a.adminAuth(), a.leased())
 	in.GET("/pool", func(c *gin.Context) { c.JSON(http.StatusOK, a.pool.Snapshot()) })
 	in.POST("/pool/:instance/restart", a.poolAction("restart", a.pool.Restart))
 	in.POST("/pool/:instance/drain", a.poolAction("drain", a.pool.Drain))

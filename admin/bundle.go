@@ -6,13 +6,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/poolgate/poolgate/handlers"
+	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/session"
 )
@@ -105,14 +105,17 @@ func (a *Admin) importBundle(c *gin.Context, svc BundleService) {
 // writes the error: 413 over the cap, 400 for bad JSON or base64.
 func decodeImport(c *gin.Context) (bundleJSON, []byte, bool) {
 	var body bundleJSON
-	raw, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxBundleBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			handlers.WriteError(c.Writer, c.Request, http.StatusRequestEntityTooLarge,
-				"body over "+strconv.Itoa(maxBundleBody)+" bytes; a sealed bundle is at most 1 MiB")
-			return body, nil, false
-		}
+	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, maxBundleBody)
+	raw, err := httpx.ReadBody(c.Request)
+	switch {
+	case errors.Is(err, httpx.ErrBodyTooLarge):
+		handlers.WriteError(c.Writer, c.Request, http.StatusRequestEntityTooLarge,
+			"body over "+strconv.Itoa(maxBundleBody)+" bytes; a sealed bundle is at most 1 MiB")
+		return body, nil, false
+	case errors.Is(err, httpx.ErrBodyTimeout):
+		handlers.WriteError(c.Writer, c.Request, http.StatusRequestTimeout, err.Error())
+		return body, nil, false
+	case err != nil:
 		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, "read body: "+err.Error())
 		return body, nil, false
 	}

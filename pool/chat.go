@@ -66,6 +66,14 @@ type ToolChoice struct {
 	Name string
 }
 
+// Bounds every protocol holds a request to before it costs anything more
+// than its decoding: an agent's longest sessions stay far below them, and
+// above them the prompt could not fit any model's context anyway.
+const (
+	MaxMessages = 50_000
+	MaxTools    = 1_000
+)
+
 // ChatRequest is a request in the neutral model, as a protocol handler hands it
 // to the Router.
 type ChatRequest struct {

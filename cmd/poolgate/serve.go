@@ -158,13 +158,13 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		Messages:  anthropic.New(anthropic.Config{CountDropped: m.CountFieldIgnored}, a.router, log),
 		Models:    a.router,
 	}
-	hcfg := handlers.Config{APIKeys: cfg.APIKeys, MaxBodyBytes: cfg.MaxBodyBytes, Insecure: cfg.Insecure}
+	hcfg := handlers.Config{APIKeys: cfg.APIKeys, MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout, Insecure: cfg.Insecure}
 	if a.cluster != nil {
 		hcfg.ReplicaID, hcfg.ClusterToken = a.cluster.ID(), cfg.ClusterToken
 	}
 	engine := handlers.New(hcfg, protocols, m, log)
 	adm := admin.New(admin.Config{AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys, MetricsToken: cfg.MetricsToken,
-		MetricsPublic: cfg.MetricsPublic}, adminPool{a.pool, ready}, reg, log)
+		MetricsPublic: cfg.MetricsPublic, BodyTimeout: cfg.BodyTimeout}, adminPool{a.pool, ready}, reg, log)
 	adm.RegisterProbes(engine)
 	a.api = httpServer(cfg.Listen, engine)
 	adminEngine := engine

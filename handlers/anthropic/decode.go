@@ -176,6 +176,10 @@ func (in *messagesRequest) validate(forCount bool) error {
 		return badRequest("max_tokens: must be greater than or equal to 1")
 	case len(in.Messages) == 0:
 		return badRequest("messages: at least one message is required")
+	case len(in.Messages) > pool.MaxMessages:
+		return badRequest("messages: at most %d messages are allowed, got %d", pool.MaxMessages, len(in.Messages))
+	case len(in.Tools) > pool.MaxTools:
+		return badRequest("tools: at most %d tools are allowed, got %d", pool.MaxTools, len(in.Tools))
 	case in.Temperature != nil && (*in.Temperature < 0 || *in.Temperature > 1):
 		return badRequest("temperature: must be between 0 and 1")
 	case in.TopP != nil && (*in.TopP < 0 || *in.TopP > 1):

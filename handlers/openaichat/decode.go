@@ -291,6 +291,9 @@ func decodeMessages(items []wireMessage, dropped *httpx.Dropped) ([]pool.Message
 	if len(items) == 0 {
 		return nil, badRequest("messages", codeInvalidVal, "must contain at least one message")
 	}
+	if len(items) > pool.MaxMessages {
+		return nil, badRequest("messages", codeInvalidVal, "at most %d messages are allowed, got %d", pool.MaxMessages, len(items))
+	}
 	d := msgDecoder{dropped: dropped, current: -1}
 	for i := len(items) - 1; i >= 0; i-- {
 		if items[i].Role == "user" {
@@ -485,6 +488,9 @@ var (
 func decodeTools(tools []wireTool) ([]pool.Tool, error) {
 	if len(tools) == 0 {
 		return nil, nil
+	}
+	if len(tools) > pool.MaxTools {
+		return nil, badRequest("tools", codeInvalidVal, "at most %d tools are allowed, got %d", pool.MaxTools, len(tools))
 	}
 	out := make([]pool.Tool, 0, len(tools))
 	seen := make(map[string]bool, len(tools))

@@ -152,7 +152,9 @@ func (h *Handler) Completions(w http.ResponseWriter, r *http.Request) {
 // fail answers with the JSON error for err, unless the client is gone.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	ae := ErrorFor(err)
-	if clientGone(r) {
+	// A body that did not arrive in time cancels the request too, but its
+	// client still waits for the 408.
+	if clientGone(r) && !errors.Is(err, httpx.ErrBodyTimeout) {
 		h.log.Debug("chat completion abandoned by client", "request_id", httpx.RequestID(r.Context()), "err", err)
 		return
 	}

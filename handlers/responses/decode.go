@@ -217,6 +217,9 @@ func (d *decoded) decodeInput(raw json.RawMessage) ([]pool.Message, []item, erro
 	if len(list) == 0 {
 		return nil, nil, badParam("input", "input must not be empty")
 	}
+	if len(list) > pool.MaxMessages {
+		return nil, nil, badParam("input", fmt.Sprintf("input may have at most %d items, got %d", pool.MaxMessages, len(list)))
+	}
 	ic := inputContext{decoded: d, current: currentTurn(list),
 		msgs: make([]pool.Message, 0, len(list)), items: make([]item, 0, len(list))}
 	for i := range list {

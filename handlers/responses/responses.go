@@ -172,7 +172,7 @@ func (h *Handler) prepare(ctx context.Context, r *http.Request) (*turn, error) {
 // failBeforeStart answers a failure that came before any byte was sent,
 // unless the client itself went away.
 func (h *Handler) failBeforeStart(ctx context.Context, w http.ResponseWriter, err error) {
-	if ctx.Err() == context.Canceled {
+	if ctx.Err() == context.Canceled && !errors.Is(err, httpx.ErrBodyTimeout) {
 		return
 	}
 	if mapError(err).status >= 500 {

@@ -74,6 +74,9 @@ func decodeTools(raw []json.RawMessage, forced string, d *httpx.Dropped) ([]pool
 	if len(raw) == 0 {
 		return nil, nil, nil
 	}
+	if len(raw) > pool.MaxTools {
+		return nil, nil, badParam("tools", fmt.Sprintf("tools may have at most %d entries, got %d", pool.MaxTools, len(raw)))
+	}
 	out := make([]pool.Tool, 0, len(raw))
 	var refs toolRefs
 	seen := make(map[string]bool, len(raw))
@@ -109,6 +112,9 @@ func decodeTools(raw []json.RawMessage, forced string, d *httpx.Dropped) ([]pool
 		case t.Type == "namespace":
 			if t.Name == "" {
 				return nil, nil, badParam(param+".name", param+".name: field required")
+			}
+			if len(out)+len(t.Tools) > pool.MaxTools {
+				return nil, nil, badParam(param+".tools", fmt.Sprintf("tools may hold at most %d functions in all", pool.MaxTools))
 			}
 			for j := range t.Tools {
 				p := fmt.Sprintf("%s.tools[%d]", param, j)

@@ -43,16 +43,17 @@ type Account struct {
 // Config is every setting. The yaml tag is the key; the environment variable
 // is POOLGATE_ plus the key in upper case. Each field's default is in Defaults.
 type Config struct {
-	Listen        string   `yaml:"listen"`         // API listen address (127.0.0.1:8080)
-	AdminListen   string   `yaml:"admin_listen"`   // separate admin listener ("" = same as API)
-	APIKeys       []string `yaml:"api_keys"`       // Bearer keys for the API (none = loopback only)
-	AdminToken    string   `yaml:"admin_token"`    // Bearer token for /internal/* ("" = API keys, with a warning)
-	MetricsToken  string   `yaml:"metrics_token"`  // Bearer token for /metrics
-	MetricsPublic bool     `yaml:"metrics_public"` // serve /metrics without a token (false)
-	Insecure      bool     `yaml:"insecure"`       // allow a non-loopback listen without API keys (false)
-	MaxBodyBytes  int64    `yaml:"max_body_bytes"` // request body cap in bytes (16 MiB)
-	LogLevel      string   `yaml:"log_level"`      // debug, info, warn, error (info)
-	LogFormat     string   `yaml:"log_format"`     // text or json (text)
+	Listen        string        `yaml:"listen"`         // API listen address (127.0.0.1:8080)
+	AdminListen   string        `yaml:"admin_listen"`   // separate admin listener ("" = same as API)
+	APIKeys       []string      `yaml:"api_keys"`       // Bearer keys for the API (none = loopback only)
+	AdminToken    string        `yaml:"admin_token"`    // Bearer token for /internal/* ("" = API keys, with a warning)
+	MetricsToken  string        `yaml:"metrics_token"`  // Bearer token for /metrics
+	MetricsPublic bool          `yaml:"metrics_public"` // serve /metrics without a token (false)
+	Insecure      bool          `yaml:"insecure"`       // allow a non-loopback listen without API keys (false)
+	MaxBodyBytes  int64         `yaml:"max_body_bytes"` // request body cap in bytes (16 MiB)
+	BodyTimeout   time.Duration `yaml:"body_timeout"`   // longest a request body may take to arrive (60s)
+	LogLevel      string        `yaml:"log_level"`      // debug, info, warn, error (info)
+	LogFormat     string        `yaml:"log_format"`     // text or json (text)
 
 	Driver       string    `yaml:"driver"`         // worker protocol: lingma or openai (lingma)
 	WorkerAPIKey string    `yaml:"worker_api_key"` // Bearer key sent to openai-driver workers
@@ -102,6 +103,7 @@ func Defaults() Config {
 	return Config{
 		Listen:                    "127.0.0.1:8080",
 		MaxBodyBytes:              16 << 20,
+		BodyTimeout:               60 * time.Second,
 		LogLevel:                  "info",
 		LogFormat:                 "text",
 		Driver:                    "lingma",
@@ -270,6 +272,9 @@ func (c *Config) Validate() error {
 		if c.LeaseTTL < 2*time.Second {
 			errs = append(errs, fmt.Errorf("lease_ttl %s is too short (at least 2s)", c.LeaseTTL))
 		}
+	}
+	if c.BodyTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("body_timeout must be positive, got %s", c.BodyTimeout))
 	}
 	if c.Retries < 0 {
 		errs = append(errs, fmt.Errorf("retries must be >= 0, got %d", c.Retries))
