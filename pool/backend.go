@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -26,6 +27,13 @@ type Backend interface {
 // ModelLister is implemented by backends that can list their models.
 type ModelLister interface {
 	Models(ctx context.Context) ([]Model, error)
+}
+
+// RawModelLister is implemented by backends that can show the worker's own
+// model payload beside the parsed list (for operators: display names,
+// capability flags the pool does not read).
+type RawModelLister interface {
+	RawModels(ctx context.Context) (raw json.RawMessage, models []Model, err error)
 }
 
 // LoginURLer is implemented by backends that log in through a browser.

@@ -9,6 +9,7 @@ package pool
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -171,6 +172,26 @@ type Turn struct {
 	MaxTokens   int
 	Temperature *float64
 	TopP        *float64
+	// Agent says the request wants the worker's agent rather than plain
+	// chat: it offers tools, carries tool calls or results, or asked for an
+	// agent model by name. Workers without such a mode ignore it.
+	Agent bool
+}
+
+// agentModels are model names that ask for the worker's agent mode.
+var agentModels = map[string]bool{"lingma-agent": true, "agent": true}
+
+// wantsAgent reports whether req calls for the worker's agent mode.
+func wantsAgent(req *ChatRequest) bool {
+	if len(req.Tools) > 0 || agentModels[strings.ToLower(req.Model)] {
+		return true
+	}
+	for i := range req.Messages {
+		if m := &req.Messages[i]; m.Role == RoleTool || len(m.ToolCalls) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // AuthState is a worker's login state as its backend reports it.

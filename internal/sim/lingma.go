@@ -135,7 +135,11 @@ func (c *conn) dispatch(m *lsp.Message) {
 	)
 	switch m.Method {
 	case "initialize":
-		result = map[string]any{"capabilities": map[string]any{}, "serverInfo": map[string]any{"name": "simworker", "version": version}}
+		caps := map[string]any{}
+		if c.s.cfg.NativeTools {
+			caps["toolInvoke"] = true
+		}
+		result = map[string]any{"capabilities": caps, "serverInfo": map[string]any{"name": "simworker", "version": version}}
 	case "auth/status":
 		result = c.s.authStatus()
 	case "login/generateUrl":
@@ -144,9 +148,17 @@ func (c *conn) dispatch(m *lsp.Message) {
 		ms := c.s.models()
 		result = map[string]any{"chat": ms, "assistant": ms}
 	case "config/getEndpoint":
-		result = map[string]any{"endpoint": ""}
+		result = map[string]any{"endpoint": c.s.endpoint()}
 	case "config/updateEndpoint":
-		result = map[string]any{"success": true}
+		var p struct {
+			Endpoint string `json:"endpoint"`
+		}
+		_ = json.Unmarshal(m.Params, &p) // no endpoint is refused below
+		if err := c.s.setEndpoint(p.Endpoint); err != nil {
+			result = map[string]any{"success": false, "errorMsg": err.Error()}
+		} else {
+			result = map[string]any{"success": true}
+		}
 	case "chat/ask":
 		c.ask(m)
 		return

@@ -140,7 +140,8 @@ func stripDirectives(s string) string {
 type directives struct {
 	// calls are the tool calls [[sim:call=NAME {args}]] asks for, in order.
 	calls                   []directedCall
-	whoami, toolCode, think bool
+	whoami, ask             bool
+	toolCode, think         bool
 	crash, hang, logout     bool
 	ratelimit               bool
 	retryAfter              time.Duration
@@ -162,6 +163,8 @@ func parseDirectives(text string) directives {
 			}
 		case "whoami":
 			d.whoami = true
+		case "ask":
+			d.ask = true
 		case "tool_code":
 			d.toolCode = true
 		case "think":
@@ -212,6 +215,10 @@ func (d directives) withDefaults(f Faults) directives {
 	}
 	if d.chunkDelay < 0 {
 		d.chunkDelay = f.ChunkDelay
+	}
+	if f.TimeScale > 0 && f.TimeScale != 1 {
+		d.delay = time.Duration(float64(d.delay) * f.TimeScale)
+		d.chunkDelay = time.Duration(float64(d.chunkDelay) * f.TimeScale)
 	}
 	return d
 }

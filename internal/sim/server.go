@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,25 @@ type Sim struct {
 	conns sync.WaitGroup // WebSocket connections (hijacked, so Shutdown does not wait)
 
 	loginHits, asks, sessionsMade, logins atomic.Int64
+
+	ep atomic.Pointer[string] // the endpoint config/updateEndpoint set
+}
+
+func (s *Sim) endpoint() string {
+	if p := s.ep.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+func (s *Sim) setEndpoint(u string) error {
+	pu, err := url.Parse(u)
+	if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+		return fmt.Errorf("endpoint %q is not an http(s) URL", u)
+	}
+	s.ep.Store(&u)
+	s.log.Info("endpoint switched", "endpoint", u)
+	return nil
 }
 
 // session is one upstream conversation: every question asked in it and the
@@ -178,6 +198,8 @@ type Stats struct {
 	// Sessions counts upstream sessions opened since start (deleted ones too).
 	Sessions int64 `json:"sessions"`
 	Logins   int64 `json:"logins"`
+	// Endpoint is the endpoint config/updateEndpoint set.
+	Endpoint string `json:"endpoint"`
 }
 
 func (s *Sim) stats() Stats {
@@ -185,6 +207,7 @@ func (s *Sim) stats() Stats {
 		LoginPageHits: s.loginHits.Load(),
 		Asks:          s.asks.Load(),
 		Sessions:      s.sessionsMade.Load(),
+		Endpoint:      s.endpoint(),
 		Logins:        s.logins.Load(),
 	}
 }

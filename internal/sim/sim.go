@@ -27,6 +27,13 @@
 //     "cancelled" (chat/stop).
 //   - A chat/ask with a non-empty unknown sessionId and isReply false opens a
 //     session with that id; with isReply true it finishes 404.
+//   - config/getEndpoint answers the endpoint last set ("" at start);
+//     config/updateEndpoint takes an http(s) URL. With --require-endpoint,
+//     login/generateUrl fails until the endpoint is that URL.
+//   - With --native-tools, initialize advertises capabilities.toolInvoke and
+//     an agent-mode ask with extra.toolConfig answers a tool call as a
+//     tool/invoke request {requestId, sessionId, toolCallId, name,
+//     parameters} per call, then a successful chat/finish with no text.
 //   - [[sim:logout]] deletes cache/id and cache/user and still answers the
 //     turn normally; the next auth/status reports status 1.
 //
@@ -45,6 +52,8 @@
 // that is the whole text). Flags of the same name set process-wide defaults.
 //
 //	[[sim:whoami]]          answer "session=S turn=N reply=B sections=K chars=L" (L in bytes)
+//	[[sim:ask]]             answer "mode=M session_type=T model=K tools=W endpoint=E" (the ask's settings;
+//	                        W is none, prompt:N or native:N) (lingma)
 //	[[sim:words=N]]         pad a text answer with filler words to N words
 //	[[sim:chunks=N]]        exactly N deltas (default: one per word)
 //	[[sim:delay=200ms]]     wait before the first delta
@@ -111,6 +120,15 @@ type Config struct {
 	// LoginURL, when set, is the login URL handed out instead of this
 	// worker's own page: a compromised or squatting worker, for tests.
 	LoginURL string
+	// NativeTools makes the Lingma mode speak native tools: initialize
+	// advertises capabilities.toolInvoke, and an agent-mode ask that passes
+	// extra.toolConfig is answered with tool/invoke requests instead of a
+	// tool call in the text. Default off (tools only in the prompt).
+	NativeTools bool
+	// RequireEndpoint, when set, is the only endpoint at which a login URL
+	// is handed out (an enterprise account on a dedicated domain); until
+	// config/updateEndpoint sets it, login/generateUrl fails.
+	RequireEndpoint string
 	// Faults are process-wide fault defaults that directives override.
 	Faults Faults
 	// ModelKeys are the model keys offered; default dashscope_qwen3_coder, kmodel.
@@ -135,6 +153,10 @@ type Faults struct {
 	FailRate float64
 	// RatelimitEvery makes every Nth ask fail with 429; default 0 (never).
 	RatelimitEvery int
+	// TimeScale multiplies every wait the directives and the flags ask for
+	// (delays, gaps between deltas), so a test can play a turn of several
+	// minutes in seconds; default 1.
+	TimeScale float64
 }
 
 func (c *Config) setDefaults() {
@@ -146,6 +168,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.LoginPage == "" {
 		c.LoginPage = LoginPlain
+	}
+	if c.Faults.TimeScale == 0 {
+		c.Faults.TimeScale = 1
 	}
 	if len(c.ModelKeys) == 0 {
 		c.ModelKeys = []string{"dashscope_qwen3_coder", "kmodel"}
@@ -172,6 +197,9 @@ func (c *Config) validate() error {
 	case LoginPlain, LoginTwoStep, LoginDelayed, LoginOrg:
 	default:
 		return fmt.Errorf("--login-page=%q: want plain, twostep, delayed or org", c.LoginPage)
+	}
+	if c.Faults.TimeScale <= 0 {
+		return fmt.Errorf("--time-scale=%v: want > 0", c.Faults.TimeScale)
 	}
 	if c.Faults.FailRate < 0 || c.Faults.FailRate > 1 {
 		return fmt.Errorf("--fail-rate=%v: want 0..1", c.Faults.FailRate)
@@ -242,11 +270,14 @@ func ParseArgs(args []string, getenv func(string) string, usage io.Writer) (Conf
 	fs.Var(loggedInFlag{&loggedIn}, "logged-in", "start logged in (as the first account, or =USER)")
 	fs.StringVar(&cfg.LoginPage, "login-page", LoginPlain, "plain, twostep, delayed or org")
 	fs.StringVar(&cfg.LoginURL, "login-url", "", "hand out this login URL instead of the worker's own page (a fault)")
+	fs.BoolVar(&cfg.NativeTools, "native-tools", false, "advertise and answer with native tool/invoke calls in agent mode")
+	fs.StringVar(&cfg.RequireEndpoint, "require-endpoint", "", "hand out login URLs only once the endpoint is this URL")
 	fs.DurationVar(&cfg.Faults.Delay, "delay", 0, "wait before the first delta")
 	fs.DurationVar(&cfg.Faults.ChunkDelay, "chunk-delay", 0, "wait between deltas")
 	fs.IntVar(&cfg.Faults.Chunks, "chunks", -1, "deltas per answer (-1: one per word)")
 	fs.Float64Var(&cfg.Faults.FailRate, "fail-rate", 0, "probability 0..1 of a 500 per turn")
 	fs.IntVar(&cfg.Faults.RatelimitEvery, "ratelimit-every", 0, "every Nth ask is rate limited")
+	fs.Float64Var(&cfg.Faults.TimeScale, "time-scale", 1, "multiply every delay and gap by this (0.01 plays 5 minutes in 3 s)")
 	fs.StringVar(&modelKeys, "model-keys", "", "comma-separated model keys")
 	fs.DurationVar(&cfg.ReplyTimeout, "reply-timeout", 10*time.Second, "wait for each client reply")
 	if err := fs.Parse(args); err != nil {

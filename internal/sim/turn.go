@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,7 +35,58 @@ type askParams struct {
 	ChatContext  struct {
 		Text string `json:"text"`
 	} `json:"chatContext"`
-	IsReply bool `json:"isReply"`
+	IsReply     bool   `json:"isReply"`
+	Mode        string `json:"mode"`
+	SessionType string `json:"sessionType"`
+	Extra       struct {
+		ModelConfig struct {
+			Key string `json:"key"`
+		} `json:"modelConfig"`
+		ToolConfig *struct {
+			Tools []struct {
+				Function toolDef `json:"function"`
+			} `json:"tools"`
+			ToolChoice json.RawMessage `json:"tool_choice"`
+		} `json:"toolConfig"`
+	} `json:"extra"`
+}
+
+// nativeTools is the tool configuration an agent-mode ask passed as data,
+// when the simulator speaks native tools; nil otherwise.
+func (p *askParams) nativeTools(native bool) *toolSpec {
+	tc := p.Extra.ToolConfig
+	if !native || p.Mode != "agent" || tc == nil || len(tc.Tools) == 0 {
+		return nil
+	}
+	ts := &toolSpec{Choice: "auto"}
+	for _, t := range tc.Tools {
+		ts.Tools = append(ts.Tools, t.Function)
+	}
+	var choice any
+	_ = json.Unmarshal(tc.ToolChoice, &choice) // an unreadable choice is auto
+	switch c := choice.(type) {
+	case string:
+		ts.Choice = c
+	case map[string]any:
+		if f, ok := c["function"].(map[string]any); ok {
+			if n, ok := f["name"].(string); ok {
+				ts.Choice = n
+			}
+		}
+	}
+	if ts.Choice == "none" {
+		return nil
+	}
+	return ts
+}
+
+// toolInvoke is the body of the tool/invoke request of a native call.
+type toolInvoke struct {
+	RequestID  string         `json:"requestId"`
+	SessionID  string         `json:"sessionId"`
+	ToolCallID string         `json:"toolCallId"`
+	Name       string         `json:"name"`
+	Parameters map[string]any `json:"parameters"`
 }
 
 // finishParams is the body of chat/finish.
@@ -65,6 +118,10 @@ type turn struct {
 	d          directives
 	ratelimit  bool // from --ratelimit-every
 	fail       bool // from --fail-rate
+	// mode, sessionType and model are what the ask asked for ([[sim:ask]]).
+	mode, sessionType, model string
+	// native holds the tools the ask passed as data (--native-tools).
+	native *toolSpec
 }
 
 // ask handles chat/ask: it answers the request at once and streams the turn
@@ -109,6 +166,8 @@ func (c *conn) ask(m *lsp.Message) {
 		reqID: p.RequestID, sid: sid, n: n, reply: p.IsReply, question: question, secs: secs, d: d,
 		ratelimit: f.RatelimitEvery > 0 && nth%int64(f.RatelimitEvery) == 0,
 		fail:      f.FailRate > 0 && rand.Float64() < f.FailRate,
+		mode:      p.Mode, sessionType: p.SessionType, model: p.Extra.ModelConfig.Key,
+		native: p.nativeTools(c.s.cfg.NativeTools),
 	}
 	c.respond(m.ID, map[string]any{"success": true}, nil)
 	c.turns.Go(func() {
@@ -152,6 +211,12 @@ func (c *conn) runTurn(ctx context.Context, t *turn) {
 			return
 		}
 	}
+	if t.native != nil && !t.d.whoami && !t.d.ask {
+		if p := planAnswer(t.secs, t.native, t.d.calls); len(p.calls) > 0 {
+			c.invokeTools(ctx, t, fin, p.calls)
+			return
+		}
+	}
 	chunks, full := splitChunks(c.answerText(t), t.d.chunks)
 	var sent strings.Builder
 	for i, chunk := range chunks {
@@ -189,10 +254,39 @@ func (c *conn) runTurn(ctx context.Context, t *turn) {
 	c.finish(fin)
 }
 
+// invokeTools answers with native tool calls: one tool/invoke per call,
+// each waiting for the client's acknowledgement, then a successful finish
+// with no text (the results come with the next ask).
+func (c *conn) invokeTools(ctx context.Context, t *turn, fin finishParams, calls []*toolCall) {
+	for i, call := range calls {
+		inv := toolInvoke{RequestID: t.reqID, SessionID: t.sid, Name: call.name, Parameters: call.args,
+			ToolCallID: "call_sim_" + strconv.Itoa(t.n) + "_" + strconv.Itoa(i)}
+		if err := c.call(ctx, "tool/invoke", inv); err != nil {
+			c.abort(t, fin, "", err)
+			return
+		}
+	}
+	full := renderJSONCalls(calls)
+	c.s.recordAnswer(t.sid, t.n, full)
+	fin.Reason, fin.StatusCode = reasonSuccess, statusOK
+	c.finish(fin)
+}
+
 // answerText is the turn's whole answer before it is cut into deltas.
 func (c *conn) answerText(t *turn) string {
 	if t.d.whoami {
 		return whoamiText(t.sid, t.n, t.reply, len(t.secs), len(t.question))
+	}
+	if t.d.ask {
+		tools := "none"
+		switch {
+		case t.native != nil:
+			tools = "native:" + strconv.Itoa(len(t.native.Tools))
+		case promptTools(t.secs) != nil:
+			tools = "prompt:" + strconv.Itoa(len(promptTools(t.secs).Tools))
+		}
+		return fmt.Sprintf("mode=%s session_type=%s model=%s tools=%s endpoint=%s",
+			t.mode, t.sessionType, t.model, tools, c.s.endpoint())
 	}
 	tools := promptTools(t.secs)
 	if tools == nil && t.n > 1 {

@@ -2,6 +2,7 @@ package lingma
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -30,6 +31,8 @@ type chatParams struct {
 	ErrorMsg   string     `json:"errorMsg"`
 	RetryAfter flexString `json:"retryAfter"`
 	method     string
+	// call is the tool call of a tool/invoke.
+	call *pool.ToolCall
 }
 
 // turn is the reader's side of one running chat turn: an unbounded queue, so
@@ -38,6 +41,9 @@ type turn struct {
 	mu   sync.Mutex
 	q    []*chatParams
 	wake chan struct{}
+	// offered names the tools the worker may invoke natively in this turn;
+	// set before the turn is registered, read-only after.
+	offered map[string]bool
 }
 
 func (t *turn) push(p *chatParams) {
@@ -78,9 +84,53 @@ type chatContext struct {
 }
 
 type askExtra struct {
-	ModelConfig struct {
-		Key string `json:"key"`
-	} `json:"modelConfig"`
+	ModelConfig *modelConfig `json:"modelConfig,omitempty"`
+	ToolConfig  *toolConfig  `json:"toolConfig,omitempty"`
+}
+
+type modelConfig struct {
+	Key string `json:"key"`
+}
+
+// toolConfig passes the offered tools natively, in the OpenAI function
+// format (the shape public gateways hand the agent mode; not documented for
+// the real binary).
+type toolConfig struct {
+	Provider   string         `json:"provider"`
+	Tools      []functionTool `json:"tools"`
+	ToolChoice any            `json:"tool_choice,omitempty"`
+}
+
+type functionTool struct {
+	Type     string   `json:"type"`
+	Function function `json:"function"`
+}
+
+type function struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+}
+
+// nativeTools is t's tool configuration for chat/ask and the names the
+// worker may invoke.
+func nativeTools(t *pool.Turn) (*toolConfig, map[string]bool) {
+	tc := &toolConfig{Provider: "openai", Tools: make([]functionTool, 0, len(t.Tools))}
+	offered := make(map[string]bool, len(t.Tools))
+	for _, tl := range t.Tools {
+		tc.Tools = append(tc.Tools, functionTool{Type: "function",
+			Function: function{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters}})
+		offered[tl.Name] = true
+	}
+	switch t.ToolChoice.Mode {
+	case pool.ToolRequired:
+		tc.ToolChoice = "required"
+	case pool.ToolNamed:
+		tc.ToolChoice = map[string]any{"type": "function", "function": map[string]string{"name": t.ToolChoice.Name}}
+	default:
+		tc.ToolChoice = "auto"
+	}
+	return tc, offered
 }
 
 // Chat starts one turn with chat/ask and streams its answer. The returned
@@ -95,11 +145,25 @@ func (c *Client) Chat(ctx context.Context, t *pool.Turn) (<-chan pool.Event, err
 		reqID = t.RequestID + "-" + strconv.FormatInt(c.turnSeq.Add(1), 10)
 	}
 	tr := &turn{wake: make(chan struct{}, 1)}
+	mode := c.cfg.Mode
+	if t.Agent {
+		mode = ModeAgent
+	}
+	var extra askExtra
+	prompt := ""
+	if c.native && mode == ModeAgent && len(t.Tools) > 0 && t.ToolChoice.Mode != pool.ToolNone {
+		extra.ToolConfig, tr.offered = nativeTools(t)
+		prompt = textchat.RenderNative(t)
+	} else {
+		prompt = textchat.Render(t)
+	}
+	if t.Model != "" {
+		extra.ModelConfig = &modelConfig{Key: t.Model}
+	}
 	c.mu.Lock()
 	c.turns[reqID] = tr
 	c.mu.Unlock()
 
-	prompt := textchat.Render(t)
 	p := askParams{
 		RequestID:    reqID,
 		SessionID:    t.SessionID,
@@ -107,17 +171,16 @@ func (c *Client) Chat(ctx context.Context, t *pool.Turn) (<-chan pool.Event, err
 		ChatContext:  chatContext{Text: prompt},
 		ChatTask:     "FREE_INPUT",
 		SessionType:  "chat",
-		Mode:         c.cfg.Mode,
+		Mode:         mode,
 		Stream:       true,
 		Source:       1,
 		IsReply:      t.SessionID != "",
 	}
-	if c.cfg.Mode == ModeAgent {
+	if mode == ModeAgent {
 		p.SessionType = "assistant"
 	}
-	if t.Model != "" {
-		p.Extra = &askExtra{}
-		p.Extra.ModelConfig.Key = t.Model
+	if extra.ModelConfig != nil || extra.ToolConfig != nil {
+		p.Extra = &extra
 	}
 	var res result
 	err := c.call(ctx, "chat/ask", p, &res)
@@ -179,6 +242,11 @@ func (c *Client) run(ctx context.Context, t *pool.Turn, reqID string, tr *turn, 
 	defer cancel()
 	idle := time.NewTimer(c.cfg.ReplyTimeout)
 	defer idle.Stop()
+	// settle runs once the worker invoked a tool: a worker that then waits
+	// for the result instead of finishing is stopped, and the calls stand.
+	settle := time.NewTimer(c.cfg.ToolSettle)
+	settle.Stop()
+	defer settle.Stop()
 
 	s := stream{ctx: tctx, out: out, parser: textchat.NewParser(t), session: t.SessionID}
 	var q []*chatParams
@@ -190,7 +258,14 @@ func (c *Client) run(ctx context.Context, t *pool.Turn, reqID string, tr *turn, 
 			if done := s.handle(q); done {
 				return
 			}
+			if s.calls > 0 {
+				settle.Reset(c.cfg.ToolSettle)
+			}
 			continue
+		case <-settle.C:
+			c.stop(reqID)
+			s.finishCalls()
+			return
 		case <-c.done:
 			// Messages that arrived before the drop still count.
 			if s.handle(tr.take(q)) {
@@ -227,6 +302,8 @@ type stream struct {
 	parser  *textchat.Parser
 	session string
 	gotText bool
+	// calls counts the tool calls the worker invoked natively.
+	calls int
 	// fail is set when the turn is abandoned for a reason other than ctx.
 	fail error
 }
@@ -244,6 +321,11 @@ func (s *stream) handle(q []*chatParams) (done bool) {
 			if !s.sendAll(s.parser.Text(m.Text)) {
 				return false // the turn's context ended; the caller sees it
 			}
+		case "tool/invoke":
+			s.calls++
+			if !s.send(pool.Event{Type: pool.EventToolCall, ToolCall: *m.call}) {
+				return false
+			}
 		case "chat/finish":
 			return s.finish(m)
 		}
@@ -251,8 +333,19 @@ func (s *stream) handle(q []*chatParams) (done bool) {
 	return false
 }
 
+// finishCalls ends a turn whose answer is the tools the worker invoked.
+func (s *stream) finishCalls() bool {
+	evs, _ := s.parser.Finish()
+	return s.sendAll(evs) && s.send(pool.Event{Type: pool.EventDone, Finish: pool.FinishToolCalls, SessionID: s.session})
+}
+
 // finish sends the turn's last events; false means its context ended first.
 func (s *stream) finish(m *chatParams) bool {
+	if s.calls > 0 {
+		// The calls are the answer: however the worker ends a turn that
+		// waits for their results, the caller gets them.
+		return s.finishCalls()
+	}
 	if err := finishError(m); err != nil {
 		return s.send(pool.Event{Type: pool.EventError, Err: err})
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/lsp"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/textchat"
 )
 
 // Client is a connection to one running Lingma worker. Its one reader
@@ -35,6 +36,9 @@ type Client struct {
 
 	nextID  atomic.Int64 // JSON-RPC ids of our requests
 	turnSeq atomic.Int64 // suffixes of chat requestIds
+	// native: offered tools go to the worker as data and come back as
+	// tool/invoke requests (Config.ToolMode, decided at initialize).
+	native bool
 
 	mu      sync.Mutex
 	pending map[int64]chan *lsp.Message
@@ -47,6 +51,7 @@ type Client struct {
 var (
 	_ pool.Backend        = (*Client)(nil)
 	_ pool.ModelLister    = (*Client)(nil)
+	_ pool.RawModelLister = (*Client)(nil)
 	_ pool.LoginURLer     = (*Client)(nil)
 	_ pool.SessionDeleter = (*Client)(nil)
 )
@@ -99,13 +104,27 @@ func (c *Client) Status(ctx context.Context) (pool.AuthState, error) {
 // Models asks config/queryModels and flattens its scenes into one list,
 // without duplicates, scenes in name order.
 func (c *Client) Models(ctx context.Context) ([]pool.Model, error) {
+	_, ms, err := c.RawModels(ctx)
+	return ms, err
+}
+
+// RawModels is Models with config/queryModels' own answer beside the list.
+func (c *Client) RawModels(ctx context.Context) (json.RawMessage, []pool.Model, error) {
+	var raw json.RawMessage
+	if err := c.call(ctx, "config/queryModels", struct{}{}, &raw); err != nil {
+		return nil, nil, err
+	}
+	ms, err := c.parseModels(raw)
+	if err != nil {
+		return raw, nil, err
+	}
+	return raw, ms, nil
+}
+
+func (c *Client) parseModels(raw json.RawMessage) ([]pool.Model, error) {
 	type entry struct {
 		Key         string `json:"key"`
 		DisplayName string `json:"displayName"`
-	}
-	var raw json.RawMessage
-	if err := c.call(ctx, "config/queryModels", struct{}{}, &raw); err != nil {
-		return nil, err
 	}
 	var lists [][]entry
 	if trimmed := bytes.TrimSpace(raw); len(trimmed) > 0 && trimmed[0] == '[' {
@@ -137,8 +156,14 @@ func (c *Client) Models(ctx context.Context) ([]pool.Model, error) {
 	return out, nil
 }
 
-// LoginURL asks login/generateUrl for the URL a browser signs in at.
+// LoginURL asks login/generateUrl for the URL a browser signs in at. With a
+// DedicatedDomain, the worker's endpoint is switched to it first.
 func (c *Client) LoginURL(ctx context.Context) (string, error) {
+	if c.cfg.DedicatedDomain != "" {
+		if err := c.useEndpoint(ctx, c.cfg.DedicatedDomain); err != nil {
+			return "", err
+		}
+	}
 	var r struct {
 		LoginURL  string     `json:"loginUrl"`
 		ErrorCode flexString `json:"errorCode"`
@@ -152,6 +177,29 @@ func (c *Client) LoginURL(ctx context.Context) (string, error) {
 			c.name, cmp.Or(r.ErrorMsg, string(r.ErrorCode), "no reason"))
 	}
 	return r.LoginURL, nil
+}
+
+// useEndpoint reads the worker's endpoint and switches it to want when it
+// differs. A switch the worker refuses fails the login: signing an
+// enterprise account in at the public endpoint cannot succeed.
+func (c *Client) useEndpoint(ctx context.Context, want string) error {
+	var cur struct {
+		Endpoint string `json:"endpoint"`
+	}
+	if err := c.call(ctx, "config/getEndpoint", struct{}{}, &cur); err != nil {
+		return err
+	}
+	if strings.TrimRight(cur.Endpoint, "/") == strings.TrimRight(want, "/") {
+		return nil
+	}
+	var r result
+	if err := c.call(ctx, "config/updateEndpoint", map[string]string{"endpoint": want}, &r); err != nil {
+		return err
+	}
+	if r.failed() {
+		return fmt.Errorf("lingma %s: switch endpoint to %s: %s", c.name, want, r.message())
+	}
+	return nil
 }
 
 // DeleteSession frees an upstream session with chat/deleteSessionById.
@@ -325,6 +373,10 @@ func (c *Client) dispatch(m *lsp.Message) {
 		}
 		return
 	}
+	if m.Method == "tool/invoke" {
+		c.invoke(m)
+		return
+	}
 	if len(m.ID) > 0 {
 		// The worker stalls until every request it sends is answered.
 		_ = c.write(replyFrame(m.ID), c.cfg.CallTimeout) // a failed write ends the reader too
@@ -345,6 +397,83 @@ func (c *Client) dispatch(m *lsp.Message) {
 		p.method = m.Method
 		t.push(&p)
 	}
+}
+
+// invokeParams is a tool/invoke request. The field names are not documented
+// for the real binary; the spellings public notes mention are all read.
+type invokeParams struct {
+	RequestID  string          `json:"requestId"`
+	SessionID  string          `json:"sessionId"`
+	ToolCallID string          `json:"toolCallId"`
+	ID         string          `json:"id"`
+	Name       string          `json:"name"`
+	ToolName   string          `json:"toolName"`
+	Parameters json.RawMessage `json:"parameters"`
+	Arguments  json.RawMessage `json:"arguments"`
+	Input      json.RawMessage `json:"input"`
+}
+
+// invoke handles the worker's tool/invoke, on the reader goroutine. A call of
+// a tool the turn offered is acknowledged and becomes one of the turn's tool
+// calls, for the API caller to run; any other (the worker's own tools, a turn
+// that is over) is refused: the gateway runs no tool on the worker's behalf.
+func (c *Client) invoke(m *lsp.Message) {
+	var p invokeParams
+	_ = json.Unmarshal(m.Params, &p) // unreadable params name no tool and are refused below
+	name := cmp.Or(p.Name, p.ToolName)
+	c.mu.Lock()
+	t := c.turns[p.RequestID]
+	c.mu.Unlock()
+	if t == nil || !t.offered[name] {
+		c.cfg.Logger.Warn("lingma: refused a tool the turn did not offer", "instance", c.name,
+			"requestId", p.RequestID, "tool", name)
+		if len(m.ID) > 0 {
+			_ = c.write(errorFrame(m.ID, codeToolUnavailable, "tool "+strconv.Quote(name)+" is not available"), c.cfg.CallTimeout)
+		}
+		return
+	}
+	args, ok := textchat.NormalizeArgs(firstRaw(p.Parameters, p.Arguments, p.Input))
+	if !ok {
+		args = "{}"
+		c.cfg.Logger.Warn("lingma: tool call arguments are not an object; sent as {}", "instance", c.name, "tool", name)
+	}
+	if len(m.ID) > 0 {
+		_ = c.write(replyFrame(m.ID), c.cfg.CallTimeout)
+	}
+	call := pool.ToolCall{ID: cmp.Or(p.ToolCallID, p.ID), Name: name, Arguments: args}
+	if call.ID == "" {
+		call.ID = textchat.NewCallID()
+	}
+	t.push(&chatParams{RequestID: p.RequestID, SessionID: p.SessionID, method: m.Method, call: &call})
+}
+
+// firstRaw is the first of raws that holds a value.
+func firstRaw(raws ...json.RawMessage) json.RawMessage {
+	for _, r := range raws {
+		if r = bytes.TrimSpace(r); len(r) > 0 && string(r) != "null" {
+			return r
+		}
+	}
+	return nil
+}
+
+// codeToolUnavailable answers a tool/invoke the gateway does not serve.
+const codeToolUnavailable = -32601
+
+// errorFrame is the framed error response to request id.
+func errorFrame(id json.RawMessage, code int, msg string) []byte {
+	const room = frameRoom
+	body, _ := json.Marshal(struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}{code, msg}) // a struct of an int and a string always encodes
+	b := make([]byte, room, room+len(id)+len(body)+40)
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b = append(b, id...)
+	b = append(b, `,"error":`...)
+	b = append(b, body...)
+	b = append(b, '}')
+	return withHeader(b, room)
 }
 
 // requestFrame encodes a framed request. It writes the JSON body once into a

@@ -12,7 +12,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"path/filepath"
 	"strconv"
@@ -46,20 +48,47 @@ type Config struct {
 	// write of each reply to a worker request. Default 5s.
 	CallTimeout time.Duration
 	// TurnTimeout bounds a whole chat turn, from chat/ask to chat/finish.
-	// Default 120s.
+	// Default 30 minutes: a coding agent asking for a large file runs for
+	// minutes, and a stuck worker is what ReplyTimeout detects.
 	TurnTimeout time.Duration
 	// ReplyTimeout is the longest silence allowed within a turn: between the
-	// ask and the first message, and between two messages (chat/think counts).
-	// Default 60s.
+	// ask and the first message, and between two messages (chat/think and
+	// tool events count). Default 2 minutes.
 	ReplyTimeout time.Duration
 	// StopTimeout bounds the best-effort chat/stop sent when a turn is
 	// abandoned. Default 1s.
 	StopTimeout time.Duration
-	// Mode is chat/ask's mode: ModeChat (default) or ModeAgent, which also
-	// sets sessionType "assistant" (a guess: the driver emulates tools in the
-	// prompt either way).
+	// Mode is chat/ask's mode for turns that do not ask for the agent:
+	// ModeChat (default) or ModeAgent. A turn with tools, tool history or an
+	// agent model name (pool.Turn.Agent) always goes in ModeAgent, which also
+	// sets sessionType "assistant".
 	Mode string
+	// ToolMode is how offered tools reach the worker: ToolsEmulated (default)
+	// renders them into the prompt and parses calls from the answer's text;
+	// ToolsNative passes them in chat/ask's extra.toolConfig in agent mode
+	// and turns the worker's tool/invoke requests into calls (the text
+	// parser stays as the fallback); ToolsAuto is native when the worker's
+	// initialize result advertises capabilities.toolInvoke.
+	ToolMode string
+	// DedicatedDomain is an enterprise endpoint URL. Before each login URL
+	// is generated the worker's endpoint is read (config/getEndpoint) and
+	// switched to it (config/updateEndpoint) when it differs. Default none.
+	DedicatedDomain string
+	// ToolSettle is how long a turn waits for chat/finish after the worker
+	// invoked a tool natively; a worker that waits for the result instead of
+	// finishing is then stopped and the turn ends with its calls. Default 3s.
+	ToolSettle time.Duration
+	// Logger receives the driver's warnings (refused tool calls). Default
+	// slog.Default().
+	Logger *slog.Logger
 }
+
+// Tool modes.
+const (
+	ToolsEmulated = "emulated"
+	ToolsNative   = "native"
+	ToolsAuto     = "auto"
+)
 
 func (c *Config) setDefaults() {
 	if len(c.Command) == 0 {
@@ -72,16 +101,25 @@ func (c *Config) setDefaults() {
 		c.CallTimeout = 5 * time.Second
 	}
 	if c.TurnTimeout <= 0 {
-		c.TurnTimeout = 120 * time.Second
+		c.TurnTimeout = 30 * time.Minute
 	}
 	if c.ReplyTimeout <= 0 {
-		c.ReplyTimeout = 60 * time.Second
+		c.ReplyTimeout = 2 * time.Minute
+	}
+	if c.ToolSettle <= 0 {
+		c.ToolSettle = 3 * time.Second
 	}
 	if c.StopTimeout <= 0 {
 		c.StopTimeout = time.Second
 	}
 	if c.Mode == "" {
 		c.Mode = ModeChat
+	}
+	if c.ToolMode == "" {
+		c.ToolMode = ToolsEmulated
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 }
 
@@ -124,15 +162,29 @@ func (d *Driver) Connect(ctx context.Context, ep pool.Endpoint) (pool.Backend, e
 		return nil, fmt.Errorf("lingma %s: dial %s: %w", ep.Name, u, err)
 	}
 	c := newClient(conn, d.cfg, ep.Name)
-	if err := c.initialize(ctx, ep.WorkDir); err != nil {
+	caps, err := c.initialize(ctx, ep.WorkDir)
+	if err != nil {
 		_ = c.Close()
 		return nil, err
+	}
+	switch d.cfg.ToolMode {
+	case ToolsNative:
+		c.native = true
+	case ToolsAuto:
+		c.native = caps.ToolInvoke
 	}
 	return c, nil
 }
 
+// serverCaps are the initialize result's capabilities the driver reads.
+// toolInvoke is not documented for the real binary: a worker that says
+// nothing gets the emulated tools in auto mode.
+type serverCaps struct {
+	ToolInvoke bool `json:"toolInvoke"`
+}
+
 // initialize sends the LSP-style initialize request that must come first.
-func (c *Client) initialize(ctx context.Context, workDir string) error {
+func (c *Client) initialize(ctx context.Context, workDir string) (serverCaps, error) {
 	root := ""
 	if workDir != "" {
 		if abs, err := filepath.Abs(workDir); err == nil {
@@ -158,7 +210,16 @@ func (c *Client) initialize(ctx context.Context, workDir string) error {
 	if root != "" {
 		params.WorkspaceFolders = append(params.WorkspaceFolders, folder{URI: root, Name: filepath.Base(workDir)})
 	}
-	return c.call(ctx, "initialize", params, nil)
+	var raw json.RawMessage
+	if err := c.call(ctx, "initialize", params, &raw); err != nil {
+		return serverCaps{}, err
+	}
+	// A result of another shape advertises nothing the driver reads.
+	var res struct {
+		Capabilities serverCaps `json:"capabilities"`
+	}
+	_ = json.Unmarshal(raw, &res)
+	return res.Capabilities, nil
 }
 
 // newRequestID mints a turn id for a Turn that carries none.

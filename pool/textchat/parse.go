@@ -252,11 +252,11 @@ func parseJSONCalls(s string, tools []pool.Tool, choice pool.ToolChoice) []pool.
 	if forced == "" || obj.ToolCalls != nil || obj.Function != nil || obj.Arguments != nil || obj.Input != nil {
 		return nil
 	}
-	args, ok := normalizeArgs(json.RawMessage(s))
+	args, ok := NormalizeArgs(json.RawMessage(s))
 	if !ok {
 		return nil
 	}
-	return []pool.ToolCall{{ID: newCallID(), Name: forced, Arguments: args}}
+	return []pool.ToolCall{{ID: NewCallID(), Name: forced, Arguments: args}}
 }
 
 // toCall validates one JSON call against the offered tools.
@@ -265,7 +265,7 @@ func toCall(c *jsonCall, tools []pool.Tool) (pool.ToolCall, bool) {
 	if findTool(tools, name) < 0 {
 		return pool.ToolCall{}, false
 	}
-	args, ok := normalizeArgs(c.args())
+	args, ok := NormalizeArgs(c.args())
 	if !ok {
 		return pool.ToolCall{}, false
 	}
@@ -274,14 +274,14 @@ func toCall(c *jsonCall, tools []pool.Tool) (pool.ToolCall, bool) {
 		id = c.Function.ID
 	}
 	if id == "" {
-		id = newCallID()
+		id = NewCallID()
 	}
 	return pool.ToolCall{ID: id, Name: name, Arguments: args}, true
 }
 
-// normalizeArgs turns the arguments (an object, a JSON string holding one,
+// NormalizeArgs turns tool-call arguments (an object, a JSON string holding one,
 // or nothing) into compact JSON object text.
-func normalizeArgs(raw json.RawMessage) (string, bool) {
+func NormalizeArgs(raw json.RawMessage) (string, bool) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return "{}", true
@@ -335,8 +335,8 @@ func findTool(tools []pool.Tool, name string) int {
 	return -1
 }
 
-// newCallID mints "call_" + 24 random hex characters.
-func newCallID() string {
+// NewCallID mints a tool call id: "call_" + 24 random hex characters.
+func NewCallID() string {
 	var r [12]byte
 	_, _ = rand.Read(r[:]) // crypto/rand.Read never fails (Go 1.24+).
 	return "call_" + hex.EncodeToString(r[:])

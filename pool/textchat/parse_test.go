@@ -103,8 +103,8 @@ func TestParseToolCallsIDs(t *testing.T) {
 	if len(got) != 2 || got[0].ID != "mine" || !idRE.MatchString(got[1].ID) {
 		t.Fatalf("ids = %+v, want mine and a minted call_ id", got)
 	}
-	if a, b := newCallID(), newCallID(); a == b || !idRE.MatchString(a) {
-		t.Errorf("newCallID() = %q, %q, want distinct call_+24 hex", a, b)
+	if a, b := NewCallID(), NewCallID(); a == b || !idRE.MatchString(a) {
+		t.Errorf("NewCallID() = %q, %q, want distinct call_+24 hex", a, b)
 	}
 }
 

@@ -115,7 +115,7 @@ func (p *pyParser) call(tools []pool.Tool, depth int) (pool.ToolCall, bool) {
 		}
 	}
 	p.out = append(p.out, '}')
-	return pool.ToolCall{ID: newCallID(), Name: name, Arguments: string(p.out)}, true
+	return pool.ToolCall{ID: NewCallID(), Name: name, Arguments: string(p.out)}, true
 }
 
 func contains(keys []string, k string) bool {

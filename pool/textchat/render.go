@@ -29,8 +29,14 @@ const (
 // with no system message and no offered tools is returned as its bare text.
 // Continuation turns need no special case: t.Messages then holds only the new
 // messages, and the tools sections are repeated whenever tools are offered.
-func Render(t *pool.Turn) string {
-	tools := toolsOffered(t.Tools, t.ToolChoice)
+func Render(t *pool.Turn) string { return render(t, toolsOffered(t.Tools, t.ToolChoice)) }
+
+// RenderNative renders t for a worker that is given the tools natively (as
+// structured data beside the prompt): the transcript only, without the tools
+// and contract sections. Earlier calls and results keep their sections.
+func RenderNative(t *pool.Turn) string { return render(t, false) }
+
+func render(t *pool.Turn, tools bool) string {
 	if !tools && len(t.Messages) == 1 && t.Messages[0].Role == pool.RoleUser {
 		return t.Messages[0].Content
 	}

@@ -1,0 +1,166 @@
+package lingma
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/poolgate/poolgate/pool"
+)
+
+// TestAskMode: a turn goes in agent mode when it asks for the agent (tools,
+// tool history or an agent model, which the router says in Turn.Agent) or
+// when the driver's default is agent; else in chat mode.
+func TestAskMode(t *testing.T) {
+	w := startSim(t, "--logged-in")
+	tests := []struct {
+		name string
+		cfg  Config
+		turn pool.Turn
+		want string
+	}{
+		{name: "chat default", turn: pool.Turn{Messages: user("[[sim:ask]]")},
+			want: "mode=chat session_type=chat model= tools=none"},
+		{name: "agent asked", turn: pool.Turn{Messages: user("[[sim:ask]]"), Agent: true, Model: "kmodel"},
+			want: "mode=agent session_type=assistant model=kmodel tools=none"},
+		{name: "agent default", cfg: Config{Mode: ModeAgent}, turn: pool.Turn{Messages: user("[[sim:ask]]")},
+			want: "mode=agent session_type=assistant model= tools=none"},
+		{name: "emulated tools", turn: pool.Turn{Messages: user("[[sim:ask]]"), Agent: true, Tools: []pool.Tool{weatherTool}},
+			want: "mode=agent session_type=assistant model= tools=prompt:1"},
+		{name: "auto without the capability", cfg: Config{ToolMode: ToolsAuto},
+			turn: pool.Turn{Messages: user("[[sim:ask]]"), Agent: true, Tools: []pool.Tool{weatherTool}},
+			want: "mode=agent session_type=assistant model= tools=prompt:1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := connect(t, w, tt.cfg)
+			a := chat(t, c, &tt.turn)
+			if a.err != nil || !strings.HasPrefix(a.text, tt.want+" endpoint=") {
+				t.Errorf("answer = %q, %v; want %q", a.text, a.err, tt.want)
+			}
+		})
+	}
+}
+
+// TestNativeTools: with a worker that advertises tool/invoke, the tools go
+// to it as data (the prompt carries no tools section), its tool/invoke
+// requests come back as the turn's calls, and the results go back in the
+// next ask of the same session.
+func TestNativeTools(t *testing.T) {
+	for _, mode := range []string{ToolsAuto, ToolsNative} {
+		t.Run(mode, func(t *testing.T) {
+			w := startSim(t, "--logged-in", "--native-tools")
+			c := connect(t, w, Config{ToolMode: mode})
+			probe := chat(t, c, &pool.Turn{Messages: user("[[sim:ask]]"), Agent: true, Tools: []pool.Tool{weatherTool}})
+			if !strings.HasPrefix(probe.text, "mode=agent session_type=assistant model= tools=native:1 ") {
+				t.Fatalf("ask = %q, %v; want the tools passed natively", probe.text, probe.err)
+			}
+			msgs := []pool.Message{{Role: pool.RoleSystem, Content: "Be brief."}, {Role: pool.RoleUser, Content: "Paris"}}
+			a := chat(t, c, &pool.Turn{Messages: msgs, Agent: true, Tools: []pool.Tool{weatherTool}})
+			if a.err != nil || len(a.calls) != 1 || a.text != "" || a.done.Finish != pool.FinishToolCalls {
+				t.Fatalf("answer = %q %+v %+v %v; want one native call", a.text, a.calls, a.done, a.err)
+			}
+			call := a.calls[0]
+			if call.Name != "get_weather" || call.Arguments != `{"city":"Paris"}` || call.ID != "call_sim_1_0" {
+				t.Errorf("call = %+v, want the worker's get_weather call with its id", call)
+			}
+			next := []pool.Message{
+				{Role: pool.RoleAssistant, ToolCalls: a.calls},
+				{Role: pool.RoleTool, ToolCallID: call.ID, Content: "18C and sunny"},
+			}
+			b := chat(t, c, &pool.Turn{SessionID: a.done.SessionID, Messages: next, Agent: true, Tools: []pool.Tool{weatherTool}})
+			if b.err != nil || b.text != "Tool get_weather returned: 18C and sunny" || b.done.Finish != pool.FinishStop {
+				t.Errorf("result turn = %q %+v %v", b.text, b.done, b.err)
+			}
+		})
+	}
+}
+
+// TestNativeInvokeEdges: a worker's own tools are refused; a worker that
+// waits for the result instead of finishing is stopped after ToolSettle with
+// the calls standing; a turn that ends in an error after its calls still
+// answers with them.
+func TestNativeInvokeEdges(t *testing.T) {
+	invoke := func(fc *fakeConn, id, reqID, name string) {
+		fc.notify(id, "tool/invoke", map[string]any{"requestId": reqID, "toolCallId": "tc-" + id, "name": name,
+			"parameters": map[string]string{"city": "Oslo"}})
+	}
+	tests := []struct {
+		name      string
+		then      func(fc *fakeConn, reqID string)
+		wantCalls []string
+		wantText  string
+		wantStop  bool
+	}{
+		{name: "worker's own tool refused", then: func(fc *fakeConn, reqID string) {
+			invoke(fc, "5", reqID, "read_file")
+			fc.notify(`6`, "chat/finish", map[string]any{"requestId": reqID, "statusCode": 200, "fullAnswer": "done"})
+		}, wantText: "done"},
+		{name: "waits for the result", then: func(fc *fakeConn, reqID string) {
+			invoke(fc, "5", reqID, "get_weather")
+		}, wantCalls: []string{"tc-5"}, wantStop: true},
+		{name: "error after the calls", then: func(fc *fakeConn, reqID string) {
+			invoke(fc, "5", reqID, "get_weather")
+			invoke(fc, "6", reqID, "get_weather")
+			fc.notify(`7`, "chat/finish", map[string]any{"requestId": reqID, "statusCode": 499, "reason": "cancelled"})
+		}, wantCalls: []string{"tc-5", "tc-6"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake(t, askThen(tt.then))
+			c := fakeClient(t, f, Config{ToolMode: ToolsNative, ToolSettle: 50 * time.Millisecond})
+			a := chat(t, c, &pool.Turn{Messages: user("weather?"), Agent: true, Tools: []pool.Tool{weatherTool}})
+			var ids []string
+			for _, call := range a.calls {
+				ids = append(ids, call.ID)
+				if call.Arguments != `{"city":"Oslo"}` {
+					t.Errorf("call %s arguments %s", call.ID, call.Arguments)
+				}
+			}
+			if a.err != nil || !slices.Equal(ids, tt.wantCalls) || a.text != tt.wantText {
+				t.Fatalf("answer = %q %v %v, want %q %v", a.text, ids, a.err, tt.wantText, tt.wantCalls)
+			}
+			if len(tt.wantCalls) > 0 && a.done.Finish != pool.FinishToolCalls {
+				t.Errorf("finish = %q, want tool_calls", a.done.Finish)
+			}
+			methods, replies := f.seen()
+			if got := slices.Contains(methods, "chat/stop"); got != tt.wantStop {
+				t.Errorf("chat/stop sent = %v, want %v", got, tt.wantStop)
+			}
+			for _, r := range replies {
+				refused := r.Error != nil
+				if want := tt.name == "worker's own tool refused" && string(r.ID) == "5"; refused != want {
+					t.Errorf("reply to %s: error %v, want refused=%v", r.ID, r.Error, want)
+				}
+			}
+		})
+	}
+}
+
+// TestDedicatedDomain: before a login URL is generated the worker's
+// endpoint is switched to the dedicated domain; an enterprise account's
+// worker hands out no URL without it, and a switch it refuses fails the
+// login.
+func TestDedicatedDomain(t *testing.T) {
+	const corp = "https://lingma.corp.example"
+	w := startSim(t, "--require-endpoint="+corp)
+	ctx := context.Background()
+	if _, err := connect(t, w, Config{}).LoginURL(ctx); err == nil || !strings.Contains(err.Error(), "dedicated domain") {
+		t.Errorf("LoginURL without the domain = %v, want the worker's refusal", err)
+	}
+	if _, err := connect(t, w, Config{DedicatedDomain: "ftp://nowhere"}).LoginURL(ctx); err == nil ||
+		!strings.Contains(err.Error(), "switch endpoint") {
+		t.Errorf("LoginURL with a refused switch = %v, want a switch error", err)
+	}
+	c := connect(t, w, Config{DedicatedDomain: corp})
+	u, err := c.LoginURL(ctx)
+	if err != nil || !strings.Contains(u, "/login?state=") {
+		t.Fatalf("LoginURL = %q, %v", u, err)
+	}
+	// Already there: read, not switched again.
+	if _, err := c.LoginURL(ctx); err != nil {
+		t.Errorf("second LoginURL: %v", err)
+	}
+}
