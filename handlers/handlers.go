@@ -110,8 +110,9 @@ func withID(h http.HandlerFunc) gin.HandlerFunc {
 func observe(m *metrics.Metrics, api string, h http.HandlerFunc) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
-		c.Request = c.Request.WithContext(pool.WithAPI(c.Request.Context(), api))
-		h(c.Writer, c.Request)
+		ctx, served := pool.WithServed(pool.WithAPI(c.Request.Context(), api))
+		c.Request = c.Request.WithContext(ctx)
+		h(&servedWriter{ResponseWriter: c.Writer, served: served}, c.Request)
 		if m != nil {
 			m.Requests.WithLabelValues(api, itoa(c.Writer.Status())).Inc()
 			m.RequestDuration.WithLabelValues(api).Observe(time.Since(start).Seconds())
@@ -307,3 +308,40 @@ func MatchKey(key string, keys []string) bool {
 	}
 	return ok == 1 && key != ""
 }
+
+// InstanceHeader names the instance that served a request.
+const InstanceHeader = "X-Poolgate-Instance"
+
+// servedWriter sets InstanceHeader from the request's pool.Served when the
+// response headers go out: by then the router has picked the worker (a
+// stream that had to open before any worker took its turn goes without).
+type servedWriter struct {
+	http.ResponseWriter
+	served  *pool.Served
+	stamped bool
+}
+
+func (w *servedWriter) stamp() {
+	if w.stamped {
+		return
+	}
+	w.stamped = true
+	if in := w.served.Instance(); in != "" && w.Header().Get(InstanceHeader) == "" {
+		w.Header().Set(InstanceHeader, in)
+	}
+}
+
+func (w *servedWriter) WriteHeader(code int) { w.stamp(); w.ResponseWriter.WriteHeader(code) }
+
+func (w *servedWriter) Write(b []byte) (int, error) { w.stamp(); return w.ResponseWriter.Write(b) }
+
+// Flush keeps streaming working through the wrapper.
+func (w *servedWriter) Flush() {
+	w.stamp()
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection's deadlines.
+func (w *servedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -33,6 +33,8 @@ type RouterConfig struct {
 	Retries int
 	// Count counts tokens of a text (required; internal/tokens.Count).
 	Count func(string) int
+	// Tools is the operator's tool policy (default: every tool is offered).
+	Tools ToolPolicy
 }
 
 // Router runs one request on the pool: affinity, admission, retries,
@@ -85,6 +87,9 @@ type request struct {
 // and its slot freed. Cancelling ctx cancels the upstream turn.
 func (r *Router) Chat(ctx context.Context, req *ChatRequest) (<-chan Event, error) {
 	api, _ := ctx.Value(apiKey{}).(string)
+	if err := r.toolPolicy(req); err != nil {
+		return nil, err
+	}
 	rq := &request{ChatRequest: req, start: time.Now(), api: api, model: r.ResolveModel(req.Model),
 		owner: OwnerKey(req.APIKey), split: lastAssistant(req.Messages)}
 	r.lookup(ctx, rq)
@@ -131,6 +136,23 @@ func (r *Router) Chat(ctx context.Context, req *ChatRequest) (<-chan Event, erro
 		}
 	}
 	return nil, lastErr
+}
+
+// toolPolicy applies the operator's tool policy to req.
+func (r *Router) toolPolicy(req *ChatRequest) error {
+	dropped, err := r.cfg.Tools.apply(req)
+	if err != nil || len(dropped) == 0 {
+		return err
+	}
+	reason := "allowlist"
+	if r.cfg.Tools.Off {
+		reason = "forwarding_off"
+	}
+	if r.metrics != nil {
+		r.metrics.ToolsWithheld.WithLabelValues(reason).Add(float64(len(dropped)))
+	}
+	r.log.Debug("tools withheld by the tool policy", "reason", reason, "tools", dropped, "request_id", req.RequestID)
+	return nil
 }
 
 // lookup takes the conversation's affinity entry, if any.
@@ -194,7 +216,8 @@ func (r *Router) DeleteSession(a session.Affinity) {
 // turn; a non-streaming turn is buffered whole and fails here on any error.
 func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan Event, bool, error) {
 	turn := &Turn{RequestID: rq.RequestID, Model: rq.model, Messages: rq.Messages, Tools: rq.Tools,
-		ToolChoice: rq.ToolChoice, MaxTokens: rq.MaxTokens, Temperature: rq.Temperature, TopP: rq.TopP}
+		ToolChoice: rq.ToolChoice, MaxTokens: rq.MaxTokens, Temperature: rq.Temperature, TopP: rq.TopP,
+		Agent: wantsAgent(rq.ChatRequest)}
 	rq.reused = false
 	if rq.hasHit {
 		if slot.Worker.Name() != rq.hit.Instance {
@@ -205,6 +228,7 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan E
 			rq.reused = true
 		}
 	}
+	markServed(ctx, slot.Worker.Name())
 	tctx, cancel := context.WithCancel(ctx)
 	src, err := slot.Backend.Chat(tctx, turn)
 	if err != nil {
@@ -307,6 +331,7 @@ func (r *Router) forward(ctx context.Context, rq *request, slot *Slot, head []Ev
 			return true
 		case EventError:
 			r.failed(rq, slot, ev.Err)
+			r.logTurn(rq, slot, "error", ev.Err)
 			send(ev)
 			return true
 		}
@@ -330,6 +355,7 @@ func (r *Router) forward(ctx context.Context, rq *request, slot *Slot, head []Ev
 			if rq.reused || rq.hasHit {
 				r.dropHit(rq)
 			}
+			r.logTurn(rq, slot, "cancelled", nil)
 			return
 		}
 	}
@@ -360,9 +386,11 @@ func (r *Router) finish(rq *request, slot *Slot, done Event, text string, calls 
 	}
 	sessionID := done.SessionID
 	switch {
-	case !keep:
+	case !keep, r.store == nil:
+		// Nobody continues this session: a stopped answer, or session
+		// reuse is off.
 		r.DeleteSession(session.Affinity{Instance: slot.Worker.Name(), SessionID: sessionID})
-	case r.store != nil:
+	default:
 		answer := Message{Role: RoleAssistant, Content: text, ToolCalls: calls}
 		key := conversationKey(rq.owner, rq.model, rq.Messages, &answer)
 		a := session.Affinity{Instance: slot.Worker.Name(), SessionID: sessionID, Model: rq.model}
@@ -375,5 +403,6 @@ func (r *Router) finish(rq *request, slot *Slot, done Event, text string, calls 
 		cancel()
 	}
 	slot.Worker.turnOK()
+	r.logTurn(rq, slot, string(done.Finish), nil)
 	send(done)
 }

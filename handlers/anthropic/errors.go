@@ -64,10 +64,13 @@ func mapError(err error) wireError {
 		over   *pool.OverloadedError
 		rate   *pool.RateLimitedError
 		up     *pool.UpstreamError
+		policy *pool.PolicyError
 	)
 	switch {
 	case errors.As(err, &reqErr):
 		return wireError{http.StatusBadRequest, errInvalidRequest, reqErr.msg, 0}
+	case errors.As(err, &policy):
+		return wireError{http.StatusBadRequest, errInvalidRequest, policy.Message, 0}
 	case errors.Is(err, httpx.ErrBodyTooLarge):
 		return wireError{http.StatusRequestEntityTooLarge, errRequestTooBig, "request body too large", 0}
 	case errors.Is(err, httpx.ErrBodyTimeout):

@@ -117,6 +117,7 @@ func strPtr(s string) *string {
 // OpenAI error the client sees. It is the protocol's one error mapper.
 //
 //	request errors (bad JSON, bad fields)     400 invalid_request_error
+//	*pool.PolicyError (a forced tool refused) 400 invalid_request_error
 //	httpx.ErrBodyTooLarge                     413 invalid_request_error
 //	httpx.ErrBodyTimeout                      408 invalid_request_error
 //	pool.ErrNoInstance, pool.ErrNotLoggedIn   503 server_error
@@ -132,8 +133,12 @@ func ErrorFor(err error) *APIError {
 		ole *pool.OverloadedError
 		rle *pool.RateLimitedError
 		ue  *pool.UpstreamError
+		pe  *pool.PolicyError
 	)
 	switch {
+	case errors.As(err, &pe):
+		return &APIError{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Message: pe.Message,
+			Param: strPtr(pe.Param), Code: strPtr("tool_not_allowed")}
 	case errors.As(err, &re):
 		return &APIError{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Message: re.Error(),
 			Param: strPtr(re.param), Code: strPtr(re.code)}

@@ -53,8 +53,12 @@ func mapError(err error) wireError {
 		over   *pool.OverloadedError
 		rate   *pool.RateLimitedError
 		up     *pool.UpstreamError
+		policy *pool.PolicyError
 	)
 	switch {
+	case errors.As(err, &policy):
+		return wireError{status: http.StatusBadRequest, typ: "invalid_request_error", msg: policy.Message, param: policy.Param,
+			code: "tool_not_allowed"}
 	case errors.As(err, &reqErr):
 		status := reqErr.status
 		if status == 0 {

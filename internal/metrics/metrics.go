@@ -31,7 +31,11 @@ type Metrics struct {
 	LoginAttempts    *prometheus.CounterVec   // poolgate_login_attempts_total{result}
 	LoginDuration    prometheus.Histogram     // poolgate_login_duration_seconds
 	FieldsIgnored    *prometheus.CounterVec   // poolgate_request_fields_ignored_total{protocol,field}
+	ToolsWithheld    *prometheus.CounterVec   // poolgate_tools_withheld_total{reason}
 }
+
+// ToolWithheldReasons are the reason label values of ToolsWithheld.
+var ToolWithheldReasons = []string{"allowlist", "forwarding_off"}
 
 // StoreOps are the store operation label values, pre-initialised.
 var StoreOps = []string{"take_affinity", "put_affinity", "flush_affinity", "save_response", "load_response", "delete_response", "save_bundle", "load_bundle"}
@@ -92,10 +96,17 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "poolgate_request_fields_ignored_total",
 			Help: "Requests that carried a field the workers cannot honour, which was dropped, by protocol and field.",
 		}, []string{"protocol", "field"}),
+		ToolsWithheld: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poolgate_tools_withheld_total",
+			Help: "Tools a request offered that the tool policy kept from the workers, by reason (allowlist, forwarding_off).",
+		}, []string{"reason"}),
 	}
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Tokens, m.InFlight, m.QueueDepth, m.QueueWait,
 		m.Rejections, m.Retries, m.Cooldowns, m.Restarts, m.CacheHits, m.CacheMisses, m.CacheInvalidated,
-		m.StoreErrors, m.LoginAttempts, m.LoginDuration, m.FieldsIgnored)
+		m.StoreErrors, m.LoginAttempts, m.LoginDuration, m.FieldsIgnored, m.ToolsWithheld)
+	for _, r := range ToolWithheldReasons {
+		m.ToolsWithheld.WithLabelValues(r)
+	}
 	for _, api := range APIs {
 		m.RequestDuration.WithLabelValues(api)
 		m.TTFT.WithLabelValues(api)
