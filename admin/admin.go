@@ -5,6 +5,7 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -31,6 +32,9 @@ type Config struct {
 	// BodyTimeout bounds how long a request body may take to arrive
 	// (default 60s).
 	BodyTimeout time.Duration
+	// BundleImportPlain accepts unsealed bundles on import (the Python
+	// gateway's exports). Default off.
+	BundleImportPlain bool
 }
 
 // maxAdminBody caps admin request bodies (a bundle import is the largest).
@@ -42,6 +46,11 @@ type Pool interface {
 	Ready() (bool, string)
 	Restart(name string) error
 	Drain(name string) error
+	// ClearCooldown ends the instance's cooldown now; false: it had none.
+	ClearCooldown(name string) (bool, error)
+	// Probe sends the instance one short turn, cooldown or not, and acts on
+	// the answer (pool.ErrBusy when it cannot take one now).
+	Probe(ctx context.Context, name string) (pool.ProbeResult, error)
 }
 
 // Admin serves the operator endpoints.
@@ -86,7 +95,50 @@ func (a *Admin) Register(r gin.IRouter) gin.IRouter {
 	in.GET("/pool", func(c *gin.Context) { c.JSON(http.StatusOK, a.pool.Snapshot()) })
 	in.POST("/pool/:instance/restart", a.poolAction("restart", a.pool.Restart))
 	in.POST("/pool/:instance/drain", a.poolAction("drain", a.pool.Drain))
+	in.POST("/pool/:instance/cooldown/clear", a.clearCooldown)
+	in.POST("/pool/:instance/probe", a.probe)
 	return in
+}
+
+func (a *Admin) clearCooldown(c *gin.Context) {
+	name := c.Param("instance")
+	had, err := a.pool.ClearCooldown(name)
+	if err != nil {
+		writePoolError(c, name, err)
+		return
+	}
+	a.log.Info("admin action", "action", "clear_cooldown", "instance", name, "had_cooldown", had, "by", c.GetString(whoKey))
+	c.JSON(http.StatusOK, gin.H{"instance": name, "had_cooldown": had})
+}
+
+// probeTimeout bounds a probe turn from the admin API.
+const probeTimeout = 90 * time.Second
+
+func (a *Admin) probe(c *gin.Context) {
+	name := c.Param("instance")
+	ctx, cancel := context.WithTimeout(c.Request.Context(), probeTimeout)
+	defer cancel()
+	res, err := a.pool.Probe(ctx, name)
+	if err != nil {
+		writePoolError(c, name, err)
+		return
+	}
+	a.log.Info("admin action", "action", "probe", "instance", name, "ok", res.OK, "latency_ms", res.LatencyMS,
+		"error", res.Error, "by", c.GetString(whoKey))
+	c.JSON(http.StatusOK, res)
+}
+
+// writePoolError answers a pool action's error: 404 for an unknown
+// instance, 409 for one that can't take the action now.
+func writePoolError(c *gin.Context, name string, err error) {
+	switch {
+	case errors.Is(err, pool.ErrUnknownInstance):
+		handlers.WriteError(c.Writer, c.Request, http.StatusNotFound, "unknown instance "+name)
+	case errors.Is(err, pool.ErrBusy):
+		handlers.WriteError(c.Writer, c.Request, http.StatusConflict, err.Error())
+	default:
+		handlers.WriteError(c.Writer, c.Request, http.StatusInternalServerError, err.Error())
+	}
 }
 
 func (a *Admin) poolAction(what string, do func(string) error) gin.HandlerFunc {

@@ -29,6 +29,10 @@ type BundleService interface {
 	// pool.ErrUnknownInstance, session.ErrNoKey, session.ErrSeal,
 	// session.ErrChecksum, session.ErrMalformed, session.ErrWrongAccount.
 	Import(ctx context.Context, instance string, sealed []byte) error
+	// ImportPlain installs an unsealed bundle (a tar.gz of a work dir, as
+	// the Python gateway exported it) after the same checks. Errors:
+	// pool.ErrUnknownInstance, session.ErrMalformed, session.ErrWrongAccount.
+	ImportPlain(ctx context.Context, instance, account string, payload []byte) error
 }
 
 // maxBundleBody caps an import request body, in bytes: a sealed bundle is at
@@ -44,6 +48,11 @@ type bundleJSON struct {
 	Bundle string `json:"bundle"`
 	// Bytes is the length of the sealed bundle (decoded).
 	Bytes *int `json:"bytes,omitempty"`
+	// BundleB64 and RawBytes are the Python gateway's export: an unsealed
+	// tar.gz of the work dir and its length (import only, behind
+	// Config.BundleImportPlain).
+	BundleB64 string `json:"bundle_b64,omitempty"`
+	RawBytes  *int   `json:"raw_bytes,omitempty"`
 }
 
 // RegisterBundles adds the session bundle endpoints to r, the authenticated
@@ -75,7 +84,7 @@ func (a *Admin) exportBundle(c *gin.Context, svc BundleService) {
 }
 
 func (a *Admin) importBundle(c *gin.Context, svc BundleService) {
-	body, sealed, ok := decodeImport(c)
+	body, sealed, ok := decodeImport(c, a.cfg.BundleImportPlain)
 	if !ok {
 		return
 	}
@@ -91,19 +100,28 @@ func (a *Admin) importBundle(c *gin.Context, svc BundleService) {
 			"the body names instance "+body.Instance+" but the query names "+name)
 		return
 	}
-	if err := svc.Import(c.Request.Context(), name, sealed); err != nil {
-		a.log.Warn("admin action failed", "action", "session_import", "instance", name, "bytes", len(sealed), "by", c.GetString(whoKey), "err", err)
+	action, format := "session_import", "sealed"
+	var err error
+	if body.BundleB64 != "" {
+		action, format = "session_import_plain", "plain"
+		err = svc.ImportPlain(c.Request.Context(), name, body.Account, sealed)
+	} else {
+		err = svc.Import(c.Request.Context(), name, sealed)
+	}
+	if err != nil {
+		a.log.Warn("admin action failed", "action", action, "instance", name, "bytes", len(sealed), "by", c.GetString(whoKey), "err", err)
 		writeBundleError(c, name, err)
 		return
 	}
 	account := instanceAccount(a.pool, name)
-	a.log.Info("admin action", "action", "session_import", "instance", name, "account", account, "bytes", len(sealed), "by", c.GetString(whoKey))
-	c.JSON(http.StatusOK, gin.H{"instance": name, "account": account, "imported": true})
+	a.log.Info("admin action", "action", action, "instance", name, "account", account, "bytes", len(sealed), "by", c.GetString(whoKey))
+	c.JSON(http.StatusOK, gin.H{"instance": name, "account": account, "imported": true, "format": format})
 }
 
 // decodeImport reads the import body (capped) and its base64 bundle, or
-// writes the error: 413 over the cap, 400 for bad JSON or base64.
-func decodeImport(c *gin.Context) (bundleJSON, []byte, bool) {
+// writes the error: 413 over the cap, 400 for bad JSON or base64, 403 for a
+// plain bundle when plain imports are off.
+func decodeImport(c *gin.Context, plain bool) (bundleJSON, []byte, bool) {
 	var body bundleJSON
 	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, maxBundleBody)
 	raw, err := httpx.ReadBody(c.Request)
@@ -126,6 +144,13 @@ func decodeImport(c *gin.Context) (bundleJSON, []byte, bool) {
 			`body must be the export's JSON {"instance", "account", "bundle": "<base64>", "bytes"}: `+err.Error())
 		return body, nil, false
 	}
+	if body.BundleB64 != "" {
+		return decodePlain(c, body, plain)
+	}
+	if body.RawBytes != nil {
+		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, `"raw_bytes" goes with "bundle_b64" (a plain bundle); a sealed "bundle" has "bytes"`)
+		return body, nil, false
+	}
 	if body.Bundle == "" {
 		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, `"bundle" is required (standard base64 of the sealed bundle)`)
 		return body, nil, false
@@ -141,6 +166,31 @@ func decodeImport(c *gin.Context) (bundleJSON, []byte, bool) {
 		return body, nil, false
 	}
 	return body, sealed, true
+}
+
+// decodePlain decodes the Python gateway's export {"instance", "account",
+// "raw_bytes", "bundle_b64"}.
+func decodePlain(c *gin.Context, body bundleJSON, plain bool) (bundleJSON, []byte, bool) {
+	switch {
+	case !plain:
+		handlers.WriteError(c.Writer, c.Request, http.StatusForbidden,
+			"unsealed bundles (bundle_b64) are not accepted: set POOLGATE_BUNDLE_IMPORT_PLAIN=true to import the Python gateway's exports")
+		return body, nil, false
+	case body.Bundle != "":
+		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, `send either "bundle" (sealed) or "bundle_b64" (plain), not both`)
+		return body, nil, false
+	}
+	raw, err := base64.StdEncoding.DecodeString(body.BundleB64)
+	if err != nil {
+		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, `"bundle_b64" is not standard base64: `+err.Error())
+		return body, nil, false
+	}
+	if body.RawBytes != nil && *body.RawBytes != len(raw) {
+		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest,
+			`"raw_bytes" says `+strconv.Itoa(*body.RawBytes)+" but the bundle decodes to "+strconv.Itoa(len(raw))+" bytes (truncated copy?)")
+		return body, nil, false
+	}
+	return body, raw, true
 }
 
 // writeBundleError maps the bundle service's errors to HTTP.

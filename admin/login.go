@@ -39,6 +39,8 @@ type LoginTargets interface {
 	// LoginPort returns the port of the instance's login callback (0 when
 	// it is not running), or pool.ErrUnknownInstance.
 	LoginPort(name string) (int, error)
+	// Names lists every instance, in config order.
+	Names() []string
 }
 
 // loginURLTimeout bounds the worker's answer to a login URL request.
@@ -104,15 +106,25 @@ func (h *loginAPI) start(c *gin.Context) {
 	c.JSON(http.StatusAccepted, st)
 }
 
+// status lists every instance's login, in config order: those no login ran
+// for yet are idle.
 func (h *loginAPI) status(c *gin.Context) {
-	var all []login.Status
+	known := map[string]login.Status{}
 	if h.svc != nil {
-		all = h.svc.All()
+		for _, st := range h.svc.All() {
+			known[st.Name] = st
+		}
 	}
-	if all == nil {
-		all = []login.Status{}
+	names := h.targets.Names()
+	all := make([]login.Status, 0, len(names))
+	for _, name := range names {
+		st, ok := known[name]
+		if !ok {
+			st = login.Status{Name: name, State: login.StateIdle}
+		}
+		all = append(all, st)
 	}
-	c.JSON(http.StatusOK, gin.H{"instances": all})
+	c.JSON(http.StatusOK, gin.H{"instances": all, "browser": h.svc != nil})
 }
 
 func (h *loginAPI) url(c *gin.Context) {

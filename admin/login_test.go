@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,7 +42,7 @@ func (f *fakeLogins) Status(name string) (login.Status, bool) {
 }
 
 func (f *fakeLogins) All() []login.Status {
-	return []login.Status{{Name: "a", State: login.StateSucceeded, Attempts: 1}, {Name: "b", State: login.StateFailed, Attempts: 3, LastError: "login page says: no"}}
+	return []login.Status{{Name: "acct-1", State: login.StateSucceeded, Attempts: 1}, {Name: "down", State: login.StateFailed, Attempts: 3, LastError: "login page says: no"}}
 }
 
 func (f *fakeLogins) Screenshot(name string) ([]byte, error) {
@@ -78,6 +80,8 @@ func (f *fakeTargets) LoginPort(name string) (int, error) {
 	return p, nil
 }
 
+func (f *fakeTargets) Names() []string { return slices.Sorted(maps.Keys(f.ports)) }
+
 // loginServer serves RegisterLogin under /internal, as main wires it.
 func loginServer(t *testing.T, svc LoginService, targets LoginTargets) *httptest.Server {
 	t.Helper()
@@ -104,7 +108,9 @@ func TestLoginEndpoints(t *testing.T) {
 			`{"name":"acct-1","state":"running","attempts":0,"last_error":"","started_at":"2026-01-02T03:04:05Z","finished_at":null,"page_url":"","page_snippet":""}`},
 		{"start unknown", "POST", "/internal/auto-login/start?instance=ghost", 404, "application/json", "unknown instance ghost"},
 		{"start unnamed", "POST", "/internal/auto-login/start", 400, "application/json", "instance is required"},
-		{"status", "GET", "/internal/auto-login/status", 200, "application/json", `{"instances":[{"name":"a","state":"succeeded","attempts":1,`},
+		// Every instance, in order; acct-2 never tried a login.
+		{"status", "GET", "/internal/auto-login/status", 200, "application/json", `{"browser":true,"instances":[{"name":"acct-1","state":"succeeded","attempts":1,`},
+		{"status lists idle", "GET", "/internal/auto-login/status", 200, "application/json", `{"name":"acct-2","state":"idle","attempts":0,`},
 		{"url", "GET", "/internal/auto-login/url?instance=acct-2", 200, "application/json", `{"url":"http://127.0.0.1:1/login?state=acct-2"}`},
 		{"url unknown", "GET", "/internal/auto-login/url?instance=ghost", 404, "application/json", "unknown instance ghost"},
 		{"url worker down", "GET", "/internal/auto-login/url?instance=down", 503, "application/json", "ask instance down for a login URL"},
@@ -139,7 +145,7 @@ func TestLoginWithoutBrowser(t *testing.T) {
 		wantBody string
 	}{
 		{"start", "POST", "/internal/auto-login/start?instance=acct-1", 503, "automatic login is not available"},
-		{"status", "GET", "/internal/auto-login/status", 200, `{"instances":[]}`},
+		{"status", "GET", "/internal/auto-login/status", 200, `{"browser":false,"instances":[{"name":"acct-1","state":"idle",`},
 		{"url", "GET", "/internal/auto-login/url?instance=acct-1", 200, `{"url":"http://127.0.0.1:1/login?state=acct-1"}`},
 		{"screenshot", "GET", "/internal/auto-login/acct-1/screenshot", 404, "no login screenshot"},
 	}

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
@@ -15,7 +16,7 @@ import (
 
 // ModelSource lists one instance's models live.
 type ModelSource interface {
-	InstanceModels(ctx context.Context, name string) ([]pool.Model, error)
+	InstanceModels(ctx context.Context, name string) (raw json.RawMessage, models []pool.Model, err error)
 }
 
 // Limits are the admission limits /internal/stats reports beside the load.
@@ -31,7 +32,7 @@ func (a *Admin) RegisterStats(r gin.IRouter, limits Limits, models ModelSource) 
 		name := c.Query("instance")
 		ctx, cancel := context.WithTimeout(c.Request.Context(), 5*time.Second)
 		defer cancel()
-		ms, err := models.InstanceModels(ctx, name)
+		raw, ms, err := models.InstanceModels(ctx, name)
 		switch {
 		case errors.Is(err, pool.ErrUnknownInstance):
 			handlers.WriteError(c.Writer, c.Request, http.StatusNotFound, "unknown instance "+name)
@@ -40,7 +41,10 @@ func (a *Admin) RegisterStats(r gin.IRouter, limits Limits, models ModelSource) 
 		case err != nil:
 			handlers.WriteError(c.Writer, c.Request, http.StatusBadGateway, "list models on "+name+": "+err.Error())
 		default:
-			c.JSON(http.StatusOK, gin.H{"instance": name, "models": ms})
+			if raw == nil {
+				raw = json.RawMessage("null")
+			}
+			c.JSON(http.StatusOK, gin.H{"instance": name, "models": ms, "raw": raw})
 		}
 	})
 }

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 )
 
@@ -57,21 +58,27 @@ func (r *Router) ResolveModel(name string) string {
 	return name
 }
 
-// InstanceModels asks the named instance for its model list now.
-func (p *Pool) InstanceModels(ctx context.Context, name string) ([]Model, error) {
+// InstanceModels asks the named instance for its model list now: the
+// worker's raw payload (nil when its driver can't show it) and the parsed
+// list.
+func (p *Pool) InstanceModels(ctx context.Context, name string) (json.RawMessage, []Model, error) {
 	w, ok := p.byName[name]
 	if !ok {
-		return nil, ErrUnknownInstance
+		return nil, nil, ErrUnknownInstance
 	}
 	p.mu.Lock()
 	be := w.backend
 	p.mu.Unlock()
 	if be == nil {
-		return nil, ErrNoInstance
+		return nil, nil, ErrNoInstance
+	}
+	if rl, ok := be.(RawModelLister); ok {
+		return rl.RawModels(ctx)
 	}
 	ml, ok := be.(ModelLister)
 	if !ok {
-		return nil, errors.New("this worker cannot list models")
+		return nil, nil, errors.New("this worker cannot list models")
 	}
-	return ml.Models(ctx)
+	ms, err := ml.Models(ctx)
+	return nil, ms, err
 }

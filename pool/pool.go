@@ -117,6 +117,15 @@ func (p *Pool) Worker(name string) (*Worker, bool) {
 	return w, ok
 }
 
+// Names returns every instance's name in config order.
+func (p *Pool) Names() []string {
+	out := make([]string, len(p.workers))
+	for i, w := range p.workers {
+		out[i] = w.cfg.Name
+	}
+	return out
+}
+
 // Size returns the number of instances.
 func (p *Pool) Size() int { return len(p.workers) }
 

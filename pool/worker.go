@@ -139,6 +139,9 @@ func (w *Worker) Name() string { return w.cfg.Name }
 // Account returns the account name.
 func (w *Worker) Account() string { return w.cfg.Account.Name }
 
+// Username returns the instance's login name ("" when it has none).
+func (w *Worker) Username() string { return w.cfg.Account.Username }
+
 // WorkDir returns the worker's directory.
 func (w *Worker) WorkDir() string { return w.cfg.WorkDir }
 

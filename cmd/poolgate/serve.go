@@ -122,8 +122,12 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	if a.store, err = openStore(cfg, m, onEvict, log); err != nil {
 		return nil, err
 	}
+	var affinity pool.AffinityStore = a.store
+	if !cfg.SessionReuse {
+		affinity = nil // every turn starts an upstream session of its own
+	}
 	a.router = pool.NewRouter(pool.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
-		Retries: cfg.Retries, Count: tokens.NewMemo().Count}, a.pool, a.store, m, log)
+		Retries: cfg.Retries, Count: tokens.NewMemo().Count, Tools: toolPolicy(cfg)}, a.pool, affinity, m, log)
 	if err := a.setupLogin(m, lookup, childEnv(environ)); err != nil {
 		return nil, err
 	}
@@ -164,7 +168,8 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	}
 	engine := handlers.New(hcfg, protocols, m, log)
 	adm := admin.New(admin.Config{AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys, MetricsToken: cfg.MetricsToken,
-		MetricsPublic: cfg.MetricsPublic, BodyTimeout: cfg.BodyTimeout}, adminPool{a.pool, ready}, reg, log)
+		MetricsPublic: cfg.MetricsPublic, BodyTimeout: cfg.BodyTimeout, BundleImportPlain: cfg.BundleImportPlain},
+		adminPool{a.pool, ready}, reg, log)
 	adm.RegisterProbes(engine)
 	a.api = httpServer(cfg.Listen, engine)
 	adminEngine := engine

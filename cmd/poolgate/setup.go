@@ -117,6 +117,7 @@ func (a *app) setupLogin(m *metrics.Metrics, getenv func(string) string, env []s
 	}
 	r, err := login.NewRunner(login.Config{Chromium: cfg.Chromium, Concurrency: cfg.LoginConcurrency,
 		RecipeFile: cfg.LoginRecipes, DefaultRecipe: recipe, Stealth: cfg.LoginStealth, Getenv: getenv, Env: env,
+		LoginTimeout: cfg.LoginTimeout, MaxAttempts: cfg.LoginAttempts, Headless: &cfg.LoginHeadless,
 		TempDir: filepath.Join(cfg.DataDir, "login-profiles"), Metrics: m}, a.log.With("component", "login"))
 	switch {
 	case errors.Is(err, login.ErrNoChromium):
@@ -136,7 +137,7 @@ func (a *app) setupLogin(m *metrics.Metrics, getenv func(string) string, env []s
 }
 
 func openStore(cfg config.Config, m *metrics.Metrics, onEvict func(session.Affinity), log *slog.Logger) (store, error) {
-	mem := session.MemoryConfig{OnEvict: onEvict}
+	mem := session.MemoryConfig{OnEvict: onEvict, MaxAffinity: cfg.SessionCacheSize, AffinityTTL: cfg.SessionCacheTTL}
 	if cfg.RedisURL == "" {
 		return session.NewMemory(mem), nil
 	}
@@ -147,6 +148,18 @@ func openStore(cfg config.Config, m *metrics.Metrics, onEvict func(session.Affin
 		return nil, fmt.Errorf("redis: %w", err)
 	}
 	return r, nil
+}
+
+// toolPolicy is the router's tool policy from the configuration.
+func toolPolicy(cfg config.Config) pool.ToolPolicy {
+	p := pool.ToolPolicy{Off: !cfg.ToolForwarding}
+	if len(cfg.ToolAllowlist) > 0 {
+		p.Allow = make(map[string]bool, len(cfg.ToolAllowlist))
+		for _, name := range cfg.ToolAllowlist {
+			p.Allow[name] = true
+		}
+	}
+	return p
 }
 
 // workerSetup builds the driver and one worker config per account. With no
@@ -183,7 +196,10 @@ func workerSetup(cfg config.Config, log *slog.Logger) (pool.Driver, []pool.Worke
 		template := append(append([]string(nil), prefix...), extra...)
 		driver = openaidrv.New(openaidrv.Config{Command: template, APIKey: cfg.WorkerAPIKey, IdleConns: cfg.InstanceMaxInFlight})
 	default:
-		driver = lingma.New(lingma.Config{Command: prefix, ExtraArgs: extra})
+		driver = lingma.New(lingma.Config{Command: prefix, ExtraArgs: extra,
+			TurnTimeout: cfg.LingmaTurnTimeout, ReplyTimeout: cfg.LingmaIdleTimeout, CallTimeout: cfg.LingmaRPCTimeout,
+			Mode: cfg.LingmaAskMode, ToolMode: cfg.LingmaToolMode, DedicatedDomain: cfg.LingmaDedicatedDomain,
+			Logger: log.With("component", "lingma")})
 	}
 	workers := make([]pool.WorkerConfig, 0, len(accounts))
 	for _, acct := range accounts {

@@ -175,6 +175,39 @@ func (s *Service) Import(ctx context.Context, instance string, sealed []byte) er
 	return nil
 }
 
+// ImportPlain installs an unsealed bundle (a base64-decoded tar.gz of a
+// whole work dir, as the Python gateway exported it) into the named
+// instance's work dir and restarts it. account is the account the exporter
+// named: when given, it must be the instance's account name or username.
+// The credential files get the sealed format's checks, and nothing is
+// written unless all pass; once the worker confirms its login, the Ready
+// hook saves them sealed (with a key). Errors: pool.ErrUnknownInstance,
+// session.ErrMalformed, session.ErrWrongAccount.
+func (s *Service) ImportPlain(_ context.Context, instance, account string, payload []byte) error {
+	w, err := s.worker(instance)
+	if err != nil {
+		return err
+	}
+	if account != "" && account != w.Account() && account != w.Username() {
+		return fmt.Errorf("import into instance %s: the bundle is for account %q, the instance runs %q: %w",
+			instance, account, w.Account(), session.ErrWrongAccount)
+	}
+	b, err := session.OpenPlain(payload, s.cfg.Spec, s.cfg.Limits, w.Account(), s.cfg.Now())
+	if err != nil {
+		return fmt.Errorf("import into instance %s: %w", instance, err)
+	}
+	s.mu.Lock()
+	err = b.Install(w.WorkDir())
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("import into instance %s: %w", instance, err)
+	}
+	if err := s.pool.Restart(instance); err != nil {
+		return fmt.Errorf("import into instance %s: installed, but restart: %w", instance, err)
+	}
+	return nil // the store gets the sealed bundle from the Ready hook, under the lease
+}
+
 // save stores a bundle; a store failure costs other replicas the bundle but
 // not this call, so it is logged (the store counts it too).
 func (s *Service) save(ctx context.Context, account string, sealed []byte, created time.Time) {

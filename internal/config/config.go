@@ -74,6 +74,20 @@ type Config struct {
 	BackoffMax          time.Duration `yaml:"backoff_max"`            // restart backoff cap (30s)
 	ShutdownGrace       time.Duration `yaml:"shutdown_grace"`         // in-flight grace on shutdown (30s)
 
+	LingmaTurnTimeout     time.Duration `yaml:"lingma_turn_timeout"`     // whole Lingma turn, ask to finish (30m)
+	LingmaIdleTimeout     time.Duration `yaml:"lingma_idle_timeout"`     // longest silence within a turn: a stuck worker (2m)
+	LingmaRPCTimeout      time.Duration `yaml:"lingma_rpc_timeout"`      // each Lingma call but a turn's stream (5s)
+	LingmaAskMode         string        `yaml:"lingma_ask_mode"`         // chat or agent, for requests without tools (chat)
+	LingmaToolMode        string        `yaml:"lingma_tool_mode"`        // emulated, native or auto (emulated)
+	LingmaDedicatedDomain string        `yaml:"lingma_dedicated_domain"` // enterprise endpoint set before a login ("" = none)
+
+	ToolAllowlist  []string `yaml:"tool_allowlist"`  // tools that may be offered to workers (none = all)
+	ToolForwarding bool     `yaml:"tool_forwarding"` // offer the request's tools to workers at all (true)
+
+	SessionReuse     bool          `yaml:"session_reuse"`      // continue upstream sessions on follow-ups (true)
+	SessionCacheSize int           `yaml:"session_cache_size"` // affinity entries kept in memory (10000)
+	SessionCacheTTL  time.Duration `yaml:"session_cache_ttl"`  // life of an affinity entry after its last turn (30m)
+
 	DefaultModel string            `yaml:"default_model"` // model for unknown names ("" = first listed)
 	ModelAliases map[string]string `yaml:"model_aliases"` // client name -> pool model (JSON object in the environment)
 
@@ -84,12 +98,17 @@ type Config struct {
 	StoredResponsesPerKey     int   `yaml:"stored_responses_per_key"`      // Responses kept in Redis per API key (1000)
 	StoredResponseBytesPerKey int64 `yaml:"stored_response_bytes_per_key"` // their total size per API key (64 MiB)
 
-	AutoLogin        bool   `yaml:"auto_login"`        // log logged-out workers in with headless Chromium (true)
-	Chromium         string `yaml:"chromium"`          // Chromium binary ("" = chromium on PATH)
-	LoginConcurrency int    `yaml:"login_concurrency"` // browsers at once (2)
-	LoginRecipes     string `yaml:"login_recipes"`     // YAML file with login recipes
-	LoginStealth     bool   `yaml:"login_stealth"`     // go-rod/stealth pages for guarded login pages (false)
-	LoginRecipe      string `yaml:"login_recipe"`      // default recipe (simworker; lingma-alibaba for real Lingma)
+	AutoLogin        bool          `yaml:"auto_login"`        // log logged-out workers in with headless Chromium (true)
+	Chromium         string        `yaml:"chromium"`          // Chromium binary ("" = chromium on PATH)
+	LoginConcurrency int           `yaml:"login_concurrency"` // browsers at once (2)
+	LoginRecipes     string        `yaml:"login_recipes"`     // YAML file with login recipes
+	LoginStealth     bool          `yaml:"login_stealth"`     // go-rod/stealth pages for guarded login pages (false)
+	LoginRecipe      string        `yaml:"login_recipe"`      // default recipe (simworker; lingma-alibaba for real Lingma)
+	LoginTimeout     time.Duration `yaml:"login_timeout"`     // one login attempt, browser start to confirmation (3m)
+	LoginAttempts    int           `yaml:"login_attempts"`    // attempts of one login before it gives up (3)
+	LoginHeadless    bool          `yaml:"login_headless"`    // run the login browser without a window (true)
+
+	BundleImportPlain bool `yaml:"bundle_import_plain"` // accept unsealed base64 tar.gz bundles on import (false)
 
 	AdvertiseURL          string        `yaml:"advertise_url"`            // this replica's URL for the others ("" = no cluster)
 	ClusterToken          string        `yaml:"cluster_token"`            // shared secret of forwarded requests
@@ -122,6 +141,18 @@ func Defaults() Config {
 		StoredResponsesPerKey:     1000,
 		StoredResponseBytesPerKey: 64 << 20,
 		LeaseTTL:                  15 * time.Second,
+		LingmaTurnTimeout:         30 * time.Minute,
+		LingmaIdleTimeout:         2 * time.Minute,
+		LingmaRPCTimeout:          5 * time.Second,
+		LingmaAskMode:             "chat",
+		LingmaToolMode:            "emulated",
+		ToolForwarding:            true,
+		SessionReuse:              true,
+		SessionCacheSize:          10000,
+		SessionCacheTTL:           30 * time.Minute,
+		LoginTimeout:              3 * time.Minute,
+		LoginAttempts:             3,
+		LoginHeadless:             true,
 		AutoLogin:                 true,
 		LoginConcurrency:          2,
 	}
@@ -256,7 +287,8 @@ func (c *Config) Validate() error {
 	}
 	positive := map[string]int64{"max_body_bytes": c.MaxBodyBytes, "instance_max_in_flight": int64(c.InstanceMaxInFlight),
 		"max_in_flight": int64(c.MaxInFlight), "max_queue": int64(c.MaxQueue),
-		"stored_responses_per_key": int64(c.StoredResponsesPerKey), "stored_response_bytes_per_key": c.StoredResponseBytesPerKey}
+		"stored_responses_per_key": int64(c.StoredResponsesPerKey), "stored_response_bytes_per_key": c.StoredResponseBytesPerKey,
+		"session_cache_size": int64(c.SessionCacheSize), "login_attempts": int64(c.LoginAttempts)}
 	for k, v := range positive {
 		if v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %d", k, v))
@@ -273,8 +305,25 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("lease_ttl %s is too short (at least 2s)", c.LeaseTTL))
 		}
 	}
-	if c.BodyTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("body_timeout must be positive, got %s", c.BodyTimeout))
+	for k, d := range map[string]time.Duration{"body_timeout": c.BodyTimeout, "lingma_turn_timeout": c.LingmaTurnTimeout,
+		"lingma_idle_timeout": c.LingmaIdleTimeout, "lingma_rpc_timeout": c.LingmaRPCTimeout,
+		"session_cache_ttl": c.SessionCacheTTL, "login_timeout": c.LoginTimeout} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %s", k, d))
+		}
+	}
+	switch c.LingmaAskMode {
+	case "chat", "agent":
+	default:
+		errs = append(errs, fmt.Errorf("lingma_ask_mode %q: use chat or agent", c.LingmaAskMode))
+	}
+	switch c.LingmaToolMode {
+	case "emulated", "native", "auto":
+	default:
+		errs = append(errs, fmt.Errorf("lingma_tool_mode %q: use emulated, native or auto", c.LingmaToolMode))
+	}
+	if u := c.LingmaDedicatedDomain; u != "" && !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
+		errs = append(errs, fmt.Errorf("lingma_dedicated_domain %q: an http(s) URL", u))
 	}
 	if c.Retries < 0 {
 		errs = append(errs, fmt.Errorf("retries must be >= 0, got %d", c.Retries))

@@ -91,12 +91,42 @@ func (c *Client) ready(code int) bool {
 // bare array, with entries that carry an id, a name or a model.
 func (c *Client) Models(ctx context.Context) ([]pool.Model, error) {
 	if len(c.d.cfg.Models) > 0 {
-		out := make([]pool.Model, len(c.d.cfg.Models))
-		for i, m := range c.d.cfg.Models {
-			out[i] = pool.Model{ID: m, Name: m}
-		}
-		return out, nil
+		return c.configured(), nil
 	}
+	_, ms, err := c.RawModels(ctx)
+	return ms, err
+}
+
+func (c *Client) configured() []pool.Model {
+	out := make([]pool.Model, len(c.d.cfg.Models))
+	for i, m := range c.d.cfg.Models {
+		out[i] = pool.Model{ID: m, Name: m}
+	}
+	return out
+}
+
+// RawModels returns GET /v1/models' body beside the parsed list. With
+// Config.Models set, the list is that one and the body is shown when the
+// server answers one (nil otherwise).
+func (c *Client) RawModels(ctx context.Context) (json.RawMessage, []pool.Model, error) {
+	body, err := c.modelsBody(ctx)
+	if len(c.d.cfg.Models) > 0 {
+		if err != nil || !json.Valid(body) {
+			body = nil
+		}
+		return body, c.configured(), nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	models, err := parseModels(body)
+	if err != nil {
+		return nil, nil, fmt.Errorf("openai %s: /v1/models: %w", c.name, err)
+	}
+	return body, models, nil
+}
+
+func (c *Client) modelsBody(ctx context.Context) ([]byte, error) {
 	resp, err := c.get(ctx)
 	if err != nil {
 		return nil, err
@@ -109,11 +139,7 @@ func (c *Client) Models(ctx context.Context) ([]pool.Model, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("openai %s: GET /v1/models: %w", c.name, statusError(resp, body))
 	}
-	models, err := parseModels(body)
-	if err != nil {
-		return nil, fmt.Errorf("openai %s: /v1/models: %w", c.name, err)
-	}
-	return models, nil
+	return body, nil
 }
 
 type modelEntry struct {
