@@ -31,6 +31,7 @@ type Metrics struct {
 	LoginAttempts    *prometheus.CounterVec   // poolgate_login_attempts_total{result}
 	LoginDuration    prometheus.Histogram     // poolgate_login_duration_seconds
 	FieldsIgnored    *prometheus.CounterVec   // poolgate_request_fields_ignored_total{protocol,field}
+	Handovers        *prometheus.CounterVec   // poolgate_cluster_handovers_total{account}
 }
 
 // StoreOps are the store operation label values, pre-initialised.
@@ -92,10 +93,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "poolgate_request_fields_ignored_total",
 			Help: "Requests that carried a field the workers cannot honour, which was dropped, by protocol and field.",
 		}, []string{"protocol", "field"}),
+		Handovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poolgate_cluster_handovers_total",
+			Help: "Accounts this replica handed over to another replica (drain, stop, release), by account.",
+		}, []string{"account"}),
 	}
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Tokens, m.InFlight, m.QueueDepth, m.QueueWait,
 		m.Rejections, m.Retries, m.Cooldowns, m.Restarts, m.CacheHits, m.CacheMisses, m.CacheInvalidated,
-		m.StoreErrors, m.LoginAttempts, m.LoginDuration, m.FieldsIgnored)
+		m.StoreErrors, m.LoginAttempts, m.LoginDuration, m.FieldsIgnored, m.Handovers)
 	for _, api := range APIs {
 		m.RequestDuration.WithLabelValues(api)
 		m.TTFT.WithLabelValues(api)
