@@ -135,6 +135,7 @@ func (c *Cluster) giverLocked(loads []load, floor, missing int) bool {
 func (c *Cluster) balance(ctx context.Context, wg *sync.WaitGroup) {
 	c.mu.Lock()
 	p := c.planLocked()
+	c.settled = p.held <= p.ceil && !p.giver
 	c.mu.Unlock()
 	switch n := p.take(); {
 	case n > 0:
@@ -150,12 +151,28 @@ func (c *Cluster) balance(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
-// releaseSurplus hands n accounts over gracefully, the least busy first:
+// handOverCost orders the accounts to give: a ready one moves with its
+// bundle and costs a drain; one that needs a login may have a login under
+// way, which the move would cut.
+func handOverCost(in InstanceStatus) int {
+	switch in.State {
+	case StateReady:
+		return 0
+	case StateNeedsLogin:
+		return 2
+	default:
+		return 1
+	}
+}
+
+// releaseSurplus hands n accounts over gracefully, the cheapest first:
 // drain (no new turns, the running ones finish), then release the lease.
 // receiver is the replica they are meant for, when one is short.
 func (c *Cluster) releaseSurplus(n int, receiver string, wg *sync.WaitGroup) {
 	snap := c.pool.Snapshot()
-	slices.SortStableFunc(snap.Instances, func(a, b InstanceStatus) int { return cmp.Compare(a.InFlight, b.InFlight) })
+	slices.SortStableFunc(snap.Instances, func(a, b InstanceStatus) int {
+		return cmp.Or(cmp.Compare(handOverCost(a), handOverCost(b)), cmp.Compare(a.InFlight, b.InFlight))
+	})
 	for _, in := range snap.Instances {
 		if n == 0 {
 			return

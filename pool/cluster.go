@@ -56,6 +56,9 @@ type Cluster struct {
 	leases    map[string]session.Lease // last view of every account's lease
 	replicas  map[string]session.Replica
 	releasing map[string]bool
+	// settled: the last balance found nothing to give away, so the accounts
+	// held now are kept (automatic logins wait for it: gate.go).
+	settled bool
 }
 
 type heldLease struct {

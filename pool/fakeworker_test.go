@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -49,6 +51,14 @@ func (f *fakeWorkers) Connect(_ context.Context, ep Endpoint) (Backend, error) {
 	return fakeBackend{f: f, name: ep.Name}, nil
 }
 
+// crash makes the instance's process exit by itself.
+func (f *fakeWorkers) crash(name string) {
+	f.mu.Lock()
+	p := f.procs[name]
+	f.mu.Unlock()
+	p.exit()
+}
+
 // fakeProc exits 50 ms after SIGINT, as a worker finishing its shutdown,
 // and at once on SIGKILL.
 type fakeProc struct {
@@ -88,6 +98,42 @@ func (fakeBackend) Chat(context.Context, *Turn) (<-chan Event, error) {
 }
 
 func (fakeBackend) Close() error { return nil }
+
+func (b fakeBackend) LoginURL(context.Context) (string, error) {
+	return "http://login.invalid/" + b.name, nil
+}
+
+// fakeLoginer records every login the supervisor asks for.
+type fakeLoginer struct {
+	mu      sync.Mutex
+	targets map[string][]LoginTarget
+}
+
+func (l *fakeLoginer) Ensure(t LoginTarget) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.targets == nil {
+		l.targets = map[string][]LoginTarget{}
+	}
+	l.targets[t.Instance] = append(l.targets[t.Instance], t)
+}
+
+// asked returns the instances a login was asked for, and the last target
+// of each.
+func (l *fakeLoginer) asked() map[string]LoginTarget {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]LoginTarget{}
+	for name, ts := range l.targets {
+		out[name] = ts[len(ts)-1]
+	}
+	return out
+}
+
+// names returns the instances a login was asked for, sorted.
+func (l *fakeLoginer) names() []string {
+	return slices.Sorted(maps.Keys(l.asked()))
+}
 
 // fakePool is a pool of fake workers with test-speed timings; held keeps
 // them stopped until a lease starts them.
