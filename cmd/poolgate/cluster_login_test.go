@@ -16,12 +16,14 @@ import (
 func TestClusterFreshStartLogsInOnce(t *testing.T) {
 	s := &scale{t: t, redis: testenv.Redis(t)}
 	s.env = []string{"POOLGATE_REDIS_URL=" + s.redis.URL(), "POOLGATE_BUNDLE_KEY=" + newBundleKey(t), clusterAccounts,
-		"POOLGATE_CLUSTER_TOKEN=ct", "POOLGATE_LEASE_TTL=3s", "POOLGATE_HEALTH_INTERVAL=300ms",
+		"POOLGATE_CLUSTER_TOKEN=ct", "POOLGATE_LEASE_TTL=5s", "POOLGATE_HEALTH_INTERVAL=300ms",
 		"POOLGATE_METRICS_PUBLIC=true"}
 	for range 3 {
 		s.ports = append(s.ports, testenv.FreePort(t))
 	}
-	// A fresh Redis admits no owner for one TTL: all three register first.
+	// A fresh Redis admits no owner for one TTL after the first replica's
+	// first tick: all three register before (5 s leaves room on a busy
+	// machine).
 	s.replicas = make([]*testenv.Daemon, 3)
 	for i := range 3 {
 		s.start(i)
