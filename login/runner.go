@@ -57,6 +57,8 @@ var (
 	ErrUnknownRecipe = errors.New("unknown login recipe")
 
 	errClosed = errors.New("cancelled: the login runner closed")
+	// errReleased ends a login whose worker run was ended on purpose.
+	errReleased = errors.New("abandoned: the worker was stopped (handed over, lease lost or restarted)")
 )
 
 // maxBackoff caps the doubling wait between attempts.
@@ -194,8 +196,11 @@ func (r *Runner) Close() {
 }
 
 // login is one instance's login: attempts with a doubling backoff until one
-// succeeds, MaxAttempts failed, or the runner closes.
+// succeeds, MaxAttempts failed, the runner closes, or the worker run it is
+// for is ended on purpose (t.Released).
 func (r *Runner) login(t pool.LoginTarget) {
+	ctx, stop := r.loginContext(t)
+	defer stop()
 	log := r.log.With("instance", t.Instance)
 	red := newRedactor(t.Account.Password)
 	if _, _, pass, err := r.recipeFor(t); err == nil {
@@ -206,9 +211,13 @@ func (r *Runner) login(t pool.LoginTarget) {
 	for n := 1; ; n++ {
 		r.update(t.Instance, func(in *instance) { in.status.Attempts = n })
 		begin := time.Now()
-		c, err := r.attempt(t)
+		c, err := r.attempt(ctx, t)
 		if r.ctx.Err() != nil { // closing: whatever happened is not the login's fault
 			r.finish(t.Instance, StateFailed, errClosed, capture{}, red)
+			return
+		}
+		if err != nil && released(t) {
+			r.abandon(t, n, log)
 			return
 		}
 		r.observe(err, time.Since(begin))
@@ -232,10 +241,49 @@ func (r *Runner) login(t pool.LoginTarget) {
 		case <-r.ctx.Done():
 			r.finish(t.Instance, StateFailed, errClosed, capture{}, red)
 			return
+		case <-t.Released:
+			r.abandon(t, n, log)
+			return
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
+}
+
+// loginContext is cancelled when the runner closes or when the worker run
+// the login is for is ended on purpose; stop it when the login ends.
+func (r *Runner) loginContext(t pool.LoginTarget) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(r.ctx)
+	if t.Released == nil {
+		return ctx, cancel
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-t.Released:
+			cancel()
+		case <-done:
+		}
+	}()
+	return ctx, func() { close(done); cancel() }
+}
+
+func released(t pool.LoginTarget) bool {
+	select {
+	case <-t.Released:
+		return true
+	default:
+		return false
+	}
+}
+
+// abandon ends a login whose worker run was ended on purpose: a hand-over
+// to another replica, a lost lease or a restart cut it, not the login page.
+// It is neither counted nor backed off: the next run that finds the worker
+// logged out starts a login at once (a cool-off would park the account).
+func (r *Runner) abandon(t pool.LoginTarget, attempt int, log *slog.Logger) {
+	log.Info("login abandoned: the worker was stopped", "attempt", attempt)
+	r.finish(t.Instance, StateIdle, errReleased, capture{}, redactor{})
 }
 
 // observe records one attempt in the metrics.
@@ -283,8 +331,8 @@ func fromCapture(err error, c capture, red redactor) (string, string, string) {
 // attempt is one try: ask the worker for a URL, drive a browser through the
 // recipe, then wait until the worker confirms. It returns what the page
 // showed when it failed.
-func (r *Runner) attempt(t pool.LoginTarget) (capture, error) {
-	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.LoginTimeout)
+func (r *Runner) attempt(lctx context.Context, t pool.LoginTarget) (capture, error) {
+	ctx, cancel := context.WithTimeout(lctx, r.cfg.LoginTimeout)
 	defer cancel()
 	if ok, _ := r.confirmOnce(ctx, t); ok {
 		return capture{}, nil // logged in already (e.g. by hand): no browser needed
@@ -315,17 +363,18 @@ func (r *Runner) attempt(t pool.LoginTarget) (capture, error) {
 	defer br.close()
 	pl := &play{page: br.page, recipe: rc, loginURL: u, username: user, password: pass, timeout: r.cfg.StepTimeout}
 	if err := pl.run(ctx); err != nil {
-		return r.snapshot(br, rc), err
+		return snapshotUnlessEnded(lctx, br, rc), err
 	}
 	if err := r.awaitConfirm(ctx, t); err != nil {
-		return r.snapshot(br, rc), err
+		return snapshotUnlessEnded(lctx, br, rc), err
 	}
 	return capture{}, nil
 }
 
-// snapshot captures the page unless the runner is closing.
-func (r *Runner) snapshot(br *browser, rc *Recipe) capture {
-	if r.ctx.Err() != nil {
+// snapshotUnlessEnded captures the page unless the login was ended (the
+// runner closing, the worker stopped on purpose): that page proves nothing.
+func snapshotUnlessEnded(lctx context.Context, br *browser, rc *Recipe) capture {
+	if lctx.Err() != nil {
 		return capture{}
 	}
 	return snapshot(br.page, rc)

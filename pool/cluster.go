@@ -56,6 +56,9 @@ type Cluster struct {
 	leases    map[string]session.Lease // last view of every account's lease
 	replicas  map[string]session.Replica
 	releasing map[string]bool
+	// settled: the last balance found nothing to give away, so the accounts
+	// held now are kept (automatic logins wait for it: gate.go).
+	settled bool
 }
 
 type heldLease struct {
@@ -188,7 +191,8 @@ func (c *Cluster) enforceFences() {
 
 func (c *Cluster) heartbeat(ctx context.Context) {
 	snap := c.pool.Snapshot()
-	r := session.Replica{ID: c.cfg.ID, URL: c.cfg.URL, InFlight: snap.InFlight, Queue: snap.Waiting}
+	r := session.Replica{ID: c.cfg.ID, URL: c.cfg.URL, InFlight: snap.InFlight, Queue: snap.Waiting,
+		MaxAccounts: c.cfg.MaxAccounts}
 	c.mu.Lock()
 	for name := range c.held {
 		r.Accounts = append(r.Accounts, name)
@@ -275,104 +279,6 @@ func (c *Cluster) refresh(ctx context.Context) error {
 	return nil
 }
 
-// share is how many accounts this replica may hold (the ceiling of a fair
-// split) and the floor every live replica should reach.
-func (c *Cluster) share() (ceil, floor int) {
-	c.mu.Lock()
-	live := max(len(c.replicas), 1)
-	if _, ok := c.replicas[c.cfg.ID]; !ok {
-		live++ // our heartbeat did not land yet
-	}
-	c.mu.Unlock()
-	n := len(c.pool.workers)
-	ceil, floor = (n+live-1)/live, n/live
-	if c.cfg.MaxAccounts > 0 {
-		ceil, floor = min(ceil, c.cfg.MaxAccounts), min(floor, c.cfg.MaxAccounts)
-	}
-	return ceil, floor
-}
-
-// balance takes free accounts up to the share, and hands accounts over when
-// this replica holds more than it should: above the ceiling, or above the
-// floor while another live replica is below it (a replica that joined late).
-func (c *Cluster) balance(ctx context.Context, wg *sync.WaitGroup) {
-	ceil, floor := c.share()
-	c.mu.Lock()
-	held := len(c.held)
-	var free []string
-	for _, w := range c.pool.workers {
-		name := w.cfg.Name
-		if _, mine := c.held[name]; mine || c.releasing[name] {
-			continue
-		}
-		if l := c.leases[name]; l.Holder == "" {
-			free = append(free, name)
-		}
-	}
-	giveUp := c.owedLocked(floor)
-	c.mu.Unlock()
-	switch {
-	case held < ceil && len(free) > 0:
-		// After Redis lost its data the store admits no new owner for one
-		// TTL, while holders win their leases back by renewing.
-		for _, name := range free[:min(len(free), ceil-held)] {
-			c.acquire(ctx, name)
-		}
-	case held > ceil:
-		c.releaseSurplus(held-ceil, wg)
-	case giveUp && len(free) == 0:
-		c.releaseSurplus(1, wg)
-	}
-}
-
-// owedLocked reports whether this replica should hand one account to a live
-// replica below the floor: the replicas above the floor give, the most
-// loaded first, ties by id, one account per missing slot; c.mu held.
-// Holdings come from the lease table, read fresh before every balance:
-// heartbeats lag one tick behind acquisitions, and trusting them would move
-// accounts (and cut their sessions) for nothing.
-func (c *Cluster) owedLocked(floor int) bool {
-	type load struct {
-		id   string
-		held int
-	}
-	held := map[string]int{}
-	for _, l := range c.leases {
-		if l.Holder != "" {
-			held[l.Holder]++
-		}
-	}
-	held[c.cfg.ID] = len(c.held)
-	var loads []load
-	missing := 0
-	for id := range c.replicas {
-		n := held[id]
-		if n < floor {
-			missing += floor - n
-		}
-		loads = append(loads, load{id, n})
-	}
-	if missing == 0 {
-		return false
-	}
-	sort.Slice(loads, func(i, j int) bool {
-		if loads[i].held != loads[j].held {
-			return loads[i].held > loads[j].held
-		}
-		return loads[i].id < loads[j].id
-	})
-	for _, l := range loads {
-		if missing == 0 || l.held <= floor {
-			return false
-		}
-		if l.id == c.cfg.ID {
-			return len(c.releasing) == 0 // one hand-over at a time
-		}
-		missing--
-	}
-	return false
-}
-
 func (c *Cluster) acquire(ctx context.Context, name string) {
 	start := time.Now()
 	l, ok, err := c.store.AcquireLease(ctx, name, c.cfg.ID, c.cfg.LeaseTTL)
@@ -386,51 +292,6 @@ func (c *Cluster) acquire(ctx context.Context, name string) {
 	c.setValid(name, h, start)
 	c.log.Info("lease acquired: starting the account's worker", "account", name, "token", l.Token)
 	_ = c.pool.Restart(name)
-}
-
-// releaseSurplus hands n accounts over gracefully: drain (no new turns, the
-// running ones finish), then release the lease for another replica.
-func (c *Cluster) releaseSurplus(n int, wg *sync.WaitGroup) {
-	snap := c.pool.Snapshot()
-	sort.Slice(snap.Instances, func(i, j int) bool { return snap.Instances[i].InFlight < snap.Instances[j].InFlight })
-	for _, in := range snap.Instances {
-		if n == 0 {
-			return
-		}
-		c.mu.Lock()
-		h, mine := c.held[in.Name]
-		if !mine || c.releasing[in.Name] {
-			c.mu.Unlock()
-			continue
-		}
-		c.releasing[in.Name] = true
-		c.mu.Unlock()
-		n--
-		name, token := in.Name, h.token
-		wg.Go(func() { c.handOver(name, token) })
-	}
-}
-
-func (c *Cluster) handOver(name string, token int64) {
-	c.log.Info("handing surplus account over", "account", name)
-	_ = c.pool.Drain(name)
-	deadline := time.Now().Add(c.cfg.DrainTimeout)
-	for time.Now().Before(deadline) {
-		if in, ok := c.pool.Snapshot().Instance(name); ok && in.State == StateStopped {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	_ = c.pool.Stop(name)
-	ctx, cancel := context.WithTimeout(context.Background(), c.interval())
-	defer cancel()
-	c.mu.Lock()
-	delete(c.held, name)
-	delete(c.releasing, name)
-	c.mu.Unlock()
-	if err := c.store.ReleaseLease(ctx, name, c.cfg.ID, token); err != nil {
-		c.log.Warn("release lease", "account", name, "err", err)
-	}
 }
 
 // Holder reports whether this replica holds the account's lease now (and

@@ -13,11 +13,14 @@ import (
 
 // fakeCluster is an in-memory ClusterStore whose calls can be made to fail.
 type fakeCluster struct {
-	mu       sync.Mutex
-	down     bool
-	leases   map[string]session.Lease
-	tokens   map[string]int64
-	replicas map[string]session.Replica
+	mu   sync.Mutex
+	down bool
+	// closedUntil admits no new owner before it, as Redis does for one TTL
+	// after it starts empty.
+	closedUntil time.Time
+	leases      map[string]session.Lease
+	tokens      map[string]int64
+	replicas    map[string]session.Replica
 }
 
 var errDown = errors.New("store down")
@@ -41,6 +44,9 @@ func (f *fakeCluster) AcquireLease(_ context.Context, a, holder string, ttl time
 	}
 	if l, ok := f.live(a); ok && l.Holder != holder {
 		return l, false, nil
+	}
+	if time.Now().Before(f.closedUntil) {
+		return session.Lease{}, false, nil
 	}
 	f.tokens[a]++
 	l := session.Lease{Account: a, Holder: holder, Token: f.tokens[a], Expires: time.Now().Add(ttl)}

@@ -18,6 +18,12 @@ type LoginTarget struct {
 	// Confirm asks the worker whether it is logged in now: success is what
 	// the worker says, not what the page shows.
 	Confirm func(ctx context.Context) (bool, error)
+	// Released is closed when the supervisor ends, on purpose, the worker
+	// run this target was made for: a drain or a stop (the account handed
+	// over, its lease lost) or a restart. A login still running for that
+	// run is moot and no failure of the account's. Nil when the target is
+	// tied to no run (the worker was not running); a crash does not close it.
+	Released <-chan struct{}
 }
 
 // Loginer runs logins (package login implements it with a headless browser).
@@ -45,8 +51,11 @@ func (w *Worker) target() LoginTarget {
 		}
 		return be, nil
 	}
+	w.pool.mu.Lock()
+	released := w.released
+	w.pool.mu.Unlock()
 	return LoginTarget{
-		Instance: w.cfg.Name, Account: w.cfg.Account, WorkDir: w.cfg.WorkDir, Recipe: w.cfg.Recipe,
+		Instance: w.cfg.Name, Account: w.cfg.Account, WorkDir: w.cfg.WorkDir, Recipe: w.cfg.Recipe, Released: released,
 		LoginURL: func(ctx context.Context) (string, error) {
 			be, err := current()
 			if err != nil {

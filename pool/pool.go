@@ -84,6 +84,7 @@ func New(cfg Config, workers []WorkerConfig, driver Driver, launcher Launcher, m
 		p.byName[wc.Name] = w
 		if m != nil {
 			m.Restarts.WithLabelValues(wc.Name)
+			m.Handovers.WithLabelValues(wc.Name) // present on a single node too
 		}
 	}
 	return p

@@ -130,7 +130,8 @@ type Worker struct {
 	startedAt time.Time
 	ep        Endpoint
 	models    []Model
-	fence     time.Time // zero: unfenced; else usable only before it (lease)
+	fence     time.Time     // zero: unfenced; else usable only before it (lease)
+	released  chan struct{} // closed when this run is ended on purpose (LoginTarget.Released)
 }
 
 // Name returns the instance name.
@@ -277,17 +278,21 @@ func (w *Worker) life(ctx context.Context) (command, error) {
 	}
 	defer func() {
 		w.pool.mu.Lock()
-		w.backend, w.pid = nil, 0
+		w.backend, w.pid, w.released = nil, 0, nil
 		w.pool.mu.Unlock()
 		w.pool.broadcast()
 		_ = be.Close()
 		w.stopProcess(proc)
 	}()
 	w.pool.mu.Lock()
-	w.backend, w.startedAt = be, time.Now()
+	w.backend, w.startedAt, w.released = be, time.Now(), make(chan struct{})
 	w.pool.mu.Unlock()
 	w.log.Info("worker started", "pid", proc.Pid(), "port", w.ep.Port)
-	return w.serve(ctx, proc, be)
+	next, err := w.serve(ctx, proc, be)
+	if next != 0 {
+		w.release() // ended on purpose (drain, stop, restart): a login for this run is moot
+	}
+	return next, err
 }
 
 func (w *Worker) serve(ctx context.Context, proc Process, be Backend) (command, error) {
@@ -357,6 +362,16 @@ func (w *Worker) serve(ctx context.Context, proc Process, be Backend) (command, 
 		if err := check(); err != nil {
 			return 0, err
 		}
+	}
+}
+
+// release tells whoever works for this run (a login) that it ends on purpose.
+func (w *Worker) release() {
+	w.pool.mu.Lock()
+	defer w.pool.mu.Unlock()
+	if w.released != nil {
+		close(w.released)
+		w.released = nil
 	}
 }
 

@@ -24,6 +24,9 @@ type Replica struct {
 	InFlight int `json:"in_flight"`
 	Capacity int `json:"capacity"`
 	Queue    int `json:"queue"`
+	// MaxAccounts is the replica's own cap on the accounts it holds (0: its
+	// fair share): the others do not wait for it to reach a floor above it.
+	MaxAccounts int `json:"max_accounts,omitempty"`
 	// Seen is when the heartbeat was sent, by the sender's wall clock; for
 	// display only (liveness is the key's expiry in Redis).
 	Seen time.Time `json:"seen"`

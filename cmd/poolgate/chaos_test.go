@@ -275,7 +275,7 @@ var fixedMetrics = []string{
 	"poolgate_backpressure_rejections_total", "poolgate_retries_total", "poolgate_cooldowns_total",
 	"poolgate_instances", "poolgate_instance_in_flight", "poolgate_instance_restarts_total",
 	"poolgate_session_cache_hits_total", "poolgate_session_cache_misses_total",
-	"poolgate_session_cache_invalidations_total", "poolgate_store_errors_total",
+	"poolgate_session_cache_invalidations_total", "poolgate_store_errors_total", "poolgate_cluster_handovers_total",
 }
 
 func TestMetricsContract(t *testing.T) {

@@ -36,6 +36,14 @@ const clusterAccounts = `POOLGATE_ACCOUNTS=[{"name":"acct-1","username":"u1","pa
 	`{"name":"acct-3","username":"u3","password":"pw"},{"name":"acct-4","username":"u4","password":"pw"}]`
 
 func newScale(t *testing.T) *scale {
+	s := startReplicas(t)
+	s.startNginx()
+	return s
+}
+
+// startReplicas seals the four accounts' bundles into a new Redis (one node
+// logs them in), then starts the three replicas, which can only restore.
+func startReplicas(t *testing.T) *scale {
 	s := &scale{t: t, redis: testenv.Redis(t)}
 	key := newBundleKey(t)
 	// The operator's first login: one node logs the accounts in (here the
@@ -65,7 +73,6 @@ func newScale(t *testing.T) *scale {
 	for i := range 3 {
 		s.start(i)
 	}
-	s.startNginx()
 	return s
 }
 

@@ -143,6 +143,11 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 		a.cluster = pool.NewCluster(pool.ClusterConfig{ID: replicaID(cfg.ReplicaID), URL: cfg.AdvertiseURL,
 			LeaseTTL: cfg.LeaseTTL, MaxAccounts: cfg.MaxAccountsPerReplica}, a.pool, cs, log)
 		a.router.SetRemote(a.cluster)
+		if a.login != nil && cfg.AutoLogin {
+			// Logins only for the accounts this replica keeps: a hand-over
+			// would cut one halfway.
+			a.pool.SetLoginer(a.cluster.GateLogins(a.login))
+		}
 		ready = clusterReadiness{a.pool, a.cluster}
 	}
 	a.routes(reg, m, ready)

@@ -32,6 +32,7 @@ type Metrics struct {
 	LoginDuration    prometheus.Histogram     // poolgate_login_duration_seconds
 	FieldsIgnored    *prometheus.CounterVec   // poolgate_request_fields_ignored_total{protocol,field}
 	ToolsWithheld    *prometheus.CounterVec   // poolgate_tools_withheld_total{reason}
+	Handovers        *prometheus.CounterVec   // poolgate_cluster_handovers_total{account}
 }
 
 // ToolWithheldReasons are the reason label values of ToolsWithheld.
@@ -100,10 +101,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "poolgate_tools_withheld_total",
 			Help: "Tools a request offered that the tool policy kept from the workers, by reason (allowlist, forwarding_off).",
 		}, []string{"reason"}),
+		Handovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poolgate_cluster_handovers_total",
+			Help: "Accounts this replica handed over to another replica (drain, stop, release), by account.",
+		}, []string{"account"}),
 	}
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Tokens, m.InFlight, m.QueueDepth, m.QueueWait,
 		m.Rejections, m.Retries, m.Cooldowns, m.Restarts, m.CacheHits, m.CacheMisses, m.CacheInvalidated,
-		m.StoreErrors, m.LoginAttempts, m.LoginDuration, m.FieldsIgnored, m.ToolsWithheld)
+		m.StoreErrors, m.LoginAttempts, m.LoginDuration, m.FieldsIgnored, m.ToolsWithheld, m.Handovers)
 	for _, r := range ToolWithheldReasons {
 		m.ToolsWithheld.WithLabelValues(r)
 	}
