@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -96,6 +97,27 @@ func TestDashboard(t *testing.T) {
 	}`, strconv.Itoa(after.PID), strconv.Itoa(after.Restarts))
 	if got := instanceOf(p, "w2"); got.Restarts != 0 {
 		t.Errorf("w2 restarts = %d, want 0 (only w1 was restarted)", got.Restarts)
+	}
+
+	// A stale cooldown: the row shows it with a Clear button, which ends
+	// it; Probe ends one with a real turn.
+	for _, act := range []string{"clear", "probe"} {
+		name := coolDown(t, p)
+		waitJS(t, page, "the cooldown of "+name+" with its Clear button", `(name) => {
+			const r = document.querySelector('tr[data-instance="' + name + '"]');
+			return r.querySelector("td.cooldown").textContent.endsWith("s") && !r.querySelector("button.act-clear").hidden;
+		}`, name)
+		click(t, page, `tr[data-instance="`+name+`"] button.act-`+act)
+		testenv.WaitFor(t, 10*time.Second, act+" ending the cooldown of "+name, func() bool {
+			return instanceOf(p, name).CooldownUntil == nil && instanceOf(p, name).State == pool.StateReady
+		})
+		waitJS(t, page, "the row without a cooldown", `(name) => {
+			const r = document.querySelector('tr[data-instance="' + name + '"]');
+			return r.querySelector("td.cooldown").textContent === "-" && r.querySelector("button.act-clear").hidden;
+		}`, name)
+		if act == "probe" {
+			waitJS(t, page, "the probe's notice", `() => document.getElementById("notice").textContent.includes("back in rotation")`)
+		}
 	}
 
 	saveScreenshot(t, page)
@@ -485,6 +507,29 @@ func (f *fakeLogins) All() []login.Status {
 }
 
 func (f *fakeLogins) Screenshot(string) ([]byte, error) { return nil, login.ErrNoScreenshot }
+
+// coolDown sends a turn that every worker answers with a ten-minute rate
+// limit, and returns the instance it cooled down.
+func coolDown(t *testing.T, p *pool.Pool) string {
+	t.Helper()
+	r := pool.NewRouter(pool.RouterConfig{Count: func(s string) int { return len(s) }}, p, nil, nil,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := r.Chat(ctx, &pool.ChatRequest{Messages: []pool.Message{{Role: pool.RoleUser, Content: "[[sim:ratelimit=10m]]"}}})
+	var rl *pool.RateLimitedError
+	if !errors.As(err, &rl) {
+		t.Fatalf("rate-limited turn: %v", err)
+	}
+	r.Wait()
+	for _, in := range p.Snapshot().Instances {
+		if in.CooldownUntil != nil {
+			return in.Name
+		}
+	}
+	t.Fatal("no instance cooled down")
+	return ""
+}
 
 func instanceOf(p *pool.Pool, name string) pool.InstanceStatus {
 	in, _ := p.Snapshot().Instance(name)

@@ -162,10 +162,13 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	m.InitFieldsIgnored("messages", anthropic.DroppedFields)
 	m.InitFieldsIgnored("responses", responses.DroppedFields)
 	protocols := handlers.Protocols{
-		Chat:      openaichat.New(openaichat.Config{CountDropped: m.CountFieldIgnored}, a.router, log),
-		Responses: responses.New(responses.Config{CountDropped: m.CountFieldIgnored}, a.router, a.store, log),
-		Messages:  anthropic.New(anthropic.Config{CountDropped: m.CountFieldIgnored}, a.router, log),
-		Models:    a.router,
+		Chat: openaichat.New(openaichat.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive},
+			a.router, log),
+		Responses: responses.New(responses.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive},
+			a.router, a.store, log),
+		Messages: anthropic.New(anthropic.Config{CountDropped: m.CountFieldIgnored, PingInterval: cfg.StreamKeepAlive},
+			a.router, log),
+		Models: a.router,
 	}
 	hcfg := handlers.Config{APIKeys: cfg.APIKeys, MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout, Insecure: cfg.Insecure}
 	if a.cluster != nil {

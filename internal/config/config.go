@@ -74,6 +74,7 @@ type Config struct {
 	BackoffMax          time.Duration `yaml:"backoff_max"`            // restart backoff cap (30s)
 	ShutdownGrace       time.Duration `yaml:"shutdown_grace"`         // in-flight grace on shutdown (30s)
 
+	StreamKeepAlive       time.Duration `yaml:"stream_keepalive"`        // longest silence on a stream before a keep-alive (15s)
 	LingmaTurnTimeout     time.Duration `yaml:"lingma_turn_timeout"`     // whole Lingma turn, ask to finish (30m)
 	LingmaIdleTimeout     time.Duration `yaml:"lingma_idle_timeout"`     // longest silence within a turn: a stuck worker (2m)
 	LingmaRPCTimeout      time.Duration `yaml:"lingma_rpc_timeout"`      // each Lingma call but a turn's stream (5s)
@@ -141,6 +142,7 @@ func Defaults() Config {
 		StoredResponsesPerKey:     1000,
 		StoredResponseBytesPerKey: 64 << 20,
 		LeaseTTL:                  15 * time.Second,
+		StreamKeepAlive:           15 * time.Second,
 		LingmaTurnTimeout:         30 * time.Minute,
 		LingmaIdleTimeout:         2 * time.Minute,
 		LingmaRPCTimeout:          5 * time.Second,
@@ -307,7 +309,7 @@ func (c *Config) Validate() error {
 	}
 	for k, d := range map[string]time.Duration{"body_timeout": c.BodyTimeout, "lingma_turn_timeout": c.LingmaTurnTimeout,
 		"lingma_idle_timeout": c.LingmaIdleTimeout, "lingma_rpc_timeout": c.LingmaRPCTimeout,
-		"session_cache_ttl": c.SessionCacheTTL, "login_timeout": c.LoginTimeout} {
+		"session_cache_ttl": c.SessionCacheTTL, "login_timeout": c.LoginTimeout, "stream_keepalive": c.StreamKeepAlive} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %s", k, d))
 		}
