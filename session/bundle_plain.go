@@ -126,8 +126,8 @@ func plainEntry(h *tar.Header, spec Spec) (name string, ok bool, err error) {
 			return "", false, fmt.Errorf("%w: %q must be a directory", ErrMalformed, h.Name)
 		}
 		return "", false, nil
-	case dir != spec.Dir+"/":
-		return "", false, nil // elsewhere in the work dir: not a credential
+	case dir != spec.Dir+"/" || h.Typeflag == tar.TypeDir:
+		return "", false, nil // elsewhere in the work dir, or a subdirectory: not a credential
 	case h.Typeflag != tar.TypeReg:
 		return "", false, fmt.Errorf("%w: disallowed entry %q of type %q (regular files only)", ErrMalformed, h.Name, string(h.Typeflag))
 	case !validFileName(file):
