@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poolgate/poolgate/admin"
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool"
@@ -516,8 +517,8 @@ func coolDown(t *testing.T, p *pool.Pool) string {
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := r.Chat(ctx, &pool.ChatRequest{Messages: []pool.Message{{Role: pool.RoleUser, Content: "[[sim:ratelimit=10m]]"}}})
-	var rl *pool.RateLimitedError
+	_, err := r.Chat(ctx, &chat.Request{Messages: []chat.Message{{Role: chat.RoleUser, Content: "[[sim:ratelimit=10m]]"}}})
+	var rl *chat.RateLimitedError
 	if !errors.As(err, &rl) {
 		t.Fatalf("rate-limited turn: %v", err)
 	}

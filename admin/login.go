@@ -13,6 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/poolgate/poolgate/handlers"
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool"
 )
@@ -138,7 +139,7 @@ func (h *loginAPI) url(c *gin.Context) {
 	u, err := t.LoginURL(ctx)
 	if err != nil {
 		code := http.StatusBadGateway
-		if errors.Is(err, pool.ErrWorkerGone) {
+		if errors.Is(err, chat.ErrWorkerGone) {
 			code = http.StatusServiceUnavailable
 		}
 		handlers.WriteError(c.Writer, c.Request, code, "ask instance "+name+" for a login URL: "+err.Error())

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool"
 )
@@ -65,7 +66,7 @@ func (f *fakeTargets) LoginTarget(name string) (pool.LoginTarget, error) {
 		Instance: name,
 		LoginURL: func(context.Context) (string, error) {
 			if name == "down" {
-				return "", pool.ErrWorkerGone
+				return "", chat.ErrWorkerGone
 			}
 			return "http://127.0.0.1:1/login?state=" + name, nil
 		},

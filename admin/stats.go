@@ -11,12 +11,13 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/poolgate/poolgate/handlers"
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/pool"
 )
 
 // ModelSource lists one instance's models live.
 type ModelSource interface {
-	InstanceModels(ctx context.Context, name string) (raw json.RawMessage, models []pool.Model, err error)
+	InstanceModels(ctx context.Context, name string) (raw json.RawMessage, models []chat.Model, err error)
 }
 
 // Limits are the admission limits /internal/stats reports beside the load.
@@ -36,7 +37,7 @@ func (a *Admin) RegisterStats(r gin.IRouter, limits Limits, models ModelSource) 
 		switch {
 		case errors.Is(err, pool.ErrUnknownInstance):
 			handlers.WriteError(c.Writer, c.Request, http.StatusNotFound, "unknown instance "+name)
-		case errors.Is(err, pool.ErrNoInstance):
+		case errors.Is(err, chat.ErrNoInstance):
 			handlers.WriteError(c.Writer, c.Request, http.StatusConflict, "instance "+name+" is not running")
 		case err != nil:
 			handlers.WriteError(c.Writer, c.Request, http.StatusBadGateway, "list models on "+name+": "+err.Error())

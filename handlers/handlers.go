@@ -21,6 +21,7 @@ import (
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/openaichat"
 	"github.com/poolgate/poolgate/handlers/responses"
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/pool"
 )
@@ -46,7 +47,7 @@ type Config struct {
 
 // ModelLister lists the pool's models.
 type ModelLister interface {
-	Models() []pool.Model
+	Models() []chat.Model
 }
 
 // Protocols are the protocol handlers the routes call.

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"strings"
 	"sync"
+
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // Conversation keys. A key is "<owner>:<conversation>": owner is a hash of
@@ -27,7 +29,7 @@ func OwnerKey(apiKey string) string {
 // conversationKey hashes msgs under the request's model and tools. It
 // writes everything into one pooled buffer and hashes that once: it runs
 // twice per follow-up turn, so it must not allocate per message.
-func conversationKey(owner, model string, msgs []Message, extra *Message) string {
+func conversationKey(owner, model string, msgs []chat.Message, extra *chat.Message) string {
 	bp := keyBufs.Get().(*[]byte)
 	b := (*bp)[:0]
 	b = appendField(b, model)
@@ -54,7 +56,7 @@ func appendField(b []byte, s string) []byte {
 	return append(b, 0)
 }
 
-func appendMessage(b []byte, m *Message) []byte {
+func appendMessage(b []byte, m *chat.Message) []byte {
 	b = append(b, 0x1e)
 	b = appendField(b, m.Role)
 	b = appendText(b, m.Content)
@@ -127,9 +129,9 @@ func canonicalize(b []byte, args string) []byte {
 // lastAssistant returns the index of the newest assistant message, -1 if none:
 // everything up to it is the part of the transcript an upstream session can
 // already hold; what follows is the new turn.
-func lastAssistant(msgs []Message) int {
+func lastAssistant(msgs []chat.Message) int {
 	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == RoleAssistant {
+		if msgs[i].Role == chat.RoleAssistant {
 			return i
 		}
 	}
@@ -137,12 +139,12 @@ func lastAssistant(msgs []Message) int {
 }
 
 // affinityHint returns a stable hint for spreading new conversations.
-func affinityHint(req *ChatRequest) string {
+func affinityHint(req *chat.Request) string {
 	if req.AffinityHint != "" {
 		return "u:" + req.AffinityHint
 	}
 	for _, m := range req.Messages {
-		if m.Role == RoleSystem && m.Content != "" {
+		if m.Role == chat.RoleSystem && m.Content != "" {
 			return "s:" + m.Content
 		}
 	}

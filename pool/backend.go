@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"time"
+
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // Backend is a connected client of one running worker process. A driver's
@@ -19,21 +19,21 @@ type Backend interface {
 	// was sent upstream. Otherwise the channel carries the answer and always
 	// ends with one EventDone or EventError, then is closed by the backend.
 	// Cancelling ctx stops the upstream turn.
-	Chat(ctx context.Context, t *Turn) (<-chan Event, error)
+	Chat(ctx context.Context, t *chat.Turn) (<-chan chat.Event, error)
 	// Close drops the connection.
 	Close() error
 }
 
 // ModelLister is implemented by backends that can list their models.
 type ModelLister interface {
-	Models(ctx context.Context) ([]Model, error)
+	Models(ctx context.Context) ([]chat.Model, error)
 }
 
 // RawModelLister is implemented by backends that can show the worker's own
 // model payload beside the parsed list (for operators: display names,
 // capability flags the pool does not read).
 type RawModelLister interface {
-	RawModels(ctx context.Context) (raw json.RawMessage, models []Model, err error)
+	RawModels(ctx context.Context) (raw json.RawMessage, models []chat.Model, err error)
 }
 
 // LoginURLer is implemented by backends that log in through a browser.
@@ -72,51 +72,5 @@ type Driver interface {
 	Connect(ctx context.Context, ep Endpoint) (Backend, error)
 }
 
-// Errors of the pool that callers match with errors.Is.
-var (
-	// ErrNoInstance: no instance is ready to serve (all down, logging in,
-	// draining or cooled down).
-	ErrNoInstance = errors.New("no ready instance")
-	// ErrNotLoggedIn: the worker has no valid login.
-	ErrNotLoggedIn = errors.New("worker is not logged in")
-	// ErrUnknownInstance: no instance has that name.
-	ErrUnknownInstance = errors.New("unknown instance")
-	// ErrWorkerGone: the worker process or its connection went away mid-turn.
-	ErrWorkerGone = errors.New("worker connection lost")
-)
-
-// OverloadedError is returned when the admission guard rejects a request.
-type OverloadedError struct {
-	// RetryAfter is an estimate of when a retry can be admitted.
-	RetryAfter time.Duration
-	Reason     string
-}
-
-func (e *OverloadedError) Error() string {
-	return fmt.Sprintf("overloaded: %s (retry after %s)", e.Reason, e.RetryAfter.Round(time.Second))
-}
-
-// RateLimitedError is an upstream rate-limit or quota answer.
-type RateLimitedError struct {
-	// RetryAfter is the upstream's hint; 0 when it gave none.
-	RetryAfter time.Duration
-	Message    string
-}
-
-func (e *RateLimitedError) Error() string {
-	return "upstream rate limited: " + e.Message
-}
-
-// UpstreamError is any other failure the worker reported for a turn.
-type UpstreamError struct {
-	// Status is the upstream's status code when it gave one (0 otherwise).
-	Status  int
-	Message string
-}
-
-func (e *UpstreamError) Error() string {
-	if e.Status != 0 {
-		return fmt.Sprintf("upstream error %d: %s", e.Status, e.Message)
-	}
-	return "upstream error: " + e.Message
-}
+// ErrUnknownInstance: no instance has that name.
+var ErrUnknownInstance = errors.New("unknown instance")

@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // Hot paths of every request: hashing the transcript into its affinity key
@@ -13,18 +15,18 @@ import (
 
 // transcript is a 20-message conversation of the kind a coding agent sends:
 // a system prompt, user turns, assistant turns with tool calls and tool results.
-func transcript() []Message {
-	msgs := []Message{{Role: RoleSystem, Content: "You are a careful coding assistant. Answer briefly and use the tools when they help."}}
+func transcript() []chat.Message {
+	msgs := []chat.Message{{Role: chat.RoleSystem, Content: "You are a careful coding assistant. Answer briefly and use the tools when they help."}}
 	for i := 0; len(msgs) < 20; i++ {
 		switch i % 3 {
 		case 0:
-			msgs = append(msgs, Message{Role: RoleUser, Content: fmt.Sprintf("  Please look at file %d and tell me what the handler does.  ", i)})
+			msgs = append(msgs, chat.Message{Role: chat.RoleUser, Content: fmt.Sprintf("  Please look at file %d and tell me what the handler does.  ", i)})
 		case 1:
-			msgs = append(msgs, Message{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: fmt.Sprintf("call_%d", i),
+			msgs = append(msgs, chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: fmt.Sprintf("call_%d", i),
 				Name: "read_file", Arguments: fmt.Sprintf(`{"path": "pkg/file%d.go", "limit": 200, "offset": 0}`, i)}}})
 		default:
-			msgs = append(msgs, Message{Role: RoleTool, ToolCallID: fmt.Sprintf("call_%d", i-1), Content: "package pkg\n\nfunc Handle() error { return nil }\n"},
-				Message{Role: RoleAssistant, Content: "The handler does nothing yet: it returns nil."})
+			msgs = append(msgs, chat.Message{Role: chat.RoleTool, ToolCallID: fmt.Sprintf("call_%d", i-1), Content: "package pkg\n\nfunc Handle() error { return nil }\n"},
+				chat.Message{Role: chat.RoleAssistant, Content: "The handler does nothing yet: it returns nil."})
 		}
 	}
 	return msgs[:20]

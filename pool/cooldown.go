@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // Cooldowns are what a rate limit does to an instance: out of rotation until
@@ -67,7 +69,7 @@ func (p *Pool) Probe(ctx context.Context, name string) (ProbeResult, error) {
 	start := time.Now()
 	err = probeTurn(ctx, slot, w.probeModel())
 	res.LatencyMS = time.Since(start).Milliseconds()
-	var rl *RateLimitedError
+	var rl *chat.RateLimitedError
 	switch {
 	case err == nil:
 		res.OK = true
@@ -80,7 +82,7 @@ func (p *Pool) Probe(ctx context.Context, name string) (ProbeResult, error) {
 			p.metrics.Cooldowns.Inc()
 		}
 		w.log.Warn("probe rate limited, cooling instance down", "for", d)
-	case errors.Is(err, ErrNotLoggedIn), errors.Is(err, ErrWorkerGone):
+	case errors.Is(err, chat.ErrNotLoggedIn), errors.Is(err, chat.ErrWorkerGone):
 		w.send(cmdCheck)
 	}
 	if err != nil {
@@ -125,20 +127,20 @@ func (w *Worker) probeModel() string {
 func probeTurn(ctx context.Context, slot *Slot, model string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	t := &Turn{RequestID: "probe-" + strconv.FormatInt(time.Now().UnixNano(), 36), Model: model, MaxTokens: 16,
-		Messages: []Message{{Role: RoleUser, Content: probePrompt}}}
+	t := &chat.Turn{RequestID: "probe-" + strconv.FormatInt(time.Now().UnixNano(), 36), Model: model, MaxTokens: 16,
+		Messages: []chat.Message{{Role: chat.RoleUser, Content: probePrompt}}}
 	events, err := slot.Backend.Chat(ctx, t)
 	if err != nil {
 		return err
 	}
 	for ev := range events {
 		switch ev.Type {
-		case EventError:
+		case chat.EventError:
 			cancel()
 			for range events { // the stream ends once the turn has stopped
 			}
 			return ev.Err
-		case EventDone:
+		case chat.EventDone:
 			if del, ok := slot.Backend.(SessionDeleter); ok && ev.SessionID != "" {
 				dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 				_ = del.DeleteSession(dctx, ev.SessionID) // best effort
@@ -152,5 +154,5 @@ func probeTurn(ctx context.Context, slot *Slot, model string) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return ErrWorkerGone
+	return chat.ErrWorkerGone
 }

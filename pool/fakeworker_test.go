@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
 )
 
@@ -93,7 +94,7 @@ func (b fakeBackend) Status(context.Context) (AuthState, error) {
 	return AuthState{LoggedIn: !b.f.loggedOut[b.name]}, nil
 }
 
-func (fakeBackend) Chat(context.Context, *Turn) (<-chan Event, error) {
+func (fakeBackend) Chat(context.Context, *chat.Turn) (<-chan chat.Event, error) {
 	return nil, errors.New("fake worker")
 }
 

@@ -3,6 +3,8 @@ package pool
 import (
 	"strings"
 	"unicode/utf8"
+
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // limiter enforces stop sequences and an output-token cap on a text stream.
@@ -60,7 +62,7 @@ func (l *limiter) passthrough() bool { return len(l.stops) == 0 && l.max == 0 }
 // FinishStopSequence with seq, or FinishLength). After done, text returns
 // nothing. With no stop sequences and no cap, text returns delta unchanged
 // without allocating.
-func (l *limiter) text(delta string) (emit string, done bool, reason FinishReason, seq string) {
+func (l *limiter) text(delta string) (emit string, done bool, reason chat.FinishReason, seq string) {
 	if l.done {
 		return "", true, "", ""
 	}
@@ -79,16 +81,16 @@ func (l *limiter) text(delta string) (emit string, done bool, reason FinishReaso
 		emit, capped := l.capped(t[:cut])
 		l.done = true
 		if capped {
-			return emit, true, FinishLength, ""
+			return emit, true, chat.FinishLength, ""
 		}
-		return emit, true, FinishStopSequence, s
+		return emit, true, chat.FinishStopSequence, s
 	}
 
 	keep := l.holdFrom(t)
 	emit, capped := l.capped(t[:keep])
 	if capped {
 		l.done = true
-		return emit, true, FinishLength, ""
+		return emit, true, chat.FinishLength, ""
 	}
 	l.held = append(l.held, t[keep:]...)
 	return emit, false, "", ""

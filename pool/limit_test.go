@@ -4,13 +4,15 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // limitResult is what a whole stream through a limiter produced.
 type limitResult struct {
 	text   string
 	pieces []string
-	reason FinishReason
+	reason chat.FinishReason
 	seq    string
 }
 
@@ -48,39 +50,39 @@ func TestLimiterStop(t *testing.T) {
 		stop       []string
 		give       []string
 		want       string
-		wantReason FinishReason
+		wantReason chat.FinishReason
 		wantSeq    string
 	}{
 		{name: "no stop", give: []string{"hello ", "world"}, want: "hello world"},
 		{name: "stop in one chunk", stop: []string{"END"}, give: []string{"abcENDdef"},
-			want: "abc", wantReason: FinishStopSequence, wantSeq: "END"},
+			want: "abc", wantReason: chat.FinishStopSequence, wantSeq: "END"},
 		{name: "stop at start", stop: []string{"END"}, give: []string{"END"},
-			want: "", wantReason: FinishStopSequence, wantSeq: "END"},
+			want: "", wantReason: chat.FinishStopSequence, wantSeq: "END"},
 		{name: "split over two", stop: []string{"END"}, give: []string{"abcE", "NDdef"},
-			want: "abc", wantReason: FinishStopSequence, wantSeq: "END"},
+			want: "abc", wantReason: chat.FinishStopSequence, wantSeq: "END"},
 		{name: "split over three", stop: []string{"<stop>"}, give: []string{"x<s", "to", "p>y"},
-			want: "x", wantReason: FinishStopSequence, wantSeq: "<stop>"},
+			want: "x", wantReason: chat.FinishStopSequence, wantSeq: "<stop>"},
 		{name: "one byte chunks", stop: []string{"###"}, give: []string{"a", "#", "#", "b", "#", "#", "#", "c"},
-			want: "a##b", wantReason: FinishStopSequence, wantSeq: "###"},
+			want: "a##b", wantReason: chat.FinishStopSequence, wantSeq: "###"},
 		{name: "false prefix released", stop: []string{"END"}, give: []string{"abcEN", "x"},
 			want: "abcENx"},
 		{name: "prefix at end flushed", stop: []string{"END"}, give: []string{"abcEN"},
 			want: "abcEN"},
 		{name: "overlapping prefixes", stop: []string{"aab"}, give: []string{"a", "a", "a", "b", "c"},
-			want: "a", wantReason: FinishStopSequence, wantSeq: "aab"},
+			want: "a", wantReason: chat.FinishStopSequence, wantSeq: "aab"},
 		{name: "first completed wins", stop: []string{"abcd", "c"}, give: []string{"ab", "cd"},
-			want: "ab", wantReason: FinishStopSequence, wantSeq: "c"},
+			want: "ab", wantReason: chat.FinishStopSequence, wantSeq: "c"},
 		{name: "same end longest wins", stop: []string{"cd", "bcd"}, give: []string{"ab", "cde"},
-			want: "a", wantReason: FinishStopSequence, wantSeq: "bcd"},
+			want: "a", wantReason: chat.FinishStopSequence, wantSeq: "bcd"},
 		{name: "earliest of several", stop: []string{"zz", "yy"}, give: []string{"ayyzz"},
-			want: "a", wantReason: FinishStopSequence, wantSeq: "yy"},
+			want: "a", wantReason: chat.FinishStopSequence, wantSeq: "yy"},
 		{name: "unicode stop split in rune", stop: []string{"é!"}, give: []string{"caf\xc3", "\xa9!x"},
-			want: "caf", wantReason: FinishStopSequence, wantSeq: "é!"},
+			want: "caf", wantReason: chat.FinishStopSequence, wantSeq: "é!"},
 		{name: "unicode text kept whole", stop: []string{"Ω"}, give: []string{"日本", "語Ω"},
-			want: "日本語", wantReason: FinishStopSequence, wantSeq: "Ω"},
+			want: "日本語", wantReason: chat.FinishStopSequence, wantSeq: "Ω"},
 		{name: "empty stop ignored", stop: []string{""}, give: []string{"abc"}, want: "abc"},
 		{name: "empty deltas", stop: []string{"xy"}, give: []string{"", "ax", "", "y"},
-			want: "a", wantReason: FinishStopSequence, wantSeq: "xy"},
+			want: "a", wantReason: chat.FinishStopSequence, wantSeq: "xy"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -113,16 +115,16 @@ func TestLimiterMaxTokens(t *testing.T) {
 		max        int
 		give       []string
 		want       string
-		wantReason FinishReason
+		wantReason chat.FinishReason
 	}{
 		{name: "under cap", max: 10, give: []string{"abc", "de"}, want: "abcde"},
-		{name: "exactly at cap", max: 5, give: []string{"abc", "de", "fg"}, want: "abcde", wantReason: FinishLength},
-		{name: "cut inside delta", max: 4, give: []string{"abc", "defg"}, want: "abcd", wantReason: FinishLength},
-		{name: "cut unicode", max: 2, give: []string{"日本語"}, want: "日本", wantReason: FinishLength},
+		{name: "exactly at cap", max: 5, give: []string{"abc", "de", "fg"}, want: "abcde", wantReason: chat.FinishLength},
+		{name: "cut inside delta", max: 4, give: []string{"abc", "defg"}, want: "abcd", wantReason: chat.FinishLength},
+		{name: "cut unicode", max: 2, give: []string{"日本語"}, want: "日本", wantReason: chat.FinishLength},
 		{name: "stop before cap", stop: []string{"X"}, max: 10, give: []string{"abXcd"},
-			want: "ab", wantReason: FinishStopSequence},
+			want: "ab", wantReason: chat.FinishStopSequence},
 		{name: "cap before stop", stop: []string{"X"}, max: 2, give: []string{"abcX"},
-			want: "ab", wantReason: FinishLength},
+			want: "ab", wantReason: chat.FinishLength},
 		{name: "held text capped on flush", stop: []string{"XYZ"}, max: 3, give: []string{"abXY"},
 			want: "abX"},
 	}

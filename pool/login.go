@@ -3,6 +3,8 @@ package pool
 import (
 	"context"
 	"errors"
+
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // LoginTarget is what a login runner needs to log one instance in.
@@ -47,7 +49,7 @@ func (w *Worker) target() LoginTarget {
 		be := w.backend
 		w.pool.mu.Unlock()
 		if be == nil {
-			return nil, ErrWorkerGone
+			return nil, chat.ErrWorkerGone
 		}
 		return be, nil
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // Models returns the union of the instances' models, in first-seen order.
 // The slice is shared: callers must not modify it.
-func (p *Pool) Models() []Model {
+func (p *Pool) Models() []chat.Model {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.models
@@ -16,12 +18,12 @@ func (p *Pool) Models() []Model {
 
 // setModels records a worker's model list and rebuilds the union (rarely:
 // once per worker start), so requests read it without building it.
-func (p *Pool) setModels(w *Worker, ms []Model) {
+func (p *Pool) setModels(w *Worker, ms []chat.Model) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w.models = ms
 	seen := map[string]bool{}
-	var out []Model
+	var out []chat.Model
 	for _, w := range p.workers {
 		for _, m := range w.models {
 			if !seen[m.ID] {
@@ -34,7 +36,7 @@ func (p *Pool) setModels(w *Worker, ms []Model) {
 }
 
 // Models returns the pool's models.
-func (r *Router) Models() []Model { return r.pool.Models() }
+func (r *Router) Models() []chat.Model { return r.pool.Models() }
 
 // ResolveModel maps a client's model name to a pool model id: an exact id,
 // a display name, an alias, else the default model. Clients such as Claude
@@ -61,7 +63,7 @@ func (r *Router) ResolveModel(name string) string {
 // InstanceModels asks the named instance for its model list now: the
 // worker's raw payload (nil when its driver can't show it) and the parsed
 // list.
-func (p *Pool) InstanceModels(ctx context.Context, name string) (json.RawMessage, []Model, error) {
+func (p *Pool) InstanceModels(ctx context.Context, name string) (json.RawMessage, []chat.Model, error) {
 	w, ok := p.byName[name]
 	if !ok {
 		return nil, nil, ErrUnknownInstance
@@ -70,7 +72,7 @@ func (p *Pool) InstanceModels(ctx context.Context, name string) (json.RawMessage
 	be := w.backend
 	p.mu.Unlock()
 	if be == nil {
-		return nil, nil, ErrNoInstance
+		return nil, nil, chat.ErrNoInstance
 	}
 	if rl, ok := be.(RawModelLister); ok {
 		return rl.RawModels(ctx)

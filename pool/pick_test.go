@@ -8,13 +8,17 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 type nopBackend struct{}
 
-func (nopBackend) Status(context.Context) (AuthState, error)         { return AuthState{LoggedIn: true}, nil }
-func (nopBackend) Chat(context.Context, *Turn) (<-chan Event, error) { return nil, errors.New("nop") }
-func (nopBackend) Close() error                                      { return nil }
+func (nopBackend) Status(context.Context) (AuthState, error) { return AuthState{LoggedIn: true}, nil }
+func (nopBackend) Chat(context.Context, *chat.Turn) (<-chan chat.Event, error) {
+	return nil, errors.New("nop")
+}
+func (nopBackend) Close() error { return nil }
 
 // testPool builds a pool whose workers are already ready, without processes.
 func testPool(t *testing.T, cfg Config, names ...string) *Pool {
@@ -134,7 +138,7 @@ func TestOverloaded(t *testing.T) {
 		}()
 		synctest.Wait()
 		_, err := p.Acquire(context.Background(), Want{})
-		var oe *OverloadedError
+		var oe *chat.OverloadedError
 		if !errors.As(err, &oe) || oe.RetryAfter < time.Second {
 			t.Fatalf("queue full: got %v, want OverloadedError with RetryAfter >= 1s", err)
 		}
@@ -152,7 +156,7 @@ func TestNoInstance(t *testing.T) {
 		p.workers[0].state = StateBackoff
 		start := time.Now()
 		_, err := p.Acquire(context.Background(), Want{})
-		if !errors.Is(err, ErrNoInstance) {
+		if !errors.Is(err, chat.ErrNoInstance) {
 			t.Fatalf("got %v, want ErrNoInstance", err)
 		}
 		if d := time.Since(start); d < 3*time.Second || d > 4*time.Second {

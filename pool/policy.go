@@ -4,17 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/poolgate/poolgate/internal/chat"
 )
-
-// PolicyError is a request the operator's policy refuses (a forced tool
-// outside the allowlist): the caller's mistake, answered 400 in its protocol.
-type PolicyError struct {
-	Message string
-	// Param is the request field at fault, e.g. "tool_choice".
-	Param string
-}
-
-func (e *PolicyError) Error() string { return e.Message }
 
 // ToolPolicy is the operator's say over the tools requests offer.
 type ToolPolicy struct {
@@ -28,7 +20,7 @@ type ToolPolicy struct {
 // the request forces a tool the policy takes away, since answering such a
 // request with text would be silently wrong. The tools dropped are returned
 // for the log.
-func (p ToolPolicy) apply(req *ChatRequest) (dropped []string, err error) {
+func (p ToolPolicy) apply(req *chat.Request) (dropped []string, err error) {
 	if p.Off {
 		if len(req.Tools) == 0 {
 			return nil, nil
@@ -36,14 +28,14 @@ func (p ToolPolicy) apply(req *ChatRequest) (dropped []string, err error) {
 		for _, t := range req.Tools {
 			dropped = append(dropped, t.Name)
 		}
-		req.Tools, req.ToolChoice = nil, ToolChoice{}
+		req.Tools, req.ToolChoice = nil, chat.ToolChoice{}
 		return dropped, nil
 	}
 	if len(p.Allow) == 0 {
 		return nil, nil
 	}
-	if c := req.ToolChoice; c.Mode == ToolNamed && !p.Allow[c.Name] {
-		return nil, &PolicyError{Param: "tool_choice",
+	if c := req.ToolChoice; c.Mode == chat.ToolNamed && !p.Allow[c.Name] {
+		return nil, &chat.PolicyError{Param: "tool_choice",
 			Message: fmt.Sprintf("tool %q is not allowed on this gateway (allowed: %s)", c.Name, p.names())}
 	}
 	kept := req.Tools[:0:0]
@@ -57,8 +49,8 @@ func (p ToolPolicy) apply(req *ChatRequest) (dropped []string, err error) {
 	if len(dropped) == 0 {
 		return nil, nil
 	}
-	if req.ToolChoice.Mode == ToolRequired && len(kept) == 0 {
-		return nil, &PolicyError{Param: "tool_choice",
+	if req.ToolChoice.Mode == chat.ToolRequired && len(kept) == 0 {
+		return nil, &chat.PolicyError{Param: "tool_choice",
 			Message: fmt.Sprintf("tool_choice requires a tool call, but none of the tools offered (%s) is allowed on this gateway (allowed: %s)",
 				strings.Join(dropped, ", "), p.names())}
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
 )
 
@@ -67,7 +68,7 @@ type Pool struct {
 	waiting  int
 	closing  bool
 	rr       uint64        // round-robin tie breaker
-	models   []Model       // union of the workers' models (setModels)
+	models   []chat.Model  // union of the workers' models (setModels)
 	avgTurn  time.Duration // moving average of turn duration, for Retry-After
 }
 
@@ -272,7 +273,7 @@ func (p *Pool) Acquire(ctx context.Context, want Want) (*Slot, error) {
 	}
 	if p.closing {
 		p.mu.Unlock()
-		return nil, ErrNoInstance
+		return nil, chat.ErrNoInstance
 	}
 	if p.waiting >= p.cfg.MaxQueue {
 		err := p.overloaded("queue full")
@@ -311,7 +312,7 @@ func (p *Pool) Acquire(ctx context.Context, want Want) (*Slot, error) {
 		p.mu.Lock()
 		if p.closing {
 			p.mu.Unlock()
-			return nil, ErrNoInstance
+			return nil, chat.ErrNoInstance
 		}
 		if s := p.tryPick(want, waited >= p.cfg.AffinityWait); s != nil {
 			p.mu.Unlock()
@@ -319,7 +320,7 @@ func (p *Pool) Acquire(ctx context.Context, want Want) (*Slot, error) {
 		}
 		if !p.anyReadyLocked() && waited >= p.cfg.NoInstanceWait && !p.loginPendingLocked() {
 			p.mu.Unlock()
-			return nil, ErrNoInstance
+			return nil, chat.ErrNoInstance
 		}
 	}
 }
@@ -355,7 +356,7 @@ func (p *Pool) overloaded(reason string) error {
 	if p.metrics != nil {
 		p.metrics.Rejections.Inc()
 	}
-	return &OverloadedError{RetryAfter: ra, Reason: reason}
+	return &chat.OverloadedError{RetryAfter: ra, Reason: reason}
 }
 
 func (p *Pool) anyReady() bool {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/session"
 )
@@ -68,7 +69,7 @@ func WithAPI(ctx context.Context, api string) context.Context {
 
 // request is one Chat call's routing state.
 type request struct {
-	*ChatRequest
+	*chat.Request
 	start    time.Time
 	api      string
 	model    string
@@ -85,12 +86,12 @@ type request struct {
 // the caller (after retries). Otherwise the channel carries the answer and
 // ends with one EventDone or EventError; it is closed when the turn is over
 // and its slot freed. Cancelling ctx cancels the upstream turn.
-func (r *Router) Chat(ctx context.Context, req *ChatRequest) (<-chan Event, error) {
+func (r *Router) Chat(ctx context.Context, req *chat.Request) (<-chan chat.Event, error) {
 	api, _ := ctx.Value(apiKey{}).(string)
 	if err := r.toolPolicy(req); err != nil {
 		return nil, err
 	}
-	rq := &request{ChatRequest: req, start: time.Now(), api: api, model: r.ResolveModel(req.Model),
+	rq := &request{Request: req, start: time.Now(), api: api, model: r.ResolveModel(req.Model),
 		owner: OwnerKey(req.APIKey), split: lastAssistant(req.Messages)}
 	r.lookup(ctx, rq)
 	if r.forwardRemote(ctx, rq) {
@@ -110,7 +111,7 @@ func (r *Router) Chat(ctx context.Context, req *ChatRequest) (<-chan Event, erro
 		slot, err := r.pool.Acquire(ctx, Want{Prefer: rq.hit.Instance, Hint: affinityHint(req), Exclude: rq.excluded})
 		if err != nil {
 			r.dropHit(rq)
-			if lastErr != nil && errors.Is(err, ErrNoInstance) {
+			if lastErr != nil && errors.Is(err, chat.ErrNoInstance) {
 				return nil, lastErr
 			}
 			return nil, err
@@ -123,7 +124,7 @@ func (r *Router) Chat(ctx context.Context, req *ChatRequest) (<-chan Event, erro
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if started || !(errors.Is(err, ErrWorkerGone) || errors.Is(err, ErrNotLoggedIn)) {
+		if started || !(errors.Is(err, chat.ErrWorkerGone) || errors.Is(err, chat.ErrNotLoggedIn)) {
 			attempts++
 		} else if refused++; refused > r.pool.Size() {
 			attempts++
@@ -139,7 +140,7 @@ func (r *Router) Chat(ctx context.Context, req *ChatRequest) (<-chan Event, erro
 }
 
 // toolPolicy applies the operator's tool policy to req.
-func (r *Router) toolPolicy(req *ChatRequest) error {
+func (r *Router) toolPolicy(req *chat.Request) error {
 	dropped, err := r.cfg.Tools.apply(req)
 	if err != nil || len(dropped) == 0 {
 		return err
@@ -214,10 +215,10 @@ func (r *Router) DeleteSession(a session.Affinity) {
 // attempt runs the turn on slot. It returns an error (slot released) if the
 // turn failed before its first event, and whether the worker had taken the
 // turn; a non-streaming turn is buffered whole and fails here on any error.
-func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan Event, bool, error) {
-	turn := &Turn{RequestID: rq.RequestID, Model: rq.model, Messages: rq.Messages, Tools: rq.Tools,
+func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan chat.Event, bool, error) {
+	turn := &chat.Turn{RequestID: rq.RequestID, Model: rq.model, Messages: rq.Messages, Tools: rq.Tools,
 		ToolChoice: rq.ToolChoice, MaxTokens: rq.MaxTokens, Temperature: rq.Temperature, TopP: rq.TopP,
-		Agent: wantsAgent(rq.ChatRequest)}
+		Agent: wantsAgent(rq.Request)}
 	rq.reused = false
 	if rq.hasHit {
 		if slot.Worker.Name() != rq.hit.Instance {
@@ -236,13 +237,13 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan E
 		r.failed(rq, slot, err)
 		return nil, false, err
 	}
-	var head []Event
+	var head []chat.Event
 	for {
 		ev, ok := <-src
 		if !ok {
-			ev = Event{Type: EventError, Err: ErrWorkerGone}
+			ev = chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}
 		}
-		if ev.Type == EventError {
+		if ev.Type == chat.EventError {
 			cancel()
 			r.failed(rq, slot, ev.Err)
 			return nil, true, ev.Err
@@ -251,14 +252,14 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan E
 			r.metrics.TTFT.WithLabelValues(rq.api).Observe(time.Since(rq.start).Seconds())
 		}
 		head = append(head, ev)
-		if rq.Stream || ev.Type == EventDone {
+		if rq.Stream || ev.Type == chat.EventDone {
 			break
 		}
 	}
 	if rq.reused && r.metrics != nil {
 		r.metrics.CacheHits.Inc()
 	}
-	out := make(chan Event, 16)
+	out := make(chan chat.Event, 16)
 	r.wg.Go(func() {
 		defer cancel()
 		defer slot.Release()
@@ -273,7 +274,7 @@ func (r *Router) failed(rq *request, slot *Slot, err error) {
 	if rq.reused || (rq.hasHit && rq.hit.Instance == slot.Worker.Name()) {
 		r.dropHit(rq)
 	}
-	var rl *RateLimitedError
+	var rl *chat.RateLimitedError
 	switch {
 	case errors.As(err, &rl):
 		d := slot.Worker.cooldown(rl.RetryAfter)
@@ -281,19 +282,19 @@ func (r *Router) failed(rq *request, slot *Slot, err error) {
 			r.metrics.Cooldowns.Inc()
 		}
 		r.log.Warn("upstream rate limit, cooling instance down", "instance", slot.Worker.Name(), "for", d)
-	case errors.Is(err, ErrNotLoggedIn), errors.Is(err, ErrWorkerGone):
+	case errors.Is(err, chat.ErrNotLoggedIn), errors.Is(err, chat.ErrWorkerGone):
 		slot.Worker.send(cmdCheck)
 	}
 }
 
 // forward streams the answer to out, enforcing stop sequences and the token
 // cap, and writes the conversation's affinity back after a clean finish.
-func (r *Router) forward(ctx context.Context, rq *request, slot *Slot, head []Event, src <-chan Event, out chan<- Event) {
+func (r *Router) forward(ctx context.Context, rq *request, slot *Slot, head []chat.Event, src <-chan chat.Event, out chan<- chat.Event) {
 	defer close(out)
 	lim := newLimiter(rq.Stop, rq.MaxTokens, r.cfg.Count)
 	var text strings.Builder
-	var calls []ToolCall
-	send := func(ev Event) bool {
+	var calls []chat.ToolCall
+	send := func(ev chat.Event) bool {
 		select {
 		case out <- ev:
 			return true
@@ -301,35 +302,35 @@ func (r *Router) forward(ctx context.Context, rq *request, slot *Slot, head []Ev
 			return false
 		}
 	}
-	handle := func(ev Event) (done bool) {
+	handle := func(ev chat.Event) (done bool) {
 		switch ev.Type {
-		case EventText:
+		case chat.EventText:
 			emit, stop, reason, seq := lim.text(ev.Text)
 			if emit != "" {
 				text.WriteString(emit)
-				if !send(Event{Type: EventText, Text: emit}) {
+				if !send(chat.Event{Type: chat.EventText, Text: emit}) {
 					return true
 				}
 			}
 			if stop {
 				// The client's answer ends here while the upstream session
 				// holds more: it can't be continued, so it is not written back.
-				r.finish(rq, slot, Event{Type: EventDone, Finish: reason, StopSequence: seq}, text.String(), calls, false, send)
+				r.finish(rq, slot, chat.Event{Type: chat.EventDone, Finish: reason, StopSequence: seq}, text.String(), calls, false, send)
 				return true
 			}
-		case EventToolCall:
+		case chat.EventToolCall:
 			calls = append(calls, ev.ToolCall)
 			return !send(ev)
-		case EventDone:
+		case chat.EventDone:
 			if rest := lim.flush(); rest != "" {
 				text.WriteString(rest)
-				if !send(Event{Type: EventText, Text: rest}) {
+				if !send(chat.Event{Type: chat.EventText, Text: rest}) {
 					return true
 				}
 			}
 			r.finish(rq, slot, ev, text.String(), calls, true, send)
 			return true
-		case EventError:
+		case chat.EventError:
 			r.failed(rq, slot, ev.Err)
 			r.logTurn(rq, slot, "error", ev.Err)
 			send(ev)
@@ -346,7 +347,7 @@ func (r *Router) forward(ctx context.Context, rq *request, slot *Slot, head []Ev
 		select {
 		case ev, ok := <-src:
 			if !ok {
-				ev = Event{Type: EventError, Err: ErrWorkerGone}
+				ev = chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}
 			}
 			if handle(ev) {
 				return
@@ -362,7 +363,7 @@ func (r *Router) forward(ctx context.Context, rq *request, slot *Slot, head []Ev
 }
 
 // finish completes usage, writes affinity back (when keep) and sends done.
-func (r *Router) finish(rq *request, slot *Slot, done Event, text string, calls []ToolCall, keep bool, send func(Event) bool) {
+func (r *Router) finish(rq *request, slot *Slot, done chat.Event, text string, calls []chat.ToolCall, keep bool, send func(chat.Event) bool) {
 	if done.Usage.OutputTokens == 0 && r.cfg.Count != nil {
 		done.Usage.OutputTokens = r.cfg.Count(text)
 		for _, c := range calls {
@@ -375,9 +376,9 @@ func (r *Router) finish(rq *request, slot *Slot, done Event, text string, calls 
 		}
 	}
 	if done.Finish == "" {
-		done.Finish = FinishStop
+		done.Finish = chat.FinishStop
 		if len(calls) > 0 {
-			done.Finish = FinishToolCalls
+			done.Finish = chat.FinishToolCalls
 		}
 	}
 	if r.metrics != nil {
@@ -391,7 +392,7 @@ func (r *Router) finish(rq *request, slot *Slot, done Event, text string, calls 
 		// reuse is off.
 		r.DeleteSession(session.Affinity{Instance: slot.Worker.Name(), SessionID: sessionID})
 	default:
-		answer := Message{Role: RoleAssistant, Content: text, ToolCalls: calls}
+		answer := chat.Message{Role: chat.RoleAssistant, Content: text, ToolCalls: calls}
 		key := conversationKey(rq.owner, rq.model, rq.Messages, &answer)
 		a := session.Affinity{Instance: slot.Worker.Name(), SessionID: sessionID, Model: rq.model}
 		// Detached from the request: the answer is complete even if the

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // flakyBackend refuses its first n turns as a dead connection, then answers.
@@ -19,17 +21,17 @@ func (b *flakyBackend) Status(context.Context) (AuthState, error) {
 }
 func (b *flakyBackend) Close() error { return nil }
 
-func (b *flakyBackend) Chat(ctx context.Context, _ *Turn) (<-chan Event, error) {
+func (b *flakyBackend) Chat(ctx context.Context, _ *chat.Turn) (<-chan chat.Event, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.refuse > 0 {
 		b.refuse--
-		return nil, ErrWorkerGone
+		return nil, chat.ErrWorkerGone
 	}
 	b.started++
-	ch := make(chan Event, 2)
-	ch <- Event{Type: EventText, Text: "ok"}
-	ch <- Event{Type: EventDone, Finish: FinishStop}
+	ch := make(chan chat.Event, 2)
+	ch <- chat.Event{Type: chat.EventText, Text: "ok"}
+	ch <- chat.Event{Type: chat.EventDone, Finish: chat.FinishStop}
 	close(ch)
 	return ch, nil
 }
@@ -42,7 +44,7 @@ func TestEveryInstanceRefusingOnceStillServes(t *testing.T) {
 	r := NewRouter(RouterConfig{Retries: 0}, p, nil, nil, p.log)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	ch, err := r.Chat(ctx, &ChatRequest{Messages: []Message{{Role: RoleUser, Content: "hi"}}})
+	ch, err := r.Chat(ctx, &chat.Request{Messages: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}})
 	if err != nil {
 		t.Fatalf("every instance refused once, then the request failed: %v", err)
 	}
@@ -64,7 +66,7 @@ func TestRefusalsAreBounded(t *testing.T) {
 	r := NewRouter(RouterConfig{Retries: 1}, p, nil, nil, p.log)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if _, err := r.Chat(ctx, &ChatRequest{Messages: []Message{{Role: RoleUser, Content: "hi"}}}); err == nil || ctx.Err() != nil {
+	if _, err := r.Chat(ctx, &chat.Request{Messages: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}}); err == nil || ctx.Err() != nil {
 		t.Fatalf("got %v (ctx %v), want the refusal returned well before the deadline", err, ctx.Err())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/internal/tokens"
 	"github.com/poolgate/poolgate/pool"
@@ -73,16 +74,16 @@ func ask(t *testing.T, r *pool.Router, prompt string, stream bool) (string, erro
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ch, err := r.Chat(ctx, &pool.ChatRequest{Messages: []pool.Message{{Role: pool.RoleUser, Content: prompt}}, Stream: stream})
+	ch, err := r.Chat(ctx, &chat.Request{Messages: []chat.Message{{Role: chat.RoleUser, Content: prompt}}, Stream: stream})
 	if err != nil {
 		return "", err
 	}
 	var b strings.Builder
 	for ev := range ch {
 		switch ev.Type {
-		case pool.EventText:
+		case chat.EventText:
 			b.WriteString(ev.Text)
-		case pool.EventError:
+		case chat.EventError:
 			return b.String(), ev.Err
 		}
 	}
@@ -133,7 +134,7 @@ func TestMissingBinaryBacksOffWithAClearError(t *testing.T) {
 	if n := instanceOf(f.pool, "w1").Restarts; n > 10 {
 		t.Errorf("%d restarts in 3s: the backoff is not holding", n)
 	}
-	if _, err := ask(t, f.router, "anyone?", false); !errors.Is(err, pool.ErrNoInstance) {
+	if _, err := ask(t, f.router, "anyone?", false); !errors.Is(err, chat.ErrNoInstance) {
 		t.Errorf("chat with no ready instance: got %v, want ErrNoInstance", err)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // State is an instance's life-cycle state as users see it.
@@ -129,7 +131,7 @@ type Worker struct {
 	coolCount int       // consecutive cooldowns, for exponential backoff
 	startedAt time.Time
 	ep        Endpoint
-	models    []Model
+	models    []chat.Model
 	fence     time.Time     // zero: unfenced; else usable only before it (lease)
 	released  chan struct{} // closed when this run is ended on purpose (LoginTarget.Released)
 }
@@ -313,7 +315,7 @@ func (w *Worker) serve(ctx context.Context, proc Process, be Backend) (command, 
 		failures = 0
 		w.endCooldown()
 		if !st.LoggedIn {
-			w.set(StateNeedsLogin, ErrNotLoggedIn)
+			w.set(StateNeedsLogin, chat.ErrNotLoggedIn)
 			if w.autoLogin() {
 				w.pool.loginer.Ensure(w.loginTarget())
 			}

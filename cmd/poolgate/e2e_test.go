@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
 )
@@ -237,7 +238,7 @@ func TestStatsAndRawModels(t *testing.T) {
 		t.Errorf("API key on admin with an admin token set: %d, want 401", code)
 	}
 	var raw struct {
-		Models []pool.Model `json:"models"`
+		Models []chat.Model `json:"models"`
 	}
 	if code := d.GetJSON(t, "/internal/models/raw?instance=sim-1", "adm", &raw); code != http.StatusOK || len(raw.Models) == 0 {
 		t.Errorf("models/raw: %d %+v", code, raw)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
 )
@@ -403,7 +404,7 @@ func TestLoginStatusAndRawModels(t *testing.T) {
 		t.Errorf("login status %+v, want both instances idle", st)
 	}
 	var raw struct {
-		Models []pool.Model                `json:"models"`
+		Models []chat.Model                `json:"models"`
 		Raw    map[string][]map[string]any `json:"raw"`
 	}
 	if code := d.GetJSON(t, "/internal/models/raw?instance=sim-2", "adm", &raw); code != http.StatusOK ||

@@ -10,8 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool"
 )
 
 // A request shaped like Claude Code's: every field it sends routinely is
@@ -41,14 +41,14 @@ func TestClaudeCodeShapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantMsgs := []pool.Message{
-		{Role: pool.RoleSystem, Content: "You are an agent."},
-		{Role: pool.RoleUser, Content: "<system-reminder>r</system-reminder>\n\nhello"},
-		{Role: pool.RoleSystem, Content: "# Environment"},
-		{Role: pool.RoleAssistant, Content: "Let me search.", ToolCalls: []pool.ToolCall{{ID: "t1", Name: "ToolSearch", Arguments: `{"query":"select:WebFetch"}`}}},
-		{Role: pool.RoleTool, ToolCallID: "t1", Name: "ToolSearch", Content: "Tool WebFetch is now available."},
-		{Role: pool.RoleUser, Content: imageNote + "\n\nwhat now?"},
-		{Role: pool.RoleSystem, Content: "Today is Monday."},
+	wantMsgs := []chat.Message{
+		{Role: chat.RoleSystem, Content: "You are an agent."},
+		{Role: chat.RoleUser, Content: "<system-reminder>r</system-reminder>\n\nhello"},
+		{Role: chat.RoleSystem, Content: "# Environment"},
+		{Role: chat.RoleAssistant, Content: "Let me search.", ToolCalls: []chat.ToolCall{{ID: "t1", Name: "ToolSearch", Arguments: `{"query":"select:WebFetch"}`}}},
+		{Role: chat.RoleTool, ToolCallID: "t1", Name: "ToolSearch", Content: "Tool WebFetch is now available."},
+		{Role: chat.RoleUser, Content: imageNote + "\n\nwhat now?"},
+		{Role: chat.RoleSystem, Content: "Today is Monday."},
 	}
 	if !reflect.DeepEqual(d.chat.Messages, wantMsgs) {
 		t.Errorf("messages:\n got %+v\nwant %+v", d.chat.Messages, wantMsgs)
@@ -91,7 +91,7 @@ func TestForcedDeferredToolIsOffered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := pool.ToolChoice{Mode: pool.ToolNamed, Name: "Late"}
+	want := chat.ToolChoice{Mode: chat.ToolNamed, Name: "Late"}
 	if len(d.chat.Tools) != 1 || d.chat.ToolChoice != want {
 		t.Errorf("tools %+v choice %+v, want Late offered and forced", d.chat.Tools, d.chat.ToolChoice)
 	}

@@ -1,7 +1,7 @@
 // Package anthropic serves Anthropic's Messages API (POST /v1/messages and
 // /v1/messages/count_tokens) on plain net/http. It sits between the gin
 // routes in handlers and the pool's router: it decodes and validates wire
-// JSON into a neutral pool.ChatRequest, calls the router, and writes the
+// JSON into a neutral chat.Request, calls the router, and writes the
 // neutral events back as one JSON message or as Anthropic's SSE events
 // through httpx.SSE. It never sees another protocol's types (STYLE 13).
 package anthropic
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/pool"
 )
 
@@ -24,7 +25,7 @@ import (
 // before any event; otherwise the channel ends with one EventDone or
 // EventError and is closed by the router.
 type Chatter interface {
-	Chat(ctx context.Context, req *pool.ChatRequest) (<-chan pool.Event, error)
+	Chat(ctx context.Context, req *chat.Request) (<-chan chat.Event, error)
 }
 
 // Config tunes the Messages handler.
@@ -123,7 +124,7 @@ func (h *Handler) decode(r *http.Request, body []byte, forCount bool) (*decoded,
 // next receives one event. While it waits, each tick sends a ping through
 // enc (tick is nil before a stream starts). A stream that ends without a
 // closing event (the router gave up, ctx ended) is an error.
-func next(ctx context.Context, events <-chan pool.Event, tick <-chan time.Time, enc *streamEncoder) (pool.Event, error) {
+func next(ctx context.Context, events <-chan chat.Event, tick <-chan time.Time, enc *streamEncoder) (chat.Event, error) {
 	for {
 		select {
 		case ev, ok := <-events:
@@ -131,19 +132,19 @@ func next(ctx context.Context, events <-chan pool.Event, tick <-chan time.Time, 
 			case !ok && ctx.Err() != nil:
 				return ev, ctx.Err()
 			case !ok:
-				return ev, pool.ErrWorkerGone
-			case ev.Type == pool.EventError && ev.Err == nil:
-				return ev, pool.ErrWorkerGone
-			case ev.Type == pool.EventError:
+				return ev, chat.ErrWorkerGone
+			case ev.Type == chat.EventError && ev.Err == nil:
+				return ev, chat.ErrWorkerGone
+			case ev.Type == chat.EventError:
 				return ev, ev.Err
 			}
 			return ev, nil
 		case <-tick:
 			if err := enc.ping(); err != nil {
-				return pool.Event{}, err
+				return chat.Event{}, err
 			}
 		case <-ctx.Done():
-			return pool.Event{}, ctx.Err()
+			return chat.Event{}, ctx.Err()
 		}
 	}
 }
@@ -160,7 +161,7 @@ func (h *Handler) failBeforeStart(ctx context.Context, w http.ResponseWriter, er
 }
 
 // reply buffers the whole answer and writes it as one message.
-func (h *Handler) reply(ctx context.Context, w http.ResponseWriter, model string, events <-chan pool.Event) {
+func (h *Handler) reply(ctx context.Context, w http.ResponseWriter, model string, events <-chan chat.Event) {
 	var c collector
 	for {
 		ev, err := next(ctx, events, nil, nil)
@@ -168,7 +169,7 @@ func (h *Handler) reply(ctx context.Context, w http.ResponseWriter, model string
 			h.failBeforeStart(ctx, w, err)
 			return
 		}
-		if ev.Type != pool.EventDone {
+		if ev.Type != chat.EventDone {
 			c.add(&ev)
 			continue
 		}
@@ -190,11 +191,11 @@ func (h *Handler) reply(ctx context.Context, w http.ResponseWriter, model string
 // queue, an answer held back until it is clear it is not a tool call), the
 // stream opens early with message_start and pings, as Anthropic's own API
 // does, and a failure then comes as an error event.
-func (h *Handler) stream(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, model string, req *pool.ChatRequest) {
+func (h *Handler) stream(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, model string, req *chat.Request) {
 	sse := httpx.NewSSE(w)
 	enc := newStreamEncoder(sse, model)
 	events, err := httpx.Await(h.cfg.PingInterval, cancel,
-		func() (<-chan pool.Event, error) { return h.chat.Chat(ctx, req) },
+		func() (<-chan chat.Event, error) { return h.chat.Chat(ctx, req) },
 		func() error {
 			switch {
 			case !httpx.Claim(ctx, httpx.Local):
@@ -209,7 +210,7 @@ func (h *Handler) stream(ctx context.Context, cancel context.CancelFunc, w http.
 	if errors.Is(err, pool.ErrForwarded) {
 		return // another replica answered
 	}
-	var ev pool.Event
+	var ev chat.Event
 	if err == nil {
 		ev, err = next(ctx, events, nil, nil)
 	}
@@ -235,11 +236,11 @@ func (h *Handler) stream(ctx context.Context, cancel context.CancelFunc, w http.
 	for {
 		var werr error
 		switch ev.Type {
-		case pool.EventText:
+		case chat.EventText:
 			werr = enc.text(ev.Text)
-		case pool.EventToolCall:
+		case chat.EventToolCall:
 			werr = enc.toolCall(&ev.ToolCall)
-		case pool.EventDone:
+		case chat.EventDone:
 			_ = enc.done(&ev) // the stream is over either way
 			return
 		}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/tokens"
-	"github.com/poolgate/poolgate/pool"
 )
 
 // CountTokens serves POST /v1/messages/count_tokens: the tokens of the
@@ -23,7 +23,7 @@ func (h *Handler) CountTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !h.countSlot(r.Context()) {
-		writeMapped(w, &pool.OverloadedError{RetryAfter: time.Second})
+		writeMapped(w, &chat.OverloadedError{RetryAfter: time.Second})
 		return
 	}
 	defer func() { <-h.counts }()
@@ -62,7 +62,7 @@ func (h *Handler) countSlot(ctx context.Context) bool {
 // the router counts prompts: the transcript with its per-message framing,
 // and the tool definitions as one more system message (the workers get them
 // in the prompt, since they have no native tool calling).
-func promptTokens(req *pool.ChatRequest) int {
+func promptTokens(req *chat.Request) int {
 	msgs := make([]tokens.Message, 0, len(req.Messages)+1)
 	if len(req.Tools) > 0 {
 		var sb strings.Builder
@@ -74,7 +74,7 @@ func promptTokens(req *pool.ChatRequest) int {
 			sb.Write(t.Parameters)
 			sb.WriteByte('\n')
 		}
-		msgs = append(msgs, tokens.Message{Role: pool.RoleSystem, Content: sb.String()})
+		msgs = append(msgs, tokens.Message{Role: chat.RoleSystem, Content: sb.String()})
 	}
 	for _, m := range req.Messages {
 		extra := m.Name

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // messagesRequest is the wire body of POST /v1/messages (and, minus the
@@ -120,7 +120,7 @@ func badRequest(format string, args ...any) error {
 // request and the fields that were dropped on the way.
 type decoded struct {
 	wire    messagesRequest
-	chat    pool.ChatRequest
+	chat    chat.Request
 	dropped httpx.Dropped
 }
 
@@ -149,7 +149,7 @@ func decodeMessages(body []byte, forCount bool) (*decoded, error) {
 		return nil, err
 	}
 	if sys != "" {
-		out.Messages = append(out.Messages, pool.Message{Role: pool.RoleSystem, Content: sys})
+		out.Messages = append(out.Messages, chat.Message{Role: chat.RoleSystem, Content: sys})
 	}
 	mc := messageContext{dropped: &d.dropped, current: currentTurn(in.Messages)}
 	for i := range in.Messages {
@@ -176,10 +176,10 @@ func (in *messagesRequest) validate(forCount bool) error {
 		return badRequest("max_tokens: must be greater than or equal to 1")
 	case len(in.Messages) == 0:
 		return badRequest("messages: at least one message is required")
-	case len(in.Messages) > pool.MaxMessages:
-		return badRequest("messages: at most %d messages are allowed, got %d", pool.MaxMessages, len(in.Messages))
-	case len(in.Tools) > pool.MaxTools:
-		return badRequest("tools: at most %d tools are allowed, got %d", pool.MaxTools, len(in.Tools))
+	case len(in.Messages) > chat.MaxMessages:
+		return badRequest("messages: at most %d messages are allowed, got %d", chat.MaxMessages, len(in.Messages))
+	case len(in.Tools) > chat.MaxTools:
+		return badRequest("tools: at most %d tools are allowed, got %d", chat.MaxTools, len(in.Tools))
 	case in.Temperature != nil && (*in.Temperature < 0 || *in.Temperature > 1):
 		return badRequest("temperature: must be between 0 and 1")
 	case in.TopP != nil && (*in.TopP < 0 || *in.TopP > 1):
@@ -309,7 +309,7 @@ type messageContext struct {
 // blocks become RoleTool messages ahead of its text, which is the order the
 // neutral transcript (and every worker) expects. A system message keeps its
 // place in the transcript: Claude Code sends its environment that way.
-func (mc *messageContext) appendMessage(dst []pool.Message, i int, m *wireMessage) ([]pool.Message, error) {
+func (mc *messageContext) appendMessage(dst []chat.Message, i int, m *wireMessage) ([]chat.Message, error) {
 	mc.dropped.AddSet(dropOutputConfig, m.OutputConfig)
 	switch m.Role {
 	case "user", "assistant":
@@ -318,7 +318,7 @@ func (mc *messageContext) appendMessage(dst []pool.Message, i int, m *wireMessag
 		if err != nil || s == "" {
 			return dst, err
 		}
-		return append(dst, pool.Message{Role: pool.RoleSystem, Content: s}), nil
+		return append(dst, chat.Message{Role: chat.RoleSystem, Content: s}), nil
 	default:
 		return nil, badRequest("messages.%d.role: must be \"user\", \"assistant\" or \"system\", got %q", i, m.Role)
 	}
@@ -330,13 +330,13 @@ func (mc *messageContext) appendMessage(dst []pool.Message, i int, m *wireMessag
 		if err := json.Unmarshal(m.Content, &s); err != nil {
 			return nil, badRequest("messages.%d.content: %v", i, err)
 		}
-		return append(dst, pool.Message{Role: m.Role, Content: s}), nil
+		return append(dst, chat.Message{Role: m.Role, Content: s}), nil
 	}
 	var blocks []wireBlock
 	if err := json.Unmarshal(m.Content, &blocks); err != nil {
 		return nil, badRequest("messages.%d.content: must be a string or a list of content blocks", i)
 	}
-	msg := pool.Message{Role: m.Role}
+	msg := chat.Message{Role: m.Role}
 	var text textJoiner
 	media, words, results := 0, 0, 0
 	for j := range blocks {
@@ -479,33 +479,33 @@ func (t *textJoiner) add(s string) {
 
 func (t *textJoiner) String() string { return t.b.String() }
 
-func toolUseCall(b *wireBlock, i, j int) (pool.ToolCall, error) {
+func toolUseCall(b *wireBlock, i, j int) (chat.ToolCall, error) {
 	if b.ID == "" || b.Name == "" {
-		return pool.ToolCall{}, badRequest("messages.%d.content.%d: tool_use needs id and name", i, j)
+		return chat.ToolCall{}, badRequest("messages.%d.content.%d: tool_use needs id and name", i, j)
 	}
 	args := "{}"
 	if !isNull(b.Input) {
 		if b.Input[0] != '{' {
-			return pool.ToolCall{}, badRequest("messages.%d.content.%d.input: must be an object", i, j)
+			return chat.ToolCall{}, badRequest("messages.%d.content.%d.input: must be an object", i, j)
 		}
 		args = string(b.Input)
 	}
-	return pool.ToolCall{ID: b.ID, Name: b.Name, Arguments: args}, nil
+	return chat.ToolCall{ID: b.ID, Name: b.Name, Arguments: args}, nil
 }
 
-func (mc *messageContext) toolResult(b *wireBlock, i, j int) (pool.Message, error) {
+func (mc *messageContext) toolResult(b *wireBlock, i, j int) (chat.Message, error) {
 	if b.ToolUseID == "" {
-		return pool.Message{}, badRequest("messages.%d.content.%d.tool_use_id: field required", i, j)
+		return chat.Message{}, badRequest("messages.%d.content.%d.tool_use_id: field required", i, j)
 	}
 	content, err := mc.toolResultContent(b.Content, i, j)
 	if err != nil {
-		return pool.Message{}, err
+		return chat.Message{}, err
 	}
 	if b.IsError {
 		// The neutral model has no error flag; say it in the text the worker reads.
 		content = "Error: " + content
 	}
-	return pool.Message{Role: pool.RoleTool, ToolCallID: b.ToolUseID, Name: mc.names[b.ToolUseID], Content: content}, nil
+	return chat.Message{Role: chat.RoleTool, ToolCallID: b.ToolUseID, Name: mc.names[b.ToolUseID], Content: content}, nil
 }
 
 // toolResultContent flattens a tool result's content (a string or blocks) to
@@ -549,7 +549,7 @@ func (mc *messageContext) toolResultContent(raw json.RawMessage, i, j int) (stri
 // (or tool_choice names one), which is what Anthropic's tool search does;
 // server tools (web search, code execution) run on Anthropic's side and no
 // worker can run them, so they are dropped.
-func decodeTools(in []wireTool, choice *wireToolChoice, referenced map[string]bool, d *httpx.Dropped) ([]pool.Tool, error) {
+func decodeTools(in []wireTool, choice *wireToolChoice, referenced map[string]bool, d *httpx.Dropped) ([]chat.Tool, error) {
 	if len(in) == 0 {
 		return nil, nil
 	}
@@ -557,7 +557,7 @@ func decodeTools(in []wireTool, choice *wireToolChoice, referenced map[string]bo
 	if choice != nil && choice.Type == "tool" {
 		forced = choice.Name
 	}
-	out := make([]pool.Tool, 0, len(in))
+	out := make([]chat.Tool, 0, len(in))
 	seen := make(map[string]bool, len(in))
 	for i := range in {
 		t := &in[i]
@@ -583,34 +583,34 @@ func decodeTools(in []wireTool, choice *wireToolChoice, referenced map[string]bo
 			d.Add(dropDeferredTools)
 			continue
 		}
-		out = append(out, pool.Tool{Name: t.Name, Description: t.Description, Parameters: t.InputSchema})
+		out = append(out, chat.Tool{Name: t.Name, Description: t.Description, Parameters: t.InputSchema})
 	}
 	return out, nil
 }
 
-func decodeToolChoice(tc *wireToolChoice, tools []pool.Tool) (pool.ToolChoice, error) {
+func decodeToolChoice(tc *wireToolChoice, tools []chat.Tool) (chat.ToolChoice, error) {
 	if tc == nil {
-		return pool.ToolChoice{}, nil
+		return chat.ToolChoice{}, nil
 	}
 	switch tc.Type {
 	case "auto":
-		return pool.ToolChoice{Mode: pool.ToolAuto}, nil
+		return chat.ToolChoice{Mode: chat.ToolAuto}, nil
 	case "none":
-		return pool.ToolChoice{Mode: pool.ToolNone}, nil
+		return chat.ToolChoice{Mode: chat.ToolNone}, nil
 	case "any":
 		if len(tools) == 0 {
-			return pool.ToolChoice{}, badRequest("tool_choice: \"any\" requires tools")
+			return chat.ToolChoice{}, badRequest("tool_choice: \"any\" requires tools")
 		}
-		return pool.ToolChoice{Mode: pool.ToolRequired}, nil
+		return chat.ToolChoice{Mode: chat.ToolRequired}, nil
 	case "tool":
 		for _, t := range tools {
 			if t.Name == tc.Name {
-				return pool.ToolChoice{Mode: pool.ToolNamed, Name: tc.Name}, nil
+				return chat.ToolChoice{Mode: chat.ToolNamed, Name: tc.Name}, nil
 			}
 		}
-		return pool.ToolChoice{}, badRequest("tool_choice.name: no tool named %q in tools", tc.Name)
+		return chat.ToolChoice{}, badRequest("tool_choice.name: no tool named %q in tools", tc.Name)
 	default:
-		return pool.ToolChoice{}, badRequest("tool_choice.type: must be one of auto, any, tool, none; got %q", tc.Type)
+		return chat.ToolChoice{}, badRequest("tool_choice.type: must be one of auto, any, tool, none; got %q", tc.Type)
 	}
 }
 

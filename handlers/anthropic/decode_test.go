@@ -5,9 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/jsonx"
-
-	"github.com/poolgate/poolgate/pool"
 )
 
 var decodeSeeds = []string{
@@ -40,7 +39,7 @@ func FuzzDecodeMessages(f *testing.F) {
 		}
 		for _, m := range d.chat.Messages {
 			switch m.Role {
-			case pool.RoleSystem, pool.RoleUser, pool.RoleAssistant, pool.RoleTool:
+			case chat.RoleSystem, chat.RoleUser, chat.RoleAssistant, chat.RoleTool:
 			default:
 				t.Fatalf("role %q", m.Role)
 			}
@@ -87,7 +86,7 @@ func BenchmarkEncodeTextDelta(b *testing.B) {
 
 func BenchmarkEncodeToolCall(b *testing.B) {
 	enc := newStreamEncoder(&nopWriter{}, "claude-x")
-	tc := pool.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}
+	tc := chat.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := enc.toolCall(&tc); err != nil {

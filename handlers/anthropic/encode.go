@@ -3,11 +3,11 @@ package anthropic
 import (
 	"crypto/rand"
 	"encoding/json"
-	"github.com/poolgate/poolgate/internal/jsonx"
 	"strconv"
 	"strings"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
 // messageBody is the non-streaming answer (and message_start's message).
@@ -72,15 +72,15 @@ func toolInput(args string) string {
 
 // stopReason maps the neutral finish to Anthropic's; a turn that made tool
 // calls ends with tool_use whatever the worker said.
-func stopReason(f pool.FinishReason, madeCalls bool) string {
+func stopReason(f chat.FinishReason, madeCalls bool) string {
 	switch {
 	case madeCalls:
 		return "tool_use"
-	case f == pool.FinishLength:
+	case f == chat.FinishLength:
 		return "max_tokens"
-	case f == pool.FinishStopSequence:
+	case f == chat.FinishStopSequence:
 		return "stop_sequence"
-	case f == pool.FinishToolCalls:
+	case f == chat.FinishToolCalls:
 		return "tool_use"
 	default:
 		return "end_turn"
@@ -90,19 +90,19 @@ func stopReason(f pool.FinishReason, madeCalls bool) string {
 // collector folds an event stream into the non-streaming answer.
 type collector struct {
 	text  strings.Builder
-	calls []pool.ToolCall
+	calls []chat.ToolCall
 }
 
-func (c *collector) add(ev *pool.Event) {
+func (c *collector) add(ev *chat.Event) {
 	switch ev.Type {
-	case pool.EventText:
+	case chat.EventText:
 		c.text.WriteString(ev.Text)
-	case pool.EventToolCall:
+	case chat.EventToolCall:
 		c.calls = append(c.calls, ev.ToolCall)
 	}
 }
 
-func (c *collector) body(model string, done *pool.Event) *messageBody {
+func (c *collector) body(model string, done *chat.Event) *messageBody {
 	m := &messageBody{
 		ID: newMessageID(), Type: "message", Role: "assistant", Model: model,
 		Content: make([]contentBlock, 0, 1+len(c.calls)),
@@ -214,7 +214,7 @@ func (e *streamEncoder) text(s string) error {
 
 // toolCall writes a whole tool_use block: start with empty input, the
 // arguments as one input_json_delta, stop.
-func (e *streamEncoder) toolCall(tc *pool.ToolCall) error {
+func (e *streamEncoder) toolCall(tc *chat.ToolCall) error {
 	if e.inText {
 		if err := e.blockStop(); err != nil {
 			return err
@@ -239,7 +239,7 @@ func (e *streamEncoder) toolCall(tc *pool.ToolCall) error {
 }
 
 // done closes the open block and writes message_delta and message_stop.
-func (e *streamEncoder) done(ev *pool.Event) error {
+func (e *streamEncoder) done(ev *chat.Event) error {
 	if e.next == 0 {
 		// An empty answer still has one (empty) text block, as the
 		// non-streaming message does.

@@ -3,13 +3,14 @@ package anthropic
 import (
 	"context"
 	"errors"
-	"github.com/poolgate/poolgate/internal/jsonx"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/jsonx"
+
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/pool"
 )
 
 // Anthropic error types (https://docs.anthropic.com/en/api/errors).
@@ -61,10 +62,10 @@ type wireError struct {
 func mapError(err error) wireError {
 	var (
 		reqErr *requestError
-		over   *pool.OverloadedError
-		rate   *pool.RateLimitedError
-		up     *pool.UpstreamError
-		policy *pool.PolicyError
+		over   *chat.OverloadedError
+		rate   *chat.RateLimitedError
+		up     *chat.UpstreamError
+		policy *chat.PolicyError
 	)
 	switch {
 	case errors.As(err, &reqErr):
@@ -79,11 +80,11 @@ func mapError(err error) wireError {
 		return wireError{http.StatusTooManyRequests, errRateLimit, "the gateway is at capacity, retry later", max(over.RetryAfter, time.Second)}
 	case errors.As(err, &rate):
 		return wireError{http.StatusTooManyRequests, errRateLimit, "upstream rate limit: " + rate.Message, rate.RetryAfter}
-	case errors.Is(err, pool.ErrNoInstance), errors.Is(err, pool.ErrNotLoggedIn):
+	case errors.Is(err, chat.ErrNoInstance), errors.Is(err, chat.ErrNotLoggedIn):
 		return wireError{statusOverloaded, errOverloaded, "no backend instance is ready to serve: " + err.Error(), 0}
 	case errors.As(err, &up):
 		return wireError{http.StatusBadGateway, errAPI, up.Error(), 0}
-	case errors.Is(err, pool.ErrWorkerGone):
+	case errors.Is(err, chat.ErrWorkerGone):
 		return wireError{http.StatusBadGateway, errAPI, err.Error(), 0}
 	case errors.Is(err, context.DeadlineExceeded):
 		return wireError{http.StatusGatewayTimeout, errAPI, "the request timed out", 0}

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
-	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
@@ -39,39 +39,39 @@ func call(t *testing.T, hf http.HandlerFunc, body string) string {
 const streamBody = `{"model":"claude-x","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
 
 func TestGoldenStreams(t *testing.T) {
-	text := func(s string) pool.Event { return pool.Event{Type: pool.EventText, Text: s} }
+	text := func(s string) chat.Event { return chat.Event{Type: chat.EventText, Text: s} }
 	tests := []struct {
 		name  string
-		give  []pool.Event
+		give  []chat.Event
 		giveE error
 	}{
 		{name: "text", give: pooltest.TextAnswer("Hel", "lo \"wo", "rld\"\n")},
-		{name: "tool_use", give: []pool.Event{
+		{name: "tool_use", give: []chat.Event{
 			text("Checking."),
-			{Type: pool.EventToolCall, ToolCall: pool.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
-			{Type: pool.EventToolCall, ToolCall: pool.ToolCall{Name: "get_time", Arguments: ``}},
-			{Type: pool.EventDone, Finish: pool.FinishToolCalls, Usage: pool.Usage{InputTokens: 30, OutputTokens: 9}},
+			{Type: chat.EventToolCall, ToolCall: chat.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
+			{Type: chat.EventToolCall, ToolCall: chat.ToolCall{Name: "get_time", Arguments: ``}},
+			{Type: chat.EventDone, Finish: chat.FinishToolCalls, Usage: chat.Usage{InputTokens: 30, OutputTokens: 9}},
 		}},
-		{name: "max_tokens", give: []pool.Event{
+		{name: "max_tokens", give: []chat.Event{
 			text("Once upon"),
-			{Type: pool.EventDone, Finish: pool.FinishLength, Usage: pool.Usage{InputTokens: 5, OutputTokens: 50}},
+			{Type: chat.EventDone, Finish: chat.FinishLength, Usage: chat.Usage{InputTokens: 5, OutputTokens: 50}},
 		}},
-		{name: "stop_sequence", give: []pool.Event{
+		{name: "stop_sequence", give: []chat.Event{
 			text("1, 2, "),
-			{Type: pool.EventDone, Finish: pool.FinishStopSequence, StopSequence: "3", Usage: pool.Usage{InputTokens: 5, OutputTokens: 3}},
+			{Type: chat.EventDone, Finish: chat.FinishStopSequence, StopSequence: "3", Usage: chat.Usage{InputTokens: 5, OutputTokens: 3}},
 		}},
-		{name: "fails_half_way", give: []pool.Event{
+		{name: "fails_half_way", give: []chat.Event{
 			text("Half an "),
-			{Type: pool.EventError, Err: &pool.UpstreamError{Status: 500, Message: "worker crashed"}},
+			{Type: chat.EventError, Err: &chat.UpstreamError{Status: 500, Message: "worker crashed"}},
 		}},
-		{name: "rate_limited_half_way", give: []pool.Event{
+		{name: "rate_limited_half_way", give: []chat.Event{
 			text("Half"),
-			{Type: pool.EventError, Err: &pool.RateLimitedError{Message: "quota"}},
+			{Type: chat.EventError, Err: &chat.RateLimitedError{Message: "quota"}},
 		}},
-		{name: "ends_without_done", give: []pool.Event{text("cut")}},
+		{name: "ends_without_done", give: []chat.Event{text("cut")}},
 		{name: "empty_answer", give: pooltest.TextAnswer()},
-		{name: "error_before_first_event", giveE: pool.ErrNoInstance},
-		{name: "error_as_first_event", give: []pool.Event{{Type: pool.EventError, Err: &pool.OverloadedError{Reason: "queue full", RetryAfter: 1500e6}}}},
+		{name: "error_before_first_event", giveE: chat.ErrNoInstance},
+		{name: "error_as_first_event", give: []chat.Event{{Type: chat.EventError, Err: &chat.OverloadedError{Reason: "queue full", RetryAfter: 1500e6}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -82,10 +82,10 @@ func TestGoldenStreams(t *testing.T) {
 }
 
 func TestGoldenNonStream(t *testing.T) {
-	h := anthropic.New(anthropic.Config{}, &pooltest.Chatter{Events: []pool.Event{
-		{Type: pool.EventText, Text: "Let me look."},
-		{Type: pool.EventToolCall, ToolCall: pool.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
-		{Type: pool.EventDone, Finish: pool.FinishToolCalls, Usage: pool.Usage{InputTokens: 30, OutputTokens: 9}},
+	h := anthropic.New(anthropic.Config{}, &pooltest.Chatter{Events: []chat.Event{
+		{Type: chat.EventText, Text: "Let me look."},
+		{Type: chat.EventToolCall, ToolCall: chat.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
+		{Type: chat.EventDone, Finish: chat.FinishToolCalls, Usage: chat.Usage{InputTokens: 30, OutputTokens: 9}},
 	}}, nil)
 	body := `{"model":"claude-x","max_tokens":50,"messages":[{"role":"user","content":"weather?"}],` +
 		`"tools":[{"name":"get_weather","input_schema":{"type":"object"}}],"tool_choice":{"type":"any"}}`
@@ -151,12 +151,12 @@ func TestErrorMapping(t *testing.T) {
 		wantStatus int
 		wantType   string
 	}{
-		{pool.ErrNoInstance, 529, "overloaded_error"},
-		{pool.ErrNotLoggedIn, 529, "overloaded_error"},
-		{&pool.OverloadedError{Reason: "full"}, 429, "rate_limit_error"},
-		{&pool.RateLimitedError{Message: "quota"}, 429, "rate_limit_error"},
-		{&pool.UpstreamError{Message: "bad"}, 502, "api_error"},
-		{pool.ErrWorkerGone, 502, "api_error"},
+		{chat.ErrNoInstance, 529, "overloaded_error"},
+		{chat.ErrNotLoggedIn, 529, "overloaded_error"},
+		{&chat.OverloadedError{Reason: "full"}, 429, "rate_limit_error"},
+		{&chat.RateLimitedError{Message: "quota"}, 429, "rate_limit_error"},
+		{&chat.UpstreamError{Message: "bad"}, 502, "api_error"},
+		{chat.ErrWorkerGone, 502, "api_error"},
 	}
 	for _, tt := range tests {
 		h := anthropic.New(anthropic.Config{}, &pooltest.Chatter{Err: tt.give}, nil)

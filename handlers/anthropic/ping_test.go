@@ -10,19 +10,19 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
 // pausingChatter sends one text event, goes quiet for Pause, then finishes.
 type pausingChatter struct{ Pause time.Duration }
 
-func (c pausingChatter) Chat(ctx context.Context, _ *pool.ChatRequest) (<-chan pool.Event, error) {
-	ch := make(chan pool.Event)
+func (c pausingChatter) Chat(ctx context.Context, _ *chat.Request) (<-chan chat.Event, error) {
+	ch := make(chan chat.Event)
 	go func() {
 		defer close(ch)
-		for i, ev := range []pool.Event{{Type: pool.EventText, Text: "a"}, {Type: pool.EventDone, Finish: pool.FinishStop}} {
+		for i, ev := range []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventDone, Finish: chat.FinishStop}} {
 			if i > 0 {
 				select {
 				case <-time.After(c.Pause):
@@ -86,7 +86,7 @@ func TestSlowStartOpensTheStreamEarly(t *testing.T) {
 	}{
 		{"answer after a wait", &pooltest.Chatter{Delay: 25 * time.Second, Events: pooltest.TextAnswer("hi")},
 			[]string{"event: message_start\n", "event: ping\n", "event: ping\n", "event: content_block_start\n", "hi", "event: message_stop\n"}, "event: error"},
-		{"overloaded after a wait", &pooltest.Chatter{Delay: 25 * time.Second, Err: &pool.OverloadedError{RetryAfter: time.Second}},
+		{"overloaded after a wait", &pooltest.Chatter{Delay: 25 * time.Second, Err: &chat.OverloadedError{RetryAfter: time.Second}},
 			[]string{"event: message_start\n", "event: ping\n", "event: error\n", `"type":"overloaded_error"`}, "message_stop"},
 	}
 	for _, tt := range tests {
@@ -108,7 +108,7 @@ func TestSlowStartOpensTheStreamEarly(t *testing.T) {
 func TestQuickFailureIsAStatus(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := anthropic.New(anthropic.Config{PingInterval: 10 * time.Second},
-			&pooltest.Chatter{Delay: time.Second, Err: &pool.OverloadedError{RetryAfter: 2 * time.Second}}, nil)
+			&pooltest.Chatter{Delay: time.Second, Err: &chat.OverloadedError{RetryAfter: 2 * time.Second}}, nil)
 		rec := httptest.NewRecorder()
 		h.Messages(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
 		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "2" {

@@ -13,23 +13,23 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
 // routerScript answers like the router over a worker: a tool call when tools
 // are offered and no result is in yet, text after a tool result, and plain
 // text otherwise, cut at a stop sequence the way the router cuts it.
-func routerScript(req *pool.ChatRequest) ([]pool.Event, error) {
+func routerScript(req *chat.Request) ([]chat.Event, error) {
 	last := req.Messages[len(req.Messages)-1]
 	switch {
-	case last.Role == pool.RoleTool:
+	case last.Role == chat.RoleTool:
 		return pooltest.TextAnswer("It is ", last.Content, " in Paris."), nil
 	case len(req.Tools) > 0:
-		return []pool.Event{
-			{Type: pool.EventText, Text: "Let me check."},
-			{Type: pool.EventToolCall, ToolCall: pool.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
-			{Type: pool.EventDone, Finish: pool.FinishToolCalls, Usage: pool.Usage{InputTokens: 20, OutputTokens: 7}},
+		return []chat.Event{
+			{Type: chat.EventText, Text: "Let me check."},
+			{Type: chat.EventToolCall, ToolCall: chat.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
+			{Type: chat.EventDone, Finish: chat.FinishToolCalls, Usage: chat.Usage{InputTokens: 20, OutputTokens: 7}},
 		}, nil
 	default:
 		return cutAtStop([]string{"Count: 1, 2, ", "3, S", "TOP", ", 4, 5"}, req.Stop), nil
@@ -39,18 +39,18 @@ func routerScript(req *pool.ChatRequest) ([]pool.Event, error) {
 // cutAtStop streams chunks, holding back any tail that could start a stop
 // sequence, and ends with FinishStopSequence at the first match: what the
 // real router does with Stop.
-func cutAtStop(chunks, stops []string) []pool.Event {
-	var evs []pool.Event
+func cutAtStop(chunks, stops []string) []chat.Event {
+	var evs []chat.Event
 	var pending string
 	for _, c := range chunks {
 		pending += c
 		for _, s := range stops {
 			if i := strings.Index(pending, s); i >= 0 {
 				if i > 0 {
-					evs = append(evs, pool.Event{Type: pool.EventText, Text: pending[:i]})
+					evs = append(evs, chat.Event{Type: chat.EventText, Text: pending[:i]})
 				}
-				return append(evs, pool.Event{Type: pool.EventDone, Finish: pool.FinishStopSequence, StopSequence: s,
-					Usage: pool.Usage{InputTokens: 10, OutputTokens: 4}})
+				return append(evs, chat.Event{Type: chat.EventDone, Finish: chat.FinishStopSequence, StopSequence: s,
+					Usage: chat.Usage{InputTokens: 10, OutputTokens: 4}})
 			}
 		}
 		keep := 0
@@ -62,14 +62,14 @@ func cutAtStop(chunks, stops []string) []pool.Event {
 			}
 		}
 		if safe := pending[:len(pending)-keep]; safe != "" {
-			evs = append(evs, pool.Event{Type: pool.EventText, Text: safe})
+			evs = append(evs, chat.Event{Type: chat.EventText, Text: safe})
 		}
 		pending = pending[len(pending)-keep:]
 	}
 	if pending != "" {
-		evs = append(evs, pool.Event{Type: pool.EventText, Text: pending})
+		evs = append(evs, chat.Event{Type: chat.EventText, Text: pending})
 	}
-	return append(evs, pool.Event{Type: pool.EventDone, Finish: pool.FinishStop, Usage: pool.Usage{InputTokens: 10, OutputTokens: 6}})
+	return append(evs, chat.Event{Type: chat.EventDone, Finish: chat.FinishStop, Usage: chat.Usage{InputTokens: 10, OutputTokens: 6}})
 }
 
 func newClient(t *testing.T, h *anthropic.Handler) sdk.Client {
@@ -210,7 +210,7 @@ func TestSDKCountTokens(t *testing.T) {
 }
 
 func TestSDKErrorShape(t *testing.T) {
-	client := newClient(t, anthropic.New(anthropic.Config{}, &pooltest.Chatter{Err: pool.ErrNoInstance}, nil))
+	client := newClient(t, anthropic.New(anthropic.Config{}, &pooltest.Chatter{Err: chat.ErrNoInstance}, nil))
 	_, err := client.Messages.New(context.Background(), sdk.MessageNewParams{
 		Model: "claude-x", MaxTokens: 10, Messages: []sdk.MessageParam{sdk.NewUserMessage(sdk.NewTextBlock("hi"))},
 	})

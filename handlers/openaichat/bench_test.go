@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // benchBody is a typical agent request: a system prompt, a few turns, a
@@ -61,10 +61,10 @@ func (d *discardWriter) Flush()                      {}
 func (d *discardWriter) SetWriteDeadline(time.Time) error { return nil }
 
 // sliceChatter replays prepared events over a buffered channel.
-type sliceChatter struct{ events []pool.Event }
+type sliceChatter struct{ events []chat.Event }
 
-func (s sliceChatter) Chat(_ context.Context, _ *pool.ChatRequest) (<-chan pool.Event, error) {
-	ch := make(chan pool.Event, len(s.events))
+func (s sliceChatter) Chat(_ context.Context, _ *chat.Request) (<-chan chat.Event, error) {
+	ch := make(chan chat.Event, len(s.events))
 	for _, ev := range s.events {
 		ch <- ev
 	}
@@ -77,11 +77,11 @@ func (s sliceChatter) Chat(_ context.Context, _ *pool.ChatRequest) (<-chan pool.
 // with its flush. ns/op is per event.
 func BenchmarkStreamEvent(b *testing.B) {
 	const perStream = 256
-	events := make([]pool.Event, 0, perStream+1)
+	events := make([]chat.Event, 0, perStream+1)
 	for range perStream {
-		events = append(events, pool.Event{Type: pool.EventText, Text: " token"})
+		events = append(events, chat.Event{Type: chat.EventText, Text: " token"})
 	}
-	events = append(events, pool.Event{Type: pool.EventDone, Finish: pool.FinishStop})
+	events = append(events, chat.Event{Type: chat.EventDone, Finish: chat.FinishStop})
 	h := New(Config{}, sliceChatter{events}, nil)
 	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 	b.ReportAllocs()
@@ -92,9 +92,9 @@ func BenchmarkStreamEvent(b *testing.B) {
 }
 
 func BenchmarkNonStream(b *testing.B) {
-	events := []pool.Event{
-		{Type: pool.EventText, Text: "The default is three retries."},
-		{Type: pool.EventDone, Finish: pool.FinishStop, Usage: pool.Usage{InputTokens: 120, OutputTokens: 7}},
+	events := []chat.Event{
+		{Type: chat.EventText, Text: "The default is three retries."},
+		{Type: chat.EventDone, Finish: chat.FinishStop, Usage: chat.Usage{InputTokens: 120, OutputTokens: 7}},
 	}
 	h := New(Config{}, sliceChatter{events}, nil)
 	body := strings.Replace(benchBody, `"stream":true`, `"stream":false`, 1)

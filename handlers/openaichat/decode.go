@@ -11,7 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // wireRequest is the request body of POST /v1/chat/completions. Fields the
@@ -169,7 +169,7 @@ const maxStops = 4
 
 // decodeRequest parses and validates a request body into the neutral
 // request. Every error it returns is a *requestError (a 400).
-func decodeRequest(body []byte) (*pool.ChatRequest, options, error) {
+func decodeRequest(body []byte) (*chat.Request, options, error) {
 	var w wireRequest
 	if err := unmarshal(body, &w, ""); err != nil {
 		return nil, options{}, locate(body, err)
@@ -179,7 +179,7 @@ func decodeRequest(body []byte) (*pool.ChatRequest, options, error) {
 	}
 	var opt options
 	w.dropTopLevel(&opt.dropped)
-	req := &pool.ChatRequest{Model: w.Model, AffinityHint: w.User}
+	req := &chat.Request{Model: w.Model, AffinityHint: w.User}
 	var err error
 	if req.Messages, err = decodeMessages(w.Messages, &opt.dropped); err != nil {
 		return nil, options{}, err
@@ -284,15 +284,15 @@ type msgDecoder struct {
 	toolNames map[string]string // tool call id -> function name
 }
 
-func decodeMessages(items []wireMessage, dropped *httpx.Dropped) ([]pool.Message, error) {
+func decodeMessages(items []wireMessage, dropped *httpx.Dropped) ([]chat.Message, error) {
 	if items == nil {
 		return nil, badRequest("messages", codeMissing, "is required")
 	}
 	if len(items) == 0 {
 		return nil, badRequest("messages", codeInvalidVal, "must contain at least one message")
 	}
-	if len(items) > pool.MaxMessages {
-		return nil, badRequest("messages", codeInvalidVal, "at most %d messages are allowed, got %d", pool.MaxMessages, len(items))
+	if len(items) > chat.MaxMessages {
+		return nil, badRequest("messages", codeInvalidVal, "at most %d messages are allowed, got %d", chat.MaxMessages, len(items))
 	}
 	d := msgDecoder{dropped: dropped, current: -1}
 	for i := len(items) - 1; i >= 0; i-- {
@@ -301,7 +301,7 @@ func decodeMessages(items []wireMessage, dropped *httpx.Dropped) ([]pool.Message
 			break
 		}
 	}
-	msgs := make([]pool.Message, len(items))
+	msgs := make([]chat.Message, len(items))
 	for i := range items {
 		if err := d.decodeMessage(&items[i], i, &msgs[i]); err != nil {
 			return nil, err
@@ -344,17 +344,17 @@ func locate(body []byte, err error) error {
 	return err
 }
 
-func (d *msgDecoder) decodeMessage(wm *wireMessage, i int, m *pool.Message) error {
+func (d *msgDecoder) decodeMessage(wm *wireMessage, i int, m *chat.Message) error {
 	param := "messages[" + strconv.Itoa(i) + "]"
 	switch wm.Role {
 	case "system", "developer":
-		m.Role = pool.RoleSystem
+		m.Role = chat.RoleSystem
 	case "user":
-		m.Role = pool.RoleUser
+		m.Role = chat.RoleUser
 	case "assistant":
-		m.Role = pool.RoleAssistant
+		m.Role = chat.RoleAssistant
 	case "tool":
-		m.Role = pool.RoleTool
+		m.Role = chat.RoleTool
 	case "":
 		return badRequest(param+".role", codeMissing, "is required")
 	default:
@@ -370,31 +370,31 @@ func (d *msgDecoder) decodeMessage(wm *wireMessage, i int, m *pool.Message) erro
 		return err
 	}
 	switch m.Role {
-	case pool.RoleAssistant:
+	case chat.RoleAssistant:
 		if m.ToolCalls, err = decodeToolCalls(wm.ToolCalls, param, &d.toolNames); err != nil {
 			return err
 		}
-	case pool.RoleTool:
+	case chat.RoleTool:
 		if wm.ToolCallID == "" {
 			return badRequest(param+".tool_call_id", codeMissing, "is required for tool messages")
 		}
 		m.ToolCallID = wm.ToolCallID
 		m.Name = d.toolNames[wm.ToolCallID]
 	}
-	if isNull(wm.Content) && m.Role != pool.RoleAssistant {
+	if isNull(wm.Content) && m.Role != chat.RoleAssistant {
 		return badRequest(param+".content", codeMissing, "is required for %s messages", wm.Role)
 	}
-	if len(wm.ToolCalls) > 0 && m.Role != pool.RoleAssistant {
+	if len(wm.ToolCalls) > 0 && m.Role != chat.RoleAssistant {
 		return badRequest(param+".tool_calls", codeInvalidVal, "only assistant messages have tool_calls")
 	}
 	return nil
 }
 
-func decodeToolCalls(calls []wireToolCall, param string, toolNames *map[string]string) ([]pool.ToolCall, error) {
+func decodeToolCalls(calls []wireToolCall, param string, toolNames *map[string]string) ([]chat.ToolCall, error) {
 	if len(calls) == 0 {
 		return nil, nil
 	}
-	out := make([]pool.ToolCall, len(calls))
+	out := make([]chat.ToolCall, len(calls))
 	for j, c := range calls {
 		p := fmt.Sprintf("%s.tool_calls[%d]", param, j)
 		if c.Type != "" && c.Type != "function" {
@@ -407,7 +407,7 @@ func decodeToolCalls(calls []wireToolCall, param string, toolNames *map[string]s
 		if strings.TrimSpace(args) == "" {
 			args = "{}"
 		}
-		out[j] = pool.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: args}
+		out[j] = chat.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: args}
 		if c.ID != "" {
 			if *toolNames == nil {
 				*toolNames = make(map[string]string)
@@ -485,14 +485,14 @@ var (
 	mediaDrops = map[string]string{"image_url": dropImages, "input_audio": dropAudio, "file": dropFiles}
 )
 
-func decodeTools(tools []wireTool) ([]pool.Tool, error) {
+func decodeTools(tools []wireTool) ([]chat.Tool, error) {
 	if len(tools) == 0 {
 		return nil, nil
 	}
-	if len(tools) > pool.MaxTools {
-		return nil, badRequest("tools", codeInvalidVal, "at most %d tools are allowed, got %d", pool.MaxTools, len(tools))
+	if len(tools) > chat.MaxTools {
+		return nil, badRequest("tools", codeInvalidVal, "at most %d tools are allowed, got %d", chat.MaxTools, len(tools))
 	}
-	out := make([]pool.Tool, 0, len(tools))
+	out := make([]chat.Tool, 0, len(tools))
 	seen := make(map[string]bool, len(tools))
 	for i, t := range tools {
 		p := "tools[" + strconv.Itoa(i) + "]"
@@ -513,16 +513,16 @@ func decodeTools(tools []wireTool) ([]pool.Tool, error) {
 		} else if params[0] != '{' {
 			return nil, badRequest(p+".function.parameters", codeInvalidType, "must be a JSON schema object")
 		}
-		out = append(out, pool.Tool{Name: f.Name, Description: f.Description, Parameters: params})
+		out = append(out, chat.Tool{Name: f.Name, Description: f.Description, Parameters: params})
 	}
 	return out, nil
 }
 
-func decodeToolChoice(raw json.RawMessage, tools []pool.Tool) (pool.ToolChoice, error) {
+func decodeToolChoice(raw json.RawMessage, tools []chat.Tool) (chat.ToolChoice, error) {
 	if isNull(raw) {
-		return pool.ToolChoice{}, nil
+		return chat.ToolChoice{}, nil
 	}
-	var tc pool.ToolChoice
+	var tc chat.ToolChoice
 	if raw[0] == '"' {
 		var s string
 		if err := unmarshal(raw, &s, "tool_choice"); err != nil {
@@ -532,9 +532,9 @@ func decodeToolChoice(raw json.RawMessage, tools []pool.Tool) (pool.ToolChoice, 
 		case "auto":
 			return tc, nil
 		case "none":
-			return pool.ToolChoice{Mode: pool.ToolNone}, nil
+			return chat.ToolChoice{Mode: chat.ToolNone}, nil
 		case "required":
-			tc = pool.ToolChoice{Mode: pool.ToolRequired}
+			tc = chat.ToolChoice{Mode: chat.ToolRequired}
 		default:
 			return tc, badRequest("tool_choice", codeInvalidVal, "unknown tool_choice %q (want auto, none, required or a function)", s)
 		}
@@ -549,18 +549,18 @@ func decodeToolChoice(raw json.RawMessage, tools []pool.Tool) (pool.ToolChoice, 
 		if w.Function == nil || w.Function.Name == "" {
 			return tc, badRequest("tool_choice.function.name", codeMissing, "is required")
 		}
-		tc = pool.ToolChoice{Mode: pool.ToolNamed, Name: w.Function.Name}
+		tc = chat.ToolChoice{Mode: chat.ToolNamed, Name: w.Function.Name}
 	}
 	if len(tools) == 0 {
 		return tc, badRequest("tool_choice", codeInvalidVal, "tool_choice requires tools")
 	}
-	if tc.Mode == pool.ToolNamed && !hasTool(tools, tc.Name) {
+	if tc.Mode == chat.ToolNamed && !hasTool(tools, tc.Name) {
 		return tc, badRequest("tool_choice", codeInvalidVal, "tool %q is not among the request's tools", tc.Name)
 	}
 	return tc, nil
 }
 
-func hasTool(tools []pool.Tool, name string) bool {
+func hasTool(tools []chat.Tool, name string) bool {
 	for _, t := range tools {
 		if t.Name == name {
 			return true

@@ -2,10 +2,10 @@ package openaichat
 
 import (
 	"encoding/json"
-	"github.com/poolgate/poolgate/internal/jsonx"
 	"strconv"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
 // completion is the non-streaming response body.
@@ -44,18 +44,18 @@ type usage struct {
 	TotalTokens      int `json:"total_tokens"`
 }
 
-func usageOf(u pool.Usage) usage {
+func usageOf(u chat.Usage) usage {
 	return usage{PromptTokens: u.InputTokens, CompletionTokens: u.OutputTokens, TotalTokens: u.InputTokens + u.OutputTokens}
 }
 
 // finishReason maps the neutral finish reason to OpenAI's. A stop sequence
 // is "stop" on this protocol; an answer that called tools ends with
 // "tool_calls" even if the worker said "stop", since clients key on it.
-func finishReason(f pool.FinishReason, calledTools bool) string {
+func finishReason(f chat.FinishReason, calledTools bool) string {
 	switch f {
-	case pool.FinishLength:
+	case chat.FinishLength:
 		return "length"
-	case pool.FinishToolCalls:
+	case chat.FinishToolCalls:
 		return "tool_calls"
 	}
 	if calledTools {
@@ -158,7 +158,7 @@ func (e *streamEncoder) finish(reason string) []byte {
 
 // usageChunk is the extra chunk stream_options.include_usage asks for: no
 // choices, only the usage.
-func (e *streamEncoder) usageChunk(u pool.Usage) []byte {
+func (e *streamEncoder) usageChunk(u chat.Usage) []byte {
 	b := append(e.buf[:0], e.head...)
 	b = append(b, `],"usage":{"prompt_tokens":`...)
 	b = strconv.AppendInt(b, int64(u.InputTokens), 10)

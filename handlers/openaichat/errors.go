@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // OpenAI error types used in bodies. OpenAI itself only documents
@@ -117,23 +117,23 @@ func strPtr(s string) *string {
 // OpenAI error the client sees. It is the protocol's one error mapper.
 //
 //	request errors (bad JSON, bad fields)     400 invalid_request_error
-//	*pool.PolicyError (a forced tool refused) 400 invalid_request_error
+//	*chat.PolicyError (a forced tool refused) 400 invalid_request_error
 //	httpx.ErrBodyTooLarge                     413 invalid_request_error
 //	httpx.ErrBodyTimeout                      408 invalid_request_error
-//	pool.ErrNoInstance, pool.ErrNotLoggedIn   503 server_error
-//	*pool.OverloadedError                     429 rate_limit_error + Retry-After
-//	*pool.RateLimitedError                    429 rate_limit_error (+ Retry-After)
-//	*pool.UpstreamError, pool.ErrWorkerGone   502 server_error
+//	chat.ErrNoInstance, chat.ErrNotLoggedIn   503 server_error
+//	*chat.OverloadedError                     429 rate_limit_error + Retry-After
+//	*chat.RateLimitedError                    429 rate_limit_error (+ Retry-After)
+//	*chat.UpstreamError, chat.ErrWorkerGone   502 server_error
 //	context.DeadlineExceeded                  504 server_error
 //	context.Canceled                          499 (the client is gone)
 //	anything else                             500 server_error, no details
 func ErrorFor(err error) *APIError {
 	var (
 		re  *requestError
-		ole *pool.OverloadedError
-		rle *pool.RateLimitedError
-		ue  *pool.UpstreamError
-		pe  *pool.PolicyError
+		ole *chat.OverloadedError
+		rle *chat.RateLimitedError
+		ue  *chat.UpstreamError
+		pe  *chat.PolicyError
 	)
 	switch {
 	case errors.As(err, &pe):
@@ -155,16 +155,16 @@ func ErrorFor(err error) *APIError {
 	case errors.As(err, &rle):
 		return &APIError{Status: http.StatusTooManyRequests, Type: TypeRateLimit,
 			Message: rle.Error(), Code: strPtr("rate_limit_exceeded"), RetryAfter: rle.RetryAfter}
-	case errors.Is(err, pool.ErrNoInstance):
+	case errors.Is(err, chat.ErrNoInstance):
 		return &APIError{Status: http.StatusServiceUnavailable, Type: TypeServer,
 			Message: "no backend instance is ready to serve", Code: strPtr("no_instance")}
-	case errors.Is(err, pool.ErrNotLoggedIn):
+	case errors.Is(err, chat.ErrNotLoggedIn):
 		return &APIError{Status: http.StatusServiceUnavailable, Type: TypeServer,
 			Message: "the backend account is not logged in", Code: strPtr("not_logged_in")}
 	case errors.As(err, &ue):
 		return &APIError{Status: http.StatusBadGateway, Type: TypeServer,
 			Message: ue.Error(), Code: strPtr("upstream_error")}
-	case errors.Is(err, pool.ErrWorkerGone):
+	case errors.Is(err, chat.ErrWorkerGone):
 		return &APIError{Status: http.StatusBadGateway, Type: TypeServer,
 			Message: "the backend worker went away", Code: strPtr("worker_gone")}
 	case errors.Is(err, context.DeadlineExceeded):

@@ -1,6 +1,6 @@
 // Package openaichat serves OpenAI's POST /v1/chat/completions. It sits
 // between the gin router (which adds request ids, auth and the body cap) and
-// pool's router: it decodes the wire JSON into a neutral pool.ChatRequest,
+// pool's router: it decodes the wire JSON into a neutral chat.Request,
 // calls the router, and writes the neutral events back as one
 // chat.completion body or as a chat.completion.chunk SSE stream. It imports
 // no web framework.
@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/pool"
 )
 
@@ -34,7 +35,7 @@ import (
 // or EventError and is then closed; the router has already applied Stop and
 // MaxTokens.
 type Chatter interface {
-	Chat(ctx context.Context, req *pool.ChatRequest) (<-chan pool.Event, error)
+	Chat(ctx context.Context, req *chat.Request) (<-chan chat.Event, error)
 }
 
 // Config tunes the handler. The zero value is usable.
@@ -121,7 +122,7 @@ func (h *Handler) Completions(w http.ResponseWriter, r *http.Request) {
 		// held back until it is clear it is not a tool call) sends comments,
 		// which commit the stream: a failure after one is an error chunk.
 		events, err := httpx.Await(h.cfg.KeepAlive, cancel,
-			func() (<-chan pool.Event, error) { return h.chat.Chat(ctx, req) },
+			func() (<-chan chat.Event, error) { return h.chat.Chat(ctx, req) },
 			func() error {
 				if !httpx.Claim(ctx, httpx.Local) {
 					return nil // another replica is answering
@@ -132,7 +133,7 @@ func (h *Handler) Completions(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, pool.ErrForwarded):
 			return // another replica answered
 		case err != nil:
-			_, _ = h.streamEvent(w, r, st, pool.Event{Type: pool.EventError, Err: err})
+			_, _ = h.streamEvent(w, r, st, chat.Event{Type: chat.EventError, Err: err})
 			return
 		}
 		h.stream(ctx, w, r, events, st)
@@ -182,23 +183,23 @@ func endedEarly(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return pool.ErrWorkerGone
+	return chat.ErrWorkerGone
 }
 
 // collect buffers the answer into one chat.completion body.
-func (h *Handler) collect(ctx context.Context, w http.ResponseWriter, r *http.Request, events <-chan pool.Event, c *completion) {
+func (h *Handler) collect(ctx context.Context, w http.ResponseWriter, r *http.Request, events <-chan chat.Event, c *completion) {
 	var text strings.Builder
 	var calls []replyToolCall
 	for ev := range events {
 		switch ev.Type {
-		case pool.EventText:
+		case chat.EventText:
 			text.WriteString(ev.Text)
-		case pool.EventToolCall:
+		case chat.EventToolCall:
 			calls = append(calls, h.replyCall(ev.ToolCall))
-		case pool.EventError:
+		case chat.EventError:
 			h.fail(w, r, ev.Err)
 			return
-		case pool.EventDone:
+		case chat.EventDone:
 			msg := replyMessage{Role: "assistant", ToolCalls: calls}
 			if s := text.String(); s != "" || len(calls) == 0 {
 				msg.Content = &s
@@ -212,7 +213,7 @@ func (h *Handler) collect(ctx context.Context, w http.ResponseWriter, r *http.Re
 	h.fail(w, r, endedEarly(ctx))
 }
 
-func (h *Handler) replyCall(tc pool.ToolCall) replyToolCall {
+func (h *Handler) replyCall(tc chat.ToolCall) replyToolCall {
 	id := tc.ID
 	if id == "" {
 		id = h.newID("call_")
@@ -248,7 +249,7 @@ type streamState struct {
 }
 
 // stream relays events as chat.completion.chunk frames.
-func (h *Handler) stream(ctx context.Context, w http.ResponseWriter, r *http.Request, events <-chan pool.Event, st *streamState) {
+func (h *Handler) stream(ctx context.Context, w http.ResponseWriter, r *http.Request, events <-chan chat.Event, st *streamState) {
 	var tick <-chan time.Time
 	var timer *time.Timer
 	if h.cfg.KeepAlive > 0 {
@@ -261,7 +262,7 @@ func (h *Handler) stream(ctx context.Context, w http.ResponseWriter, r *http.Req
 		select {
 		case ev, ok := <-events:
 			if !ok {
-				ev = pool.Event{Type: pool.EventError, Err: endedEarly(ctx)}
+				ev = chat.Event{Type: chat.EventError, Err: endedEarly(ctx)}
 			}
 			var more bool
 			if more, err = h.streamEvent(w, r, st, ev); err == nil && !more {
@@ -271,7 +272,7 @@ func (h *Handler) stream(ctx context.Context, w http.ResponseWriter, r *http.Req
 			err = st.sse.Comment("keep-alive")
 		case <-ctx.Done():
 			// A cancelled client is gone; a deadline still gets its error.
-			_, err = h.streamEvent(w, r, st, pool.Event{Type: pool.EventError, Err: ctx.Err()})
+			_, err = h.streamEvent(w, r, st, chat.Event{Type: chat.EventError, Err: ctx.Err()})
 			if err == nil {
 				return
 			}
@@ -288,33 +289,33 @@ func (h *Handler) stream(ctx context.Context, w http.ResponseWriter, r *http.Req
 }
 
 // streamEvent writes one event; more is false once the stream is over.
-func (h *Handler) streamEvent(w http.ResponseWriter, r *http.Request, st *streamState, ev pool.Event) (more bool, err error) {
-	if ev.Type == pool.EventError && !st.sse.Started() {
+func (h *Handler) streamEvent(w http.ResponseWriter, r *http.Request, st *streamState, ev chat.Event) (more bool, err error) {
+	if ev.Type == chat.EventError && !st.sse.Started() {
 		h.fail(w, r, ev.Err)
 		return false, nil
 	}
-	if !st.begun && ev.Type != pool.EventError {
+	if !st.begun && ev.Type != chat.EventError {
 		st.begun = true
 		if err := st.sse.Event("", st.enc.role()); err != nil {
 			return false, err
 		}
 	}
 	switch ev.Type {
-	case pool.EventText:
+	case chat.EventText:
 		if ev.Text == "" {
 			return true, nil
 		}
 		return true, st.sse.Event("", st.enc.text(ev.Text))
-	case pool.EventToolCall:
+	case chat.EventToolCall:
 		st.called = true
 		tc := h.replyCall(ev.ToolCall)
 		if err := st.sse.Event("", st.enc.toolCallHead(tc.ID, tc.Function.Name)); err != nil {
 			return false, err
 		}
 		return true, st.sse.Event("", st.enc.toolCallArgs(tc.Function.Arguments))
-	case pool.EventDone:
+	case chat.EventDone:
 		return false, h.streamDone(st, ev)
-	case pool.EventError:
+	case chat.EventError:
 		if clientGone(r) {
 			return false, nil
 		}
@@ -325,7 +326,7 @@ func (h *Handler) streamEvent(w http.ResponseWriter, r *http.Request, st *stream
 	return true, nil
 }
 
-func (h *Handler) streamDone(st *streamState, ev pool.Event) error {
+func (h *Handler) streamDone(st *streamState, ev chat.Event) error {
 	if err := st.sse.Event("", st.enc.finish(finishReason(ev.Finish, st.called))); err != nil {
 		return err
 	}

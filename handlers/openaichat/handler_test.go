@@ -13,10 +13,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
@@ -24,9 +24,9 @@ var _ Chatter = (*pooltest.Chatter)(nil)
 
 // newTestHandler returns a handler with a fixed clock and counting ids, so
 // transcripts are stable.
-func newTestHandler(t *testing.T, chat Chatter, cfg Config) *Handler {
+func newTestHandler(t *testing.T, fake Chatter, cfg Config) *Handler {
 	t.Helper()
-	h := New(cfg, chat, nil)
+	h := New(cfg, fake, nil)
 	h.now = func() time.Time { return time.Unix(1700000000, 0) }
 	var n atomic.Int64
 	h.newID = func(prefix string) string { return fmt.Sprintf("%stest%d", prefix, n.Add(1)) }
@@ -64,20 +64,20 @@ const (
 	usageBody  = `{"model":"qwen","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`
 )
 
-func toolAnswer() []pool.Event {
-	return []pool.Event{
-		{Type: pool.EventText, Text: "Let me check."},
-		{Type: pool.EventToolCall, ToolCall: pool.ToolCall{ID: "call_a", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
-		{Type: pool.EventToolCall, ToolCall: pool.ToolCall{Name: "get_time", Arguments: `{"tz":"CET"}`}},
-		{Type: pool.EventDone, Finish: pool.FinishToolCalls, Usage: pool.Usage{InputTokens: 20, OutputTokens: 12}},
+func toolAnswer() []chat.Event {
+	return []chat.Event{
+		{Type: chat.EventText, Text: "Let me check."},
+		{Type: chat.EventToolCall, ToolCall: chat.ToolCall{ID: "call_a", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
+		{Type: chat.EventToolCall, ToolCall: chat.ToolCall{Name: "get_time", Arguments: `{"tz":"CET"}`}},
+		{Type: chat.EventDone, Finish: chat.FinishToolCalls, Usage: chat.Usage{InputTokens: 20, OutputTokens: 12}},
 	}
 }
 
-func failingAnswer() []pool.Event {
-	return []pool.Event{
-		{Type: pool.EventText, Text: "Half an "},
-		{Type: pool.EventText, Text: "answer"},
-		{Type: pool.EventError, Err: &pool.UpstreamError{Status: 500, Message: "model crashed"}},
+func failingAnswer() []chat.Event {
+	return []chat.Event{
+		{Type: chat.EventText, Text: "Half an "},
+		{Type: chat.EventText, Text: "answer"},
+		{Type: chat.EventError, Err: &chat.UpstreamError{Status: 500, Message: "model crashed"}},
 	}
 }
 
@@ -85,31 +85,31 @@ func TestGolden(t *testing.T) {
 	tests := []struct {
 		name   string
 		body   string
-		events []pool.Event
+		events []chat.Event
 		err    error
 	}{
 		{name: "stream_text", body: streamBody, events: pooltest.TextAnswer("Hello", ", \"world\"\n", "日本")},
 		{name: "stream_usage", body: usageBody, events: pooltest.TextAnswer("Hello", " there")},
 		{name: "stream_tool_calls", body: usageBody, events: toolAnswer()},
-		{name: "stream_stop_sequence", body: streamBody, events: []pool.Event{
-			{Type: pool.EventText, Text: "one two"},
-			{Type: pool.EventDone, Finish: pool.FinishStopSequence, StopSequence: "three"}}},
-		{name: "stream_length", body: streamBody, events: []pool.Event{
-			{Type: pool.EventText, Text: "cut"},
-			{Type: pool.EventDone, Finish: pool.FinishLength}}},
+		{name: "stream_stop_sequence", body: streamBody, events: []chat.Event{
+			{Type: chat.EventText, Text: "one two"},
+			{Type: chat.EventDone, Finish: chat.FinishStopSequence, StopSequence: "three"}}},
+		{name: "stream_length", body: streamBody, events: []chat.Event{
+			{Type: chat.EventText, Text: "cut"},
+			{Type: chat.EventDone, Finish: chat.FinishLength}}},
 		{name: "stream_fails_midway", body: usageBody, events: failingAnswer()},
-		{name: "stream_fails_before_first_event", body: streamBody, events: []pool.Event{
-			{Type: pool.EventError, Err: pool.ErrWorkerGone}}},
-		{name: "stream_overloaded", body: streamBody, err: &pool.OverloadedError{RetryAfter: 1500 * time.Millisecond, Reason: "queue full"}},
+		{name: "stream_fails_before_first_event", body: streamBody, events: []chat.Event{
+			{Type: chat.EventError, Err: chat.ErrWorkerGone}}},
+		{name: "stream_overloaded", body: streamBody, err: &chat.OverloadedError{RetryAfter: 1500 * time.Millisecond, Reason: "queue full"}},
 		{name: "json_text", body: simpleBody, events: pooltest.TextAnswer("Hello", " there")},
 		{name: "json_tool_calls", body: simpleBody, events: toolAnswer()},
 		{name: "json_fails", body: simpleBody, events: failingAnswer()},
-		{name: "json_no_instance", body: simpleBody, err: pool.ErrNoInstance},
+		{name: "json_no_instance", body: simpleBody, err: chat.ErrNoInstance},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			chat := &pooltest.Chatter{Events: tt.events, Err: tt.err}
-			rec := serve(newTestHandler(t, chat, Config{}), tt.body)
+			fake := &pooltest.Chatter{Events: tt.events, Err: tt.err}
+			rec := serve(newTestHandler(t, fake, Config{}), tt.body)
 			testenv.Golden(t, tt.name, transcript(rec))
 		})
 	}
@@ -131,24 +131,24 @@ func TestRequestMapping(t *testing.T) {
 			"parameters": {"type": "object"}}}],
 		"tool_choice": {"type": "function", "function": {"name": "weather"}}
 	}`
-	chat := &pooltest.Chatter{Events: pooltest.TextAnswer("ok")}
-	rec := serve(newTestHandler(t, chat, Config{}), body)
+	fake := &pooltest.Chatter{Events: pooltest.TextAnswer("ok")}
+	rec := serve(newTestHandler(t, fake, Config{}), body)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("got status %d (%s), want 200", rec.Code, rec.Body)
 	}
-	got := chat.Requests()[0]
+	got := fake.Requests()[0]
 	temp, topP := 0.5, 0.9
-	want := &pool.ChatRequest{
+	want := &chat.Request{
 		RequestID: "req-1", APIKey: "sk-test", AffinityHint: "conv-7",
 		Model: "qwen-max", MaxTokens: 100, Stop: []string{"END"}, Temperature: &temp, TopP: &topP, Stream: true,
-		Messages: []pool.Message{
-			{Role: pool.RoleSystem, Content: "Be brief."},
-			{Role: pool.RoleUser, Content: "What is the weather?"},
-			{Role: pool.RoleAssistant, ToolCalls: []pool.ToolCall{{ID: "c1", Name: "weather", Arguments: `{"city":"Oslo"}`}}},
-			{Role: pool.RoleTool, Content: "rainy", ToolCallID: "c1", Name: "weather"},
+		Messages: []chat.Message{
+			{Role: chat.RoleSystem, Content: "Be brief."},
+			{Role: chat.RoleUser, Content: "What is the weather?"},
+			{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: "c1", Name: "weather", Arguments: `{"city":"Oslo"}`}}},
+			{Role: chat.RoleTool, Content: "rainy", ToolCallID: "c1", Name: "weather"},
 		},
-		Tools:      []pool.Tool{{Name: "weather", Description: "Looks it up", Parameters: []byte(`{"type": "object"}`)}},
-		ToolChoice: pool.ToolChoice{Mode: pool.ToolNamed, Name: "weather"},
+		Tools:      []chat.Tool{{Name: "weather", Description: "Looks it up", Parameters: []byte(`{"type": "object"}`)}},
+		ToolChoice: chat.ToolChoice{Mode: chat.ToolNamed, Name: "weather"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
@@ -157,11 +157,11 @@ func TestRequestMapping(t *testing.T) {
 
 func TestKeepAlive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		chat := &pooltest.Chatter{Script: func(*pool.ChatRequest) ([]pool.Event, error) {
+		fake := &pooltest.Chatter{Script: func(*chat.Request) ([]chat.Event, error) {
 			time.Sleep(40 * time.Second) // a slow first token, in the bubble's fake time
 			return pooltest.TextAnswer("late"), nil
 		}}
-		rec := serve(newTestHandler(t, slowChatter{chat}, Config{KeepAlive: 15 * time.Second}), streamBody)
+		rec := serve(newTestHandler(t, slowChatter{fake}, Config{KeepAlive: 15 * time.Second}), streamBody)
 		if got, want := strings.Count(rec.Body.String(), ": keep-alive\n\n"), 2; got != want {
 			t.Errorf("got %d keep-alives, want %d in\n%s", got, want, rec.Body)
 		}
@@ -175,8 +175,8 @@ func TestKeepAlive(t *testing.T) {
 // script is a silence on an open channel, like a worker thinking.
 type slowChatter struct{ c *pooltest.Chatter }
 
-func (s slowChatter) Chat(ctx context.Context, req *pool.ChatRequest) (<-chan pool.Event, error) {
-	ch := make(chan pool.Event)
+func (s slowChatter) Chat(ctx context.Context, req *chat.Request) (<-chan chat.Event, error) {
+	ch := make(chan chat.Event)
 	go func() {
 		defer close(ch)
 		events, _ := s.c.Script(req)
@@ -195,12 +195,12 @@ func (s slowChatter) Chat(ctx context.Context, req *pool.ChatRequest) (<-chan po
 // reporting when it saw it.
 type blockingChatter struct{ canceled chan struct{} }
 
-func (b blockingChatter) Chat(ctx context.Context, _ *pool.ChatRequest) (<-chan pool.Event, error) {
-	ch := make(chan pool.Event)
+func (b blockingChatter) Chat(ctx context.Context, _ *chat.Request) (<-chan chat.Event, error) {
+	ch := make(chan chat.Event)
 	go func() {
 		defer close(ch)
 		select {
-		case ch <- pool.Event{Type: pool.EventText, Text: "partial"}:
+		case ch <- chat.Event{Type: chat.EventText, Text: "partial"}:
 		case <-ctx.Done():
 		}
 		<-ctx.Done()
@@ -211,8 +211,8 @@ func (b blockingChatter) Chat(ctx context.Context, _ *pool.ChatRequest) (<-chan 
 
 func TestClientDisconnectCancelsWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		chat := blockingChatter{canceled: make(chan struct{})}
-		h := newTestHandler(t, chat, Config{})
+		fake := blockingChatter{canceled: make(chan struct{})}
+		h := newTestHandler(t, fake, Config{})
 		ctx, cancel := context.WithCancel(context.Background())
 		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(streamBody)).WithContext(ctx)
 		rec := httptest.NewRecorder()
@@ -224,7 +224,7 @@ func TestClientDisconnectCancelsWorker(t *testing.T) {
 		synctest.Wait()
 		cancel()
 		<-done
-		<-chat.canceled
+		<-fake.canceled
 		if strings.Contains(rec.Body.String(), "[DONE]") {
 			t.Errorf("got [DONE] after a disconnect, want none")
 		}
@@ -239,16 +239,16 @@ func TestErrorFor(t *testing.T) {
 		wantCode       string
 		wantRetryAfter string
 	}{
-		{give: pool.ErrNoInstance, wantStatus: 503, wantType: TypeServer, wantCode: "no_instance"},
-		{give: fmt.Errorf("pick: %w", pool.ErrNotLoggedIn), wantStatus: 503, wantType: TypeServer, wantCode: "not_logged_in"},
-		{give: &pool.OverloadedError{RetryAfter: 2100 * time.Millisecond}, wantStatus: 429, wantType: TypeRateLimit,
+		{give: chat.ErrNoInstance, wantStatus: 503, wantType: TypeServer, wantCode: "no_instance"},
+		{give: fmt.Errorf("pick: %w", chat.ErrNotLoggedIn), wantStatus: 503, wantType: TypeServer, wantCode: "not_logged_in"},
+		{give: &chat.OverloadedError{RetryAfter: 2100 * time.Millisecond}, wantStatus: 429, wantType: TypeRateLimit,
 			wantCode: "overloaded", wantRetryAfter: "3"},
-		{give: &pool.OverloadedError{}, wantStatus: 429, wantType: TypeRateLimit, wantCode: "overloaded", wantRetryAfter: "1"},
-		{give: &pool.RateLimitedError{Message: "quota"}, wantStatus: 429, wantType: TypeRateLimit, wantCode: "rate_limit_exceeded"},
-		{give: &pool.RateLimitedError{RetryAfter: time.Minute}, wantStatus: 429, wantType: TypeRateLimit,
+		{give: &chat.OverloadedError{}, wantStatus: 429, wantType: TypeRateLimit, wantCode: "overloaded", wantRetryAfter: "1"},
+		{give: &chat.RateLimitedError{Message: "quota"}, wantStatus: 429, wantType: TypeRateLimit, wantCode: "rate_limit_exceeded"},
+		{give: &chat.RateLimitedError{RetryAfter: time.Minute}, wantStatus: 429, wantType: TypeRateLimit,
 			wantCode: "rate_limit_exceeded", wantRetryAfter: "60"},
-		{give: &pool.UpstreamError{Status: 500, Message: "boom"}, wantStatus: 502, wantType: TypeServer, wantCode: "upstream_error"},
-		{give: pool.ErrWorkerGone, wantStatus: 502, wantType: TypeServer, wantCode: "worker_gone"},
+		{give: &chat.UpstreamError{Status: 500, Message: "boom"}, wantStatus: 502, wantType: TypeServer, wantCode: "upstream_error"},
+		{give: chat.ErrWorkerGone, wantStatus: 502, wantType: TypeServer, wantCode: "worker_gone"},
 		{give: context.DeadlineExceeded, wantStatus: 504, wantType: TypeServer, wantCode: "timeout"},
 		{give: httpx.ErrBodyTooLarge, wantStatus: 413, wantType: TypeInvalidRequest, wantCode: "request_too_large"},
 		{give: fmt.Errorf("surprise"), wantStatus: 500, wantType: TypeServer},
@@ -322,9 +322,9 @@ func TestSlowStartKeepsAlive(t *testing.T) {
 	}{
 		{"answer after a wait", &pooltest.Chatter{Delay: 35 * time.Second, Events: pooltest.TextAnswer("late")}, 200,
 			[]string{": keep-alive\n\n", ": keep-alive\n\n", `"content":"late"`, "data: [DONE]\n\n"}, "error"},
-		{"overloaded after a wait", &pooltest.Chatter{Delay: 35 * time.Second, Err: &pool.OverloadedError{RetryAfter: time.Second}}, 200,
+		{"overloaded after a wait", &pooltest.Chatter{Delay: 35 * time.Second, Err: &chat.OverloadedError{RetryAfter: time.Second}}, 200,
 			[]string{": keep-alive\n\n", `data: {"error":`, "rate_limit_error"}, "[DONE]"},
-		{"overloaded at once", &pooltest.Chatter{Err: &pool.OverloadedError{RetryAfter: time.Second}}, 429,
+		{"overloaded at once", &pooltest.Chatter{Err: &chat.OverloadedError{RetryAfter: time.Second}}, 429,
 			[]string{`{"error":`}, "keep-alive"},
 	}
 	for _, tt := range tests {

@@ -12,7 +12,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
@@ -125,7 +125,7 @@ func TestSDKToolCalls(t *testing.T) {
 func TestSDKErrors(t *testing.T) {
 	ctx := context.Background()
 	t.Run("overloaded", func(t *testing.T) {
-		chat := &pooltest.Chatter{Err: &pool.OverloadedError{RetryAfter: 3e9}}
+		chat := &pooltest.Chatter{Err: &chat.OverloadedError{RetryAfter: 3e9}}
 		client := sdkClient(t, newTestHandler(t, chat, Config{}))
 		_, err := client.Chat.Completions.New(ctx, weatherParams())
 		var apiErr *openai.Error

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool"
 )
 
 // codexBody is shaped like Codex CLI's requests: developer messages, a
@@ -40,16 +40,16 @@ func TestCodexShapes(t *testing.T) {
 		t.Fatal(err)
 	}
 	nameToolResults(nil, d.input)
-	wantMsgs := []pool.Message{
-		{Role: pool.RoleSystem, Content: "You are Codex."},
-		{Role: pool.RoleUser, Content: "fix it"},
-		{Role: pool.RoleAssistant, ToolCalls: []pool.ToolCall{
+	wantMsgs := []chat.Message{
+		{Role: chat.RoleSystem, Content: "You are Codex."},
+		{Role: chat.RoleUser, Content: "fix it"},
+		{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{
 			{ID: "c1", Name: "multi_agent_v1__close_agent", Arguments: `{"id":"a1"}`}}},
-		{Role: pool.RoleTool, ToolCallID: "c1", Name: "multi_agent_v1__close_agent", Content: "closed"},
-		{Role: pool.RoleAssistant, ToolCalls: []pool.ToolCall{
+		{Role: chat.RoleTool, ToolCallID: "c1", Name: "multi_agent_v1__close_agent", Content: "closed"},
+		{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{
 			{ID: "c2", Name: "apply_patch", Arguments: `{"input":"*** Begin Patch"}`}}},
-		{Role: pool.RoleTool, ToolCallID: "c2", Name: "apply_patch", Content: "Done\n\n" + imageNote},
-		{Role: pool.RoleUser, Content: "and now?"},
+		{Role: chat.RoleTool, ToolCallID: "c2", Name: "apply_patch", Content: "Done\n\n" + imageNote},
+		{Role: chat.RoleUser, Content: "and now?"},
 	}
 	if !reflect.DeepEqual(d.input, wantMsgs) {
 		t.Errorf("input:\n got %+v\nwant %+v", d.input, wantMsgs)
@@ -84,7 +84,7 @@ func TestCallsInClientTerms(t *testing.T) {
 	}
 	w := &namesWriter{}
 	enc := newStreamEncoder(w, &responseObject{ID: "resp_x", Output: []wireItem{}}, d.refs)
-	calls := []pool.ToolCall{
+	calls := []chat.ToolCall{
 		{ID: "k1", Name: "multi_agent_v1__close_agent", Arguments: `{"id":"a2"}`},
 		{ID: "k2", Name: "apply_patch", Arguments: `{"input":"*** Begin Patch\n*** End Patch"}`},
 		{ID: "k3", Name: "exec_command", Arguments: `{"cmd":"ls"}`},

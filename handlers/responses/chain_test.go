@@ -10,7 +10,7 @@ import (
 
 	rsp "github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/handlers/responses/responsestest"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
@@ -29,7 +29,7 @@ func create(t *testing.T, h *rsp.Handler, body string) (string, int) {
 // reaches the worker with every earlier message.
 func TestChainsAreStoredByReference(t *testing.T) {
 	var seen []int
-	chat := &pooltest.Chatter{Script: func(req *pool.ChatRequest) ([]pool.Event, error) {
+	chat := &pooltest.Chatter{Script: func(req *chat.Request) ([]chat.Event, error) {
 		seen = append(seen, len(req.Messages))
 		return pooltest.TextAnswer(strings.Repeat("answer ", 50)), nil
 	}}

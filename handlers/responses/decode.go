@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // createRequest is the wire body of POST /v1/responses. Harmless fields
@@ -99,8 +99,8 @@ var DroppedFields = []string{
 // map back to the client's tool names, and what was dropped.
 type decoded struct {
 	wire    createRequest
-	chat    pool.ChatRequest
-	input   []pool.Message
+	chat    chat.Request
+	input   []chat.Message
 	items   []item
 	refs    toolRefs
 	dropped httpx.Dropped
@@ -201,14 +201,14 @@ func validateMetadata(m map[string]string) error {
 
 // decodeInput turns a string or item-list input into neutral messages and
 // the items input_items lists.
-func (d *decoded) decodeInput(raw json.RawMessage) ([]pool.Message, []item, error) {
+func (d *decoded) decodeInput(raw json.RawMessage) ([]chat.Message, []item, error) {
 	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return nil, nil, badParam("input", "input: "+err.Error())
 		}
-		return []pool.Message{{Role: pool.RoleUser, Content: s}},
-			[]item{{ID: newID("msg_"), Type: "message", Status: "completed", Role: pool.RoleUser, Parts: []string{s}}}, nil
+		return []chat.Message{{Role: chat.RoleUser, Content: s}},
+			[]item{{ID: newID("msg_"), Type: "message", Status: "completed", Role: chat.RoleUser, Parts: []string{s}}}, nil
 	}
 	var list []inputItem
 	if err := json.Unmarshal(raw, &list); err != nil {
@@ -217,11 +217,11 @@ func (d *decoded) decodeInput(raw json.RawMessage) ([]pool.Message, []item, erro
 	if len(list) == 0 {
 		return nil, nil, badParam("input", "input must not be empty")
 	}
-	if len(list) > pool.MaxMessages {
-		return nil, nil, badParam("input", fmt.Sprintf("input may have at most %d items, got %d", pool.MaxMessages, len(list)))
+	if len(list) > chat.MaxMessages {
+		return nil, nil, badParam("input", fmt.Sprintf("input may have at most %d items, got %d", chat.MaxMessages, len(list)))
 	}
 	ic := inputContext{decoded: d, current: currentTurn(list),
-		msgs: make([]pool.Message, 0, len(list)), items: make([]item, 0, len(list))}
+		msgs: make([]chat.Message, 0, len(list)), items: make([]item, 0, len(list))}
 	for i := range list {
 		if err := ic.add(i, &list[i]); err != nil {
 			return nil, nil, err
@@ -245,18 +245,18 @@ func currentTurn(list []inputItem) int {
 type inputContext struct {
 	*decoded
 	current int
-	msgs    []pool.Message
+	msgs    []chat.Message
 	items   []item
 }
 
 // addCall appends a call to the assistant turn it belongs to: calls right
 // after an assistant message (or each other) are that one turn.
-func (ic *inputContext) addCall(call pool.ToolCall) {
-	if n := len(ic.msgs); n > 0 && ic.msgs[n-1].Role == pool.RoleAssistant {
+func (ic *inputContext) addCall(call chat.ToolCall) {
+	if n := len(ic.msgs); n > 0 && ic.msgs[n-1].Role == chat.RoleAssistant {
 		ic.msgs[n-1].ToolCalls = append(ic.msgs[n-1].ToolCalls, call)
 		return
 	}
-	ic.msgs = append(ic.msgs, pool.Message{Role: pool.RoleAssistant, ToolCalls: []pool.ToolCall{call}})
+	ic.msgs = append(ic.msgs, chat.Message{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{call}})
 }
 
 func (ic *inputContext) add(i int, it *inputItem) error {
@@ -267,20 +267,20 @@ func (ic *inputContext) add(i int, it *inputItem) error {
 		if err != nil {
 			return err
 		}
-		ic.msgs = append(ic.msgs, pool.Message{Role: role, Content: strings.Join(parts, "\n\n")})
+		ic.msgs = append(ic.msgs, chat.Message{Role: role, Content: strings.Join(parts, "\n\n")})
 		ic.items = append(ic.items, item{ID: idOr(it.ID, "msg_"), Type: "message", Status: "completed", Role: it.Role, Parts: parts})
 	case "function_call":
 		if it.CallID == "" || it.Name == "" {
 			return badParam(param, param+": function_call needs call_id and name")
 		}
-		ic.addCall(pool.ToolCall{ID: it.CallID, Name: flatName(it.Namespace, it.Name), Arguments: it.Arguments})
+		ic.addCall(chat.ToolCall{ID: it.CallID, Name: flatName(it.Namespace, it.Name), Arguments: it.Arguments})
 		ic.items = append(ic.items, item{ID: idOr(it.ID, "fc_"), Type: "function_call", Status: "completed",
 			CallID: it.CallID, Name: it.Name, Namespace: it.Namespace, Arguments: it.Arguments})
 	case "custom_tool_call":
 		if it.CallID == "" || it.Name == "" || it.Input == nil {
 			return badParam(param, param+": custom_tool_call needs call_id, name and input")
 		}
-		ic.addCall(pool.ToolCall{ID: it.CallID, Name: flatName(it.Namespace, it.Name), Arguments: customArguments(*it.Input)})
+		ic.addCall(chat.ToolCall{ID: it.CallID, Name: flatName(it.Namespace, it.Name), Arguments: customArguments(*it.Input)})
 		ic.items = append(ic.items, item{ID: idOr(it.ID, "ctc_"), Type: "custom_tool_call", Status: "completed",
 			CallID: it.CallID, Name: it.Name, Namespace: it.Namespace, Input: *it.Input})
 	case "function_call_output", "custom_tool_call_output":
@@ -288,7 +288,7 @@ func (ic *inputContext) add(i int, it *inputItem) error {
 		if err != nil {
 			return err
 		}
-		ic.msgs = append(ic.msgs, pool.Message{Role: pool.RoleTool, ToolCallID: it.CallID, Content: out})
+		ic.msgs = append(ic.msgs, chat.Message{Role: chat.RoleTool, ToolCallID: it.CallID, Content: out})
 		ic.items = append(ic.items, item{ID: idOr(it.ID, "fco_"), Type: it.Type, Status: "completed",
 			CallID: it.CallID, Output: out})
 	case "reasoning":
@@ -317,11 +317,11 @@ func (ic *inputContext) messageParts(param string, it *inputItem, current bool) 
 	var role string
 	switch it.Role {
 	case "user":
-		role = pool.RoleUser
+		role = chat.RoleUser
 	case "assistant":
-		role = pool.RoleAssistant
+		role = chat.RoleAssistant
 	case "system", "developer":
-		role = pool.RoleSystem
+		role = chat.RoleSystem
 	default:
 		return "", nil, badParam(param+".role", fmt.Sprintf("%s.role must be user, assistant, system or developer, got %q", param, it.Role))
 	}
@@ -416,9 +416,9 @@ func (ic *inputContext) callOutput(param string, it *inputItem) (string, error) 
 // it answers, found in input or in the stored history before it; workers
 // that render results by name need it, and function_call_output omits it.
 // One pass over both, with a map: a transcript may hold thousands of calls.
-func nameToolResults(history, input []pool.Message) {
+func nameToolResults(history, input []chat.Message) {
 	var names map[string]string
-	note := func(msgs []pool.Message) {
+	note := func(msgs []chat.Message) {
 		for i := range msgs {
 			for _, tc := range msgs[i].ToolCalls {
 				if names == nil {
@@ -434,7 +434,7 @@ func nameToolResults(history, input []pool.Message) {
 		switch {
 		case len(m.ToolCalls) > 0:
 			note(input[i : i+1])
-		case m.Role == pool.RoleTool && m.Name == "":
+		case m.Role == chat.RoleTool && m.Name == "":
 			m.Name = names[m.ToolCallID]
 		}
 	}
@@ -460,44 +460,44 @@ func forcedTool(raw json.RawMessage) string {
 	return tc.Type
 }
 
-func decodeToolChoice(raw json.RawMessage, tools []pool.Tool) (pool.ToolChoice, error) {
+func decodeToolChoice(raw json.RawMessage, tools []chat.Tool) (chat.ToolChoice, error) {
 	if isNull(raw) {
-		return pool.ToolChoice{}, nil
+		return chat.ToolChoice{}, nil
 	}
-	var choice pool.ToolChoice
+	var choice chat.ToolChoice
 	if raw[0] == '"' {
 		var s string
 		_ = json.Unmarshal(raw, &s)
 		switch s {
 		case "auto":
-			return pool.ToolChoice{Mode: pool.ToolAuto}, nil
+			return chat.ToolChoice{Mode: chat.ToolAuto}, nil
 		case "none":
-			return pool.ToolChoice{Mode: pool.ToolNone}, nil
+			return chat.ToolChoice{Mode: chat.ToolNone}, nil
 		case "required":
-			choice = pool.ToolChoice{Mode: pool.ToolRequired}
+			choice = chat.ToolChoice{Mode: chat.ToolRequired}
 		default:
-			return pool.ToolChoice{}, badParam("tool_choice", fmt.Sprintf("tool_choice %q must be auto, none, required or a function", s))
+			return chat.ToolChoice{}, badParam("tool_choice", fmt.Sprintf("tool_choice %q must be auto, none, required or a function", s))
 		}
 	} else {
 		var tc wireToolChoice
 		if err := json.Unmarshal(raw, &tc); err != nil {
-			return pool.ToolChoice{}, badParam("tool_choice", "tool_choice must be a string or an object")
+			return chat.ToolChoice{}, badParam("tool_choice", "tool_choice must be a string or an object")
 		}
 		if tc.Type != "function" && tc.Type != "custom" {
-			return pool.ToolChoice{}, badParam("tool_choice", fmt.Sprintf("tool_choice type %q is not supported; use auto, none, required, a function or a custom tool", tc.Type))
+			return chat.ToolChoice{}, badParam("tool_choice", fmt.Sprintf("tool_choice type %q is not supported; use auto, none, required, a function or a custom tool", tc.Type))
 		}
-		choice = pool.ToolChoice{Mode: pool.ToolNamed, Name: flatName(tc.Namespace, tc.Name)}
+		choice = chat.ToolChoice{Mode: chat.ToolNamed, Name: flatName(tc.Namespace, tc.Name)}
 	}
 	if len(tools) == 0 {
-		return pool.ToolChoice{}, badParam("tool_choice", "tool_choice requires tools")
+		return chat.ToolChoice{}, badParam("tool_choice", "tool_choice requires tools")
 	}
-	if choice.Mode == pool.ToolNamed && !hasTool(tools, choice.Name) {
-		return pool.ToolChoice{}, badParam("tool_choice", fmt.Sprintf("tool_choice names tool %q, which is not in tools", choice.Name))
+	if choice.Mode == chat.ToolNamed && !hasTool(tools, choice.Name) {
+		return chat.ToolChoice{}, badParam("tool_choice", fmt.Sprintf("tool_choice names tool %q, which is not in tools", choice.Name))
 	}
 	return choice, nil
 }
 
-func hasTool(tools []pool.Tool, name string) bool {
+func hasTool(tools []chat.Tool, name string) bool {
 	for _, t := range tools {
 		if t.Name == name {
 			return true

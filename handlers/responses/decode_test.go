@@ -5,9 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/jsonx"
-
-	"github.com/poolgate/poolgate/pool"
 )
 
 var decodeSeeds = []string{
@@ -40,7 +39,7 @@ func FuzzDecodeCreate(f *testing.F) {
 			return // reasoning-only input
 		}
 		for _, m := range d.input {
-			if m.Role != pool.RoleUser && m.Role != pool.RoleAssistant && m.Role != pool.RoleSystem && m.Role != pool.RoleTool {
+			if m.Role != chat.RoleUser && m.Role != chat.RoleAssistant && m.Role != chat.RoleSystem && m.Role != chat.RoleTool {
 				t.Fatalf("role %q", m.Role)
 			}
 		}
@@ -86,7 +85,7 @@ func BenchmarkEncodeTextDelta(b *testing.B) {
 
 func BenchmarkEncodeToolCall(b *testing.B) {
 	enc := newStreamEncoder(&nopWriter{}, &responseObject{ID: "resp_x", Output: []wireItem{}}, nil)
-	tc := pool.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}
+	tc := chat.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}
 	b.ReportAllocs()
 	for b.Loop() {
 		enc.resp.Output = enc.resp.Output[:0]

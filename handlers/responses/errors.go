@@ -3,13 +3,14 @@ package responses
 import (
 	"context"
 	"errors"
-	"github.com/poolgate/poolgate/internal/jsonx"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/jsonx"
+
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/session"
 )
 
@@ -50,10 +51,10 @@ type wireError struct {
 func mapError(err error) wireError {
 	var (
 		reqErr *requestError
-		over   *pool.OverloadedError
-		rate   *pool.RateLimitedError
-		up     *pool.UpstreamError
-		policy *pool.PolicyError
+		over   *chat.OverloadedError
+		rate   *chat.RateLimitedError
+		up     *chat.UpstreamError
+		policy *chat.PolicyError
 	)
 	switch {
 	case errors.As(err, &policy):
@@ -75,13 +76,13 @@ func mapError(err error) wireError {
 	case errors.As(err, &rate):
 		return wireError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "rate_limit_exceeded",
 			msg: "upstream rate limit: " + rate.Message, retryAfter: rate.RetryAfter}
-	case errors.Is(err, pool.ErrNoInstance):
+	case errors.Is(err, chat.ErrNoInstance):
 		return wireError{status: http.StatusServiceUnavailable, typ: "server_error", code: "no_instance",
 			msg: "no backend instance is ready to serve"}
-	case errors.Is(err, pool.ErrNotLoggedIn):
+	case errors.Is(err, chat.ErrNotLoggedIn):
 		return wireError{status: http.StatusServiceUnavailable, typ: "server_error", code: "not_logged_in",
 			msg: "the backend account is not logged in"}
-	case errors.As(err, &up), errors.Is(err, pool.ErrWorkerGone):
+	case errors.As(err, &up), errors.Is(err, chat.ErrWorkerGone):
 		return wireError{status: http.StatusBadGateway, typ: "server_error", code: "upstream_error", msg: err.Error()}
 	case errors.Is(err, context.DeadlineExceeded):
 		return wireError{status: http.StatusGatewayTimeout, typ: "server_error", code: "timeout", msg: "the request timed out"}

@@ -8,12 +8,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
 	rsp "github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/handlers/responses/responsestest"
-	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
@@ -49,31 +49,31 @@ func record(t *testing.T, h *rsp.Handler, body string) string {
 }
 
 func TestGoldenStreams(t *testing.T) {
-	text := func(s string) pool.Event { return pool.Event{Type: pool.EventText, Text: s} }
+	text := func(s string) chat.Event { return chat.Event{Type: chat.EventText, Text: s} }
 	tests := []struct {
 		name   string
-		give   []pool.Event
+		give   []chat.Event
 		giveFn error
 		body   string
 	}{
 		{name: "text", give: pooltest.TextAnswer("Hel", "lo \"wo", "rld\"\n")},
-		{name: "tool_call", give: []pool.Event{
+		{name: "tool_call", give: []chat.Event{
 			text("Checking."),
-			{Type: pool.EventToolCall, ToolCall: pool.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
-			{Type: pool.EventDone, Finish: pool.FinishToolCalls, Usage: pool.Usage{InputTokens: 30, OutputTokens: 9}},
+			{Type: chat.EventToolCall, ToolCall: chat.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
+			{Type: chat.EventDone, Finish: chat.FinishToolCalls, Usage: chat.Usage{InputTokens: 30, OutputTokens: 9}},
 		}, body: `{"model":"m","input":"weather?","stream":true,"tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}]}`},
-		{name: "max_output_tokens", give: []pool.Event{
+		{name: "max_output_tokens", give: []chat.Event{
 			text("Once upon"),
-			{Type: pool.EventDone, Finish: pool.FinishLength, Usage: pool.Usage{InputTokens: 5, OutputTokens: 2}},
+			{Type: chat.EventDone, Finish: chat.FinishLength, Usage: chat.Usage{InputTokens: 5, OutputTokens: 2}},
 		}, body: `{"model":"m","input":"story","stream":true,"max_output_tokens":2}`},
-		{name: "fails_half_way", give: []pool.Event{
+		{name: "fails_half_way", give: []chat.Event{
 			text("Half an "),
-			{Type: pool.EventError, Err: &pool.UpstreamError{Status: 500, Message: "worker crashed"}},
+			{Type: chat.EventError, Err: &chat.UpstreamError{Status: 500, Message: "worker crashed"}},
 		}},
-		{name: "ends_without_done", give: []pool.Event{text("cut")}},
+		{name: "ends_without_done", give: []chat.Event{text("cut")}},
 		{name: "empty_answer", give: pooltest.TextAnswer()},
-		{name: "error_before_first_event", giveFn: pool.ErrNoInstance},
-		{name: "error_as_first_event", give: []pool.Event{{Type: pool.EventError, Err: &pool.OverloadedError{Reason: "queue full", RetryAfter: 2e9}}}},
+		{name: "error_before_first_event", giveFn: chat.ErrNoInstance},
+		{name: "error_as_first_event", give: []chat.Event{{Type: chat.EventError, Err: &chat.OverloadedError{Reason: "queue full", RetryAfter: 2e9}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,10 +89,10 @@ func TestGoldenStreams(t *testing.T) {
 }
 
 func TestGoldenNonStream(t *testing.T) {
-	chat := &pooltest.Chatter{Events: []pool.Event{
-		{Type: pool.EventText, Text: "Let me look."},
-		{Type: pool.EventToolCall, ToolCall: pool.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
-		{Type: pool.EventDone, Finish: pool.FinishToolCalls, Usage: pool.Usage{InputTokens: 30, OutputTokens: 9}},
+	chat := &pooltest.Chatter{Events: []chat.Event{
+		{Type: chat.EventText, Text: "Let me look."},
+		{Type: chat.EventToolCall, ToolCall: chat.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
+		{Type: chat.EventDone, Finish: chat.FinishToolCalls, Usage: chat.Usage{InputTokens: 30, OutputTokens: 9}},
 	}}
 	h := rsp.New(rsp.Config{}, chat, &responsestest.Store{}, nil)
 	body := `{"model":"m","input":[{"role":"developer","content":"be brief"},{"role":"user","content":[{"type":"input_text","text":"weather?"}]}],` +
@@ -103,9 +103,9 @@ func TestGoldenNonStream(t *testing.T) {
 
 func TestStreamFailureIsStored(t *testing.T) {
 	store := &responsestest.Store{}
-	chat := &pooltest.Chatter{Events: []pool.Event{
-		{Type: pool.EventText, Text: "Half"},
-		{Type: pool.EventError, Err: errors.New("boom")},
+	chat := &pooltest.Chatter{Events: []chat.Event{
+		{Type: chat.EventText, Text: "Half"},
+		{Type: chat.EventError, Err: errors.New("boom")},
 	}}
 	h := rsp.New(rsp.Config{}, chat, store, nil)
 	record(t, h, `{"model":"m","input":"hi","stream":true}`)

@@ -11,19 +11,19 @@ import (
 
 	rsp "github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/handlers/responses/responsestest"
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
 // pausingChatter sends one text event, goes quiet for Pause, then finishes.
 type pausingChatter struct{ Pause time.Duration }
 
-func (c pausingChatter) Chat(ctx context.Context, _ *pool.ChatRequest) (<-chan pool.Event, error) {
-	ch := make(chan pool.Event)
+func (c pausingChatter) Chat(ctx context.Context, _ *chat.Request) (<-chan chat.Event, error) {
+	ch := make(chan chat.Event)
 	go func() {
 		defer close(ch)
-		for i, ev := range []pool.Event{{Type: pool.EventText, Text: "a"}, {Type: pool.EventDone, Finish: pool.FinishStop}} {
+		for i, ev := range []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventDone, Finish: chat.FinishStop}} {
 			if i > 0 {
 				select {
 				case <-time.After(c.Pause):
@@ -85,9 +85,9 @@ func TestSlowStartOpensTheStreamEarly(t *testing.T) {
 	}{
 		{"answer after a wait", &pooltest.Chatter{Delay: 25 * time.Second, Events: pooltest.TextAnswer("hi")}, 200,
 			[]string{"event: response.created\n", "event: response.in_progress\n", ": keep-alive\n", "hi", "event: response.completed\n"}},
-		{"overloaded after a wait", &pooltest.Chatter{Delay: 25 * time.Second, Err: &pool.OverloadedError{RetryAfter: time.Second}}, 200,
+		{"overloaded after a wait", &pooltest.Chatter{Delay: 25 * time.Second, Err: &chat.OverloadedError{RetryAfter: time.Second}}, 200,
 			[]string{"event: response.created\n", ": keep-alive\n", "event: response.failed\n"}},
-		{"overloaded at once", &pooltest.Chatter{Err: &pool.OverloadedError{RetryAfter: time.Second}}, 429,
+		{"overloaded at once", &pooltest.Chatter{Err: &chat.OverloadedError{RetryAfter: time.Second}}, 429,
 			[]string{`"type":"rate_limit_error"`}},
 	}
 	for _, tt := range tests {

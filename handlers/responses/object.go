@@ -3,12 +3,12 @@ package responses
 import (
 	"crypto/rand"
 	"encoding/json"
-	"github.com/poolgate/poolgate/internal/jsonx"
 	mrand "math/rand/v2"
 	"strconv"
 	"strings"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
 // item is one input or output item. Its JSON tags are the compact form kept
@@ -85,7 +85,7 @@ func (it *item) wire(b []byte) []byte {
 }
 
 func appendPart(b []byte, role, text string) []byte {
-	if role == pool.RoleAssistant {
+	if role == chat.RoleAssistant {
 		b = append(b, `{"type":"output_text","text":`...)
 		b = jsonx.AppendString(b, text)
 		return append(b, `,"annotations":[],"logprobs":[]}`...)
@@ -236,14 +236,14 @@ func (b *builder) openMessage() {
 func (b *builder) closeMessage(status string) *item {
 	b.msgOpen = false
 	b.resp.Output = append(b.resp.Output, wireItem{ID: b.msgID, Type: "message", Status: status,
-		Role: pool.RoleAssistant, Parts: []string{string(b.text)}})
+		Role: chat.RoleAssistant, Parts: []string{string(b.text)}})
 	return (*item)(&b.resp.Output[len(b.resp.Output)-1])
 }
 
 // addCall appends the item of a worker's call, in the client's terms: a
 // namespaced function carries its namespace, a custom tool's call is a
 // custom_tool_call with its free-form input.
-func (b *builder) addCall(tc *pool.ToolCall) *item {
+func (b *builder) addCall(tc *chat.ToolCall) *item {
 	callID := tc.ID
 	if callID == "" {
 		callID = newID("call_")
@@ -263,10 +263,10 @@ func (b *builder) addCall(tc *pool.ToolCall) *item {
 }
 
 // finish sets the final status and usage from the closing event.
-func (b *builder) finish(ev *pool.Event) {
+func (b *builder) finish(ev *chat.Event) {
 	r := b.resp
 	r.Status = "completed"
-	if ev.Finish == pool.FinishLength {
+	if ev.Finish == chat.FinishLength {
 		r.Status = "incomplete"
 		r.IncompleteDetails = &incompleteDetails{Reason: "max_output_tokens"}
 	}
@@ -282,17 +282,17 @@ func (b *builder) fail(err error) {
 }
 
 // answer is the assistant turn for the stored transcript.
-func (b *builder) answer() pool.Message {
-	m := pool.Message{Role: pool.RoleAssistant}
+func (b *builder) answer() chat.Message {
+	m := chat.Message{Role: chat.RoleAssistant}
 	for i := range b.resp.Output {
 		it := &b.resp.Output[i]
 		switch it.Type {
 		case "message":
 			m.Content += strings.Join(it.Parts, "")
 		case "function_call":
-			m.ToolCalls = append(m.ToolCalls, pool.ToolCall{ID: it.CallID, Name: flatName(it.Namespace, it.Name), Arguments: it.Arguments})
+			m.ToolCalls = append(m.ToolCalls, chat.ToolCall{ID: it.CallID, Name: flatName(it.Namespace, it.Name), Arguments: it.Arguments})
 		case "custom_tool_call":
-			m.ToolCalls = append(m.ToolCalls, pool.ToolCall{ID: it.CallID, Name: flatName(it.Namespace, it.Name), Arguments: customArguments(it.Input)})
+			m.ToolCalls = append(m.ToolCalls, chat.ToolCall{ID: it.CallID, Name: flatName(it.Namespace, it.Name), Arguments: customArguments(it.Input)})
 		}
 	}
 	return m

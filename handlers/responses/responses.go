@@ -1,7 +1,7 @@
 // Package responses serves OpenAI's Responses API (POST /v1/responses and
 // GET/DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items) on plain
 // net/http. It sits between the gin routes in handlers and the pool's router:
-// it decodes and validates wire JSON into a neutral pool.ChatRequest, calls
+// it decodes and validates wire JSON into a neutral chat.Request, calls
 // the router, writes the neutral events back as a response object or as the
 // Responses stream events, and keeps each stored response (with the neutral
 // transcript behind it) in a Store so previous_response_id can continue it.
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/pool"
 )
 
@@ -22,7 +23,7 @@ import (
 // before any event; otherwise the channel ends with one EventDone or
 // EventError and is closed by the router.
 type Chatter interface {
-	Chat(ctx context.Context, req *pool.ChatRequest) (<-chan pool.Event, error)
+	Chat(ctx context.Context, req *chat.Request) (<-chan chat.Event, error)
 }
 
 // Store keeps stored responses as opaque bytes. The session package
@@ -114,7 +115,7 @@ func (h *Handler) Create(w http.ResponseWriter, r *http.Request) {
 // continues and the response being built.
 type turn struct {
 	d       *decoded
-	history []pool.Message // stored transcript before this input (no instructions)
+	history []chat.Message // stored transcript before this input (no instructions)
 	chain   []string       // ids of the records history was read from, oldest first
 	resp    *responseObject
 	owner   string
@@ -160,9 +161,9 @@ func (h *Handler) prepare(ctx context.Context, r *http.Request) (*turn, error) {
 	c.Model = model
 	c.RequestID = httpx.RequestID(ctx)
 	c.APIKey = httpx.APIKey(ctx)
-	msgs := make([]pool.Message, 0, 1+len(t.history)+len(d.input))
+	msgs := make([]chat.Message, 0, 1+len(t.history)+len(d.input))
 	if d.wire.Instructions != nil && *d.wire.Instructions != "" {
-		msgs = append(msgs, pool.Message{Role: pool.RoleSystem, Content: *d.wire.Instructions})
+		msgs = append(msgs, chat.Message{Role: chat.RoleSystem, Content: *d.wire.Instructions})
 	}
 	c.Messages = append(append(msgs, t.history...), d.input...)
 	t.resp = newResponse(d, model, d.wire.PreviousResponseID, h.now().Unix())
@@ -184,25 +185,25 @@ func (h *Handler) failBeforeStart(ctx context.Context, w http.ResponseWriter, er
 
 // next receives one event, sending keep-alive comments on tick (nil before
 // a stream starts). A stream that ends without a closing event is an error.
-func next(ctx context.Context, events <-chan pool.Event, tick <-chan time.Time, sse *httpx.SSE) (pool.Event, error) {
+func next(ctx context.Context, events <-chan chat.Event, tick <-chan time.Time, sse *httpx.SSE) (chat.Event, error) {
 	for {
 		select {
 		case ev, ok := <-events:
 			switch {
 			case !ok && ctx.Err() != nil:
 				return ev, ctx.Err()
-			case !ok, ev.Type == pool.EventError && ev.Err == nil:
-				return ev, pool.ErrWorkerGone
-			case ev.Type == pool.EventError:
+			case !ok, ev.Type == chat.EventError && ev.Err == nil:
+				return ev, chat.ErrWorkerGone
+			case ev.Type == chat.EventError:
 				return ev, ev.Err
 			}
 			return ev, nil
 		case <-tick:
 			if err := sse.Comment("keep-alive"); err != nil {
-				return pool.Event{}, err
+				return chat.Event{}, err
 			}
 		case <-ctx.Done():
-			return pool.Event{}, ctx.Err()
+			return chat.Event{}, ctx.Err()
 		}
 	}
 }
@@ -214,7 +215,7 @@ type discard struct{}
 func (discard) Event(string, []byte) error { return nil }
 
 // reply buffers the whole answer and writes the response object.
-func (h *Handler) reply(ctx context.Context, w http.ResponseWriter, t *turn, events <-chan pool.Event) {
+func (h *Handler) reply(ctx context.Context, w http.ResponseWriter, t *turn, events <-chan chat.Event) {
 	enc := newStreamEncoder(discard{}, t.resp, t.d.refs)
 	for {
 		ev, err := next(ctx, events, nil, nil)
@@ -224,11 +225,11 @@ func (h *Handler) reply(ctx context.Context, w http.ResponseWriter, t *turn, eve
 		}
 		var obj []byte
 		switch ev.Type {
-		case pool.EventText:
+		case chat.EventText:
 			err = enc.text(ev.Text)
-		case pool.EventToolCall:
+		case chat.EventToolCall:
 			err = enc.toolCall(&ev.ToolCall)
-		case pool.EventDone:
+		case chat.EventDone:
 			if obj, err = enc.done(&ev); err == nil {
 				h.save(ctx, t, enc, obj)
 				writeJSON(w, http.StatusOK, obj)
@@ -253,7 +254,7 @@ func (h *Handler) stream(ctx context.Context, cancel context.CancelFunc, w http.
 	sse := httpx.NewSSE(w)
 	enc := newStreamEncoder(sse, t.resp, t.d.refs)
 	events, err := httpx.Await(h.cfg.KeepAlive, cancel,
-		func() (<-chan pool.Event, error) { return h.chat.Chat(ctx, &t.d.chat) },
+		func() (<-chan chat.Event, error) { return h.chat.Chat(ctx, &t.d.chat) },
 		func() error {
 			switch {
 			case !httpx.Claim(ctx, httpx.Local):
@@ -266,7 +267,7 @@ func (h *Handler) stream(ctx context.Context, cancel context.CancelFunc, w http.
 	if errors.Is(err, pool.ErrForwarded) {
 		return // another replica answered
 	}
-	var ev pool.Event
+	var ev chat.Event
 	if err == nil {
 		ev, err = next(ctx, events, nil, nil)
 	}
@@ -285,11 +286,11 @@ func (h *Handler) stream(ctx context.Context, cancel context.CancelFunc, w http.
 	}
 	for err == nil {
 		switch ev.Type {
-		case pool.EventText:
+		case chat.EventText:
 			err = enc.text(ev.Text)
-		case pool.EventToolCall:
+		case chat.EventToolCall:
 			err = enc.toolCall(&ev.ToolCall)
-		case pool.EventDone:
+		case chat.EventDone:
 			// A failed write of the last event still leaves a finished answer
 			// worth storing; obj is nil only when nothing final was built.
 			obj, _ := enc.done(&ev)

@@ -15,22 +15,22 @@ import (
 	"github.com/poolgate/poolgate/handlers/httpx"
 	rsp "github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/handlers/responses/responsestest"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
 // weatherScript answers like a worker with tools: a call when tools are
 // offered and no result is in yet, text after a tool result, plain text
 // otherwise (split into pieces, as a stream would be).
-func weatherScript(req *pool.ChatRequest) ([]pool.Event, error) {
+func weatherScript(req *chat.Request) ([]chat.Event, error) {
 	last := req.Messages[len(req.Messages)-1]
 	switch {
-	case last.Role == pool.RoleTool:
+	case last.Role == chat.RoleTool:
 		return pooltest.TextAnswer("It is ", last.Content, " in Paris."), nil
 	case len(req.Tools) > 0:
-		return []pool.Event{
-			{Type: pool.EventToolCall, ToolCall: pool.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
-			{Type: pool.EventDone, Finish: pool.FinishToolCalls, Usage: pool.Usage{InputTokens: 20, OutputTokens: 7}},
+		return []chat.Event{
+			{Type: chat.EventToolCall, ToolCall: chat.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
+			{Type: chat.EventDone, Finish: chat.FinishToolCalls, Usage: chat.Usage{InputTokens: 20, OutputTokens: 7}},
 		}, nil
 	default:
 		return pooltest.TextAnswer("Hello", ", ", "wor", "ld!"), nil
@@ -60,8 +60,8 @@ func newClient(srv *httptest.Server) openai.Client {
 }
 
 func TestSDKStreamEqualsNonStream(t *testing.T) {
-	chat := &pooltest.Chatter{Script: weatherScript}
-	client := newClient(newServer(t, rsp.New(rsp.Config{}, chat, &responsestest.Store{}, nil)))
+	fake := &pooltest.Chatter{Script: weatherScript}
+	client := newClient(newServer(t, rsp.New(rsp.Config{}, fake, &responsestest.Store{}, nil)))
 	ctx := context.Background()
 	params := responses.ResponseNewParams{
 		Model: "gpt-test",
@@ -109,8 +109,8 @@ func TestSDKStreamEqualsNonStream(t *testing.T) {
 }
 
 func TestSDKToolRoundTripAndLifecycle(t *testing.T) {
-	chat := &pooltest.Chatter{Script: weatherScript}
-	client := newClient(newServer(t, rsp.New(rsp.Config{}, chat, &responsestest.Store{}, nil)))
+	fake := &pooltest.Chatter{Script: weatherScript}
+	client := newClient(newServer(t, rsp.New(rsp.Config{}, fake, &responsestest.Store{}, nil)))
 	ctx := context.Background()
 	tool := responses.ToolUnionParam{OfFunction: &responses.FunctionToolParam{
 		Name: "get_weather", Strict: openai.Bool(true),
@@ -147,9 +147,9 @@ func TestSDKToolRoundTripAndLifecycle(t *testing.T) {
 		t.Errorf("previous_response_id = %q, want %q", second.PreviousResponseID, first.ID)
 	}
 	// The router saw the whole conversation rebuilt from the store.
-	reqs := chat.Requests()
+	reqs := fake.Requests()
 	msgs := reqs[len(reqs)-1].Messages
-	if len(msgs) != 3 || msgs[0].Role != pool.RoleUser || len(msgs[1].ToolCalls) != 1 || msgs[2].ToolCallID != call.CallID || msgs[2].Name != "get_weather" {
+	if len(msgs) != 3 || msgs[0].Role != chat.RoleUser || len(msgs[1].ToolCalls) != 1 || msgs[2].ToolCallID != call.CallID || msgs[2].Name != "get_weather" {
 		t.Errorf("router transcript = %+v, want user, assistant call, tool result", msgs)
 	}
 	checkLifecycle(t, client, second.ID, call.CallID)
@@ -189,8 +189,8 @@ func wantNotFound(t *testing.T, what string, err error) {
 }
 
 func TestSDKUnknownPreviousResponse(t *testing.T) {
-	chat := &pooltest.Chatter{Script: weatherScript}
-	client := newClient(newServer(t, rsp.New(rsp.Config{}, chat, &responsestest.Store{}, nil)))
+	fake := &pooltest.Chatter{Script: weatherScript}
+	client := newClient(newServer(t, rsp.New(rsp.Config{}, fake, &responsestest.Store{}, nil)))
 	_, err := client.Responses.New(context.Background(), responses.ResponseNewParams{
 		Model: "gpt-test", PreviousResponseID: openai.String("resp_nope"),
 		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")},
@@ -199,7 +199,7 @@ func TestSDKUnknownPreviousResponse(t *testing.T) {
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound || apiErr.Param != "previous_response_id" {
 		t.Fatalf("err = %v, want 404 naming previous_response_id", err)
 	}
-	if n := len(chat.Requests()); n != 0 {
+	if n := len(fake.Requests()); n != 0 {
 		t.Errorf("router called %d times, want 0", n)
 	}
 }

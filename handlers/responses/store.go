@@ -6,13 +6,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/poolgate/poolgate/internal/jsonx"
 	"log/slog"
 	"net/http"
 	"strconv"
 
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/jsonx"
+
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/session"
 )
 
@@ -33,7 +34,7 @@ type record struct {
 	Response json.RawMessage `json:"response"`
 	Input    []item          `json:"input"`
 	// Transcript is this turn's input and answer.
-	Transcript []pool.Message `json:"transcript"`
+	Transcript []chat.Message `json:"transcript"`
 	// Chain lists the records whose transcripts come before this one's,
 	// oldest first.
 	Chain []string `json:"chain,omitempty"`
@@ -41,14 +42,14 @@ type record struct {
 
 // history rebuilds the transcript that record id ends: its chain's
 // transcripts, then its own. It returns the chain a follow-up extends.
-func (h *Handler) history(ctx context.Context, id string, rec *record, owner string) ([]pool.Message, []string, error) {
+func (h *Handler) history(ctx context.Context, id string, rec *record, owner string) ([]chat.Message, []string, error) {
 	sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
 	defer cancel()
 	datas, err := h.store.LoadResponses(sctx, rec.Chain)
 	if err != nil {
 		return nil, nil, err
 	}
-	var msgs []pool.Message
+	var msgs []chat.Message
 	for i, data := range datas {
 		link, err := decodeRecord(rec.Chain[i], data, owner)
 		if err != nil {
@@ -76,7 +77,7 @@ func (h *Handler) save(ctx context.Context, t *turn, enc *streamEncoder, obj []b
 		return
 	}
 	rec := record{Owner: t.owner, Model: t.resp.Model, Response: obj, Input: t.d.items, Chain: t.chain,
-		Transcript: append(append([]pool.Message(nil), t.d.input...), enc.answer())}
+		Transcript: append(append([]chat.Message(nil), t.d.input...), enc.answer())}
 	data, err := json.Marshal(&rec)
 	if err == nil {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.StoreTimeout)

@@ -2,9 +2,9 @@ package responses
 
 import (
 	"encoding/json"
-	"github.com/poolgate/poolgate/internal/jsonx"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
 // eventWriter is the part of httpx.SSE the stream encoder needs.
@@ -90,7 +90,7 @@ func (e *streamEncoder) itemRef(typ, id string) []byte {
 
 func (e *streamEncoder) openMessage() error {
 	e.builder.openMessage()
-	it := item{ID: e.msgID, Type: "message", Status: "in_progress", Role: pool.RoleAssistant}
+	it := item{ID: e.msgID, Type: "message", Status: "in_progress", Role: chat.RoleAssistant}
 	if err := e.itemEvent("response.output_item.added", len(e.resp.Output), &it); err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ func (e *streamEncoder) closeMessage() error {
 
 // toolCall writes a whole call: item added (in progress), its arguments (or
 // a custom tool's input) as one delta, then done, item done.
-func (e *streamEncoder) toolCall(tc *pool.ToolCall) error {
+func (e *streamEncoder) toolCall(tc *chat.ToolCall) error {
 	if e.msgOpen {
 		if err := e.closeMessage(); err != nil {
 			return err
@@ -180,7 +180,7 @@ func (e *streamEncoder) toolCall(tc *pool.ToolCall) error {
 // response.incomplete; it returns the final object's JSON for the store.
 // An answer with no output at all still gets one (empty) message, so every
 // response has something to show.
-func (e *streamEncoder) done(ev *pool.Event) ([]byte, error) {
+func (e *streamEncoder) done(ev *chat.Event) ([]byte, error) {
 	if !e.msgOpen && len(e.resp.Output) == 0 {
 		if err := e.openMessage(); err != nil {
 			return nil, err

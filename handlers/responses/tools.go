@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/jsonx"
-	"github.com/poolgate/poolgate/pool"
 )
 
 // wireTool is any entry of tools; Type says which fields are meaningful.
@@ -70,17 +70,17 @@ var hostedTools = map[string]bool{
 // decodeTools returns the tools offered to the worker and, when any tool is
 // namespaced or custom, the map back to the client's names. A forced
 // tool_choice naming a hosted tool is refused: the answer could not honour it.
-func decodeTools(raw []json.RawMessage, forced string, d *httpx.Dropped) ([]pool.Tool, toolRefs, error) {
+func decodeTools(raw []json.RawMessage, forced string, d *httpx.Dropped) ([]chat.Tool, toolRefs, error) {
 	if len(raw) == 0 {
 		return nil, nil, nil
 	}
-	if len(raw) > pool.MaxTools {
-		return nil, nil, badParam("tools", fmt.Sprintf("tools may have at most %d entries, got %d", pool.MaxTools, len(raw)))
+	if len(raw) > chat.MaxTools {
+		return nil, nil, badParam("tools", fmt.Sprintf("tools may have at most %d entries, got %d", chat.MaxTools, len(raw)))
 	}
-	out := make([]pool.Tool, 0, len(raw))
+	out := make([]chat.Tool, 0, len(raw))
 	var refs toolRefs
 	seen := make(map[string]bool, len(raw))
-	add := func(param string, t pool.Tool, ref *toolRef) error {
+	add := func(param string, t chat.Tool, ref *toolRef) error {
 		if seen[t.Name] {
 			return badParam(param+".name", fmt.Sprintf("%s: duplicate tool name %q", param, t.Name))
 		}
@@ -113,8 +113,8 @@ func decodeTools(raw []json.RawMessage, forced string, d *httpx.Dropped) ([]pool
 			if t.Name == "" {
 				return nil, nil, badParam(param+".name", param+".name: field required")
 			}
-			if len(out)+len(t.Tools) > pool.MaxTools {
-				return nil, nil, badParam(param+".tools", fmt.Sprintf("tools may hold at most %d functions in all", pool.MaxTools))
+			if len(out)+len(t.Tools) > chat.MaxTools {
+				return nil, nil, badParam(param+".tools", fmt.Sprintf("tools may hold at most %d functions in all", chat.MaxTools))
 			}
 			for j := range t.Tools {
 				p := fmt.Sprintf("%s.tools[%d]", param, j)
@@ -141,18 +141,18 @@ func decodeTools(raw []json.RawMessage, forced string, d *httpx.Dropped) ([]pool
 // leafTool translates a function or custom tool, on its own or inside a
 // namespace (whose description then opens the tool's, as the model would
 // otherwise not know which group a tool belongs to).
-func leafTool(param, namespace, nsDescription string, t *wireTool) (pool.Tool, *toolRef, error) {
+func leafTool(param, namespace, nsDescription string, t *wireTool) (chat.Tool, *toolRef, error) {
 	if t.Type != "function" && t.Type != "custom" && t.Type != "" {
-		return pool.Tool{}, nil, badParam(param+".type", fmt.Sprintf("%s: tool type %q is not supported inside a namespace", param, t.Type))
+		return chat.Tool{}, nil, badParam(param+".type", fmt.Sprintf("%s: tool type %q is not supported inside a namespace", param, t.Type))
 	}
 	if t.Name == "" {
-		return pool.Tool{}, nil, badParam(param+".name", param+".name: field required")
+		return chat.Tool{}, nil, badParam(param+".name", param+".name: field required")
 	}
 	desc := t.Description
 	if nsDescription != "" {
 		desc = strings.TrimSpace(nsDescription + "\n\n" + desc)
 	}
-	out := pool.Tool{Name: flatName(namespace, t.Name), Description: desc, Parameters: t.Parameters}
+	out := chat.Tool{Name: flatName(namespace, t.Name), Description: desc, Parameters: t.Parameters}
 	var ref *toolRef
 	if namespace != "" {
 		ref = &toolRef{namespace: namespace, name: t.Name}
@@ -170,7 +170,7 @@ func leafTool(param, namespace, nsDescription string, t *wireTool) (pool.Tool, *
 // call turns a worker's call into the client's: for a custom tool the
 // argument "input" (or, when the model sent something else, its arguments
 // as they are) becomes the free-form input.
-func (refs toolRefs) call(tc *pool.ToolCall) (ref toolRef, input string) {
+func (refs toolRefs) call(tc *chat.ToolCall) (ref toolRef, input string) {
 	ref, ok := refs[tc.Name]
 	if !ok {
 		return toolRef{name: tc.Name}, ""

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/lsp"
-	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/textchat"
 )
 
@@ -32,7 +32,7 @@ type chatParams struct {
 	RetryAfter flexString `json:"retryAfter"`
 	method     string
 	// call is the tool call of a tool/invoke.
-	call *pool.ToolCall
+	call *chat.ToolCall
 }
 
 // turn is the reader's side of one running chat turn: an unbounded queue, so
@@ -114,7 +114,7 @@ type function struct {
 
 // nativeTools is t's tool configuration for chat/ask and the names the
 // worker may invoke.
-func nativeTools(t *pool.Turn) (*toolConfig, map[string]bool) {
+func nativeTools(t *chat.Turn) (*toolConfig, map[string]bool) {
 	tc := &toolConfig{Provider: "openai", Tools: make([]functionTool, 0, len(t.Tools))}
 	offered := make(map[string]bool, len(t.Tools))
 	for _, tl := range t.Tools {
@@ -123,9 +123,9 @@ func nativeTools(t *pool.Turn) (*toolConfig, map[string]bool) {
 		offered[tl.Name] = true
 	}
 	switch t.ToolChoice.Mode {
-	case pool.ToolRequired:
+	case chat.ToolRequired:
 		tc.ToolChoice = "required"
-	case pool.ToolNamed:
+	case chat.ToolNamed:
 		tc.ToolChoice = map[string]any{"type": "function", "function": map[string]string{"name": t.ToolChoice.Name}}
 	default:
 		tc.ToolChoice = "auto"
@@ -136,7 +136,7 @@ func nativeTools(t *pool.Turn) (*toolConfig, map[string]bool) {
 // Chat starts one turn with chat/ask and streams its answer. The returned
 // channel is owned and closed by a goroutine that ends with the turn, when
 // ctx ends, or at TurnTimeout, whichever comes first.
-func (c *Client) Chat(ctx context.Context, t *pool.Turn) (<-chan pool.Event, error) {
+func (c *Client) Chat(ctx context.Context, t *chat.Turn) (<-chan chat.Event, error) {
 	// The worker's requestId is unique per ask even when the router retries a
 	// request on the same worker: a stopped turn's late chat/finish must not
 	// reach its successor. The gateway's id stays in front for the logs.
@@ -151,7 +151,7 @@ func (c *Client) Chat(ctx context.Context, t *pool.Turn) (<-chan pool.Event, err
 	}
 	var extra askExtra
 	prompt := ""
-	if c.native && mode == ModeAgent && len(t.Tools) > 0 && t.ToolChoice.Mode != pool.ToolNone {
+	if c.native && mode == ModeAgent && len(t.Tools) > 0 && t.ToolChoice.Mode != chat.ToolNone {
 		extra.ToolConfig, tr.offered = nativeTools(t)
 		prompt = textchat.RenderNative(t)
 	} else {
@@ -194,11 +194,11 @@ func (c *Client) Chat(ctx context.Context, t *pool.Turn) (<-chan pool.Event, err
 		}
 		var rpc *lsp.Error
 		if errors.As(err, &rpc) && (rpc.Code == codeNotLoggedIn || loginMessage(rpc.Message)) {
-			err = fmt.Errorf("%w: %w", pool.ErrNotLoggedIn, err)
+			err = fmt.Errorf("%w: %w", chat.ErrNotLoggedIn, err)
 		}
 		return nil, err
 	}
-	out := make(chan pool.Event, 16)
+	out := make(chan chat.Event, 16)
 	go c.run(ctx, t, reqID, tr, out)
 	return out, nil
 }
@@ -206,9 +206,9 @@ func (c *Client) Chat(ctx context.Context, t *pool.Turn) (<-chan pool.Event, err
 // askError is the error of a chat/ask answered with success: false.
 func askError(msg string) error {
 	if loginMessage(msg) {
-		return fmt.Errorf("%w: %s", pool.ErrNotLoggedIn, msg)
+		return fmt.Errorf("%w: %s", chat.ErrNotLoggedIn, msg)
 	}
-	return &pool.UpstreamError{Message: "chat/ask: " + msg}
+	return &chat.UpstreamError{Message: "chat/ask: " + msg}
 }
 
 func loginMessage(msg string) bool {
@@ -235,7 +235,7 @@ func (c *Client) stop(reqID string) {
 
 // run owns out: it turns the worker's messages into events and always ends
 // the stream with one EventDone or EventError (unless the consumer is gone).
-func (c *Client) run(ctx context.Context, t *pool.Turn, reqID string, tr *turn, out chan<- pool.Event) {
+func (c *Client) run(ctx context.Context, t *chat.Turn, reqID string, tr *turn, out chan<- chat.Event) {
 	defer close(out)
 	defer c.endTurn(reqID)
 	tctx, cancel := context.WithTimeout(ctx, c.cfg.TurnTimeout)
@@ -271,7 +271,7 @@ func (c *Client) run(ctx context.Context, t *pool.Turn, reqID string, tr *turn, 
 			if s.handle(tr.take(q)) {
 				return
 			}
-			s.send(pool.Event{Type: pool.EventError, Err: fmt.Errorf("lingma %s: turn %s: %w", c.name, reqID, c.gone())})
+			s.send(chat.Event{Type: chat.EventError, Err: fmt.Errorf("lingma %s: turn %s: %w", c.name, reqID, c.gone())})
 			return
 		case <-idle.C:
 			s.fail = fmt.Errorf("lingma %s: turn %s: no message for %s: %w",
@@ -290,7 +290,7 @@ func (c *Client) run(ctx context.Context, t *pool.Turn, reqID string, tr *turn, 
 		err = fmt.Errorf("lingma %s: turn %s exceeded %s: %w", c.name, reqID, c.cfg.TurnTimeout, context.DeadlineExceeded)
 	}
 	select { // never block: the consumer may be gone
-	case out <- pool.Event{Type: pool.EventError, Err: err}:
+	case out <- chat.Event{Type: chat.EventError, Err: err}:
 	default:
 	}
 }
@@ -298,7 +298,7 @@ func (c *Client) run(ctx context.Context, t *pool.Turn, reqID string, tr *turn, 
 // stream is the state of one turn's answer.
 type stream struct {
 	ctx     context.Context
-	out     chan<- pool.Event
+	out     chan<- chat.Event
 	parser  *textchat.Parser
 	session string
 	gotText bool
@@ -323,7 +323,7 @@ func (s *stream) handle(q []*chatParams) (done bool) {
 			}
 		case "tool/invoke":
 			s.calls++
-			if !s.send(pool.Event{Type: pool.EventToolCall, ToolCall: *m.call}) {
+			if !s.send(chat.Event{Type: chat.EventToolCall, ToolCall: *m.call}) {
 				return false
 			}
 		case "chat/finish":
@@ -336,7 +336,7 @@ func (s *stream) handle(q []*chatParams) (done bool) {
 // finishCalls ends a turn whose answer is the tools the worker invoked.
 func (s *stream) finishCalls() bool {
 	evs, _ := s.parser.Finish()
-	return s.sendAll(evs) && s.send(pool.Event{Type: pool.EventDone, Finish: pool.FinishToolCalls, SessionID: s.session})
+	return s.sendAll(evs) && s.send(chat.Event{Type: chat.EventDone, Finish: chat.FinishToolCalls, SessionID: s.session})
 }
 
 // finish sends the turn's last events; false means its context ended first.
@@ -347,7 +347,7 @@ func (s *stream) finish(m *chatParams) bool {
 		return s.finishCalls()
 	}
 	if err := finishError(m); err != nil {
-		return s.send(pool.Event{Type: pool.EventError, Err: err})
+		return s.send(chat.Event{Type: chat.EventError, Err: err})
 	}
 	if !s.gotText && m.FullAnswer != "" {
 		if !s.sendAll(s.parser.Text(m.FullAnswer)) {
@@ -355,10 +355,10 @@ func (s *stream) finish(m *chatParams) bool {
 		}
 	}
 	evs, reason := s.parser.Finish()
-	return s.sendAll(evs) && s.send(pool.Event{Type: pool.EventDone, Finish: reason, SessionID: s.session})
+	return s.sendAll(evs) && s.send(chat.Event{Type: chat.EventDone, Finish: reason, SessionID: s.session})
 }
 
-func (s *stream) sendAll(evs []pool.Event) bool {
+func (s *stream) sendAll(evs []chat.Event) bool {
 	for _, ev := range evs {
 		if !s.send(ev) {
 			return false
@@ -367,7 +367,7 @@ func (s *stream) sendAll(evs []pool.Event) bool {
 	return true
 }
 
-func (s *stream) send(ev pool.Event) bool {
+func (s *stream) send(ev chat.Event) bool {
 	select {
 	case s.out <- ev:
 		return true
@@ -389,11 +389,11 @@ func finishError(m *chatParams) error {
 		return nil
 	case code == 429 || strings.Contains(lower, "rate limit") || strings.Contains(lower, "ratelimit") ||
 		strings.Contains(lower, "quota") || strings.Contains(lower, "too many requests"):
-		return &pool.RateLimitedError{RetryAfter: seconds(string(m.RetryAfter)), Message: cmpMsg(msg, code)}
+		return &chat.RateLimitedError{RetryAfter: seconds(string(m.RetryAfter)), Message: cmpMsg(msg, code)}
 	case code == 401:
-		return fmt.Errorf("%w: %w", pool.ErrNotLoggedIn, &pool.UpstreamError{Status: code, Message: cmpMsg(msg, code)})
+		return fmt.Errorf("%w: %w", chat.ErrNotLoggedIn, &chat.UpstreamError{Status: code, Message: cmpMsg(msg, code)})
 	}
-	return &pool.UpstreamError{Status: code, Message: cmpMsg(msg, code)}
+	return &chat.UpstreamError{Status: code, Message: cmpMsg(msg, code)}
 }
 
 func cmpMsg(msg string, code int) string {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/lsp"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/textchat"
@@ -73,7 +74,7 @@ func newClient(conn *websocket.Conn, cfg Config, name string) *Client {
 }
 
 // Close drops the connection and waits for the reader to end. Pending calls
-// and running turns fail with pool.ErrWorkerGone. It is safe to call twice.
+// and running turns fail with chat.ErrWorkerGone. It is safe to call twice.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.cancel()
@@ -103,13 +104,13 @@ func (c *Client) Status(ctx context.Context) (pool.AuthState, error) {
 
 // Models asks config/queryModels and flattens its scenes into one list,
 // without duplicates, scenes in name order.
-func (c *Client) Models(ctx context.Context) ([]pool.Model, error) {
+func (c *Client) Models(ctx context.Context) ([]chat.Model, error) {
 	_, ms, err := c.RawModels(ctx)
 	return ms, err
 }
 
 // RawModels is Models with config/queryModels' own answer beside the list.
-func (c *Client) RawModels(ctx context.Context) (json.RawMessage, []pool.Model, error) {
+func (c *Client) RawModels(ctx context.Context) (json.RawMessage, []chat.Model, error) {
 	var raw json.RawMessage
 	if err := c.call(ctx, "config/queryModels", struct{}{}, &raw); err != nil {
 		return nil, nil, err
@@ -121,7 +122,7 @@ func (c *Client) RawModels(ctx context.Context) (json.RawMessage, []pool.Model, 
 	return raw, ms, nil
 }
 
-func (c *Client) parseModels(raw json.RawMessage) ([]pool.Model, error) {
+func (c *Client) parseModels(raw json.RawMessage) ([]chat.Model, error) {
 	type entry struct {
 		Key         string `json:"key"`
 		DisplayName string `json:"displayName"`
@@ -142,7 +143,7 @@ func (c *Client) parseModels(raw json.RawMessage) ([]pool.Model, error) {
 			lists = append(lists, scenes[k])
 		}
 	}
-	var out []pool.Model
+	var out []chat.Model
 	seen := map[string]bool{}
 	for _, l := range lists {
 		for _, e := range l {
@@ -150,7 +151,7 @@ func (c *Client) parseModels(raw json.RawMessage) ([]pool.Model, error) {
 				continue
 			}
 			seen[e.Key] = true
-			out = append(out, pool.Model{ID: e.Key, Name: cmp.Or(e.DisplayName, e.Key)})
+			out = append(out, chat.Model{ID: e.Key, Name: cmp.Or(e.DisplayName, e.Key)})
 		}
 	}
 	return out, nil
@@ -280,7 +281,7 @@ func (c *Client) write(frame []byte, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := c.conn.Write(ctx, websocket.MessageText, frame); err != nil {
-		return fmt.Errorf("%w: %w", pool.ErrWorkerGone, err)
+		return fmt.Errorf("%w: %w", chat.ErrWorkerGone, err)
 	}
 	return nil
 }
@@ -329,7 +330,7 @@ func (c *Client) read(ctx context.Context) {
 		}
 	}
 	c.mu.Lock()
-	c.err = fmt.Errorf("%w: %v", pool.ErrWorkerGone, err)
+	c.err = fmt.Errorf("%w: %v", chat.ErrWorkerGone, err)
 	c.mu.Unlock()
 	close(c.done)
 }
@@ -440,7 +441,7 @@ func (c *Client) invoke(m *lsp.Message) {
 	if len(m.ID) > 0 {
 		_ = c.write(replyFrame(m.ID), c.cfg.CallTimeout)
 	}
-	call := pool.ToolCall{ID: cmp.Or(p.ToolCallID, p.ID), Name: name, Arguments: args}
+	call := chat.ToolCall{ID: cmp.Or(p.ToolCallID, p.ID), Name: name, Arguments: args}
 	if call.ID == "" {
 		call.ID = textchat.NewCallID()
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/lsp"
 	"github.com/poolgate/poolgate/pool"
 )
@@ -185,7 +186,7 @@ func TestCallTimeout(t *testing.T) {
 		t.Errorf("Status() on a silent worker = %v, want DeadlineExceeded", err)
 	}
 	got, err := c.Models(context.Background())
-	want := []pool.Model{{ID: "a", Name: "a"}, {ID: "b", Name: "B"}}
+	want := []chat.Model{{ID: "a", Name: "a"}, {ID: "b", Name: "B"}}
 	if err != nil || !slices.Equal(got, want) {
 		t.Errorf("Models() after a timeout = %+v, %v; want %+v", got, err, want)
 	}
@@ -210,8 +211,8 @@ func TestDropMidTurn(t *testing.T) {
 		_ = fc.ws.CloseNow()
 	}))
 	c := fakeClient(t, f, Config{})
-	a := chat(t, c, &pool.Turn{Messages: user("hi")})
-	if a.text != "par" || !errors.Is(a.err, pool.ErrWorkerGone) {
+	a := runTurn(t, c, &chat.Turn{Messages: user("hi")})
+	if a.text != "par" || !errors.Is(a.err, chat.ErrWorkerGone) {
 		t.Errorf("answer = %q, %v; want \"par\" then ErrWorkerGone", a.text, a.err)
 	}
 }
@@ -224,7 +225,7 @@ func TestRouting(t *testing.T) {
 			"fullAnswer": "whole answer"})
 	}))
 	c := fakeClient(t, f, Config{})
-	a := chat(t, c, &pool.Turn{Messages: user("hi")})
+	a := runTurn(t, c, &chat.Turn{Messages: user("hi")})
 	if a.err != nil || a.text != "whole answer" || a.done.SessionID != "s-9" {
 		t.Errorf("answer = %q, %+v, %v; want the fullAnswer of our turn in s-9", a.text, a.done, a.err)
 	}
@@ -250,7 +251,7 @@ func TestStopOnSilence(t *testing.T) {
 			c := fakeClient(t, f, tt.cfg)
 			ctx, cancel := tt.ctx()
 			defer cancel()
-			ch, err := c.Chat(ctx, &pool.Turn{Messages: user("hi")})
+			ch, err := c.Chat(ctx, &chat.Turn{Messages: user("hi")})
 			if err != nil {
 				t.Fatalf("Chat: %v", err)
 			}
@@ -276,8 +277,8 @@ func TestAskRefused(t *testing.T) {
 		give   any // the result of chat/ask, or an *lsp.Error
 		wantIs error
 	}{
-		{give: &lsp.Error{Code: codeNotLoggedIn, Message: "not logged in"}, wantIs: pool.ErrNotLoggedIn},
-		{give: map[string]any{"success": false, "errorMsg": "User not login"}, wantIs: pool.ErrNotLoggedIn},
+		{give: &lsp.Error{Code: codeNotLoggedIn, Message: "not logged in"}, wantIs: chat.ErrNotLoggedIn},
+		{give: map[string]any{"success": false, "errorMsg": "User not login"}, wantIs: chat.ErrNotLoggedIn},
 		{give: &lsp.Error{Code: -32000, Message: "boom"}},
 	}
 	for _, tt := range tests {
@@ -289,7 +290,7 @@ func TestAskRefused(t *testing.T) {
 			fc.reply(m.ID, tt.give)
 		})
 		c := fakeClient(t, f, Config{})
-		_, err := c.Chat(context.Background(), &pool.Turn{Messages: user("hi")})
+		_, err := c.Chat(context.Background(), &chat.Turn{Messages: user("hi")})
 		if err == nil || tt.wantIs != nil && !errors.Is(err, tt.wantIs) {
 			t.Errorf("Chat() refused with %v = %v, want an error matching %v", tt.give, err, tt.wantIs)
 		}
@@ -299,7 +300,7 @@ func TestAskRefused(t *testing.T) {
 // isUpstream returns a check for an UpstreamError with the status.
 func isUpstream(status int) func(error) bool {
 	return func(err error) bool {
-		var ue *pool.UpstreamError
+		var ue *chat.UpstreamError
 		return errors.As(err, &ue) && ue.Status == status
 	}
 }
@@ -307,7 +308,7 @@ func isUpstream(status int) func(error) bool {
 // isRateLimited returns a check for a RateLimitedError with the hint.
 func isRateLimited(retry time.Duration) func(error) bool {
 	return func(err error) bool {
-		var rl *pool.RateLimitedError
+		var rl *chat.RateLimitedError
 		return errors.As(err, &rl) && rl.RetryAfter == retry
 	}
 }
@@ -327,7 +328,7 @@ func TestFinishError(t *testing.T) {
 		{give: chatParams{StatusCode: 418, Reason: "error"}, want: isUpstream(418)},
 		{give: chatParams{Reason: "error", ErrorMsg: "x"}, want: isUpstream(0)},
 		{give: chatParams{StatusCode: 401, ErrorMsg: "token expired"}, want: func(err error) bool {
-			return errors.Is(err, pool.ErrNotLoggedIn) && isUpstream(401)(err)
+			return errors.Is(err, chat.ErrNotLoggedIn) && isUpstream(401)(err)
 		}},
 	}
 	for _, tt := range tests {

@@ -60,7 +60,7 @@ type Config struct {
 	StopTimeout time.Duration
 	// Mode is chat/ask's mode for turns that do not ask for the agent:
 	// ModeChat (default) or ModeAgent. A turn with tools, tool history or an
-	// agent model name (pool.Turn.Agent) always goes in ModeAgent, which also
+	// agent model name (chat.Turn.Agent) always goes in ModeAgent, which also
 	// sets sessionType "assistant".
 	Mode string
 	// ToolMode is how offered tools reach the worker: ToolsEmulated (default)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 
 	"go.uber.org/goleak"
@@ -86,12 +87,12 @@ func newSim(t *testing.T, extra ...string) (*worker, *Client) {
 // answer is a whole collected stream.
 type answer struct {
 	text  string
-	calls []pool.ToolCall
-	done  *pool.Event
+	calls []chat.ToolCall
+	done  *chat.Event
 	err   error
 }
 
-func collect(t *testing.T, ch <-chan pool.Event) answer {
+func collect(t *testing.T, ch <-chan chat.Event) answer {
 	t.Helper()
 	var a answer
 	var text strings.Builder
@@ -110,13 +111,13 @@ func collect(t *testing.T, ch <-chan pool.Event) answer {
 				t.Fatalf("event %+v after the end of the stream", ev)
 			}
 			switch ev.Type {
-			case pool.EventText:
+			case chat.EventText:
 				text.WriteString(ev.Text)
-			case pool.EventToolCall:
+			case chat.EventToolCall:
 				a.calls = append(a.calls, ev.ToolCall)
-			case pool.EventDone:
+			case chat.EventDone:
 				a.done = &ev
-			case pool.EventError:
+			case chat.EventError:
 				a.err = ev.Err
 			}
 		case <-timeout:
@@ -125,7 +126,7 @@ func collect(t *testing.T, ch <-chan pool.Event) answer {
 	}
 }
 
-func chat(t *testing.T, c *Client, turn *pool.Turn) answer {
+func runTurn(t *testing.T, c *Client, turn *chat.Turn) answer {
 	t.Helper()
 	ch, err := c.Chat(context.Background(), turn)
 	if err != nil {
@@ -134,7 +135,7 @@ func chat(t *testing.T, c *Client, turn *pool.Turn) answer {
 	return collect(t, ch)
 }
 
-func user(text string) []pool.Message { return []pool.Message{{Role: pool.RoleUser, Content: text}} }
+func user(text string) []chat.Message { return []chat.Message{{Role: chat.RoleUser, Content: text}} }
 
 func TestCommand(t *testing.T) {
 	ep := pool.Endpoint{WorkDir: "/w/a", Port: 7001, AuxPort: 7002}
@@ -168,7 +169,7 @@ func TestStatus(t *testing.T) {
 	if err != nil || st.LoggedIn {
 		t.Errorf("Status() = %+v, %v; want logged out", st, err)
 	}
-	if _, err := out.Chat(context.Background(), &pool.Turn{Messages: user("hi")}); !errors.Is(err, pool.ErrNotLoggedIn) {
+	if _, err := out.Chat(context.Background(), &chat.Turn{Messages: user("hi")}); !errors.Is(err, chat.ErrNotLoggedIn) {
 		t.Errorf("Chat() logged out = %v, want ErrNotLoggedIn", err)
 	}
 	u, err := out.LoginURL(context.Background())
@@ -180,7 +181,7 @@ func TestStatus(t *testing.T) {
 func TestModels(t *testing.T) {
 	_, c := newSim(t, "--model-keys=dashscope_qwen3_coder,kmodel")
 	got, err := c.Models(context.Background())
-	want := []pool.Model{{ID: "dashscope_qwen3_coder", Name: "Qwen3-Coder"}, {ID: "kmodel", Name: "Kimi"}}
+	want := []chat.Model{{ID: "dashscope_qwen3_coder", Name: "Qwen3-Coder"}, {ID: "kmodel", Name: "Kimi"}}
 	if err != nil || !slices.Equal(got, want) {
 		t.Errorf("Models() = %+v, %v; want %+v", got, err, want)
 	}
@@ -197,8 +198,8 @@ func TestChatText(t *testing.T) {
 		{give: "<<<odd>>> text", want: "You said: <<<odd>>> text"},
 	}
 	for _, tt := range tests {
-		a := chat(t, c, &pool.Turn{Messages: user(tt.give), Model: "kmodel"})
-		if a.err != nil || a.text != tt.want || a.done.Finish != pool.FinishStop || a.done.SessionID == "" {
+		a := runTurn(t, c, &chat.Turn{Messages: user(tt.give), Model: "kmodel"})
+		if a.err != nil || a.text != tt.want || a.done.Finish != chat.FinishStop || a.done.SessionID == "" {
 			t.Errorf("answer = %q, %+v, %v; want %q and a session", a.text, a.done, a.err, tt.want)
 		}
 	}
@@ -206,12 +207,12 @@ func TestChatText(t *testing.T) {
 
 func TestSessionReuse(t *testing.T) {
 	_, c := newSim(t)
-	first := chat(t, c, &pool.Turn{Messages: user("one")})
+	first := runTurn(t, c, &chat.Turn{Messages: user("one")})
 	if first.err != nil {
 		t.Fatalf("first turn: %v", first.err)
 	}
 	sid := first.done.SessionID
-	second := chat(t, c, &pool.Turn{SessionID: sid, Messages: user("two [[sim:whoami]]")})
+	second := runTurn(t, c, &chat.Turn{SessionID: sid, Messages: user("two [[sim:whoami]]")})
 	want := "session=" + sid + " turn=2 reply=true"
 	if second.err != nil || !strings.HasPrefix(second.text, want) || second.done.SessionID != sid {
 		t.Errorf("second turn = %q, %+v, %v; want %q...", second.text, second.done, second.err, want)
@@ -220,14 +221,14 @@ func TestSessionReuse(t *testing.T) {
 	if err := c.DeleteSession(context.Background(), sid); err != nil {
 		t.Fatalf("DeleteSession: %v", err)
 	}
-	gone := chat(t, c, &pool.Turn{SessionID: sid, Messages: user("three")})
-	var ue *pool.UpstreamError
+	gone := runTurn(t, c, &chat.Turn{SessionID: sid, Messages: user("three")})
+	var ue *chat.UpstreamError
 	if !errors.As(gone.err, &ue) || ue.Status != 404 {
 		t.Errorf("turn on a deleted session: %v, want UpstreamError 404", gone.err)
 	}
 }
 
-var weatherTool = pool.Tool{
+var weatherTool = chat.Tool{
 	Name:       "get_weather",
 	Parameters: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`),
 }
@@ -235,12 +236,12 @@ var weatherTool = pool.Tool{
 func TestToolCalls(t *testing.T) {
 	_, c := newSim(t)
 	for _, directive := range []string{"", " [[sim:tool_code]]"} {
-		msgs := []pool.Message{
-			{Role: pool.RoleSystem, Content: "Be brief."},
-			{Role: pool.RoleUser, Content: "Paris" + directive},
+		msgs := []chat.Message{
+			{Role: chat.RoleSystem, Content: "Be brief."},
+			{Role: chat.RoleUser, Content: "Paris" + directive},
 		}
-		a := chat(t, c, &pool.Turn{Messages: msgs, Tools: []pool.Tool{weatherTool}})
-		if a.err != nil || len(a.calls) != 1 || a.text != "" || a.done.Finish != pool.FinishToolCalls {
+		a := runTurn(t, c, &chat.Turn{Messages: msgs, Tools: []chat.Tool{weatherTool}})
+		if a.err != nil || len(a.calls) != 1 || a.text != "" || a.done.Finish != chat.FinishToolCalls {
 			t.Fatalf("answer%s = %q %+v %+v %v; want one call", directive, a.text, a.calls, a.done, a.err)
 		}
 		call := a.calls[0]
@@ -249,12 +250,12 @@ func TestToolCalls(t *testing.T) {
 		}
 
 		// The follow-up turn continues the session with only the new messages.
-		next := []pool.Message{
-			{Role: pool.RoleAssistant, ToolCalls: a.calls},
-			{Role: pool.RoleTool, ToolCallID: call.ID, Content: "18C and sunny"},
+		next := []chat.Message{
+			{Role: chat.RoleAssistant, ToolCalls: a.calls},
+			{Role: chat.RoleTool, ToolCallID: call.ID, Content: "18C and sunny"},
 		}
-		b := chat(t, c, &pool.Turn{SessionID: a.done.SessionID, Messages: next, Tools: []pool.Tool{weatherTool}})
-		if b.err != nil || b.text != "Tool get_weather returned: 18C and sunny" || b.done.Finish != pool.FinishStop {
+		b := runTurn(t, c, &chat.Turn{SessionID: a.done.SessionID, Messages: next, Tools: []chat.Tool{weatherTool}})
+		if b.err != nil || b.text != "Tool get_weather returned: 18C and sunny" || b.done.Finish != chat.FinishStop {
 			t.Errorf("result turn%s = %q %+v %v", directive, b.text, b.done, b.err)
 		}
 	}
@@ -262,13 +263,13 @@ func TestToolCalls(t *testing.T) {
 
 func TestChatErrors(t *testing.T) {
 	_, c := newSim(t)
-	a := chat(t, c, &pool.Turn{Messages: user("x [[sim:ratelimit=2s]]")})
-	var rl *pool.RateLimitedError
+	a := runTurn(t, c, &chat.Turn{Messages: user("x [[sim:ratelimit=2s]]")})
+	var rl *chat.RateLimitedError
 	if !errors.As(a.err, &rl) || rl.RetryAfter != 2*time.Second {
 		t.Errorf("rate limit: %v, want RateLimitedError retry after 2s", a.err)
 	}
-	a = chat(t, c, &pool.Turn{Messages: user("x [[sim:error-after=2]] [[sim:chunks=4]]")})
-	var ue *pool.UpstreamError
+	a = runTurn(t, c, &chat.Turn{Messages: user("x [[sim:error-after=2]] [[sim:chunks=4]]")})
+	var ue *chat.UpstreamError
 	if !errors.As(a.err, &ue) || ue.Status != 500 || a.text == "" {
 		t.Errorf("error after 2 deltas: %q %v, want some text then UpstreamError 500", a.text, a.err)
 	}
@@ -277,7 +278,7 @@ func TestChatErrors(t *testing.T) {
 func TestCancelSendsStop(t *testing.T) {
 	_, c := newSim(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	turn := &pool.Turn{RequestID: "req-hang", Messages: user("wait [[sim:hang]]")}
+	turn := &chat.Turn{RequestID: "req-hang", Messages: user("wait [[sim:hang]]")}
 	ch, err := c.Chat(ctx, turn)
 	if err != nil {
 		t.Fatalf("Chat: %v", err)
@@ -290,7 +291,7 @@ func TestCancelSendsStop(t *testing.T) {
 	}
 	// The same gateway request id again (a retry on this worker) must not
 	// see the stopped turn's late chat/finish.
-	if a := chat(t, c, &pool.Turn{RequestID: "req-hang", Messages: user("again")}); a.text != "You said: again" {
+	if a := runTurn(t, c, &chat.Turn{RequestID: "req-hang", Messages: user("again")}); a.text != "You said: again" {
 		t.Errorf("turn after stop = %q, %v", a.text, a.err)
 	}
 }
@@ -298,11 +299,11 @@ func TestCancelSendsStop(t *testing.T) {
 func TestTurnTimeout(t *testing.T) {
 	w := startSim(t, "--logged-in")
 	c := connect(t, w, Config{TurnTimeout: 200 * time.Millisecond})
-	a := chat(t, c, &pool.Turn{Messages: user("[[sim:hang]]")})
+	a := runTurn(t, c, &chat.Turn{Messages: user("[[sim:hang]]")})
 	if !errors.Is(a.err, context.DeadlineExceeded) {
 		t.Errorf("hung turn: %v, want DeadlineExceeded", a.err)
 	}
-	a = chat(t, c, &pool.Turn{Messages: user("[[sim:hang]]")})
+	a = runTurn(t, c, &chat.Turn{Messages: user("[[sim:hang]]")})
 	if !errors.Is(a.err, context.DeadlineExceeded) {
 		t.Errorf("second hung turn: %v, want DeadlineExceeded", a.err)
 	}
@@ -310,18 +311,18 @@ func TestTurnTimeout(t *testing.T) {
 
 func TestWorkerGone(t *testing.T) {
 	w, c := newSim(t)
-	ch, err := c.Chat(context.Background(), &pool.Turn{Messages: user("[[sim:hang]]")})
+	ch, err := c.Chat(context.Background(), &chat.Turn{Messages: user("[[sim:hang]]")})
 	if err != nil {
 		t.Fatalf("Chat: %v", err)
 	}
 	w.stop()
-	if a := collect(t, ch); !errors.Is(a.err, pool.ErrWorkerGone) {
+	if a := collect(t, ch); !errors.Is(a.err, chat.ErrWorkerGone) {
 		t.Errorf("turn on a stopped worker: %v, want ErrWorkerGone", a.err)
 	}
-	if _, err := c.Status(context.Background()); !errors.Is(err, pool.ErrWorkerGone) {
+	if _, err := c.Status(context.Background()); !errors.Is(err, chat.ErrWorkerGone) {
 		t.Errorf("Status() after the drop = %v, want ErrWorkerGone", err)
 	}
-	if _, err := c.Chat(context.Background(), &pool.Turn{Messages: user("hi")}); !errors.Is(err, pool.ErrWorkerGone) {
+	if _, err := c.Chat(context.Background(), &chat.Turn{Messages: user("hi")}); !errors.Is(err, chat.ErrWorkerGone) {
 		t.Errorf("Chat() after the drop = %v, want ErrWorkerGone", err)
 	}
 }
@@ -334,7 +335,7 @@ func TestConcurrent(t *testing.T) {
 	for i := range 6 {
 		wg.Go(func() {
 			want := "You said: n" + strconv.Itoa(i) + " a b c d e"
-			a := chat(t, c, &pool.Turn{Messages: user("n" + strconv.Itoa(i) + " a b c d e [[sim:chunks=5]] [[sim:chunk-delay=2ms]]")})
+			a := runTurn(t, c, &chat.Turn{Messages: user("n" + strconv.Itoa(i) + " a b c d e [[sim:chunks=5]] [[sim:chunk-delay=2ms]]")})
 			if a.err != nil || a.text != want {
 				t.Errorf("turn %d = %q, %v; want %q", i, a.text, a.err, want)
 			}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // TestAskMode: a turn goes in agent mode when it asks for the agent (tools,
@@ -18,25 +18,25 @@ func TestAskMode(t *testing.T) {
 	tests := []struct {
 		name string
 		cfg  Config
-		turn pool.Turn
+		turn chat.Turn
 		want string
 	}{
-		{name: "chat default", turn: pool.Turn{Messages: user("[[sim:ask]]")},
+		{name: "chat default", turn: chat.Turn{Messages: user("[[sim:ask]]")},
 			want: "mode=chat session_type=chat model= tools=none"},
-		{name: "agent asked", turn: pool.Turn{Messages: user("[[sim:ask]]"), Agent: true, Model: "kmodel"},
+		{name: "agent asked", turn: chat.Turn{Messages: user("[[sim:ask]]"), Agent: true, Model: "kmodel"},
 			want: "mode=agent session_type=assistant model=kmodel tools=none"},
-		{name: "agent default", cfg: Config{Mode: ModeAgent}, turn: pool.Turn{Messages: user("[[sim:ask]]")},
+		{name: "agent default", cfg: Config{Mode: ModeAgent}, turn: chat.Turn{Messages: user("[[sim:ask]]")},
 			want: "mode=agent session_type=assistant model= tools=none"},
-		{name: "emulated tools", turn: pool.Turn{Messages: user("[[sim:ask]]"), Agent: true, Tools: []pool.Tool{weatherTool}},
+		{name: "emulated tools", turn: chat.Turn{Messages: user("[[sim:ask]]"), Agent: true, Tools: []chat.Tool{weatherTool}},
 			want: "mode=agent session_type=assistant model= tools=prompt:1"},
 		{name: "auto without the capability", cfg: Config{ToolMode: ToolsAuto},
-			turn: pool.Turn{Messages: user("[[sim:ask]]"), Agent: true, Tools: []pool.Tool{weatherTool}},
+			turn: chat.Turn{Messages: user("[[sim:ask]]"), Agent: true, Tools: []chat.Tool{weatherTool}},
 			want: "mode=agent session_type=assistant model= tools=prompt:1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := connect(t, w, tt.cfg)
-			a := chat(t, c, &tt.turn)
+			a := runTurn(t, c, &tt.turn)
 			if a.err != nil || !strings.HasPrefix(a.text, tt.want+" endpoint=") {
 				t.Errorf("answer = %q, %v; want %q", a.text, a.err, tt.want)
 			}
@@ -53,25 +53,25 @@ func TestNativeTools(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			w := startSim(t, "--logged-in", "--native-tools")
 			c := connect(t, w, Config{ToolMode: mode})
-			probe := chat(t, c, &pool.Turn{Messages: user("[[sim:ask]]"), Agent: true, Tools: []pool.Tool{weatherTool}})
+			probe := runTurn(t, c, &chat.Turn{Messages: user("[[sim:ask]]"), Agent: true, Tools: []chat.Tool{weatherTool}})
 			if !strings.HasPrefix(probe.text, "mode=agent session_type=assistant model= tools=native:1 ") {
 				t.Fatalf("ask = %q, %v; want the tools passed natively", probe.text, probe.err)
 			}
-			msgs := []pool.Message{{Role: pool.RoleSystem, Content: "Be brief."}, {Role: pool.RoleUser, Content: "Paris"}}
-			a := chat(t, c, &pool.Turn{Messages: msgs, Agent: true, Tools: []pool.Tool{weatherTool}})
-			if a.err != nil || len(a.calls) != 1 || a.text != "" || a.done.Finish != pool.FinishToolCalls {
+			msgs := []chat.Message{{Role: chat.RoleSystem, Content: "Be brief."}, {Role: chat.RoleUser, Content: "Paris"}}
+			a := runTurn(t, c, &chat.Turn{Messages: msgs, Agent: true, Tools: []chat.Tool{weatherTool}})
+			if a.err != nil || len(a.calls) != 1 || a.text != "" || a.done.Finish != chat.FinishToolCalls {
 				t.Fatalf("answer = %q %+v %+v %v; want one native call", a.text, a.calls, a.done, a.err)
 			}
 			call := a.calls[0]
 			if call.Name != "get_weather" || call.Arguments != `{"city":"Paris"}` || call.ID != "call_sim_1_0" {
 				t.Errorf("call = %+v, want the worker's get_weather call with its id", call)
 			}
-			next := []pool.Message{
-				{Role: pool.RoleAssistant, ToolCalls: a.calls},
-				{Role: pool.RoleTool, ToolCallID: call.ID, Content: "18C and sunny"},
+			next := []chat.Message{
+				{Role: chat.RoleAssistant, ToolCalls: a.calls},
+				{Role: chat.RoleTool, ToolCallID: call.ID, Content: "18C and sunny"},
 			}
-			b := chat(t, c, &pool.Turn{SessionID: a.done.SessionID, Messages: next, Agent: true, Tools: []pool.Tool{weatherTool}})
-			if b.err != nil || b.text != "Tool get_weather returned: 18C and sunny" || b.done.Finish != pool.FinishStop {
+			b := runTurn(t, c, &chat.Turn{SessionID: a.done.SessionID, Messages: next, Agent: true, Tools: []chat.Tool{weatherTool}})
+			if b.err != nil || b.text != "Tool get_weather returned: 18C and sunny" || b.done.Finish != chat.FinishStop {
 				t.Errorf("result turn = %q %+v %v", b.text, b.done, b.err)
 			}
 		})
@@ -111,7 +111,7 @@ func TestNativeInvokeEdges(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFake(t, askThen(tt.then))
 			c := fakeClient(t, f, Config{ToolMode: ToolsNative, ToolSettle: 50 * time.Millisecond})
-			a := chat(t, c, &pool.Turn{Messages: user("weather?"), Agent: true, Tools: []pool.Tool{weatherTool}})
+			a := runTurn(t, c, &chat.Turn{Messages: user("weather?"), Agent: true, Tools: []chat.Tool{weatherTool}})
 			var ids []string
 			for _, call := range a.calls {
 				ids = append(ids, call.ID)
@@ -122,7 +122,7 @@ func TestNativeInvokeEdges(t *testing.T) {
 			if a.err != nil || !slices.Equal(ids, tt.wantCalls) || a.text != tt.wantText {
 				t.Fatalf("answer = %q %v %v, want %q %v", a.text, ids, a.err, tt.wantText, tt.wantCalls)
 			}
-			if len(tt.wantCalls) > 0 && a.done.Finish != pool.FinishToolCalls {
+			if len(tt.wantCalls) > 0 && a.done.Finish != chat.FinishToolCalls {
 				t.Errorf("finish = %q, want tool_calls", a.done.Finish)
 			}
 			methods, replies := f.seen()

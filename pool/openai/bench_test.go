@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // stream100 is a typical streamed answer: 100 text deltas in the chunk shape
@@ -30,7 +30,7 @@ func BenchmarkParseStream100(b *testing.B) {
 	d := New(Config{})
 	r := bytes.NewReader(body)
 	n := 0
-	emit := func(pool.Event) bool { n++; return true }
+	emit := func(chat.Event) bool { n++; return true }
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {

@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // drainWait bounds reading the end of a finished stream (after [DONE]) so
@@ -19,13 +19,13 @@ const drainWait = 200 * time.Millisecond
 // Chat posts the turn to /v1/chat/completions, streamed, with the whole
 // transcript (t.SessionID is ignored: these servers keep no sessions). Errors
 // before the answer's first byte are returned: a connection failure wraps
-// pool.ErrWorkerGone, a 429 is a *pool.RateLimitedError and any other status a
-// *pool.UpstreamError. Otherwise a goroutine owns the returned channel and
+// chat.ErrWorkerGone, a 429 is a *chat.RateLimitedError and any other status a
+// *chat.UpstreamError. Otherwise a goroutine owns the returned channel and
 // closes it after EventDone or EventError, or as soon as ctx ends. The turn
 // is bounded by RequestTimeout.
-func (c *Client) Chat(ctx context.Context, t *pool.Turn) (<-chan pool.Event, error) {
+func (c *Client) Chat(ctx context.Context, t *chat.Turn) (<-chan chat.Event, error) {
 	if !c.begin() {
-		return nil, fmt.Errorf("openai %s: chat: client closed: %w", c.name, pool.ErrWorkerGone)
+		return nil, fmt.Errorf("openai %s: chat: client closed: %w", c.name, chat.ErrWorkerGone)
 	}
 	p, err := c.d.encode(t)
 	if err != nil {
@@ -52,7 +52,7 @@ func (c *Client) Chat(ctx context.Context, t *pool.Turn) (<-chan pool.Event, err
 		end()
 		return nil, err
 	}
-	out := make(chan pool.Event, 16)
+	out := make(chan chat.Event, 16)
 	go func() {
 		defer end()
 		defer close(out)
@@ -83,16 +83,16 @@ type stream struct {
 	c    *Client
 	ctx  context.Context // the caller's: when it ends nobody listens
 	rctx context.Context // the request's: adds RequestTimeout and Close
-	out  chan<- pool.Event
+	out  chan<- chat.Event
 	// emit delivers an event; false when the listener is gone. It is s.send,
 	// or a collector in tests.
-	emit func(pool.Event) bool
+	emit func(chat.Event) bool
 	acc  accumulator
 }
 
 // send delivers ev, giving up when the caller's context ends or the client
 // is closed (then a full channel would block Close forever).
-func (s *stream) send(ev pool.Event) bool {
+func (s *stream) send(ev chat.Event) bool {
 	select {
 	case s.out <- ev:
 		return true
@@ -133,7 +133,7 @@ func (s *stream) run(resp *http.Response, cancel context.CancelFunc) {
 		t.Stop()
 	}
 	if err != nil {
-		s.emit(pool.Event{Type: pool.EventError, Err: s.readError(err)})
+		s.emit(chat.Event{Type: chat.EventError, Err: s.readError(err)})
 		return
 	}
 	s.finish()
@@ -143,34 +143,34 @@ func (s *stream) run(resp *http.Response, cancel context.CancelFunc) {
 func (s *stream) finish() {
 	calls, err := s.acc.toolCalls()
 	if err != nil {
-		s.emit(pool.Event{Type: pool.EventError, Err: err})
+		s.emit(chat.Event{Type: chat.EventError, Err: err})
 		return
 	}
 	for _, tc := range calls {
-		if !s.emit(pool.Event{Type: pool.EventToolCall, ToolCall: tc}) {
+		if !s.emit(chat.Event{Type: chat.EventToolCall, ToolCall: tc}) {
 			return
 		}
 	}
-	s.emit(pool.Event{Type: pool.EventDone, Finish: s.acc.finishReason(), Usage: s.acc.usage})
+	s.emit(chat.Event{Type: chat.EventDone, Finish: s.acc.finishReason(), Usage: s.acc.usage})
 }
 
 // readError maps a failure while reading the answer to the pool's errors:
 // the upstream's own errors pass through, a lost connection, a timeout or a
-// stream cut short wrap pool.ErrWorkerGone.
+// stream cut short wrap chat.ErrWorkerGone.
 func (s *stream) readError(err error) error {
-	var up *pool.UpstreamError
-	var rl *pool.RateLimitedError
+	var up *chat.UpstreamError
+	var rl *chat.RateLimitedError
 	switch {
 	case errors.As(err, &up), errors.As(err, &rl):
 		return err
 	case errors.Is(err, errTruncated):
-		return fmt.Errorf("openai %s: %w: %w", s.c.name, err, pool.ErrWorkerGone)
+		return fmt.Errorf("openai %s: %w: %w", s.c.name, err, chat.ErrWorkerGone)
 	case s.c.ctx.Err() != nil:
-		return fmt.Errorf("openai %s: client closed mid-answer: %w", s.c.name, pool.ErrWorkerGone)
+		return fmt.Errorf("openai %s: client closed mid-answer: %w", s.c.name, chat.ErrWorkerGone)
 	case s.ctx.Err() == nil && errors.Is(s.rctx.Err(), context.DeadlineExceeded):
-		return fmt.Errorf("openai %s: answer not complete within %s: %w", s.c.name, s.c.d.cfg.RequestTimeout, pool.ErrWorkerGone)
+		return fmt.Errorf("openai %s: answer not complete within %s: %w", s.c.name, s.c.d.cfg.RequestTimeout, chat.ErrWorkerGone)
 	}
-	return fmt.Errorf("openai %s: read answer: %w: %w", s.c.name, pool.ErrWorkerGone, err)
+	return fmt.Errorf("openai %s: read answer: %w: %w", s.c.name, chat.ErrWorkerGone, err)
 }
 
 // isJSONBody says whether the answer is one JSON completion rather than an

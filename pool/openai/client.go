@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/pool"
 )
 
@@ -46,7 +47,7 @@ func newClient(d *Driver, name, base string) *Client {
 }
 
 // Close aborts the turns in flight, waits for their goroutines and makes
-// later calls fail with pool.ErrWorkerGone. It is safe to call twice.
+// later calls fail with chat.ErrWorkerGone. It is safe to call twice.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
@@ -89,7 +90,7 @@ func (c *Client) ready(code int) bool {
 // Models returns Config.Models when set, else the ids of GET /v1/models. It
 // accepts {"data": [...]}, llama.cpp's and Ollama's {"models": [...]} and a
 // bare array, with entries that carry an id, a name or a model.
-func (c *Client) Models(ctx context.Context) ([]pool.Model, error) {
+func (c *Client) Models(ctx context.Context) ([]chat.Model, error) {
 	if len(c.d.cfg.Models) > 0 {
 		return c.configured(), nil
 	}
@@ -97,10 +98,10 @@ func (c *Client) Models(ctx context.Context) ([]pool.Model, error) {
 	return ms, err
 }
 
-func (c *Client) configured() []pool.Model {
-	out := make([]pool.Model, len(c.d.cfg.Models))
+func (c *Client) configured() []chat.Model {
+	out := make([]chat.Model, len(c.d.cfg.Models))
 	for i, m := range c.d.cfg.Models {
-		out[i] = pool.Model{ID: m, Name: m}
+		out[i] = chat.Model{ID: m, Name: m}
 	}
 	return out
 }
@@ -108,7 +109,7 @@ func (c *Client) configured() []pool.Model {
 // RawModels returns GET /v1/models' body beside the parsed list. With
 // Config.Models set, the list is that one and the body is shown when the
 // server answers one (nil otherwise).
-func (c *Client) RawModels(ctx context.Context) (json.RawMessage, []pool.Model, error) {
+func (c *Client) RawModels(ctx context.Context) (json.RawMessage, []chat.Model, error) {
 	body, err := c.modelsBody(ctx)
 	if len(c.d.cfg.Models) > 0 {
 		if err != nil || !json.Valid(body) {
@@ -134,7 +135,7 @@ func (c *Client) modelsBody(ctx context.Context) ([]byte, error) {
 	defer drain(resp.Body)
 	body, err := io.ReadAll(io.LimitReader(resp.Body, errBodyLimit))
 	if err != nil {
-		return nil, fmt.Errorf("openai %s: read /v1/models: %w: %w", c.name, pool.ErrWorkerGone, err)
+		return nil, fmt.Errorf("openai %s: read /v1/models: %w: %w", c.name, chat.ErrWorkerGone, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("openai %s: GET /v1/models: %w", c.name, statusError(resp, body))
@@ -148,7 +149,7 @@ type modelEntry struct {
 	Model string `json:"model"`
 }
 
-func parseModels(body []byte) ([]pool.Model, error) {
+func parseModels(body []byte) ([]chat.Model, error) {
 	var list struct {
 		Data   []modelEntry `json:"data"`
 		Models []modelEntry `json:"models"`
@@ -161,15 +162,15 @@ func parseModels(body []byte) ([]pool.Model, error) {
 			bare = list.Models
 		}
 	case json.Unmarshal(body, &bare) != nil:
-		return nil, &pool.UpstreamError{Message: "malformed model list: " + clip(body)}
+		return nil, &chat.UpstreamError{Message: "malformed model list: " + clip(body)}
 	}
-	out := make([]pool.Model, 0, len(bare))
+	out := make([]chat.Model, 0, len(bare))
 	for _, m := range bare {
 		id := cmp(m.ID, m.Model, m.Name)
 		if id == "" {
 			continue
 		}
-		out = append(out, pool.Model{ID: id, Name: cmp(m.Name, id)})
+		out = append(out, chat.Model{ID: id, Name: cmp(m.Name, id)})
 	}
 	return out, nil
 }
@@ -196,7 +197,7 @@ func (c *Client) get(ctx context.Context) (*http.Response, error) {
 	resp, err := c.d.hc.Do(req)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("openai %s: GET /v1/models: %w: %w", c.name, pool.ErrWorkerGone, err)
+		return nil, fmt.Errorf("openai %s: GET /v1/models: %w: %w", c.name, chat.ErrWorkerGone, err)
 	}
 	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
 	return resp, nil
@@ -233,16 +234,16 @@ func (c *Client) chatError(ctx, rctx context.Context, err error) error {
 	case ctx.Err() != nil:
 		return fmt.Errorf("openai %s: chat: %w", c.name, ctx.Err())
 	case c.ctx.Err() != nil:
-		return fmt.Errorf("openai %s: chat: client closed: %w", c.name, pool.ErrWorkerGone)
+		return fmt.Errorf("openai %s: chat: client closed: %w", c.name, chat.ErrWorkerGone)
 	case errors.Is(rctx.Err(), context.DeadlineExceeded):
-		return fmt.Errorf("openai %s: no answer within %s: %w", c.name, c.d.cfg.RequestTimeout, pool.ErrWorkerGone)
+		return fmt.Errorf("openai %s: no answer within %s: %w", c.name, c.d.cfg.RequestTimeout, chat.ErrWorkerGone)
 	}
-	return fmt.Errorf("openai %s: chat: %w: %w", c.name, pool.ErrWorkerGone, err)
+	return fmt.Errorf("openai %s: chat: %w: %w", c.name, chat.ErrWorkerGone, err)
 }
 
 // statusError maps a non-2xx answer to the pool's errors: 429 is a
-// *pool.RateLimitedError honouring Retry-After, anything else a
-// *pool.UpstreamError with the server's message. body is what was read of the
+// *chat.RateLimitedError honouring Retry-After, anything else a
+// *chat.UpstreamError with the server's message. body is what was read of the
 // response (nil: read it here).
 func statusError(resp *http.Response, body []byte) error {
 	if body == nil {
@@ -253,9 +254,9 @@ func statusError(resp *http.Response, body []byte) error {
 		msg = http.StatusText(resp.StatusCode)
 	}
 	if resp.StatusCode == http.StatusTooManyRequests {
-		return &pool.RateLimitedError{RetryAfter: retryAfter(resp.Header, time.Now()), Message: msg}
+		return &chat.RateLimitedError{RetryAfter: retryAfter(resp.Header, time.Now()), Message: msg}
 	}
-	return &pool.UpstreamError{Status: resp.StatusCode, Message: msg}
+	return &chat.UpstreamError{Status: resp.StatusCode, Message: msg}
 }
 
 // retryAfter reads Retry-After as seconds or an HTTP date, falling back to

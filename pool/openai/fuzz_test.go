@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // FuzzParseStream feeds arbitrary bodies to the answer reader, as an event
@@ -41,19 +41,19 @@ func FuzzParseStream(f *testing.F) {
 			ct = "text/event-stream"
 		}
 		var ends int
-		parseBody(d, ct, bytes.NewReader(body), func(ev pool.Event) bool {
+		parseBody(d, ct, bytes.NewReader(body), func(ev chat.Event) bool {
 			if ends > 0 {
 				t.Fatalf("event %+v after the end", ev)
 			}
 			switch ev.Type {
-			case pool.EventDone:
+			case chat.EventDone:
 				ends++
-			case pool.EventError:
+			case chat.EventError:
 				if ev.Err == nil {
 					t.Fatal("EventError without an error")
 				}
 				ends++
-			case pool.EventToolCall:
+			case chat.EventToolCall:
 				var obj map[string]any
 				if ev.ToolCall.Name == "" || ev.ToolCall.ID == "" || json.Unmarshal([]byte(ev.ToolCall.Arguments), &obj) != nil {
 					t.Fatalf("tool call %+v: want a name, an id and object arguments", ev.ToolCall)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/pool"
 )
 
@@ -74,38 +75,38 @@ func TestRequestBody(t *testing.T) {
 	temp, topP := 0.5, 0.9
 	tests := []struct {
 		name string
-		give pool.Turn
+		give chat.Turn
 		want string
 	}{
-		{"plain", pool.Turn{Model: "m", SessionID: "ignored", Messages: []pool.Message{{Role: pool.RoleUser, Content: "hi"}}},
+		{"plain", chat.Turn{Model: "m", SessionID: "ignored", Messages: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}},
 			`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true}}`},
-		{"sampling and cap", pool.Turn{Messages: []pool.Message{{Role: pool.RoleSystem, Content: "be <brief>"}, {Role: pool.RoleUser, Content: "hi"}},
+		{"sampling and cap", chat.Turn{Messages: []chat.Message{{Role: chat.RoleSystem, Content: "be <brief>"}, {Role: chat.RoleUser, Content: "hi"}},
 			MaxTokens: 64, Temperature: &temp, TopP: &topP},
 			`{"messages":[{"role":"system","content":"be <brief>"},{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true},"max_tokens":64,"temperature":0.5,"top_p":0.9}`},
-		{"tool round trip", pool.Turn{Model: "m", Tools: []pool.Tool{{Name: "f", Description: "F", Parameters: json.RawMessage(`{"type":"object"}`)}, {Name: "g"}},
-			ToolChoice: pool.ToolChoice{Mode: pool.ToolNamed, Name: "f"},
-			Messages: []pool.Message{{Role: pool.RoleUser, Content: "x"},
-				{Role: pool.RoleAssistant, ToolCalls: []pool.ToolCall{{ID: "c1", Name: "f", Arguments: `{"a":1}`}, {ID: "c2", Name: "g"}}},
-				{Role: pool.RoleTool, ToolCallID: "c1", Name: "f", Content: "r1"},
-				{Role: pool.RoleTool, ToolCallID: "c2", Content: "r2"}}},
+		{"tool round trip", chat.Turn{Model: "m", Tools: []chat.Tool{{Name: "f", Description: "F", Parameters: json.RawMessage(`{"type":"object"}`)}, {Name: "g"}},
+			ToolChoice: chat.ToolChoice{Mode: chat.ToolNamed, Name: "f"},
+			Messages: []chat.Message{{Role: chat.RoleUser, Content: "x"},
+				{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: "c1", Name: "f", Arguments: `{"a":1}`}, {ID: "c2", Name: "g"}}},
+				{Role: chat.RoleTool, ToolCallID: "c1", Name: "f", Content: "r1"},
+				{Role: chat.RoleTool, ToolCallID: "c2", Content: "r2"}}},
 			`{"model":"m","messages":[{"role":"user","content":"x"},` +
 				`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}},{"id":"c2","type":"function","function":{"name":"g","arguments":"{}"}}]},` +
 				`{"role":"tool","content":"r1","tool_call_id":"c1","name":"f"},{"role":"tool","content":"r2","tool_call_id":"c2"}],` +
 				`"stream":true,"stream_options":{"include_usage":true},` +
 				`"tools":[{"type":"function","function":{"name":"f","description":"F","parameters":{"type":"object"}}},{"type":"function","function":{"name":"g","parameters":{"type":"object","properties":{}}}}],` +
 				`"tool_choice":{"function":{"name":"f"},"type":"function"}}`},
-		{"tool choice none", pool.Turn{Tools: []pool.Tool{{Name: "f"}}, ToolChoice: pool.ToolChoice{Mode: pool.ToolNone}, Messages: []pool.Message{{Role: pool.RoleUser, Content: "x"}}},
+		{"tool choice none", chat.Turn{Tools: []chat.Tool{{Name: "f"}}, ToolChoice: chat.ToolChoice{Mode: chat.ToolNone}, Messages: []chat.Message{{Role: chat.RoleUser, Content: "x"}}},
 			`{"messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true},"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{}}}}],"tool_choice":"none"}`},
-		{"tool choice required", pool.Turn{Tools: []pool.Tool{{Name: "f"}}, ToolChoice: pool.ToolChoice{Mode: pool.ToolRequired}, Messages: []pool.Message{{Role: pool.RoleUser, Content: "x"}}},
+		{"tool choice required", chat.Turn{Tools: []chat.Tool{{Name: "f"}}, ToolChoice: chat.ToolChoice{Mode: chat.ToolRequired}, Messages: []chat.Message{{Role: chat.RoleUser, Content: "x"}}},
 			`{"messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true},"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{}}}}],"tool_choice":"required"}`},
-		{"tool choice ignored without tools", pool.Turn{ToolChoice: pool.ToolChoice{Mode: pool.ToolRequired}, Messages: []pool.Message{{Role: pool.RoleUser, Content: "x"}}},
+		{"tool choice ignored without tools", chat.Turn{ToolChoice: chat.ToolChoice{Mode: chat.ToolRequired}, Messages: []chat.Message{{Role: chat.RoleUser, Content: "x"}}},
 			`{"messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true}}`},
 	}
 	f := startFake(t, sseReply)
 	c := connect(t, newDriver(t, Config{APIKey: "sk-test"}), f.ep)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if a := chat(t, c, &tt.give); a.err != nil {
+			if a := runTurn(t, c, &tt.give); a.err != nil {
 				t.Fatalf("chat: %v", a.err)
 			}
 			f.mu.Lock()
@@ -144,7 +145,7 @@ func TestStatusErrors(t *testing.T) {
 			})
 			c := connect(t, newDriver(t, Config{}), f.ep)
 			_, err := c.Chat(context.Background(), userTurn("x"))
-			var rl *pool.RateLimitedError
+			var rl *chat.RateLimitedError
 			retry := time.Duration(0)
 			if errors.As(err, &rl) {
 				retry = rl.RetryAfter
@@ -185,8 +186,8 @@ func TestNonStreamingServer(t *testing.T) {
 		_, _ = io.WriteString(w, `{"choices":[{"message":{"role":"assistant","content":"whole"},"finish_reason":"length"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`)
 	})
 	c := connect(t, newDriver(t, Config{}), f.ep)
-	a := chat(t, c, userTurn("x"))
-	if a.err != nil || a.text != "whole" || a.done.Finish != pool.FinishLength || a.done.Usage != (pool.Usage{InputTokens: 3, OutputTokens: 1}) {
+	a := runTurn(t, c, userTurn("x"))
+	if a.err != nil || a.text != "whole" || a.done.Finish != chat.FinishLength || a.done.Usage != (chat.Usage{InputTokens: 3, OutputTokens: 1}) {
 		t.Errorf("answer = %+v, done %+v; want the whole body as one answer", a, a.done)
 	}
 }
@@ -198,7 +199,7 @@ func TestConnectionReuse(t *testing.T) {
 	f := startFake(t, sseReply)
 	c := connect(t, newDriver(t, Config{}), f.ep)
 	for range 20 {
-		if a := chat(t, c, userTurn("x")); a.err != nil {
+		if a := runTurn(t, c, userTurn("x")); a.err != nil {
 			t.Fatalf("chat: %v", a.err)
 		}
 		if _, err := c.Status(context.Background()); err != nil {
@@ -237,8 +238,8 @@ func TestConnectionDroppedMidStream(t *testing.T) {
 		panic(http.ErrAbortHandler) // drops the connection, as a crashed worker does
 	})
 	c := connect(t, newDriver(t, Config{}), f.ep)
-	a := chat(t, c, userTurn("x"))
-	if a.text != "partial" || !errors.Is(a.err, pool.ErrWorkerGone) {
+	a := runTurn(t, c, userTurn("x"))
+	if a.text != "partial" || !errors.Is(a.err, chat.ErrWorkerGone) {
 		t.Errorf("answer = %+v, want the partial text then ErrWorkerGone", a)
 	}
 }

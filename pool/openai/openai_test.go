@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 
 	"go.uber.org/goleak"
@@ -94,14 +95,14 @@ func newSim(t *testing.T, cfg Config, extra ...string) (*worker, *Client) {
 type answer struct {
 	text   string
 	deltas int
-	calls  []pool.ToolCall
-	done   *pool.Event
+	calls  []chat.ToolCall
+	done   *chat.Event
 	err    error
 }
 
 // collect reads ch to its close, checking that it ends with exactly one
 // EventDone or EventError.
-func collect(t testing.TB, ch <-chan pool.Event) answer {
+func collect(t testing.TB, ch <-chan chat.Event) answer {
 	t.Helper()
 	var a answer
 	var text strings.Builder
@@ -120,14 +121,14 @@ func collect(t testing.TB, ch <-chan pool.Event) answer {
 				t.Fatalf("event %+v after the end of the stream", ev)
 			}
 			switch ev.Type {
-			case pool.EventText:
+			case chat.EventText:
 				text.WriteString(ev.Text)
 				a.deltas++
-			case pool.EventToolCall:
+			case chat.EventToolCall:
 				a.calls = append(a.calls, ev.ToolCall)
-			case pool.EventDone:
+			case chat.EventDone:
 				a.done = &ev
-			case pool.EventError:
+			case chat.EventError:
 				a.err = ev.Err
 			}
 		case <-timeout:
@@ -136,11 +137,11 @@ func collect(t testing.TB, ch <-chan pool.Event) answer {
 	}
 }
 
-func userTurn(text string) *pool.Turn {
-	return &pool.Turn{Model: "kmodel", Messages: []pool.Message{{Role: pool.RoleUser, Content: text}}}
+func userTurn(text string) *chat.Turn {
+	return &chat.Turn{Model: "kmodel", Messages: []chat.Message{{Role: chat.RoleUser, Content: text}}}
 }
 
-func chat(t testing.TB, c *Client, turn *pool.Turn) answer {
+func runTurn(t testing.TB, c *Client, turn *chat.Turn) answer {
 	t.Helper()
 	ch, err := c.Chat(context.Background(), turn)
 	if err != nil {
@@ -149,7 +150,7 @@ func chat(t testing.TB, c *Client, turn *pool.Turn) answer {
 	return collect(t, ch)
 }
 
-var weather = []pool.Tool{{Name: "get_weather", Description: "Weather in a city",
+var weather = []chat.Tool{{Name: "get_weather", Description: "Weather in a city",
 	Parameters: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}}}`)}}
 
 func TestStatusAndModels(t *testing.T) {
@@ -159,7 +160,7 @@ func TestStatusAndModels(t *testing.T) {
 		t.Errorf("Status = %+v, %v; want logged in", st, err)
 	}
 	models, err := c.Models(context.Background())
-	want := []pool.Model{{ID: "m1", Name: "m1"}, {ID: "m2", Name: "m2"}}
+	want := []chat.Model{{ID: "m1", Name: "m1"}, {ID: "m2", Name: "m2"}}
 	if err != nil || !slices.Equal(models, want) {
 		t.Errorf("Models = %+v, %v; want %+v", models, err, want)
 	}
@@ -167,14 +168,14 @@ func TestStatusAndModels(t *testing.T) {
 
 func TestChatText(t *testing.T) {
 	_, c := newSim(t, Config{})
-	a := chat(t, c, userTurn("hello brave new world"))
+	a := runTurn(t, c, userTurn("hello brave new world"))
 	if a.err != nil {
 		t.Fatalf("stream error: %v", a.err)
 	}
 	if a.text != "You said: hello brave new world" || a.deltas != 6 {
 		t.Errorf("text = %q in %d deltas, want %q in 6", a.text, a.deltas, "You said: hello brave new world")
 	}
-	if a.done.Finish != pool.FinishStop {
+	if a.done.Finish != chat.FinishStop {
 		t.Errorf("finish = %q, want stop", a.done.Finish)
 	}
 	if u := a.done.Usage; u.InputTokens != 4 || u.OutputTokens != 6 {
@@ -186,7 +187,7 @@ func TestChatToolCallThenResult(t *testing.T) {
 	_, c := newSim(t, Config{})
 	turn := userTurn("Paris [[sim:chunks=4]]")
 	turn.Tools = weather
-	a := chat(t, c, turn)
+	a := runTurn(t, c, turn)
 	if a.err != nil || a.text != "" || len(a.calls) != 1 {
 		t.Fatalf("answer = %+v, want one tool call and no text", a)
 	}
@@ -196,15 +197,15 @@ func TestChatToolCallThenResult(t *testing.T) {
 		call.Name != "get_weather" || !strings.HasPrefix(call.ID, "call_") {
 		t.Errorf("call = %+v (args %v), want get_weather {city: Paris} with a call_ id", call, err)
 	}
-	if a.done.Finish != pool.FinishToolCalls || a.done.Usage.OutputTokens == 0 {
+	if a.done.Finish != chat.FinishToolCalls || a.done.Usage.OutputTokens == 0 {
 		t.Errorf("done = %+v, want finish tool_calls with usage", a.done)
 	}
 
 	turn.Messages = append(turn.Messages,
-		pool.Message{Role: pool.RoleAssistant, ToolCalls: a.calls},
-		pool.Message{Role: pool.RoleTool, ToolCallID: call.ID, Content: "18C"})
-	b := chat(t, c, turn)
-	if b.err != nil || b.text != "Tool get_weather returned: 18C" || len(b.calls) != 0 || b.done.Finish != pool.FinishStop {
+		chat.Message{Role: chat.RoleAssistant, ToolCalls: a.calls},
+		chat.Message{Role: chat.RoleTool, ToolCallID: call.ID, Content: "18C"})
+	b := runTurn(t, c, turn)
+	if b.err != nil || b.text != "Tool get_weather returned: 18C" || len(b.calls) != 0 || b.done.Finish != chat.FinishStop {
 		t.Errorf("after tool result: %+v, want the text %q", b, "Tool get_weather returned: 18C")
 	}
 }
@@ -212,20 +213,20 @@ func TestChatToolCallThenResult(t *testing.T) {
 func TestChatToolChoice(t *testing.T) {
 	tests := []struct {
 		name string
-		give pool.ToolChoice
+		give chat.ToolChoice
 		want string // the tool called, or "" for a text answer
 	}{
-		{"auto", pool.ToolChoice{}, "get_weather"},
-		{"none", pool.ToolChoice{Mode: pool.ToolNone}, ""},
-		{"required", pool.ToolChoice{Mode: pool.ToolRequired}, "get_weather"},
-		{"named", pool.ToolChoice{Mode: pool.ToolNamed, Name: "get_weather"}, "get_weather"},
+		{"auto", chat.ToolChoice{}, "get_weather"},
+		{"none", chat.ToolChoice{Mode: chat.ToolNone}, ""},
+		{"required", chat.ToolChoice{Mode: chat.ToolRequired}, "get_weather"},
+		{"named", chat.ToolChoice{Mode: chat.ToolNamed, Name: "get_weather"}, "get_weather"},
 	}
 	_, c := newSim(t, Config{})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			turn := userTurn("Rome")
 			turn.Tools, turn.ToolChoice = weather, tt.give
-			a := chat(t, c, turn)
+			a := runTurn(t, c, turn)
 			got := ""
 			for _, tc := range a.calls {
 				got += tc.Name
@@ -255,8 +256,8 @@ func TestChatErrorsBeforeFirstByte(t *testing.T) {
 			if ch != nil {
 				t.Fatalf("Chat returned a stream, want an error")
 			}
-			var rl *pool.RateLimitedError
-			var up *pool.UpstreamError
+			var rl *chat.RateLimitedError
+			var up *chat.UpstreamError
 			switch {
 			case errors.As(err, &rl):
 				if tt.wantStatus != 0 || rl.RetryAfter != tt.wantRetry {
@@ -275,8 +276,8 @@ func TestChatErrorsBeforeFirstByte(t *testing.T) {
 
 func TestChatErrorMidStream(t *testing.T) {
 	_, c := newSim(t, Config{})
-	a := chat(t, c, userTurn("a b c d [[sim:error-after=2]]"))
-	var up *pool.UpstreamError
+	a := runTurn(t, c, userTurn("a b c d [[sim:error-after=2]]"))
+	var up *chat.UpstreamError
 	if !errors.As(a.err, &up) || up.Message != "simulated error" {
 		t.Fatalf("err = %v, want the in-stream UpstreamError", a.err)
 	}
@@ -305,7 +306,7 @@ func TestChatCancel(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Chat: %v", err)
 		}
-		if ev := <-ch; ev.Type != pool.EventText {
+		if ev := <-ch; ev.Type != chat.EventText {
 			t.Fatalf("first event = %+v, want text", ev)
 		}
 		cancel()
@@ -325,8 +326,8 @@ func TestChatCancel(t *testing.T) {
 
 func TestChatRequestTimeout(t *testing.T) {
 	_, c := newSim(t, Config{RequestTimeout: 300 * time.Millisecond})
-	a := chat(t, c, userTurn("a b c [[sim:chunk-delay=1h]]"))
-	if !errors.Is(a.err, pool.ErrWorkerGone) || a.deltas != 1 {
+	a := runTurn(t, c, userTurn("a b c [[sim:chunk-delay=1h]]"))
+	if !errors.Is(a.err, chat.ErrWorkerGone) || a.deltas != 1 {
 		t.Errorf("answer = %+v, want one delta then ErrWorkerGone", a)
 	}
 }
@@ -346,11 +347,11 @@ func TestCloseAbortsTurns(t *testing.T) {
 		t.Fatal("Close did not return")
 	}
 	for ev := range ch {
-		if ev.Type == pool.EventError && !errors.Is(ev.Err, pool.ErrWorkerGone) {
+		if ev.Type == chat.EventError && !errors.Is(ev.Err, chat.ErrWorkerGone) {
 			t.Errorf("error after Close = %v, want ErrWorkerGone", ev.Err)
 		}
 	}
-	if _, err := c.Chat(context.Background(), userTurn("hi")); !errors.Is(err, pool.ErrWorkerGone) {
+	if _, err := c.Chat(context.Background(), userTurn("hi")); !errors.Is(err, chat.ErrWorkerGone) {
 		t.Errorf("Chat after Close = %v, want ErrWorkerGone", err)
 	}
 }
@@ -358,14 +359,14 @@ func TestCloseAbortsTurns(t *testing.T) {
 func TestWorkerGone(t *testing.T) {
 	w, c := newSim(t, Config{})
 	w.stop()
-	if _, err := c.Chat(context.Background(), userTurn("hi")); !errors.Is(err, pool.ErrWorkerGone) {
+	if _, err := c.Chat(context.Background(), userTurn("hi")); !errors.Is(err, chat.ErrWorkerGone) {
 		t.Errorf("Chat to a stopped worker = %v, want ErrWorkerGone", err)
 	}
-	if _, err := c.Status(context.Background()); !errors.Is(err, pool.ErrWorkerGone) {
+	if _, err := c.Status(context.Background()); !errors.Is(err, chat.ErrWorkerGone) {
 		t.Errorf("Status of a stopped worker = %v, want ErrWorkerGone", err)
 	}
 	d := newDriver(t, Config{})
-	if _, err := d.Connect(context.Background(), pool.Endpoint{Name: "x", Port: testenv.FreePort(t)}); !errors.Is(err, pool.ErrWorkerGone) {
+	if _, err := d.Connect(context.Background(), pool.Endpoint{Name: "x", Port: testenv.FreePort(t)}); !errors.Is(err, chat.ErrWorkerGone) {
 		t.Errorf("Connect to a closed port = %v, want ErrWorkerGone", err)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 const (
@@ -98,7 +98,7 @@ func (s *sseReader) readLine() ([]byte, error) {
 		line, err = s.r.ReadSlice('\n')
 		s.line = append(s.line, line...)
 		if len(s.line) > maxEvent {
-			return nil, &pool.UpstreamError{Message: fmt.Sprintf("stream line longer than %d bytes", maxEvent)}
+			return nil, &chat.UpstreamError{Message: fmt.Sprintf("stream line longer than %d bytes", maxEvent)}
 		}
 		if err != bufio.ErrBufferFull {
 			return s.line, err
@@ -139,7 +139,7 @@ func (s *sseReader) next() (data []byte, isErr bool, err error) {
 			s.data = append(s.data, value...)
 			pending = true
 			if len(s.data) > maxEvent {
-				return nil, false, &pool.UpstreamError{Message: fmt.Sprintf("stream event larger than %d bytes", maxEvent)}
+				return nil, false, &chat.UpstreamError{Message: fmt.Sprintf("stream event larger than %d bytes", maxEvent)}
 			}
 		case "event":
 			isErr = isErr || string(value) == "error"
@@ -180,7 +180,7 @@ func splitField(line []byte) (field, value []byte) {
 type accumulator struct {
 	msg       chunk // reused decode target
 	calls     []callAcc
-	usage     pool.Usage
+	usage     chat.Usage
 	finish    string
 	sawFinish bool
 	sawDone   bool
@@ -195,7 +195,7 @@ type callAcc struct {
 
 // sse reads an event stream to its end. nil means a complete answer:
 // [DONE], or the end of the body after a finish reason.
-func (a *accumulator) sse(r *sseReader, emit func(pool.Event) bool) error {
+func (a *accumulator) sse(r *sseReader, emit func(chat.Event) bool) error {
 	for {
 		data, isErr, err := r.next()
 		if err == io.EOF {
@@ -214,7 +214,7 @@ func (a *accumulator) sse(r *sseReader, emit func(pool.Event) bool) error {
 }
 
 // payload handles one event's data; end is true after [DONE].
-func (a *accumulator) payload(r *sseReader, b []byte, isErr bool, emit func(pool.Event) bool) (end bool, err error) {
+func (a *accumulator) payload(r *sseReader, b []byte, isErr bool, emit func(chat.Event) bool) (end bool, err error) {
 	b = bytes.TrimSpace(b)
 	switch {
 	case len(b) == 0:
@@ -226,18 +226,18 @@ func (a *accumulator) payload(r *sseReader, b []byte, isErr bool, emit func(pool
 		if err := payloadError(b); err != nil {
 			return true, err
 		}
-		return true, &pool.UpstreamError{Message: "error event: " + clip(b)}
+		return true, &chat.UpstreamError{Message: "error event: " + clip(b)}
 	}
 	a.msg.reset()
 	if err := r.decode(b, &a.msg); err != nil {
-		return true, &pool.UpstreamError{Message: fmt.Sprintf("malformed answer chunk (%v): %s", err, clip(b))}
+		return true, &chat.UpstreamError{Message: fmt.Sprintf("malformed answer chunk (%v): %s", err, clip(b))}
 	}
 	return false, a.apply(false, emit)
 }
 
 // apply folds a.msg into the answer. whole says it came from a non-stream
 // body, whose choices carry a message rather than a delta.
-func (a *accumulator) apply(whole bool, emit func(pool.Event) bool) error {
+func (a *accumulator) apply(whole bool, emit func(chat.Event) bool) error {
 	m := &a.msg
 	if err := payloadError(m.Error); err != nil {
 		return err
@@ -253,7 +253,7 @@ func (a *accumulator) apply(whole bool, emit func(pool.Event) bool) error {
 			text = string(ch.Message.Content) + text
 			a.addCalls(&ch.Message, true)
 		}
-		if text != "" && !emit(pool.Event{Type: pool.EventText, Text: text}) {
+		if text != "" && !emit(chat.Event{Type: chat.EventText, Text: text}) {
 			return errListenerGone
 		}
 		a.addCalls(&ch.Delta, false)
@@ -266,13 +266,13 @@ func (a *accumulator) apply(whole bool, emit func(pool.Event) bool) error {
 
 // whole reads a body that is not an event stream: one chat.completion, or a
 // sequence of JSON chunks (newline-delimited JSON).
-func (a *accumulator) whole(r *sseReader, emit func(pool.Event) bool) error {
+func (a *accumulator) whole(r *sseReader, emit func(chat.Event) bool) error {
 	body, err := io.ReadAll(io.LimitReader(r.r, maxEvent+1))
 	if err != nil {
 		return err
 	}
 	if len(body) > maxEvent {
-		return &pool.UpstreamError{Message: fmt.Sprintf("answer larger than %d bytes", maxEvent)}
+		return &chat.UpstreamError{Message: fmt.Sprintf("answer larger than %d bytes", maxEvent)}
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	for n := 0; ; n++ {
@@ -283,7 +283,7 @@ func (a *accumulator) whole(r *sseReader, emit func(pool.Event) bool) error {
 			break
 		}
 		if err != nil {
-			return &pool.UpstreamError{Message: fmt.Sprintf("malformed answer (%v): %s", err, clip(body[start:]))}
+			return &chat.UpstreamError{Message: fmt.Sprintf("malformed answer (%v): %s", err, clip(body[start:]))}
 		}
 		if err := a.apply(true, emit); err != nil {
 			return err
@@ -364,24 +364,24 @@ func (c *callAcc) add(id string, f *toolFunction) {
 }
 
 // toolCalls returns the finished calls, minting ids the server left out.
-func (a *accumulator) toolCalls() ([]pool.ToolCall, error) {
+func (a *accumulator) toolCalls() ([]chat.ToolCall, error) {
 	if len(a.calls) == 0 {
 		return nil, nil
 	}
-	out := make([]pool.ToolCall, 0, len(a.calls))
+	out := make([]chat.ToolCall, 0, len(a.calls))
 	for _, c := range a.calls {
 		if c.name == "" {
-			return nil, &pool.UpstreamError{Message: "tool call without a function name"}
+			return nil, &chat.UpstreamError{Message: "tool call without a function name"}
 		}
 		args, err := objectArgs(c.args)
 		if err != nil {
-			return nil, &pool.UpstreamError{Message: fmt.Sprintf("tool call %s: %v", c.name, err)}
+			return nil, &chat.UpstreamError{Message: fmt.Sprintf("tool call %s: %v", c.name, err)}
 		}
 		id := c.id
 		if id == "" {
 			id = newCallID()
 		}
-		out = append(out, pool.ToolCall{ID: id, Name: c.name, Arguments: args})
+		out = append(out, chat.ToolCall{ID: id, Name: c.name, Arguments: args})
 	}
 	return out, nil
 }
@@ -415,15 +415,15 @@ func newCallID() string {
 
 // finishReason maps the server's finish reason to the neutral one. Servers
 // that answer a tool call with "stop" (older llama.cpp) get tool_calls.
-func (a *accumulator) finishReason() pool.FinishReason {
+func (a *accumulator) finishReason() chat.FinishReason {
 	switch a.finish {
 	case "length", "max_tokens", "max_output_tokens":
-		return pool.FinishLength
+		return chat.FinishLength
 	case "tool_calls", "function_call", "tool_use":
-		return pool.FinishToolCalls
+		return chat.FinishToolCalls
 	}
 	if len(a.calls) > 0 {
-		return pool.FinishToolCalls
+		return chat.FinishToolCalls
 	}
-	return pool.FinishStop // stop, content_filter, eos, end_turn, unknown
+	return chat.FinishStop // stop, content_filter, eos, end_turn, unknown
 }

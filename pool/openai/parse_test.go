@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // parseBody runs the driver's answer reader over body as if a worker had
 // sent it with the given content type, and hands every event to emit.
-func parseBody(d *Driver, contentType string, body io.Reader, emit func(pool.Event) bool) {
+func parseBody(d *Driver, contentType string, body io.Reader, emit func(chat.Event) bool) {
 	s := &stream{c: newClient(d, "t", ""), ctx: context.Background(), rctx: context.Background(), emit: emit}
 	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {contentType}}, Body: io.NopCloser(body)}
 	s.run(resp, func() {})
@@ -25,8 +25,8 @@ func parseBody(d *Driver, contentType string, body io.Reader, emit func(pool.Eve
 type parsed struct {
 	text   string
 	calls  string
-	finish pool.FinishReason
-	usage  pool.Usage
+	finish chat.FinishReason
+	usage  chat.Usage
 	err    string
 }
 
@@ -34,16 +34,16 @@ var mintedID = regexp.MustCompile(`call_[0-9a-f]{24}`)
 
 func parse(contentType, body string) parsed {
 	var p parsed
-	parseBody(New(Config{}), contentType, strings.NewReader(body), func(ev pool.Event) bool {
+	parseBody(New(Config{}), contentType, strings.NewReader(body), func(ev chat.Event) bool {
 		switch ev.Type {
-		case pool.EventText:
+		case chat.EventText:
 			p.text += ev.Text
-		case pool.EventToolCall:
+		case chat.EventToolCall:
 			tc := ev.ToolCall
 			p.calls += fmt.Sprintf("%s %s %s;", mintedID.ReplaceAllString(tc.ID, "call_<minted>"), tc.Name, tc.Arguments)
-		case pool.EventDone:
+		case chat.EventDone:
 			p.finish, p.usage = ev.Finish, ev.Usage
-		case pool.EventError:
+		case chat.EventError:
 			p.err = ev.Err.Error()
 		}
 		return true
@@ -79,20 +79,20 @@ func TestParseStream(t *testing.T) {
 	}{
 		{"text and usage after finish", "", sse(text("Hel"), text("lo"), stopChunk,
 			`{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}}`, "[DONE]"),
-			parsed{text: "Hello", finish: "stop", usage: pool.Usage{InputTokens: 7, OutputTokens: 2}}},
+			parsed{text: "Hello", finish: "stop", usage: chat.Usage{InputTokens: 7, OutputTokens: 2}}},
 		{"usage input/output tokens", "", sse(text("a"), `{"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"input_tokens":3,"output_tokens":1}}`, "[DONE]"),
-			parsed{text: "a", finish: "stop", usage: pool.Usage{InputTokens: 3, OutputTokens: 1}}},
+			parsed{text: "a", finish: "stop", usage: chat.Usage{InputTokens: 3, OutputTokens: 1}}},
 		{"usage under x_groq", "", sse(text("a"), `{"choices":[{"delta":{},"finish_reason":"stop"}],"x_groq":{"usage":{"prompt_tokens":5,"completion_tokens":4}}}`, "[DONE]"),
-			parsed{text: "a", finish: "stop", usage: pool.Usage{InputTokens: 5, OutputTokens: 4}}},
+			parsed{text: "a", finish: "stop", usage: chat.Usage{InputTokens: 5, OutputTokens: 4}}},
 		{"usage in the choice", "", sse(`{"choices":[{"delta":{"content":"a"},"finish_reason":"stop","usage":{"prompt_tokens":2,"completion_tokens":1}}]}`, "[DONE]"),
-			parsed{text: "a", finish: "stop", usage: pool.Usage{InputTokens: 2, OutputTokens: 1}}},
+			parsed{text: "a", finish: "stop", usage: chat.Usage{InputTokens: 2, OutputTokens: 1}}},
 		{"usage as strings and floats", "", sse(stopChunk, `{"usage":{"prompt_tokens":"12","completion_tokens":3.0,"total_tokens":"x"}}`, "[DONE]"),
-			parsed{finish: "stop", usage: pool.Usage{InputTokens: 12, OutputTokens: 3}}},
+			parsed{finish: "stop", usage: chat.Usage{InputTokens: 12, OutputTokens: 3}}},
 		{"usage at top level (ollama names)", "", sse(`{"choices":[{"delta":{},"finish_reason":"stop"}],"prompt_eval_count":9,"eval_count":8}`, "[DONE]"),
-			parsed{finish: "stop", usage: pool.Usage{InputTokens: 9, OutputTokens: 8}}},
+			parsed{finish: "stop", usage: chat.Usage{InputTokens: 9, OutputTokens: 8}}},
 		{"running usage, last wins", "", sse(`{"choices":[{"delta":{"content":"a"}}],"usage":{"prompt_tokens":4,"completion_tokens":1}}`,
 			`{"choices":[{"delta":{"content":"b"},"finish_reason":"stop"}],"usage":{"prompt_tokens":4,"completion_tokens":2}}`, "[DONE]"),
-			parsed{text: "ab", finish: "stop", usage: pool.Usage{InputTokens: 4, OutputTokens: 2}}},
+			parsed{text: "ab", finish: "stop", usage: chat.Usage{InputTokens: 4, OutputTokens: 2}}},
 		{"tool call in string fragments", "", sse(
 			`{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]}}]}`,
 			`{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"ci"}}]}}]}`,
@@ -161,7 +161,7 @@ func TestParseStream(t *testing.T) {
 			"message":{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}},
 			{"type":"function","function":{"name":"g","arguments":{"b":2}}}]},"finish_reason":"tool_calls"}],
 			"usage":{"prompt_tokens":10,"completion_tokens":5}}`,
-			parsed{calls: `c1 f {"a":1};call_<minted> g {"b":2};`, finish: "tool_calls", usage: pool.Usage{InputTokens: 10, OutputTokens: 5}}},
+			parsed{calls: `c1 f {"a":1};call_<minted> g {"b":2};`, finish: "tool_calls", usage: chat.Usage{InputTokens: 10, OutputTokens: 5}}},
 		{"non-stream text as parts", "application/json; charset=utf-8", `{"choices":[{"message":{"content":[{"type":"text","text":"hi"}]},"finish_reason":"stop"}]}`,
 			parsed{text: "hi", finish: "stop"}},
 		{"non-stream without a finish", "text/plain", "\n {\"choices\":[{\"message\":{\"content\":\"hi\"}}]}",

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // maxPooledBuf is the largest request buffer put back in the pool (1 MiB);
@@ -71,7 +71,7 @@ var (
 
 // newWireRequest translates a turn. The result points into t, so it must be
 // encoded before t changes.
-func newWireRequest(t *pool.Turn) *wireRequest {
+func newWireRequest(t *chat.Turn) *wireRequest {
 	r := &wireRequest{
 		Model:         t.Model,
 		Messages:      make([]wireMessage, len(t.Messages)),
@@ -85,7 +85,7 @@ func newWireRequest(t *pool.Turn) *wireRequest {
 		m := &t.Messages[i]
 		w := &r.Messages[i]
 		*w = wireMessage{Role: m.Role, Content: &m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
-		if m.Role != pool.RoleTool {
+		if m.Role != chat.RoleTool {
 			w.Name = "" // only tool results carry a name in the neutral model
 		}
 		if len(m.ToolCalls) == 0 {
@@ -115,11 +115,11 @@ func newWireRequest(t *pool.Turn) *wireRequest {
 		r.Tools[i] = wireTool{Type: "function", Function: wireToolDef{Name: tool.Name, Description: tool.Description, Parameters: params}}
 	}
 	switch t.ToolChoice.Mode {
-	case pool.ToolNone:
+	case chat.ToolNone:
 		r.ToolChoice = choiceNone
-	case pool.ToolRequired:
+	case chat.ToolRequired:
 		r.ToolChoice = choiceRequired
-	case pool.ToolNamed:
+	case chat.ToolNamed:
 		named, _ := json.Marshal(map[string]any{"type": "function", "function": map[string]string{"name": t.ToolChoice.Name}})
 		r.ToolChoice = named
 	}
@@ -137,7 +137,7 @@ type payload struct {
 }
 
 // encode renders t into a pooled buffer; the caller holds one reference.
-func (d *Driver) encode(t *pool.Turn) (*payload, error) {
+func (d *Driver) encode(t *chat.Turn) (*payload, error) {
 	buf := d.bufs.Get().(*bytes.Buffer)
 	buf.Reset()
 	enc := json.NewEncoder(buf)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // chunk is one streamed chat.completion.chunk, or a whole chat.completion
@@ -70,7 +70,7 @@ type usageFields struct {
 
 // mergeInto overwrites the counts in u that this chunk reports: servers that
 // repeat usage send running totals, so the last one wins.
-func (f *usageFields) mergeInto(u *pool.Usage) {
+func (f *usageFields) mergeInto(u *chat.Usage) {
 	if n := int(cmpInt(f.InputTokens, f.PromptTokens, f.PromptEvalCount)); n > 0 {
 		u.InputTokens = n
 	}
@@ -234,8 +234,8 @@ func errorMessage(raw json.RawMessage) string {
 }
 
 // payloadError maps an in-band error payload to the pool's errors. A code,
-// type or status naming a rate limit is a *pool.RateLimitedError (without a
-// retry hint: none travels in-band); anything else a *pool.UpstreamError.
+// type or status naming a rate limit is a *chat.RateLimitedError (without a
+// retry hint: none travels in-band); anything else a *chat.UpstreamError.
 func payloadError(raw json.RawMessage) error {
 	msg := errorMessage(raw)
 	if msg == "" {
@@ -253,10 +253,10 @@ func payloadError(raw json.RawMessage) error {
 	}
 	kind := strings.ToLower(string(obj.Type) + " " + string(obj.Code))
 	if status == 429 || strings.Contains(kind, "rate_limit") || strings.Contains(kind, "quota") {
-		return &pool.RateLimitedError{Message: msg}
+		return &chat.RateLimitedError{Message: msg}
 	}
 	if status < 400 || status > 599 {
 		status = 0
 	}
-	return &pool.UpstreamError{Status: status, Message: msg}
+	return &chat.UpstreamError{Status: status, Message: msg}
 }

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // Chatter is a scripted fake of the router's Chat method. Each call records
@@ -17,19 +17,19 @@ type Chatter struct {
 	Err error
 	// Events are replayed in order; the fake does not add a closing event, so
 	// a script decides how its stream ends.
-	Events []pool.Event
+	Events []chat.Event
 	// Script, when set, overrides Err and Events per request.
-	Script func(req *pool.ChatRequest) ([]pool.Event, error)
+	Script func(req *chat.Request) ([]chat.Event, error)
 	// Delay holds Chat before it answers, as the router holds a request
 	// that waits in the queue or whose answer has not started.
 	Delay time.Duration
 
 	mu   sync.Mutex
-	reqs []*pool.ChatRequest
+	reqs []*chat.Request
 }
 
 // Chat records req and replays the script.
-func (c *Chatter) Chat(ctx context.Context, req *pool.ChatRequest) (<-chan pool.Event, error) {
+func (c *Chatter) Chat(ctx context.Context, req *chat.Request) (<-chan chat.Event, error) {
 	c.mu.Lock()
 	c.reqs = append(c.reqs, req)
 	c.mu.Unlock()
@@ -47,7 +47,7 @@ func (c *Chatter) Chat(ctx context.Context, req *pool.ChatRequest) (<-chan pool.
 	if err != nil {
 		return nil, err
 	}
-	ch := make(chan pool.Event)
+	ch := make(chan chat.Event)
 	go func() {
 		defer close(ch)
 		for _, ev := range events {
@@ -62,19 +62,19 @@ func (c *Chatter) Chat(ctx context.Context, req *pool.ChatRequest) (<-chan pool.
 }
 
 // Requests returns the requests seen so far.
-func (c *Chatter) Requests() []*pool.ChatRequest {
+func (c *Chatter) Requests() []*chat.Request {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]*pool.ChatRequest(nil), c.reqs...)
+	return append([]*chat.Request(nil), c.reqs...)
 }
 
 // TextAnswer returns a script that streams text in the given pieces and ends
 // cleanly with usage.
-func TextAnswer(pieces ...string) []pool.Event {
-	evs := make([]pool.Event, 0, len(pieces)+1)
+func TextAnswer(pieces ...string) []chat.Event {
+	evs := make([]chat.Event, 0, len(pieces)+1)
 	for _, p := range pieces {
-		evs = append(evs, pool.Event{Type: pool.EventText, Text: p})
+		evs = append(evs, chat.Event{Type: chat.EventText, Text: p})
 	}
-	return append(evs, pool.Event{Type: pool.EventDone, Finish: pool.FinishStop,
-		Usage: pool.Usage{InputTokens: 10, OutputTokens: len(pieces)}})
+	return append(evs, chat.Event{Type: chat.EventDone, Finish: chat.FinishStop,
+		Usage: chat.Usage{InputTokens: 10, OutputTokens: len(pieces)}})
 }

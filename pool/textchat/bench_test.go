@@ -4,19 +4,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
-func benchTurn() *pool.Turn {
-	return &pool.Turn{
-		Messages: []pool.Message{
-			{Role: pool.RoleSystem, Content: "You are a helpful assistant."},
-			{Role: pool.RoleUser, Content: strings.Repeat("What is the weather in Paris? ", 20)},
-			{Role: pool.RoleAssistant, Content: "Let me check.", ToolCalls: []pool.ToolCall{
+func benchTurn() *chat.Turn {
+	return &chat.Turn{
+		Messages: []chat.Message{
+			{Role: chat.RoleSystem, Content: "You are a helpful assistant."},
+			{Role: chat.RoleUser, Content: strings.Repeat("What is the weather in Paris? ", 20)},
+			{Role: chat.RoleAssistant, Content: "Let me check.", ToolCalls: []chat.ToolCall{
 				{ID: "call_abc", Name: "get_weather", Arguments: `{"city":"Paris"}`},
 			}},
-			{Role: pool.RoleTool, ToolCallID: "call_abc", Content: "18C and sunny"},
-			{Role: pool.RoleUser, Content: "Thanks! <<<not a marker>>>"},
+			{Role: chat.RoleTool, ToolCallID: "call_abc", Content: "18C and sunny"},
+			{Role: chat.RoleUser, Content: "Thanks! <<<not a marker>>>"},
 		},
 		Tools: tools,
 	}
@@ -31,7 +31,7 @@ func BenchmarkRender(b *testing.B) {
 }
 
 func BenchmarkParserText(b *testing.B) {
-	t := &pool.Turn{}
+	t := &chat.Turn{}
 	words := strings.Fields(strings.Repeat("the quick brown fox jumps over the lazy dog ", 10))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -44,7 +44,7 @@ func BenchmarkParserText(b *testing.B) {
 }
 
 func BenchmarkParserToolCall(b *testing.B) {
-	t := &pool.Turn{Tools: tools}
+	t := &chat.Turn{Tools: tools}
 	answer := "```json\n{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]}\n```"
 	pieces := strings.SplitAfter(answer, " ")
 	b.ReportAllocs()
@@ -58,7 +58,7 @@ func BenchmarkParserToolCall(b *testing.B) {
 }
 
 func BenchmarkParserToolCode(b *testing.B) {
-	t := &pool.Turn{Tools: tools}
+	t := &chat.Turn{Tools: tools}
 	answer := "```tool_code\nsearch(query='weather in Paris', n=3)\n```"
 	b.ReportAllocs()
 	for b.Loop() {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // FuzzParseToolCalls checks that no answer makes the parser panic, and that
@@ -32,12 +32,12 @@ func FuzzParseToolCalls(f *testing.F) {
 		f.Add(s, uint8(2))
 	}
 	f.Fuzz(func(t *testing.T, answer string, mode uint8) {
-		choice := pool.ToolChoice{}
+		choice := chat.ToolChoice{}
 		switch mode % 3 {
 		case 1:
-			choice.Mode = pool.ToolRequired
+			choice.Mode = chat.ToolRequired
 		case 2:
-			choice = pool.ToolChoice{Mode: pool.ToolNamed, Name: "get_weather"}
+			choice = chat.ToolChoice{Mode: chat.ToolNamed, Name: "get_weather"}
 		}
 		calls := ParseToolCalls(answer, tools, choice)
 		for _, c := range calls {
@@ -51,7 +51,7 @@ func FuzzParseToolCalls(f *testing.F) {
 		}
 		// The streaming parser must agree with the whole-answer parser
 		// however the answer is split.
-		p := NewParser(&pool.Turn{Tools: tools, ToolChoice: choice})
+		p := NewParser(&chat.Turn{Tools: tools, ToolChoice: choice})
 		var text strings.Builder
 		for _, piece := range strings.SplitAfter(answer, "`") {
 			for _, e := range p.Text(piece) {
@@ -62,11 +62,11 @@ func FuzzParseToolCalls(f *testing.F) {
 		n := 0
 		for _, e := range events {
 			text.WriteString(e.Text)
-			if e.Type == pool.EventToolCall {
+			if e.Type == chat.EventToolCall {
 				n++
 			}
 		}
-		if n != len(calls) || (n > 0) != (reason == pool.FinishToolCalls) {
+		if n != len(calls) || (n > 0) != (reason == chat.FinishToolCalls) {
 			t.Errorf("streamed parse: %d calls (%s), whole answer: %d", n, reason, len(calls))
 		}
 		if n == 0 && text.String() != answer {

@@ -8,7 +8,7 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // parser states.
@@ -36,17 +36,17 @@ const (
 // A Parser is used by one goroutine. The slices it returns are reused by the
 // next call: consume them before calling again.
 type Parser struct {
-	tools  []pool.Tool
-	choice pool.ToolChoice
+	tools  []chat.Tool
+	choice chat.ToolChoice
 	state  uint8
 	// settled: the buffering decision is final (no need to look again).
 	settled bool
 	buf     []byte
-	out     []pool.Event
+	out     []chat.Event
 }
 
 // NewParser returns a parser for the answer to t.
-func NewParser(t *pool.Turn) *Parser {
+func NewParser(t *chat.Turn) *Parser {
 	p := &Parser{tools: t.Tools, choice: t.ToolChoice}
 	if toolsOffered(t.Tools, t.ToolChoice) {
 		p.state = stateUndecided
@@ -56,7 +56,7 @@ func NewParser(t *pool.Turn) *Parser {
 
 // Text feeds one delta and returns the events it completes (often none while
 // a possible tool call is buffered).
-func (p *Parser) Text(delta string) []pool.Event {
+func (p *Parser) Text(delta string) []chat.Event {
 	if delta == "" {
 		return nil
 	}
@@ -79,9 +79,9 @@ func (p *Parser) Text(delta string) []pool.Event {
 // Finish ends the answer: it returns the held-back events (tool calls, or the
 // buffered text) and the finish reason, FinishToolCalls when the answer was a
 // tool call and FinishStop otherwise.
-func (p *Parser) Finish() ([]pool.Event, pool.FinishReason) {
+func (p *Parser) Finish() ([]chat.Event, chat.FinishReason) {
 	if len(p.buf) == 0 {
-		return nil, pool.FinishStop
+		return nil, chat.FinishStop
 	}
 	s := string(p.buf)
 	p.buf = p.buf[:0]
@@ -89,16 +89,16 @@ func (p *Parser) Finish() ([]pool.Event, pool.FinishReason) {
 		if calls := ParseToolCalls(s, p.tools, p.choice); len(calls) > 0 {
 			p.out = p.out[:0]
 			for _, c := range calls {
-				p.out = append(p.out, pool.Event{Type: pool.EventToolCall, ToolCall: c})
+				p.out = append(p.out, chat.Event{Type: chat.EventToolCall, ToolCall: c})
 			}
-			return p.out, pool.FinishToolCalls
+			return p.out, chat.FinishToolCalls
 		}
 	}
-	return p.text(s), pool.FinishStop
+	return p.text(s), chat.FinishStop
 }
 
-func (p *Parser) text(s string) []pool.Event {
-	p.out = append(p.out[:0], pool.Event{Type: pool.EventText, Text: s})
+func (p *Parser) text(s string) []chat.Event {
+	p.out = append(p.out[:0], chat.Event{Type: chat.EventText, Text: s})
 	return p.out
 }
 
@@ -156,7 +156,7 @@ func isIdent(c byte) bool {
 // tool calls, or nil when the answer is text. Every call names an offered
 // tool; arguments are compact JSON object text; ids are kept from the answer
 // or minted as "call_" + 24 hex characters.
-func ParseToolCalls(answer string, tools []pool.Tool, choice pool.ToolChoice) []pool.ToolCall {
+func ParseToolCalls(answer string, tools []chat.Tool, choice chat.ToolChoice) []chat.ToolCall {
 	s := strings.Trim(answer, space)
 	if strings.HasPrefix(s, "```") {
 		if len(s) < 6 || !strings.HasSuffix(s, "```") {
@@ -222,7 +222,7 @@ func (c *jsonCall) args() json.RawMessage {
 }
 
 // parseJSONCalls handles forms 1, 2 and 4 of the contract.
-func parseJSONCalls(s string, tools []pool.Tool, choice pool.ToolChoice) []pool.ToolCall {
+func parseJSONCalls(s string, tools []chat.Tool, choice chat.ToolChoice) []chat.ToolCall {
 	var obj jsonCall
 	err := json.Unmarshal([]byte(s), &obj)
 	var typeErr *json.UnmarshalTypeError
@@ -230,7 +230,7 @@ func parseJSONCalls(s string, tools []pool.Tool, choice pool.ToolChoice) []pool.
 		return nil
 	}
 	if err == nil && len(obj.ToolCalls) > 0 {
-		calls := make([]pool.ToolCall, 0, len(obj.ToolCalls))
+		calls := make([]chat.ToolCall, 0, len(obj.ToolCalls))
 		for i := range obj.ToolCalls {
 			c, ok := toCall(&obj.ToolCalls[i], tools)
 			if !ok {
@@ -242,7 +242,7 @@ func parseJSONCalls(s string, tools []pool.Tool, choice pool.ToolChoice) []pool.
 	}
 	if err == nil && obj.ToolCalls == nil {
 		if c, ok := toCall(&obj, tools); ok {
-			return []pool.ToolCall{c}
+			return []chat.ToolCall{c}
 		}
 	}
 	// Form 4: a forced choice answered with the bare arguments object. An
@@ -256,18 +256,18 @@ func parseJSONCalls(s string, tools []pool.Tool, choice pool.ToolChoice) []pool.
 	if !ok {
 		return nil
 	}
-	return []pool.ToolCall{{ID: NewCallID(), Name: forced, Arguments: args}}
+	return []chat.ToolCall{{ID: NewCallID(), Name: forced, Arguments: args}}
 }
 
 // toCall validates one JSON call against the offered tools.
-func toCall(c *jsonCall, tools []pool.Tool) (pool.ToolCall, bool) {
+func toCall(c *jsonCall, tools []chat.Tool) (chat.ToolCall, bool) {
 	name := c.name()
 	if findTool(tools, name) < 0 {
-		return pool.ToolCall{}, false
+		return chat.ToolCall{}, false
 	}
 	args, ok := NormalizeArgs(c.args())
 	if !ok {
-		return pool.ToolCall{}, false
+		return chat.ToolCall{}, false
 	}
 	id := c.ID
 	if id == "" && c.Function != nil {
@@ -276,7 +276,7 @@ func toCall(c *jsonCall, tools []pool.Tool) (pool.ToolCall, bool) {
 	if id == "" {
 		id = NewCallID()
 	}
-	return pool.ToolCall{ID: id, Name: name, Arguments: args}, true
+	return chat.ToolCall{ID: id, Name: name, Arguments: args}, true
 }
 
 // NormalizeArgs turns tool-call arguments (an object, a JSON string holding one,
@@ -309,13 +309,13 @@ func NormalizeArgs(raw json.RawMessage) (string, bool) {
 
 // forcedTool is the tool a forced choice names: the named one, or the only
 // tool for "required"; "" when the choice forces no single tool.
-func forcedTool(tools []pool.Tool, choice pool.ToolChoice) string {
+func forcedTool(tools []chat.Tool, choice chat.ToolChoice) string {
 	switch choice.Mode {
-	case pool.ToolNamed:
+	case chat.ToolNamed:
 		if findTool(tools, choice.Name) >= 0 {
 			return choice.Name
 		}
-	case pool.ToolRequired:
+	case chat.ToolRequired:
 		if len(tools) == 1 {
 			return tools[0].Name
 		}
@@ -323,7 +323,7 @@ func forcedTool(tools []pool.Tool, choice pool.ToolChoice) string {
 	return ""
 }
 
-func findTool(tools []pool.Tool, name string) int {
+func findTool(tools []chat.Tool, name string) int {
 	if name == "" {
 		return -1
 	}

@@ -6,13 +6,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 var (
-	search = pool.Tool{Name: "search", Parameters: json.RawMessage(`{"type":"object","properties":{"query":{"type":"string"},"n":{"type":"integer"}}}`)}
-	now    = pool.Tool{Name: "now"}
-	tools  = []pool.Tool{weather, search, now}
+	search = chat.Tool{Name: "search", Parameters: json.RawMessage(`{"type":"object","properties":{"query":{"type":"string"},"n":{"type":"integer"}}}`)}
+	now    = chat.Tool{Name: "now"}
+	tools  = []chat.Tool{weather, search, now}
 	idRE   = regexp.MustCompile(`^call_[0-9a-f]{24}$`)
 )
 
@@ -20,12 +20,12 @@ var (
 type call struct{ name, args string }
 
 func TestParseToolCalls(t *testing.T) {
-	auto := pool.ToolChoice{}
+	auto := chat.ToolChoice{}
 	tests := []struct {
 		name   string
 		give   string
-		tools  []pool.Tool
-		choice pool.ToolChoice
+		tools  []chat.Tool
+		choice chat.ToolChoice
 		want   []call
 	}{
 		{name: "contract fenced", give: "```json\n{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]}\n```",
@@ -70,13 +70,13 @@ func TestParseToolCalls(t *testing.T) {
 		{name: "tool_code set is text", give: "```tool_code\nsearch(x={1, 2})\n```"},
 		{name: "tool_code unterminated string", give: "```tool_code\nsearch(query='abc)\n```"},
 		{name: "tool_code trailing junk", give: "```tool_code\nnow() + 1\n```"},
-		{name: "forced named bare args", give: `{"city":"Paris"}`, choice: pool.ToolChoice{Mode: pool.ToolNamed, Name: "get_weather"},
+		{name: "forced named bare args", give: `{"city":"Paris"}`, choice: chat.ToolChoice{Mode: chat.ToolNamed, Name: "get_weather"},
 			want: []call{{"get_weather", `{"city":"Paris"}`}}},
-		{name: "forced named args with a name key", give: `{"name":"Bob"}`, choice: pool.ToolChoice{Mode: pool.ToolNamed, Name: "get_weather"},
+		{name: "forced named args with a name key", give: `{"name":"Bob"}`, choice: chat.ToolChoice{Mode: chat.ToolNamed, Name: "get_weather"},
 			want: []call{{"get_weather", `{"name":"Bob"}`}}},
-		{name: "required one tool bare args", give: "```json\n{\"city\": \"Paris\"}\n```", tools: []pool.Tool{weather},
-			choice: pool.ToolChoice{Mode: pool.ToolRequired}, want: []call{{"get_weather", `{"city":"Paris"}`}}},
-		{name: "required many tools bare args is text", give: `{"city":"Paris"}`, choice: pool.ToolChoice{Mode: pool.ToolRequired}},
+		{name: "required one tool bare args", give: "```json\n{\"city\": \"Paris\"}\n```", tools: []chat.Tool{weather},
+			choice: chat.ToolChoice{Mode: chat.ToolRequired}, want: []call{{"get_weather", `{"city":"Paris"}`}}},
+		{name: "required many tools bare args is text", give: `{"city":"Paris"}`, choice: chat.ToolChoice{Mode: chat.ToolRequired}},
 		{name: "auto bare args is text", give: `{"city":"Paris"}`, choice: auto},
 	}
 	for _, tt := range tests {
@@ -99,7 +99,7 @@ func TestParseToolCalls(t *testing.T) {
 }
 
 func TestParseToolCallsIDs(t *testing.T) {
-	got := ParseToolCalls(`{"tool_calls":[{"id":"mine","name":"now"},{"name":"now"}]}`, tools, pool.ToolChoice{})
+	got := ParseToolCalls(`{"tool_calls":[{"id":"mine","name":"now"},{"name":"now"}]}`, tools, chat.ToolChoice{})
 	if len(got) != 2 || got[0].ID != "mine" || !idRE.MatchString(got[1].ID) {
 		t.Fatalf("ids = %+v, want mine and a minted call_ id", got)
 	}
@@ -109,7 +109,7 @@ func TestParseToolCallsIDs(t *testing.T) {
 }
 
 // feed runs a parser over deltas and returns the events and finish reason.
-func feed(t *testing.T, turn *pool.Turn, deltas ...string) (events []pool.Event, streamed int, reason pool.FinishReason) {
+func feed(t *testing.T, turn *chat.Turn, deltas ...string) (events []chat.Event, streamed int, reason chat.FinishReason) {
 	t.Helper()
 	p := NewParser(turn)
 	for _, d := range deltas {
@@ -121,10 +121,10 @@ func feed(t *testing.T, turn *pool.Turn, deltas ...string) (events []pool.Event,
 	return append(events, evs...), streamed, reason
 }
 
-func joinText(events []pool.Event) string {
+func joinText(events []chat.Event) string {
 	var b strings.Builder
 	for _, e := range events {
-		if e.Type == pool.EventText {
+		if e.Type == chat.EventText {
 			b.WriteString(e.Text)
 		}
 	}
@@ -132,38 +132,38 @@ func joinText(events []pool.Event) string {
 }
 
 func TestParser(t *testing.T) {
-	withTools := &pool.Turn{Tools: tools}
+	withTools := &chat.Turn{Tools: tools}
 	tests := []struct {
 		name         string
-		turn         *pool.Turn
+		turn         *chat.Turn
 		give         []string
 		wantText     string
 		wantCalls    int
 		wantStreamed int
-		wantReason   pool.FinishReason
+		wantReason   chat.FinishReason
 	}{
-		{name: "no tools streams", turn: &pool.Turn{}, give: []string{"a", "", "b"},
-			wantText: "ab", wantStreamed: 2, wantReason: pool.FinishStop},
-		{name: "tool choice none streams", turn: &pool.Turn{Tools: tools, ToolChoice: pool.ToolChoice{Mode: pool.ToolNone}},
-			give: []string{"{\"name\":", "\"now\"}"}, wantText: "{\"name\":\"now\"}", wantStreamed: 2, wantReason: pool.FinishStop},
+		{name: "no tools streams", turn: &chat.Turn{}, give: []string{"a", "", "b"},
+			wantText: "ab", wantStreamed: 2, wantReason: chat.FinishStop},
+		{name: "tool choice none streams", turn: &chat.Turn{Tools: tools, ToolChoice: chat.ToolChoice{Mode: chat.ToolNone}},
+			give: []string{"{\"name\":", "\"now\"}"}, wantText: "{\"name\":\"now\"}", wantStreamed: 2, wantReason: chat.FinishStop},
 		{name: "plain text streams after first char", turn: withTools, give: []string{"  ", "\nHel", "lo"},
-			wantText: "  \nHello", wantStreamed: 2, wantReason: pool.FinishStop},
+			wantText: "  \nHello", wantStreamed: 2, wantReason: chat.FinishStop},
 		{name: "python fence streams once known", turn: withTools, give: []string{"``", "`pyt", "hon\nx=1\n", "```"},
-			wantText: "```python\nx=1\n```", wantStreamed: 2, wantReason: pool.FinishStop},
+			wantText: "```python\nx=1\n```", wantStreamed: 2, wantReason: chat.FinishStop},
 		{name: "json call split across deltas", turn: withTools,
 			give:      []string{"```js", "on\n{\"tool_calls\":[{\"name\":\"now\",", "\"arguments\":{}}]}\n`", "``"},
-			wantCalls: 1, wantReason: pool.FinishToolCalls},
+			wantCalls: 1, wantReason: chat.FinishToolCalls},
 		{name: "brace that is not a call is one text", turn: withTools, give: []string{"{not", " json}"},
-			wantText: "{not json}", wantReason: pool.FinishStop},
-		{name: "only whitespace", turn: withTools, give: []string{" \n"}, wantText: " \n", wantReason: pool.FinishStop},
-		{name: "empty answer", turn: withTools, wantReason: pool.FinishStop},
+			wantText: "{not json}", wantReason: chat.FinishStop},
+		{name: "only whitespace", turn: withTools, give: []string{" \n"}, wantText: " \n", wantReason: chat.FinishStop},
+		{name: "empty answer", turn: withTools, wantReason: chat.FinishStop},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			events, streamed, reason := feed(t, tt.turn, tt.give...)
 			calls := 0
 			for _, e := range events {
-				if e.Type == pool.EventToolCall {
+				if e.Type == chat.EventToolCall {
 					calls++
 				}
 			}
@@ -181,8 +181,8 @@ func TestParser(t *testing.T) {
 // parses them back.
 func TestRoundTrip(t *testing.T) {
 	answer := "```json\n" + `{"tool_calls": [{"name": "search", "arguments": {"query": "<<<x>>>\n", "n": 2}}]}` + "\n```"
-	events, _, reason := feed(t, &pool.Turn{Tools: tools}, strings.SplitAfter(answer, " ")...)
-	if reason != pool.FinishToolCalls || len(events) != 1 || events[0].ToolCall.Arguments != `{"query":"<<<x>>>\n","n":2}` {
+	events, _, reason := feed(t, &chat.Turn{Tools: tools}, strings.SplitAfter(answer, " ")...)
+	if reason != chat.FinishToolCalls || len(events) != 1 || events[0].ToolCall.Arguments != `{"query":"<<<x>>>\n","n":2}` {
 		t.Fatalf("got %+v %q, want one search call", events, reason)
 	}
 }

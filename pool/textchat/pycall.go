@@ -2,12 +2,12 @@ package textchat
 
 import (
 	"encoding/json"
-	"github.com/poolgate/poolgate/internal/jsonx"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
 // maxDepth bounds the nesting of Python literals, so hostile input cannot
@@ -20,9 +20,9 @@ const maxDepth = 64
 // property. Dotted names (`default_api.get_weather`) use their last part and a
 // `print(...)` wrapper is dropped, as models trained on such blocks write
 // them. It returns nil unless the whole body is calls of offered tools.
-func parsePyCalls(body string, tools []pool.Tool) []pool.ToolCall {
+func parsePyCalls(body string, tools []chat.Tool) []chat.ToolCall {
 	p := pyParser{s: body}
-	var calls []pool.ToolCall
+	var calls []chat.ToolCall
 	for {
 		p.skipSpace(true)
 		for p.i < len(p.s) && p.s[p.i] == ';' {
@@ -49,11 +49,11 @@ type pyParser struct {
 }
 
 // call parses `name(args)` and returns it as a ToolCall.
-func (p *pyParser) call(tools []pool.Tool, depth int) (pool.ToolCall, bool) {
+func (p *pyParser) call(tools []chat.Tool, depth int) (chat.ToolCall, bool) {
 	name := p.dottedName()
 	p.skipSpace(false)
 	if name == "" || !p.eat('(') {
-		return pool.ToolCall{}, false
+		return chat.ToolCall{}, false
 	}
 	if name == "print" && depth == 0 {
 		c, ok := p.call(tools, depth+1)
@@ -61,13 +61,13 @@ func (p *pyParser) call(tools []pool.Tool, depth int) (pool.ToolCall, bool) {
 		p.eat(',')
 		p.skipSpace(true)
 		if !ok || !p.eat(')') {
-			return pool.ToolCall{}, false
+			return chat.ToolCall{}, false
 		}
 		return c, true
 	}
 	ti := findTool(tools, name)
 	if ti < 0 {
-		return pool.ToolCall{}, false
+		return chat.ToolCall{}, false
 	}
 	p.out = append(p.out[:0], '{')
 	var keys []string
@@ -79,7 +79,7 @@ func (p *pyParser) call(tools []pool.Tool, depth int) (pool.ToolCall, bool) {
 		}
 		if len(keys) > 0 || positional {
 			if !p.eat(',') {
-				return pool.ToolCall{}, false
+				return chat.ToolCall{}, false
 			}
 			p.skipSpace(true)
 			if p.eat(')') {
@@ -90,7 +90,7 @@ func (p *pyParser) call(tools []pool.Tool, depth int) (pool.ToolCall, bool) {
 		switch {
 		case ok:
 			if positional || contains(keys, key) {
-				return pool.ToolCall{}, false
+				return chat.ToolCall{}, false
 			}
 			if len(keys) > 0 {
 				p.out = append(p.out, ',')
@@ -101,21 +101,21 @@ func (p *pyParser) call(tools []pool.Tool, depth int) (pool.ToolCall, bool) {
 		case len(keys) == 0 && !positional:
 			prop, ok := onlyProperty(tools[ti].Parameters)
 			if !ok {
-				return pool.ToolCall{}, false
+				return chat.ToolCall{}, false
 			}
 			positional = true
 			p.out = jsonx.AppendString(p.out, prop)
 			p.out = append(p.out, ':')
 		default:
-			return pool.ToolCall{}, false
+			return chat.ToolCall{}, false
 		}
 		p.skipSpace(true)
 		if !p.value(0) {
-			return pool.ToolCall{}, false
+			return chat.ToolCall{}, false
 		}
 	}
 	p.out = append(p.out, '}')
-	return pool.ToolCall{ID: NewCallID(), Name: name, Arguments: string(p.out)}, true
+	return chat.ToolCall{ID: NewCallID(), Name: name, Arguments: string(p.out)}, true
 }
 
 func contains(keys []string, k string) bool {

@@ -11,10 +11,10 @@ package textchat
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/poolgate/poolgate/internal/jsonx"
 	"strings"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
 // Section roles that are not message roles.
@@ -29,15 +29,15 @@ const (
 // with no system message and no offered tools is returned as its bare text.
 // Continuation turns need no special case: t.Messages then holds only the new
 // messages, and the tools sections are repeated whenever tools are offered.
-func Render(t *pool.Turn) string { return render(t, toolsOffered(t.Tools, t.ToolChoice)) }
+func Render(t *chat.Turn) string { return render(t, toolsOffered(t.Tools, t.ToolChoice)) }
 
 // RenderNative renders t for a worker that is given the tools natively (as
 // structured data beside the prompt): the transcript only, without the tools
 // and contract sections. Earlier calls and results keep their sections.
-func RenderNative(t *pool.Turn) string { return render(t, false) }
+func RenderNative(t *chat.Turn) string { return render(t, false) }
 
-func render(t *pool.Turn, tools bool) string {
-	if !tools && len(t.Messages) == 1 && t.Messages[0].Role == pool.RoleUser {
+func render(t *chat.Turn, tools bool) string {
+	if !tools && len(t.Messages) == 1 && t.Messages[0].Role == chat.RoleUser {
 		return t.Messages[0].Content
 	}
 	w := writer{b: make([]byte, 0, estimate(t, tools))}
@@ -46,9 +46,9 @@ func render(t *pool.Turn, tools bool) string {
 	// section at the top; one that comes later (an agent's environment or
 	// reminder mid-conversation) keeps its place, where the model reads it.
 	lead := 0
-	for lead < len(t.Messages) && t.Messages[lead].Role == pool.RoleSystem {
+	for lead < len(t.Messages) && t.Messages[lead].Role == chat.RoleSystem {
 		if lead == 0 {
-			w.marker(pool.RoleSystem, "", "")
+			w.marker(chat.RoleSystem, "", "")
 		} else {
 			w.b = append(w.b, "\n\n"...)
 		}
@@ -65,9 +65,9 @@ func render(t *pool.Turn, tools bool) string {
 	for i := lead; i < len(t.Messages); i++ {
 		m := &t.Messages[i]
 		switch m.Role {
-		case pool.RoleAssistant:
+		case chat.RoleAssistant:
 			if m.Content != "" || len(m.ToolCalls) == 0 {
-				w.marker(pool.RoleAssistant, "", "")
+				w.marker(chat.RoleAssistant, "", "")
 				w.body(m.Content)
 			}
 			for _, c := range m.ToolCalls {
@@ -78,7 +78,7 @@ func render(t *pool.Turn, tools bool) string {
 				}
 				w.body(args)
 			}
-		case pool.RoleTool:
+		case chat.RoleTool:
 			name := m.Name
 			if name == "" && m.ToolCallID != "" {
 				if names == nil {
@@ -98,13 +98,13 @@ func render(t *pool.Turn, tools bool) string {
 
 // toolsOffered reports whether the prompt carries the tools sections and the
 // answer must be parsed for tool calls.
-func toolsOffered(tools []pool.Tool, choice pool.ToolChoice) bool {
-	return len(tools) > 0 && choice.Mode != pool.ToolNone
+func toolsOffered(tools []chat.Tool, choice chat.ToolChoice) bool {
+	return len(tools) > 0 && choice.Mode != chat.ToolNone
 }
 
 // estimate sizes the prompt buffer so that Render allocates once in the
 // common case.
-func estimate(t *pool.Turn, tools bool) int {
+func estimate(t *chat.Turn, tools bool) int {
 	n := 64
 	for i := range t.Messages {
 		m := &t.Messages[i]
@@ -125,7 +125,7 @@ func estimate(t *pool.Turn, tools bool) int {
 // callNames maps call ids to tool names, for tool results whose protocol did
 // not carry the name. One map, not a search per result: a transcript may
 // hold tens of thousands of calls.
-func callNames(msgs []pool.Message) map[string]string {
+func callNames(msgs []chat.Message) map[string]string {
 	names := make(map[string]string)
 	for i := range msgs {
 		for _, c := range msgs[i].ToolCalls {
@@ -194,12 +194,12 @@ func (w *writer) body(s string) {
 }
 
 // toolsJSON writes the tools section body: one line of JSON.
-func (w *writer) toolsJSON(tools []pool.Tool, choice pool.ToolChoice) {
+func (w *writer) toolsJSON(tools []chat.Tool, choice chat.ToolChoice) {
 	w.b = append(w.b, `{"tool_choice":`...)
 	switch choice.Mode {
-	case pool.ToolRequired:
+	case chat.ToolRequired:
 		w.b = append(w.b, `"required"`...)
-	case pool.ToolNamed:
+	case chat.ToolNamed:
 		w.b = jsonx.AppendString(w.b, choice.Name)
 	default:
 		w.b = append(w.b, `"auto"`...)
@@ -252,11 +252,11 @@ const contractRequired = contractHead +
 	"You must call at least one tool in this answer.\n" + contractTail
 
 // contractText is the human-readable contract for the tool choice.
-func contractText(choice pool.ToolChoice) string {
+func contractText(choice chat.ToolChoice) string {
 	switch choice.Mode {
-	case pool.ToolRequired:
+	case chat.ToolRequired:
 		return contractRequired
-	case pool.ToolNamed:
+	case chat.ToolNamed:
 		return contractHead + "You must call the tool " + string(jsonx.AppendString(nil, choice.Name)) +
 			" in this answer.\n" + contractTail
 	default:

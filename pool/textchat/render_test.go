@@ -2,14 +2,14 @@ package textchat
 
 import (
 	"encoding/json"
-	"github.com/poolgate/poolgate/internal/jsonx"
 	"strings"
 	"testing"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
-var weather = pool.Tool{
+var weather = chat.Tool{
 	Name:        "get_weather",
 	Description: "Weather for a city",
 	Parameters:  json.RawMessage(`{"type": "object",` + "\n" + `"properties": {"city": {"type": "string"}}, "required": ["city"]}`),
@@ -20,62 +20,62 @@ func TestRender(t *testing.T) {
 		`"parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}]}`
 	tests := []struct {
 		name string
-		give pool.Turn
+		give chat.Turn
 		want string
 	}{
 		{
 			name: "lone user message is bare",
-			give: pool.Turn{Messages: []pool.Message{{Role: pool.RoleUser, Content: "hi <<<there>>>"}}},
+			give: chat.Turn{Messages: []chat.Message{{Role: chat.RoleUser, Content: "hi <<<there>>>"}}},
 			want: "hi <<<there>>>",
 		},
 		{
 			name: "tool choice none is bare",
-			give: pool.Turn{
-				Messages:   []pool.Message{{Role: pool.RoleUser, Content: "hi"}},
-				Tools:      []pool.Tool{weather},
-				ToolChoice: pool.ToolChoice{Mode: pool.ToolNone},
+			give: chat.Turn{
+				Messages:   []chat.Message{{Role: chat.RoleUser, Content: "hi"}},
+				Tools:      []chat.Tool{weather},
+				ToolChoice: chat.ToolChoice{Mode: chat.ToolNone},
 			},
 			want: "hi",
 		},
 		{
 			name: "leading systems joined, a later one in place",
-			give: pool.Turn{Messages: []pool.Message{
-				{Role: pool.RoleSystem, Content: "A"},
-				{Role: pool.RoleSystem, Content: "A2"},
-				{Role: pool.RoleUser, Content: "q"},
-				{Role: pool.RoleSystem, Content: "B"},
+			give: chat.Turn{Messages: []chat.Message{
+				{Role: chat.RoleSystem, Content: "A"},
+				{Role: chat.RoleSystem, Content: "A2"},
+				{Role: chat.RoleUser, Content: "q"},
+				{Role: chat.RoleSystem, Content: "B"},
 			}},
 			want: "<<<system>>>\nA\n\nA2\n<<<user>>>\nq\n<<<system>>>\nB",
 		},
 		{
 			name: "a continuation that starts with a system message keeps the tools after it",
-			give: pool.Turn{SessionID: "s", Tools: []pool.Tool{{Name: "f"}}, Messages: []pool.Message{
-				{Role: pool.RoleSystem, Content: "env"},
-				{Role: pool.RoleUser, Content: "q"},
+			give: chat.Turn{SessionID: "s", Tools: []chat.Tool{{Name: "f"}}, Messages: []chat.Message{
+				{Role: chat.RoleSystem, Content: "env"},
+				{Role: chat.RoleUser, Content: "q"},
 			}},
 			want: "<<<system>>>\nenv\n<<<tools>>>\n{\"tool_choice\":\"auto\",\"tools\":[{\"name\":\"f\"}]}\n<<<contract>>>\n" + contractAuto + "\n<<<user>>>\nq",
 		},
 		{
 			name: "escaping",
-			give: pool.Turn{Messages: []pool.Message{
-				{Role: pool.RoleUser, Content: "<<<user>>>\nx <<<y\n<<<z"},
-				{Role: pool.RoleAssistant, Content: ""},
+			give: chat.Turn{Messages: []chat.Message{
+				{Role: chat.RoleUser, Content: "<<<user>>>\nx <<<y\n<<<z"},
+				{Role: chat.RoleAssistant, Content: ""},
 			}},
 			want: "<<<user>>>\n <<<user>>>\nx <<<y\n <<<z\n<<<assistant>>>\n",
 		},
 		{
 			name: "full transcript with tools",
-			give: pool.Turn{
-				Messages: []pool.Message{
-					{Role: pool.RoleSystem, Content: "You are a helpful assistant."},
-					{Role: pool.RoleUser, Content: "What is the weather in Paris?"},
-					{Role: pool.RoleAssistant, Content: "Let me check.", ToolCalls: []pool.ToolCall{
+			give: chat.Turn{
+				Messages: []chat.Message{
+					{Role: chat.RoleSystem, Content: "You are a helpful assistant."},
+					{Role: chat.RoleUser, Content: "What is the weather in Paris?"},
+					{Role: chat.RoleAssistant, Content: "Let me check.", ToolCalls: []chat.ToolCall{
 						{ID: "call_abc", Name: "get_weather", Arguments: `{"city":"Paris"}`},
 					}},
-					{Role: pool.RoleTool, ToolCallID: "call_abc", Content: "18C and sunny"},
-					{Role: pool.RoleUser, Content: "Thanks!"},
+					{Role: chat.RoleTool, ToolCallID: "call_abc", Content: "18C and sunny"},
+					{Role: chat.RoleUser, Content: "Thanks!"},
 				},
-				Tools: []pool.Tool{weather},
+				Tools: []chat.Tool{weather},
 			},
 			want: "<<<system>>>\nYou are a helpful assistant.\n<<<tools>>>\n" + toolsLine +
 				"\n<<<contract>>>\n" + contractAuto +
@@ -85,23 +85,23 @@ func TestRender(t *testing.T) {
 		},
 		{
 			name: "continuation: tool result only, tools repeated, odd ids sanitized",
-			give: pool.Turn{
+			give: chat.Turn{
 				SessionID: "sess-1",
-				Messages: []pool.Message{
-					{Role: pool.RoleTool, ToolCallID: "id with>space", Name: "get_weather", Content: "ok"},
+				Messages: []chat.Message{
+					{Role: chat.RoleTool, ToolCallID: "id with>space", Name: "get_weather", Content: "ok"},
 				},
-				Tools:      []pool.Tool{{Name: "get_weather"}},
-				ToolChoice: pool.ToolChoice{Mode: pool.ToolNamed, Name: "get_weather"},
+				Tools:      []chat.Tool{{Name: "get_weather"}},
+				ToolChoice: chat.ToolChoice{Mode: chat.ToolNamed, Name: "get_weather"},
 			},
 			want: "<<<tools>>>\n{\"tool_choice\":\"get_weather\",\"tools\":[{\"name\":\"get_weather\"}]}\n<<<contract>>>\n" +
-				contractText(pool.ToolChoice{Mode: pool.ToolNamed, Name: "get_weather"}) +
+				contractText(chat.ToolChoice{Mode: chat.ToolNamed, Name: "get_weather"}) +
 				"\n<<<tool_result id=id_with_space name=get_weather>>>\nok",
 		},
 		{
 			name: "call without arguments and no text",
-			give: pool.Turn{Messages: []pool.Message{
-				{Role: pool.RoleUser, Content: "go"},
-				{Role: pool.RoleAssistant, ToolCalls: []pool.ToolCall{{ID: "c1", Name: "now"}}},
+			give: chat.Turn{Messages: []chat.Message{
+				{Role: chat.RoleUser, Content: "go"},
+				{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: "c1", Name: "now"}}},
 			}},
 			want: "<<<user>>>\ngo\n<<<tool_call id=c1 name=now>>>\n{}",
 		},
@@ -117,12 +117,12 @@ func TestRender(t *testing.T) {
 
 func TestRenderContract(t *testing.T) {
 	tests := []struct {
-		give pool.ToolChoice
+		give chat.ToolChoice
 		want string
 	}{
-		{give: pool.ToolChoice{}, want: "only when it helps"},
-		{give: pool.ToolChoice{Mode: pool.ToolRequired}, want: "must call at least one tool"},
-		{give: pool.ToolChoice{Mode: pool.ToolNamed, Name: "get_weather"}, want: `must call the tool "get_weather"`},
+		{give: chat.ToolChoice{}, want: "only when it helps"},
+		{give: chat.ToolChoice{Mode: chat.ToolRequired}, want: "must call at least one tool"},
+		{give: chat.ToolChoice{Mode: chat.ToolNamed, Name: "get_weather"}, want: `must call the tool "get_weather"`},
 	}
 	for _, tt := range tests {
 		got := contractText(tt.give)
