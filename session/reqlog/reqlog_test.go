@@ -1,0 +1,94 @@
+package reqlog
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/poolgate/poolgate/internal/testenv"
+)
+
+func logs(t *testing.T, cfg Config, f func(t *testing.T, l Log)) {
+	t.Run("memory", func(t *testing.T) { f(t, NewMemory(cfg)) })
+	t.Run("redis", func(t *testing.T) {
+		srv := testenv.Redis(t)
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		t.Cleanup(func() { rdb.Close() })
+		f(t, NewRedis(rdb, "pg:", cfg))
+	})
+}
+
+func entry(i int, key string, status int) Entry {
+	return Entry{Time: time.Unix(int64(i), 0).UTC(), RequestID: fmt.Sprint("req-", i), Key: key, Account: "acct-1",
+		Status: status, Prompt: "secret prompt", Answer: "secret answer"}
+}
+
+func TestNewestFirstFilteredAndBounded(t *testing.T) {
+	logs(t, Config{MaxEntries: 5}, func(t *testing.T, l Log) {
+		ctx := context.Background()
+		for i := range 8 {
+			key, status := "alice", 200
+			if i%2 == 1 {
+				key, status = "bob", 429
+			}
+			if err := l.Add(ctx, []Entry{entry(i, key, status)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		all, _ := l.List(ctx, Filter{})
+		if len(all) != 5 || all[0].RequestID != "req-7" || all[4].RequestID != "req-3" {
+			t.Errorf("kept %v, want req-7..req-3", ids(all))
+		}
+		if all[0].Prompt != "" || all[0].Answer != "" {
+			t.Error("prompt and answer kept without the debug switch")
+		}
+		bob, _ := l.List(ctx, Filter{Key: "bob", Limit: 2})
+		if got := ids(bob); got != "req-7 req-5" {
+			t.Errorf("bob's last two = %s", got)
+		}
+		errs, _ := l.List(ctx, Filter{Errors: true})
+		ok, _ := l.List(ctx, Filter{Status: 200, Account: "acct-1"})
+		if len(errs) != 3 || len(ok) != 2 {
+			t.Errorf("errors %s, 200s %s", ids(errs), ids(ok))
+		}
+	})
+}
+
+func TestBytesBoundAndDebug(t *testing.T) {
+	huge := strings.Repeat("é", 100_000)
+	logs(t, Config{MaxEntries: 1000, MaxBytes: 64 << 10, Debug: true}, func(t *testing.T, l Log) {
+		ctx := context.Background()
+		for i := range 50 {
+			e := entry(i, "k", 500)
+			e.Prompt, e.Answer, e.Error = huge, huge, huge
+			if err := l.Add(ctx, []Entry{e}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		all, _ := l.List(ctx, Filter{})
+		total := 0
+		for _, e := range all {
+			b, _ := json.Marshal(e)
+			total += len(b)
+		}
+		if want := (Config{MaxBytes: 64 << 10, Debug: true}).Kept(); len(all) != want || total > 64<<10 {
+			t.Errorf("kept %d entries of %d bytes, want %d within 64 KiB", len(all), total, want)
+		}
+		if e := all[0]; len(e.Prompt) > FieldBytes+4 || len(e.Error) > ErrorBytes+4 || !strings.HasPrefix(e.Prompt, "é") {
+			t.Errorf("cut to %d/%d bytes", len(e.Prompt), len(e.Error))
+		}
+	})
+}
+
+func ids(es []Entry) string {
+	var s []string
+	for _, e := range es {
+		s = append(s, e.RequestID)
+	}
+	return strings.Join(s, " ")
+}

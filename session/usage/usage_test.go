@@ -1,0 +1,115 @@
+package usage
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/poolgate/poolgate/internal/testenv"
+)
+
+var t0 = time.Date(2026, 11, 20, 22, 30, 0, 0, time.UTC)
+
+// stores runs f on the memory store and on two Redis stores sharing one
+// real redis-server (two replicas), whose writes must add up.
+func stores(t *testing.T, now func() time.Time, f func(t *testing.T, add func(...Record), s Store)) {
+	t.Run("memory", func(t *testing.T) {
+		m := NewMemory(30*24*time.Hour, now)
+		f(t, func(rs ...Record) {
+			if err := m.Add(context.Background(), rs); err != nil {
+				t.Fatal(err)
+			}
+		}, m)
+	})
+	t.Run("redis", func(t *testing.T) {
+		srv := testenv.Redis(t)
+		var replicas []*Redis
+		for range 2 {
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			t.Cleanup(func() { rdb.Close() })
+			replicas = append(replicas, NewRedis(rdb, RedisConfig{Prefix: "pg:", Retention: 30 * 24 * time.Hour, Now: now}))
+		}
+		n := 0
+		f(t, func(rs ...Record) {
+			n++
+			if err := replicas[n%2].Add(context.Background(), rs); err != nil {
+				t.Fatal(err)
+			}
+		}, replicas[0])
+	})
+}
+
+func TestCountsByKeyAccountHourAndDay(t *testing.T) {
+	now := func() time.Time { return t0.Add(3 * time.Hour) }
+	stores(t, now, func(t *testing.T, add func(...Record), s Store) {
+		add(Record{Time: t0, Key: "alice", Account: "acct-1", InputTokens: 10, OutputTokens: 5},
+			Record{Time: t0.Add(time.Minute), Key: "alice", Account: "acct-1", InputTokens: 1, OutputTokens: 2, Reused: true})
+		add(Record{Time: t0.Add(2 * time.Hour), Key: "alice", Account: "acct-2", Error: true}, // the next day
+			Record{Time: t0, Key: "bob", Account: "acct-1", InputTokens: 7})
+		ctx := context.Background()
+
+		days, err := s.Query(ctx, Query{Key: "alice"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []Row{
+			{Bucket: "2026-11-20", Key: "alice", Account: "acct-1", Totals: Totals{Requests: 2, InputTokens: 11, OutputTokens: 7, Reused: 1}},
+			{Bucket: "2026-11-21", Key: "alice", Account: "acct-2", Totals: Totals{Requests: 1, Errors: 1}},
+		}
+		if !equalRows(days, want) {
+			t.Errorf("alice by day = %+v\nwant %+v", days, want)
+		}
+		hours, _ := s.Query(ctx, Query{Account: "acct-1", Hourly: true})
+		if len(hours) != 2 || hours[0].Bucket != "2026-11-20T22" || hours[0].Key != "alice" || hours[1].Key != "bob" {
+			t.Errorf("acct-1 by hour = %+v", hours)
+		}
+		if got := Sum(hours); got.Requests != 3 || got.InputTokens != 18 {
+			t.Errorf("acct-1 totals %+v", got)
+		}
+		late, _ := s.Query(ctx, Query{From: t0.Add(90 * time.Minute)})
+		if len(late) != 1 || late[0].Bucket != "2026-11-21" {
+			t.Errorf("from the next day = %+v", late)
+		}
+		early, _ := s.Query(ctx, Query{To: t0, Hourly: true})
+		if Sum(early).Requests != 3 {
+			t.Errorf("up to the first hour = %+v", early)
+		}
+	})
+}
+
+func TestRetention(t *testing.T) {
+	clock := t0
+	m := NewMemory(48*time.Hour, func() time.Time { return clock })
+	ctx := context.Background()
+	_ = m.Add(ctx, []Record{{Time: t0, Key: "k", Account: "a"}})
+	clock = t0.Add(72 * time.Hour)
+	_ = m.Add(ctx, []Record{{Time: clock, Key: "k", Account: "a"}})
+	rows, _ := m.Query(ctx, Query{From: t0.Add(-time.Hour)})
+	if len(rows) != 1 || rows[0].Bucket != clock.Format(dayLayout) {
+		t.Errorf("after the retention: %+v, want today's row only", rows)
+	}
+
+	srv := testenv.Redis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	r := NewRedis(rdb, RedisConfig{Prefix: "pg:", Retention: 48 * time.Hour})
+	_ = r.Add(ctx, []Record{{Time: t0, Key: "k", Account: "a"}})
+	ttl := rdb.TTL(ctx, "pg:usage:d:2026-11-20").Val()
+	if ttl < 71*time.Hour || ttl > 72*time.Hour {
+		t.Errorf("day hash TTL %s, want the retention plus a day", ttl)
+	}
+}
+
+func equalRows(a, b []Row) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
