@@ -170,12 +170,12 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 			a.router, log),
 		Models: a.router,
 	}
-	hcfg := handlers.Config{APIKeys: cfg.APIKeys, MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout, Insecure: cfg.Insecure}
+	hcfg := handlers.Config{APIKeys: cfg.APIKeys.Secrets(), MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout, Insecure: cfg.Insecure}
 	if a.cluster != nil {
 		hcfg.ReplicaID, hcfg.ClusterToken = a.cluster.ID(), cfg.ClusterToken
 	}
 	engine := handlers.New(hcfg, protocols, m, log)
-	adm := admin.New(admin.Config{AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys, MetricsToken: cfg.MetricsToken,
+	adm := admin.New(admin.Config{AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys.Secrets(), MetricsToken: cfg.MetricsToken,
 		MetricsPublic: cfg.MetricsPublic, BodyTimeout: cfg.BodyTimeout, BundleImportPlain: cfg.BundleImportPlain},
 		adminPool{a.pool, ready}, reg, log)
 	adm.RegisterProbes(engine)

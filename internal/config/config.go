@@ -45,7 +45,7 @@ type Account struct {
 type Config struct {
 	Listen        string        `yaml:"listen"`         // API listen address (127.0.0.1:8080)
 	AdminListen   string        `yaml:"admin_listen"`   // separate admin listener ("" = same as API)
-	APIKeys       []string      `yaml:"api_keys"`       // Bearer keys for the API (none = loopback only)
+	APIKeys       APIKeys       `yaml:"api_keys"`       // keys of the API, bare or named with limits (none = loopback only)
 	AdminToken    string        `yaml:"admin_token"`    // Bearer token for /internal/* ("" = API keys, with a warning)
 	MetricsToken  string        `yaml:"metrics_token"`  // Bearer token for /metrics
 	MetricsPublic bool          `yaml:"metrics_public"` // serve /metrics without a token (false)
@@ -205,6 +205,9 @@ func Load(path string, environ []string) (Config, []string, error) {
 	if err := cfg.resolveAccounts(environ); err != nil {
 		return cfg, warnings, err
 	}
+	if err := cfg.resolveKeys(envMap(environ)); err != nil {
+		return cfg, warnings, err
+	}
 	return cfg, warnings, cfg.Validate()
 }
 
@@ -226,12 +229,7 @@ func loadAccountsFile(cfg *Config) error {
 // resolveAccounts fills passwords from password_env / password_file and
 // defaults account names.
 func (c *Config) resolveAccounts(environ []string) error {
-	env := map[string]string{}
-	for _, kv := range environ {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			env[k] = v
-		}
-	}
+	env := envMap(environ)
 	for i := range c.Accounts {
 		a := &c.Accounts[i]
 		if a.Name == "" {
@@ -258,6 +256,16 @@ func (c *Config) resolveAccounts(environ []string) error {
 	return nil
 }
 
+func envMap(environ []string) map[string]string {
+	env := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
+
 // Validate checks the configuration once.
 func (c *Config) Validate() error {
 	var errs []error
@@ -277,6 +285,7 @@ func (c *Config) Validate() error {
 	if admin := c.adminListener(); !IsLoopback(admin) && c.AdminToken == "" && len(c.APIKeys) == 0 {
 		errs = append(errs, fmt.Errorf("the admin API would listen on %q, which is not a loopback address, with no credentials: set POOLGATE_ADMIN_TOKEN (or POOLGATE_API_KEYS), or put it on a loopback POOLGATE_ADMIN_LISTEN", admin))
 	}
+	errs = append(errs, c.validateKeys()...)
 	seen := map[string]bool{}
 	for _, a := range c.Accounts {
 		if seen[a.Name] {
@@ -412,6 +421,12 @@ var ignoredEnv = map[string]bool{"POOLGATE_TEST_SIMWORKER": true}
 
 func setField(f reflect.Value, val string) error {
 	switch f.Interface().(type) {
+	case APIKeys:
+		var k APIKeys
+		if err := k.parseEnv(val); err != nil {
+			return err
+		}
+		f.Set(reflect.ValueOf(k))
 	case string:
 		f.SetString(val)
 	case bool:

@@ -22,7 +22,7 @@ func TestLoadEnvOverridesFile(t *testing.T) {
 		t.Errorf("warnings %v, want none", warnings)
 	}
 	if cfg.Listen != "127.0.0.1:9000" || cfg.MaxQueue != 7 || cfg.QueueTimeout != 2*time.Second ||
-		!slices.Equal(cfg.APIKeys, []string{"a", "b"}) {
+		!slices.Equal(cfg.APIKeys.Secrets(), []string{"a", "b"}) {
 		t.Errorf("got %+v", cfg)
 	}
 }
