@@ -67,9 +67,10 @@ type ToolChoice struct {
 	Name string
 }
 
-// Bounds every protocol holds a request to before it costs anything more
-// than its decoding: an agent's longest sessions stay far below them, and
-// above them the prompt could not fit any model's context anyway.
+// Bounds every protocol holds a request to (Request.Validate checks them on
+// the whole transcript, before the request reaches the router): an agent's
+// longest sessions stay far below them, and above them the prompt could not
+// fit any model's context anyway.
 const (
 	MaxMessages = 50_000
 	MaxTools    = 1_000
