@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 )
 
@@ -93,4 +94,13 @@ func Claim(ctx context.Context, who string) bool {
 		c.by = who
 	}
 	return c.by == who
+}
+
+// WriteJSON answers with a complete JSON body and its length.
+func WriteJSON(w http.ResponseWriter, status int, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body) // a failed write means the client left
 }
