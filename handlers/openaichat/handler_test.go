@@ -17,14 +17,16 @@ import (
 	"github.com/poolgate/poolgate/internal/testenv"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/handlers/openaierr"
+	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
-var _ Chatter = (*pooltest.Chatter)(nil)
+var _ relay.Chatter = (*pooltest.Chatter)(nil)
 
 // newTestHandler returns a handler with a fixed clock and counting ids, so
 // transcripts are stable.
-func newTestHandler(t *testing.T, fake Chatter, cfg Config) *Handler {
+func newTestHandler(t *testing.T, fake relay.Chatter, cfg Config) *Handler {
 	t.Helper()
 	h := New(cfg, fake, nil)
 	h.now = func() time.Time { return time.Unix(1700000000, 0) }
@@ -231,7 +233,9 @@ func TestClientDisconnectCancelsWorker(t *testing.T) {
 	})
 }
 
-func TestErrorFor(t *testing.T) {
+// Every error the router can end a request with reaches the client with
+// its status, OpenAI type, code and Retry-After.
+func TestErrors(t *testing.T) {
 	tests := []struct {
 		give           error
 		wantStatus     int
@@ -239,24 +243,23 @@ func TestErrorFor(t *testing.T) {
 		wantCode       string
 		wantRetryAfter string
 	}{
-		{give: chat.ErrNoInstance, wantStatus: 503, wantType: TypeServer, wantCode: "no_instance"},
-		{give: fmt.Errorf("pick: %w", chat.ErrNotLoggedIn), wantStatus: 503, wantType: TypeServer, wantCode: "not_logged_in"},
-		{give: &chat.OverloadedError{RetryAfter: 2100 * time.Millisecond}, wantStatus: 429, wantType: TypeRateLimit,
+		{give: chat.ErrNoInstance, wantStatus: 503, wantType: openaierr.TypeServer, wantCode: "no_instance"},
+		{give: fmt.Errorf("pick: %w", chat.ErrNotLoggedIn), wantStatus: 503, wantType: openaierr.TypeServer, wantCode: "not_logged_in"},
+		{give: &chat.OverloadedError{RetryAfter: 2100 * time.Millisecond}, wantStatus: 429, wantType: openaierr.TypeRateLimit,
 			wantCode: "overloaded", wantRetryAfter: "3"},
-		{give: &chat.OverloadedError{}, wantStatus: 429, wantType: TypeRateLimit, wantCode: "overloaded", wantRetryAfter: "1"},
-		{give: &chat.RateLimitedError{Message: "quota"}, wantStatus: 429, wantType: TypeRateLimit, wantCode: "rate_limit_exceeded"},
-		{give: &chat.RateLimitedError{RetryAfter: time.Minute}, wantStatus: 429, wantType: TypeRateLimit,
+		{give: &chat.OverloadedError{}, wantStatus: 429, wantType: openaierr.TypeRateLimit, wantCode: "overloaded", wantRetryAfter: "1"},
+		{give: &chat.RateLimitedError{Message: "quota"}, wantStatus: 429, wantType: openaierr.TypeRateLimit, wantCode: "rate_limit_exceeded"},
+		{give: &chat.RateLimitedError{RetryAfter: time.Minute}, wantStatus: 429, wantType: openaierr.TypeRateLimit,
 			wantCode: "rate_limit_exceeded", wantRetryAfter: "60"},
-		{give: &chat.UpstreamError{Status: 500, Message: "boom"}, wantStatus: 502, wantType: TypeServer, wantCode: "upstream_error"},
-		{give: chat.ErrWorkerGone, wantStatus: 502, wantType: TypeServer, wantCode: "worker_gone"},
-		{give: context.DeadlineExceeded, wantStatus: 504, wantType: TypeServer, wantCode: "timeout"},
-		{give: httpx.ErrBodyTooLarge, wantStatus: 413, wantType: TypeInvalidRequest, wantCode: "request_too_large"},
-		{give: fmt.Errorf("surprise"), wantStatus: 500, wantType: TypeServer},
+		{give: &chat.UpstreamError{Status: 500, Message: "boom"}, wantStatus: 502, wantType: openaierr.TypeServer, wantCode: "upstream_error"},
+		{give: chat.ErrWorkerGone, wantStatus: 502, wantType: openaierr.TypeServer, wantCode: "worker_gone"},
+		{give: context.DeadlineExceeded, wantStatus: 504, wantType: openaierr.TypeServer, wantCode: "timeout"},
+		{give: httpx.ErrBodyTooLarge, wantStatus: 413, wantType: openaierr.TypeInvalidRequest, wantCode: "request_too_large"},
+		{give: fmt.Errorf("surprise"), wantStatus: 500, wantType: openaierr.TypeServer},
 	}
 	for _, tt := range tests {
 		t.Run(tt.give.Error(), func(t *testing.T) {
-			rec := httptest.NewRecorder()
-			ErrorFor(tt.give).Write(rec)
+			rec := serve(newTestHandler(t, &pooltest.Chatter{Err: tt.give}, Config{}), simpleBody)
 			e := decodeErrorBody(t, rec)
 			code := ""
 			if e.Code != nil {
@@ -268,17 +271,6 @@ func TestErrorFor(t *testing.T) {
 				t.Errorf("got %s, want %s", got, want)
 			}
 		})
-	}
-}
-
-func TestWriteErrorShape(t *testing.T) {
-	rec := httptest.NewRecorder()
-	WriteError(rec, http.StatusUnauthorized, TypeAuthentication, "bad key", nil, nil)
-	if got, want := rec.Body.String(), `{"error":{"message":"bad key","type":"authentication_error","param":null,"code":null}}`+"\n"; got != want {
-		t.Errorf("got %s, want %s", got, want)
-	}
-	if got, want := rec.Header().Get("Content-Type"), "application/json"; got != want {
-		t.Errorf("got Content-Type %q, want %q", got, want)
 	}
 }
 
