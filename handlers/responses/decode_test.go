@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/jsonx"
 )
@@ -29,7 +30,7 @@ func FuzzDecodeCreate(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		d, err := decodeCreate(body)
 		if err != nil {
-			var re *requestError
+			var re *apierr.RequestError
 			if !errors.As(err, &re) {
 				t.Fatalf("error %v is not a request error", err)
 			}
@@ -67,6 +68,8 @@ func (w *nopWriter) Event(_ string, data []byte) error {
 	w.n += len(data)
 	return nil
 }
+
+func (w *nopWriter) Comment(string) error { return nil }
 
 // BenchmarkEncodeTextDelta is the per-event cost of a streamed text delta.
 func BenchmarkEncodeTextDelta(b *testing.B) {
