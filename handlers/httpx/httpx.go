@@ -1,7 +1,8 @@
-// Package httpx holds the HTTP plumbing shared by the protocol packages under
-// handlers: the one SSE writer, request-scoped values the gin middleware puts
-// into the request context, and bounded body reading. It imports no web
-// framework, so protocol packages stay on plain net/http.
+// Package httpx holds the plain HTTP plumbing shared by the handlers: the
+// request-scoped values the gin middleware puts into the request context
+// (request id, API key, who may write a response), bounded body reading,
+// JSON answers and the record of request fields a decoder dropped. It
+// imports no web framework, so protocol packages stay on plain net/http.
 package httpx
 
 import (
@@ -65,6 +66,12 @@ func ReadBody(r *http.Request) ([]byte, error) {
 	}
 	return b, err
 }
+
+// Claimants of a response (see Claim).
+const (
+	Local   = "local"
+	Forward = "forward"
+)
 
 type claimKey struct{}
 
