@@ -252,7 +252,7 @@ func (rl *Relay) Stream(ctx context.Context, cancel context.CancelFunc, sse *SSE
 			}
 			var done bool
 			if done, werr = s.write(&ev); done {
-				return Outcome{}
+				return Outcome{Started: sse.Started()}
 			}
 		case <-tick:
 			werr = s.keepAlive()
