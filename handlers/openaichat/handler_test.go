@@ -19,6 +19,7 @@ import (
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/openaierr"
 	"github.com/poolgate/poolgate/handlers/relay"
+	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
@@ -193,27 +194,9 @@ func (s slowChatter) Chat(ctx context.Context, req *chat.Request) (<-chan chat.E
 	return ch, nil
 }
 
-// blockingChatter sends one text event and then waits for cancellation,
-// reporting when it saw it.
-type blockingChatter struct{ canceled chan struct{} }
-
-func (b blockingChatter) Chat(ctx context.Context, _ *chat.Request) (<-chan chat.Event, error) {
-	ch := make(chan chat.Event)
-	go func() {
-		defer close(ch)
-		select {
-		case ch <- chat.Event{Type: chat.EventText, Text: "partial"}:
-		case <-ctx.Done():
-		}
-		<-ctx.Done()
-		close(b.canceled)
-	}()
-	return ch, nil
-}
-
 func TestClientDisconnectCancelsWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fake := blockingChatter{canceled: make(chan struct{})}
+		fake := relaytest.NewBlocking()
 		h := newTestHandler(t, fake, Config{})
 		ctx, cancel := context.WithCancel(context.Background())
 		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(streamBody)).WithContext(ctx)
@@ -226,7 +209,7 @@ func TestClientDisconnectCancelsWorker(t *testing.T) {
 		synctest.Wait()
 		cancel()
 		<-done
-		<-fake.canceled
+		<-fake.Ended()
 		if strings.Contains(rec.Body.String(), "[DONE]") {
 			t.Errorf("got [DONE] after a disconnect, want none")
 		}
@@ -287,7 +270,7 @@ func TestDeadline(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := newTestHandler(t, blockingChatter{canceled: make(chan struct{})}, Config{KeepAlive: -1})
+				h := newTestHandler(t, relaytest.NewBlocking(), Config{KeepAlive: -1})
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
 				r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(tt.give)).WithContext(ctx)

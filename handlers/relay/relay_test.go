@@ -9,13 +9,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
@@ -76,7 +76,7 @@ func TestStream(t *testing.T) {
 			wantStatus: 200, want: "open| done stop|", wantStart: true},
 		{name: "slow start opens early and keeps alive", give: &pooltest.Chatter{Delay: 25 * time.Second, Events: []chat.Event{text("a"), done}},
 			keepAlive: 10 * time.Second, wantStatus: 200, want: "open| : ka| : ka| text a| done stop|", wantStart: true},
-		{name: "quiet stream keeps alive", give: pausing{pause: 25 * time.Second}, keepAlive: 10 * time.Second,
+		{name: "quiet stream keeps alive", give: relaytest.Pausing{Pause: 25 * time.Second}, keepAlive: 10 * time.Second,
 			wantStatus: 200, want: "open| text a| : ka| : ka| done stop|", wantStart: true},
 		{name: "keep-alives off", give: &pooltest.Chatter{Delay: 25 * time.Second, Events: []chat.Event{text("a"), done}},
 			keepAlive: -1, wantStatus: 200, want: "open| text a| done stop|", wantStart: true},
@@ -92,7 +92,7 @@ func TestStream(t *testing.T) {
 			wantStatus: 200, want: "open| text a| fail 502 worker_gone|", wantErr: chat.ErrWorkerGone, wantStart: true},
 		{name: "a stream closed without an ending is a lost worker", give: &pooltest.Chatter{Events: []chat.Event{text("a")}},
 			wantStatus: 200, want: "open| text a| fail 502 worker_gone|", wantErr: chat.ErrWorkerGone, wantStart: true},
-		{name: "a deadline mid-stream is told", give: pausing{pause: time.Hour}, deadline: time.Minute, keepAlive: -1,
+		{name: "a deadline mid-stream is told", give: relaytest.Pausing{Pause: time.Hour}, deadline: time.Minute, keepAlive: -1,
 			wantStatus: 200, want: "open| text a| fail 504 timeout|", wantErr: context.DeadlineExceeded, wantStart: true},
 		{name: "a forwarded request writes nothing", give: &pooltest.Chatter{Err: pool.ErrForwarded}, wantStatus: 200, want: ""},
 	}
@@ -141,31 +141,6 @@ func flat(body string) string {
 		b.WriteString(strings.TrimSuffix(strings.ReplaceAll(frame, "data: ", ""), " ") + "| ")
 	}
 	return strings.TrimSuffix(b.String(), " ")
-}
-
-// pausing sends "a", is quiet for pause, then ends.
-type pausing struct{ pause time.Duration }
-
-func (p pausing) Chat(ctx context.Context, _ *chat.Request) (<-chan chat.Event, error) {
-	ch := make(chan chat.Event)
-	go func() {
-		defer close(ch)
-		for i, ev := range []chat.Event{text("a"), done} {
-			if i > 0 {
-				select {
-				case <-time.After(p.pause):
-				case <-ctx.Done():
-					return
-				}
-			}
-			select {
-			case ch <- ev:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return ch, nil
 }
 
 // A replica that forwards a slow request takes the response first: the
@@ -240,28 +215,10 @@ func TestFailWhenTheClientIsGone(t *testing.T) {
 	}
 }
 
-// blocking sends one text event and then waits for the request to end,
-// recording that it saw the end.
-type blocking struct{ ended atomic.Bool }
-
-func (b *blocking) Chat(ctx context.Context, _ *chat.Request) (<-chan chat.Event, error) {
-	ch := make(chan chat.Event)
-	go func() {
-		defer close(ch)
-		select {
-		case ch <- text("partial"):
-		case <-ctx.Done():
-		}
-		<-ctx.Done()
-		b.ended.Store(true)
-	}()
-	return ch, nil
-}
-
 // Through a real server: the client reads the first event and hangs up; the
 // worker's turn ends and the stream gets no ending after it.
 func TestClientHangsUpMidStream(t *testing.T) {
-	chatter := &blocking{}
+	chatter := relaytest.NewBlocking()
 	outcomes := make(chan Outcome, 1)
 	rl := New(Config{Protocol: "test", KeepAlive: 50 * time.Millisecond, WriteError: writeError}, chatter, nil)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -289,7 +246,14 @@ func TestClientHangsUpMidStream(t *testing.T) {
 		}
 	}
 	resp.Body.Close()
-	testenv.WaitFor(t, 5*time.Second, "the worker's turn to end", chatter.ended.Load)
+	testenv.WaitFor(t, 5*time.Second, "the worker's turn to end", func() bool {
+		select {
+		case <-chatter.Ended():
+			return true
+		default:
+			return false
+		}
+	})
 	select {
 	case out := <-outcomes:
 		if out.Err == nil || !out.Started {

@@ -176,7 +176,7 @@ type reply struct {
 	t   *turn
 }
 
-func (r *reply) Text(s string) error               { return r.enc.text(s) }
+func (r *reply) Text(s string) error              { return r.enc.text(s) }
 func (r *reply) ToolCall(tc *chat.ToolCall) error { return r.enc.toolCall(tc) }
 
 func (r *reply) Body(done *chat.Event) ([]byte, error) {
