@@ -160,7 +160,7 @@ func validateToolChoice(tc ToolChoice, tools []Tool) error {
 		return nil
 	case ToolRequired:
 		if len(tools) == 0 {
-			return invalid("tool_choice", -1, "", "\"required\" needs tools to choose from, and the request offers none")
+			return invalid("tool_choice", -1, "", "a forced tool call needs tools to choose from, and the request offers none")
 		}
 		return nil
 	case ToolNamed:
