@@ -131,7 +131,7 @@ func New(cfg Config, chat Chatter, log *slog.Logger) *Relay {
 
 // NewSSE returns the event stream a Stream encoder writes to on w.
 func (rl *Relay) NewSSE(w http.ResponseWriter) *SSE {
-	s := NewSSE(w)
+	s := newSSE(w)
 	s.WriteTimeout = rl.cfg.WriteTimeout
 	return s
 }
@@ -215,7 +215,7 @@ func received(ctx context.Context, ev chat.Event, ok bool) (chat.Event, error) {
 }
 
 // Stream relays a streamed answer to req through enc, which writes on sse
-// (from NewSSE). Headers go out with the first thing written, so a failure
+// (from rl.NewSSE). Headers go out with the first thing written, so a failure
 // before it is a JSON error with its status; after it, the failure is told
 // through enc.Fail. A stream that started ends with exactly one Done or
 // Fail, unless the client went away. cancel ends the request's context: the

@@ -26,9 +26,9 @@ type SSE struct {
 	WriteTimeout time.Duration
 }
 
-// NewSSE returns a writer for w. Nothing is sent until the first event, so a
+// newSSE returns a writer for w. Nothing is sent until the first event, so a
 // failure before it can still be answered with a JSON error and its status.
-func NewSSE(w http.ResponseWriter) *SSE {
+func newSSE(w http.ResponseWriter) *SSE {
 	return &SSE{w: w, rc: http.NewResponseController(w), WriteTimeout: 30 * time.Second}
 }
 

@@ -1,9 +1,10 @@
 // Package chat is poolgate's neutral chat model: the request every protocol
-// decodes into (Request, Message, Tool), the events every answer streams
-// back (Event), what the router asks of one worker (Turn), and the errors a
-// turn can end in. It is a leaf: it imports nothing of poolgate's, so the
-// protocols, the router and the drivers all speak it without importing each
-// other.
+// decodes into (Request, Message, Tool) and the checks every such request
+// must pass (Request.Validate), the events every answer streams back
+// (Event), what the router asks of one worker (Turn), the errors a turn can
+// end in, and how a transcript's prompt tokens are counted (PromptTokens).
+// It is a leaf: it imports nothing of poolgate's, so the protocols, the
+// router and the drivers all speak it without importing each other.
 package chat
 
 import (
