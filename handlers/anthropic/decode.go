@@ -112,7 +112,8 @@ type decoded struct {
 	toolAt []int
 }
 
-// decodeMessages parses and validates a Messages body into the neutral model.
+// decodeMessages parses a Messages body into the neutral model and
+// validates it.
 // forCount relaxes the fields count_tokens does not take (max_tokens).
 func decodeMessages(body []byte, forCount bool) (*decoded, error) {
 	d := &decoded{}
@@ -120,7 +121,7 @@ func decodeMessages(body []byte, forCount bool) (*decoded, error) {
 	if err := json.Unmarshal(body, in); err != nil {
 		return nil, badRequest("invalid JSON body: %v", err)
 	}
-	if err := in.validate(forCount); err != nil {
+	if err := in.checkFields(forCount); err != nil {
 		return nil, err
 	}
 	in.dropTopLevel(&d.dropped)
@@ -181,7 +182,9 @@ func (d *decoded) param(ve *chat.ValidationError) string {
 	return ve.Field
 }
 
-func (in *messagesRequest) validate(forCount bool) error {
+// checkFields checks the fields of this protocol only; what every protocol
+// checks is chat.Validate's.
+func (in *messagesRequest) checkFields(forCount bool) error {
 	switch {
 	case in.Model == "":
 		return badRequest("model: field required")

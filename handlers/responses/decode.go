@@ -109,7 +109,9 @@ type decoded struct {
 	toolParams []string
 }
 
-// decodeCreate parses and validates a create body.
+// decodeCreate parses a create body and checks this protocol's fields; the
+// whole request is validated once the stored history it continues is in
+// (see prepare).
 func decodeCreate(body []byte) (*decoded, error) {
 	d := &decoded{}
 	in := &d.wire
@@ -120,7 +122,7 @@ func decodeCreate(body []byte) (*decoded, error) {
 		}
 		return nil, badParam("", "invalid JSON body: "+err.Error())
 	}
-	if err := in.validate(&d.dropped); err != nil {
+	if err := in.checkFields(&d.dropped); err != nil {
 		return nil, err
 	}
 	var err error
@@ -166,7 +168,9 @@ func (d *decoded) param(ve *chat.ValidationError) string {
 	return ve.Field
 }
 
-func (in *createRequest) validate(d *httpx.Dropped) error {
+// checkFields checks the fields of this protocol only (what every protocol
+// checks is chat.Validate's) and records the dropped ones.
+func (in *createRequest) checkFields(d *httpx.Dropped) error {
 	switch {
 	case in.Model == "" && in.PreviousResponseID == "":
 		return badParam("model", "model: field required")
