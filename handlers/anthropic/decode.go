@@ -107,8 +107,8 @@ type decoded struct {
 	wire    messagesRequest
 	chat    chat.Request
 	dropped httpx.Dropped
-	// toolAt is the index in the wire tools of each neutral tool (server and
-	// deferred tools are not offered, so the two differ).
+	// toolAt is the index in the wire tools of each neutral tool, once a
+	// server or deferred tool is not offered; nil while the two line up.
 	toolAt []int
 }
 
@@ -164,7 +164,11 @@ func decodeMessages(body []byte, forCount bool) (*decoded, error) {
 func (d *decoded) param(ve *chat.ValidationError) string {
 	switch ve.Field {
 	case "tools":
-		if ve.Index >= 0 && ve.Index < len(d.toolAt) {
+		switch {
+		case ve.Index < 0:
+		case d.toolAt == nil:
+			return fmt.Sprintf("tools.%d.%s", ve.Index, ve.Member)
+		case ve.Index < len(d.toolAt):
 			return fmt.Sprintf("tools.%d.%s", d.toolAt[ve.Index], ve.Member)
 		}
 	case "stop":
@@ -551,7 +555,8 @@ func (mc *messageContext) toolResultContent(raw json.RawMessage, i, j int) (stri
 // (or tool_choice names one), which is what Anthropic's tool search does;
 // server tools (web search, code execution) run on Anthropic's side and no
 // worker can run them, so they are dropped.
-// It returns, with each tool offered, its index on the wire.
+// It returns, with each tool offered, its index on the wire (nil when each
+// tool is offered).
 func decodeTools(in []wireTool, choice *wireToolChoice, referenced map[string]bool, d *httpx.Dropped) ([]chat.Tool, []int, error) {
 	if len(in) == 0 {
 		return nil, nil, nil
@@ -561,11 +566,20 @@ func decodeTools(in []wireTool, choice *wireToolChoice, referenced map[string]bo
 		forced = choice.Name
 	}
 	out := make([]chat.Tool, 0, len(in))
-	at := make([]int, 0, len(in))
+	var at []int // nil while every tool so far is offered
+	skip := func() {
+		if at == nil {
+			at = make([]int, len(out), len(in))
+			for j := range at {
+				at[j] = j
+			}
+		}
+	}
 	for i := range in {
 		t := &in[i]
 		d.AddSet(dropCacheControl, t.CacheControl)
 		if t.Type != "" && t.Type != "custom" {
+			skip()
 			if t.Name == "" {
 				return nil, nil, badRequest("tools.%d.name: field required", i)
 			}
@@ -579,11 +593,14 @@ func decodeTools(in []wireTool, choice *wireToolChoice, referenced map[string]bo
 			return nil, nil, badRequest("tools.%d.input_schema: field required", i)
 		}
 		if t.DeferLoading && t.Name != "" && !referenced[t.Name] && t.Name != forced {
+			skip()
 			d.Add(dropDeferredTools)
 			continue
 		}
 		out = append(out, chat.Tool{Name: t.Name, Description: t.Description, Parameters: t.InputSchema})
-		at = append(at, i)
+		if at != nil {
+			at = append(at, i)
+		}
 	}
 	return out, at, nil
 }

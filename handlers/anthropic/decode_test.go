@@ -90,7 +90,7 @@ func BenchmarkEncodeToolCall(b *testing.B) {
 	tc := chat.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := enc.ToolCall(&tc); err != nil {
+		if err := enc.ToolCall(tc); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -95,8 +95,8 @@ type reply struct {
 	model string
 }
 
-func (r *reply) Body(done *chat.Event) ([]byte, error) {
-	return json.Marshal(r.message(done))
+func (r *reply) Body(done chat.Event) ([]byte, error) {
+	return json.Marshal(r.message(&done))
 }
 
 func (r *reply) message(done *chat.Event) *messageBody {
@@ -217,7 +217,7 @@ func (e *streamEncoder) Text(s string) error {
 
 // ToolCall writes a whole tool_use block: start with empty input, the
 // arguments as one input_json_delta, stop.
-func (e *streamEncoder) ToolCall(tc *chat.ToolCall) error {
+func (e *streamEncoder) ToolCall(tc chat.ToolCall) error {
 	if e.inText {
 		if err := e.blockStop(); err != nil {
 			return err
@@ -242,7 +242,7 @@ func (e *streamEncoder) ToolCall(tc *chat.ToolCall) error {
 }
 
 // Done closes the open block and writes message_delta and message_stop.
-func (e *streamEncoder) Done(ev *chat.Event) error {
+func (e *streamEncoder) Done(ev chat.Event) error {
 	if e.next == 0 {
 		// An empty answer still has one (empty) text block, as the
 		// non-streaming message does.

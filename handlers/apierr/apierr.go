@@ -212,6 +212,9 @@ func Gone(ctx context.Context, err error) bool {
 // the field with param, the protocol's name for a neutral field path.
 func Validate(req *chat.Request, param func(*chat.ValidationError) string) error {
 	err := req.Validate()
+	if err == nil {
+		return nil
+	}
 	var ve *chat.ValidationError
 	if !errors.As(err, &ve) {
 		return err

@@ -208,12 +208,12 @@ func (s *stream) Text(text string) error {
 	return s.w.Event("", s.enc.text(text))
 }
 
-func (s *stream) ToolCall(tc *chat.ToolCall) error {
+func (s *stream) ToolCall(tc chat.ToolCall) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
 	s.called = true
-	rc := replyCall(tc, s.newID)
+	rc := replyCall(&tc, s.newID)
 	if err := s.w.Event("", s.enc.toolCallHead(rc.ID, rc.Function.Name)); err != nil {
 		return err
 	}
@@ -221,7 +221,7 @@ func (s *stream) ToolCall(tc *chat.ToolCall) error {
 }
 
 // Done sends the finish chunk, the usage chunk when asked for, and [DONE].
-func (s *stream) Done(ev *chat.Event) error {
+func (s *stream) Done(ev chat.Event) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
@@ -248,12 +248,11 @@ func (s *stream) KeepAlive() error { return s.w.Comment("keep-alive") }
 // reply folds a whole answer into one chat.completion body.
 type reply struct {
 	relay.Answer
-	id, model string
-	created   int64
-	newID     func(prefix string) string
+	c     completion
+	newID func(prefix string) string
 }
 
-func (r *reply) Body(done *chat.Event) ([]byte, error) {
+func (r *reply) Body(done chat.Event) ([]byte, error) {
 	var calls []replyToolCall
 	if len(r.Calls) > 0 {
 		calls = make([]replyToolCall, len(r.Calls))
@@ -265,10 +264,9 @@ func (r *reply) Body(done *chat.Event) ([]byte, error) {
 	if s := r.Content(); s != "" || len(calls) == 0 {
 		msg.Content = &s
 	}
-	c := completion{ID: r.id, Object: "chat.completion", Created: r.created, Model: r.model,
-		Choices: []choice{{Message: msg, FinishReason: finishReason(done.Finish, len(calls) > 0)}},
-		Usage:   usageOf(done.Usage)}
-	return json.Marshal(&c)
+	r.c.Choices = []choice{{Message: msg, FinishReason: finishReason(done.Finish, len(calls) > 0)}}
+	r.c.Usage = usageOf(done.Usage)
+	return json.Marshal(&r.c)
 }
 
 // replyCall is a call as the client sees it: an id (made up when the worker

@@ -101,5 +101,5 @@ func (h *Handler) Completions(w http.ResponseWriter, r *http.Request) {
 		h.relay.Stream(ctx, cancel, sse, req, st)
 		return
 	}
-	h.relay.Reply(ctx, w, req, &reply{id: id, model: req.Model, created: created, newID: h.newID})
+	h.relay.Reply(ctx, w, req, &reply{c: completion{ID: id, Object: "chat.completion", Created: created, Model: req.Model}, newID: h.newID})
 }

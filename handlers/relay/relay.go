@@ -40,9 +40,9 @@ type Stream interface {
 	// or when the wait for it outlasts the keep-alive interval.
 	Open() error
 	Text(s string) error
-	ToolCall(tc *chat.ToolCall) error
+	ToolCall(tc chat.ToolCall) error
 	// Done writes the ending of a complete answer.
-	Done(ev *chat.Event) error
+	Done(ev chat.Event) error
 	// Fail writes the ending of an answer that failed once the stream had
 	// started.
 	Fail(p *apierr.Problem) error
@@ -53,9 +53,9 @@ type Stream interface {
 // Reply is a protocol's encoder of a whole answer as one JSON body.
 type Reply interface {
 	Text(s string) error
-	ToolCall(tc *chat.ToolCall) error
+	ToolCall(tc chat.ToolCall) error
 	// Body is the answer's JSON, given its closing event.
-	Body(done *chat.Event) ([]byte, error)
+	Body(done chat.Event) ([]byte, error)
 }
 
 // Answer folds the text and tool calls of a whole answer, for a Reply whose
@@ -72,8 +72,8 @@ func (a *Answer) Text(s string) error {
 }
 
 // ToolCall adds a call.
-func (a *Answer) ToolCall(tc *chat.ToolCall) error {
-	a.Calls = append(a.Calls, *tc)
+func (a *Answer) ToolCall(tc chat.ToolCall) error {
+	a.Calls = append(a.Calls, tc)
 	return nil
 }
 
@@ -170,18 +170,21 @@ func (rl *Relay) Reply(ctx context.Context, w http.ResponseWriter, req *chat.Req
 		return Outcome{Forwarded: true}
 	}
 	for err == nil {
-		var ev chat.Event
-		if ev, err = next(ctx, events); err != nil {
+		// The router closes the channel when ctx ends, so this wait needs
+		// no select of its own (which would cost every request the
+		// context's done channel).
+		ev, ok := <-events
+		if ev, err = received(ctx, ev, ok); err != nil {
 			break
 		}
 		switch ev.Type {
 		case chat.EventText:
 			err = reply.Text(ev.Text)
 		case chat.EventToolCall:
-			err = reply.ToolCall(&ev.ToolCall)
+			err = reply.ToolCall(ev.ToolCall)
 		case chat.EventDone:
 			var body []byte
-			if body, err = reply.Body(&ev); err == nil {
+			if body, err = reply.Body(ev); err == nil {
 				httpx.WriteJSON(w, http.StatusOK, body)
 				return Outcome{}
 			}
@@ -191,17 +194,8 @@ func (rl *Relay) Reply(ctx context.Context, w http.ResponseWriter, req *chat.Req
 	return Outcome{Err: err}
 }
 
-// next receives one event. A stream that ends without a closing event (the
+// received checks one event. A stream that ends without a closing event (the
 // router gave up, ctx ended) is an error, and so is its closing error event.
-func next(ctx context.Context, events <-chan chat.Event) (chat.Event, error) {
-	select {
-	case ev, ok := <-events:
-		return received(ctx, ev, ok)
-	case <-ctx.Done():
-		return chat.Event{}, ctx.Err()
-	}
-}
-
 func received(ctx context.Context, ev chat.Event, ok bool) (chat.Event, error) {
 	switch {
 	case !ok && ctx.Err() != nil:
@@ -251,7 +245,7 @@ func (rl *Relay) Stream(ctx context.Context, cancel context.CancelFunc, sse *SSE
 				return s.fail(err)
 			}
 			var done bool
-			if done, werr = s.write(&ev); done {
+			if done, werr = s.write(ev); done {
 				return Outcome{Started: sse.Started()}
 			}
 		case <-tick:
@@ -300,7 +294,7 @@ func (s *streamer) keepAlive() error {
 }
 
 // write writes one event; done is true once the answer is complete.
-func (s *streamer) write(ev *chat.Event) (done bool, err error) {
+func (s *streamer) write(ev chat.Event) (done bool, err error) {
 	if err := s.open(); err != nil {
 		return false, err
 	}
@@ -308,7 +302,7 @@ func (s *streamer) write(ev *chat.Event) (done bool, err error) {
 	case chat.EventText:
 		return false, s.enc.Text(ev.Text)
 	case chat.EventToolCall:
-		return false, s.enc.ToolCall(&ev.ToolCall)
+		return false, s.enc.ToolCall(ev.ToolCall)
 	case chat.EventDone:
 		_ = s.enc.Done(ev) // the stream is over either way
 		return true, nil

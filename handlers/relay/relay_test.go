@@ -28,10 +28,10 @@ var _ Chatter = (*pooltest.Chatter)(nil)
 // after the call, so a transcript shows what the relay asked for.
 type fakeStream struct{ w EventWriter }
 
-func (f *fakeStream) Open() error                      { return f.w.Event("open", nil) }
-func (f *fakeStream) Text(s string) error              { return f.w.Event("text", []byte(s)) }
-func (f *fakeStream) ToolCall(tc *chat.ToolCall) error { return f.w.Event("call", []byte(tc.Name)) }
-func (f *fakeStream) Done(ev *chat.Event) error        { return f.w.Event("done", []byte(ev.Finish)) }
+func (f *fakeStream) Open() error                     { return f.w.Event("open", nil) }
+func (f *fakeStream) Text(s string) error             { return f.w.Event("text", []byte(s)) }
+func (f *fakeStream) ToolCall(tc chat.ToolCall) error { return f.w.Event("call", []byte(tc.Name)) }
+func (f *fakeStream) Done(ev chat.Event) error        { return f.w.Event("done", []byte(ev.Finish)) }
 func (f *fakeStream) Fail(p *apierr.Problem) error {
 	return f.w.Event("fail", fmt.Appendf(nil, "%d %s", p.Status, p.Code))
 }
@@ -186,7 +186,7 @@ func TestReply(t *testing.T) {
 
 type fakeReply struct{ Answer }
 
-func (f *fakeReply) Body(done *chat.Event) ([]byte, error) {
+func (f *fakeReply) Body(done chat.Event) ([]byte, error) {
 	return fmt.Appendf(nil, `{"text":%q,"calls":%d,"finish":%q}`, f.Content(), len(f.Calls), done.Finish), nil
 }
 

@@ -176,11 +176,11 @@ type reply struct {
 	t   *turn
 }
 
-func (r *reply) Text(s string) error              { return r.enc.text(s) }
-func (r *reply) ToolCall(tc *chat.ToolCall) error { return r.enc.toolCall(tc) }
+func (r *reply) Text(s string) error             { return r.enc.text(s) }
+func (r *reply) ToolCall(tc chat.ToolCall) error { return r.enc.toolCall(&tc) }
 
-func (r *reply) Body(done *chat.Event) ([]byte, error) {
-	obj, err := r.enc.done(done)
+func (r *reply) Body(done chat.Event) ([]byte, error) {
+	obj, err := r.enc.done(&done)
 	if err == nil {
 		r.h.save(r.ctx, r.t, r.enc, obj)
 	}

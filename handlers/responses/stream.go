@@ -206,11 +206,11 @@ func (e *streamEncoder) Open() error { return e.start() }
 
 func (e *streamEncoder) Text(s string) error { return e.text(s) }
 
-func (e *streamEncoder) ToolCall(tc *chat.ToolCall) error { return e.toolCall(tc) }
+func (e *streamEncoder) ToolCall(tc chat.ToolCall) error { return e.toolCall(&tc) }
 
 // Done writes the closing events of a complete answer.
-func (e *streamEncoder) Done(ev *chat.Event) error {
-	obj, err := e.done(ev)
+func (e *streamEncoder) Done(ev chat.Event) error {
+	obj, err := e.done(&ev)
 	e.final = obj
 	return err
 }

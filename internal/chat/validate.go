@@ -137,22 +137,39 @@ func validateTools(tools []Tool) error {
 	if len(tools) > MaxTools {
 		return invalid("tools", -1, "", "at most "+strconv.Itoa(MaxTools)+" tools are allowed, got "+strconv.Itoa(len(tools)))
 	}
-	if len(tools) == 0 {
-		return nil
+	// An agent offers a few dozen tools: comparing each with the ones
+	// before it costs less than a map, which a long list still gets.
+	var seen map[string]struct{}
+	if len(tools) > smallToolList {
+		seen = make(map[string]struct{}, len(tools))
 	}
-	seen := make(map[string]struct{}, len(tools))
 	for i := range tools {
 		name := tools[i].Name
 		if name == "" {
 			return missing("tools", i, "name", "is required")
 		}
-		if _, dup := seen[name]; dup {
+		dup := false
+		if seen != nil {
+			_, dup = seen[name]
+			seen[name] = struct{}{}
+		} else {
+			for j := range i {
+				if tools[j].Name == name {
+					dup = true
+					break
+				}
+			}
+		}
+		if dup {
 			return invalid("tools", i, "name", "duplicate tool name "+strconv.Quote(name))
 		}
-		seen[name] = struct{}{}
 	}
 	return nil
 }
+
+// smallToolList is the longest tool list checked for duplicates without a
+// map.
+const smallToolList = 64
 
 func validateToolChoice(tc ToolChoice, tools []Tool) error {
 	switch tc.Mode {
