@@ -108,13 +108,12 @@ func midStream(t *testing.T, body string) string {
 // and type/code) and after (the stream's failed ending).
 func TestErrorsAgreeAcrossProtocols(t *testing.T) {
 	type told struct {
-		status             int
-		chat, responses    string // OpenAI type/code, also of chat's in-stream chunk
-		messages           string // Anthropic type
-		anthropicStatus    int    // when it differs from status
-		failed, msgsMid    string // Responses' response.failed code, Anthropic's error event type
-		retryAfter         string
-		chatMidIsDifferent bool
+		status          int
+		chat            string // OpenAI type/code (Responses' too), also of chat's in-stream chunk
+		messages        string // Anthropic type
+		anthropicStatus int    // when it differs from status
+		failed, msgsMid string // Responses' response.failed code, Anthropic's error event type
+		retryAfter      string
 	}
 	tests := []struct {
 		give error
