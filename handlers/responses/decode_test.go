@@ -22,7 +22,8 @@ var decodeSeeds = []string{
 }
 
 // FuzzDecodeCreate: any body decodes or fails with a request error, never
-// panics, and a decoded request is internally consistent.
+// panics, validates or fails with a request error naming a field, and a
+// decoded request is internally consistent.
 func FuzzDecodeCreate(f *testing.F) {
 	for _, s := range decodeSeeds {
 		f.Add([]byte(s))
@@ -35,6 +36,15 @@ func FuzzDecodeCreate(f *testing.F) {
 				t.Fatalf("error %v is not a request error", err)
 			}
 			return
+		}
+		// The request as the router would get it (without stored history)
+		// is valid or refused with a request error naming a field.
+		d.chat.Messages = d.input
+		if err := apierr.Validate(&d.chat, d.param); err != nil {
+			var re *apierr.RequestError
+			if !errors.As(err, &re) || re.Param == "" {
+				t.Fatalf("validation error %v is not a request error naming a field", err)
+			}
 		}
 		if len(d.input) == 0 && len(d.items) == 0 {
 			return // reasoning-only input
