@@ -10,7 +10,7 @@ import (
 	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
-// Anthropic error types (https://docs.anthropic.com/en/api/errors).
+// The error types Anthropic's API answers with.
 const (
 	errInvalidRequest = "invalid_request_error"
 	errAuthentication = "authentication_error"
