@@ -27,7 +27,9 @@ import (
 // before any event (and was already retried); pool.ErrForwarded means
 // another replica answered. Otherwise the channel yields EventText and
 // EventToolCall events, ends with exactly one EventDone or EventError and
-// is then closed; the router has already applied Stop and MaxTokens.
+// is then closed; the router has already applied Stop and MaxTokens. When
+// ctx ends, the answer stops and the channel is closed, with or without its
+// closing event.
 type Chatter interface {
 	Chat(ctx context.Context, req *chat.Request) (<-chan chat.Event, error)
 }
