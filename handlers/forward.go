@@ -25,7 +25,8 @@ const (
 // forwarded again: one hop at most).
 func Forwarded(r *http.Request) bool { return r.Header.Get(hopHeader) != "" }
 
-// hopByHop headers are not forwarded (RFC 9110, 7.6.1).
+// hopByHop headers describe one connection, not the request, so they are
+// not forwarded (nor is the length, which the proxied body sets again).
 var hopByHop = map[string]bool{"Connection": true, "Keep-Alive": true, "Proxy-Connection": true,
 	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Content-Length": true}
 

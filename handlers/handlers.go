@@ -1,7 +1,10 @@
 // Package handlers is poolgate's public HTTP API on gin: the middleware
-// (request id, auth, body cap, access log) and the routes of the three
-// protocols, whose logic lives in the sub-packages openaichat, responses
-// and anthropic (plain net/http, no gin). Routes stay thin (STYLE 12).
+// (request id, auth, body cap, browser guard, cluster forwarding, access
+// log), the routes of the three protocols and the errors the HTTP layer
+// answers itself. Routes stay thin: the protocols live in openaichat,
+// responses and anthropic (plain net/http, no gin), which only decode and
+// encode; relay carries answers from the router to the client for all
+// three, apierr classifies errors, openaierr is OpenAI's error shape.
 package handlers
 
 import (
@@ -18,8 +21,10 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
+	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/openaichat"
+	"github.com/poolgate/poolgate/handlers/openaierr"
 	"github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
@@ -135,43 +140,16 @@ func isAnthropic(r *http.Request) bool {
 	return strings.HasPrefix(r.URL.Path, "/v1/messages") || r.Header.Get("anthropic-version") != ""
 }
 
-// WriteError writes an error in the request's protocol shape.
+// WriteError writes an error the HTTP layer answers by status (a refused
+// key, an unknown route, a body over its cap, a panic) in the request's
+// protocol shape, named as apierr names the status's kind.
 func WriteError(w http.ResponseWriter, r *http.Request, status int, message string) {
+	p := apierr.ForStatus(status, message)
 	if isAnthropic(r) {
-		anthropic.WriteError(w, status, anthropicType(status), message)
+		anthropic.WriteProblem(w, &p)
 		return
 	}
-	openaichat.WriteError(w, status, openAIType(status), message, nil, nil)
-}
-
-func openAIType(status int) string {
-	switch status {
-	case http.StatusUnauthorized:
-		return "authentication_error"
-	case http.StatusNotFound:
-		return "not_found_error"
-	case http.StatusTooManyRequests:
-		return "rate_limit_error"
-	case http.StatusRequestEntityTooLarge, http.StatusBadRequest, http.StatusMethodNotAllowed:
-		return "invalid_request_error"
-	}
-	return "server_error"
-}
-
-func anthropicType(status int) string {
-	switch status {
-	case http.StatusUnauthorized:
-		return "authentication_error"
-	case http.StatusNotFound:
-		return "not_found_error"
-	case http.StatusRequestEntityTooLarge:
-		return "request_too_large"
-	case http.StatusTooManyRequests:
-		return "rate_limit_error"
-	case http.StatusBadRequest, http.StatusMethodNotAllowed:
-		return "invalid_request_error"
-	}
-	return "api_error"
+	openaierr.Write(w, &p)
 }
 
 func notFound(c *gin.Context) {

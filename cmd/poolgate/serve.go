@@ -154,6 +154,26 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	return a, nil
 }
 
+// responseStore is the session store as the responses handler sees it: an
+// unknown id is responses.ErrNotFound there, session.ErrNotFound here.
+type responseStore struct{ responses.Store }
+
+func (s responseStore) LoadResponse(ctx context.Context, id string) ([]byte, error) {
+	data, err := s.Store.LoadResponse(ctx, id)
+	return data, notFound(err)
+}
+
+func (s responseStore) DeleteResponse(ctx context.Context, id string) error {
+	return notFound(s.Store.DeleteResponse(ctx, id))
+}
+
+func notFound(err error) error {
+	if errors.Is(err, session.ErrNotFound) {
+		return fmt.Errorf("%w: %w", responses.ErrNotFound, err)
+	}
+	return err
+}
+
 // routes builds the public and admin HTTP surfaces.
 func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readiness) {
 	cfg, log := a.cfg, a.log
@@ -165,7 +185,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		Chat: openaichat.New(openaichat.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive},
 			a.router, log),
 		Responses: responses.New(responses.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive},
-			a.router, a.store, log),
+			a.router, responseStore{a.store}, log),
 		Messages: anthropic.New(anthropic.Config{CountDropped: m.CountFieldIgnored, PingInterval: cfg.StreamKeepAlive},
 			a.router, log),
 		Models: a.router,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
@@ -12,32 +11,31 @@ import (
 	"github.com/poolgate/poolgate/internal/tokens"
 )
 
-// CountTokens serves POST /v1/messages/count_tokens: the tokens of the
-// rendered system prompt, messages and tool definitions by the gateway's BPE
-// tokenizer (internal/tokens), as {"input_tokens": n}. It validates the body like Messages does, minus
-// max_tokens, so a request count_tokens accepts is one Messages accepts.
+// CountTokens serves POST /v1/messages/count_tokens, as {"input_tokens": n}:
+// the prompt tokens of the request counted the way the router counts the
+// usage of a turn (chat.PromptTokens with the gateway's BPE tokenizer), so a
+// count and the usage of the same request agree. It validates the body like
+// Messages does, minus max_tokens, so a request count_tokens accepts is one
+// Messages accepts.
 func (h *Handler) CountTokens(w http.ResponseWriter, r *http.Request) {
 	body, err := httpx.ReadBody(r)
 	if err != nil {
-		writeMapped(w, err)
+		h.relay.Fail(r.Context(), w, err)
 		return
 	}
 	if !h.countSlot(r.Context()) {
-		writeMapped(w, &chat.OverloadedError{RetryAfter: time.Second})
+		h.relay.Fail(r.Context(), w, &chat.OverloadedError{RetryAfter: time.Second})
 		return
 	}
 	defer func() { <-h.counts }()
 	d, err := h.decode(r, body, true)
 	if err != nil {
-		writeMapped(w, err)
+		h.relay.Fail(r.Context(), w, err)
 		return
 	}
-	n := promptTokens(&d.chat)
+	n := chat.PromptTokens(d.chat.Messages, tokens.Count)
 	b := strconv.AppendInt(append(make([]byte, 0, 32), `{"input_tokens":`...), int64(n), 10)
-	b = append(b, '}')
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	_, _ = w.Write(b)
+	httpx.WriteJSON(w, http.StatusOK, append(b, '}'))
 }
 
 // countSlot waits, bounded, for a count_tokens slot.
@@ -56,32 +54,4 @@ func (h *Handler) countSlot(ctx context.Context) bool {
 	case <-ctx.Done():
 	}
 	return false
-}
-
-// promptTokens counts a request with the gateway's BPE tokenizer the way
-// the router counts prompts: the transcript with its per-message framing,
-// and the tool definitions as one more system message (the workers get them
-// in the prompt, since they have no native tool calling).
-func promptTokens(req *chat.Request) int {
-	msgs := make([]tokens.Message, 0, len(req.Messages)+1)
-	if len(req.Tools) > 0 {
-		var sb strings.Builder
-		for _, t := range req.Tools {
-			sb.WriteString(t.Name)
-			sb.WriteString(": ")
-			sb.WriteString(t.Description)
-			sb.WriteByte('\n')
-			sb.Write(t.Parameters)
-			sb.WriteByte('\n')
-		}
-		msgs = append(msgs, tokens.Message{Role: chat.RoleSystem, Content: sb.String()})
-	}
-	for _, m := range req.Messages {
-		extra := m.Name
-		for _, tc := range m.ToolCalls {
-			extra += tc.Name + tc.Arguments
-		}
-		msgs = append(msgs, tokens.Message{Role: m.Role, Content: m.Content, Extra: extra})
-	}
-	return tokens.CountMessages(msgs)
 }

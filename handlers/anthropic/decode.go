@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/internal/chat"
 )
@@ -100,31 +101,19 @@ var DroppedFields = []string{
 	dropDeferredTools, dropServerTools,
 }
 
-// Bounds of stop_sequences: every streamed delta is checked against each of
-// them, so their number and size are the cost of every answer.
-const (
-	maxStops     = 32
-	maxStopBytes = 512
-)
-
-// requestError is a client error: it becomes a 400 invalid_request_error.
-type requestError struct{ msg string }
-
-func (e *requestError) Error() string { return e.msg }
-
-func badRequest(format string, args ...any) error {
-	return &requestError{msg: fmt.Sprintf(format, args...)}
-}
-
 // decoded is a validated Messages request: the wire body, the neutral
 // request and the fields that were dropped on the way.
 type decoded struct {
 	wire    messagesRequest
 	chat    chat.Request
 	dropped httpx.Dropped
+	// toolAt is the index in the wire tools of each neutral tool, once a
+	// server or deferred tool is not offered; nil while the two line up.
+	toolAt []int
 }
 
-// decodeMessages parses and validates a Messages body into the neutral model.
+// decodeMessages parses a Messages body into the neutral model and
+// validates it.
 // forCount relaxes the fields count_tokens does not take (max_tokens).
 func decodeMessages(body []byte, forCount bool) (*decoded, error) {
 	d := &decoded{}
@@ -132,7 +121,7 @@ func decodeMessages(body []byte, forCount bool) (*decoded, error) {
 	if err := json.Unmarshal(body, in); err != nil {
 		return nil, badRequest("invalid JSON body: %v", err)
 	}
-	if err := in.validate(forCount); err != nil {
+	if err := in.checkFields(forCount); err != nil {
 		return nil, err
 	}
 	in.dropTopLevel(&d.dropped)
@@ -157,16 +146,49 @@ func decodeMessages(body []byte, forCount bool) (*decoded, error) {
 			return nil, err
 		}
 	}
-	if out.Tools, err = decodeTools(in.Tools, in.ToolChoice, mc.referenced, &d.dropped); err != nil {
+	if out.Tools, d.toolAt, err = decodeTools(in.Tools, in.ToolChoice, mc.referenced, &d.dropped); err != nil {
 		return nil, err
 	}
-	if out.ToolChoice, err = decodeToolChoice(in.ToolChoice, out.Tools); err != nil {
+	if out.ToolChoice, err = decodeToolChoice(in.ToolChoice); err != nil {
+		return nil, err
+	}
+	if err := apierr.Validate(out, d.param); err != nil {
 		return nil, err
 	}
 	return d, nil
 }
 
-func (in *messagesRequest) validate(forCount bool) error {
+// param is this protocol's name for a neutral field: its tools and stop
+// sequences by their place on the wire. Messages are named as a whole, as
+// the decoder has checked each one already.
+func (d *decoded) param(ve *chat.ValidationError) string {
+	switch ve.Field {
+	case "tools":
+		switch {
+		case ve.Index < 0:
+		case d.toolAt == nil:
+			return fmt.Sprintf("tools.%d.%s", ve.Index, ve.Member)
+		case ve.Index < len(d.toolAt):
+			return fmt.Sprintf("tools.%d.%s", d.toolAt[ve.Index], ve.Member)
+		}
+	case "stop":
+		if ve.Index >= 0 {
+			return fmt.Sprintf("stop_sequences.%d", ve.Index)
+		}
+		return "stop_sequences"
+	case "tool_choice":
+		if d.chat.ToolChoice.Mode == chat.ToolNamed {
+			return "tool_choice.name"
+		}
+	case "messages":
+		return "messages"
+	}
+	return ve.Field
+}
+
+// checkFields checks the fields of this protocol only; what every protocol
+// checks is chat.Validate's.
+func (in *messagesRequest) checkFields(forCount bool) error {
 	switch {
 	case in.Model == "":
 		return badRequest("model: field required")
@@ -174,32 +196,16 @@ func (in *messagesRequest) validate(forCount bool) error {
 		return badRequest("max_tokens: field required")
 	case !forCount && *in.MaxTokens < 1:
 		return badRequest("max_tokens: must be greater than or equal to 1")
-	case len(in.Messages) == 0:
-		return badRequest("messages: at least one message is required")
-	case len(in.Messages) > chat.MaxMessages:
-		return badRequest("messages: at most %d messages are allowed, got %d", chat.MaxMessages, len(in.Messages))
-	case len(in.Tools) > chat.MaxTools:
-		return badRequest("tools: at most %d tools are allowed, got %d", chat.MaxTools, len(in.Tools))
 	case in.Temperature != nil && (*in.Temperature < 0 || *in.Temperature > 1):
 		return badRequest("temperature: must be between 0 and 1")
-	case in.TopP != nil && (*in.TopP < 0 || *in.TopP > 1):
-		return badRequest("top_p: must be between 0 and 1")
-	case in.TopK != nil && *in.TopK < 0:
-		return badRequest("top_k: must be greater than or equal to 0")
 	case len(in.MCPServers) > 0:
 		return badRequest("mcp_servers: MCP connectors are not supported by this gateway")
 	case !isNull(in.Container):
 		return badRequest("container: code execution containers are not supported by this gateway")
 	}
-	if len(in.StopSequences) > maxStops {
-		return badRequest("stop_sequences: at most %d stop sequences are allowed, got %d", maxStops, len(in.StopSequences))
-	}
 	for i, s := range in.StopSequences {
 		if strings.TrimSpace(s) == "" {
 			return badRequest("stop_sequences.%d: each stop sequence must contain non-whitespace", i)
-		}
-		if len(s) > maxStopBytes {
-			return badRequest("stop_sequences.%d: a stop sequence may be at most %d bytes", i, maxStopBytes)
 		}
 	}
 	for i := len(in.Messages) - 1; i >= 0; i-- {
@@ -549,46 +555,59 @@ func (mc *messageContext) toolResultContent(raw json.RawMessage, i, j int) (stri
 // (or tool_choice names one), which is what Anthropic's tool search does;
 // server tools (web search, code execution) run on Anthropic's side and no
 // worker can run them, so they are dropped.
-func decodeTools(in []wireTool, choice *wireToolChoice, referenced map[string]bool, d *httpx.Dropped) ([]chat.Tool, error) {
+// It returns, with each tool offered, its index on the wire (nil when each
+// tool is offered).
+func decodeTools(in []wireTool, choice *wireToolChoice, referenced map[string]bool, d *httpx.Dropped) ([]chat.Tool, []int, error) {
 	if len(in) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	forced := ""
 	if choice != nil && choice.Type == "tool" {
 		forced = choice.Name
 	}
 	out := make([]chat.Tool, 0, len(in))
-	seen := make(map[string]bool, len(in))
+	var at []int // nil while every tool so far is offered
+	skip := func() {
+		if at == nil {
+			at = make([]int, len(out), len(in))
+			for j := range at {
+				at[j] = j
+			}
+		}
+	}
 	for i := range in {
 		t := &in[i]
-		if t.Name == "" {
-			return nil, badRequest("tools.%d.name: field required", i)
-		}
-		if seen[t.Name] {
-			return nil, badRequest("tools.%d.name: duplicate tool name %q", i, t.Name)
-		}
-		seen[t.Name] = true
 		d.AddSet(dropCacheControl, t.CacheControl)
 		if t.Type != "" && t.Type != "custom" {
+			skip()
+			if t.Name == "" {
+				return nil, nil, badRequest("tools.%d.name: field required", i)
+			}
 			if t.Name == forced {
-				return nil, badRequest("tool_choice.name: %q is a server tool (%s), which this gateway's workers cannot run", t.Name, t.Type)
+				return nil, nil, badRequest("tool_choice.name: %q is a server tool (%s), which this gateway's workers cannot run", t.Name, t.Type)
 			}
 			d.Add(dropServerTools)
 			continue
 		}
 		if isNull(t.InputSchema) {
-			return nil, badRequest("tools.%d.input_schema: field required", i)
+			return nil, nil, badRequest("tools.%d.input_schema: field required", i)
 		}
-		if t.DeferLoading && !referenced[t.Name] && t.Name != forced {
+		if t.DeferLoading && t.Name != "" && !referenced[t.Name] && t.Name != forced {
+			skip()
 			d.Add(dropDeferredTools)
 			continue
 		}
 		out = append(out, chat.Tool{Name: t.Name, Description: t.Description, Parameters: t.InputSchema})
+		if at != nil {
+			at = append(at, i)
+		}
 	}
-	return out, nil
+	return out, at, nil
 }
 
-func decodeToolChoice(tc *wireToolChoice, tools []chat.Tool) (chat.ToolChoice, error) {
+// decodeToolChoice reads tool_choice; whether the tools can satisfy it is
+// for Validate.
+func decodeToolChoice(tc *wireToolChoice) (chat.ToolChoice, error) {
 	if tc == nil {
 		return chat.ToolChoice{}, nil
 	}
@@ -598,17 +617,9 @@ func decodeToolChoice(tc *wireToolChoice, tools []chat.Tool) (chat.ToolChoice, e
 	case "none":
 		return chat.ToolChoice{Mode: chat.ToolNone}, nil
 	case "any":
-		if len(tools) == 0 {
-			return chat.ToolChoice{}, badRequest("tool_choice: \"any\" requires tools")
-		}
 		return chat.ToolChoice{Mode: chat.ToolRequired}, nil
 	case "tool":
-		for _, t := range tools {
-			if t.Name == tc.Name {
-				return chat.ToolChoice{Mode: chat.ToolNamed, Name: tc.Name}, nil
-			}
-		}
-		return chat.ToolChoice{}, badRequest("tool_choice.name: no tool named %q in tools", tc.Name)
+		return chat.ToolChoice{Mode: chat.ToolNamed, Name: tc.Name}, nil
 	default:
 		return chat.ToolChoice{}, badRequest("tool_choice.type: must be one of auto, any, tool, none; got %q", tc.Type)
 	}

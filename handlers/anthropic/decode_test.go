@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/jsonx"
 )
@@ -31,7 +32,7 @@ func FuzzDecodeMessages(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, forCount bool) {
 		d, err := decodeMessages(body, forCount)
 		if err != nil {
-			var re *requestError
+			var re *apierr.RequestError
 			if !errors.As(err, &re) {
 				t.Fatalf("error %v is not a request error", err)
 			}
@@ -73,12 +74,12 @@ func (w *nopWriter) Event(_ string, data []byte) error {
 // BenchmarkEncodeTextDelta is the per-event cost of a streamed text delta.
 func BenchmarkEncodeTextDelta(b *testing.B) {
 	enc := newStreamEncoder(&nopWriter{}, "claude-x")
-	if err := enc.text("warm up"); err != nil {
+	if err := enc.Text("warm up"); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := enc.text("a token \"quoted\" ü\n"); err != nil {
+		if err := enc.Text("a token \"quoted\" ü\n"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -89,7 +90,7 @@ func BenchmarkEncodeToolCall(b *testing.B) {
 	tc := chat.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := enc.toolCall(&tc); err != nil {
+		if err := enc.ToolCall(tc); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/poolgate/poolgate/handlers/apierr"
+	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/jsonx"
 )
@@ -87,38 +89,33 @@ func stopReason(f chat.FinishReason, madeCalls bool) string {
 	}
 }
 
-// collector folds an event stream into the non-streaming answer.
-type collector struct {
-	text  strings.Builder
-	calls []chat.ToolCall
+// reply folds a whole answer into the non-streaming message.
+type reply struct {
+	relay.Answer
+	model string
 }
 
-func (c *collector) add(ev *chat.Event) {
-	switch ev.Type {
-	case chat.EventText:
-		c.text.WriteString(ev.Text)
-	case chat.EventToolCall:
-		c.calls = append(c.calls, ev.ToolCall)
-	}
+func (r *reply) Body(done chat.Event) ([]byte, error) {
+	return json.Marshal(r.message(&done))
 }
 
-func (c *collector) body(model string, done *chat.Event) *messageBody {
+func (r *reply) message(done *chat.Event) *messageBody {
 	m := &messageBody{
-		ID: newMessageID(), Type: "message", Role: "assistant", Model: model,
-		Content: make([]contentBlock, 0, 1+len(c.calls)),
+		ID: newMessageID(), Type: "message", Role: "assistant", Model: r.model,
+		Content: make([]contentBlock, 0, 1+len(r.Calls)),
 		Usage:   usageBody{InputTokens: done.Usage.InputTokens, OutputTokens: done.Usage.OutputTokens},
 	}
-	if c.text.Len() > 0 || len(c.calls) == 0 {
-		m.Content = append(m.Content, contentBlock{Type: "text", Text: c.text.String()})
+	if text := r.Content(); text != "" || len(r.Calls) == 0 {
+		m.Content = append(m.Content, contentBlock{Type: "text", Text: text})
 	}
-	for _, tc := range c.calls {
+	for _, tc := range r.Calls {
 		id := tc.ID
 		if id == "" {
 			id = newToolUseID()
 		}
 		m.Content = append(m.Content, contentBlock{Type: "tool_use", ID: id, Name: tc.Name, Input: toolInput(tc.Arguments)})
 	}
-	reason := stopReason(done.Finish, len(c.calls) > 0)
+	reason := stopReason(done.Finish, len(r.Calls) > 0)
 	m.StopReason = &reason
 	if reason == "stop_sequence" {
 		seq := done.StopSequence
@@ -127,13 +124,14 @@ func (c *collector) body(model string, done *chat.Event) *messageBody {
 	return m
 }
 
-// eventWriter is the part of httpx.SSE the stream encoder needs.
+// eventWriter is the part of relay.SSE the stream encoder needs.
 type eventWriter interface {
 	Event(name string, data []byte) error
 }
 
-// streamEncoder turns neutral events into Anthropic's SSE events. It keeps
-// one buffer for all frames, so a streamed delta costs no allocation.
+// streamEncoder turns neutral events into Anthropic's SSE events; the relay
+// drives it. It keeps one buffer for all frames, so a streamed delta costs
+// no allocation.
 type streamEncoder struct {
 	w      eventWriter
 	buf    []byte
@@ -149,9 +147,11 @@ func newStreamEncoder(w eventWriter, model string) *streamEncoder {
 	return &streamEncoder{w: w, id: newMessageID(), model: model, buf: make([]byte, 0, 512)}
 }
 
-// start writes message_start. Input tokens are not known before the worker
+var _ relay.Stream = (*streamEncoder)(nil)
+
+// Open writes message_start. Input tokens are not known before the worker
 // finishes, so they are reported in message_delta's usage.
-func (e *streamEncoder) start() error {
+func (e *streamEncoder) Open() error {
 	b := append(e.buf[:0], `{"type":"message_start","message":{"id":`...)
 	b = jsonx.AppendString(b, e.id)
 	b = append(b, `,"type":"message","role":"assistant","model":`...)
@@ -164,6 +164,9 @@ func (e *streamEncoder) emit(name string, b []byte) error {
 	e.buf = b
 	return e.w.Event(name, b)
 }
+
+// KeepAlive writes a ping event, as Anthropic does while a stream is quiet.
+func (e *streamEncoder) KeepAlive() error { return e.ping() }
 
 // ping writes a ping event (after the first block start, and as keep-alive).
 func (e *streamEncoder) ping() error {
@@ -194,8 +197,8 @@ func (e *streamEncoder) blockStop() error {
 	return e.emit("content_block_stop", append(b, '}'))
 }
 
-// text writes a text_delta, opening a text block first when none is open.
-func (e *streamEncoder) text(s string) error {
+// Text writes a text_delta, opening a text block first when none is open.
+func (e *streamEncoder) Text(s string) error {
 	if s == "" {
 		return nil
 	}
@@ -212,9 +215,9 @@ func (e *streamEncoder) text(s string) error {
 	return e.emit("content_block_delta", append(b, "}}"...))
 }
 
-// toolCall writes a whole tool_use block: start with empty input, the
+// ToolCall writes a whole tool_use block: start with empty input, the
 // arguments as one input_json_delta, stop.
-func (e *streamEncoder) toolCall(tc *chat.ToolCall) error {
+func (e *streamEncoder) ToolCall(tc chat.ToolCall) error {
 	if e.inText {
 		if err := e.blockStop(); err != nil {
 			return err
@@ -238,8 +241,8 @@ func (e *streamEncoder) toolCall(tc *chat.ToolCall) error {
 	return e.blockStop()
 }
 
-// done closes the open block and writes message_delta and message_stop.
-func (e *streamEncoder) done(ev *chat.Event) error {
+// Done closes the open block and writes message_delta and message_stop.
+func (e *streamEncoder) Done(ev chat.Event) error {
 	if e.next == 0 {
 		// An empty answer still has one (empty) text block, as the
 		// non-streaming message does.
@@ -272,7 +275,7 @@ func (e *streamEncoder) done(ev *chat.Event) error {
 	return e.emit("message_stop", append(e.buf[:0], `{"type":"message_stop"}`...))
 }
 
-// fail writes the in-stream error event; the caller then closes the stream.
-func (e *streamEncoder) fail(err error) error {
-	return e.emit("error", appendErrorBody(e.buf[:0], streamErrorType(err), mapError(err).message))
+// Fail writes the in-stream error event; the relay then closes the stream.
+func (e *streamEncoder) Fail(p *apierr.Problem) error {
+	return e.emit("error", appendErrorBody(e.buf[:0], streamErrorType(p), p.Message))
 }

@@ -1,21 +1,19 @@
 package anthropic
 
 import (
-	"context"
-	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 
-	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/internal/jsonx"
-
+	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
-// Anthropic error types (https://docs.anthropic.com/en/api/errors).
+// The error types Anthropic's API answers with.
 const (
 	errInvalidRequest = "invalid_request_error"
+	errAuthentication = "authentication_error"
 	errNotFound       = "not_found_error"
 	errRequestTooBig  = "request_too_large"
 	errRateLimit      = "rate_limit_error"
@@ -26,18 +24,41 @@ const (
 // statusOverloaded is Anthropic's "overloaded" status; net/http has no name for it.
 const statusOverloaded = 529
 
+// types names each kind of failure the way Anthropic does.
+var types = [...]string{
+	apierr.Internal:         errAPI,
+	apierr.InvalidRequest:   errInvalidRequest,
+	apierr.Unauthorized:     errAuthentication,
+	apierr.NotFound:         errNotFound,
+	apierr.MethodNotAllowed: errInvalidRequest,
+	apierr.RequestTimeout:   errInvalidRequest,
+	apierr.Conflict:         errAPI,
+	apierr.TooLarge:         errRequestTooBig,
+	apierr.RateLimited:      errRateLimit,
+	apierr.Canceled:         errInvalidRequest,
+	apierr.Upstream:         errAPI,
+	apierr.Unavailable:      errOverloaded,
+	apierr.Timeout:          errAPI,
+}
+
 // WriteError writes an error in Anthropic's shape,
 // {"type":"error","error":{"type":typ,"message":message}}, with status.
-// The gin middleware uses it for authentication_error, not_found_error and
-// request_too_large, so every answer on /v1/messages has one shape.
 func WriteError(w http.ResponseWriter, status int, typ, message string) {
-	b := make([]byte, 0, 64+len(message))
-	b = appendErrorBody(b, typ, message)
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	_, _ = w.Write(b) // the client may be gone; nothing left to tell it
+	httpx.WriteJSON(w, status, appendErrorBody(make([]byte, 0, 64+len(message)), typ, message))
+}
+
+// WriteProblem answers p in Anthropic's shape, with Retry-After when p has a
+// hint. An empty pool (Unavailable) is Anthropic's 529 overloaded_error,
+// which its clients back off from and retry.
+func WriteProblem(w http.ResponseWriter, p *apierr.Problem) {
+	status := p.Status
+	if p.Kind == apierr.Unavailable {
+		status = statusOverloaded
+	}
+	if s := p.RetryAfterSeconds(); s > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(s))
+	}
+	WriteError(w, status, types[p.Kind], p.Message)
 }
 
 func appendErrorBody(b []byte, typ, message string) []byte {
@@ -48,67 +69,18 @@ func appendErrorBody(b []byte, typ, message string) []byte {
 	return append(b, "}}"...)
 }
 
-// wireError is one domain error as Anthropic reports it.
-type wireError struct {
-	status     int
-	typ        string
-	message    string
-	retryAfter time.Duration
-}
-
-// mapError is this protocol's one mapper from domain errors to the wire
-// (STYLE 11). Overload and rate limits are 429 with Retry-After; an empty pool
-// is 529 overloaded_error, which Anthropic clients back off from and retry.
-func mapError(err error) wireError {
-	var (
-		reqErr *requestError
-		over   *chat.OverloadedError
-		rate   *chat.RateLimitedError
-		up     *chat.UpstreamError
-		policy *chat.PolicyError
-	)
-	switch {
-	case errors.As(err, &reqErr):
-		return wireError{http.StatusBadRequest, errInvalidRequest, reqErr.msg, 0}
-	case errors.As(err, &policy):
-		return wireError{http.StatusBadRequest, errInvalidRequest, policy.Message, 0}
-	case errors.Is(err, httpx.ErrBodyTooLarge):
-		return wireError{http.StatusRequestEntityTooLarge, errRequestTooBig, "request body too large", 0}
-	case errors.Is(err, httpx.ErrBodyTimeout):
-		return wireError{http.StatusRequestTimeout, errInvalidRequest, err.Error(), 0}
-	case errors.As(err, &over):
-		return wireError{http.StatusTooManyRequests, errRateLimit, "the gateway is at capacity, retry later", max(over.RetryAfter, time.Second)}
-	case errors.As(err, &rate):
-		return wireError{http.StatusTooManyRequests, errRateLimit, "upstream rate limit: " + rate.Message, rate.RetryAfter}
-	case errors.Is(err, chat.ErrNoInstance), errors.Is(err, chat.ErrNotLoggedIn):
-		return wireError{statusOverloaded, errOverloaded, "no backend instance is ready to serve: " + err.Error(), 0}
-	case errors.As(err, &up):
-		return wireError{http.StatusBadGateway, errAPI, up.Error(), 0}
-	case errors.Is(err, chat.ErrWorkerGone):
-		return wireError{http.StatusBadGateway, errAPI, err.Error(), 0}
-	case errors.Is(err, context.DeadlineExceeded):
-		return wireError{http.StatusGatewayTimeout, errAPI, "the request timed out", 0}
-	default:
-		// No details: an unexpected error may carry internals.
-		return wireError{http.StatusInternalServerError, errAPI, "internal error", 0}
-	}
-}
-
-func writeMapped(w http.ResponseWriter, err error) {
-	we := mapError(err)
-	if we.retryAfter > 0 {
-		secs := int((we.retryAfter + time.Second - 1) / time.Second)
-		w.Header().Set("Retry-After", strconv.Itoa(secs))
-	}
-	WriteError(w, we.status, we.typ, we.message)
-}
-
 // streamErrorType is the type of an in-stream error event: clients retry on
-// overloaded_error, so capacity problems say so.
-func streamErrorType(err error) string {
-	switch mapError(err).status {
-	case http.StatusTooManyRequests, statusOverloaded:
+// overloaded_error, so capacity problems say so; anything else is api_error.
+func streamErrorType(p *apierr.Problem) string {
+	switch p.Kind {
+	case apierr.RateLimited, apierr.Unavailable:
 		return errOverloaded
 	}
 	return errAPI
+}
+
+// badRequest is a client error found while decoding: a 400
+// invalid_request_error whose message starts with the field at fault.
+func badRequest(format string, args ...any) error {
+	return &apierr.RequestError{Message: fmt.Sprintf(format, args...)}
 }

@@ -10,39 +10,15 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
+	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
-// pausingChatter sends one text event, goes quiet for Pause, then finishes.
-type pausingChatter struct{ Pause time.Duration }
-
-func (c pausingChatter) Chat(ctx context.Context, _ *chat.Request) (<-chan chat.Event, error) {
-	ch := make(chan chat.Event)
-	go func() {
-		defer close(ch)
-		for i, ev := range []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventDone, Finish: chat.FinishStop}} {
-			if i > 0 {
-				select {
-				case <-time.After(c.Pause):
-				case <-ctx.Done():
-					return
-				}
-			}
-			select {
-			case ch <- ev:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return ch, nil
-}
-
 func TestQuietStreamGetsPings(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := anthropic.New(anthropic.Config{PingInterval: 10 * time.Second}, pausingChatter{Pause: 25 * time.Second}, nil)
+		h := anthropic.New(anthropic.Config{PingInterval: 10 * time.Second}, relaytest.Pausing{Pause: 25 * time.Second}, nil)
 		rec := httptest.NewRecorder()
 		h.Messages(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
 		// One ping after the first block start, two more during the pause.
@@ -57,7 +33,7 @@ func TestQuietStreamGetsPings(t *testing.T) {
 
 func TestClientGoneStopsStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := anthropic.New(anthropic.Config{}, pausingChatter{Pause: time.Hour}, nil)
+		h := anthropic.New(anthropic.Config{}, relaytest.Pausing{Pause: time.Hour}, nil)
 		ctx, cancel := context.WithCancel(context.Background())
 		rec := httptest.NewRecorder()
 		done := make(chan struct{})

@@ -14,6 +14,7 @@ import (
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/tokens"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
@@ -183,29 +184,43 @@ func TestSDKToolUseRoundTrip(t *testing.T) {
 	}
 }
 
+// count_tokens counts what the router counts for the usage of the same
+// request: each message's text of the transcript the router receives, plus
+// four tokens of framing (chat.PromptTokens); tool definitions are not
+// part of it, as they are not part of the router's count.
 func TestSDKCountTokens(t *testing.T) {
-	client := newClient(t, anthropic.New(anthropic.Config{}, &pooltest.Chatter{}, nil))
+	fake := &pooltest.Chatter{Events: pooltest.TextAnswer("ok")}
+	client := newClient(t, anthropic.New(anthropic.Config{}, fake, nil))
 	ctx := context.Background()
+	system := "You are a helpful assistant."
+	msgs := []sdk.MessageParam{sdk.NewUserMessage(sdk.NewTextBlock("Hello, world"))}
 	params := sdk.MessageCountTokensParams{
 		Model:    "claude-x",
-		System:   sdk.MessageCountTokensParamsSystemUnion{OfString: sdk.String("You are a helpful assistant.")},
-		Messages: []sdk.MessageParam{sdk.NewUserMessage(sdk.NewTextBlock("Hello, world"))},
+		System:   sdk.MessageCountTokensParamsSystemUnion{OfString: sdk.String(system)},
+		Messages: msgs,
 	}
 	base, err := client.Messages.CountTokens(ctx, params)
 	if err != nil {
 		t.Fatalf("CountTokens: %v", err)
 	}
-	// cl100k: "You are a helpful assistant." is 6 tokens, "Hello, world" 3,
-	// roles 1 each, framing 3 per message + 3.
-	if base.InputTokens != 3+(3+1+6)+(3+1+3) {
-		t.Errorf("input_tokens = %d, want %d", base.InputTokens, 3+(3+1+6)+(3+1+3))
+	// cl100k: "You are a helpful assistant." is 6 tokens, "Hello, world" 3;
+	// 4 tokens of framing per message.
+	if want := (6 + 4) + (3 + 4); base.InputTokens != int64(want) {
+		t.Errorf("input_tokens = %d, want %d", base.InputTokens, want)
+	}
+	if _, err := client.Messages.New(ctx, sdk.MessageNewParams{Model: "claude-x", MaxTokens: 10,
+		System: []sdk.TextBlockParam{{Text: system}}, Messages: msgs}); err != nil {
+		t.Fatalf("Messages: %v", err)
+	}
+	if routed := chat.PromptTokens(fake.Requests()[0].Messages, tokens.Count); base.InputTokens != int64(routed) {
+		t.Errorf("input_tokens = %d, but the router counts %d for the same request", base.InputTokens, routed)
 	}
 	params.Tools = []sdk.MessageCountTokensToolUnionParam{{OfTool: &sdk.ToolParam{
 		Name: "get_weather", InputSchema: sdk.ToolInputSchemaParam{Properties: map[string]any{"city": map[string]any{"type": "string"}}},
 	}}}
 	withTools, err := client.Messages.CountTokens(ctx, params)
-	if err != nil || withTools.InputTokens <= base.InputTokens+5 {
-		t.Errorf("with tools = %v, %v; want more than %d", withTools, err, base.InputTokens+5)
+	if err != nil || withTools.InputTokens != base.InputTokens {
+		t.Errorf("with tools = %v, %v; want %d, as the router's usage leaves tools out", withTools, err, base.InputTokens)
 	}
 }
 

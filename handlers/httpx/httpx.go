@@ -1,7 +1,8 @@
-// Package httpx holds the HTTP plumbing shared by the protocol packages under
-// handlers: the one SSE writer, request-scoped values the gin middleware puts
-// into the request context, and bounded body reading. It imports no web
-// framework, so protocol packages stay on plain net/http.
+// Package httpx holds the plain HTTP plumbing shared by the handlers: the
+// request-scoped values the gin middleware puts into the request context
+// (request id, API key, who may write a response), bounded body reading,
+// JSON answers and the record of request fields a decoder dropped. It
+// imports no web framework, so protocol packages stay on plain net/http.
 package httpx
 
 import (
@@ -10,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 )
 
@@ -65,6 +67,12 @@ func ReadBody(r *http.Request) ([]byte, error) {
 	return b, err
 }
 
+// Claimants of a response (see Claim).
+const (
+	Local   = "local"
+	Forward = "forward"
+)
+
 type claimKey struct{}
 
 // claim records who writes a response that two goroutines could start: the
@@ -93,4 +101,13 @@ func Claim(ctx context.Context, who string) bool {
 		c.by = who
 	}
 	return c.by == who
+}
+
+// WriteJSON answers with a complete JSON body and its length.
+func WriteJSON(w http.ResponseWriter, status int, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body) // a failed write means the client left
 }

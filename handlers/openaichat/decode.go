@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/internal/chat"
 )
@@ -167,8 +168,8 @@ type options struct {
 // maxStops is OpenAI's limit on stop sequences.
 const maxStops = 4
 
-// decodeRequest parses and validates a request body into the neutral
-// request. Every error it returns is a *requestError (a 400).
+// decodeRequest parses a request body into the neutral request and
+// validates it. Every error it returns is an *apierr.RequestError (a 400).
 func decodeRequest(body []byte) (*chat.Request, options, error) {
 	var w wireRequest
 	if err := unmarshal(body, &w, ""); err != nil {
@@ -187,7 +188,7 @@ func decodeRequest(body []byte) (*chat.Request, options, error) {
 	if req.Tools, err = decodeTools(w.Tools); err != nil {
 		return nil, options{}, err
 	}
-	if req.ToolChoice, err = decodeToolChoice(w.ToolChoice, req.Tools); err != nil {
+	if req.ToolChoice, err = decodeToolChoice(w.ToolChoice); err != nil {
 		return nil, options{}, err
 	}
 	if req.Stop, err = decodeStop(w.Stop); err != nil {
@@ -207,6 +208,9 @@ func decodeRequest(body []byte) (*chat.Request, options, error) {
 	opt.stream = w.Stream != nil && *w.Stream
 	opt.includeUsage = opt.stream && w.StreamOptions != nil && w.StreamOptions.IncludeUsage
 	req.Stream = opt.stream
+	if err := apierr.Validate(req, param); err != nil {
+		return nil, options{}, err
+	}
 	return req, opt, nil
 }
 
@@ -257,7 +261,6 @@ func (w *wireRequest) checkRanges() error {
 		lo, hi float64
 	}{
 		{"temperature", w.Temperature, 0, 2},
-		{"top_p", w.TopP, 0, 1},
 		{"frequency_penalty", w.FrequencyPenalty, -2, 2},
 		{"presence_penalty", w.PresencePenalty, -2, 2},
 	}
@@ -288,12 +291,6 @@ func decodeMessages(items []wireMessage, dropped *httpx.Dropped) ([]chat.Message
 	if items == nil {
 		return nil, badRequest("messages", codeMissing, "is required")
 	}
-	if len(items) == 0 {
-		return nil, badRequest("messages", codeInvalidVal, "must contain at least one message")
-	}
-	if len(items) > chat.MaxMessages {
-		return nil, badRequest("messages", codeInvalidVal, "at most %d messages are allowed, got %d", chat.MaxMessages, len(items))
-	}
 	d := msgDecoder{dropped: dropped, current: -1}
 	for i := len(items) - 1; i >= 0; i-- {
 		if items[i].Role == "user" {
@@ -314,8 +311,8 @@ func decodeMessages(items []wireMessage, dropped *httpx.Dropped) ([]chat.Message
 // one-pass decode names the field but not the element, so the array is
 // decoded again element by element (only on this error path) to name it.
 func locate(body []byte, err error) error {
-	var re *requestError
-	if !errors.As(err, &re) || re.code != codeInvalidType {
+	var re *apierr.RequestError
+	if !errors.As(err, &re) || re.Code != codeInvalidType {
 		return err
 	}
 	var probe struct {
@@ -329,9 +326,9 @@ func locate(body []byte, err error) error {
 	var name string
 	var elem any
 	switch {
-	case strings.HasPrefix(re.param, "messages"):
+	case strings.HasPrefix(re.Param, "messages"):
 		arr, name, elem = probe.Messages, "messages", new(wireMessage)
-	case strings.HasPrefix(re.param, "tools"):
+	case strings.HasPrefix(re.Param, "tools"):
 		arr, name, elem = probe.Tools, "tools", new(wireTool)
 	default:
 		return err
@@ -369,23 +366,15 @@ func (d *msgDecoder) decodeMessage(wm *wireMessage, i int, m *chat.Message) erro
 	if m.Content, err = d.decodeContent(wm.Content, param+".content", i == d.current); err != nil {
 		return err
 	}
-	switch m.Role {
-	case chat.RoleAssistant:
-		if m.ToolCalls, err = decodeToolCalls(wm.ToolCalls, param, &d.toolNames); err != nil {
-			return err
-		}
-	case chat.RoleTool:
-		if wm.ToolCallID == "" {
-			return badRequest(param+".tool_call_id", codeMissing, "is required for tool messages")
-		}
+	if m.ToolCalls, err = decodeToolCalls(wm.ToolCalls, param, &d.toolNames); err != nil {
+		return err
+	}
+	if m.Role == chat.RoleTool {
 		m.ToolCallID = wm.ToolCallID
 		m.Name = d.toolNames[wm.ToolCallID]
 	}
 	if isNull(wm.Content) && m.Role != chat.RoleAssistant {
 		return badRequest(param+".content", codeMissing, "is required for %s messages", wm.Role)
-	}
-	if len(wm.ToolCalls) > 0 && m.Role != chat.RoleAssistant {
-		return badRequest(param+".tool_calls", codeInvalidVal, "only assistant messages have tool_calls")
 	}
 	return nil
 }
@@ -399,9 +388,6 @@ func decodeToolCalls(calls []wireToolCall, param string, toolNames *map[string]s
 		p := fmt.Sprintf("%s.tool_calls[%d]", param, j)
 		if c.Type != "" && c.Type != "function" {
 			return nil, badRequest(p+".type", codeUnsupValue, "unsupported tool call type %q", c.Type)
-		}
-		if c.Function.Name == "" {
-			return nil, badRequest(p+".function.name", codeMissing, "is required")
 		}
 		args := c.Function.Arguments
 		if strings.TrimSpace(args) == "" {
@@ -489,24 +475,17 @@ func decodeTools(tools []wireTool) ([]chat.Tool, error) {
 	if len(tools) == 0 {
 		return nil, nil
 	}
-	if len(tools) > chat.MaxTools {
-		return nil, badRequest("tools", codeInvalidVal, "at most %d tools are allowed, got %d", chat.MaxTools, len(tools))
-	}
 	out := make([]chat.Tool, 0, len(tools))
-	seen := make(map[string]bool, len(tools))
 	for i, t := range tools {
 		p := "tools[" + strconv.Itoa(i) + "]"
 		if t.Type != "function" {
 			return nil, badRequest(p+".type", codeUnsupValue, "unsupported tool type %q (only function)", t.Type)
 		}
-		if t.Function == nil || t.Function.Name == "" {
-			return nil, badRequest(p+".function.name", codeMissing, "is required")
-		}
 		f := t.Function
-		if seen[f.Name] {
-			return nil, badRequest(p+".function.name", codeInvalidVal, "duplicate tool name %q", f.Name)
+		if f == nil {
+			out = append(out, chat.Tool{}) // a function with no name: Validate names the field
+			continue
 		}
-		seen[f.Name] = true
 		params := f.Parameters
 		if isNull(params) {
 			params = nil
@@ -518,7 +497,9 @@ func decodeTools(tools []wireTool) ([]chat.Tool, error) {
 	return out, nil
 }
 
-func decodeToolChoice(raw json.RawMessage, tools []chat.Tool) (chat.ToolChoice, error) {
+// decodeToolChoice reads tool_choice; whether the tools can satisfy it is
+// for Validate.
+func decodeToolChoice(raw json.RawMessage) (chat.ToolChoice, error) {
 	if isNull(raw) {
 		return chat.ToolChoice{}, nil
 	}
@@ -534,7 +515,7 @@ func decodeToolChoice(raw json.RawMessage, tools []chat.Tool) (chat.ToolChoice, 
 		case "none":
 			return chat.ToolChoice{Mode: chat.ToolNone}, nil
 		case "required":
-			tc = chat.ToolChoice{Mode: chat.ToolRequired}
+			return chat.ToolChoice{Mode: chat.ToolRequired}, nil
 		default:
 			return tc, badRequest("tool_choice", codeInvalidVal, "unknown tool_choice %q (want auto, none, required or a function)", s)
 		}
@@ -549,24 +530,8 @@ func decodeToolChoice(raw json.RawMessage, tools []chat.Tool) (chat.ToolChoice, 
 		if w.Function == nil || w.Function.Name == "" {
 			return tc, badRequest("tool_choice.function.name", codeMissing, "is required")
 		}
-		tc = chat.ToolChoice{Mode: chat.ToolNamed, Name: w.Function.Name}
+		return chat.ToolChoice{Mode: chat.ToolNamed, Name: w.Function.Name}, nil
 	}
-	if len(tools) == 0 {
-		return tc, badRequest("tool_choice", codeInvalidVal, "tool_choice requires tools")
-	}
-	if tc.Mode == chat.ToolNamed && !hasTool(tools, tc.Name) {
-		return tc, badRequest("tool_choice", codeInvalidVal, "tool %q is not among the request's tools", tc.Name)
-	}
-	return tc, nil
-}
-
-func hasTool(tools []chat.Tool, name string) bool {
-	for _, t := range tools {
-		if t.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 func decodeStop(raw json.RawMessage) ([]string, error) {

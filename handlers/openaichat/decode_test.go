@@ -7,8 +7,18 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/poolgate/poolgate/handlers/apierr"
+	"github.com/poolgate/poolgate/handlers/openaierr"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
+
+// errorFields is the error object of an error body.
+type errorFields struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
 
 // decodeErrorBody checks the error shape (all four keys present) and
 // returns it.
@@ -26,7 +36,9 @@ func decodeErrorBody(t *testing.T, rec *httptest.ResponseRecorder) errorFields {
 	if got := rec.Header().Get("Content-Type"); got != "application/json" {
 		t.Errorf("got Content-Type %q, want application/json", got)
 	}
-	var body errorBody
+	var body struct {
+		Error errorFields `json:"error"`
+	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 		t.Fatal(err)
 	}
@@ -139,8 +151,8 @@ func TestValidation(t *testing.T) {
 			if e.Param != nil {
 				param = *e.Param
 			}
-			if param != tt.wantParam || e.Type != TypeInvalidRequest {
-				t.Errorf("got param %q type %q (%s), want param %q type %q", param, e.Type, e.Message, tt.wantParam, TypeInvalidRequest)
+			if param != tt.wantParam || e.Type != openaierr.TypeInvalidRequest {
+				t.Errorf("got param %q type %q (%s), want param %q type %q", param, e.Type, e.Message, tt.wantParam, openaierr.TypeInvalidRequest)
 			}
 			if n := len(chat.Requests()); n != 0 {
 				t.Errorf("got %d calls to the router, want 0", n)
@@ -210,8 +222,8 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("accepted %q with no messages", body)
 		}
 		if err != nil {
-			if ae := ErrorFor(err); ae.Status != http.StatusBadRequest {
-				t.Fatalf("decode error %v maps to %d, want 400", err, ae.Status)
+			if p := apierr.Classify(err); p.Status != http.StatusBadRequest {
+				t.Fatalf("decode error %v maps to %d, want 400", err, p.Status)
 			}
 		}
 	})

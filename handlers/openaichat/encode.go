@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"strconv"
 
+	"github.com/poolgate/poolgate/handlers/apierr"
+	"github.com/poolgate/poolgate/handlers/openaierr"
+	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/jsonx"
 )
@@ -171,12 +174,111 @@ func (e *streamEncoder) usageChunk(u chat.Usage) []byte {
 	return b
 }
 
-// errorChunk is the in-stream error frame: the same {"error":{...}} object
-// as an error response body, which OpenAI's SDKs raise as an error.
-func (e *streamEncoder) errorChunk(ae *APIError) []byte {
-	b, _ := json.Marshal(errorBody{errorFields{Message: ae.Message, Type: ae.Type, Param: ae.Param, Code: ae.Code}})
-	return b
-}
-
 // doneData is the payload of the stream's closing frame.
 var doneData = []byte("[DONE]")
+
+// stream is one chat.completion.chunk stream, driven by the relay. The role
+// chunk goes out with the first event, so a stream opened early by a
+// keep-alive (a comment) still starts its answer with it.
+type stream struct {
+	w      relay.EventWriter
+	enc    *streamEncoder
+	newID  func(prefix string) string
+	called bool // a tool call was sent
+	begun  bool // the role chunk was sent
+}
+
+var _ relay.Stream = (*stream)(nil)
+
+// Open sends nothing: this protocol has no opening frame.
+func (s *stream) Open() error { return nil }
+
+func (s *stream) begin() error {
+	if s.begun {
+		return nil
+	}
+	s.begun = true
+	return s.w.Event("", s.enc.role())
+}
+
+func (s *stream) Text(text string) error {
+	if err := s.begin(); err != nil || text == "" {
+		return err
+	}
+	return s.w.Event("", s.enc.text(text))
+}
+
+func (s *stream) ToolCall(tc chat.ToolCall) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	s.called = true
+	rc := replyCall(&tc, s.newID)
+	if err := s.w.Event("", s.enc.toolCallHead(rc.ID, rc.Function.Name)); err != nil {
+		return err
+	}
+	return s.w.Event("", s.enc.toolCallArgs(rc.Function.Arguments))
+}
+
+// Done sends the finish chunk, the usage chunk when asked for, and [DONE].
+func (s *stream) Done(ev chat.Event) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	if err := s.w.Event("", s.enc.finish(finishReason(ev.Finish, s.called))); err != nil {
+		return err
+	}
+	if s.enc.usage {
+		if err := s.w.Event("", s.enc.usageChunk(ev.Usage)); err != nil {
+			return err
+		}
+	}
+	return s.w.Event("", doneData)
+}
+
+// Fail sends the error frame, the same {"error":{...}} object as an error
+// response body, which OpenAI's SDKs raise as an error.
+func (s *stream) Fail(p *apierr.Problem) error {
+	s.enc.buf = openaierr.Append(s.enc.buf[:0], p)
+	return s.w.Event("", s.enc.buf)
+}
+
+func (s *stream) KeepAlive() error { return s.w.Comment("keep-alive") }
+
+// reply folds a whole answer into one chat.completion body.
+type reply struct {
+	relay.Answer
+	c     completion
+	newID func(prefix string) string
+}
+
+func (r *reply) Body(done chat.Event) ([]byte, error) {
+	var calls []replyToolCall
+	if len(r.Calls) > 0 {
+		calls = make([]replyToolCall, len(r.Calls))
+		for i := range r.Calls {
+			calls[i] = replyCall(&r.Calls[i], r.newID)
+		}
+	}
+	msg := replyMessage{Role: "assistant", ToolCalls: calls}
+	if s := r.Content(); s != "" || len(calls) == 0 {
+		msg.Content = &s
+	}
+	r.c.Choices = []choice{{Message: msg, FinishReason: finishReason(done.Finish, len(calls) > 0)}}
+	r.c.Usage = usageOf(done.Usage)
+	return json.Marshal(&r.c)
+}
+
+// replyCall is a call as the client sees it: an id (made up when the worker
+// gave none) and an arguments object ("{}" when empty).
+func replyCall(tc *chat.ToolCall, newID func(string) string) replyToolCall {
+	id := tc.ID
+	if id == "" {
+		id = newID("call_")
+	}
+	args := tc.Arguments
+	if args == "" {
+		args = "{}"
+	}
+	return replyToolCall{ID: id, Type: "function", Function: wireFunction{Name: tc.Name, Arguments: args}}
+}

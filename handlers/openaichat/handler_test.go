@@ -17,14 +17,17 @@ import (
 	"github.com/poolgate/poolgate/internal/testenv"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/handlers/openaierr"
+	"github.com/poolgate/poolgate/handlers/relay"
+	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
-var _ Chatter = (*pooltest.Chatter)(nil)
+var _ relay.Chatter = (*pooltest.Chatter)(nil)
 
 // newTestHandler returns a handler with a fixed clock and counting ids, so
 // transcripts are stable.
-func newTestHandler(t *testing.T, fake Chatter, cfg Config) *Handler {
+func newTestHandler(t *testing.T, fake relay.Chatter, cfg Config) *Handler {
 	t.Helper()
 	h := New(cfg, fake, nil)
 	h.now = func() time.Time { return time.Unix(1700000000, 0) }
@@ -191,27 +194,9 @@ func (s slowChatter) Chat(ctx context.Context, req *chat.Request) (<-chan chat.E
 	return ch, nil
 }
 
-// blockingChatter sends one text event and then waits for cancellation,
-// reporting when it saw it.
-type blockingChatter struct{ canceled chan struct{} }
-
-func (b blockingChatter) Chat(ctx context.Context, _ *chat.Request) (<-chan chat.Event, error) {
-	ch := make(chan chat.Event)
-	go func() {
-		defer close(ch)
-		select {
-		case ch <- chat.Event{Type: chat.EventText, Text: "partial"}:
-		case <-ctx.Done():
-		}
-		<-ctx.Done()
-		close(b.canceled)
-	}()
-	return ch, nil
-}
-
 func TestClientDisconnectCancelsWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fake := blockingChatter{canceled: make(chan struct{})}
+		fake := relaytest.NewBlocking()
 		h := newTestHandler(t, fake, Config{})
 		ctx, cancel := context.WithCancel(context.Background())
 		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(streamBody)).WithContext(ctx)
@@ -224,14 +209,16 @@ func TestClientDisconnectCancelsWorker(t *testing.T) {
 		synctest.Wait()
 		cancel()
 		<-done
-		<-fake.canceled
+		<-fake.Ended()
 		if strings.Contains(rec.Body.String(), "[DONE]") {
 			t.Errorf("got [DONE] after a disconnect, want none")
 		}
 	})
 }
 
-func TestErrorFor(t *testing.T) {
+// Every error the router can end a request with reaches the client with
+// its status, OpenAI type, code and Retry-After.
+func TestErrors(t *testing.T) {
 	tests := []struct {
 		give           error
 		wantStatus     int
@@ -239,24 +226,23 @@ func TestErrorFor(t *testing.T) {
 		wantCode       string
 		wantRetryAfter string
 	}{
-		{give: chat.ErrNoInstance, wantStatus: 503, wantType: TypeServer, wantCode: "no_instance"},
-		{give: fmt.Errorf("pick: %w", chat.ErrNotLoggedIn), wantStatus: 503, wantType: TypeServer, wantCode: "not_logged_in"},
-		{give: &chat.OverloadedError{RetryAfter: 2100 * time.Millisecond}, wantStatus: 429, wantType: TypeRateLimit,
+		{give: chat.ErrNoInstance, wantStatus: 503, wantType: openaierr.TypeServer, wantCode: "no_instance"},
+		{give: fmt.Errorf("pick: %w", chat.ErrNotLoggedIn), wantStatus: 503, wantType: openaierr.TypeServer, wantCode: "not_logged_in"},
+		{give: &chat.OverloadedError{RetryAfter: 2100 * time.Millisecond}, wantStatus: 429, wantType: openaierr.TypeRateLimit,
 			wantCode: "overloaded", wantRetryAfter: "3"},
-		{give: &chat.OverloadedError{}, wantStatus: 429, wantType: TypeRateLimit, wantCode: "overloaded", wantRetryAfter: "1"},
-		{give: &chat.RateLimitedError{Message: "quota"}, wantStatus: 429, wantType: TypeRateLimit, wantCode: "rate_limit_exceeded"},
-		{give: &chat.RateLimitedError{RetryAfter: time.Minute}, wantStatus: 429, wantType: TypeRateLimit,
+		{give: &chat.OverloadedError{}, wantStatus: 429, wantType: openaierr.TypeRateLimit, wantCode: "overloaded", wantRetryAfter: "1"},
+		{give: &chat.RateLimitedError{Message: "quota"}, wantStatus: 429, wantType: openaierr.TypeRateLimit, wantCode: "rate_limit_exceeded"},
+		{give: &chat.RateLimitedError{RetryAfter: time.Minute}, wantStatus: 429, wantType: openaierr.TypeRateLimit,
 			wantCode: "rate_limit_exceeded", wantRetryAfter: "60"},
-		{give: &chat.UpstreamError{Status: 500, Message: "boom"}, wantStatus: 502, wantType: TypeServer, wantCode: "upstream_error"},
-		{give: chat.ErrWorkerGone, wantStatus: 502, wantType: TypeServer, wantCode: "worker_gone"},
-		{give: context.DeadlineExceeded, wantStatus: 504, wantType: TypeServer, wantCode: "timeout"},
-		{give: httpx.ErrBodyTooLarge, wantStatus: 413, wantType: TypeInvalidRequest, wantCode: "request_too_large"},
-		{give: fmt.Errorf("surprise"), wantStatus: 500, wantType: TypeServer},
+		{give: &chat.UpstreamError{Status: 500, Message: "boom"}, wantStatus: 502, wantType: openaierr.TypeServer, wantCode: "upstream_error"},
+		{give: chat.ErrWorkerGone, wantStatus: 502, wantType: openaierr.TypeServer, wantCode: "worker_gone"},
+		{give: context.DeadlineExceeded, wantStatus: 504, wantType: openaierr.TypeServer, wantCode: "timeout"},
+		{give: httpx.ErrBodyTooLarge, wantStatus: 413, wantType: openaierr.TypeInvalidRequest, wantCode: "request_too_large"},
+		{give: fmt.Errorf("surprise"), wantStatus: 500, wantType: openaierr.TypeServer},
 	}
 	for _, tt := range tests {
 		t.Run(tt.give.Error(), func(t *testing.T) {
-			rec := httptest.NewRecorder()
-			ErrorFor(tt.give).Write(rec)
+			rec := serve(newTestHandler(t, &pooltest.Chatter{Err: tt.give}, Config{}), simpleBody)
 			e := decodeErrorBody(t, rec)
 			code := ""
 			if e.Code != nil {
@@ -268,17 +254,6 @@ func TestErrorFor(t *testing.T) {
 				t.Errorf("got %s, want %s", got, want)
 			}
 		})
-	}
-}
-
-func TestWriteErrorShape(t *testing.T) {
-	rec := httptest.NewRecorder()
-	WriteError(rec, http.StatusUnauthorized, TypeAuthentication, "bad key", nil, nil)
-	if got, want := rec.Body.String(), `{"error":{"message":"bad key","type":"authentication_error","param":null,"code":null}}`+"\n"; got != want {
-		t.Errorf("got %s, want %s", got, want)
-	}
-	if got, want := rec.Header().Get("Content-Type"), "application/json"; got != want {
-		t.Errorf("got Content-Type %q, want %q", got, want)
 	}
 }
 
@@ -295,7 +270,7 @@ func TestDeadline(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := newTestHandler(t, blockingChatter{canceled: make(chan struct{})}, Config{KeepAlive: -1})
+				h := newTestHandler(t, relaytest.NewBlocking(), Config{KeepAlive: -1})
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
 				r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(tt.give)).WithContext(ctx)

@@ -121,3 +121,5 @@ func (w *namesWriter) Event(name string, _ []byte) error {
 	w.events = append(w.events, name)
 	return nil
 }
+
+func (w *namesWriter) Comment(string) error { return nil }

@@ -104,9 +104,14 @@ type decoded struct {
 	items   []item
 	refs    toolRefs
 	dropped httpx.Dropped
+	// toolParams names each neutral tool by its place in the wire tools
+	// (namespaces are flattened and hosted tools are not offered).
+	toolParams []string
 }
 
-// decodeCreate parses and validates a create body.
+// decodeCreate parses a create body and checks this protocol's fields; the
+// whole request is validated once the stored history it continues is in
+// (see prepare).
 func decodeCreate(body []byte) (*decoded, error) {
 	d := &decoded{}
 	in := &d.wire
@@ -117,15 +122,15 @@ func decodeCreate(body []byte) (*decoded, error) {
 		}
 		return nil, badParam("", "invalid JSON body: "+err.Error())
 	}
-	if err := in.validate(&d.dropped); err != nil {
+	if err := in.checkFields(&d.dropped); err != nil {
 		return nil, err
 	}
 	var err error
 	c := &d.chat
-	if c.Tools, d.refs, err = decodeTools(in.Tools, forcedTool(in.ToolChoice), &d.dropped); err != nil {
+	if c.Tools, d.refs, d.toolParams, err = decodeTools(in.Tools, forcedTool(in.ToolChoice), &d.dropped); err != nil {
 		return nil, err
 	}
-	if c.ToolChoice, err = decodeToolChoice(in.ToolChoice, c.Tools); err != nil {
+	if c.ToolChoice, err = decodeToolChoice(in.ToolChoice); err != nil {
 		return nil, err
 	}
 	if d.input, d.items, err = d.decodeInput(in.Input); err != nil {
@@ -142,7 +147,30 @@ func decodeCreate(body []byte) (*decoded, error) {
 	return d, nil
 }
 
-func (in *createRequest) validate(d *httpx.Dropped) error {
+// param is this protocol's name for a neutral field. The transcript is the
+// instructions, the stored history and the input, so its messages are
+// named as the input.
+func (d *decoded) param(ve *chat.ValidationError) string {
+	switch ve.Field {
+	case "tools":
+		if ve.Index >= 0 && ve.Index < len(d.toolParams) {
+			p := d.toolParams[ve.Index]
+			if ve.Member != "" {
+				p += "." + ve.Member
+			}
+			return p
+		}
+	case "messages":
+		return "input"
+	case "max_tokens":
+		return "max_output_tokens"
+	}
+	return ve.Field
+}
+
+// checkFields checks the fields of this protocol only (what every protocol
+// checks is chat.Validate's) and records the dropped ones.
+func (in *createRequest) checkFields(d *httpx.Dropped) error {
 	switch {
 	case in.Model == "" && in.PreviousResponseID == "":
 		return badParam("model", "model: field required")
@@ -162,8 +190,6 @@ func (in *createRequest) validate(d *httpx.Dropped) error {
 		return badParam("max_output_tokens", "max_output_tokens must be at least 1")
 	case in.Temperature != nil && (*in.Temperature < 0 || *in.Temperature > 2):
 		return badParam("temperature", "temperature must be between 0 and 2")
-	case in.TopP != nil && (*in.TopP < 0 || *in.TopP > 1):
-		return badParam("top_p", "top_p must be between 0 and 1")
 	case in.Truncation != "" && in.Truncation != "auto" && in.Truncation != "disabled":
 		return badParam("truncation", "truncation must be \"auto\" or \"disabled\"")
 	case in.Text != nil && in.Text.Format != nil && in.Text.Format.Type != "text":
@@ -216,9 +242,6 @@ func (d *decoded) decodeInput(raw json.RawMessage) ([]chat.Message, []item, erro
 	}
 	if len(list) == 0 {
 		return nil, nil, badParam("input", "input must not be empty")
-	}
-	if len(list) > chat.MaxMessages {
-		return nil, nil, badParam("input", fmt.Sprintf("input may have at most %d items, got %d", chat.MaxMessages, len(list)))
 	}
 	ic := inputContext{decoded: d, current: currentTurn(list),
 		msgs: make([]chat.Message, 0, len(list)), items: make([]item, 0, len(list))}
@@ -460,11 +483,12 @@ func forcedTool(raw json.RawMessage) string {
 	return tc.Type
 }
 
-func decodeToolChoice(raw json.RawMessage, tools []chat.Tool) (chat.ToolChoice, error) {
+// decodeToolChoice reads tool_choice; whether the tools can satisfy it is
+// for Validate.
+func decodeToolChoice(raw json.RawMessage) (chat.ToolChoice, error) {
 	if isNull(raw) {
 		return chat.ToolChoice{}, nil
 	}
-	var choice chat.ToolChoice
 	if raw[0] == '"' {
 		var s string
 		_ = json.Unmarshal(raw, &s)
@@ -474,7 +498,7 @@ func decodeToolChoice(raw json.RawMessage, tools []chat.Tool) (chat.ToolChoice, 
 		case "none":
 			return chat.ToolChoice{Mode: chat.ToolNone}, nil
 		case "required":
-			choice = chat.ToolChoice{Mode: chat.ToolRequired}
+			return chat.ToolChoice{Mode: chat.ToolRequired}, nil
 		default:
 			return chat.ToolChoice{}, badParam("tool_choice", fmt.Sprintf("tool_choice %q must be auto, none, required or a function", s))
 		}
@@ -486,24 +510,8 @@ func decodeToolChoice(raw json.RawMessage, tools []chat.Tool) (chat.ToolChoice, 
 		if tc.Type != "function" && tc.Type != "custom" {
 			return chat.ToolChoice{}, badParam("tool_choice", fmt.Sprintf("tool_choice type %q is not supported; use auto, none, required, a function or a custom tool", tc.Type))
 		}
-		choice = chat.ToolChoice{Mode: chat.ToolNamed, Name: flatName(tc.Namespace, tc.Name)}
+		return chat.ToolChoice{Mode: chat.ToolNamed, Name: flatName(tc.Namespace, tc.Name)}, nil
 	}
-	if len(tools) == 0 {
-		return chat.ToolChoice{}, badParam("tool_choice", "tool_choice requires tools")
-	}
-	if choice.Mode == chat.ToolNamed && !hasTool(tools, choice.Name) {
-		return chat.ToolChoice{}, badParam("tool_choice", fmt.Sprintf("tool_choice names tool %q, which is not in tools", choice.Name))
-	}
-	return choice, nil
-}
-
-func hasTool(tools []chat.Tool, name string) bool {
-	for _, t := range tools {
-		if t.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 func isNull(raw json.RawMessage) bool {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/jsonx"
 )
@@ -21,7 +22,8 @@ var decodeSeeds = []string{
 }
 
 // FuzzDecodeCreate: any body decodes or fails with a request error, never
-// panics, and a decoded request is internally consistent.
+// panics, validates or fails with a request error naming a field, and a
+// decoded request is internally consistent.
 func FuzzDecodeCreate(f *testing.F) {
 	for _, s := range decodeSeeds {
 		f.Add([]byte(s))
@@ -29,11 +31,20 @@ func FuzzDecodeCreate(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		d, err := decodeCreate(body)
 		if err != nil {
-			var re *requestError
+			var re *apierr.RequestError
 			if !errors.As(err, &re) {
 				t.Fatalf("error %v is not a request error", err)
 			}
 			return
+		}
+		// The request as the router would get it (without stored history)
+		// is valid or refused with a request error naming a field.
+		d.chat.Messages = d.input
+		if err := apierr.Validate(&d.chat, d.param); err != nil {
+			var re *apierr.RequestError
+			if !errors.As(err, &re) || re.Param == "" {
+				t.Fatalf("validation error %v is not a request error naming a field", err)
+			}
 		}
 		if len(d.input) == 0 && len(d.items) == 0 {
 			return // reasoning-only input
@@ -67,6 +78,8 @@ func (w *nopWriter) Event(_ string, data []byte) error {
 	w.n += len(data)
 	return nil
 }
+
+func (w *nopWriter) Comment(string) error { return nil }
 
 // BenchmarkEncodeTextDelta is the per-event cost of a streamed text delta.
 func BenchmarkEncodeTextDelta(b *testing.B) {

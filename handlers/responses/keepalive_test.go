@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	rsp "github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/handlers/responses/responsestest"
 	"github.com/poolgate/poolgate/internal/chat"
@@ -16,34 +17,9 @@ import (
 	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
-// pausingChatter sends one text event, goes quiet for Pause, then finishes.
-type pausingChatter struct{ Pause time.Duration }
-
-func (c pausingChatter) Chat(ctx context.Context, _ *chat.Request) (<-chan chat.Event, error) {
-	ch := make(chan chat.Event)
-	go func() {
-		defer close(ch)
-		for i, ev := range []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventDone, Finish: chat.FinishStop}} {
-			if i > 0 {
-				select {
-				case <-time.After(c.Pause):
-				case <-ctx.Done():
-					return
-				}
-			}
-			select {
-			case ch <- ev:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return ch, nil
-}
-
 func TestQuietStreamGetsKeepAlives(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := rsp.New(rsp.Config{KeepAlive: 10 * time.Second}, pausingChatter{Pause: 25 * time.Second}, &responsestest.Store{}, nil)
+		h := rsp.New(rsp.Config{KeepAlive: 10 * time.Second}, relaytest.Pausing{Pause: 25 * time.Second}, &responsestest.Store{}, nil)
 		rec := httptest.NewRecorder()
 		h.Create(rec, httptest.NewRequest(http.MethodPost, "/v1/responses", strings.NewReader(`{"model":"m","input":"hi","stream":true}`)))
 		if got := strings.Count(rec.Body.String(), ": keep-alive\n\n"); got != 2 {
@@ -58,7 +34,7 @@ func TestQuietStreamGetsKeepAlives(t *testing.T) {
 func TestDeadlineMidStreamEndsWithFailed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &responsestest.Store{}
-		h := rsp.New(rsp.Config{}, pausingChatter{Pause: time.Hour}, store, nil)
+		h := rsp.New(rsp.Config{}, relaytest.Pausing{Pause: time.Hour}, store, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		rec := httptest.NewRecorder()

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/jsonx"
 )
@@ -274,11 +275,10 @@ func (b *builder) finish(ev *chat.Event) {
 		TotalTokens: ev.Usage.InputTokens + ev.Usage.OutputTokens}
 }
 
-// fail marks the response failed with err's wire error.
-func (b *builder) fail(err error) {
-	we := mapError(err)
+// fail marks the response failed with p.
+func (b *builder) fail(p *apierr.Problem) {
 	b.resp.Status = "failed"
-	b.resp.Error = &responseError{Code: failCode(we), Message: we.msg}
+	b.resp.Error = &responseError{Code: failCode(p), Message: p.Message}
 }
 
 // answer is the assistant turn for the stored transcript.

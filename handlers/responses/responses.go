@@ -1,36 +1,33 @@
 // Package responses serves OpenAI's Responses API (POST /v1/responses and
 // GET/DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items) on plain
-// net/http. It sits between the gin routes in handlers and the pool's router:
-// it decodes and validates wire JSON into a neutral chat.Request, calls
-// the router, writes the neutral events back as a response object or as the
-// Responses stream events, and keeps each stored response (with the neutral
-// transcript behind it) in a Store so previous_response_id can continue it.
+// net/http. It decodes the wire JSON into a neutral chat.Request (with the
+// stored conversation that previous_response_id continues), encodes the
+// answer as a response object or as the Responses stream events, and keeps
+// each stored response (with the neutral transcript behind it) in a Store.
+// Calling the router, keep-alives, the stream's ending and the
+// classification of errors are the relay's and apierr's; the error shape is
+// openaierr's.
 package responses
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"time"
 
+	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/handlers/openaierr"
+	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/pool"
 )
 
-// Chatter is the router as this package uses it. An error from Chat happened
-// before any event; otherwise the channel ends with one EventDone or
-// EventError and is closed by the router.
-type Chatter interface {
-	Chat(ctx context.Context, req *chat.Request) (<-chan chat.Event, error)
-}
-
-// Store keeps stored responses as opaque bytes. The session package
-// implements it (memory and Redis); bounding what it keeps, in all and per
+// Store keeps stored responses as opaque bytes. The session package's
+// stores (memory and Redis) implement it through a small adapter where the
+// daemon is wired; bounding what it keeps, in all and per
 // owner, is its job, the TTL is given per call, and the responses in keep
 // (the earlier links of a chain) must live as long as the one saved. Load
-// and Delete return session.ErrNotFound for an unknown id.
+// and Delete return ErrNotFound (or an error wrapping it) for an unknown id.
 type Store interface {
 	SaveResponse(ctx context.Context, owner, id string, data []byte, ttl time.Duration, keep ...string) error
 	LoadResponse(ctx context.Context, id string) ([]byte, error)
@@ -61,7 +58,7 @@ const protocol = "responses"
 // Handler serves the Responses API. It is safe for concurrent use.
 type Handler struct {
 	cfg   Config
-	chat  Chatter
+	relay *relay.Relay
 	store Store
 	log   *slog.Logger
 	now   func() time.Time
@@ -69,20 +66,18 @@ type Handler struct {
 
 // New returns a Handler that answers through chat and keeps responses in
 // store. A nil log discards.
-func New(cfg Config, chat Chatter, store Store, log *slog.Logger) *Handler {
+func New(cfg Config, chat relay.Chatter, store Store, log *slog.Logger) *Handler {
 	if cfg.TTL == 0 {
 		cfg.TTL = 24 * time.Hour
 	}
 	if cfg.StoreTimeout == 0 {
 		cfg.StoreTimeout = 2 * time.Second
 	}
-	if cfg.KeepAlive == 0 {
-		cfg.KeepAlive = 15 * time.Second
-	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Handler{cfg: cfg, chat: chat, store: store, log: log, now: time.Now}
+	rl := relay.New(relay.Config{Protocol: protocol, KeepAlive: cfg.KeepAlive, WriteError: openaierr.Write}, chat, log)
+	return &Handler{cfg: cfg, relay: rl, store: store, log: log, now: time.Now}
 }
 
 // Create serves POST /v1/responses.
@@ -93,22 +88,14 @@ func (h *Handler) Create(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	t, err := h.prepare(ctx, r)
 	if err != nil {
-		h.failBeforeStart(ctx, w, err)
+		h.relay.Fail(ctx, w, err)
 		return
 	}
 	if t.d.chat.Stream {
 		h.stream(ctx, cancel, w, t)
 		return
 	}
-	events, err := h.chat.Chat(ctx, &t.d.chat)
-	if errors.Is(err, pool.ErrForwarded) {
-		return // another replica answered
-	}
-	if err != nil {
-		h.failBeforeStart(ctx, w, err)
-		return
-	}
-	h.reply(ctx, w, t, events)
+	h.relay.Reply(ctx, w, &t.d.chat, &reply{enc: newStreamEncoder(discard{}, t.resp, t.d.refs), h: h, ctx: ctx, t: t})
 }
 
 // turn is one create request on its way: the decoded body, the history it
@@ -166,147 +153,57 @@ func (h *Handler) prepare(ctx context.Context, r *http.Request) (*turn, error) {
 		msgs = append(msgs, chat.Message{Role: chat.RoleSystem, Content: *d.wire.Instructions})
 	}
 	c.Messages = append(append(msgs, t.history...), d.input...)
+	if err := apierr.Validate(c, d.param); err != nil {
+		return nil, err
+	}
 	t.resp = newResponse(d, model, d.wire.PreviousResponseID, h.now().Unix())
 	return t, nil
 }
 
-// failBeforeStart answers a failure that came before any byte was sent,
-// unless the client itself went away.
-func (h *Handler) failBeforeStart(ctx context.Context, w http.ResponseWriter, err error) {
-	if ctx.Err() == context.Canceled && !errors.Is(err, httpx.ErrBodyTimeout) {
-		return
-	}
-	if mapError(err).status >= 500 {
-		h.log.LogAttrs(ctx, slog.LevelWarn, "responses: request failed",
-			slog.String("request_id", httpx.RequestID(ctx)), slog.Any("err", err))
-	}
-	writeMapped(w, err)
-}
-
-// next receives one event, sending keep-alive comments on tick (nil before
-// a stream starts). A stream that ends without a closing event is an error.
-func next(ctx context.Context, events <-chan chat.Event, tick <-chan time.Time, sse *httpx.SSE) (chat.Event, error) {
-	for {
-		select {
-		case ev, ok := <-events:
-			switch {
-			case !ok && ctx.Err() != nil:
-				return ev, ctx.Err()
-			case !ok, ev.Type == chat.EventError && ev.Err == nil:
-				return ev, chat.ErrWorkerGone
-			case ev.Type == chat.EventError:
-				return ev, ev.Err
-			}
-			return ev, nil
-		case <-tick:
-			if err := sse.Comment("keep-alive"); err != nil {
-				return chat.Event{}, err
-			}
-		case <-ctx.Done():
-			return chat.Event{}, ctx.Err()
-		}
-	}
-}
-
-// discard is an eventWriter for the non-streaming path, which folds events
-// with the same encoder so both paths build the same object.
+// discard is the event writer of the non-streaming path, which folds events
+// with the stream encoder so both paths build the same object.
 type discard struct{}
 
 func (discard) Event(string, []byte) error { return nil }
+func (discard) Comment(string) error       { return nil }
 
-// reply buffers the whole answer and writes the response object.
-func (h *Handler) reply(ctx context.Context, w http.ResponseWriter, t *turn, events <-chan chat.Event) {
-	enc := newStreamEncoder(discard{}, t.resp, t.d.refs)
-	for {
-		ev, err := next(ctx, events, nil, nil)
-		if err != nil {
-			h.failBeforeStart(ctx, w, err)
-			return
-		}
-		var obj []byte
-		switch ev.Type {
-		case chat.EventText:
-			err = enc.text(ev.Text)
-		case chat.EventToolCall:
-			err = enc.toolCall(&ev.ToolCall)
-		case chat.EventDone:
-			if obj, err = enc.done(&ev); err == nil {
-				h.save(ctx, t, enc, obj)
-				writeJSON(w, http.StatusOK, obj)
-				return
-			}
-		}
-		if err != nil {
-			h.failBeforeStart(ctx, w, err)
-			return
-		}
-	}
+// reply folds a whole answer into the response object, stored before it is
+// sent.
+type reply struct {
+	enc *streamEncoder
+	h   *Handler
+	ctx context.Context
+	t   *turn
 }
 
-// stream writes the answer as SSE. Headers go out only with the first
-// upstream event, so an error before it is still a JSON error; but when the
-// answer takes longer than a keep-alive interval to start (a wait in the
-// queue, an answer held back until it is clear it is not a tool call), the
-// stream opens early with response.created, as OpenAI's own API does, and
-// keeps alive with comments. After that the stream always ends with exactly
-// one terminal event.
-func (h *Handler) stream(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, t *turn) {
-	sse := httpx.NewSSE(w)
-	enc := newStreamEncoder(sse, t.resp, t.d.refs)
-	events, err := httpx.Await(h.cfg.KeepAlive, cancel,
-		func() (<-chan chat.Event, error) { return h.chat.Chat(ctx, &t.d.chat) },
-		func() error {
-			switch {
-			case !httpx.Claim(ctx, httpx.Local):
-				return nil // another replica is answering
-			case !sse.Started():
-				return enc.start()
-			}
-			return sse.Comment("keep-alive")
-		})
-	if errors.Is(err, pool.ErrForwarded) {
-		return // another replica answered
-	}
-	var ev chat.Event
+func (r *reply) Text(s string) error             { return r.enc.text(s) }
+func (r *reply) ToolCall(tc chat.ToolCall) error { return r.enc.toolCall(&tc) }
+
+func (r *reply) Body(done chat.Event) ([]byte, error) {
+	obj, err := r.enc.done(&done)
 	if err == nil {
-		ev, err = next(ctx, events, nil, nil)
+		r.h.save(r.ctx, r.t, r.enc, obj)
 	}
-	if err != nil && !sse.Started() {
-		h.failBeforeStart(ctx, w, err)
-		return
+	return obj, err
+}
+
+// stream writes the answer as Responses stream events. When the answer
+// takes longer than a keep-alive interval to start (a wait in the queue, an
+// answer held back until it is clear it is not a tool call), the stream
+// opens early with response.created, as OpenAI's own API does. A response
+// that ended, completed or failed, is stored, even when the client has gone.
+func (h *Handler) stream(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, t *turn) {
+	sse := h.relay.NewSSE(w)
+	enc := newStreamEncoder(sse, t.resp, t.d.refs)
+	out := h.relay.Stream(ctx, cancel, sse, &t.d.chat, enc)
+	switch {
+	case out.Forwarded, out.Err != nil && !out.Started:
+		return // another replica answered, or a JSON error did
+	case out.Err != nil && enc.final == nil:
+		// The stream ended without response.failed (the client went away):
+		// the stored response says how it ended all the same.
+		p := apierr.Classify(out.Err)
+		enc.final = enc.failedObject(&p)
 	}
-	var tick <-chan time.Time
-	if h.cfg.KeepAlive > 0 {
-		tk := time.NewTicker(h.cfg.KeepAlive)
-		defer tk.Stop()
-		tick = tk.C
-	}
-	if err == nil && !sse.Started() {
-		err = enc.start()
-	}
-	for err == nil {
-		switch ev.Type {
-		case chat.EventText:
-			err = enc.text(ev.Text)
-		case chat.EventToolCall:
-			err = enc.toolCall(&ev.ToolCall)
-		case chat.EventDone:
-			// A failed write of the last event still leaves a finished answer
-			// worth storing; obj is nil only when nothing final was built.
-			obj, _ := enc.done(&ev)
-			h.save(ctx, t, enc, obj)
-			return
-		}
-		if err == nil {
-			ev, err = next(ctx, events, tick, sse)
-		}
-	}
-	// The worker failed, the request ended or the client stopped reading:
-	// close with response.failed (best effort; the client may be gone).
-	if ctx.Err() != context.Canceled {
-		h.log.LogAttrs(ctx, slog.LevelWarn, "responses: stream failed mid-way",
-			slog.String("request_id", httpx.RequestID(ctx)), slog.Any("err", err))
-	}
-	obj, _ := enc.failed(err)
-	h.save(ctx, t, enc, obj)
+	h.save(ctx, t, enc, enc.final)
 }

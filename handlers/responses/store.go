@@ -14,7 +14,6 @@ import (
 	"github.com/poolgate/poolgate/internal/jsonx"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/session"
 )
 
 // record is what the store keeps per response: the object as the client saw
@@ -91,7 +90,7 @@ func (h *Handler) save(ctx context.Context, t *turn, enc *streamEncoder, obj []b
 }
 
 // load fetches a record owned by owner; another owner's record is
-// session.ErrNotFound, so ids can't be probed across keys.
+// ErrNotFound, so ids can't be probed across keys.
 func (h *Handler) load(ctx context.Context, id, owner string) (*record, error) {
 	sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
 	defer cancel()
@@ -103,17 +102,17 @@ func (h *Handler) load(ctx context.Context, id, owner string) (*record, error) {
 }
 
 // decodeRecord decodes a stored record owned by owner; a missing one (nil
-// data) or another owner's is session.ErrNotFound.
+// data) or another owner's is ErrNotFound.
 func decodeRecord(id string, data []byte, owner string) (*record, error) {
 	if data == nil {
-		return nil, session.ErrNotFound
+		return nil, ErrNotFound
 	}
 	var rec record
 	if err := json.Unmarshal(data, &rec); err != nil {
 		return nil, fmt.Errorf("decode stored response %s: %w", id, err)
 	}
 	if rec.Owner != owner {
-		return nil, session.ErrNotFound
+		return nil, ErrNotFound
 	}
 	return &rec, nil
 }
@@ -126,7 +125,7 @@ func (h *Handler) loadFor(w http.ResponseWriter, r *http.Request) *record {
 		err = notFound("", id)
 	}
 	if err != nil {
-		h.failBeforeStart(r.Context(), w, err)
+		h.relay.Fail(r.Context(), w, err)
 		return nil
 	}
 	return rec
@@ -135,11 +134,11 @@ func (h *Handler) loadFor(w http.ResponseWriter, r *http.Request) *record {
 // Get serves GET /v1/responses/{id}; the id is r.PathValue("id").
 func (h *Handler) Get(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("stream") == "true" {
-		writeMapped(w, badParam("stream", "replaying a stored response as a stream is not supported"))
+		h.relay.Fail(r.Context(), w, badParam("stream", "replaying a stored response as a stream is not supported"))
 		return
 	}
 	if rec := h.loadFor(w, r); rec != nil {
-		writeJSON(w, http.StatusOK, rec.Response)
+		httpx.WriteJSON(w, http.StatusOK, rec.Response)
 	}
 }
 
@@ -156,11 +155,11 @@ func (h *Handler) Delete(w http.ResponseWriter, r *http.Request) {
 		err = notFound("", id) // deleted concurrently
 	}
 	if err != nil {
-		h.failBeforeStart(r.Context(), w, err)
+		h.relay.Fail(r.Context(), w, err)
 		return
 	}
 	b := append([]byte(`{"id":`), jsonx.AppendString(nil, id)...)
-	writeJSON(w, http.StatusOK, append(b, `,"object":"response.deleted","deleted":true}`...))
+	httpx.WriteJSON(w, http.StatusOK, append(b, `,"object":"response.deleted","deleted":true}`...))
 }
 
 // InputItems serves GET /v1/responses/{id}/input_items with OpenAI's cursor
@@ -172,14 +171,14 @@ func (h *Handler) InputItems(w http.ResponseWriter, r *http.Request) {
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > 100 {
-			writeMapped(w, badParam("limit", "limit must be an integer between 1 and 100"))
+			h.relay.Fail(r.Context(), w, badParam("limit", "limit must be an integer between 1 and 100"))
 			return
 		}
 		limit = n
 	}
 	order := q.Get("order")
 	if order != "" && order != "asc" && order != "desc" {
-		writeMapped(w, badParam("order", "order must be \"asc\" or \"desc\""))
+		h.relay.Fail(r.Context(), w, badParam("order", "order must be \"asc\" or \"desc\""))
 		return
 	}
 	rec := h.loadFor(w, r)
@@ -195,10 +194,10 @@ func (h *Handler) InputItems(w http.ResponseWriter, r *http.Request) {
 	}
 	page, more, err := paginate(items, q.Get("after"), limit)
 	if err != nil {
-		writeMapped(w, err)
+		h.relay.Fail(r.Context(), w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, appendList(make([]byte, 0, 256), page, more))
+	httpx.WriteJSON(w, http.StatusOK, appendList(make([]byte, 0, 256), page, more))
 }
 
 func paginate(items []item, after string, limit int) ([]item, bool, error) {

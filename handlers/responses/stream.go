@@ -3,27 +3,30 @@ package responses
 import (
 	"encoding/json"
 
+	"github.com/poolgate/poolgate/handlers/apierr"
+	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
-// eventWriter is the part of httpx.SSE the stream encoder needs.
-type eventWriter interface {
-	Event(name string, data []byte) error
-}
-
 // streamEncoder writes a response as Responses API stream events, every one
-// with a rising sequence_number. Deltas are built in one reused buffer, so
-// they cost no allocation; the lifecycle events carrying the whole response
-// object are marshalled with encoding/json (a handful per stream).
+// with a rising sequence_number; the relay drives it. Deltas are built in
+// one reused buffer, so they cost no allocation; the lifecycle events
+// carrying the whole response object are marshalled with encoding/json (a
+// handful per stream).
 type streamEncoder struct {
 	builder
-	w   eventWriter
+	w   relay.EventWriter
 	buf []byte
 	seq int
+	// final is the JSON of the response as it ended (completed, incomplete
+	// or failed), for the store; nil until it ends.
+	final []byte
 }
 
-func newStreamEncoder(w eventWriter, resp *responseObject, refs toolRefs) *streamEncoder {
+var _ relay.Stream = (*streamEncoder)(nil)
+
+func newStreamEncoder(w relay.EventWriter, resp *responseObject, refs toolRefs) *streamEncoder {
 	return &streamEncoder{builder: builder{resp: resp, refs: refs}, w: w, buf: make([]byte, 0, 512)}
 }
 
@@ -198,12 +201,43 @@ func (e *streamEncoder) done(ev *chat.Event) ([]byte, error) {
 	return e.withResponse("response.completed")
 }
 
-// failed writes response.failed; a message cut off mid-way stays in the
+// Open writes response.created and response.in_progress.
+func (e *streamEncoder) Open() error { return e.start() }
+
+func (e *streamEncoder) Text(s string) error { return e.text(s) }
+
+func (e *streamEncoder) ToolCall(tc chat.ToolCall) error { return e.toolCall(&tc) }
+
+// Done writes the closing events of a complete answer.
+func (e *streamEncoder) Done(ev chat.Event) error {
+	obj, err := e.done(&ev)
+	e.final = obj
+	return err
+}
+
+// Fail writes response.failed; a message cut off mid-way stays in the
 // output marked incomplete, so the client keeps what it was shown.
-func (e *streamEncoder) failed(err error) ([]byte, error) {
+func (e *streamEncoder) Fail(p *apierr.Problem) error {
+	e.failing(p)
+	obj, err := e.withResponse("response.failed")
+	e.final = obj
+	return err
+}
+
+// failedObject is the failed response's JSON, written nowhere: a stream
+// whose client went away is still stored as it ended.
+func (e *streamEncoder) failedObject(p *apierr.Problem) []byte {
+	e.failing(p)
+	obj, _ := json.Marshal(e.resp)
+	return obj
+}
+
+func (e *streamEncoder) failing(p *apierr.Problem) {
 	if e.msgOpen {
 		e.builder.closeMessage("incomplete")
 	}
-	e.fail(err)
-	return e.withResponse("response.failed")
+	e.fail(p)
 }
+
+// KeepAlive writes an SSE comment.
+func (e *streamEncoder) KeepAlive() error { return e.w.Comment("keep-alive") }

@@ -46,9 +46,10 @@ type toolRefs map[string]toolRef
 // the name valid for OpenAI-compatible workers.
 const namespaceSep = "__"
 
-// flatName is the worker's name for a function of a namespace.
+// flatName is the worker's name for a function of a namespace ("" for a
+// function with no name, which Validate refuses).
 func flatName(namespace, name string) string {
-	if namespace == "" {
+	if namespace == "" || name == "" {
 		return name
 	}
 	return namespace + namespaceSep + name
@@ -67,75 +68,62 @@ var hostedTools = map[string]bool{
 	"mcp": true, "local_shell": true, "tool_search": true, "shell": true, "apply_patch": true,
 }
 
-// decodeTools returns the tools offered to the worker and, when any tool is
-// namespaced or custom, the map back to the client's names. A forced
-// tool_choice naming a hosted tool is refused: the answer could not honour it.
-func decodeTools(raw []json.RawMessage, forced string, d *httpx.Dropped) ([]chat.Tool, toolRefs, error) {
+// decodeTools returns the tools offered to the worker, the name of each on
+// the wire (for errors) and, when any tool is namespaced or custom, the map
+// back to the client's names. A forced tool_choice naming a hosted tool is
+// refused: the answer could not honour it.
+func decodeTools(raw []json.RawMessage, forced string, d *httpx.Dropped) ([]chat.Tool, toolRefs, []string, error) {
 	if len(raw) == 0 {
-		return nil, nil, nil
-	}
-	if len(raw) > chat.MaxTools {
-		return nil, nil, badParam("tools", fmt.Sprintf("tools may have at most %d entries, got %d", chat.MaxTools, len(raw)))
+		return nil, nil, nil, nil
 	}
 	out := make([]chat.Tool, 0, len(raw))
+	params := make([]string, 0, len(raw))
 	var refs toolRefs
-	seen := make(map[string]bool, len(raw))
-	add := func(param string, t chat.Tool, ref *toolRef) error {
-		if seen[t.Name] {
-			return badParam(param+".name", fmt.Sprintf("%s: duplicate tool name %q", param, t.Name))
-		}
-		seen[t.Name] = true
+	add := func(param string, t chat.Tool, ref *toolRef) {
 		out = append(out, t)
+		params = append(params, param)
 		if ref != nil {
 			if refs == nil {
 				refs = make(toolRefs)
 			}
 			refs[t.Name] = *ref
 		}
-		return nil
 	}
 	for i, r := range raw {
 		param := fmt.Sprintf("tools[%d]", i)
 		var t wireTool
 		if err := json.Unmarshal(r, &t); err != nil {
-			return nil, nil, badParam(param, param+" must be a tool object")
+			return nil, nil, nil, badParam(param, param+" must be a tool object")
 		}
 		switch {
 		case t.Type == "function" || t.Type == "custom":
 			tool, ref, err := leafTool(param, "", "", &t)
-			if err == nil {
-				err = add(param, tool, ref)
-			}
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
+			add(param, tool, ref)
 		case t.Type == "namespace":
 			if t.Name == "" {
-				return nil, nil, badParam(param+".name", param+".name: field required")
-			}
-			if len(out)+len(t.Tools) > chat.MaxTools {
-				return nil, nil, badParam(param+".tools", fmt.Sprintf("tools may hold at most %d functions in all", chat.MaxTools))
+				return nil, nil, nil, badParam(param+".name", param+".name: field required")
 			}
 			for j := range t.Tools {
 				p := fmt.Sprintf("%s.tools[%d]", param, j)
 				tool, ref, err := leafTool(p, t.Name, t.Description, &t.Tools[j])
-				if err == nil {
-					err = add(p, tool, ref)
-				}
 				if err != nil {
-					return nil, nil, err
+					return nil, nil, nil, err
 				}
+				add(p, tool, ref)
 			}
 		case hostedTools[t.Type] || strings.HasPrefix(t.Type, "web_search") || strings.HasPrefix(t.Type, "computer_use"):
 			if forced != "" && (forced == t.Type || forced == t.Name) {
-				return nil, nil, badParam("tool_choice", fmt.Sprintf("tool_choice forces the hosted tool %q, which this gateway's workers cannot run", t.Type))
+				return nil, nil, nil, badParam("tool_choice", fmt.Sprintf("tool_choice forces the hosted tool %q, which this gateway's workers cannot run", t.Type))
 			}
 			d.Add(dropHostedTools)
 		default:
-			return nil, nil, badParam(param+".type", fmt.Sprintf("%s: tool type %q is not supported", param, t.Type))
+			return nil, nil, nil, badParam(param+".type", fmt.Sprintf("%s: tool type %q is not supported", param, t.Type))
 		}
 	}
-	return out, refs, nil
+	return out, refs, params, nil
 }
 
 // leafTool translates a function or custom tool, on its own or inside a
@@ -144,9 +132,6 @@ func decodeTools(raw []json.RawMessage, forced string, d *httpx.Dropped) ([]chat
 func leafTool(param, namespace, nsDescription string, t *wireTool) (chat.Tool, *toolRef, error) {
 	if t.Type != "function" && t.Type != "custom" && t.Type != "" {
 		return chat.Tool{}, nil, badParam(param+".type", fmt.Sprintf("%s: tool type %q is not supported inside a namespace", param, t.Type))
-	}
-	if t.Name == "" {
-		return chat.Tool{}, nil, badParam(param+".name", param+".name: field required")
 	}
 	desc := t.Description
 	if nsDescription != "" {

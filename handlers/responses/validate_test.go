@@ -70,8 +70,14 @@ func TestValidationErrors(t *testing.T) {
 					t.Errorf("error body %s lacks %q", rec.Body.String(), k)
 				}
 			}
-			if body.Error["type"] != "invalid_request_error" {
-				t.Errorf("type = %v, want invalid_request_error", body.Error["type"])
+			// An id that names nothing is a 404 not_found_error, as every
+			// 404 of the gateway is; everything else is the caller's mistake.
+			wantType := "invalid_request_error"
+			if tt.wantStatus == http.StatusNotFound {
+				wantType = "not_found_error"
+			}
+			if body.Error["type"] != wantType {
+				t.Errorf("type = %v, want %s", body.Error["type"], wantType)
 			}
 		})
 	}

@@ -1,9 +1,10 @@
 // Package chat is poolgate's neutral chat model: the request every protocol
-// decodes into (Request, Message, Tool), the events every answer streams
-// back (Event), what the router asks of one worker (Turn), and the errors a
-// turn can end in. It is a leaf: it imports nothing of poolgate's, so the
-// protocols, the router and the drivers all speak it without importing each
-// other.
+// decodes into (Request, Message, Tool) and the checks every such request
+// must pass (Request.Validate), the events every answer streams back
+// (Event), what the router asks of one worker (Turn), the errors a turn can
+// end in, and how a transcript's prompt tokens are counted (PromptTokens).
+// It is a leaf: it imports nothing of poolgate's, so the protocols, the
+// router and the drivers all speak it without importing each other.
 package chat
 
 import (
@@ -67,9 +68,10 @@ type ToolChoice struct {
 	Name string
 }
 
-// Bounds every protocol holds a request to before it costs anything more
-// than its decoding: an agent's longest sessions stay far below them, and
-// above them the prompt could not fit any model's context anyway.
+// Bounds every protocol holds a request to (Request.Validate checks them on
+// the whole transcript, before the request reaches the router): an agent's
+// longest sessions stay far below them, and above them the prompt could not
+// fit any model's context anyway.
 const (
 	MaxMessages = 50_000
 	MaxTools    = 1_000

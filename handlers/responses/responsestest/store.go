@@ -1,6 +1,6 @@
 // Package responsestest has a hand-written fake of the responses.Store for
 // the tests of the responses handler and of the packages that wire it. The
-// real stores live in session.
+// real stores live in session, behind an adapter in cmd/poolgate.
 package responsestest
 
 import (
@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/handlers/responses"
-	"github.com/poolgate/poolgate/session"
 )
 
 var _ responses.Store = (*Store)(nil)
@@ -82,13 +81,13 @@ func (s *Store) Bytes() int {
 	return n
 }
 
-// LoadResponse returns the data stored under id, or session.ErrNotFound.
+// LoadResponse returns the data stored under id, or responses.ErrNotFound.
 func (s *Store) LoadResponse(_ context.Context, id string) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.data[id]
 	if !ok || !s.now().Before(e.expires) {
-		return nil, session.ErrNotFound
+		return nil, responses.ErrNotFound
 	}
 	return append([]byte(nil), e.data...), nil
 }
@@ -102,13 +101,13 @@ func (s *Store) LoadResponses(ctx context.Context, ids []string) ([][]byte, erro
 	return out, nil
 }
 
-// DeleteResponse removes id, or returns session.ErrNotFound.
+// DeleteResponse removes id, or returns responses.ErrNotFound.
 func (s *Store) DeleteResponse(_ context.Context, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.data[id]
 	if !ok || !s.now().Before(e.expires) {
-		return session.ErrNotFound
+		return responses.ErrNotFound
 	}
 	delete(s.data, id)
 	for i, o := range s.order {

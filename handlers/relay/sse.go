@@ -1,9 +1,17 @@
-package httpx
+package relay
 
 import (
 	"net/http"
 	"time"
 )
+
+// EventWriter is what a protocol's stream encoder writes with: named events
+// (the name may be empty) and comments. *SSE is the one implementation
+// outside tests.
+type EventWriter interface {
+	Event(name string, data []byte) error
+	Comment(text string) error
+}
 
 // SSE writes one server-sent-event stream on a plain http.ResponseWriter.
 // Protocols supply event names and payloads; SSE does the headers, framing,
@@ -18,9 +26,9 @@ type SSE struct {
 	WriteTimeout time.Duration
 }
 
-// NewSSE returns a writer for w. Nothing is sent until the first event, so a
-// failure before it can still be answered with a JSON error (STYLE 15).
-func NewSSE(w http.ResponseWriter) *SSE {
+// newSSE returns a writer for w. Nothing is sent until the first event, so a
+// failure before it can still be answered with a JSON error and its status.
+func newSSE(w http.ResponseWriter) *SSE {
 	return &SSE{w: w, rc: http.NewResponseController(w), WriteTimeout: 30 * time.Second}
 }
 

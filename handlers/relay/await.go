@@ -1,14 +1,8 @@
-package httpx
+package relay
 
 import "time"
 
-// Claimants of a response (see Claim).
-const (
-	Local   = "local"
-	Forward = "forward"
-)
-
-// Await runs call (the router's Chat, which returns once the answer has
+// await runs call (the router's Chat, which returns once the answer has
 // started) and waits for it. While call runs longer than every, tick is
 // called on this goroutine each time every passes: a long wait in the queue,
 // or an answer held back until it is clear whether it is a tool call, must
@@ -17,11 +11,11 @@ const (
 // error after it is an in-stream error.
 //
 // If tick fails (the client is gone), stop is called to end call's work and
-// Await returns tick's error once call has returned. every <= 0 just calls.
+// await returns tick's error once call has returned. every <= 0 just calls.
 // When call may write the response itself (a forwarded request), the two
-// take turns through Claim: tick should write only once Claim(ctx, Local)
+// take turns through httpx.Claim: tick should write only once Claim(ctx, Local)
 // said yes.
-func Await[T any](every time.Duration, stop func(), call func() (T, error), tick func() error) (T, error) {
+func await[T any](every time.Duration, stop func(), call func() (T, error), tick func() error) (T, error) {
 	if every <= 0 {
 		return call()
 	}

@@ -1,0 +1,330 @@
+// Package relay carries answers from the router to the client, the same way
+// for every protocol. It owns the SSE stream (headers, framing, flushing and
+// the write deadline), opening a stream early when the answer is slow to
+// start (taking turns with a cluster forwarder that may write the response
+// itself), keep-alives while a stream is quiet, the ending of a complete or
+// a failed answer, a client that went away, and the non-stream path that
+// collects the whole answer before it is encoded. Errors are classified by
+// apierr. A protocol supplies only its encoders (Stream, Reply) and the
+// writer of its JSON error body.
+package relay
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/poolgate/poolgate/handlers/apierr"
+	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/pool"
+)
+
+// Chatter is the router as the protocols use it. An error from Chat happened
+// before any event (and was already retried); pool.ErrForwarded means
+// another replica answered. Otherwise the channel yields EventText and
+// EventToolCall events, ends with exactly one EventDone or EventError and
+// is then closed; the router has already applied Stop and MaxTokens. When
+// ctx ends, the answer stops and the channel is closed, with or without its
+// closing event.
+type Chatter interface {
+	Chat(ctx context.Context, req *chat.Request) (<-chan chat.Event, error)
+}
+
+// Stream is a protocol's encoder of a streamed answer. A method's error
+// means the client can no longer be written to.
+type Stream interface {
+	// Open writes what the protocol sends before an answer's first event
+	// (it may write nothing). The relay calls it once: with the first event,
+	// or when the wait for it outlasts the keep-alive interval.
+	Open() error
+	Text(s string) error
+	ToolCall(tc chat.ToolCall) error
+	// Done writes the ending of a complete answer.
+	Done(ev chat.Event) error
+	// Fail writes the ending of an answer that failed once the stream had
+	// started.
+	Fail(p *apierr.Problem) error
+	// KeepAlive writes what keeps a quiet stream open (a comment or a ping).
+	KeepAlive() error
+}
+
+// Reply is a protocol's encoder of a whole answer as one JSON body.
+type Reply interface {
+	Text(s string) error
+	ToolCall(tc chat.ToolCall) error
+	// Body is the answer's JSON, given its closing event.
+	Body(done chat.Event) ([]byte, error)
+}
+
+// Answer folds the text and tool calls of a whole answer, for a Reply whose
+// body holds the text before the calls.
+type Answer struct {
+	text  strings.Builder
+	Calls []chat.ToolCall
+}
+
+// Text adds a piece of text.
+func (a *Answer) Text(s string) error {
+	a.text.WriteString(s)
+	return nil
+}
+
+// ToolCall adds a call.
+func (a *Answer) ToolCall(tc chat.ToolCall) error {
+	a.Calls = append(a.Calls, tc)
+	return nil
+}
+
+// Content is the text so far.
+func (a *Answer) Content() string { return a.text.String() }
+
+// Outcome is how a relayed answer ended.
+type Outcome struct {
+	// Err is nil when the answer completed, else what ended it.
+	Err error
+	// Started says whether the stream had started (so a failure was told
+	// in-stream, if at all).
+	Started bool
+	// Forwarded says another replica answered; nothing was written here.
+	Forwarded bool
+}
+
+// Config tunes a Relay. The zero value is usable, except that WriteError
+// is required.
+type Config struct {
+	// Protocol names the protocol in logs ("chat", "responses", "messages").
+	Protocol string
+	// KeepAlive is how long a stream may stay quiet (or an answer take to
+	// start) before a keep-alive goes out; the first one opens the stream, so
+	// a failure after it is told in-stream. Default 15s; negative disables.
+	KeepAlive time.Duration
+	// WriteTimeout bounds each write and flush of a stream, so a client
+	// that stops reading cannot hold the worker. Default 30s.
+	WriteTimeout time.Duration
+	// WriteError writes a problem as the protocol's JSON error body, with
+	// its status.
+	WriteError func(w http.ResponseWriter, p *apierr.Problem)
+}
+
+// Relay relays answers of one protocol. It is safe for concurrent use.
+type Relay struct {
+	cfg  Config
+	chat Chatter
+	log  *slog.Logger
+}
+
+// New returns a relay that asks chat for answers. A nil log discards.
+func New(cfg Config, chat Chatter, log *slog.Logger) *Relay {
+	if cfg.KeepAlive == 0 {
+		cfg.KeepAlive = 15 * time.Second
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 30 * time.Second
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Relay{cfg: cfg, chat: chat, log: log}
+}
+
+// NewSSE returns the event stream a Stream encoder writes to on w.
+func (rl *Relay) NewSSE(w http.ResponseWriter) *SSE {
+	s := newSSE(w)
+	s.WriteTimeout = rl.cfg.WriteTimeout
+	return s
+}
+
+// Fail answers err before anything else was sent: the protocol's JSON error
+// with its status, or, when the client has gone, only the status 499 for
+// the logs. It returns the problem told (nil when the client was gone).
+func (rl *Relay) Fail(ctx context.Context, w http.ResponseWriter, err error) *apierr.Problem {
+	if apierr.Gone(ctx, err) {
+		rl.log.LogAttrs(ctx, slog.LevelDebug, "request abandoned by the client", slog.String("protocol", rl.cfg.Protocol),
+			slog.String("request_id", httpx.RequestID(ctx)), slog.Any("err", err))
+		w.WriteHeader(apierr.StatusClientClosed)
+		return nil
+	}
+	p := apierr.Classify(err)
+	rl.logFailure(ctx, &p, false)
+	rl.cfg.WriteError(w, &p)
+	return &p
+}
+
+func (rl *Relay) logFailure(ctx context.Context, p *apierr.Problem, midStream bool) {
+	level := slog.LevelDebug
+	if p.Status >= 500 {
+		level = slog.LevelWarn
+	}
+	rl.log.LogAttrs(ctx, level, "request failed", slog.String("protocol", rl.cfg.Protocol),
+		slog.String("request_id", httpx.RequestID(ctx)), slog.Int("status", p.Status),
+		slog.Bool("mid_stream", midStream), slog.Any("err", p.Err))
+}
+
+// Reply answers req with one JSON body: the whole answer is collected into
+// reply, then encoded. Any failure is a JSON error with its status.
+func (rl *Relay) Reply(ctx context.Context, w http.ResponseWriter, req *chat.Request, reply Reply) Outcome {
+	events, err := rl.chat.Chat(ctx, req)
+	if errors.Is(err, pool.ErrForwarded) {
+		return Outcome{Forwarded: true}
+	}
+	for err == nil {
+		// The router closes the channel when ctx ends, so this wait needs
+		// no select of its own (which would cost every request the
+		// context's done channel).
+		ev, ok := <-events
+		if ev, err = received(ctx, ev, ok); err != nil {
+			break
+		}
+		switch ev.Type {
+		case chat.EventText:
+			err = reply.Text(ev.Text)
+		case chat.EventToolCall:
+			err = reply.ToolCall(ev.ToolCall)
+		case chat.EventDone:
+			var body []byte
+			if body, err = reply.Body(ev); err == nil {
+				httpx.WriteJSON(w, http.StatusOK, body)
+				return Outcome{}
+			}
+		}
+	}
+	rl.Fail(ctx, w, err)
+	return Outcome{Err: err}
+}
+
+// received checks one event. A stream that ends without a closing event (the
+// router gave up, ctx ended) is an error, and so is its closing error event.
+func received(ctx context.Context, ev chat.Event, ok bool) (chat.Event, error) {
+	switch {
+	case !ok && ctx.Err() != nil:
+		return ev, ctx.Err()
+	case !ok, ev.Type == chat.EventError && ev.Err == nil:
+		return ev, chat.ErrWorkerGone
+	case ev.Type == chat.EventError:
+		return ev, ev.Err
+	}
+	return ev, nil
+}
+
+// Stream relays a streamed answer to req through enc, which writes on sse
+// (from rl.NewSSE). Headers go out with the first thing written, so a failure
+// before it is a JSON error with its status; after it, the failure is told
+// through enc.Fail. A stream that started ends with exactly one Done or
+// Fail, unless the client went away. cancel ends the request's context: the
+// relay calls it when the client stops reading.
+func (rl *Relay) Stream(ctx context.Context, cancel context.CancelFunc, sse *SSE, req *chat.Request, enc Stream) Outcome {
+	s := streamer{rl: rl, ctx: ctx, sse: sse, enc: enc}
+	events, err := await(rl.cfg.KeepAlive, cancel,
+		func() (<-chan chat.Event, error) { return rl.chat.Chat(ctx, req) },
+		func() error {
+			if !httpx.Claim(ctx, httpx.Local) {
+				return nil // another replica is answering
+			}
+			return s.keepAlive()
+		})
+	switch {
+	case errors.Is(err, pool.ErrForwarded):
+		return Outcome{Forwarded: true}
+	case err != nil:
+		return s.fail(err)
+	}
+	var tick <-chan time.Time
+	var timer *time.Timer
+	if rl.cfg.KeepAlive > 0 {
+		timer = time.NewTimer(rl.cfg.KeepAlive)
+		defer timer.Stop()
+		tick = timer.C
+	}
+	for {
+		var werr error
+		select {
+		case ev, ok := <-events:
+			if ev, err = received(ctx, ev, ok); err != nil {
+				return s.fail(err)
+			}
+			var done bool
+			if done, werr = s.write(ev); done {
+				return Outcome{Started: sse.Started()}
+			}
+		case <-tick:
+			werr = s.keepAlive()
+		case <-ctx.Done():
+			return s.fail(ctx.Err())
+		}
+		if werr != nil {
+			// The client stopped reading: end the worker's turn.
+			cancel()
+			rl.log.LogAttrs(ctx, slog.LevelDebug, "stream write failed", slog.String("protocol", rl.cfg.Protocol),
+				slog.String("request_id", httpx.RequestID(ctx)), slog.Any("err", werr))
+			return Outcome{Err: werr, Started: sse.Started()}
+		}
+		if timer != nil {
+			// A quiet stream is one with nothing written for a whole
+			// interval. Since Go 1.23 Reset needs no drain of a fired timer.
+			timer.Reset(rl.cfg.KeepAlive)
+		}
+	}
+}
+
+// streamer is one stream under way.
+type streamer struct {
+	rl     *Relay
+	ctx    context.Context
+	sse    *SSE
+	enc    Stream
+	opened bool
+}
+
+func (s *streamer) open() error {
+	if s.opened {
+		return nil
+	}
+	s.opened = true
+	return s.enc.Open()
+}
+
+// keepAlive opens the stream when it is not yet, and keeps it alive.
+func (s *streamer) keepAlive() error {
+	if err := s.open(); err != nil {
+		return err
+	}
+	return s.enc.KeepAlive()
+}
+
+// write writes one event; done is true once the answer is complete.
+func (s *streamer) write(ev chat.Event) (done bool, err error) {
+	if err := s.open(); err != nil {
+		return false, err
+	}
+	switch ev.Type {
+	case chat.EventText:
+		return false, s.enc.Text(ev.Text)
+	case chat.EventToolCall:
+		return false, s.enc.ToolCall(ev.ToolCall)
+	case chat.EventDone:
+		_ = s.enc.Done(ev) // the stream is over either way
+		return true, nil
+	}
+	return false, nil
+}
+
+// fail ends the answer with err: a JSON error before the stream started,
+// the protocol's failed ending after, nothing when the client is gone.
+func (s *streamer) fail(err error) Outcome {
+	out := Outcome{Err: err, Started: s.sse.Started()}
+	if !out.Started {
+		s.rl.Fail(s.ctx, s.sse.w, err)
+		return out
+	}
+	if apierr.Gone(s.ctx, err) {
+		return out
+	}
+	p := apierr.Classify(err)
+	s.rl.logFailure(s.ctx, &p, true)
+	_ = s.enc.Fail(&p) // best effort: the client may be gone
+	return out
+}

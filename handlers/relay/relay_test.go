@@ -1,0 +1,288 @@
+package relay
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/poolgate/poolgate/handlers/apierr"
+	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/handlers/relay/relaytest"
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/pooltest"
+)
+
+var _ Chatter = (*pooltest.Chatter)(nil)
+
+// fakeStream is a protocol encoder that writes one event per call, named
+// after the call, so a transcript shows what the relay asked for.
+type fakeStream struct{ w EventWriter }
+
+func (f *fakeStream) Open() error                     { return f.w.Event("open", nil) }
+func (f *fakeStream) Text(s string) error             { return f.w.Event("text", []byte(s)) }
+func (f *fakeStream) ToolCall(tc chat.ToolCall) error { return f.w.Event("call", []byte(tc.Name)) }
+func (f *fakeStream) Done(ev chat.Event) error        { return f.w.Event("done", []byte(ev.Finish)) }
+func (f *fakeStream) Fail(p *apierr.Problem) error {
+	return f.w.Event("fail", fmt.Appendf(nil, "%d %s", p.Status, p.Code))
+}
+func (f *fakeStream) KeepAlive() error { return f.w.Comment("ka") }
+
+// writeError is a protocol's JSON error: the status, and the code as body.
+func writeError(w http.ResponseWriter, p *apierr.Problem) {
+	httpx.WriteJSON(w, p.Status, []byte(`{"code":"`+p.Code+`"}`))
+}
+
+// runStream relays one streamed answer of chatter and returns the status,
+// the body and the outcome.
+func runStream(ctx context.Context, chatter Chatter, keepAlive time.Duration) (int, string, Outcome) {
+	rl := New(Config{Protocol: "test", KeepAlive: keepAlive, WriteError: writeError}, chatter, nil)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rec := httptest.NewRecorder()
+	sse := rl.NewSSE(rec)
+	out := rl.Stream(ctx, cancel, sse, &chat.Request{Stream: true}, &fakeStream{w: sse})
+	return rec.Code, rec.Body.String(), out
+}
+
+func text(s string) chat.Event { return chat.Event{Type: chat.EventText, Text: s} }
+
+var done = chat.Event{Type: chat.EventDone, Finish: chat.FinishStop}
+
+func TestStream(t *testing.T) {
+	upstream := &chat.UpstreamError{Status: 500, Message: "crashed"}
+	tests := []struct {
+		name       string
+		give       Chatter
+		keepAlive  time.Duration
+		deadline   time.Duration // of the request; 0 for none
+		wantStatus int
+		want       string // the body, with "event: " and "data: " lines joined
+		wantErr    error
+		wantStart  bool
+	}{
+		{name: "answer", give: &pooltest.Chatter{Events: []chat.Event{text("a"), {Type: chat.EventToolCall, ToolCall: chat.ToolCall{Name: "f"}}, done}},
+			wantStatus: 200, want: "open| text a| call f| done stop|", wantStart: true},
+		{name: "empty answer opens the stream", give: &pooltest.Chatter{Events: []chat.Event{done}},
+			wantStatus: 200, want: "open| done stop|", wantStart: true},
+		{name: "slow start opens early and keeps alive", give: &pooltest.Chatter{Delay: 25 * time.Second, Events: []chat.Event{text("a"), done}},
+			keepAlive: 10 * time.Second, wantStatus: 200, want: "open| : ka| : ka| text a| done stop|", wantStart: true},
+		{name: "quiet stream keeps alive", give: relaytest.Pausing{Pause: 25 * time.Second}, keepAlive: 10 * time.Second,
+			wantStatus: 200, want: "open| text a| : ka| : ka| done stop|", wantStart: true},
+		{name: "keep-alives off", give: &pooltest.Chatter{Delay: 25 * time.Second, Events: []chat.Event{text("a"), done}},
+			keepAlive: -1, wantStatus: 200, want: "open| text a| done stop|", wantStart: true},
+		{name: "error before the start is a JSON status", give: &pooltest.Chatter{Err: chat.ErrNoInstance},
+			wantStatus: 503, want: `{"code":"no_instance"}`, wantErr: chat.ErrNoInstance},
+		{name: "error as the first event is a JSON status", give: &pooltest.Chatter{Events: []chat.Event{{Type: chat.EventError, Err: upstream}}},
+			wantStatus: 502, want: `{"code":"upstream_error"}`, wantErr: upstream},
+		{name: "error after a slow start is in-stream", give: &pooltest.Chatter{Delay: 15 * time.Second, Err: &chat.OverloadedError{}},
+			keepAlive: 10 * time.Second, wantStatus: 200, want: "open| : ka| fail 429 overloaded|", wantErr: &chat.OverloadedError{}, wantStart: true},
+		{name: "error mid-stream", give: &pooltest.Chatter{Events: []chat.Event{text("a"), {Type: chat.EventError, Err: upstream}}},
+			wantStatus: 200, want: "open| text a| fail 502 upstream_error|", wantErr: upstream, wantStart: true},
+		{name: "an error event without an error is a lost worker", give: &pooltest.Chatter{Events: []chat.Event{text("a"), {Type: chat.EventError}}},
+			wantStatus: 200, want: "open| text a| fail 502 worker_gone|", wantErr: chat.ErrWorkerGone, wantStart: true},
+		{name: "a stream closed without an ending is a lost worker", give: &pooltest.Chatter{Events: []chat.Event{text("a")}},
+			wantStatus: 200, want: "open| text a| fail 502 worker_gone|", wantErr: chat.ErrWorkerGone, wantStart: true},
+		{name: "a deadline mid-stream is told", give: relaytest.Pausing{Pause: time.Hour}, deadline: time.Minute, keepAlive: -1,
+			wantStatus: 200, want: "open| text a| fail 504 timeout|", wantErr: context.DeadlineExceeded, wantStart: true},
+		{name: "a forwarded request writes nothing", give: &pooltest.Chatter{Err: pool.ErrForwarded}, wantStatus: 200, want: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				if tt.deadline > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tt.deadline)
+					defer cancel()
+				}
+				status, body, out := runStream(ctx, tt.give, tt.keepAlive)
+				if got := flat(body); status != tt.wantStatus || got != tt.want {
+					t.Errorf("got %d %q, want %d %q", status, got, tt.wantStatus, tt.want)
+				}
+				if !sameErr(out.Err, tt.wantErr) || out.Started != tt.wantStart {
+					t.Errorf("outcome %+v, want err %v started %v", out, tt.wantErr, tt.wantStart)
+				}
+			})
+		})
+	}
+}
+
+func sameErr(got, want error) bool {
+	if want == nil || got == nil {
+		return got == want
+	}
+	var ole *chat.OverloadedError
+	if errors.As(want, &ole) {
+		return errors.As(got, &ole)
+	}
+	return errors.Is(got, want)
+}
+
+// flat joins an SSE body's lines: "event: x\ndata: y\n\n" becomes "x y|",
+// a comment ": c\n\n" becomes ": c|".
+func flat(body string) string {
+	if !strings.Contains(body, "\n\n") {
+		return body
+	}
+	var b strings.Builder
+	for _, frame := range strings.Split(strings.TrimSuffix(body, "\n\n"), "\n\n") {
+		frame = strings.ReplaceAll(frame, "event: ", "")
+		frame = strings.ReplaceAll(frame, "\ndata: ", " ")
+		b.WriteString(strings.TrimSuffix(strings.ReplaceAll(frame, "data: ", ""), " ") + "| ")
+	}
+	return strings.TrimSuffix(b.String(), " ")
+}
+
+// A replica that forwards a slow request takes the response first: the
+// relay's keep-alives then write nothing, and the forwarder's answer is the
+// only one.
+func TestKeepAliveLeavesAClaimedResponseAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := httpx.WithClaim(context.Background())
+		if !httpx.Claim(ctx, httpx.Forward) {
+			t.Fatal("the forwarder could not claim a fresh response")
+		}
+		status, body, out := runStream(ctx, &pooltest.Chatter{Delay: 25 * time.Second, Err: pool.ErrForwarded}, 10*time.Second)
+		if status != 200 || body != "" || !out.Forwarded {
+			t.Errorf("got %d %q %+v, want nothing written by the relay", status, body, out)
+		}
+	})
+}
+
+func TestReply(t *testing.T) {
+	tests := []struct {
+		name       string
+		give       *pooltest.Chatter
+		wantStatus int
+		wantBody   string
+	}{
+		{"answer", &pooltest.Chatter{Events: []chat.Event{text("a"), {Type: chat.EventToolCall, ToolCall: chat.ToolCall{Name: "f"}}, text("b"), done}},
+			200, `{"text":"ab","calls":1,"finish":"stop"}`},
+		{"error before the answer", &pooltest.Chatter{Err: &chat.RateLimitedError{RetryAfter: time.Second}}, 429, `{"code":"rate_limit_exceeded"}`},
+		{"error in the answer", &pooltest.Chatter{Events: []chat.Event{text("a"), {Type: chat.EventError, Err: chat.ErrNotLoggedIn}}}, 503, `{"code":"not_logged_in"}`},
+		{"answer without an ending", &pooltest.Chatter{Events: []chat.Event{text("a")}}, 502, `{"code":"worker_gone"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rl := New(Config{WriteError: writeError}, tt.give, nil)
+			rec := httptest.NewRecorder()
+			rl.Reply(context.Background(), rec, &chat.Request{}, &fakeReply{})
+			if rec.Code != tt.wantStatus || rec.Body.String() != tt.wantBody {
+				t.Errorf("got %d %s, want %d %s", rec.Code, rec.Body, tt.wantStatus, tt.wantBody)
+			}
+		})
+	}
+}
+
+type fakeReply struct{ Answer }
+
+func (f *fakeReply) Body(done chat.Event) ([]byte, error) {
+	return fmt.Appendf(nil, `{"text":%q,"calls":%d,"finish":%q}`, f.Content(), len(f.Calls), done.Finish), nil
+}
+
+// A client that went away is told nothing; the status left for the access
+// log and the metrics is 499.
+func TestFailWhenTheClientIsGone(t *testing.T) {
+	rl := New(Config{WriteError: writeError}, &pooltest.Chatter{}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		give       error
+		wantStatus int
+		wantBody   string
+	}{
+		{context.Canceled, 499, ""},
+		{chat.ErrNoInstance, 499, ""},
+		// The body timeout ends the request too, but its client waits.
+		{httpx.ErrBodyTimeout, 408, `{"code":"request_timeout"}`},
+	}
+	for _, tt := range tests {
+		rec := httptest.NewRecorder()
+		rl.Fail(ctx, rec, tt.give)
+		if rec.Code != tt.wantStatus || rec.Body.String() != tt.wantBody {
+			t.Errorf("%v: got %d %q, want %d %q", tt.give, rec.Code, rec.Body, tt.wantStatus, tt.wantBody)
+		}
+	}
+}
+
+// Through a real server: the client reads the first event and hangs up; the
+// worker's turn ends and the stream gets no ending after it.
+func TestClientHangsUpMidStream(t *testing.T) {
+	chatter := relaytest.NewBlocking()
+	outcomes := make(chan Outcome, 1)
+	rl := New(Config{Protocol: "test", KeepAlive: 50 * time.Millisecond, WriteError: writeError}, chatter, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		sse := rl.NewSSE(w)
+		outcomes <- rl.Stream(ctx, cancel, sse, &chat.Request{Stream: true}, &fakeStream{w: sse})
+	}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream; charset=utf-8" || resp.Header.Get("X-Accel-Buffering") != "no" {
+		t.Errorf("headers %v, want an unbuffered event stream", resp.Header)
+	}
+	lines := bufio.NewReader(resp.Body)
+	for {
+		line, err := lines.ReadString('\n')
+		if err != nil {
+			t.Fatalf("stream ended before the first text: %v", err)
+		}
+		if line == "data: partial\n" {
+			break
+		}
+	}
+	resp.Body.Close()
+	testenv.WaitFor(t, 5*time.Second, "the worker's turn to end", func() bool {
+		select {
+		case <-chatter.Ended():
+			return true
+		default:
+			return false
+		}
+	})
+	select {
+	case out := <-outcomes:
+		if out.Err == nil || !out.Started {
+			t.Errorf("outcome %+v, want a started stream that ended with an error", out)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the relay did not return after the client hung up")
+	}
+}
+
+// Through a real server, a slow answer reaches the client after keep-alive
+// comments, and the stream ends with the protocol's ending.
+func TestSlowAnswerThroughAServer(t *testing.T) {
+	rl := New(Config{Protocol: "test", KeepAlive: 20 * time.Millisecond, WriteError: writeError},
+		&pooltest.Chatter{Delay: 70 * time.Millisecond, Events: []chat.Event{text("late"), done}}, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		sse := rl.NewSSE(w)
+		rl.Stream(ctx, cancel, sse, &chat.Request{Stream: true}, &fakeStream{w: sse})
+	}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if got := flat(string(b)); !testenv.InOrder(got, []string{"open|", ": ka|", "text late|", "done stop|"}) || !strings.HasSuffix(got, "done stop|") {
+		t.Errorf("got %q, want open, keep-alives, the text and done last", got)
+	}
+}
