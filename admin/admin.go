@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/poolgate/poolgate/handlers"
+	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/pool"
 )
 
@@ -91,7 +91,7 @@ func (a *Admin) Register(r gin.IRouter) gin.IRouter {
 	if timeout <= 0 {
 		timeout = 60 * time.Second
 	}
-	in := r.Group("/internal", handlers.BodyCap(maxAdminBody, timeout), a.adminAuth(), a.leased())
+	in := r.Group("/internal", bodyLimit(maxAdminBody, timeout), a.adminAuth(), a.leased())
 	in.GET("/pool", func(c *gin.Context) { c.JSON(http.StatusOK, a.pool.Snapshot()) })
 	in.POST("/pool/:instance/restart", a.poolAction("restart", a.pool.Restart))
 	in.POST("/pool/:instance/drain", a.poolAction("drain", a.pool.Drain))
@@ -133,11 +133,11 @@ func (a *Admin) probe(c *gin.Context) {
 func writePoolError(c *gin.Context, name string, err error) {
 	switch {
 	case errors.Is(err, pool.ErrUnknownInstance):
-		handlers.WriteError(c.Writer, c.Request, http.StatusNotFound, "unknown instance "+name)
+		writeError(c, http.StatusNotFound, CodeUnknownInstance, "unknown instance "+name)
 	case errors.Is(err, pool.ErrBusy):
-		handlers.WriteError(c.Writer, c.Request, http.StatusConflict, err.Error())
+		writeError(c, http.StatusConflict, CodeBusy, err.Error())
 	default:
-		handlers.WriteError(c.Writer, c.Request, http.StatusInternalServerError, err.Error())
+		writeError(c, http.StatusInternalServerError, CodeInternal, err.Error())
 	}
 }
 
@@ -145,11 +145,7 @@ func (a *Admin) poolAction(what string, do func(string) error) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		name := c.Param("instance")
 		if err := do(name); err != nil {
-			if errors.Is(err, pool.ErrUnknownInstance) {
-				handlers.WriteError(c.Writer, c.Request, http.StatusNotFound, "unknown instance "+name)
-				return
-			}
-			handlers.WriteError(c.Writer, c.Request, http.StatusInternalServerError, err.Error())
+			writePoolError(c, name, err)
 			return
 		}
 		a.log.Info("admin action", "action", what, "instance", name, "by", c.GetString(whoKey))
@@ -162,10 +158,10 @@ const whoKey = "admin_who"
 // adminAuth accepts the admin token; only when none is set, an API key.
 func (a *Admin) adminAuth() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		key := handlers.CallerKey(c.Request)
+		key := apikey.FromRequest(c.Request)
 		switch {
 		case a.cfg.AdminToken != "":
-			if handlers.MatchKey(key, []string{a.cfg.AdminToken}) {
+			if apikey.Match(key, []string{a.cfg.AdminToken}) {
 				c.Set(whoKey, "admin-token")
 				c.Next()
 				return
@@ -174,13 +170,12 @@ func (a *Admin) adminAuth() gin.HandlerFunc {
 			c.Set(whoKey, "loopback")
 			c.Next()
 			return
-		case handlers.MatchKey(key, a.cfg.APIKeys):
+		case apikey.Match(key, a.cfg.APIKeys):
 			c.Set(whoKey, "api-key")
 			c.Next()
 			return
 		}
-		handlers.WriteError(c.Writer, c.Request, http.StatusUnauthorized, "admin token required")
-		c.Abort()
+		abortWith(c, http.StatusUnauthorized, CodeUnauthorized, "admin token required")
 	}
 }
 
@@ -195,11 +190,10 @@ func (a *Admin) metricsAuth() gin.HandlerFunc {
 			c.Next()
 		case a.cfg.MetricsToken == "":
 			admin(c)
-		case handlers.MatchKey(handlers.CallerKey(c.Request), []string{a.cfg.MetricsToken}):
+		case apikey.Match(apikey.FromRequest(c.Request), []string{a.cfg.MetricsToken}):
 			c.Next()
 		default:
-			handlers.WriteError(c.Writer, c.Request, http.StatusUnauthorized, "metrics token required")
-			c.Abort()
+			abortWith(c, http.StatusUnauthorized, CodeUnauthorized, "metrics token required")
 		}
 	}
 }

@@ -117,7 +117,8 @@ func TestDefaultPoolServesTheSDKAndShutsDownClean(t *testing.T) {
 	}
 }
 
-// errorBody is the OpenAI error shape; pointers tell "null" from "missing".
+// errorBody is the OpenAI error shape, and the admin API's; raw values tell
+// "null" from "missing".
 type errorBody struct {
 	Error map[string]json.RawMessage `json:"error"`
 }
@@ -170,10 +171,17 @@ func TestBadInputGetsItsStatusAndShape(t *testing.T) {
 			if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil {
 				t.Fatal(err)
 			}
-			for _, k := range []string{"message", "type", "param", "code"} {
+			want := []string{"message", "type", "param", "code"}
+			if strings.HasPrefix(tt.path, "/internal/") {
+				want = []string{"code", "message"} // the admin API's own shape
+			}
+			for _, k := range want {
 				if _, ok := eb.Error[k]; !ok {
 					t.Errorf("error body lacks %q: %v", k, eb.Error)
 				}
+			}
+			if len(eb.Error) != len(want) {
+				t.Errorf("error body %v, want exactly %v", eb.Error, want)
 			}
 		})
 	}
