@@ -1,7 +1,7 @@
 // Package pool owns poolgate's worker pool: the supervisor that runs one
 // worker process per account, the picker and the admission guard, and the
 // router that runs a chat.Request on it. Drivers for concrete worker
-// protocols live in sub-packages (pool/lingma, pool/openai) behind Backend.
+// protocols live in sub-packages (pool/lingma, pool/modelserver) behind Backend.
 //
 // pool knows nothing about HTTP frameworks; handlers translate wire JSON into
 // chat values and back.

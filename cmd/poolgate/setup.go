@@ -19,7 +19,7 @@ import (
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/lingma"
-	openaidrv "github.com/poolgate/poolgate/pool/openai"
+	"github.com/poolgate/poolgate/pool/modelserver"
 	"github.com/poolgate/poolgate/session"
 )
 
@@ -194,7 +194,7 @@ func workerSetup(cfg config.Config, log *slog.Logger) (pool.Driver, []pool.Worke
 	switch cfg.Driver {
 	case "openai":
 		template := append(append([]string(nil), prefix...), extra...)
-		driver = openaidrv.New(openaidrv.Config{Command: template, APIKey: cfg.WorkerAPIKey, IdleConns: cfg.InstanceMaxInFlight})
+		driver = modelserver.New(modelserver.Config{Command: template, APIKey: cfg.WorkerAPIKey, IdleConns: cfg.InstanceMaxInFlight})
 	default:
 		driver = lingma.New(lingma.Config{Command: prefix, ExtraArgs: extra,
 			TurnTimeout: cfg.LingmaTurnTimeout, ReplyTimeout: cfg.LingmaIdleTimeout, CallTimeout: cfg.LingmaRPCTimeout,

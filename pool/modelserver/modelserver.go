@@ -1,4 +1,4 @@
-// Package openai is the pool driver for workers that are OpenAI-compatible
+// Package modelserver is the pool driver for workers that are OpenAI-compatible
 // HTTP servers (llama.cpp's llama-server, vLLM, another gateway, or the
 // bundled simulator with --protocol=openai), one process per account.
 //
@@ -13,7 +13,7 @@
 // All clients of one Driver share one keep-alive http.Transport whose idle
 // pool per worker is sized to the per-instance concurrency, so steady traffic
 // never redials.
-package openai
+package modelserver
 
 import (
 	"bufio"
