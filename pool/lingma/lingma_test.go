@@ -63,19 +63,16 @@ func startSim(t *testing.T, extra ...string) *worker {
 func connect(t *testing.T, w *worker, cfg Config) *Client {
 	t.Helper()
 	d := New(cfg)
-	deadline := time.Now().Add(wait)
-	for {
+	var c *Client
+	testenv.WaitForNoError(t, wait, "the worker to answer Connect", func() error {
 		b, err := d.Connect(context.Background(), w.ep)
 		if err == nil {
-			c := b.(*Client)
-			t.Cleanup(func() { _ = c.Close() })
-			return c
+			c = b.(*Client)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Connect: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 func newSim(t *testing.T, extra ...string) (*worker, *Client) {

@@ -70,19 +70,16 @@ func newDriver(t testing.TB, cfg Config) *Driver {
 // connect retries Connect as the supervisor does, until the worker answers.
 func connect(t testing.TB, d *Driver, ep pool.Endpoint) *Client {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
+	var c *Client
+	testenv.WaitForNoError(t, wait, "the worker to answer Connect", func() error {
 		b, err := d.Connect(context.Background(), ep)
 		if err == nil {
-			c := b.(*Client)
-			t.Cleanup(func() { _ = c.Close() })
-			return c
+			c = b.(*Client)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Connect: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 func newSim(t *testing.T, cfg Config, extra ...string) (*worker, *Client) {
