@@ -10,15 +10,23 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
-	"github.com/poolgate/poolgate/session"
 )
+
+// Affinity says where a conversation's upstream session lives: the instance
+// that served its earlier turns and the session id that instance returned.
+type Affinity struct {
+	Instance  string
+	SessionID string
+	Model     string
+}
 
 // AffinityStore keeps conversation -> (instance, upstream session) entries.
 // Take is get-and-delete, so two concurrent turns can never continue one
-// upstream session; the finishing turn writes the next entry back.
+// upstream session; the finishing turn writes the next entry back. Any
+// error of Take means "no entry".
 type AffinityStore interface {
-	TakeAffinity(ctx context.Context, key string) (session.Affinity, error)
-	PutAffinity(ctx context.Context, key string, a session.Affinity) error
+	TakeAffinity(ctx context.Context, key string) (Affinity, error)
+	PutAffinity(ctx context.Context, key string, a Affinity) error
 }
 
 // RouterConfig configures routing. Zero fields take the defaults noted.
@@ -76,7 +84,7 @@ type request struct {
 	owner    string
 	split    int    // index of the newest assistant message, -1 if none
 	key      string // the affinity entry taken, if any
-	hit      session.Affinity
+	hit      Affinity
 	hasHit   bool
 	reused   bool
 	excluded []string
@@ -183,12 +191,12 @@ func (r *Router) dropHit(rq *request) {
 		r.metrics.CacheInvalidated.Inc()
 	}
 	r.DeleteSession(rq.hit)
-	rq.hit = session.Affinity{}
+	rq.hit = Affinity{}
 }
 
 // DeleteSession frees an upstream session on its worker in the background,
 // best effort (used for invalidated and evicted affinity entries).
-func (r *Router) DeleteSession(a session.Affinity) {
+func (r *Router) DeleteSession(a Affinity) {
 	if a.SessionID == "" {
 		return
 	}
@@ -390,11 +398,11 @@ func (r *Router) finish(rq *request, slot *Slot, done chat.Event, text string, c
 	case !keep, r.store == nil:
 		// Nobody continues this session: a stopped answer, or session
 		// reuse is off.
-		r.DeleteSession(session.Affinity{Instance: slot.Worker.Name(), SessionID: sessionID})
+		r.DeleteSession(Affinity{Instance: slot.Worker.Name(), SessionID: sessionID})
 	default:
 		answer := chat.Message{Role: chat.RoleAssistant, Content: text, ToolCalls: calls}
 		key := conversationKey(rq.owner, rq.model, rq.Messages, &answer)
-		a := session.Affinity{Instance: slot.Worker.Name(), SessionID: sessionID, Model: rq.model}
+		a := Affinity{Instance: slot.Worker.Name(), SessionID: sessionID, Model: rq.model}
 		// Detached from the request: the answer is complete even if the
 		// client goes away now.
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(context.Background()), time.Second)

@@ -93,7 +93,8 @@ type app struct {
 
 // store is what main needs of a session store beyond what its users need.
 type store interface {
-	pool.AffinityStore
+	TakeAffinity(ctx context.Context, key string) (session.Affinity, error)
+	PutAffinity(ctx context.Context, key string, a session.Affinity) error
 	responses.Store
 	admin.AffinityFlusher
 	bundles.StoreLike
@@ -118,11 +119,11 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	a := &app{cfg: cfg, log: log, launcher: &pool.ExecLauncher{Env: childEnv(environ)}}
 	a.pool = pool.New(pool.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
 		workers, driver, a.launcher, m, log)
-	onEvict := func(s session.Affinity) { a.router.DeleteSession(s) }
+	onEvict := func(s session.Affinity) { a.router.DeleteSession(pool.Affinity(s)) }
 	if a.store, err = openStore(cfg, m, onEvict, log); err != nil {
 		return nil, err
 	}
-	var affinity pool.AffinityStore = a.store
+	var affinity pool.AffinityStore = affinityStore{a.store}
 	if !cfg.SessionReuse {
 		affinity = nil // every turn starts an upstream session of its own
 	}
@@ -236,6 +237,19 @@ func childEnv(environ []string) []string {
 		}
 	}
 	return out
+}
+
+// affinityStore keeps the router's affinity entries in the session store:
+// the same three fields, which the store encodes for Redis its own way.
+type affinityStore struct{ s store }
+
+func (a affinityStore) TakeAffinity(ctx context.Context, key string) (pool.Affinity, error) {
+	e, err := a.s.TakeAffinity(ctx, key)
+	return pool.Affinity(e), err
+}
+
+func (a affinityStore) PutAffinity(ctx context.Context, key string, e pool.Affinity) error {
+	return a.s.PutAffinity(ctx, key, session.Affinity(e))
 }
 
 // readiness answers /readyz.
