@@ -17,6 +17,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // Config configures the admin surface.
@@ -40,33 +41,39 @@ type Config struct {
 // maxAdminBody caps admin request bodies (a bundle import is the largest).
 const maxAdminBody = 4 << 20
 
-// Pool is what admin needs of the pool.
+// Pool is what admin reads of the admission room (*pool.Pool).
 type Pool interface {
 	Snapshot() pool.Snapshot
 	Ready() (bool, string)
-	Restart(name string) error
-	Drain(name string) error
-	// ClearCooldown ends the instance's cooldown now; false: it had none.
-	ClearCooldown(name string) (bool, error)
 	// Probe sends the instance one short turn, cooldown or not, and acts on
 	// the answer (pool.ErrBusy when it cannot take one now).
 	Probe(ctx context.Context, name string) (pool.ProbeResult, error)
 }
 
+// Workers is what admin steers of the supervisor (*supervisor.Supervisor);
+// each returns supervisor.ErrUnknownInstance for a name it does not know.
+type Workers interface {
+	Restart(name string) error
+	Drain(name string) error
+	// ClearCooldown ends the instance's cooldown now; false: it had none.
+	ClearCooldown(name string) (bool, error)
+}
+
 // Admin serves the operator endpoints.
 type Admin struct {
-	cfg   Config
-	pool  Pool
-	reg   *prometheus.Registry
-	log   *slog.Logger
-	lease *leaseGate // nil: not clustered, every instance is this replica's
+	cfg     Config
+	pool    Pool
+	workers Workers
+	reg     *prometheus.Registry
+	log     *slog.Logger
+	lease   *leaseGate // nil: not clustered, every instance is this replica's
 }
 
 // New returns the admin surface. reg is the registry main made; New adds the
 // pool's scrape-time collector to it.
-func New(cfg Config, p Pool, reg *prometheus.Registry, log *slog.Logger) *Admin {
+func New(cfg Config, p Pool, w Workers, reg *prometheus.Registry, log *slog.Logger) *Admin {
 	reg.MustRegister(newPoolCollector(p))
-	return &Admin{cfg: cfg, pool: p, reg: reg, log: log}
+	return &Admin{cfg: cfg, pool: p, workers: w, reg: reg, log: log}
 }
 
 // RegisterProbes adds /healthz and /readyz (no credentials) to r.
@@ -93,8 +100,8 @@ func (a *Admin) Register(r gin.IRouter) gin.IRouter {
 	}
 	in := r.Group("/internal", bodyLimit(maxAdminBody, timeout), a.adminAuth(), a.leased())
 	in.GET("/pool", func(c *gin.Context) { c.JSON(http.StatusOK, a.pool.Snapshot()) })
-	in.POST("/pool/:instance/restart", a.poolAction("restart", a.pool.Restart))
-	in.POST("/pool/:instance/drain", a.poolAction("drain", a.pool.Drain))
+	in.POST("/pool/:instance/restart", a.poolAction("restart", a.workers.Restart))
+	in.POST("/pool/:instance/drain", a.poolAction("drain", a.workers.Drain))
 	in.POST("/pool/:instance/cooldown/clear", a.clearCooldown)
 	in.POST("/pool/:instance/probe", a.probe)
 	return in
@@ -102,7 +109,7 @@ func (a *Admin) Register(r gin.IRouter) gin.IRouter {
 
 func (a *Admin) clearCooldown(c *gin.Context) {
 	name := c.Param("instance")
-	had, err := a.pool.ClearCooldown(name)
+	had, err := a.workers.ClearCooldown(name)
 	if err != nil {
 		writePoolError(c, name, err)
 		return
@@ -132,7 +139,7 @@ func (a *Admin) probe(c *gin.Context) {
 // instance, 409 for one that can't take the action now.
 func writePoolError(c *gin.Context, name string, err error) {
 	switch {
-	case errors.Is(err, pool.ErrUnknownInstance):
+	case errors.Is(err, supervisor.ErrUnknownInstance):
 		writeError(c, http.StatusNotFound, CodeUnknownInstance, "unknown instance "+name)
 	case errors.Is(err, pool.ErrBusy):
 		writeError(c, http.StatusConflict, CodeBusy, err.Error())

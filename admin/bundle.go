@@ -11,7 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/session"
 )
 
@@ -19,17 +19,17 @@ import (
 // (*bundles.Service).
 type BundleService interface {
 	// Export seals the named instance's credentials. Errors:
-	// pool.ErrUnknownInstance, session.ErrNoCredentials (not logged in),
+	// supervisor.ErrUnknownInstance, session.ErrNoCredentials (not logged in),
 	// session.ErrNoKey.
 	Export(ctx context.Context, instance string) (account string, sealed []byte, err error)
 	// Import verifies and installs a sealed bundle for the instance, then
 	// restarts its worker; a rejected bundle leaves the worker alone. Errors:
-	// pool.ErrUnknownInstance, session.ErrNoKey, session.ErrSeal,
+	// supervisor.ErrUnknownInstance, session.ErrNoKey, session.ErrSeal,
 	// session.ErrChecksum, session.ErrMalformed, session.ErrWrongAccount.
 	Import(ctx context.Context, instance string, sealed []byte) error
 	// ImportPlain installs an unsealed bundle (a tar.gz of a work dir, as
 	// the Python gateway exported it) after the same checks. Errors:
-	// pool.ErrUnknownInstance, session.ErrMalformed, session.ErrWrongAccount.
+	// supervisor.ErrUnknownInstance, session.ErrMalformed, session.ErrWrongAccount.
 	ImportPlain(ctx context.Context, instance, account string, payload []byte) error
 }
 
@@ -186,7 +186,7 @@ func decodePlain(c *gin.Context, body bundleJSON, plain bool) (bundleJSON, []byt
 func writeBundleError(c *gin.Context, name string, err error) {
 	status, code, msg := http.StatusInternalServerError, CodeInternal, err.Error()
 	switch {
-	case errors.Is(err, pool.ErrUnknownInstance):
+	case errors.Is(err, supervisor.ErrUnknownInstance):
 		status, code, msg = http.StatusNotFound, CodeUnknownInstance, "unknown instance "+name
 	case errors.Is(err, session.ErrNoKey):
 		status, code, msg = http.StatusServiceUnavailable, CodeUnavailable, session.ErrNoKey.Error()

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // fakePool knows one instance, "w1", which is always busy for a probe.
@@ -29,7 +30,7 @@ func (f *fakePool) Ready() (bool, string) { return true, "" }
 
 func (f *fakePool) Restart(name string) error {
 	if name != "w1" {
-		return pool.ErrUnknownInstance
+		return supervisor.ErrUnknownInstance
 	}
 	f.restarted = append(f.restarted, name)
 	return nil
@@ -40,7 +41,7 @@ func (f *fakePool) ClearCooldown(string) (bool, error) {
 }
 func (f *fakePool) Probe(_ context.Context, name string) (pool.ProbeResult, error) {
 	if name != "w1" {
-		return pool.ProbeResult{}, pool.ErrUnknownInstance
+		return pool.ProbeResult{}, supervisor.ErrUnknownInstance
 	}
 	return pool.ProbeResult{}, fmt.Errorf("%w: instance w1 has 1 turns in flight", pool.ErrBusy)
 }
@@ -49,7 +50,7 @@ func (f *fakePool) Probe(_ context.Context, name string) (pool.ProbeResult, erro
 type fakeHolders struct{ url string }
 
 func (h fakeHolders) Holder(string) (bool, string) { return false, h.url }
-func (h fakeHolders) ID() string                  { return "r1" }
+func (h fakeHolders) ID() string                   { return "r1" }
 
 // adminServer serves the /internal API as main wires it, with body timeout
 // bodyTimeout; holders, when set, makes it a replica that holds nothing.
@@ -57,7 +58,7 @@ func adminServer(t *testing.T, holders Holders, bodyTimeout time.Duration) (*htt
 	t.Helper()
 	gin.SetMode(gin.TestMode)
 	p := &fakePool{}
-	a := New(Config{AdminToken: "adm", BodyTimeout: bodyTimeout}, p, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	a := New(Config{AdminToken: "adm", BodyTimeout: bodyTimeout}, p, p, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	if holders != nil {
 		a.SetCluster(holders, "cluster-secret", true)
 	}

@@ -14,14 +14,14 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/login"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // LoginService is what the admin API needs of the login runner
 // (*login.Runner).
 type LoginService interface {
 	// Start starts a login now unless one runs, and returns its status.
-	Start(t pool.LoginTarget) login.Status
+	Start(t supervisor.LoginTarget) login.Status
 	// Status returns one instance's login status.
 	Status(instance string) (login.Status, bool)
 	// All returns every instance's login status, by name.
@@ -31,13 +31,13 @@ type LoginService interface {
 	Screenshot(instance string) ([]byte, error)
 }
 
-// LoginTargets finds instances for the login endpoints (*pool.Pool).
+// LoginTargets finds instances for the login endpoints (*supervisor.Supervisor).
 type LoginTargets interface {
 	// LoginTarget returns the named instance's login target, or
-	// pool.ErrUnknownInstance.
-	LoginTarget(name string) (pool.LoginTarget, error)
+	// supervisor.ErrUnknownInstance.
+	LoginTarget(name string) (supervisor.LoginTarget, error)
 	// LoginPort returns the port of the instance's login callback (0 when
-	// it is not running), or pool.ErrUnknownInstance.
+	// it is not running), or supervisor.ErrUnknownInstance.
 	LoginPort(name string) (int, error)
 	// Names lists every instance, in config order.
 	Names() []string
@@ -69,21 +69,21 @@ type loginAPI struct {
 
 // target resolves the instance named in the query or path, or writes the
 // error (400 when none is named, 404 naming an unknown one).
-func (h *loginAPI) target(c *gin.Context, name string) (pool.LoginTarget, bool) {
+func (h *loginAPI) target(c *gin.Context, name string) (supervisor.LoginTarget, bool) {
 	if name == "" {
 		writeError(c, http.StatusBadRequest, CodeBadRequest, "instance is required (?instance=NAME)")
-		return pool.LoginTarget{}, false
+		return supervisor.LoginTarget{}, false
 	}
 	t, err := h.targets.LoginTarget(name)
 	if err != nil {
 		writeInstanceError(c, name, err)
-		return pool.LoginTarget{}, false
+		return supervisor.LoginTarget{}, false
 	}
 	return t, true
 }
 
 func writeInstanceError(c *gin.Context, name string, err error) {
-	if errors.Is(err, pool.ErrUnknownInstance) {
+	if errors.Is(err, supervisor.ErrUnknownInstance) {
 		writeError(c, http.StatusNotFound, CodeUnknownInstance, "unknown instance "+name)
 		return
 	}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/login"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // fakeLogins is a LoginService that records what it was asked.
@@ -30,7 +30,7 @@ type fakeLogins struct {
 	shots   map[string][]byte
 }
 
-func (f *fakeLogins) Start(t pool.LoginTarget) login.Status {
+func (f *fakeLogins) Start(t supervisor.LoginTarget) login.Status {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.started = append(f.started, t.Instance)
@@ -58,11 +58,11 @@ type fakeTargets struct {
 	ports map[string]int
 }
 
-func (f *fakeTargets) LoginTarget(name string) (pool.LoginTarget, error) {
+func (f *fakeTargets) LoginTarget(name string) (supervisor.LoginTarget, error) {
 	if _, ok := f.ports[name]; !ok {
-		return pool.LoginTarget{}, pool.ErrUnknownInstance
+		return supervisor.LoginTarget{}, supervisor.ErrUnknownInstance
 	}
-	return pool.LoginTarget{
+	return supervisor.LoginTarget{
 		Instance: name,
 		LoginURL: func(context.Context) (string, error) {
 			if name == "down" {
@@ -76,7 +76,7 @@ func (f *fakeTargets) LoginTarget(name string) (pool.LoginTarget, error) {
 func (f *fakeTargets) LoginPort(name string) (int, error) {
 	p, ok := f.ports[name]
 	if !ok {
-		return 0, pool.ErrUnknownInstance
+		return 0, supervisor.ErrUnknownInstance
 	}
 	return p, nil
 }

@@ -11,7 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // ModelSource lists one instance's models live.
@@ -34,7 +34,7 @@ func (a *Admin) RegisterStats(r gin.IRouter, limits Limits, models ModelSource) 
 		defer cancel()
 		raw, ms, err := models.InstanceModels(ctx, name)
 		switch {
-		case errors.Is(err, pool.ErrUnknownInstance):
+		case errors.Is(err, supervisor.ErrUnknownInstance):
 			writeError(c, http.StatusNotFound, CodeUnknownInstance, "unknown instance "+name)
 		case errors.Is(err, chat.ErrNoInstance):
 			writeError(c, http.StatusConflict, CodeNotRunning, "instance "+name+" is not running")

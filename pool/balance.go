@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // Balancing: how the replicas split the accounts. Each replica ticks every
@@ -68,7 +70,8 @@ func (c *Cluster) planLocked() plan {
 	if _, ok := c.replicas[c.cfg.ID]; !ok {
 		live++ // our heartbeat did not land yet
 	}
-	n := len(c.pool.workers)
+	names := c.sup.Names()
+	n := len(names)
 	ceil, floor := (n+live-1)/live, n/live
 	p := plan{ceil: ceil, floor: floor, held: len(c.held), releasing: len(c.releasing)}
 	if m := c.cfg.MaxAccounts; m > 0 {
@@ -79,8 +82,7 @@ func (c *Cluster) planLocked() plan {
 	// heartbeats lag one tick behind acquisitions, and trusting them would
 	// move accounts (and cut their sessions) for nothing.
 	held := map[string]int{}
-	for _, w := range c.pool.workers {
-		name := w.cfg.Name
+	for _, name := range names {
 		l := c.leases[name]
 		switch _, mine := c.held[name]; {
 		case l.Holder != "":
@@ -156,9 +158,9 @@ func (c *Cluster) balance(ctx context.Context, wg *sync.WaitGroup) {
 // way, which the move would cut.
 func handOverCost(in InstanceStatus) int {
 	switch in.State {
-	case StateReady:
+	case supervisor.StateReady:
 		return 0
-	case StateNeedsLogin:
+	case supervisor.StateNeedsLogin:
 		return 2
 	default:
 		return 1
@@ -199,16 +201,16 @@ func (c *Cluster) handOver(name string, token int64, receiver string) {
 		attrs = append(attrs, "receiver", receiver)
 	}
 	c.log.Info("handing account over", attrs...)
-	if m := c.pool.metrics; m != nil {
+	if m := c.m; m != nil {
 		m.Handovers.WithLabelValues(name).Inc()
 	}
 	start := time.Now()
-	_ = c.pool.Drain(name)
-	if !c.pool.waitStopped(name, start.Add(c.cfg.DrainTimeout)) {
+	_ = c.sup.Drain(name)
+	if !c.sup.WaitStopped(name, start.Add(c.cfg.DrainTimeout)) {
 		// Turns outlived the drain: cut them, and wait a little for the
 		// worker to go before another replica may start one.
-		_ = c.pool.Stop(name)
-		c.pool.waitStopped(name, time.Now().Add(c.interval()))
+		_ = c.sup.Stop(name)
+		c.sup.WaitStopped(name, time.Now().Add(c.interval()))
 	}
 	c.pool.Fence(name, start) // no new turn here once the lease can pass on
 	ctx, cancel := context.WithTimeout(context.Background(), c.interval())
@@ -222,28 +224,4 @@ func (c *Cluster) handOver(name string, token int64, receiver string) {
 		return
 	}
 	c.log.Debug("lease released", "account", name, "token", token, "after", time.Since(start))
-}
-
-// waitStopped waits until the named worker is stopped, or until deadline,
-// and reports whether it stopped.
-func (p *Pool) waitStopped(name string, deadline time.Time) bool {
-	w, ok := p.byName[name]
-	if !ok {
-		return true
-	}
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	for {
-		p.mu.Lock()
-		st, ch := w.state, p.changed
-		p.mu.Unlock()
-		if st == StateStopped {
-			return true
-		}
-		select {
-		case <-ch:
-		case <-t.C:
-			return false
-		}
-	}
 }

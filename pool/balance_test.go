@@ -8,6 +8,10 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/supervisor/supervisortest"
 )
 
 // balanceTTL is the lease TTL of the field report: every replica ticks every
@@ -20,29 +24,35 @@ var fourAccounts = []string{"acct-1", "acct-2", "acct-3", "acct-4"}
 // a test share one store.
 type replica struct {
 	id      string
+	sup     *supervisor.Supervisor
 	pool    *Pool
+	m       *metrics.Metrics
 	cluster *Cluster
-	logins  *fakeLoginer
+	logins  *supervisortest.Loginer
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
 
-func startReplica(t *testing.T, store ClusterStore, f *fakeWorkers, id string, accounts ...string) *replica {
-	p, _ := fakePool(t, f, true, accounts...)
+func startReplica(t *testing.T, store ClusterStore, f *supervisortest.Workers, id string, accounts ...string) *replica {
+	m := newMetrics()
+	sup := supervisor.New(supervisor.Config{}, fakeConfigs(t, true, accounts...), f, f, m, quiet())
+	p := New(Config{}, sup, m, quiet())
 	c := NewCluster(ClusterConfig{ID: id, URL: "http://" + id, LeaseTTL: balanceTTL, DrainTimeout: time.Second},
-		p, store, p.log)
-	r := &replica{id: id, pool: p, cluster: c, logins: &fakeLoginer{}, done: make(chan struct{})}
-	p.SetLoginer(c.GateLogins(r.logins))
+		sup, p, store, m, quiet())
+	r := &replica{id: id, sup: sup, pool: p, m: m, cluster: c, logins: &supervisortest.Loginer{}, done: make(chan struct{})}
+	sup.SetLoginer(c.GateLogins(r.logins))
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	p.Start(ctx)
+	sup.Start(ctx)
 	go func() { c.Run(ctx); close(r.done) }()
 	return r
 }
 
-// stop shuts the replica down as main does: workers, cluster loop, leases.
+// stop shuts the replica down as main does: turns, workers, cluster loop,
+// leases.
 func (r *replica) stop() {
 	r.pool.Shutdown(context.Background())
+	r.sup.Shutdown()
 	r.cancel()
 	<-r.done
 	r.cluster.Leave(context.Background())
@@ -67,9 +77,9 @@ func (r *replica) held() []string {
 // handedOver returns how many times the replica handed each account over.
 func (r *replica) handedOver(t *testing.T) map[string]int {
 	out := map[string]int{}
-	for _, w := range r.pool.Workers() {
-		if n := counter(t, r.pool.metrics.Handovers, w.Name()); n > 0 {
-			out[w.Name()] = int(n)
+	for _, name := range r.sup.Names() {
+		if n := counter(t, r.m.Handovers, name); n > 0 {
+			out[name] = int(n)
 		}
 	}
 	return out
@@ -104,7 +114,7 @@ func TestClusterRejoinLandsOnTheShortReplica(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				store, f := newFakeCluster(), newFakeWorkers()
+				store, f := newFakeCluster(), supervisortest.New()
 				r1 := startReplica(t, store, f, "r1", fourAccounts...) // ticks at whole multiples of 600 ms
 				time.Sleep(time.Millisecond)
 				r3 := startReplica(t, store, f, "r3", fourAccounts...)
@@ -125,7 +135,7 @@ func TestClusterRejoinLandsOnTheShortReplica(t *testing.T) {
 					t.Fatalf("two ticks after the hand-over r2 holds %v, want the account r1 gave (%v); r1 %v, r3 %v",
 						r2.held(), given, r1.held(), r3.held())
 				}
-				if acct := r2.held()[0]; !usableNow(r2.pool, acct) {
+				if acct := r2.held()[0]; !r2.pool.holds(acct) {
 					t.Errorf("%s is not serving on r2", acct)
 				}
 				spread := [][]string{r1.held(), r2.held(), r3.held()}
@@ -147,7 +157,7 @@ func TestClusterRejoinLandsOnTheShortReplica(t *testing.T) {
 // the account (a move would have cut it).
 func TestClusterFreshStartLogsInOnlyWhatItKeeps(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store, f := newFakeCluster(), newFakeWorkers(fourAccounts...)
+		store, f := newFakeCluster(), supervisortest.New(fourAccounts...)
 		store.closedUntil = time.Now().Add(balanceTTL) // a fresh Redis admits no owner for one TTL
 		var rs []*replica
 		for i, at := range []time.Duration{0, 150 * time.Millisecond, 250 * time.Millisecond} {
@@ -159,13 +169,13 @@ func TestClusterFreshStartLogsInOnlyWhatItKeeps(t *testing.T) {
 		var sizes []int
 		for _, r := range rs {
 			sizes = append(sizes, len(r.held()))
-			for name := range r.logins.asked() {
+			for name := range r.logins.Asked() {
 				if !slices.Contains(r.held(), name) {
 					t.Errorf("%s asked for a login of %s, which it does not keep (holds %v)", r.id, name, r.held())
 				}
 			}
 			for _, name := range r.held() {
-				if _, ok := r.logins.asked()[name]; !ok {
+				if _, ok := r.logins.Asked()[name]; !ok {
 					t.Errorf("%s holds %s, logged out, and asked for no login", r.id, name)
 				}
 			}
@@ -185,12 +195,12 @@ func TestClusterFreshStartLogsInOnlyWhatItKeeps(t *testing.T) {
 // one whose login is under way, and that login goes on.
 func TestClusterHandsOverTheAccountThatNeedsNoLogin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store, f := newFakeCluster(), newFakeWorkers("acct-1")
+		store, f := newFakeCluster(), supervisortest.New("acct-1")
 		r1 := startReplica(t, store, f, "r1", "acct-1", "acct-2")
 		time.Sleep(time.Second)
-		login, ok := r1.logins.asked()["acct-1"]
+		login, ok := r1.logins.Asked()["acct-1"]
 		if !ok || len(r1.held()) != 2 {
-			t.Fatalf("r1 holds %v and asked for logins of %v; want both accounts and acct-1's login", r1.held(), r1.logins.names())
+			t.Fatalf("r1 holds %v and asked for logins of %v; want both accounts and acct-1's login", r1.held(), r1.logins.Names())
 		}
 		r2 := startReplica(t, store, f, "r2", "acct-1", "acct-2")
 		defer stopAll(r1, r2)
@@ -214,7 +224,7 @@ func TestClusterHandsOverTheAccountThatNeedsNoLogin(t *testing.T) {
 // account it logs in might be the one it gives.
 func TestClusterHoldsLoginsWhileItOwesAnAccount(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store, f := newFakeCluster(), newFakeWorkers()
+		store, f := newFakeCluster(), supervisortest.New()
 		r1 := startReplica(t, store, f, "r1", "acct-1", "acct-2") // ticks at whole multiples of 600 ms
 		time.Sleep(time.Second + 100*time.Millisecond)
 		r2 := startReplica(t, store, f, "r2", "acct-1", "acct-2")
@@ -223,65 +233,17 @@ func TestClusterHoldsLoginsWhileItOwesAnAccount(t *testing.T) {
 		// meanwhile, and r1's health checks find it so before r1 settles at
 		// its next tick (1.8 s).
 		time.Sleep(150 * time.Millisecond)
-		f.mu.Lock()
-		f.loggedOut["acct-2"] = true
-		f.mu.Unlock()
+		f.SetLoggedIn("acct-2", false)
 		time.Sleep(400 * time.Millisecond) // 1.75 s
 		if got := r1.handedOver(t); got["acct-1"] != 1 {
 			t.Fatalf("r1 handed over %v, want acct-1", got)
 		}
-		if asked := r1.logins.names(); len(asked) != 0 {
+		if asked := r1.logins.Names(); len(asked) != 0 {
 			t.Errorf("r1 asked for logins of %v while it owed an account", asked)
 		}
 		time.Sleep(time.Second)
-		if asked := r1.logins.names(); !slices.Equal(asked, []string{"acct-2"}) || !slices.Equal(r1.held(), []string{"acct-2"}) {
+		if asked := r1.logins.Names(); !slices.Equal(asked, []string{"acct-2"}) || !slices.Equal(r1.held(), []string{"acct-2"}) {
 			t.Errorf("after the hand-over r1 holds %v and asked for logins of %v; want acct-2 logged in", r1.held(), asked)
 		}
 	})
-}
-
-// TestLoginTargetReleasedOnPurposeOnly: a worker run ended by the supervisor
-// on purpose (drain, stop, restart) closes the Released channel of its
-// login targets, so a login under way is abandoned; a crash does not (the
-// login goes on against the next run, within its attempts).
-func TestLoginTargetReleasedOnPurposeOnly(t *testing.T) {
-	tests := []struct {
-		name string
-		give func(p *Pool, f *fakeWorkers)
-		want bool
-	}{
-		{"drain", func(p *Pool, _ *fakeWorkers) { _ = p.Drain("acct-1") }, true},
-		{"stop", func(p *Pool, _ *fakeWorkers) { _ = p.Stop("acct-1") }, true},
-		{"restart", func(p *Pool, _ *fakeWorkers) { _ = p.Restart("acct-1") }, true},
-		{"crash", func(_ *Pool, f *fakeWorkers) { f.crash("acct-1") }, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				f := newFakeWorkers("acct-1")
-				p, _ := fakePool(t, f, false, "acct-1")
-				logins := &fakeLoginer{}
-				p.SetLoginer(logins)
-				ctx, cancel := context.WithCancel(context.Background())
-				p.Start(ctx)
-				defer func() { p.Shutdown(context.Background()); cancel() }()
-				time.Sleep(time.Second)
-				target, ok := logins.asked()["acct-1"]
-				if !ok || target.Released == nil {
-					t.Fatalf("no login target tied to the worker run (logins asked: %v)", logins.names())
-				}
-				tt.give(p, f)
-				time.Sleep(time.Second)
-				got := false
-				select {
-				case <-target.Released:
-					got = true
-				default:
-				}
-				if got != tt.want {
-					t.Errorf("released = %v, want %v", got, tt.want)
-				}
-			})
-		})
-	}
 }

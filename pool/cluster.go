@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/session"
 )
 
@@ -47,7 +49,9 @@ type ClusterConfig struct {
 // replica serves an account. Only its Run loop changes what it holds.
 type Cluster struct {
 	cfg   ClusterConfig
+	sup   *supervisor.Supervisor
 	pool  *Pool
+	m     *metrics.Metrics
 	store ClusterStore
 	log   *slog.Logger
 
@@ -68,7 +72,7 @@ type heldLease struct {
 
 // NewCluster returns the coordinator for p's accounts. p's workers must be
 // configured Held: the cluster starts the ones it wins.
-func NewCluster(cfg ClusterConfig, p *Pool, store ClusterStore, log *slog.Logger) *Cluster {
+func NewCluster(cfg ClusterConfig, sup *supervisor.Supervisor, p *Pool, store ClusterStore, m *metrics.Metrics, log *slog.Logger) *Cluster {
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = 15 * time.Second
 	}
@@ -77,10 +81,10 @@ func NewCluster(cfg ClusterConfig, p *Pool, store ClusterStore, log *slog.Logger
 	}
 	// No account is leased yet: a worker started by anything but a won
 	// lease (a stray admin restart) must not take turns.
-	for _, w := range p.workers {
-		p.Fence(w.cfg.Name, notLeased)
+	for _, name := range sup.Names() {
+		p.Fence(name, notLeased)
 	}
-	return &Cluster{cfg: cfg, pool: p, store: store, log: log.With("replica", cfg.ID),
+	return &Cluster{cfg: cfg, sup: sup, pool: p, m: m, store: store, log: log.With("replica", cfg.ID),
 		held: map[string]*heldLease{}, leases: map[string]session.Lease{}, replicas: map[string]session.Replica{},
 		releasing: map[string]bool{}}
 }
@@ -185,7 +189,7 @@ func (c *Cluster) enforceFences() {
 	c.mu.Unlock()
 	for _, name := range lost {
 		c.log.Warn("lease not renewed in time: stopping the account's worker", "account", name)
-		_ = c.pool.Stop(name)
+		_ = c.sup.Stop(name)
 	}
 }
 
@@ -200,7 +204,7 @@ func (c *Cluster) heartbeat(ctx context.Context) {
 	c.mu.Unlock()
 	sort.Strings(r.Accounts)
 	for _, in := range snap.Instances {
-		if in.State == StateReady {
+		if in.State == supervisor.StateReady {
 			r.Capacity += in.MaxInFlight
 		}
 	}
@@ -234,7 +238,7 @@ func (c *Cluster) renew(ctx context.Context) {
 			delete(c.held, name)
 			c.mu.Unlock()
 			c.pool.Fence(name, time.Now())
-			_ = c.pool.Stop(name)
+			_ = c.sup.Stop(name)
 		default:
 			// Unreachable store: keep serving until the fence, renewing on
 			// the next tick.
@@ -254,10 +258,7 @@ func (c *Cluster) setValid(name string, h *heldLease, start time.Time) {
 }
 
 func (c *Cluster) refresh(ctx context.Context) error {
-	names := make([]string, 0, len(c.pool.workers))
-	for _, w := range c.pool.workers {
-		names = append(names, w.cfg.Name)
-	}
+	names := c.sup.Names()
 	leases, err := c.store.Leases(ctx, names)
 	if err != nil {
 		return err
@@ -291,7 +292,7 @@ func (c *Cluster) acquire(ctx context.Context, name string) {
 	c.mu.Unlock()
 	c.setValid(name, h, start)
 	c.log.Info("lease acquired: starting the account's worker", "account", name, "token", l.Token)
-	_ = c.pool.Restart(name)
+	_ = c.sup.Restart(name)
 }
 
 // Holder reports whether this replica holds the account's lease now (and

@@ -128,29 +128,23 @@ func (f *fakeCluster) LeaveCluster(_ context.Context, id string) error {
 
 var _ ClusterStore = (*fakeCluster)(nil)
 
-func usableNow(p *Pool, name string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.byName[name].usable()
-}
-
 func TestClusterFencesWhenTheStoreIsGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := testPool(t, Config{}, "a", "b")
+		p, sup, _ := testPool(t, Config{}, "a", "b")
 		store := newFakeCluster()
-		c := NewCluster(ClusterConfig{ID: "r1", LeaseTTL: 5 * time.Second}, p, store, p.log)
+		c := NewCluster(ClusterConfig{ID: "r1", LeaseTTL: 5 * time.Second}, sup, p, store, nil, p.log)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { c.Run(ctx); close(done) }()
 		time.Sleep(time.Second)
-		if held := c.Status().Held; len(held) != 2 || !usableNow(p, "a") {
+		if held := c.Status().Held; len(held) != 2 || !p.holds("a") {
 			t.Fatalf("held %v, want both accounts in use", held)
 		}
 		store.setDown(true)
 		lastRenewal := time.Now()
 		// The replica must stop trusting its leases before they can expire
 		// in the store (5s after the last renewal).
-		for usableNow(p, "a") || usableNow(p, "b") {
+		for p.holds("a") || p.holds("b") {
 			time.Sleep(10 * time.Millisecond)
 		}
 		if d := time.Since(lastRenewal); d >= 5*time.Second {
@@ -167,9 +161,9 @@ func TestClusterFencesWhenTheStoreIsGone(t *testing.T) {
 
 func TestClusterHandsAnAccountToALateReplica(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := testPool(t, Config{}, "a", "b")
+		p, sup, _ := testPool(t, Config{}, "a", "b")
 		store := newFakeCluster()
-		c := NewCluster(ClusterConfig{ID: "r1", LeaseTTL: 5 * time.Second, DrainTimeout: time.Second}, p, store, p.log)
+		c := NewCluster(ClusterConfig{ID: "r1", LeaseTTL: 5 * time.Second, DrainTimeout: time.Second}, sup, p, store, nil, p.log)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { c.Run(ctx); close(done) }()

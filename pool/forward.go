@@ -65,14 +65,3 @@ func (r *Router) forwardRemote(ctx context.Context, rq *request) bool {
 	}
 	return true
 }
-
-// holds reports whether the named instance runs on this replica now.
-func (p *Pool) holds(name string) bool {
-	w, ok := p.byName[name]
-	if !ok {
-		return false
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return w.usable()
-}

@@ -1,5 +1,7 @@
 package pool
 
+import "github.com/poolgate/poolgate/pool/supervisor"
+
 // Automatic logins in a cluster. A login drives a browser for tens of
 // seconds and an upstream may lock an account that fails too many; one
 // started on an account that the next balance hands over is cut halfway and
@@ -13,14 +15,16 @@ package pool
 // over, and its last balance found nothing to give away. The supervisor
 // asks again at every health check while the worker is logged out, so a
 // login held back starts within one health interval of the replica settling.
-func (c *Cluster) GateLogins(l Loginer) Loginer { return gatedLoginer{c: c, next: l} }
+func (c *Cluster) GateLogins(l supervisor.Loginer) supervisor.Loginer {
+	return gatedLoginer{c: c, next: l}
+}
 
 type gatedLoginer struct {
 	c    *Cluster
-	next Loginer
+	next supervisor.Loginer
 }
 
-func (g gatedLoginer) Ensure(t LoginTarget) {
+func (g gatedLoginer) Ensure(t supervisor.LoginTarget) {
 	if g.c.keeps(t.Instance) {
 		g.next.Ensure(t)
 	}

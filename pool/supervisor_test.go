@@ -16,10 +16,12 @@ import (
 	"github.com/poolgate/poolgate/internal/tokens"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/lingma"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // fixture is a pool of real simworker processes under the real supervisor.
 type fixture struct {
+	sup    *supervisor.Supervisor
 	pool   *pool.Pool
 	router *pool.Router
 	cancel context.CancelFunc
@@ -33,25 +35,27 @@ func quietLog() *slog.Logger {
 }
 
 // fastWorker returns a worker config with test-speed timings.
-func fastWorker(t *testing.T, name string) pool.WorkerConfig {
-	return pool.WorkerConfig{Name: name, Account: pool.Account{Name: name, Env: []string{"SIMWORKER_ACCOUNTS=u-" + name + ":pw"}},
+func fastWorker(t *testing.T, name string) supervisor.WorkerConfig {
+	return supervisor.WorkerConfig{Name: name, Account: supervisor.Account{Name: name, Env: []string{"SIMWORKER_ACCOUNTS=u-" + name + ":pw"}},
 		WorkDir: t.TempDir(), StartTimeout: 10 * time.Second, HealthInterval: 200 * time.Millisecond,
 		HealthTimeout: time.Second, BackoffMin: 100 * time.Millisecond, BackoffMax: time.Second, StopGrace: 2 * time.Second}
 }
 
-func startPool(t *testing.T, command []string, cfg pool.Config, workers ...pool.WorkerConfig) *fixture {
+func startPool(t *testing.T, command []string, cfg pool.Config, scfg supervisor.Config, workers ...supervisor.WorkerConfig) *fixture {
 	t.Helper()
 	drv := lingma.New(lingma.Config{Command: command, ExtraArgs: []string{"--logged-in"}})
-	launcher := &pool.ExecLauncher{}
-	p := pool.New(cfg, workers, drv, launcher, nil, quietLog())
+	launcher := &supervisor.ExecLauncher{}
+	sup := supervisor.New(scfg, workers, drv, launcher, nil, quietLog())
+	p := pool.New(cfg, sup, nil, quietLog())
 	ctx, cancel := context.WithCancel(context.Background())
-	p.Start(ctx)
-	f := &fixture{pool: p, cancel: cancel,
+	sup.Start(ctx)
+	f := &fixture{sup: sup, pool: p, cancel: cancel,
 		router: pool.NewRouter(pool.RouterConfig{Retries: 2, Count: tokens.Count}, p, nil, nil, quietLog())}
 	t.Cleanup(func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer scancel()
 		p.Shutdown(sctx)
+		sup.Shutdown()
 		cancel()
 		f.router.Wait()
 		launcher.Close()
@@ -63,7 +67,7 @@ func simCommand(t *testing.T) []string { return []string{testenv.PoolgateBin(t),
 
 func allReady(p *pool.Pool) bool {
 	for _, in := range p.Snapshot().Instances {
-		if in.State != pool.StateReady {
+		if in.State != supervisor.StateReady {
 			return false
 		}
 	}
@@ -93,7 +97,7 @@ func ask(t *testing.T, r *pool.Router, prompt string, stream bool) (string, erro
 func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 
 func TestPoolServesAndReplacesAKilledWorker(t *testing.T) {
-	f := startPool(t, simCommand(t), pool.Config{}, fastWorker(t, "w1"), fastWorker(t, "w2"))
+	f := startPool(t, simCommand(t), pool.Config{}, supervisor.Config{}, fastWorker(t, "w1"), fastWorker(t, "w2"))
 	testenv.WaitFor(t, 20*time.Second, "two ready instances", func() bool { return allReady(f.pool) })
 
 	for _, stream := range []bool{false, true} {
@@ -110,10 +114,10 @@ func TestPoolServesAndReplacesAKilledWorker(t *testing.T) {
 	if err := syscall.Kill(old.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 5*time.Second, "w1 out of rotation", func() bool { return instanceOf(f.pool, "w1").State != pool.StateReady })
+	testenv.WaitFor(t, 5*time.Second, "w1 out of rotation", func() bool { return instanceOf(f.pool, "w1").State != supervisor.StateReady })
 	testenv.WaitFor(t, 10*time.Second, "w1 back with a new pid", func() bool {
 		in := instanceOf(f.pool, "w1")
-		return in.State == pool.StateReady && in.PID != 0 && in.PID != old.PID
+		return in.State == supervisor.StateReady && in.PID != 0 && in.PID != old.PID
 	})
 	if in := instanceOf(f.pool, "w1"); in.Restarts < 1 {
 		t.Errorf("restarts = %d after a kill, want >= 1", in.Restarts)
@@ -124,10 +128,10 @@ func TestPoolServesAndReplacesAKilledWorker(t *testing.T) {
 }
 
 func TestMissingBinaryBacksOffWithAClearError(t *testing.T) {
-	f := startPool(t, []string{"/nonexistent/lingma-worker"}, pool.Config{NoInstanceWait: 300 * time.Millisecond}, fastWorker(t, "w1"))
+	f := startPool(t, []string{"/nonexistent/lingma-worker"}, pool.Config{NoInstanceWait: 300 * time.Millisecond}, supervisor.Config{}, fastWorker(t, "w1"))
 	testenv.WaitFor(t, 5*time.Second, "backoff with an error", func() bool {
 		in := instanceOf(f.pool, "w1")
-		return in.State == pool.StateBackoff && strings.Contains(in.LastError, "POOLGATE_WORKER_BIN")
+		return in.State == supervisor.StateBackoff && strings.Contains(in.LastError, "POOLGATE_WORKER_BIN")
 	})
 	time.Sleep(3 * time.Second)
 	// Backoff doubles from 100ms to a 1s cap: about 5 tries in 3s, never a hot loop.
@@ -143,7 +147,7 @@ func TestWorkerThatNeverGetsReadyIsKilledAndRetried(t *testing.T) {
 	wc := fastWorker(t, "w1")
 	wc.StartTimeout = time.Second
 	// A process that runs but never listens: sh ignores the worker arguments.
-	f := startPool(t, []string{"sh", "-c", "sleep 60", "sh"}, pool.Config{}, wc)
+	f := startPool(t, []string{"sh", "-c", "sleep 60", "sh"}, pool.Config{}, supervisor.Config{}, wc)
 	var pid int
 	testenv.WaitFor(t, 5*time.Second, "a started pid", func() bool {
 		pid = instanceOf(f.pool, "w1").PID
@@ -156,7 +160,7 @@ func TestWorkerThatNeverGetsReadyIsKilledAndRetried(t *testing.T) {
 }
 
 func TestShutdownLeavesNoProcess(t *testing.T) {
-	f := startPool(t, simCommand(t), pool.Config{}, fastWorker(t, "w1"), fastWorker(t, "w2"))
+	f := startPool(t, simCommand(t), pool.Config{}, supervisor.Config{}, fastWorker(t, "w1"), fastWorker(t, "w2"))
 	testenv.WaitFor(t, 20*time.Second, "two ready instances", func() bool { return allReady(f.pool) })
 	var pids []int
 	for _, in := range f.pool.Snapshot().Instances {
@@ -165,20 +169,21 @@ func TestShutdownLeavesNoProcess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	f.pool.Shutdown(ctx)
+	f.sup.Shutdown()
 	for _, pid := range pids {
 		if err := syscall.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {
 			t.Errorf("process group %d still exists after shutdown (kill -0: %v)", pid, err)
 		}
 	}
 	for _, in := range f.pool.Snapshot().Instances {
-		if in.State != pool.StateStopped {
+		if in.State != supervisor.StateStopped {
 			t.Errorf("%s is %s after shutdown, want stopped", in.Name, in.State)
 		}
 	}
 }
 
 func TestNonStreamTurnSurvivesAWorkerKilledMidTurn(t *testing.T) {
-	f := startPool(t, simCommand(t), pool.Config{}, fastWorker(t, "w1"), fastWorker(t, "w2"))
+	f := startPool(t, simCommand(t), pool.Config{}, supervisor.Config{}, fastWorker(t, "w1"), fastWorker(t, "w2"))
 	testenv.WaitFor(t, 20*time.Second, "two ready instances", func() bool { return allReady(f.pool) })
 	done := make(chan error, 1)
 	var got string
@@ -218,7 +223,7 @@ func instanceOf(p *pool.Pool, name string) pool.InstanceStatus {
 // is not lost behind the drain: the worker stops at once, cutting the turn,
 // instead of waiting out the drain.
 func TestStopDuringDrainIsNotLost(t *testing.T) {
-	f := startPool(t, simCommand(t), pool.Config{DrainTimeout: time.Minute}, fastWorker(t, "w1"))
+	f := startPool(t, simCommand(t), pool.Config{}, supervisor.Config{DrainTimeout: time.Minute}, fastWorker(t, "w1"))
 	testenv.WaitFor(t, 15*time.Second, "ready", func() bool { return allReady(f.pool) })
 	turn := make(chan error, 1)
 	go func() {
@@ -229,19 +234,19 @@ func TestStopDuringDrainIsNotLost(t *testing.T) {
 		in, _ := f.pool.Snapshot().Instance("w1")
 		return in.InFlight == 1
 	})
-	if err := f.pool.Drain("w1"); err != nil {
+	if err := f.sup.Drain("w1"); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 5*time.Second, "draining", func() bool {
 		in, _ := f.pool.Snapshot().Instance("w1")
-		return in.State == pool.StateDraining
+		return in.State == supervisor.StateDraining
 	})
-	if err := f.pool.Stop("w1"); err != nil {
+	if err := f.sup.Stop("w1"); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 10*time.Second, "stopped before the turn or the drain ended", func() bool {
 		in, _ := f.pool.Snapshot().Instance("w1")
-		return in.State == pool.StateStopped
+		return in.State == supervisor.StateStopped
 	})
 	if err := <-turn; err == nil {
 		t.Error("the turn survived a hard stop")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 func newBundleKey(t *testing.T) string {
@@ -74,7 +75,7 @@ func TestExportImportBetweenDaemons(t *testing.T) {
 		a.GetJSON(t, "/internal/pool", "adm", &s)
 		var sb pool.Snapshot
 		b.GetJSON(t, "/internal/pool", "adm", &sb)
-		if len(s.Instances) == 2 && s.Instances[0].State == pool.StateReady && sb.Instances[0].State == pool.StateNeedsLogin {
+		if len(s.Instances) == 2 && s.Instances[0].State == supervisor.StateReady && sb.Instances[0].State == supervisor.StateNeedsLogin {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -109,7 +110,7 @@ func TestExportImportBetweenDaemons(t *testing.T) {
 	for {
 		var sb pool.Snapshot
 		b.GetJSON(t, "/internal/pool", "adm", &sb)
-		if sb.Instances[0].State == pool.StateReady {
+		if sb.Instances[0].State == supervisor.StateReady {
 			break
 		}
 		if time.Now().After(deadline) {

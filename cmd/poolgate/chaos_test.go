@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // simAccounts configures n simulated accounts that start logged in; extra
@@ -42,7 +42,7 @@ func simAccounts(n int, extra map[int][]string) []string {
 func readyInstances(t *testing.T, d *testenv.Daemon) []pool.InstanceStatus {
 	var ready []pool.InstanceStatus
 	for _, in := range poolState(t, d, "").Instances {
-		if in.State == pool.StateReady && in.PID > 0 {
+		if in.State == supervisor.StateReady && in.PID > 0 {
 			ready = append(ready, in)
 		}
 	}
@@ -221,7 +221,7 @@ func TestRateLimitedInstanceCoolsDownAndComesBack(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		in := poolState(t, d, "").Instances[0]
-		if in.CooldownUntil == nil && in.State == pool.StateReady {
+		if in.CooldownUntil == nil && in.State == supervisor.StateReady {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -291,7 +291,7 @@ func TestMetricsContract(t *testing.T) {
 				_ = json.NewDecoder(resp.Body).Decode(&s)
 				resp.Body.Close()
 			}
-			if len(s.Instances) == 2 && s.Instances[0].State == pool.StateReady && s.Instances[1].State == pool.StateReady {
+			if len(s.Instances) == 2 && s.Instances[0].State == supervisor.StateReady && s.Instances[1].State == supervisor.StateReady {
 				return
 			}
 			if time.Now().After(deadline) {

@@ -18,6 +18,7 @@ import (
 	"github.com/poolgate/poolgate/deploy"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // scale is three replicas sharing four accounts and one Redis, behind
@@ -162,7 +163,7 @@ func (s *scale) readyOn() map[string][]int {
 		var snap pool.Snapshot
 		_ = jsonDecode(resp, &snap)
 		for _, in := range snap.Instances {
-			if in.State == pool.StateReady {
+			if in.State == supervisor.StateReady {
 				out[in.Name] = append(out[in.Name], i)
 			}
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // These tests run the real binary with its default pool: two simulated
@@ -46,7 +47,7 @@ func TestDefaultPoolServesTheSDKAndShutsDownClean(t *testing.T) {
 		snap = poolState(t, d, "")
 		ready := 0
 		for _, in := range snap.Instances {
-			if in.State == pool.StateReady && in.PID > 0 {
+			if in.State == supervisor.StateReady && in.PID > 0 {
 				ready++
 			}
 		}
@@ -264,7 +265,7 @@ func TestDrainAndRestart(t *testing.T) {
 		d.GetJSON(t, "/internal/pool", "adm", &s)
 		return s.Instances[0]
 	}
-	waitState := func(want pool.State, within time.Duration) pool.InstanceStatus {
+	waitState := func(want supervisor.State, within time.Duration) pool.InstanceStatus {
 		t.Helper()
 		deadline := time.Now().Add(within)
 		for {
@@ -278,7 +279,7 @@ func TestDrainAndRestart(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	waitState(pool.StateReady, 15*time.Second)
+	waitState(supervisor.StateReady, 15*time.Second)
 	// A slow turn is running when the drain starts: it is never cut.
 	done := make(chan error, 1)
 	go func() {
@@ -297,7 +298,7 @@ func TestDrainAndRestart(t *testing.T) {
 		t.Fatalf("drain: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	stopped := waitState(pool.StateStopped, 15*time.Second)
+	stopped := waitState(supervisor.StateStopped, 15*time.Second)
 	if stopped.PID != 0 {
 		t.Errorf("stopped instance still has pid %d", stopped.PID)
 	}
@@ -310,5 +311,5 @@ func TestDrainAndRestart(t *testing.T) {
 		t.Fatalf("restart: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	waitState(pool.StateReady, 15*time.Second)
+	waitState(supervisor.StateReady, 15*time.Second)
 }

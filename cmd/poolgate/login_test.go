@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 type loginStatus struct {
@@ -91,7 +91,7 @@ func TestAutoLoginThenServeAndReloginAfterLogout(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	for _, in := range poolState(t, d, "").Instances {
-		if in.State != pool.StateReady {
+		if in.State != supervisor.StateReady {
 			t.Errorf("%s is %s", in.Name, in.State)
 		}
 	}

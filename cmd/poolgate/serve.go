@@ -32,6 +32,7 @@ import (
 	"github.com/poolgate/poolgate/internal/tokens"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/session"
 )
 
@@ -80,8 +81,9 @@ func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 type app struct {
 	cfg      config.Config
 	log      *slog.Logger
+	sup      *supervisor.Supervisor
 	pool     *pool.Pool
-	launcher *pool.ExecLauncher
+	launcher *supervisor.ExecLauncher
 	router   *pool.Router
 	cluster  *pool.Cluster // nil on a single node
 	login    *login.Runner // nil without Chromium
@@ -116,9 +118,10 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	for i := range workers {
 		workers[i].Held = clustered // a replica runs only the accounts it leases
 	}
-	a := &app{cfg: cfg, log: log, launcher: &pool.ExecLauncher{Env: childEnv(environ)}}
+	a := &app{cfg: cfg, log: log, launcher: &supervisor.ExecLauncher{Env: childEnv(environ)}}
+	a.sup = supervisor.New(supervisor.Config{}, workers, driver, a.launcher, m, log)
 	a.pool = pool.New(pool.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
-		workers, driver, a.launcher, m, log)
+		a.sup, m, log)
 	onEvict := func(s session.Affinity) { a.router.DeleteSession(pool.Affinity(s)) }
 	if a.store, err = openStore(cfg, m, onEvict, log); err != nil {
 		return nil, err
@@ -142,12 +145,12 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 			return nil, errors.New("clustering needs the Redis store")
 		}
 		a.cluster = pool.NewCluster(pool.ClusterConfig{ID: replicaID(cfg.ReplicaID), URL: cfg.AdvertiseURL,
-			LeaseTTL: cfg.LeaseTTL, MaxAccounts: cfg.MaxAccountsPerReplica}, a.pool, cs, log)
+			LeaseTTL: cfg.LeaseTTL, MaxAccounts: cfg.MaxAccountsPerReplica}, a.sup, a.pool, cs, m, log)
 		a.router.SetRemote(a.cluster)
 		if a.login != nil && cfg.AutoLogin {
 			// Logins only for the accounts this replica keeps: a hand-over
 			// would cut one halfway.
-			a.pool.SetLoginer(a.cluster.GateLogins(a.login))
+			a.sup.SetLoginer(a.cluster.GateLogins(a.login))
 		}
 		ready = clusterReadiness{a.pool, a.cluster}
 	}
@@ -178,7 +181,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	engine := handlers.New(hcfg, protocols, m, log)
 	adm := admin.New(admin.Config{AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys, MetricsToken: cfg.MetricsToken,
 		MetricsPublic: cfg.MetricsPublic, BodyTimeout: cfg.BodyTimeout, BundleImportPlain: cfg.BundleImportPlain},
-		adminPool{a.pool, ready}, reg, log)
+		adminPool{a.pool, ready}, a.sup, reg, log)
 	adm.RegisterProbes(engine)
 	a.api = httpServer(cfg.Listen, engine)
 	adminEngine := engine
@@ -199,7 +202,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	}
 	internal := adm.Register(adminEngine)
 	adm.RegisterSession(internal, a.store)
-	adm.RegisterStats(internal, admin.Limits{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue}, a.pool)
+	adm.RegisterStats(internal, admin.Limits{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue}, a.sup)
 	if a.cluster != nil {
 		adm.RegisterCluster(internal, a.cluster)
 	}
@@ -207,7 +210,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	if a.login != nil {
 		svc = a.login // never a typed nil
 	}
-	admin.RegisterLogin(internal, svc, a.pool, log)
+	admin.RegisterLogin(internal, svc, a.sup, log)
 	adm.RegisterBundles(internal, a.bundles)
 	adm.RegisterDashboard(adminEngine)
 }
@@ -323,7 +326,7 @@ func (a *app) run(ctx context.Context) error {
 	}
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRun()
-	a.pool.Start(runCtx)
+	a.sup.Start(runCtx)
 	var bg sync.WaitGroup
 	bg.Go(func() { a.store.Run(runCtx) })
 	if a.cluster != nil {
@@ -334,7 +337,7 @@ func (a *app) run(ctx context.Context) error {
 	if a.admin != nil {
 		go func() { errc <- a.admin.Serve(adminLis) }()
 	}
-	a.log.Info("poolgate listening", "addr", lis.Addr().String(), "accounts", len(a.pool.Workers()),
+	a.log.Info("poolgate listening", "addr", lis.Addr().String(), "accounts", a.pool.Size(),
 		"store", storeName(a.cfg), "admin", strings.TrimSpace(a.cfg.AdminListen))
 	var serveErr error
 	select {
@@ -349,7 +352,8 @@ func (a *app) run(ctx context.Context) error {
 	}
 	done := make(chan struct{})
 	go func() {
-		a.pool.Shutdown(grace)
+		a.pool.Shutdown(grace) // turns in flight finish within the grace
+		a.sup.Shutdown()
 		close(done)
 	}()
 	for _, srv := range []*http.Server{a.api, a.admin} {

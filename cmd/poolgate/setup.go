@@ -20,6 +20,7 @@ import (
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/lingma"
 	"github.com/poolgate/poolgate/pool/modelserver"
+	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/session"
 )
 
@@ -66,13 +67,13 @@ func (a *app) setupBundles() error {
 		// worker starts, which is when the first bundle is saved.
 		bcfg.Token = func(account string) (int64, bool) { return a.cluster.Token(account) }
 	}
-	a.bundles = bundles.New(bcfg, a.pool, a.store, a.log.With("component", "bundles"))
-	a.pool.SetHooks(pool.Hooks{
-		PreStart: func(ctx context.Context, t pool.LoginTarget) error {
+	a.bundles = bundles.New(bcfg, bundleHomes{a.sup}, a.store, a.log.With("component", "bundles"))
+	a.sup.SetHooks(supervisor.Hooks{
+		PreStart: func(ctx context.Context, t supervisor.LoginTarget) error {
 			_, err := a.bundles.Restore(ctx, t.Account.Name, t.WorkDir)
 			return err
 		},
-		Ready: func(ctx context.Context, t pool.LoginTarget) {
+		Ready: func(ctx context.Context, t supervisor.LoginTarget) {
 			// A worker may still be writing its credentials right after the
 			// login is confirmed: save them a moment later.
 			select {
@@ -87,6 +88,21 @@ func (a *app) setupBundles() error {
 	})
 	return nil
 }
+
+// bundleHomes tells the bundle service where the supervisor's instances
+// keep their credentials.
+type bundleHomes struct{ sup *supervisor.Supervisor }
+
+func (h bundleHomes) Home(name string) (bundles.Home, error) {
+	w, ok := h.sup.Worker(name)
+	if !ok {
+		return bundles.Home{}, fmt.Errorf("instance %s: %w", name, supervisor.ErrUnknownInstance)
+	}
+	return bundles.Home{Account: w.Account(), Username: w.Username(), WorkDir: w.WorkDir(),
+		LoggedOut: w.Status().State == supervisor.StateNeedsLogin}, nil
+}
+
+func (h bundleHomes) Restart(name string) error { return h.sup.Restart(name) }
 
 // decodeBundle accepts a bundle as exported (the JSON of the export
 // endpoint) or as its bare base64.
@@ -131,7 +147,7 @@ func (a *app) setupLogin(m *metrics.Metrics, getenv func(string) string, env []s
 	}
 	a.login = r
 	if cfg.AutoLogin {
-		a.pool.SetLoginer(r)
+		a.sup.SetLoginer(r)
 	}
 	return nil
 }
@@ -165,7 +181,7 @@ func toolPolicy(cfg config.Config) pool.ToolPolicy {
 // workerSetup builds the driver and one worker config per account. With no
 // worker binary configured, the pool runs this executable's simworker; with
 // no accounts either, two simulated accounts that start logged in.
-func workerSetup(cfg config.Config, log *slog.Logger) (pool.Driver, []pool.WorkerConfig, error) {
+func workerSetup(cfg config.Config, log *slog.Logger) (supervisor.Driver, []supervisor.WorkerConfig, error) {
 	// prefix starts the worker binary; extra follows the driver's own
 	// arguments (for the openai driver, the whole template is prefix+extra).
 	prefix, extra := []string{cfg.WorkerBin}, cfg.WorkerArgs
@@ -190,7 +206,7 @@ func workerSetup(cfg config.Config, log *slog.Logger) (pool.Driver, []pool.Worke
 	if len(accounts) == 0 {
 		return nil, nil, errors.New("no accounts: set POOLGATE_ACCOUNTS (a JSON list of {name, username, password}) or POOLGATE_ACCOUNTS_FILE")
 	}
-	var driver pool.Driver
+	var driver supervisor.Driver
 	switch cfg.Driver {
 	case "openai":
 		template := append(append([]string(nil), prefix...), extra...)
@@ -201,9 +217,9 @@ func workerSetup(cfg config.Config, log *slog.Logger) (pool.Driver, []pool.Worke
 			Mode: cfg.LingmaAskMode, ToolMode: cfg.LingmaToolMode, DedicatedDomain: cfg.LingmaDedicatedDomain,
 			Logger: log.With("component", "lingma")})
 	}
-	workers := make([]pool.WorkerConfig, 0, len(accounts))
+	workers := make([]supervisor.WorkerConfig, 0, len(accounts))
 	for _, acct := range accounts {
-		workers = append(workers, pool.WorkerConfig{
+		workers = append(workers, supervisor.WorkerConfig{
 			Name:           acct.Name,
 			Account:        poolAccount(acct, cfg.WorkerBin == ""),
 			WorkDir:        filepath.Join(cfg.DataDir, "workers", acct.Name),
@@ -222,7 +238,7 @@ func workerSetup(cfg config.Config, log *slog.Logger) (pool.Driver, []pool.Worke
 // poolAccount converts a configured account. Its process gets the account's
 // own env entries, and the bundled simulator (only it) its credentials in
 // SIMWORKER_ACCOUNTS, which is how it knows whom to let log in.
-func poolAccount(acct config.Account, sim bool) pool.Account {
+func poolAccount(acct config.Account, sim bool) supervisor.Account {
 	var env []string
 	if sim {
 		env = append(env, "SIMWORKER_ACCOUNTS="+acct.Username+":"+acct.Password)
@@ -235,5 +251,5 @@ func poolAccount(acct config.Account, sim bool) pool.Account {
 	for _, k := range keys {
 		env = append(env, k+"="+acct.Env[k])
 	}
-	return pool.Account{Name: acct.Name, Username: acct.Username, Password: acct.Password, Env: env, Args: acct.Args}
+	return supervisor.Account{Name: acct.Name, Username: acct.Username, Password: acct.Password, Env: env, Args: acct.Args}
 }

@@ -1,7 +1,7 @@
 // Package bundles moves session bundles between workers, the session store
-// and the admin API. It sits between pool (whose workers own the work dirs)
-// and session (which packs, seals, verifies and installs bundles and stores
-// them): main wires a Service into the admin endpoints (Export, Import), the
+// and the admin API. It sits between the supervisor (whose workers own the
+// work dirs, reached through Instances) and session (which packs, seals,
+// verifies and installs bundles and stores them): main wires a Service into the admin endpoints (Export, Import), the
 // worker's pre-start hook (Restore) and the login runner's success hook
 // (Saved).
 package bundles
@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/session"
 )
 
@@ -42,14 +41,26 @@ type Config struct {
 	Token func(account string) (int64, bool)
 }
 
-// PoolLike is what the service needs of the pool (*pool.Pool).
-type PoolLike interface {
-	// Worker returns the named instance.
-	Worker(name string) (*pool.Worker, bool)
-	// Restart restarts the named instance, or returns pool.ErrUnknownInstance.
+// Instances is what the service needs of the supervisor: where an instance
+// keeps its credentials, and a restart onto new ones.
+type Instances interface {
+	// Home describes the named instance; an error (wrapping
+	// supervisor.ErrUnknownInstance) when there is none.
+	Home(name string) (Home, error)
+	// Restart restarts the named instance.
 	Restart(name string) error
-	// Snapshot tells each instance's state.
-	Snapshot() pool.Snapshot
+}
+
+// Home is where an instance keeps its credentials.
+type Home struct {
+	// Account is the account the instance runs as; Username its login name.
+	Account  string
+	Username string
+	// WorkDir is the worker's directory, which holds the credential dir.
+	WorkDir string
+	// LoggedOut: the worker says it needs a login, so it has nothing to
+	// export.
+	LoggedOut bool
 }
 
 // StoreLike keeps sealed bundles by account (*session.Memory, *session.Redis).
@@ -60,7 +71,6 @@ type StoreLike interface {
 }
 
 var (
-	_ PoolLike  = (*pool.Pool)(nil)
 	_ StoreLike = (*session.Memory)(nil)
 	_ StoreLike = (*session.Redis)(nil)
 )
@@ -68,19 +78,18 @@ var (
 // Service exports, imports, saves and restores session bundles. It is safe
 // for concurrent use; installs are serialised.
 type Service struct {
-	cfg     Config
-	pool    PoolLike
-	storage StoreLike
-	log     *slog.Logger
+	cfg       Config
+	instances Instances
+	storage   StoreLike
+	log       *slog.Logger
 
-	mu     sync.Mutex // serialises work dir changes
-	noKey  sync.Once
-	noPool bool
+	mu    sync.Mutex // serialises work dir changes
+	noKey sync.Once
 }
 
-// New returns a bundle service. pool may be nil when only Restore and Saved
-// are used.
-func New(cfg Config, p PoolLike, store StoreLike, log *slog.Logger) *Service {
+// New returns a bundle service. instances may be nil when only Restore and
+// Saved are used.
+func New(cfg Config, instances Instances, store StoreLike, log *slog.Logger) *Service {
 	if cfg.Spec.Dir == "" {
 		cfg.Spec = session.LingmaSpec()
 	}
@@ -90,67 +99,54 @@ func New(cfg Config, p PoolLike, store StoreLike, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{cfg: cfg, pool: p, storage: store, log: log, noPool: p == nil}
+	return &Service{cfg: cfg, instances: instances, storage: store, log: log}
 }
 
 // Enabled reports whether a bundle key is configured.
 func (s *Service) Enabled() bool { return len(s.cfg.Key) > 0 }
 
-// worker finds the named instance.
-func (s *Service) worker(instance string) (*pool.Worker, error) {
-	if s.noPool {
-		return nil, fmt.Errorf("instance %s: %w", instance, pool.ErrUnknownInstance)
+// home finds the named instance.
+func (s *Service) home(instance string) (Home, error) {
+	if s.instances == nil {
+		return Home{}, fmt.Errorf("instance %s: this service serves no instances", instance)
 	}
-	w, ok := s.pool.Worker(instance)
-	if !ok {
-		return nil, fmt.Errorf("instance %s: %w", instance, pool.ErrUnknownInstance)
-	}
-	return w, nil
-}
-
-func (s *Service) state(instance string) pool.State {
-	for _, in := range s.pool.Snapshot().Instances {
-		if in.Name == instance {
-			return in.State
-		}
-	}
-	return ""
+	return s.instances.Home(instance)
 }
 
 // Export seals the named instance's credentials and also saves the bundle
-// in the store. Errors: session.ErrNoKey, pool.ErrUnknownInstance,
+// in the store. Errors: session.ErrNoKey, supervisor.ErrUnknownInstance,
 // session.ErrNoCredentials (the instance is not logged in).
 func (s *Service) Export(ctx context.Context, instance string) (account string, sealed []byte, err error) {
 	if !s.Enabled() {
 		return "", nil, session.ErrNoKey
 	}
-	w, err := s.worker(instance)
+	h, err := s.home(instance)
 	if err != nil {
 		return "", nil, err
 	}
-	if st := s.state(instance); st == pool.StateNeedsLogin {
-		return "", nil, fmt.Errorf("instance %s is %s: %w", instance, st, session.ErrNoCredentials)
+	if h.LoggedOut {
+		return "", nil, fmt.Errorf("instance %s is needs_login: %w", instance, session.ErrNoCredentials)
 	}
 	s.mu.Lock()
-	sealed, m, err := session.Pack(w.WorkDir(), s.cfg.Spec, w.Account(), s.cfg.Key, s.cfg.Now())
+	sealed, m, err := session.Pack(h.WorkDir, s.cfg.Spec, h.Account, s.cfg.Key, s.cfg.Now())
 	s.mu.Unlock()
 	if err != nil {
 		return "", nil, fmt.Errorf("export instance %s: %w", instance, err)
 	}
-	s.save(ctx, w.Account(), sealed, m.CreatedAt)
-	return w.Account(), sealed, nil
+	s.save(ctx, h.Account, sealed, m.CreatedAt)
+	return h.Account, sealed, nil
 }
 
 // Import verifies sealed completely, installs it into the named instance's
 // work dir, restarts the instance and saves the bundle in the store. A
 // bundle that fails any check leaves the work dir and the worker alone.
-// Errors: session.ErrNoKey, pool.ErrUnknownInstance, session.ErrSeal,
+// Errors: session.ErrNoKey, supervisor.ErrUnknownInstance, session.ErrSeal,
 // session.ErrChecksum, session.ErrMalformed, session.ErrWrongAccount.
 func (s *Service) Import(ctx context.Context, instance string, sealed []byte) error {
 	if !s.Enabled() {
 		return session.ErrNoKey
 	}
-	w, err := s.worker(instance)
+	h, err := s.home(instance)
 	if err != nil {
 		return err
 	}
@@ -158,20 +154,14 @@ func (s *Service) Import(ctx context.Context, instance string, sealed []byte) er
 	if err != nil {
 		return fmt.Errorf("import into instance %s: %w", instance, err)
 	}
-	if b.Manifest.Account != w.Account() {
+	if b.Manifest.Account != h.Account {
 		return fmt.Errorf("import into instance %s: the bundle is for account %q, the instance runs %q: %w",
-			instance, b.Manifest.Account, w.Account(), session.ErrWrongAccount)
+			instance, b.Manifest.Account, h.Account, session.ErrWrongAccount)
 	}
-	s.mu.Lock()
-	err = b.Install(w.WorkDir())
-	s.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("import into instance %s: %w", instance, err)
+	if err := s.install(instance, b, h.WorkDir); err != nil {
+		return err
 	}
-	if err := s.pool.Restart(instance); err != nil {
-		return fmt.Errorf("import into instance %s: installed, but restart: %w", instance, err)
-	}
-	s.save(ctx, w.Account(), sealed, b.Manifest.CreatedAt)
+	s.save(ctx, h.Account, sealed, b.Manifest.CreatedAt)
 	return nil
 }
 
@@ -181,31 +171,37 @@ func (s *Service) Import(ctx context.Context, instance string, sealed []byte) er
 // named: when given, it must be the instance's account name or username.
 // The credential files get the sealed format's checks, and nothing is
 // written unless all pass; once the worker confirms its login, the Ready
-// hook saves them sealed (with a key). Errors: pool.ErrUnknownInstance,
+// hook saves them sealed (with a key). Errors: supervisor.ErrUnknownInstance,
 // session.ErrMalformed, session.ErrWrongAccount.
 func (s *Service) ImportPlain(_ context.Context, instance, account string, payload []byte) error {
-	w, err := s.worker(instance)
+	h, err := s.home(instance)
 	if err != nil {
 		return err
 	}
-	if account != "" && account != w.Account() && account != w.Username() {
+	if account != "" && account != h.Account && account != h.Username {
 		return fmt.Errorf("import into instance %s: the bundle is for account %q, the instance runs %q: %w",
-			instance, account, w.Account(), session.ErrWrongAccount)
+			instance, account, h.Account, session.ErrWrongAccount)
 	}
-	b, err := session.OpenPlain(payload, s.cfg.Spec, s.cfg.Limits, w.Account(), s.cfg.Now())
+	b, err := session.OpenPlain(payload, s.cfg.Spec, s.cfg.Limits, h.Account, s.cfg.Now())
 	if err != nil {
 		return fmt.Errorf("import into instance %s: %w", instance, err)
 	}
+	return s.install(instance, b, h.WorkDir) // the store gets the sealed bundle from the Ready hook, under the lease
+}
+
+// install puts a verified bundle into the instance's work dir and restarts
+// the instance on it.
+func (s *Service) install(instance string, b *session.Bundle, workDir string) error {
 	s.mu.Lock()
-	err = b.Install(w.WorkDir())
+	err := b.Install(workDir)
 	s.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("import into instance %s: %w", instance, err)
 	}
-	if err := s.pool.Restart(instance); err != nil {
+	if err := s.instances.Restart(instance); err != nil {
 		return fmt.Errorf("import into instance %s: installed, but restart: %w", instance, err)
 	}
-	return nil // the store gets the sealed bundle from the Ready hook, under the lease
+	return nil
 }
 
 // save stores a bundle; a store failure costs other replicas the bundle but

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,7 +15,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/bundles"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/session"
 )
 
@@ -189,27 +190,33 @@ func TestWithoutAKeyNothingHappens(t *testing.T) {
 	}
 }
 
-// idlePool is a pool that is never started: its worker stays stopped.
-func idlePool(t *testing.T, workDir string) *pool.Pool {
-	t.Helper()
-	wc := pool.WorkerConfig{Name: "w1", Account: pool.Account{Name: "acct"}, WorkDir: workDir}
-	return pool.New(pool.Config{}, []pool.WorkerConfig{wc}, nil, nil, nil, slog.New(slog.DiscardHandler))
+// oneInstance is the supervisor as the service sees it: one instance, w1,
+// of account acct, whose worker never runs.
+type oneInstance struct{ workDir string }
+
+func (o oneInstance) Home(name string) (bundles.Home, error) {
+	if name != "w1" {
+		return bundles.Home{}, fmt.Errorf("instance %s: %w", name, supervisor.ErrUnknownInstance)
+	}
+	return bundles.Home{Account: "acct", WorkDir: o.workDir}, nil
 }
+
+func (o oneInstance) Restart(string) error { return nil }
 
 func TestExportImportWithoutProcesses(t *testing.T) {
 	key := newKey(t)
 	srcDir := loggedIn(t, "u1", time.Now().Add(time.Hour))
 	store := session.NewMemory(session.MemoryConfig{})
-	src := bundles.New(bundles.Config{Key: key}, idlePool(t, srcDir), store, slog.New(slog.DiscardHandler))
+	src := bundles.New(bundles.Config{Key: key}, oneInstance{srcDir}, store, slog.New(slog.DiscardHandler))
 	account, sealed, err := src.Export(context.Background(), "w1")
 	if err != nil || account != "acct" {
 		t.Fatalf("Export() = %q, %v", account, err)
 	}
-	if _, _, err := src.Export(context.Background(), "nope"); !errors.Is(err, pool.ErrUnknownInstance) {
+	if _, _, err := src.Export(context.Background(), "nope"); !errors.Is(err, supervisor.ErrUnknownInstance) {
 		t.Errorf("Export(unknown) = %v, want ErrUnknownInstance", err)
 	}
 	dstDir := t.TempDir()
-	dst := bundles.New(bundles.Config{Key: key}, idlePool(t, dstDir), nil, slog.New(slog.DiscardHandler))
+	dst := bundles.New(bundles.Config{Key: key}, oneInstance{dstDir}, nil, slog.New(slog.DiscardHandler))
 	if _, _, err := dst.Export(context.Background(), "w1"); !errors.Is(err, session.ErrNoCredentials) {
 		t.Errorf("Export(empty work dir) = %v, want ErrNoCredentials", err)
 	}

@@ -3,7 +3,7 @@
 // with LSP-style framing over a WebSocket on the worker's socket port.
 //
 // The supervisor in pool starts the worker with Driver.Command and calls
-// Driver.Connect until it answers; the Client it gets back is the pool.Backend
+// Driver.Connect until it answers; the Client it gets back is the supervisor.Backend
 // of that worker. Chat turns are rendered into one prompt and parsed back by
 // pool/textchat, since the worker's chat mode is text in, text out.
 package lingma
@@ -23,7 +23,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/poolgate/poolgate/internal/lsp"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // Modes of chat/ask.
@@ -128,7 +128,7 @@ type Driver struct {
 	cfg Config
 }
 
-var _ pool.Driver = (*Driver)(nil)
+var _ supervisor.Driver = (*Driver)(nil)
 
 // New returns a driver with cfg's defaults filled.
 func New(cfg Config) *Driver {
@@ -138,7 +138,7 @@ func New(cfg Config) *Driver {
 
 // Command returns the worker's argv for ep: Command, the standard start
 // arguments, then ExtraArgs.
-func (d *Driver) Command(ep pool.Endpoint) []string {
+func (d *Driver) Command(ep supervisor.Endpoint) []string {
 	argv := make([]string, 0, len(d.cfg.Command)+6+len(d.cfg.ExtraArgs))
 	argv = append(argv, d.cfg.Command...)
 	argv = append(argv,
@@ -153,7 +153,7 @@ func (d *Driver) Command(ep pool.Endpoint) []string {
 
 // Connect dials the worker at ep once (within DialTimeout) and sends
 // initialize. The supervisor calls it in a loop until the worker is ready.
-func (d *Driver) Connect(ctx context.Context, ep pool.Endpoint) (pool.Backend, error) {
+func (d *Driver) Connect(ctx context.Context, ep supervisor.Endpoint) (supervisor.Backend, error) {
 	u := "ws://127.0.0.1:" + strconv.Itoa(ep.Port)
 	dctx, cancel := context.WithTimeout(ctx, d.cfg.DialTimeout)
 	conn, _, err := websocket.Dial(dctx, u, nil)

@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // errBodyLimit caps how much of an error or /v1/models body is read (1 MiB).
 const errBodyLimit = 1 << 20
 
-// Client is the pool.Backend of one running OpenAI-compatible worker.
+// Client is the supervisor.Backend of one running OpenAI-compatible worker.
 type Client struct {
 	d        *Driver
 	name     string
@@ -36,8 +36,8 @@ type Client struct {
 }
 
 var (
-	_ pool.Backend     = (*Client)(nil)
-	_ pool.ModelLister = (*Client)(nil)
+	_ supervisor.Backend     = (*Client)(nil)
+	_ supervisor.ModelLister = (*Client)(nil)
 )
 
 func newClient(d *Driver, name, base string) *Client {
@@ -70,16 +70,16 @@ func (c *Client) begin() bool {
 
 // Status reports the worker as logged in when GET /v1/models answers 200:
 // OpenAI-compatible workers have no login, so this is the health probe.
-func (c *Client) Status(ctx context.Context) (pool.AuthState, error) {
+func (c *Client) Status(ctx context.Context) (supervisor.AuthState, error) {
 	resp, err := c.get(ctx)
 	if err != nil {
-		return pool.AuthState{}, err
+		return supervisor.AuthState{}, err
 	}
 	drain(resp.Body)
 	if !c.ready(resp.StatusCode) {
-		return pool.AuthState{}, fmt.Errorf("openai %s: GET /v1/models: %w", c.name, statusError(resp, nil))
+		return supervisor.AuthState{}, fmt.Errorf("openai %s: GET /v1/models: %w", c.name, statusError(resp, nil))
 	}
-	return pool.AuthState{LoggedIn: true}, nil
+	return supervisor.AuthState{LoggedIn: true}, nil
 }
 
 // ready says whether a /v1/models status means the worker serves.

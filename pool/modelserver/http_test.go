@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // countingListener counts the TCP connections a server accepts.
@@ -34,7 +34,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 
 // fake is an httptest worker whose chat handler a test supplies.
 type fake struct {
-	ep    pool.Endpoint
+	ep    supervisor.Endpoint
 	conns *countingListener
 
 	mu      sync.Mutex
@@ -61,7 +61,7 @@ func startFake(t testing.TB, chat http.HandlerFunc) *fake {
 	srv.Listener = f.conns
 	srv.Start()
 	t.Cleanup(srv.Close)
-	f.ep = pool.Endpoint{Name: "fake", Port: srv.Listener.Addr().(*net.TCPAddr).Port}
+	f.ep = supervisor.Endpoint{Name: "fake", Port: srv.Listener.Addr().(*net.TCPAddr).Port}
 	return f
 }
 
@@ -164,7 +164,7 @@ func TestStaticModels(t *testing.T) {
 	mux.HandleFunc("/v1/models", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(int(status.Load())) })
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	ep := pool.Endpoint{Name: "odd", Port: srv.Listener.Addr().(*net.TCPAddr).Port}
+	ep := supervisor.Endpoint{Name: "odd", Port: srv.Listener.Addr().(*net.TCPAddr).Port}
 
 	if _, err := newDriver(t, Config{}).Connect(context.Background(), ep); err == nil {
 		t.Errorf("Connect with a 404 /v1/models and no static list = nil error, want one")

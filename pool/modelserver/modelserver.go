@@ -4,7 +4,7 @@
 //
 // The supervisor in pool starts a worker with Driver.Command and calls
 // Driver.Connect until its GET /v1/models answers; the Client it gets back is
-// the pool.Backend of that worker. A chat turn is one streamed POST
+// the supervisor.Backend of that worker. A chat turn is one streamed POST
 // /v1/chat/completions carrying the whole transcript (these servers keep no
 // sessions), with native tool calls passed through. The answer is parsed
 // tolerantly, since servers differ in where they put usage, how they send
@@ -26,7 +26,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // Config is the driver's configuration. New fills the defaults of zero
@@ -43,7 +43,7 @@ type Config struct {
 	// Default "": no Authorization header.
 	APIKey string
 	// IdleConns is the number of keep-alive connections kept open to each
-	// worker; set it to the instance's concurrency (pool.WorkerConfig's
+	// worker; set it to the instance's concurrency (supervisor.WorkerConfig's
 	// MaxInFlight). Default 8.
 	IdleConns int
 	// MaxConnsPerHost caps the connections to one worker, idle or busy;
@@ -99,7 +99,7 @@ type Driver struct {
 	readers sync.Pool // *sseReader: response scanners
 }
 
-var _ pool.Driver = (*Driver)(nil)
+var _ supervisor.Driver = (*Driver)(nil)
 
 // New returns a driver with cfg's defaults filled.
 func New(cfg Config) *Driver {
@@ -141,7 +141,7 @@ func (d *Driver) Close() {
 
 // Command returns the worker's argv for ep: Command with its placeholders
 // expanded.
-func (d *Driver) Command(ep pool.Endpoint) []string {
+func (d *Driver) Command(ep supervisor.Endpoint) []string {
 	if len(d.cfg.Command) == 0 {
 		return nil
 	}
@@ -162,7 +162,7 @@ func (d *Driver) Command(ep pool.Endpoint) []string {
 // Connect probes the worker at ep once with GET /v1/models (within
 // ProbeTimeout) and returns its client when it answers. The supervisor calls
 // it in a loop until the worker is ready.
-func (d *Driver) Connect(ctx context.Context, ep pool.Endpoint) (pool.Backend, error) {
+func (d *Driver) Connect(ctx context.Context, ep supervisor.Endpoint) (supervisor.Backend, error) {
 	c := newClient(d, ep.Name, "http://127.0.0.1:"+strconv.Itoa(ep.Port))
 	if _, err := c.Status(ctx); err != nil {
 		_ = c.Close()

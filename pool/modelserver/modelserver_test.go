@@ -12,13 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/internal/testenv"
-
 	"go.uber.org/goleak"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/sim"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -28,7 +27,7 @@ const wait = 10 * time.Second
 
 // worker is one in-process simulator speaking the OpenAI API.
 type worker struct {
-	ep   pool.Endpoint
+	ep   supervisor.Endpoint
 	stop func() // shuts the simulator down and waits for it
 }
 
@@ -36,7 +35,7 @@ type worker struct {
 // test ends. [[sim:crash]] is not used: in process it would exit the test.
 func startSim(t *testing.T, extra ...string) *worker {
 	t.Helper()
-	ep := pool.Endpoint{Name: "acct-1", WorkDir: t.TempDir(), Port: testenv.FreePort(t)}
+	ep := supervisor.Endpoint{Name: "acct-1", WorkDir: t.TempDir(), Port: testenv.FreePort(t)}
 	args := append([]string{"start", "--protocol=openai", "--httpPort", strconv.Itoa(ep.Port), "--workDir", ep.WorkDir}, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -68,7 +67,7 @@ func newDriver(t testing.TB, cfg Config) *Driver {
 }
 
 // connect retries Connect as the supervisor does, until the worker answers.
-func connect(t testing.TB, d *Driver, ep pool.Endpoint) *Client {
+func connect(t testing.TB, d *Driver, ep supervisor.Endpoint) *Client {
 	t.Helper()
 	var c *Client
 	testenv.WaitForNoError(t, wait, "the worker to answer Connect", func() error {
@@ -363,7 +362,7 @@ func TestWorkerGone(t *testing.T) {
 		t.Errorf("Status of a stopped worker = %v, want ErrWorkerGone", err)
 	}
 	d := newDriver(t, Config{})
-	if _, err := d.Connect(context.Background(), pool.Endpoint{Name: "x", Port: testenv.FreePort(t)}); !errors.Is(err, chat.ErrWorkerGone) {
+	if _, err := d.Connect(context.Background(), supervisor.Endpoint{Name: "x", Port: testenv.FreePort(t)}); !errors.Is(err, chat.ErrWorkerGone) {
 		t.Errorf("Connect to a closed port = %v, want ErrWorkerGone", err)
 	}
 }
@@ -371,14 +370,14 @@ func TestWorkerGone(t *testing.T) {
 func TestCommand(t *testing.T) {
 	d := New(Config{Command: []string{"llama-server", "--port", "{port}", "--slot-save-path={workdir}/slots",
 		"--alias", "{account.name}", "--user={account.username}", "--aux={auxport}", "{unknown}"}})
-	got := d.Command(pool.Endpoint{Name: "acct-2", WorkDir: "/w/2", Port: 7001, AuxPort: 7002,
-		Account: pool.Account{Name: "acct-2", Username: "me@example.com"}})
+	got := d.Command(supervisor.Endpoint{Name: "acct-2", WorkDir: "/w/2", Port: 7001, AuxPort: 7002,
+		Account: supervisor.Account{Name: "acct-2", Username: "me@example.com"}})
 	want := []string{"llama-server", "--port", "7001", "--slot-save-path=/w/2/slots",
 		"--alias", "acct-2", "--user=me@example.com", "--aux=7002", "{unknown}"}
 	if !slices.Equal(got, want) {
 		t.Errorf("Command = %q, want %q", got, want)
 	}
-	if got := New(Config{}).Command(pool.Endpoint{Port: 1}); got != nil {
+	if got := New(Config{}).Command(supervisor.Endpoint{Port: 1}); got != nil {
 		t.Errorf("Command without a template = %q, want nil", got)
 	}
 }

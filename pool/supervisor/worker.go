@@ -1,4 +1,4 @@
-package pool
+package supervisor
 
 import (
 	"context"
@@ -31,18 +31,6 @@ const (
 // States lists every state, for metrics that pre-initialise their labels.
 var States = []State{StateStarting, StateReady, StateUnhealthy, StateNeedsLogin, StateBackoff, StateDraining, StateStopped}
 
-// Account is one upstream account a worker runs as.
-type Account struct {
-	Name     string
-	Username string
-	// Password is never logged nor shown.
-	Password string
-	// Env is extra environment for this account's worker (KEY=VALUE).
-	Env []string
-	// Args are extra worker arguments for this account only.
-	Args []string
-}
-
 // WorkerConfig configures one worker. Zero fields take the defaults noted.
 type WorkerConfig struct {
 	// Name is the instance name (default: the account name).
@@ -51,7 +39,8 @@ type WorkerConfig struct {
 	// WorkDir is the worker's own directory (required).
 	WorkDir string
 	// MaxInFlight is the per-instance cap on concurrent turns (default 1:
-	// one turn at a time per Lingma instance).
+	// one turn at a time per Lingma instance). The supervisor only carries
+	// it to the admission room, which enforces it.
 	MaxInFlight int
 	// StartTimeout bounds process start to readiness (default 20s).
 	StartTimeout time.Duration
@@ -67,12 +56,12 @@ type WorkerConfig struct {
 	StableAfter time.Duration
 	// StopGrace is the wait between SIGINT and SIGKILL (default 3s).
 	StopGrace time.Duration
-	// AutoLogin hands a logged-out worker to the pool's Loginer (default
-	// off here; main turns it on from POOLGATE_AUTO_LOGIN).
+	// AutoLogin hands a logged-out worker to the supervisor's Loginer
+	// (default off here; main turns it on from POOLGATE_AUTO_LOGIN).
 	AutoLogin bool
 	// Recipe names the account's login recipe ("" = the default).
 	Recipe string
-	// Held keeps the worker stopped until Pool.Restart starts it (a replica
+	// Held keeps the worker stopped until Restart starts it (a replica
 	// runs only the accounts it holds a lease for).
 	Held bool
 }
@@ -101,39 +90,67 @@ func (c *WorkerConfig) fill() {
 	def(&c.StopGrace, 3*time.Second)
 }
 
-type command int
+// Status is a worker's state at one moment, as it reports it.
+type Status struct {
+	Name    string
+	Account string
+	State   State
+	// PID is the process's id (0 when none runs); Port its main port while
+	// it runs.
+	PID  int
+	Port int
+	// Restarts counts the starts after the first.
+	Restarts  int
+	LastError string
+	// CooldownUntil is when a cooldown after a rate limit may end (a
+	// health check must pass too); zero when the worker is not cooling down.
+	CooldownUntil time.Time
+	// StartedAt is when the running process answered its first check.
+	StartedAt time.Time
+	// Backend is the connected worker to run turns on; nil unless a
+	// process runs and answered.
+	Backend Backend
+	// Models is the worker's model list (fetched once, on its first ready).
+	Models []chat.Model
+	// LoginPending: the worker is logged out and a login runner will log it
+	// in, so a request may wait for it.
+	LoginPending bool
+	// Seq orders one worker's reports: a higher Seq is a newer report.
+	Seq uint64
+}
 
-const (
-	cmdRestart command = iota + 1
-	cmdDrain
-	cmdStop  // stop now: in-flight turns are cut (a lost lease)
-	cmdCheck // re-check health and login now
-)
-
-// Worker supervises one account's worker process. Its run loop alone changes
-// its state; everything else asks through methods (STYLE 5).
+// Worker supervises one account's worker process. It owns its state: its
+// run loop changes it, the methods below ask for changes, and every change
+// is reported to the supervisor's subscribers. Only mu guards the fields
+// after it.
 type Worker struct {
 	cfg      WorkerConfig
 	driver   Driver
 	launcher Launcher
-	pool     *Pool
+	env      *env
 	log      *slog.Logger
 	box      mailbox
 
-	// Guarded by pool.mu: what the picker and the admin API read.
+	mu        sync.Mutex
+	seq       uint64
+	changed   chan struct{} // closed and replaced at every change
 	state     State
 	pid       int
 	restarts  int
 	lastErr   string
-	inFlight  int
 	backend   Backend
 	coolUntil time.Time // zero: not cooling down
 	coolCount int       // consecutive cooldowns, for exponential backoff
 	startedAt time.Time
 	ep        Endpoint
 	models    []chat.Model
-	fence     time.Time     // zero: unfenced; else usable only before it (lease)
 	released  chan struct{} // closed when this run is ended on purpose (LoginTarget.Released)
+}
+
+func newWorker(wc WorkerConfig, driver Driver, launcher Launcher, e *env, log *slog.Logger) *Worker {
+	wc.fill()
+	return &Worker{cfg: wc, driver: driver, launcher: launcher, env: e, log: log.With("instance", wc.Name),
+		box: newMailbox(), state: StateStopped, changed: make(chan struct{})}
 }
 
 // Name returns the instance name.
@@ -148,46 +165,66 @@ func (w *Worker) Username() string { return w.cfg.Account.Username }
 // WorkDir returns the worker's directory.
 func (w *Worker) WorkDir() string { return w.cfg.WorkDir }
 
-func (w *Worker) send(c command) { w.box.post(c) }
+// MaxInFlight returns the instance's cap on concurrent turns.
+func (w *Worker) MaxInFlight() int { return w.cfg.MaxInFlight }
 
-// mailbox holds the commands sent to a worker's run loop until it takes
-// them. A command is never lost: of restart, drain and stop the latest one
-// sent is the one that counts (each replaces what was asked before it), and a
-// check is kept until the loop has looked at the worker again.
-type mailbox struct {
-	mu    sync.Mutex
-	cmd   command // the latest restart, drain or stop; 0 if none
-	check bool
-	wake  chan struct{} // one slot: "something is waiting"
+// Restart asks the worker to restart (drain, then start again); a stopped
+// or held worker starts.
+func (w *Worker) Restart() { w.box.post(cmdRestart) }
+
+// Drain asks the worker to finish its turns and stop.
+func (w *Worker) Drain() { w.box.post(cmdDrain) }
+
+// Stop stops the worker now, cutting its turns.
+func (w *Worker) Stop() { w.box.post(cmdStop) }
+
+// Check asks the worker to check its health and login now, not at the next
+// tick (a turn found it gone or logged out).
+func (w *Worker) Check() { w.box.post(cmdCheck) }
+
+// Status returns the worker's state now.
+func (w *Worker) Status() Status {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.statusLocked()
 }
 
-func newMailbox() mailbox { return mailbox{wake: make(chan struct{}, 1)} }
-
-func (m *mailbox) post(c command) {
-	m.mu.Lock()
-	if c == cmdCheck {
-		m.check = true
-	} else {
-		m.cmd = c
+func (w *Worker) statusLocked() Status {
+	st := Status{Name: w.cfg.Name, Account: w.cfg.Account.Name, State: w.state, PID: w.pid, Restarts: w.restarts,
+		LastError: w.lastErr, CooldownUntil: w.coolUntil, StartedAt: w.startedAt, Backend: w.backend,
+		Models: w.models, LoginPending: w.state == StateNeedsLogin && w.autoLogin(), Seq: w.seq}
+	if w.pid != 0 {
+		st.Port = w.ep.Port
 	}
-	m.mu.Unlock()
-	select {
-	case m.wake <- struct{}{}:
-	default: // already signalled; take() will see this command too
-	}
+	return st
 }
 
-// take returns the waiting command (a lifecycle command before a check, which
-// it includes), or 0 when there is none.
-func (m *mailbox) take() command {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	c := m.cmd
-	if c == 0 && m.check {
-		c = cmdCheck
+// watch returns the state now and a channel closed at the next change.
+func (w *Worker) watch() (State, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.state, w.changed
+}
+
+// update applies change under the lock, then reports the new state.
+func (w *Worker) update(change func()) {
+	w.updateIf(func() bool { change(); return true })
+}
+
+// updateIf applies change under the lock and reports the new state if change
+// says it changed anything.
+func (w *Worker) updateIf(change func() bool) {
+	w.mu.Lock()
+	if !change() {
+		w.mu.Unlock()
+		return
 	}
-	m.cmd, m.check = 0, false
-	return c
+	w.seq++
+	st := w.statusLocked()
+	close(w.changed)
+	w.changed = make(chan struct{})
+	w.mu.Unlock()
+	w.env.notify(st)
 }
 
 // run is the worker's whole life; it returns when ctx ends, with the process
@@ -262,10 +299,8 @@ func (w *Worker) backoff(ctx context.Context, d time.Duration, held *bool) bool 
 }
 
 func (w *Worker) countRestart() {
-	w.pool.mu.Lock()
-	w.restarts++
-	w.pool.mu.Unlock()
-	if m := w.pool.metrics; m != nil {
+	w.update(func() { w.restarts++ })
+	if m := w.env.metrics; m != nil {
 		m.Restarts.WithLabelValues(w.cfg.Name).Inc()
 	}
 }
@@ -279,16 +314,11 @@ func (w *Worker) life(ctx context.Context) (command, error) {
 		return 0, err
 	}
 	defer func() {
-		w.pool.mu.Lock()
-		w.backend, w.pid, w.released = nil, 0, nil
-		w.pool.mu.Unlock()
-		w.pool.broadcast()
+		w.update(func() { w.backend, w.pid, w.released = nil, 0, nil })
 		_ = be.Close()
 		w.stopProcess(proc)
 	}()
-	w.pool.mu.Lock()
-	w.backend, w.startedAt, w.released = be, time.Now(), make(chan struct{})
-	w.pool.mu.Unlock()
+	w.update(func() { w.backend, w.startedAt, w.released = be, time.Now(), make(chan struct{}) })
 	w.log.Info("worker started", "pid", proc.Pid(), "port", w.ep.Port)
 	next, err := w.serve(ctx, proc, be)
 	if next != 0 {
@@ -317,15 +347,15 @@ func (w *Worker) serve(ctx context.Context, proc Process, be Backend) (command, 
 		if !st.LoggedIn {
 			w.set(StateNeedsLogin, chat.ErrNotLoggedIn)
 			if w.autoLogin() {
-				w.pool.loginer.Ensure(w.loginTarget())
+				w.env.loginer.Ensure(w.LoginTarget())
 			}
 			return nil
 		}
-		if w.models == nil {
+		if w.Status().Models == nil {
 			w.fetchModels(ctx, be)
 		}
 		if w.set(StateReady, nil) {
-			w.pool.readyHook(ctx, w)
+			w.readyHook(ctx)
 		}
 		return nil
 	}
@@ -367,10 +397,19 @@ func (w *Worker) serve(ctx context.Context, proc Process, be Backend) (command, 
 	}
 }
 
+// readyHook runs the Ready hook in the background.
+func (w *Worker) readyHook(ctx context.Context) {
+	if w.env.hooks.Ready == nil {
+		return
+	}
+	t := w.LoginTarget()
+	w.env.wg.Go(func() { w.env.hooks.Ready(ctx, t) })
+}
+
 // release tells whoever works for this run (a login) that it ends on purpose.
 func (w *Worker) release() {
-	w.pool.mu.Lock()
-	defer w.pool.mu.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.released != nil {
 		close(w.released)
 		w.released = nil
@@ -382,21 +421,21 @@ func (w *Worker) release() {
 // returned, as is a later restart or drain, which replaces the one under way.
 func (w *Worker) drain(ctx context.Context, proc Process) command {
 	w.set(StateDraining, nil)
-	deadline := time.NewTimer(w.pool.cfg.DrainTimeout)
+	turns := w.env.turns
+	if turns == nil {
+		return 0
+	}
+	deadline := time.NewTimer(w.env.drainTimeout)
 	defer deadline.Stop()
 	for {
-		w.pool.mu.Lock()
-		n, ch := w.inFlight, w.pool.changed
-		w.pool.mu.Unlock()
+		n, changed := turns.InFlight(w.cfg.Name)
 		if n == 0 {
 			return 0
 		}
 		select {
-		case <-ch:
+		case <-changed:
 		case <-w.box.wake:
-			if c := w.box.take(); c == cmdStop {
-				return c
-			} else if c == cmdRestart {
+			if c := w.box.take(); c == cmdStop || c == cmdRestart {
 				return c
 			}
 		case <-deadline.C:
@@ -416,10 +455,10 @@ func (w *Worker) start(ctx context.Context) (Process, Backend, error) {
 	if err := os.MkdirAll(w.cfg.WorkDir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)
 	}
-	if h := w.pool.hooks.PreStart; h != nil {
+	if h := w.env.hooks.PreStart; h != nil {
 		// A failed restore is not fatal: the worker starts logged out and
 		// the login path takes over.
-		if err := h(ctx, w.target()); err != nil {
+		if err := h(ctx, w.LoginTarget()); err != nil {
 			w.log.Warn("pre-start hook", "err", err)
 		}
 	}
@@ -427,14 +466,13 @@ func (w *Worker) start(ctx context.Context) (Process, Backend, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)
 	}
-	w.ep = ep
 	proc, err := w.launcher.Launch(ProcSpec{
 		Argv: append(w.driver.Command(ep), w.cfg.Account.Args...), Env: w.cfg.Account.Env, Dir: w.cfg.WorkDir, Log: w.log,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)
 	}
-	w.setPID(proc.Pid())
+	w.update(func() { w.pid, w.ep = proc.Pid(), ep })
 	sctx, cancel := context.WithTimeout(ctx, w.cfg.StartTimeout)
 	defer cancel()
 	for {
@@ -446,11 +484,11 @@ func (w *Worker) start(ctx context.Context) (Process, Backend, error) {
 		}
 		select {
 		case <-proc.Exited():
-			w.setPID(0)
+			w.update(func() { w.pid = 0 })
 			return nil, nil, fmt.Errorf("worker %s exited before ready: %v", w.cfg.Name, proc.Wait())
 		case <-sctx.Done():
 			w.stopProcess(proc)
-			w.setPID(0)
+			w.update(func() { w.pid = 0 })
 			if ctx.Err() != nil {
 				return nil, nil, ctx.Err()
 			}
@@ -458,12 +496,6 @@ func (w *Worker) start(ctx context.Context) (Process, Backend, error) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-}
-
-func (w *Worker) setPID(pid int) {
-	w.pool.mu.Lock()
-	w.pid = pid
-	w.pool.mu.Unlock()
 }
 
 // endpoint picks free loopback ports for this start.
@@ -486,6 +518,17 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// loginPort is the port of the running worker's login callback, 0 when
+// none runs.
+func (w *Worker) loginPort() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pid == 0 {
+		return 0
+	}
+	return w.ep.AuxPort
 }
 
 // stopProcess is polite first: SIGINT, a bounded wait, then SIGKILL of the
@@ -511,69 +554,25 @@ func (w *Worker) stopProcess(p Process) {
 
 // set records the state and reports whether it changed.
 func (w *Worker) set(s State, err error) bool {
-	w.pool.mu.Lock()
-	changed := w.state != s
-	w.state = s
-	if err != nil {
-		w.lastErr = err.Error()
-	} else if s == StateReady {
-		w.lastErr = ""
-	}
-	w.pool.mu.Unlock()
+	changed := false
+	w.updateIf(func() bool {
+		lastErr := w.lastErr
+		if err != nil {
+			lastErr = err.Error()
+		} else if s == StateReady {
+			lastErr = ""
+		}
+		changed = w.state != s
+		if !changed && lastErr == w.lastErr {
+			return false
+		}
+		w.state, w.lastErr = s, lastErr
+		return true
+	})
 	if changed {
 		w.log.Info("worker state", "state", string(s))
-		w.pool.broadcast()
 	}
 	return changed
-}
-
-// cooldown takes the worker out of rotation for d (0: exponential from 5s).
-func (w *Worker) cooldown(d time.Duration) time.Duration {
-	w.pool.mu.Lock()
-	if d <= 0 {
-		d = min(5*time.Second<<min(w.coolCount, 6), 5*time.Minute)
-	}
-	w.coolCount++
-	w.coolUntil = time.Now().Add(d)
-	w.pool.mu.Unlock()
-	w.send(cmdCheck) // re-arm the loop's cooldown timer
-	return d
-}
-
-func (w *Worker) cooldownLeft() (time.Duration, bool) {
-	w.pool.mu.Lock()
-	defer w.pool.mu.Unlock()
-	if w.coolUntil.IsZero() {
-		return 0, false
-	}
-	return max(time.Until(w.coolUntil), 0), true
-}
-
-// endCooldown clears a cooldown whose time is up (after a good probe).
-func (w *Worker) endCooldown() {
-	w.pool.mu.Lock()
-	ended := !w.coolUntil.IsZero() && !time.Now().Before(w.coolUntil)
-	if ended {
-		w.coolUntil = time.Time{}
-	}
-	w.pool.mu.Unlock()
-	if ended {
-		w.log.Info("cooldown over, back in rotation")
-		w.pool.broadcast()
-	}
-}
-
-// usable reports whether the picker may give this worker a turn; pool.mu held.
-func (w *Worker) usable() bool {
-	return w.state == StateReady && w.backend != nil && w.coolUntil.IsZero() &&
-		(w.fence.IsZero() || time.Now().Before(w.fence))
-}
-
-// turnOK notes a successful turn: the cooldown backoff starts over.
-func (w *Worker) turnOK() {
-	w.pool.mu.Lock()
-	w.coolCount = 0
-	w.pool.mu.Unlock()
 }
 
 // fetchModels caches the worker's model list (once per worker: every
@@ -590,8 +589,9 @@ func (w *Worker) fetchModels(ctx context.Context, be Backend) {
 		w.log.Warn("list models", "err", err)
 		return
 	}
-	w.pool.setModels(w, ms)
+	w.update(func() { w.models = ms })
 }
 
-// autoLogin reports whether a logged-out worker is logged in by the pool.
-func (w *Worker) autoLogin() bool { return w.cfg.AutoLogin && w.pool.loginer != nil }
+// autoLogin reports whether a logged-out worker is logged in by the
+// supervisor's login runner.
+func (w *Worker) autoLogin() bool { return w.cfg.AutoLogin && w.env.loginer != nil }

@@ -1,4 +1,4 @@
-package pool
+package supervisor
 
 import (
 	"context"
@@ -35,27 +35,19 @@ type Loginer interface {
 	Ensure(t LoginTarget)
 }
 
-// SetLoginer installs the login runner; call before Start. Without one, a
-// logged-out instance stays needs_login until it is logged in by hand.
-func (p *Pool) SetLoginer(l Loginer) { p.loginer = l }
-
-// loginTarget describes w for the login runner; the functions use whatever
-// backend is current when they run.
-func (w *Worker) loginTarget() LoginTarget { return w.target() }
-
-func (w *Worker) target() LoginTarget {
+// LoginTarget describes the worker for a login runner; its functions use
+// whatever backend is current when they run.
+func (w *Worker) LoginTarget() LoginTarget {
 	current := func() (Backend, error) {
-		w.pool.mu.Lock()
-		be := w.backend
-		w.pool.mu.Unlock()
+		be := w.Status().Backend
 		if be == nil {
 			return nil, chat.ErrWorkerGone
 		}
 		return be, nil
 	}
-	w.pool.mu.Lock()
+	w.mu.Lock()
 	released := w.released
-	w.pool.mu.Unlock()
+	w.mu.Unlock()
 	return LoginTarget{
 		Instance: w.cfg.Name, Account: w.cfg.Account, WorkDir: w.cfg.WorkDir, Recipe: w.cfg.Recipe, Released: released,
 		LoginURL: func(ctx context.Context) (string, error) {
@@ -76,34 +68,9 @@ func (w *Worker) target() LoginTarget {
 			}
 			st, err := be.Status(ctx)
 			if err == nil && st.LoggedIn {
-				w.send(cmdCheck) // back to ready at once, not at the next tick
+				w.Check() // back to ready at once, not at the next tick
 			}
 			return st.LoggedIn, err
 		},
 	}
-}
-
-// LoginTarget returns the named instance's login target (for the admin API's
-// on-demand login).
-func (p *Pool) LoginTarget(name string) (LoginTarget, error) {
-	w, ok := p.byName[name]
-	if !ok {
-		return LoginTarget{}, ErrUnknownInstance
-	}
-	return w.loginTarget(), nil
-}
-
-// LoginPort returns the port where the named instance takes its login
-// callback (0 when it is not running), for the admin API's manual fallback.
-func (p *Pool) LoginPort(name string) (int, error) {
-	w, ok := p.byName[name]
-	if !ok {
-		return 0, ErrUnknownInstance
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if w.pid == 0 {
-		return 0, nil
-	}
-	return w.ep.AuxPort, nil
 }

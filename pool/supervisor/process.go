@@ -1,4 +1,4 @@
-package pool
+package supervisor
 
 import (
 	"bytes"
@@ -25,8 +25,9 @@ type Process interface {
 	Signal(sig syscall.Signal) error
 }
 
-// Launcher starts worker processes. The real one is ExecLauncher; tests may
-// swap in another (STYLE 6).
+// Launcher starts worker processes. The real one is ExecLauncher; tests
+// pass one that starts no real process, so the supervisor's whole life cycle
+// runs against fakes.
 type Launcher interface {
 	Launch(spec ProcSpec) (Process, error)
 }

@@ -8,33 +8,16 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
-// Cooldowns are what a rate limit does to an instance: out of rotation until
-// the upstream's retry-after (or an exponential guess) has passed and a
-// health check passed. The operator can end one early, or probe the account
-// now with a real turn.
+// Probes: the operator asks for one short turn on an instance, cooling
+// down or not, to learn whether its account answers again. The worker's
+// cooldown itself is the supervisor's (a rate limit starts it, a health
+// check or the operator ends it); the probe acts on what the turn says.
 
 // ErrBusy: the instance has no free slot for a probe, or isn't running.
 var ErrBusy = errors.New("instance busy")
-
-// ClearCooldown puts the named instance back in rotation now (and starts its
-// cooldown backoff over). It reports whether there was a cooldown.
-func (p *Pool) ClearCooldown(name string) (bool, error) {
-	w, ok := p.byName[name]
-	if !ok {
-		return false, ErrUnknownInstance
-	}
-	p.mu.Lock()
-	had := !w.coolUntil.IsZero()
-	w.coolUntil, w.coolCount = time.Time{}, 0
-	p.mu.Unlock()
-	if had {
-		w.log.Info("cooldown cleared by the operator")
-		p.broadcast()
-	}
-	return had, nil
-}
 
 // ProbeResult is the outcome of one probe turn.
 type ProbeResult struct {
@@ -56,71 +39,65 @@ const probePrompt = "Reply with the single word OK."
 // the upstream's retry-after, a lost login or worker is checked. It returns
 // ErrBusy when the instance is not running or has no free slot.
 func (p *Pool) Probe(ctx context.Context, name string) (ProbeResult, error) {
-	w, ok := p.byName[name]
+	m, ok := p.byName[name]
 	if !ok {
-		return ProbeResult{}, ErrUnknownInstance
+		return ProbeResult{}, supervisor.ErrUnknownInstance
 	}
-	slot, err := p.probeSlot(w)
+	slot, model, err := p.probeSlot(m)
 	if err != nil {
 		return ProbeResult{}, err
 	}
 	defer slot.Release()
 	res := ProbeResult{Instance: name}
 	start := time.Now()
-	err = probeTurn(ctx, slot, w.probeModel())
+	err = probeTurn(ctx, slot, model)
 	res.LatencyMS = time.Since(start).Milliseconds()
 	var rl *chat.RateLimitedError
 	switch {
 	case err == nil:
 		res.OK = true
-		if had, _ := p.ClearCooldown(name); had {
-			w.log.Info("probe answered: cooldown cleared")
+		if m.w.ClearCooldown() {
+			p.log.Info("probe answered: cooldown cleared", "instance", name)
 		}
 	case errors.As(err, &rl):
-		d := w.cooldown(rl.RetryAfter)
+		d := m.w.Cooldown(rl.RetryAfter)
 		if p.metrics != nil {
 			p.metrics.Cooldowns.Inc()
 		}
-		w.log.Warn("probe rate limited, cooling instance down", "for", d)
+		p.log.Warn("probe rate limited, cooling instance down", "instance", name, "for", d)
 	case errors.Is(err, chat.ErrNotLoggedIn), errors.Is(err, chat.ErrWorkerGone):
-		w.send(cmdCheck)
+		m.w.Check()
 	}
 	if err != nil {
 		res.Error = err.Error()
 	}
-	if left, cooling := w.cooldownLeft(); cooling {
-		t := time.Now().Add(left)
-		res.CooldownUntil = &t
+	if until := m.w.Status().CooldownUntil; !until.IsZero() {
+		res.CooldownUntil = &until
 	}
 	return res, nil
 }
 
-// probeSlot takes a slot on w whether or not it is cooling down.
-func (p *Pool) probeSlot(w *Worker) (*Slot, error) {
+// probeSlot takes a slot on m whether or not it is cooling down, and names
+// the model to ask (the first the worker listed; "" lets it choose).
+func (p *Pool) probeSlot(m *member) (*Slot, string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
-	case p.closing || w.state != StateReady || w.backend == nil:
-		return nil, fmt.Errorf("%w: instance %s is %s", ErrBusy, w.cfg.Name, w.state)
-	case w.inFlight >= w.cfg.MaxInFlight:
-		return nil, fmt.Errorf("%w: instance %s has %d turns in flight", ErrBusy, w.cfg.Name, w.inFlight)
+	case p.closing || m.st.State != supervisor.StateReady || m.st.Backend == nil:
+		return nil, "", fmt.Errorf("%w: instance %s is %s", ErrBusy, m.name, m.st.State)
+	case m.inFlight >= m.max:
+		return nil, "", fmt.Errorf("%w: instance %s has %d turns in flight", ErrBusy, m.name, m.inFlight)
 	}
-	w.inFlight++
+	m.inFlight++
 	p.inFlight++
 	if p.metrics != nil {
 		p.metrics.InFlight.Inc()
 	}
-	return &Slot{Worker: w, Backend: w.backend, pool: p, start: time.Now()}, nil
-}
-
-// probeModel is the first model the worker listed ("" lets it choose).
-func (w *Worker) probeModel() string {
-	w.pool.mu.Lock()
-	defer w.pool.mu.Unlock()
-	if len(w.models) > 0 {
-		return w.models[0].ID
+	model := ""
+	if len(m.st.Models) > 0 {
+		model = m.st.Models[0].ID
 	}
-	return ""
+	return &Slot{Backend: m.st.Backend, m: m, pool: p, start: time.Now()}, model, nil
 }
 
 // probeTurn runs the probe turn to its end and frees its upstream session.
@@ -141,7 +118,7 @@ func probeTurn(ctx context.Context, slot *Slot, model string) error {
 			}
 			return ev.Err
 		case chat.EventDone:
-			if del, ok := slot.Backend.(SessionDeleter); ok && ev.SessionID != "" {
+			if del, ok := slot.Backend.(supervisor.SessionDeleter); ok && ev.SessionID != "" {
 				dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 				_ = del.DeleteSession(dctx, ev.SessionID) // best effort
 				dcancel()

@@ -1,12 +1,15 @@
-package pool
+package supervisor
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 
 	"github.com/poolgate/poolgate/internal/chat"
 )
+
+// The seams between the supervisor and a concrete kind of worker: a Driver
+// starts and connects to one, its Backend answers health checks and runs
+// turns. Drivers live in pool/lingma and pool/modelserver.
 
 // Backend is a connected client of one running worker process. A driver's
 // Connect returns one once the worker is ready; the supervisor closes it when
@@ -72,5 +75,21 @@ type Driver interface {
 	Connect(ctx context.Context, ep Endpoint) (Backend, error)
 }
 
-// ErrUnknownInstance: no instance has that name.
-var ErrUnknownInstance = errors.New("unknown instance")
+// AuthState is a worker's login state as its backend reports it.
+type AuthState struct {
+	LoggedIn bool
+	// Account is the upstream account name or id, when known.
+	Account string
+}
+
+// Account is one upstream account a worker runs as.
+type Account struct {
+	Name     string
+	Username string
+	// Password is never logged nor shown.
+	Password string
+	// Env is extra environment for this account's worker (KEY=VALUE).
+	Env []string
+	// Args are extra worker arguments for this account only.
+	Args []string
+}
