@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/cluster"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -175,7 +176,7 @@ func TestActionsFollowTheLease(t *testing.T) {
 	if res.StatusCode != http.StatusAccepted || string(body) != `{"path":"/internal/pool/w1/drain?x=1","body":"{\"a\":1}"}` {
 		t.Errorf("forwarded drain: %d %s", res.StatusCode, body)
 	}
-	if got.Get(hopHeader) != "r1" || got.Get(tokenHeader) != "cluster-secret" || got.Get("Authorization") != "Bearer adm" {
+	if got.Get(cluster.HopHeader) != "r1" || got.Get(cluster.TokenHeader) != "cluster-secret" || got.Get("Authorization") != "Bearer adm" {
 		t.Errorf("the holder saw headers %v", got)
 	}
 	if len(p.restarted) != 0 {
@@ -184,7 +185,7 @@ func TestActionsFollowTheLease(t *testing.T) {
 
 	req, _ := http.NewRequest("POST", srv.URL+"/internal/pool/w1/drain", nil)
 	req.Header.Set("Authorization", "Bearer adm")
-	req.Header.Set(hopHeader, "r2")
+	req.Header.Set(cluster.HopHeader, "r2")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/poolgate/poolgate/pool/cluster"
 )
 
 // Holders says which replica drives an account (clustered only).
@@ -42,13 +44,6 @@ func (a *Admin) SetCluster(h Holders, clusterToken string, forward bool) {
 		errorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelDebug)}
 }
 
-// Headers of an action one replica forwards to another: the same the public
-// API's replica hop sends, so a forwarded action is never forwarded again.
-const (
-	hopHeader   = "X-Poolgate-Forwarded-By"
-	tokenHeader = "X-Poolgate-Cluster-Token"
-)
-
 // forwardTimeout bounds a forwarded action, the holder's answer included.
 const forwardTimeout = 60 * time.Second
 
@@ -70,7 +65,7 @@ func (a *Admin) leased() gin.HandlerFunc {
 		case local:
 			c.Next()
 			return
-		case c.GetHeader(hopHeader) != "" || holder == "":
+		case c.GetHeader(cluster.HopHeader) != "" || holder == "":
 			// Forwarded here by a replica whose view was stale, or held by no
 			// one (it is being handed over, or this replica just started).
 			a.refuse(c, name, "no replica holds its lease right now; retry in a few seconds")
@@ -102,8 +97,8 @@ func (g *leaseGate) forwardTo(c *gin.Context, target *url.URL, unreachable func(
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
-			pr.Out.Header.Set(hopHeader, g.holders.ID())
-			pr.Out.Header.Set(tokenHeader, g.token)
+			pr.Out.Header.Set(cluster.HopHeader, g.holders.ID())
+			pr.Out.Header.Set(cluster.TokenHeader, g.token)
 			if requestID != "" {
 				pr.Out.Header.Set("X-Request-Id", requestID)
 			}

@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor"
@@ -66,22 +63,10 @@ func waitReady(t testing.TB, p *Pool, names ...string) {
 	t.Helper()
 	testenv.WaitFor(t, 5*time.Second, "ready instances", func() bool {
 		for _, n := range names {
-			if !p.holds(n) {
+			if !p.Serves(n) {
 				return false
 			}
 		}
 		return true
 	})
 }
-
-// counter reads one sample of a counter vector.
-func counter(t *testing.T, v *prometheus.CounterVec, label string) float64 {
-	t.Helper()
-	var pb dto.Metric
-	if err := v.WithLabelValues(label).Write(&pb); err != nil {
-		t.Fatal(err)
-	}
-	return pb.GetCounter().GetValue()
-}
-
-func newMetrics() *metrics.Metrics { return metrics.New(prometheus.NewRegistry()) }

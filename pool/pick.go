@@ -179,8 +179,9 @@ func (p *Pool) anyReadyLocked() bool {
 	return false
 }
 
-// holds reports whether the named instance serves on this replica now.
-func (p *Pool) holds(name string) bool {
+// Serves reports whether the named instance takes new turns on this
+// replica now: it is ready, not cooling down and not fenced.
+func (p *Pool) Serves(name string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	m, ok := p.byName[name]

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/poolgate/poolgate/internal/redisconn"
 )
 
 // RedisConfig configures the Redis store. Zero values take the defaults.
@@ -26,8 +28,6 @@ type RedisConfig struct {
 	// RetryInterval is how long the store skips Redis after a failed call
 	// before it probes again (a request or Run probes). Default 1 s.
 	RetryInterval time.Duration
-	// LeaseTimeout bounds each lease and replica-registry call. Default 500 ms.
-	LeaseTimeout time.Duration
 	// SweepInterval is how often Run reports and removes expired affinity
 	// entries and drops expired local ones. Default 30 s.
 	SweepInterval time.Duration
@@ -123,25 +123,12 @@ type Redis struct {
 // OpenRedis connects (lazily: an unreachable server is not an error here) to
 // the server at cfg.URL.
 func OpenRedis(cfg RedisConfig) (*Redis, error) {
-	opts, err := redis.ParseURL(cfg.URL)
-	if err != nil {
-		return nil, fmt.Errorf("redis url: %w", err)
-	}
 	cfg = cfg.withDefaults()
-	// Per-call contexts carry the deadlines; without this go-redis would use
-	// its own 3 s read timeout instead.
-	opts.ContextTimeoutEnabled = true
-	opts.DialTimeout = cfg.ResponseTimeout
-	// Fail fast when the server is gone: one immediate retry (for a pooled
-	// connection that died with a restart) and one dial attempt, instead of
-	// go-redis's backoffs that would spend the whole deadline on a refused
-	// port. The store's own RetryInterval does the backing off.
-	opts.MaxRetries = 1
-	opts.MinRetryBackoff, opts.MaxRetryBackoff = -1, -1
-	opts.DialerRetries = 1
-	opts.DialerRetryTimeout = time.Millisecond
-	opts.DisableIdentity = true
-	return NewRedis(cfg, redis.NewClient(opts)), nil
+	client, err := redisconn.Dial(cfg.URL, cfg.ResponseTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return NewRedis(cfg, client), nil
 }
 
 // NewRedis returns a store on client, which it closes on Close. The client

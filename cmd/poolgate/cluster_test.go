@@ -18,6 +18,7 @@ import (
 	"github.com/poolgate/poolgate/deploy"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/cluster"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -324,7 +325,7 @@ func TestScaleOut(t *testing.T) {
 	if failed.Load() > 0 || violations.Load() > 0 {
 		t.Fatalf("%d failed requests, %d double-ownership samples", failed.Load(), violations.Load())
 	}
-	var cs pool.ClusterStatus
+	var cs cluster.Status
 	if code := s.live()[0].GetJSON(t, "/internal/cluster", "", &cs); code != http.StatusOK || len(cs.Replicas) != 3 {
 		t.Errorf("/internal/cluster: %d %+v", code, cs)
 	}

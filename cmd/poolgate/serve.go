@@ -32,6 +32,7 @@ import (
 	"github.com/poolgate/poolgate/internal/tokens"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/cluster"
 	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/session"
 )
@@ -85,8 +86,8 @@ type app struct {
 	pool     *pool.Pool
 	launcher *supervisor.ExecLauncher
 	router   *pool.Router
-	cluster  *pool.Cluster // nil on a single node
-	login    *login.Runner // nil without Chromium
+	cluster  *cluster.Cluster // nil on a single node
+	login    *login.Runner    // nil without Chromium
 	bundles  *bundles.Service
 	store    store
 	api      *http.Server
@@ -123,7 +124,8 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	a.pool = pool.New(pool.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
 		a.sup, m, log)
 	onEvict := func(s session.Affinity) { a.router.DeleteSession(pool.Affinity(s)) }
-	if a.store, err = openStore(cfg, m, onEvict, log); err != nil {
+	var redisClient *redis.Client
+	if a.store, redisClient, err = openStore(cfg, m, onEvict, log); err != nil {
 		return nil, err
 	}
 	var affinity pool.AffinityStore = affinityStore{a.store}
@@ -140,12 +142,12 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	}
 	var ready readiness = a.pool
 	if clustered {
-		cs, ok := a.store.(pool.ClusterStore)
-		if !ok {
+		if redisClient == nil {
 			return nil, errors.New("clustering needs the Redis store")
 		}
-		a.cluster = pool.NewCluster(pool.ClusterConfig{ID: replicaID(cfg.ReplicaID), URL: cfg.AdvertiseURL,
-			LeaseTTL: cfg.LeaseTTL, MaxAccounts: cfg.MaxAccountsPerReplica}, a.sup, a.pool, cs, m, log)
+		leases := cluster.NewRedisStore(cluster.RedisConfig{Prefix: cfg.RedisPrefix}, redisClient)
+		a.cluster = cluster.New(cluster.Config{ID: replicaID(cfg.ReplicaID), URL: cfg.AdvertiseURL,
+			LeaseTTL: cfg.LeaseTTL, MaxAccounts: cfg.MaxAccountsPerReplica}, a.sup, a.pool, leases, m, log)
 		a.router.SetRemote(a.cluster)
 		if a.login != nil && cfg.AutoLogin {
 			// Logins only for the accounts this replica keeps: a hand-over
@@ -262,7 +264,7 @@ type readiness interface{ Ready() (bool, string) }
 // can forward to a replica with capacity.
 type clusterReadiness struct {
 	pool    *pool.Pool
-	cluster *pool.Cluster
+	cluster *cluster.Cluster
 }
 
 func (r clusterReadiness) Ready() (bool, string) {

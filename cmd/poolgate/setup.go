@@ -13,9 +13,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/poolgate/poolgate/internal/bundles"
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/lingma"
@@ -152,18 +155,22 @@ func (a *app) setupLogin(m *metrics.Metrics, getenv func(string) string, env []s
 	return nil
 }
 
-func openStore(cfg config.Config, m *metrics.Metrics, onEvict func(session.Affinity), log *slog.Logger) (store, error) {
+// openStore opens the session store: in memory, or on Redis, whose
+// connection it also returns for the cluster's lease store to share (nil
+// without Redis). Closing the store closes the connection.
+func openStore(cfg config.Config, m *metrics.Metrics, onEvict func(session.Affinity), log *slog.Logger) (store, *redis.Client, error) {
 	mem := session.MemoryConfig{OnEvict: onEvict, MaxAffinity: cfg.SessionCacheSize, AffinityTTL: cfg.SessionCacheTTL}
 	if cfg.RedisURL == "" {
-		return session.NewMemory(mem), nil
+		return session.NewMemory(mem), nil, nil
 	}
-	r, err := session.OpenRedis(session.RedisConfig{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Memory: mem, Logger: log,
-		OwnerMaxResponses: cfg.StoredResponsesPerKey, OwnerMaxResponseBytes: cfg.StoredResponseBytesPerKey,
-		OnError: func(op string, _ error) { m.StoreErrors.WithLabelValues(op).Inc() }})
+	client, err := redisconn.Dial(cfg.RedisURL, 0)
 	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
+		return nil, nil, fmt.Errorf("redis: %w", err)
 	}
-	return r, nil
+	r := session.NewRedis(session.RedisConfig{Prefix: cfg.RedisPrefix, Memory: mem, Logger: log,
+		OwnerMaxResponses: cfg.StoredResponsesPerKey, OwnerMaxResponseBytes: cfg.StoredResponseBytesPerKey,
+		OnError: func(op string, _ error) { m.StoreErrors.WithLabelValues(op).Inc() }}, client)
+	return r, client, nil
 }
 
 // toolPolicy is the router's tool policy from the configuration.

@@ -1,4 +1,4 @@
-package session
+package cluster
 
 import (
 	"context"
@@ -33,11 +33,11 @@ type Replica struct {
 }
 
 // Key families of the replica registry.
-func (r *Redis) replicaKey(id string) string { return r.cfg.Prefix + "replica:" + id }
+func (r *RedisStore) replicaKey(id string) string { return r.cfg.Prefix + "replica:" + id }
 
 // replicaIndexKey is a sorted set of replica ids scored by the expiry of
 // their heartbeat in server Unix milliseconds.
-func (r *Redis) replicaIndexKey() string { return r.cfg.Prefix + "replicas" }
+func (r *RedisStore) replicaIndexKey() string { return r.cfg.Prefix + "replicas" }
 
 // heartbeatScript stores a replica's record with its expiry, indexes it, and
 // prunes index entries whose heartbeat expired, so the index stays bounded.
@@ -80,7 +80,7 @@ return 1
 // Heartbeat registers rep as live for ttl (stamping Seen with the local clock
 // when it is zero). Replicas renew it well within ttl; a replica that stops
 // disappears from Replicas when it runs out.
-func (r *Redis) Heartbeat(ctx context.Context, rep Replica, ttl time.Duration) error {
+func (r *RedisStore) Heartbeat(ctx context.Context, rep Replica, ttl time.Duration) error {
 	switch {
 	case rep.ID == "":
 		return errors.New("heartbeat: empty replica id")
@@ -94,7 +94,7 @@ func (r *Redis) Heartbeat(ctx context.Context, rep Replica, ttl time.Duration) e
 	if err != nil {
 		return fmt.Errorf("heartbeat %s: %w", rep.ID, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.leaseTimeout())
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	err = heartbeatScript.Run(ctx, r.client,
 		[]string{r.replicaKey(rep.ID), r.replicaIndexKey()}, b, ttl.Milliseconds(), rep.ID).Err()
@@ -105,9 +105,9 @@ func (r *Redis) Heartbeat(ctx context.Context, rep Replica, ttl time.Duration) e
 }
 
 // Replicas returns the live replicas sorted by ID, and prunes expired ones
-// from the index. It takes two round trips, both within one LeaseTimeout.
-func (r *Redis) Replicas(ctx context.Context) ([]Replica, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.leaseTimeout())
+// from the index. It takes two round trips, both within one RedisConfig.Timeout.
+func (r *RedisStore) Replicas(ctx context.Context) ([]Replica, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	ids, err := r.client.ZRangeByScore(ctx, r.replicaIndexKey(), &redis.ZRangeBy{Min: "-inf", Max: "+inf"}).Result()
 	if err != nil {
@@ -142,8 +142,8 @@ func (r *Redis) Replicas(ctx context.Context) ([]Replica, error) {
 // LeaveCluster removes replica id from the registry at once, for a clean
 // shutdown; the others see it gone without waiting for its heartbeat to
 // expire.
-func (r *Redis) LeaveCluster(ctx context.Context, id string) error {
-	ctx, cancel := context.WithTimeout(ctx, r.leaseTimeout())
+func (r *RedisStore) LeaveCluster(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	err := leaveScript.Run(ctx, r.client, []string{r.replicaKey(id), r.replicaIndexKey()}, id).Err()
 	if err != nil {

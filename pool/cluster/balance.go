@@ -1,4 +1,4 @@
-package pool
+package cluster
 
 import (
 	"cmp"
@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -70,7 +71,7 @@ func (c *Cluster) planLocked() plan {
 	if _, ok := c.replicas[c.cfg.ID]; !ok {
 		live++ // our heartbeat did not land yet
 	}
-	names := c.sup.Names()
+	names := c.workers.Names()
 	n := len(names)
 	ceil, floor := (n+live-1)/live, n/live
 	p := plan{ceil: ceil, floor: floor, held: len(c.held), releasing: len(c.releasing)}
@@ -156,7 +157,7 @@ func (c *Cluster) balance(ctx context.Context, wg *sync.WaitGroup) {
 // handOverCost orders the accounts to give: a ready one moves with its
 // bundle and costs a drain; one that needs a login may have a login under
 // way, which the move would cut.
-func handOverCost(in InstanceStatus) int {
+func handOverCost(in pool.InstanceStatus) int {
 	switch in.State {
 	case supervisor.StateReady:
 		return 0
@@ -171,8 +172,8 @@ func handOverCost(in InstanceStatus) int {
 // drain (no new turns, the running ones finish), then release the lease.
 // receiver is the replica they are meant for, when one is short.
 func (c *Cluster) releaseSurplus(n int, receiver string, wg *sync.WaitGroup) {
-	snap := c.pool.Snapshot()
-	slices.SortStableFunc(snap.Instances, func(a, b InstanceStatus) int {
+	snap := c.adm.Snapshot()
+	slices.SortStableFunc(snap.Instances, func(a, b pool.InstanceStatus) int {
 		return cmp.Or(cmp.Compare(handOverCost(a), handOverCost(b)), cmp.Compare(a.InFlight, b.InFlight))
 	})
 	for _, in := range snap.Instances {
@@ -205,14 +206,14 @@ func (c *Cluster) handOver(name string, token int64, receiver string) {
 		m.Handovers.WithLabelValues(name).Inc()
 	}
 	start := time.Now()
-	_ = c.sup.Drain(name)
-	if !c.sup.WaitStopped(name, start.Add(c.cfg.DrainTimeout)) {
+	_ = c.workers.Drain(name)
+	if !c.workers.WaitStopped(name, start.Add(c.cfg.DrainTimeout)) {
 		// Turns outlived the drain: cut them, and wait a little for the
 		// worker to go before another replica may start one.
-		_ = c.sup.Stop(name)
-		c.sup.WaitStopped(name, time.Now().Add(c.interval()))
+		_ = c.workers.Stop(name)
+		c.workers.WaitStopped(name, time.Now().Add(c.interval()))
 	}
-	c.pool.Fence(name, start) // no new turn here once the lease can pass on
+	c.adm.Fence(name, start) // no new turn here once the lease can pass on
 	ctx, cancel := context.WithTimeout(context.Background(), c.interval())
 	defer cancel()
 	c.mu.Lock()

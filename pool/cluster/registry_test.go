@@ -1,4 +1,4 @@
-package session
+package cluster
 
 import (
 	"context"
@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 func TestReplicaRegistry(t *testing.T) {
 	srv := testenv.Redis(t)
-	r := openTestRedis(t, srv, RedisConfig{})
+	r := openStore(t, srv, RedisConfig{})
 	raw := rawClient(t, srv)
 	ctx := context.Background()
 	seen := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
@@ -90,7 +91,7 @@ func replicasEqual(a, b []Replica) bool {
 
 func TestHeartbeatExpiry(t *testing.T) {
 	srv := testenv.Redis(t)
-	r := openTestRedis(t, srv, RedisConfig{})
+	r := openStore(t, srv, RedisConfig{})
 	raw := rawClient(t, srv)
 	ctx := context.Background()
 	const ttl = 200 * time.Millisecond

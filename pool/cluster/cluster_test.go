@@ -1,4 +1,4 @@
-package pool
+package cluster
 
 import (
 	"context"
@@ -7,62 +7,60 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/poolgate/poolgate/session"
 )
 
-// fakeCluster is an in-memory ClusterStore whose calls can be made to fail.
+// fakeCluster is an in-memory Store whose calls can be made to fail.
 type fakeCluster struct {
 	mu   sync.Mutex
 	down bool
 	// closedUntil admits no new owner before it, as Redis does for one TTL
 	// after it starts empty.
 	closedUntil time.Time
-	leases      map[string]session.Lease
+	leases      map[string]Lease
 	tokens      map[string]int64
-	replicas    map[string]session.Replica
+	replicas    map[string]Replica
 }
 
 var errDown = errors.New("store down")
 
 func newFakeCluster() *fakeCluster {
-	return &fakeCluster{leases: map[string]session.Lease{}, tokens: map[string]int64{}, replicas: map[string]session.Replica{}}
+	return &fakeCluster{leases: map[string]Lease{}, tokens: map[string]int64{}, replicas: map[string]Replica{}}
 }
 
 func (f *fakeCluster) setDown(v bool) { f.mu.Lock(); f.down = v; f.mu.Unlock() }
 
-func (f *fakeCluster) live(a string) (session.Lease, bool) {
+func (f *fakeCluster) live(a string) (Lease, bool) {
 	l, ok := f.leases[a]
 	return l, ok && time.Now().Before(l.Expires)
 }
 
-func (f *fakeCluster) AcquireLease(_ context.Context, a, holder string, ttl time.Duration) (session.Lease, bool, error) {
+func (f *fakeCluster) AcquireLease(_ context.Context, a, holder string, ttl time.Duration) (Lease, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
-		return session.Lease{}, false, errDown
+		return Lease{}, false, errDown
 	}
 	if l, ok := f.live(a); ok && l.Holder != holder {
 		return l, false, nil
 	}
 	if time.Now().Before(f.closedUntil) {
-		return session.Lease{}, false, nil
+		return Lease{}, false, nil
 	}
 	f.tokens[a]++
-	l := session.Lease{Account: a, Holder: holder, Token: f.tokens[a], Expires: time.Now().Add(ttl)}
+	l := Lease{Account: a, Holder: holder, Token: f.tokens[a], Expires: time.Now().Add(ttl)}
 	f.leases[a] = l
 	return l, true, nil
 }
 
-func (f *fakeCluster) RenewLease(_ context.Context, a, holder string, token int64, ttl time.Duration) (session.Lease, error) {
+func (f *fakeCluster) RenewLease(_ context.Context, a, holder string, token int64, ttl time.Duration) (Lease, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
-		return session.Lease{}, errDown
+		return Lease{}, errDown
 	}
 	l, ok := f.live(a)
 	if !ok || l.Holder != holder || l.Token != token {
-		return session.Lease{}, session.ErrLeaseLost
+		return Lease{}, ErrLeaseLost
 	}
 	l.Expires = time.Now().Add(ttl)
 	f.leases[a] = l
@@ -81,13 +79,13 @@ func (f *fakeCluster) ReleaseLease(_ context.Context, a, holder string, token in
 	return nil
 }
 
-func (f *fakeCluster) Leases(_ context.Context, accounts []string) ([]session.Lease, error) {
+func (f *fakeCluster) Leases(_ context.Context, accounts []string) ([]Lease, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
 		return nil, errDown
 	}
-	out := make([]session.Lease, len(accounts))
+	out := make([]Lease, len(accounts))
 	for i, a := range accounts {
 		if l, ok := f.live(a); ok {
 			out[i] = l
@@ -96,7 +94,7 @@ func (f *fakeCluster) Leases(_ context.Context, accounts []string) ([]session.Le
 	return out, nil
 }
 
-func (f *fakeCluster) Heartbeat(_ context.Context, r session.Replica, _ time.Duration) error {
+func (f *fakeCluster) Heartbeat(_ context.Context, r Replica, _ time.Duration) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
@@ -106,13 +104,13 @@ func (f *fakeCluster) Heartbeat(_ context.Context, r session.Replica, _ time.Dur
 	return nil
 }
 
-func (f *fakeCluster) Replicas(context.Context) ([]session.Replica, error) {
+func (f *fakeCluster) Replicas(context.Context) ([]Replica, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
 		return nil, errDown
 	}
-	var out []session.Replica
+	var out []Replica
 	for _, r := range f.replicas {
 		out = append(out, r)
 	}
@@ -126,25 +124,25 @@ func (f *fakeCluster) LeaveCluster(_ context.Context, id string) error {
 	return nil
 }
 
-var _ ClusterStore = (*fakeCluster)(nil)
+var _ Store = (*fakeCluster)(nil)
 
 func TestClusterFencesWhenTheStoreIsGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, sup, _ := testPool(t, Config{}, "a", "b")
+		p, sup := readyPool(t, "a", "b")
 		store := newFakeCluster()
-		c := NewCluster(ClusterConfig{ID: "r1", LeaseTTL: 5 * time.Second}, sup, p, store, nil, p.log)
+		c := New(Config{ID: "r1", LeaseTTL: 5 * time.Second}, sup, p, store, nil, quiet())
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { c.Run(ctx); close(done) }()
 		time.Sleep(time.Second)
-		if held := c.Status().Held; len(held) != 2 || !p.holds("a") {
+		if held := c.Status().Held; len(held) != 2 || !p.Serves("a") {
 			t.Fatalf("held %v, want both accounts in use", held)
 		}
 		store.setDown(true)
 		lastRenewal := time.Now()
 		// The replica must stop trusting its leases before they can expire
 		// in the store (5s after the last renewal).
-		for p.holds("a") || p.holds("b") {
+		for p.Serves("a") || p.Serves("b") {
 			time.Sleep(10 * time.Millisecond)
 		}
 		if d := time.Since(lastRenewal); d >= 5*time.Second {
@@ -161,9 +159,9 @@ func TestClusterFencesWhenTheStoreIsGone(t *testing.T) {
 
 func TestClusterHandsAnAccountToALateReplica(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, sup, _ := testPool(t, Config{}, "a", "b")
+		p, sup := readyPool(t, "a", "b")
 		store := newFakeCluster()
-		c := NewCluster(ClusterConfig{ID: "r1", LeaseTTL: 5 * time.Second, DrainTimeout: time.Second}, sup, p, store, nil, p.log)
+		c := New(Config{ID: "r1", LeaseTTL: 5 * time.Second, DrainTimeout: time.Second}, sup, p, store, nil, quiet())
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { c.Run(ctx); close(done) }()
@@ -172,7 +170,7 @@ func TestClusterHandsAnAccountToALateReplica(t *testing.T) {
 			t.Fatal("did not take both free accounts")
 		}
 		// A second replica joins, holding nothing: r1 is above the floor (1).
-		_ = store.Heartbeat(ctx, session.Replica{ID: "r2", URL: "http://r2"}, time.Hour)
+		_ = store.Heartbeat(ctx, Replica{ID: "r2", URL: "http://r2"}, time.Hour)
 		time.Sleep(5 * time.Second)
 		if held := c.Status().Held; len(held) != 1 {
 			t.Fatalf("held %v after r2 joined, want one account handed over", held)

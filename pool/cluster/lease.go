@@ -1,4 +1,4 @@
-package session
+package cluster
 
 import (
 	"context"
@@ -43,10 +43,6 @@ import (
 // caller's: it expired, was released, or another holder or token holds it.
 var ErrLeaseLost = errors.New("lease lost")
 
-// defaultLeaseTimeout bounds each lease and registry call when
-// RedisConfig.LeaseTimeout is zero.
-const defaultLeaseTimeout = 500 * time.Millisecond
-
 // Lease is one account's ownership record.
 //
 // For a lease the caller itself holds (AcquireLease with ok=true,
@@ -89,15 +85,17 @@ type Lease struct {
 }
 
 // Key families of leases.
-func (r *Redis) leaseKey(account string) string { return r.cfg.Prefix + "lease:" + account }
+func (r *RedisStore) leaseKey(account string) string { return r.cfg.Prefix + "lease:" + account }
 
 // leaseTokenKey is the account's fencing counter; it never expires.
-func (r *Redis) leaseTokenKey(account string) string { return r.cfg.Prefix + "leasetok:" + account }
+func (r *RedisStore) leaseTokenKey(account string) string {
+	return r.cfg.Prefix + "leasetok:" + account
+}
 
 // leaseEpochKey holds, without expiry, the server time (Unix ms) at which the
 // quarantine that followed its creation ends; its absence means Redis lost
 // its data (or never had any).
-func (r *Redis) leaseEpochKey() string { return r.cfg.Prefix + "leaseepoch" }
+func (r *RedisStore) leaseEpochKey() string { return r.cfg.Prefix + "leaseepoch" }
 
 // leaseEpochLua sets qend to the end of the current quarantine, starting one
 // of ttl ms when the epoch key is missing. It needs now and ttl, and the
@@ -203,13 +201,6 @@ end
 return out
 `)
 
-func (r *Redis) leaseTimeout() time.Duration {
-	if r.cfg.LeaseTimeout > 0 {
-		return r.cfg.LeaseTimeout
-	}
-	return defaultLeaseTimeout
-}
-
 func checkLeaseArgs(account, holder string, ttl time.Duration) error {
 	switch {
 	case account == "":
@@ -229,12 +220,12 @@ func checkLeaseArgs(account, holder string, ttl time.Duration) error {
 // holder's lease is live, or Redis is in its quarantine after losing its data,
 // ok is false and the returned Lease is the current one (empty Holder during
 // the quarantine, with Expires at its end). Any Redis failure is returned as
-// an error within LeaseTimeout; the caller must then assume nothing.
-func (r *Redis) AcquireLease(ctx context.Context, account, holder string, ttl time.Duration) (Lease, bool, error) {
+// an error within RedisConfig.Timeout; the caller must then assume nothing.
+func (r *RedisStore) AcquireLease(ctx context.Context, account, holder string, ttl time.Duration) (Lease, bool, error) {
 	if err := checkLeaseArgs(account, holder, ttl); err != nil {
 		return Lease{}, false, fmt.Errorf("acquire lease %s: %w", account, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.leaseTimeout())
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	start := time.Now() // before the request: Expires must not overstate
 	res, err := acquireLeaseScript.Run(ctx, r.client,
@@ -263,13 +254,13 @@ func (r *Redis) AcquireLease(ctx context.Context, account, holder string, ttl ti
 // RenewLease extends holder's lease on account by ttl if holder still holds it
 // with token, and returns it with Expires = callStart + ttl. Otherwise it
 // returns ErrLeaseLost. Any Redis failure is returned as another error within
-// LeaseTimeout; the renewal may or may not have landed, so the caller keeps
+// RedisConfig.Timeout; the renewal may or may not have landed, so the caller keeps
 // its previous deadline.
-func (r *Redis) RenewLease(ctx context.Context, account, holder string, token int64, ttl time.Duration) (Lease, error) {
+func (r *RedisStore) RenewLease(ctx context.Context, account, holder string, token int64, ttl time.Duration) (Lease, error) {
 	if err := checkLeaseArgs(account, holder, ttl); err != nil {
 		return Lease{}, fmt.Errorf("renew lease %s: %w", account, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.leaseTimeout())
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
 	err := renewLeaseScript.Run(ctx, r.client,
@@ -287,8 +278,8 @@ func (r *Redis) RenewLease(ctx context.Context, account, holder string, token in
 // ReleaseLease gives account's lease up if holder still holds it with token,
 // so another replica can take it at once. Releasing a lease that is no longer
 // the caller's does nothing and is not an error; a Redis failure is.
-func (r *Redis) ReleaseLease(ctx context.Context, account, holder string, token int64) error {
-	ctx, cancel := context.WithTimeout(ctx, r.leaseTimeout())
+func (r *RedisStore) ReleaseLease(ctx context.Context, account, holder string, token int64) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	err := releaseLeaseScript.Run(ctx, r.client, []string{r.leaseKey(account)}, holder, token).Err()
 	if err != nil {
@@ -299,7 +290,7 @@ func (r *Redis) ReleaseLease(ctx context.Context, account, holder string, token 
 
 // Leases returns the current lease of each account, in the order given, read
 // in one round trip; a free account's entry is the zero Lease.
-func (r *Redis) Leases(ctx context.Context, accounts []string) ([]Lease, error) {
+func (r *RedisStore) Leases(ctx context.Context, accounts []string) ([]Lease, error) {
 	if len(accounts) == 0 {
 		return nil, nil
 	}
@@ -307,7 +298,7 @@ func (r *Redis) Leases(ctx context.Context, accounts []string) ([]Lease, error) 
 	for i, a := range accounts {
 		keys[i] = r.leaseKey(a)
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.leaseTimeout())
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	res, err := leasesScript.Run(ctx, r.client, keys).Slice()
 	if err != nil {

@@ -1,4 +1,14 @@
-package pool
+// Package cluster is everything a replica does to share the accounts with
+// the other replicas of one deployment: the leases that let at most one
+// replica drive an account (with fencing tokens), the balancing of accounts
+// between the live replicas, the gate that holds automatic logins back until
+// a replica keeps an account, the replica registry (heartbeats), the answer
+// to "which replica serves this account" the router forwards by, the hop
+// headers of a forwarded request, and the Redis store of leases and the
+// registry. It steers the supervisor's workers (start, drain, stop) and the
+// admission room's fences through small interfaces; it must not run turns,
+// pick workers or touch conversation state. A single node runs without it.
+package cluster
 
 import (
 	"context"
@@ -9,26 +19,46 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/supervisor"
-	"github.com/poolgate/poolgate/session"
 )
 
-// ClusterStore is the shared state replicas coordinate through (Redis).
+// Store is the shared state replicas coordinate through (Redis).
 // Lease calls must fail, never pretend, when the store is unreachable, and
 // after the store lost its data it admits no new owner for one lease TTL
-// (session.Redis does both).
-type ClusterStore interface {
-	AcquireLease(ctx context.Context, account, holder string, ttl time.Duration) (session.Lease, bool, error)
-	RenewLease(ctx context.Context, account, holder string, token int64, ttl time.Duration) (session.Lease, error)
+// (RedisStore does both).
+type Store interface {
+	AcquireLease(ctx context.Context, account, holder string, ttl time.Duration) (Lease, bool, error)
+	RenewLease(ctx context.Context, account, holder string, token int64, ttl time.Duration) (Lease, error)
 	ReleaseLease(ctx context.Context, account, holder string, token int64) error
-	Leases(ctx context.Context, accounts []string) ([]session.Lease, error)
-	Heartbeat(ctx context.Context, r session.Replica, ttl time.Duration) error
-	Replicas(ctx context.Context) ([]session.Replica, error)
+	Leases(ctx context.Context, accounts []string) ([]Lease, error)
+	Heartbeat(ctx context.Context, r Replica, ttl time.Duration) error
+	Replicas(ctx context.Context) ([]Replica, error)
 	LeaveCluster(ctx context.Context, id string) error
 }
 
-// ClusterConfig configures a replica's part in the cluster.
-type ClusterConfig struct {
+// Workers is what the cluster starts and stops: the supervisor
+// (*supervisor.Supervisor), whose workers must be configured Held.
+type Workers interface {
+	// Names lists every instance; an instance's name is its account's.
+	Names() []string
+	Restart(name string) error
+	Drain(name string) error
+	Stop(name string) error
+	// WaitStopped waits until the instance is stopped or deadline passes.
+	WaitStopped(name string, deadline time.Time) bool
+}
+
+// Admission is what the cluster fences and reads the load of: the admission
+// room (*pool.Pool).
+type Admission interface {
+	// Fence makes the instance unusable for new turns from until on.
+	Fence(name string, until time.Time)
+	Snapshot() pool.Snapshot
+}
+
+// Config configures a replica's part in the cluster.
+type Config struct {
 	// ID names this replica run (required): unique per process start, so a
 	// restarted replica never renews the lease of its predecessor.
 	ID string
@@ -48,17 +78,17 @@ type ClusterConfig struct {
 // leases, fences workers to the lease it is sure of, and answers which
 // replica serves an account. Only its Run loop changes what it holds.
 type Cluster struct {
-	cfg   ClusterConfig
-	sup   *supervisor.Supervisor
-	pool  *Pool
-	m     *metrics.Metrics
-	store ClusterStore
-	log   *slog.Logger
+	cfg     Config
+	workers Workers
+	adm     Admission
+	m       *metrics.Metrics
+	store   Store
+	log     *slog.Logger
 
 	mu        sync.Mutex
 	held      map[string]*heldLease
-	leases    map[string]session.Lease // last view of every account's lease
-	replicas  map[string]session.Replica
+	leases    map[string]Lease // last view of every account's lease
+	replicas  map[string]Replica
 	releasing map[string]bool
 	// settled: the last balance found nothing to give away, so the accounts
 	// held now are kept (automatic logins wait for it: gate.go).
@@ -70,9 +100,9 @@ type heldLease struct {
 	valid time.Time // this replica may serve the account until then
 }
 
-// NewCluster returns the coordinator for p's accounts. p's workers must be
-// configured Held: the cluster starts the ones it wins.
-func NewCluster(cfg ClusterConfig, sup *supervisor.Supervisor, p *Pool, store ClusterStore, m *metrics.Metrics, log *slog.Logger) *Cluster {
+// New returns the coordinator for the workers' accounts. The workers must
+// be configured Held: the cluster starts the ones it wins. m may be nil.
+func New(cfg Config, workers Workers, adm Admission, store Store, m *metrics.Metrics, log *slog.Logger) *Cluster {
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = 15 * time.Second
 	}
@@ -81,11 +111,11 @@ func NewCluster(cfg ClusterConfig, sup *supervisor.Supervisor, p *Pool, store Cl
 	}
 	// No account is leased yet: a worker started by anything but a won
 	// lease (a stray admin restart) must not take turns.
-	for _, name := range sup.Names() {
-		p.Fence(name, notLeased)
+	for _, name := range workers.Names() {
+		adm.Fence(name, notLeased)
 	}
-	return &Cluster{cfg: cfg, sup: sup, pool: p, m: m, store: store, log: log.With("replica", cfg.ID),
-		held: map[string]*heldLease{}, leases: map[string]session.Lease{}, replicas: map[string]session.Replica{},
+	return &Cluster{cfg: cfg, workers: workers, adm: adm, m: m, store: store, log: log.With("replica", cfg.ID),
+		held: map[string]*heldLease{}, leases: map[string]Lease{}, replicas: map[string]Replica{},
 		releasing: map[string]bool{}}
 }
 
@@ -189,13 +219,13 @@ func (c *Cluster) enforceFences() {
 	c.mu.Unlock()
 	for _, name := range lost {
 		c.log.Warn("lease not renewed in time: stopping the account's worker", "account", name)
-		_ = c.sup.Stop(name)
+		_ = c.workers.Stop(name)
 	}
 }
 
 func (c *Cluster) heartbeat(ctx context.Context) {
-	snap := c.pool.Snapshot()
-	r := session.Replica{ID: c.cfg.ID, URL: c.cfg.URL, InFlight: snap.InFlight, Queue: snap.Waiting,
+	snap := c.adm.Snapshot()
+	r := Replica{ID: c.cfg.ID, URL: c.cfg.URL, InFlight: snap.InFlight, Queue: snap.Waiting,
 		MaxAccounts: c.cfg.MaxAccounts}
 	c.mu.Lock()
 	for name := range c.held {
@@ -232,13 +262,13 @@ func (c *Cluster) renew(ctx context.Context) {
 		switch {
 		case err == nil:
 			c.setValid(name, h, start)
-		case errors.Is(err, session.ErrLeaseLost):
+		case errors.Is(err, ErrLeaseLost):
 			c.log.Warn("lease lost to another replica: stopping the account's worker", "account", name)
 			c.mu.Lock()
 			delete(c.held, name)
 			c.mu.Unlock()
-			c.pool.Fence(name, time.Now())
-			_ = c.sup.Stop(name)
+			c.adm.Fence(name, time.Now())
+			_ = c.workers.Stop(name)
 		default:
 			// Unreachable store: keep serving until the fence, renewing on
 			// the next tick.
@@ -254,11 +284,11 @@ func (c *Cluster) setValid(name string, h *heldLease, start time.Time) {
 	c.mu.Lock()
 	h.valid = valid
 	c.mu.Unlock()
-	c.pool.Fence(name, valid)
+	c.adm.Fence(name, valid)
 }
 
 func (c *Cluster) refresh(ctx context.Context) error {
-	names := c.sup.Names()
+	names := c.workers.Names()
 	leases, err := c.store.Leases(ctx, names)
 	if err != nil {
 		return err
@@ -269,11 +299,11 @@ func (c *Cluster) refresh(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.leases = map[string]session.Lease{}
+	c.leases = map[string]Lease{}
 	for i, l := range leases {
 		c.leases[names[i]] = l
 	}
-	c.replicas = map[string]session.Replica{}
+	c.replicas = map[string]Replica{}
 	for _, r := range reps {
 		c.replicas[r.ID] = r
 	}
@@ -292,7 +322,7 @@ func (c *Cluster) acquire(ctx context.Context, name string) {
 	c.mu.Unlock()
 	c.setValid(name, h, start)
 	c.log.Info("lease acquired: starting the account's worker", "account", name, "token", l.Token)
-	_ = c.sup.Restart(name)
+	_ = c.workers.Restart(name)
 }
 
 // Holder reports whether this replica holds the account's lease now (and
@@ -356,18 +386,18 @@ func (c *Cluster) Spare() (string, bool) {
 }
 
 // Status is the cluster as /internal/cluster shows it.
-type ClusterStatus struct {
-	Self     string            `json:"self"`
-	Replicas []session.Replica `json:"replicas"`
-	Leases   []session.Lease   `json:"leases"`
-	Held     map[string]int64  `json:"held"`
+type Status struct {
+	Self     string           `json:"self"`
+	Replicas []Replica        `json:"replicas"`
+	Leases   []Lease          `json:"leases"`
+	Held     map[string]int64 `json:"held"`
 }
 
 // Status returns this replica's view of the cluster.
-func (c *Cluster) Status() ClusterStatus {
+func (c *Cluster) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := ClusterStatus{Self: c.cfg.ID, Held: map[string]int64{}}
+	s := Status{Self: c.cfg.ID, Held: map[string]int64{}}
 	for _, r := range c.replicas {
 		s.Replicas = append(s.Replicas, r)
 	}

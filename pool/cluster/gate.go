@@ -1,4 +1,4 @@
-package pool
+package cluster
 
 import "github.com/poolgate/poolgate/pool/supervisor"
 

@@ -1,4 +1,4 @@
-package pool
+package cluster
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/pool/supervisor/supervisortest"
 )
@@ -25,7 +26,7 @@ var fourAccounts = []string{"acct-1", "acct-2", "acct-3", "acct-4"}
 type replica struct {
 	id      string
 	sup     *supervisor.Supervisor
-	pool    *Pool
+	pool    *pool.Pool
 	m       *metrics.Metrics
 	cluster *Cluster
 	logins  *supervisortest.Loginer
@@ -33,11 +34,11 @@ type replica struct {
 	done    chan struct{}
 }
 
-func startReplica(t *testing.T, store ClusterStore, f *supervisortest.Workers, id string, accounts ...string) *replica {
+func startReplica(t *testing.T, store Store, f *supervisortest.Workers, id string, accounts ...string) *replica {
 	m := newMetrics()
 	sup := supervisor.New(supervisor.Config{}, fakeConfigs(t, true, accounts...), f, f, m, quiet())
-	p := New(Config{}, sup, m, quiet())
-	c := NewCluster(ClusterConfig{ID: id, URL: "http://" + id, LeaseTTL: balanceTTL, DrainTimeout: time.Second},
+	p := pool.New(pool.Config{}, sup, m, quiet())
+	c := New(Config{ID: id, URL: "http://" + id, LeaseTTL: balanceTTL, DrainTimeout: time.Second},
 		sup, p, store, m, quiet())
 	r := &replica{id: id, sup: sup, pool: p, m: m, cluster: c, logins: &supervisortest.Loginer{}, done: make(chan struct{})}
 	sup.SetLoginer(c.GateLogins(r.logins))
@@ -135,7 +136,7 @@ func TestClusterRejoinLandsOnTheShortReplica(t *testing.T) {
 					t.Fatalf("two ticks after the hand-over r2 holds %v, want the account r1 gave (%v); r1 %v, r3 %v",
 						r2.held(), given, r1.held(), r3.held())
 				}
-				if acct := r2.held()[0]; !r2.pool.holds(acct) {
+				if acct := r2.held()[0]; !r2.pool.Serves(acct) {
 					t.Errorf("%s is not serving on r2", acct)
 				}
 				spread := [][]string{r1.held(), r2.held(), r3.held()}
