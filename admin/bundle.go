@@ -12,24 +12,24 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/poolgate/poolgate/pool/supervisor"
-	"github.com/poolgate/poolgate/session"
+	"github.com/poolgate/poolgate/session/bundle"
 )
 
 // BundleService exports and imports sealed session bundles
-// (*bundles.Service).
+// (*bundle.Service).
 type BundleService interface {
 	// Export seals the named instance's credentials. Errors:
-	// supervisor.ErrUnknownInstance, session.ErrNoCredentials (not logged in),
-	// session.ErrNoKey.
+	// supervisor.ErrUnknownInstance, bundle.ErrNoCredentials (not logged in),
+	// bundle.ErrNoKey.
 	Export(ctx context.Context, instance string) (account string, sealed []byte, err error)
 	// Import verifies and installs a sealed bundle for the instance, then
 	// restarts its worker; a rejected bundle leaves the worker alone. Errors:
-	// supervisor.ErrUnknownInstance, session.ErrNoKey, session.ErrSeal,
-	// session.ErrChecksum, session.ErrMalformed, session.ErrWrongAccount.
+	// supervisor.ErrUnknownInstance, bundle.ErrNoKey, bundle.ErrSeal,
+	// bundle.ErrChecksum, bundle.ErrMalformed, bundle.ErrWrongAccount.
 	Import(ctx context.Context, instance string, sealed []byte) error
 	// ImportPlain installs an unsealed bundle (a tar.gz of a work dir, as
 	// the Python gateway exported it) after the same checks. Errors:
-	// supervisor.ErrUnknownInstance, session.ErrMalformed, session.ErrWrongAccount.
+	// supervisor.ErrUnknownInstance, bundle.ErrMalformed, bundle.ErrWrongAccount.
 	ImportPlain(ctx context.Context, instance, account string, payload []byte) error
 }
 
@@ -188,15 +188,15 @@ func writeBundleError(c *gin.Context, name string, err error) {
 	switch {
 	case errors.Is(err, supervisor.ErrUnknownInstance):
 		status, code, msg = http.StatusNotFound, CodeUnknownInstance, "unknown instance "+name
-	case errors.Is(err, session.ErrNoKey):
-		status, code, msg = http.StatusServiceUnavailable, CodeUnavailable, session.ErrNoKey.Error()
-	case errors.Is(err, session.ErrNoCredentials):
+	case errors.Is(err, bundle.ErrNoKey):
+		status, code, msg = http.StatusServiceUnavailable, CodeUnavailable, bundle.ErrNoKey.Error()
+	case errors.Is(err, bundle.ErrNoCredentials):
 		status, code, msg = http.StatusConflict, CodeNotLoggedIn, "instance "+name+" is not logged in: "+msg
-	case errors.Is(err, session.ErrWrongAccount):
+	case errors.Is(err, bundle.ErrWrongAccount):
 		status, code = http.StatusConflict, CodeWrongAccount
-	case errors.Is(err, session.ErrSeal), errors.Is(err, session.ErrChecksum):
+	case errors.Is(err, bundle.ErrSeal), errors.Is(err, bundle.ErrChecksum):
 		status, code = http.StatusUnprocessableEntity, CodeBundleRejected
-	case errors.Is(err, session.ErrMalformed):
+	case errors.Is(err, bundle.ErrMalformed):
 		status, code = http.StatusBadRequest, CodeBadRequest
 	}
 	writeError(c, status, code, msg)

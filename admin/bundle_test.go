@@ -24,12 +24,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poolgate/poolgate/admin"
-	"github.com/poolgate/poolgate/internal/bundles"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/lingma"
 	"github.com/poolgate/poolgate/pool/supervisor"
-	"github.com/poolgate/poolgate/session"
+	"github.com/poolgate/poolgate/session/bundle"
 )
 
 // bundleEnv is an admin API over a pool of one real simworker ("w1",
@@ -37,7 +36,7 @@ import (
 type bundleEnv struct {
 	sup     *supervisor.Supervisor
 	pool    *pool.Pool
-	store   *session.Memory
+	store   *bundle.MemoryStore
 	handler http.Handler
 	workDir string
 }
@@ -51,7 +50,7 @@ func bundleLog() *slog.Logger {
 
 func bundleKey(t *testing.T) []byte {
 	t.Helper()
-	k := make([]byte, session.KeySize)
+	k := make([]byte, bundle.KeySize)
 	if _, err := rand.Read(k); err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +88,8 @@ func newBundleEnv(t *testing.T, key []byte, cfg admin.Config, start, loggedIn bo
 			launcher.Close()
 		})
 	}
-	store := session.NewMemory(session.MemoryConfig{})
-	svc := bundles.New(bundles.Config{Key: key}, homes{sup}, store, bundleLog())
+	store := bundle.NewMemoryStore()
+	svc := bundle.New(bundle.Config{Key: key}, homes{sup}, store, bundleLog())
 	a := admin.New(cfg, p, sup, prometheus.NewRegistry(), bundleLog())
 	r := gin.New()
 	a.RegisterBundles(a.Register(r), svc)
@@ -100,12 +99,12 @@ func newBundleEnv(t *testing.T, key []byte, cfg admin.Config, start, loggedIn bo
 // homes shows the bundle service the supervisor's instances.
 type homes struct{ *supervisor.Supervisor }
 
-func (h homes) Home(name string) (bundles.Home, error) {
+func (h homes) Home(name string) (bundle.Home, error) {
 	if w, ok := h.Worker(name); ok {
-		return bundles.Home{Account: w.Account(), Username: w.Username(), WorkDir: w.WorkDir(),
+		return bundle.Home{Account: w.Account(), Username: w.Username(), WorkDir: w.WorkDir(),
 			LoggedOut: w.Status().State == supervisor.StateNeedsLogin}, nil
 	}
-	return bundles.Home{}, supervisor.ErrUnknownInstance
+	return bundle.Home{}, supervisor.ErrUnknownInstance
 }
 
 func (e *bundleEnv) status(t *testing.T) pool.InstanceStatus {
@@ -266,16 +265,16 @@ func TestBundleImportRejectsBadBundlesAndLeavesTheWorkerAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	good, _, err := session.Pack(src.workDir, session.LingmaSpec(), "acct", key, time.Now())
+	good, _, err := bundle.Pack(src.workDir, bundle.LingmaSpec(), "acct", key, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherAcct, _, err := session.Pack(src.workDir, session.LingmaSpec(), "someone-else", key, time.Now())
+	otherAcct, _, err := bundle.Pack(src.workDir, bundle.LingmaSpec(), "someone-else", key, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	seal := func(payload []byte) []byte {
-		s, err := session.Seal(key, payload)
+		s, err := bundle.Seal(key, payload)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -347,7 +346,7 @@ func TestBundleImportRejectsBadBundlesAndLeavesTheWorkerAlone(t *testing.T) {
 // mustPackOther seals dir's credentials under a key of its own.
 func mustPackOther(t *testing.T, dir string) []byte {
 	t.Helper()
-	s, _, err := session.Pack(dir, session.LingmaSpec(), "acct", bundleKey(t), time.Now())
+	s, _, err := bundle.Pack(dir, bundle.LingmaSpec(), "acct", bundleKey(t), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,9 +48,11 @@ type RedisConfig struct {
 	// OnError is called for every operation that could not use Redis,
 	// including those skipped while Redis is marked down (their error wraps
 	// ErrUnavailable), with op one of take_affinity, put_affinity,
-	// flush_affinity, save_response, load_response, delete_response,
-	// save_bundle, load_bundle (the poolgate_store_errors_total{op} counter). It is called from many
-	// goroutines and must not block. Default: none.
+	// flush_affinity, save_response, load_response, delete_response, and
+	// the operations other stores run through Do (session/bundle's
+	// save_bundle, load_bundle): the poolgate_store_errors_total{op}
+	// counter. It is called from many goroutines and must not block.
+	// Default: none.
 	OnError func(op string, err error)
 	// Logger receives one warning when Redis becomes unreachable and one info
 	// line when it is back. Default slog.Default().
@@ -179,6 +181,31 @@ func (r *Redis) skipped(op string) {
 	if r.cfg.OnError != nil {
 		r.cfg.OnError(op, ErrUnavailable)
 	}
+}
+
+// Key returns the Redis key of name under the store's prefix, for a store
+// that keeps its data beside the session state (Do).
+func (r *Redis) Key(name string) string { return r.cfg.Prefix + name }
+
+// Do lets a store that keeps its data beside the session state (the sealed
+// bundles of session/bundle) use this store's Redis connection and health:
+// while Redis is marked down it does not call fn, reports op to OnError as
+// skipped and returns ErrUnavailable; otherwise it calls fn with the client,
+// and a failure of fn marks Redis down and is reported under op (unless ctx
+// ended, which says nothing about Redis), a success marks it up. fn must
+// bound its calls by ctx and return only what Redis failed at: an answer
+// (a missing key, a refused write) is a success.
+func (r *Redis) Do(ctx context.Context, op string, fn func(ctx context.Context, c RedisClient) error) error {
+	if !r.health.allow() {
+		r.skipped(op)
+		return ErrUnavailable
+	}
+	if err := fn(ctx, r.client); err != nil {
+		r.failed(ctx, op, err)
+		return err
+	}
+	r.health.success()
+	return nil
 }
 
 func (r *Redis) report(a Affinity) {

@@ -26,7 +26,6 @@ import (
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/openaichat"
 	"github.com/poolgate/poolgate/handlers/responses"
-	"github.com/poolgate/poolgate/internal/bundles"
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/tokens"
@@ -35,6 +34,7 @@ import (
 	"github.com/poolgate/poolgate/pool/cluster"
 	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/session"
+	"github.com/poolgate/poolgate/session/bundle"
 )
 
 func serve(ctx context.Context, args, environ []string, stderr io.Writer) error {
@@ -80,18 +80,19 @@ func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 
 // app is the wired daemon.
 type app struct {
-	cfg      config.Config
-	log      *slog.Logger
-	sup      *supervisor.Supervisor
-	pool     *pool.Pool
-	launcher *supervisor.ExecLauncher
-	router   *pool.Router
-	cluster  *cluster.Cluster // nil on a single node
-	login    *login.Runner    // nil without Chromium
-	bundles  *bundles.Service
-	store    store
-	api      *http.Server
-	admin    *http.Server // nil when admin shares the API listener
+	cfg         config.Config
+	log         *slog.Logger
+	sup         *supervisor.Supervisor
+	pool        *pool.Pool
+	launcher    *supervisor.ExecLauncher
+	router      *pool.Router
+	cluster     *cluster.Cluster // nil on a single node
+	login       *login.Runner    // nil without Chromium
+	bundles     *bundle.Service
+	store       store        // conversation state
+	bundleStore bundle.Store // sealed bundles, beside it
+	api         *http.Server
+	admin       *http.Server // nil when admin shares the API listener
 }
 
 // store is what main needs of a session store beyond what its users need.
@@ -100,7 +101,6 @@ type store interface {
 	PutAffinity(ctx context.Context, key string, a session.Affinity) error
 	responses.Store
 	admin.AffinityFlusher
-	bundles.StoreLike
 	Run(ctx context.Context)
 	Close() error
 }
@@ -125,7 +125,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 		a.sup, m, log)
 	onEvict := func(s session.Affinity) { a.router.DeleteSession(pool.Affinity(s)) }
 	var redisClient *redis.Client
-	if a.store, redisClient, err = openStore(cfg, m, onEvict, log); err != nil {
+	if a.store, a.bundleStore, redisClient, err = openStores(cfg, m, onEvict, log); err != nil {
 		return nil, err
 	}
 	var affinity pool.AffinityStore = affinityStore{a.store}

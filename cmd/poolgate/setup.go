@@ -15,7 +15,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/poolgate/poolgate/internal/bundles"
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/redisconn"
@@ -25,6 +24,7 @@ import (
 	"github.com/poolgate/poolgate/pool/modelserver"
 	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/session"
+	"github.com/poolgate/poolgate/session/bundle"
 )
 
 // Setup of the daemon's parts from the configuration: the workers and their
@@ -36,7 +36,7 @@ import (
 func (a *app) setupBundles() error {
 	var key []byte
 	if a.cfg.BundleKey != "" {
-		k, err := session.ParseKey(a.cfg.BundleKey)
+		k, err := bundle.ParseKey(a.cfg.BundleKey)
 		if err != nil {
 			return fmt.Errorf("POOLGATE_BUNDLE_KEY: %w", err)
 		}
@@ -64,13 +64,13 @@ func (a *app) setupBundles() error {
 	if key == nil && len(configured) > 0 {
 		return errors.New("accounts carry session bundles but POOLGATE_BUNDLE_KEY is not set")
 	}
-	bcfg := bundles.Config{Key: key, Configured: configured}
+	bcfg := bundle.Config{Key: key, Configured: configured}
 	if a.cfg.AdvertiseURL != "" {
 		// The cluster is made after the bundles; it is there before any
 		// worker starts, which is when the first bundle is saved.
 		bcfg.Token = func(account string) (int64, bool) { return a.cluster.Token(account) }
 	}
-	a.bundles = bundles.New(bcfg, bundleHomes{a.sup}, a.store, a.log.With("component", "bundles"))
+	a.bundles = bundle.New(bcfg, bundleHomes{a.sup}, a.bundleStore, a.log.With("component", "bundles"))
 	a.sup.SetHooks(supervisor.Hooks{
 		PreStart: func(ctx context.Context, t supervisor.LoginTarget) error {
 			_, err := a.bundles.Restore(ctx, t.Account.Name, t.WorkDir)
@@ -96,12 +96,12 @@ func (a *app) setupBundles() error {
 // keep their credentials.
 type bundleHomes struct{ sup *supervisor.Supervisor }
 
-func (h bundleHomes) Home(name string) (bundles.Home, error) {
+func (h bundleHomes) Home(name string) (bundle.Home, error) {
 	w, ok := h.sup.Worker(name)
 	if !ok {
-		return bundles.Home{}, fmt.Errorf("instance %s: %w", name, supervisor.ErrUnknownInstance)
+		return bundle.Home{}, fmt.Errorf("instance %s: %w", name, supervisor.ErrUnknownInstance)
 	}
-	return bundles.Home{Account: w.Account(), Username: w.Username(), WorkDir: w.WorkDir(),
+	return bundle.Home{Account: w.Account(), Username: w.Username(), WorkDir: w.WorkDir(),
 		LoggedOut: w.Status().State == supervisor.StateNeedsLogin}, nil
 }
 
@@ -155,22 +155,23 @@ func (a *app) setupLogin(m *metrics.Metrics, getenv func(string) string, env []s
 	return nil
 }
 
-// openStore opens the session store: in memory, or on Redis, whose
-// connection it also returns for the cluster's lease store to share (nil
-// without Redis). Closing the store closes the connection.
-func openStore(cfg config.Config, m *metrics.Metrics, onEvict func(session.Affinity), log *slog.Logger) (store, *redis.Client, error) {
+// openStores opens the session store and the bundle store beside it: both
+// in memory, or both on Redis, whose connection is also returned for the
+// cluster's lease store to share (nil without Redis). Closing the session
+// store closes the connection.
+func openStores(cfg config.Config, m *metrics.Metrics, onEvict func(session.Affinity), log *slog.Logger) (store, bundle.Store, *redis.Client, error) {
 	mem := session.MemoryConfig{OnEvict: onEvict, MaxAffinity: cfg.SessionCacheSize, AffinityTTL: cfg.SessionCacheTTL}
 	if cfg.RedisURL == "" {
-		return session.NewMemory(mem), nil, nil
+		return session.NewMemory(mem), bundle.NewMemoryStore(), nil, nil
 	}
 	client, err := redisconn.Dial(cfg.RedisURL, 0)
 	if err != nil {
-		return nil, nil, fmt.Errorf("redis: %w", err)
+		return nil, nil, nil, fmt.Errorf("redis: %w", err)
 	}
 	r := session.NewRedis(session.RedisConfig{Prefix: cfg.RedisPrefix, Memory: mem, Logger: log,
 		OwnerMaxResponses: cfg.StoredResponsesPerKey, OwnerMaxResponseBytes: cfg.StoredResponseBytesPerKey,
 		OnError: func(op string, _ error) { m.StoreErrors.WithLabelValues(op).Inc() }}, client)
-	return r, client, nil
+	return r, bundle.NewRedisStore(r), client, nil
 }
 
 // toolPolicy is the router's tool policy from the configuration.

@@ -1,4 +1,4 @@
-package bundles_test
+package bundle_test
 
 import (
 	"bytes"
@@ -14,9 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolgate/poolgate/internal/bundles"
 	"github.com/poolgate/poolgate/pool/supervisor"
-	"github.com/poolgate/poolgate/session"
+	"github.com/poolgate/poolgate/session/bundle"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -41,7 +40,7 @@ func (l *logBuf) String() string {
 
 func newKey(t *testing.T) []byte {
 	t.Helper()
-	k := make([]byte, session.KeySize)
+	k := make([]byte, bundle.KeySize)
 	if _, err := rand.Read(k); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +65,7 @@ func loggedIn(t *testing.T, user string, exp time.Time) string {
 
 func pack(t *testing.T, key []byte, dir, account string, at time.Time) []byte {
 	t.Helper()
-	s, _, err := session.Pack(dir, session.LingmaSpec(), account, key, at)
+	s, _, err := bundle.Pack(dir, bundle.LingmaSpec(), account, key, at)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,15 +112,15 @@ func TestRestore(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := session.NewMemory(session.MemoryConfig{})
+			store := bundle.NewMemoryStore()
 			if tt.store != nil {
-				_ = store.SaveBundle(context.Background(), "acct", tt.store, session.BundleVersion{})
+				_ = store.SaveBundle(context.Background(), "acct", tt.store, bundle.Version{})
 			}
-			cfg := bundles.Config{Key: key, Now: func() time.Time { return t0.Add(24 * time.Hour) }}
+			cfg := bundle.Config{Key: key, Now: func() time.Time { return t0.Add(24 * time.Hour) }}
 			if tt.config != nil {
 				cfg.Configured = map[string][]byte{"acct": tt.config}
 			}
-			svc := bundles.New(cfg, nil, store, slog.New(slog.DiscardHandler))
+			svc := bundle.New(cfg, nil, store, slog.New(slog.DiscardHandler))
 			dir := filepath.Join(t.TempDir(), "w1")
 			if tt.workDir != nil {
 				dir = tt.workDir(t)
@@ -140,8 +139,8 @@ func TestRestore(t *testing.T) {
 
 func TestSavedThenRestoredElsewhere(t *testing.T) {
 	key := newKey(t)
-	store := session.NewMemory(session.MemoryConfig{})
-	svc := bundles.New(bundles.Config{Key: key}, nil, store, slog.New(slog.DiscardHandler))
+	store := bundle.NewMemoryStore()
+	svc := bundle.New(bundle.Config{Key: key}, nil, store, slog.New(slog.DiscardHandler))
 	src := loggedIn(t, "u1", time.Now().Add(time.Hour))
 	if err := svc.Saved(context.Background(), "acct", src); err != nil {
 		t.Fatalf("Saved() = %v", err)
@@ -150,7 +149,7 @@ func TestSavedThenRestoredElsewhere(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadBundle() = %v", err)
 	}
-	if b, err := session.Open(sealed, key, session.LingmaSpec(), session.Limits{}); err != nil || b.Manifest.Account != "acct" || b.Manifest.MachineID != "machine-u1" {
+	if b, err := bundle.Open(sealed, key, bundle.LingmaSpec(), bundle.Limits{}); err != nil || b.Manifest.Account != "acct" || b.Manifest.MachineID != "machine-u1" {
 		t.Fatalf("saved bundle: %v, %+v", err, b)
 	}
 	dst := t.TempDir() // a wiped disk
@@ -160,16 +159,16 @@ func TestSavedThenRestoredElsewhere(t *testing.T) {
 	if userOf(t, dst) != userOf(t, src) {
 		t.Errorf("restored cache/user = %q, want %q", userOf(t, dst), userOf(t, src))
 	}
-	if err := svc.Saved(context.Background(), "acct", t.TempDir()); !errors.Is(err, session.ErrNoCredentials) {
+	if err := svc.Saved(context.Background(), "acct", t.TempDir()); !errors.Is(err, bundle.ErrNoCredentials) {
 		t.Errorf("Saved(empty dir) = %v, want ErrNoCredentials", err)
 	}
 }
 
 func TestWithoutAKeyNothingHappens(t *testing.T) {
 	var logs logBuf
-	store := session.NewMemory(session.MemoryConfig{})
-	_ = store.SaveBundle(context.Background(), "acct", []byte("sealed"), session.BundleVersion{})
-	svc := bundles.New(bundles.Config{}, nil, store, slog.New(slog.NewTextHandler(&logs, nil)))
+	store := bundle.NewMemoryStore()
+	_ = store.SaveBundle(context.Background(), "acct", []byte("sealed"), bundle.Version{})
+	svc := bundle.New(bundle.Config{}, nil, store, slog.New(slog.NewTextHandler(&logs, nil)))
 	dir := loggedIn(t, "u1", time.Now().Add(time.Hour))
 	for range 3 {
 		if err := svc.Saved(context.Background(), "acct", dir); err != nil {
@@ -182,10 +181,10 @@ func TestWithoutAKeyNothingHappens(t *testing.T) {
 	if n := strings.Count(logs.String(), "POOLGATE_BUNDLE_KEY is not set"); n != 1 {
 		t.Errorf("the missing key was logged %d times, want once:\n%s", n, logs.String())
 	}
-	if _, _, err := svc.Export(context.Background(), "w1"); !errors.Is(err, session.ErrNoKey) {
+	if _, _, err := svc.Export(context.Background(), "w1"); !errors.Is(err, bundle.ErrNoKey) {
 		t.Errorf("Export() = %v, want ErrNoKey", err)
 	}
-	if err := svc.Import(context.Background(), "w1", []byte("x")); !errors.Is(err, session.ErrNoKey) {
+	if err := svc.Import(context.Background(), "w1", []byte("x")); !errors.Is(err, bundle.ErrNoKey) {
 		t.Errorf("Import() = %v, want ErrNoKey", err)
 	}
 }
@@ -194,11 +193,11 @@ func TestWithoutAKeyNothingHappens(t *testing.T) {
 // of account acct, whose worker never runs.
 type oneInstance struct{ workDir string }
 
-func (o oneInstance) Home(name string) (bundles.Home, error) {
+func (o oneInstance) Home(name string) (bundle.Home, error) {
 	if name != "w1" {
-		return bundles.Home{}, fmt.Errorf("instance %s: %w", name, supervisor.ErrUnknownInstance)
+		return bundle.Home{}, fmt.Errorf("instance %s: %w", name, supervisor.ErrUnknownInstance)
 	}
-	return bundles.Home{Account: "acct", WorkDir: o.workDir}, nil
+	return bundle.Home{Account: "acct", WorkDir: o.workDir}, nil
 }
 
 func (o oneInstance) Restart(string) error { return nil }
@@ -206,8 +205,8 @@ func (o oneInstance) Restart(string) error { return nil }
 func TestExportImportWithoutProcesses(t *testing.T) {
 	key := newKey(t)
 	srcDir := loggedIn(t, "u1", time.Now().Add(time.Hour))
-	store := session.NewMemory(session.MemoryConfig{})
-	src := bundles.New(bundles.Config{Key: key}, oneInstance{srcDir}, store, slog.New(slog.DiscardHandler))
+	store := bundle.NewMemoryStore()
+	src := bundle.New(bundle.Config{Key: key}, oneInstance{srcDir}, store, slog.New(slog.DiscardHandler))
 	account, sealed, err := src.Export(context.Background(), "w1")
 	if err != nil || account != "acct" {
 		t.Fatalf("Export() = %q, %v", account, err)
@@ -216,8 +215,8 @@ func TestExportImportWithoutProcesses(t *testing.T) {
 		t.Errorf("Export(unknown) = %v, want ErrUnknownInstance", err)
 	}
 	dstDir := t.TempDir()
-	dst := bundles.New(bundles.Config{Key: key}, oneInstance{dstDir}, nil, slog.New(slog.DiscardHandler))
-	if _, _, err := dst.Export(context.Background(), "w1"); !errors.Is(err, session.ErrNoCredentials) {
+	dst := bundle.New(bundle.Config{Key: key}, oneInstance{dstDir}, nil, slog.New(slog.DiscardHandler))
+	if _, _, err := dst.Export(context.Background(), "w1"); !errors.Is(err, bundle.ErrNoCredentials) {
 		t.Errorf("Export(empty work dir) = %v, want ErrNoCredentials", err)
 	}
 	if err := dst.Import(context.Background(), "w1", sealed); err != nil {
@@ -227,7 +226,7 @@ func TestExportImportWithoutProcesses(t *testing.T) {
 		t.Errorf("imported cache/user = %q, want %q", userOf(t, dstDir), userOf(t, srcDir))
 	}
 	other := pack(t, key, srcDir, "other-acct", time.Now())
-	if err := dst.Import(context.Background(), "w1", other); !errors.Is(err, session.ErrWrongAccount) {
+	if err := dst.Import(context.Background(), "w1", other); !errors.Is(err, bundle.ErrWrongAccount) {
 		t.Errorf("Import(other account) = %v, want ErrWrongAccount", err)
 	}
 }
@@ -237,10 +236,10 @@ func TestExportImportWithoutProcesses(t *testing.T) {
 // the next holder saved.
 func TestSavesFollowTheLease(t *testing.T) {
 	key := newKey(t)
-	store := session.NewMemory(session.MemoryConfig{})
+	store := bundle.NewMemoryStore()
 	dir := loggedIn(t, "u1", time.Now().Add(time.Hour))
-	saver := func(tok int64, held bool) *bundles.Service {
-		return bundles.New(bundles.Config{Key: key, Token: func(string) (int64, bool) { return tok, held }},
+	saver := func(tok int64, held bool) *bundle.Service {
+		return bundle.New(bundle.Config{Key: key, Token: func(string) (int64, bool) { return tok, held }},
 			nil, store, slog.New(slog.DiscardHandler))
 	}
 	if err := saver(0, false).Saved(context.Background(), "acct", dir); err == nil {
@@ -249,7 +248,7 @@ func TestSavesFollowTheLease(t *testing.T) {
 	if err := saver(5, true).Saved(context.Background(), "acct", dir); err != nil {
 		t.Fatalf("the holder's save: %v", err)
 	}
-	if err := saver(4, true).Saved(context.Background(), "acct", dir); !errors.Is(err, session.ErrStaleBundle) {
+	if err := saver(4, true).Saved(context.Background(), "acct", dir); !errors.Is(err, bundle.ErrStale) {
 		t.Errorf("a stale holder's save = %v, want ErrStaleBundle", err)
 	}
 }

@@ -1,4 +1,4 @@
-package bundles_test
+package bundle_test
 
 import (
 	"testing"

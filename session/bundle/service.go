@@ -1,10 +1,9 @@
-// Package bundles moves session bundles between workers, the session store
-// and the admin API. It sits between the supervisor (whose workers own the
-// work dirs, reached through Instances) and session (which packs, seals,
-// verifies and installs bundles and stores them): main wires a Service into the admin endpoints (Export, Import), the
-// worker's pre-start hook (Restore) and the login runner's success hook
-// (Saved).
-package bundles
+// The bundle service moves session bundles between workers, the bundle
+// store and the admin API: main wires a Service into the admin endpoints
+// (Export, Import), the worker's pre-start hook (Restore) and its ready hook
+// (Saved). It reaches the workers' work dirs through Instances, a small
+// interface the supervisor is adapted to.
+package bundle
 
 import (
 	"context"
@@ -20,14 +19,14 @@ import (
 // Config configures the bundle service.
 type Config struct {
 	// Key seals and opens bundles (32 bytes, from POOLGATE_BUNDLE_KEY via
-	// session.ParseKey). Default none: bundles are disabled, Export and
-	// Import return session.ErrNoKey, Restore and Saved do nothing.
+	// ParseKey). Default none: bundles are disabled, Export and
+	// Import return ErrNoKey, Restore and Saved do nothing.
 	Key []byte
-	// Spec is the driver's credential layout. Default session.LingmaSpec().
-	Spec session.Spec
-	// Limits bound what Import and Restore accept. Default session's
+	// Spec is the driver's credential layout. Default LingmaSpec().
+	Spec Spec
+	// Limits bound what Import and Restore accept. Default Limits'
 	// defaults (1 MiB sealed, 4 MiB unpacked, 64 files).
-	Limits session.Limits
+	Limits Limits
 	// Configured are sealed bundles from the accounts' config
 	// (session_bundle, or the content of session_bundle_file), by account
 	// name; Restore falls back to them. Default none.
@@ -63,24 +62,12 @@ type Home struct {
 	LoggedOut bool
 }
 
-// StoreLike keeps sealed bundles by account (*session.Memory, *session.Redis).
-// SaveBundle refuses (session.ErrStaleBundle) to replace a newer bundle.
-type StoreLike interface {
-	SaveBundle(ctx context.Context, account string, sealed []byte, v session.BundleVersion) error
-	LoadBundle(ctx context.Context, account string) ([]byte, error)
-}
-
-var (
-	_ StoreLike = (*session.Memory)(nil)
-	_ StoreLike = (*session.Redis)(nil)
-)
-
 // Service exports, imports, saves and restores session bundles. It is safe
 // for concurrent use; installs are serialised.
 type Service struct {
 	cfg       Config
 	instances Instances
-	storage   StoreLike
+	storage   Store
 	log       *slog.Logger
 
 	mu    sync.Mutex // serialises work dir changes
@@ -89,9 +76,9 @@ type Service struct {
 
 // New returns a bundle service. instances may be nil when only Restore and
 // Saved are used.
-func New(cfg Config, instances Instances, store StoreLike, log *slog.Logger) *Service {
+func New(cfg Config, instances Instances, store Store, log *slog.Logger) *Service {
 	if cfg.Spec.Dir == "" {
-		cfg.Spec = session.LingmaSpec()
+		cfg.Spec = LingmaSpec()
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -114,21 +101,21 @@ func (s *Service) home(instance string) (Home, error) {
 }
 
 // Export seals the named instance's credentials and also saves the bundle
-// in the store. Errors: session.ErrNoKey, supervisor.ErrUnknownInstance,
-// session.ErrNoCredentials (the instance is not logged in).
+// in the store. Errors: ErrNoKey, supervisor.ErrUnknownInstance,
+// ErrNoCredentials (the instance is not logged in).
 func (s *Service) Export(ctx context.Context, instance string) (account string, sealed []byte, err error) {
 	if !s.Enabled() {
-		return "", nil, session.ErrNoKey
+		return "", nil, ErrNoKey
 	}
 	h, err := s.home(instance)
 	if err != nil {
 		return "", nil, err
 	}
 	if h.LoggedOut {
-		return "", nil, fmt.Errorf("instance %s is needs_login: %w", instance, session.ErrNoCredentials)
+		return "", nil, fmt.Errorf("instance %s is needs_login: %w", instance, ErrNoCredentials)
 	}
 	s.mu.Lock()
-	sealed, m, err := session.Pack(h.WorkDir, s.cfg.Spec, h.Account, s.cfg.Key, s.cfg.Now())
+	sealed, m, err := Pack(h.WorkDir, s.cfg.Spec, h.Account, s.cfg.Key, s.cfg.Now())
 	s.mu.Unlock()
 	if err != nil {
 		return "", nil, fmt.Errorf("export instance %s: %w", instance, err)
@@ -140,23 +127,23 @@ func (s *Service) Export(ctx context.Context, instance string) (account string, 
 // Import verifies sealed completely, installs it into the named instance's
 // work dir, restarts the instance and saves the bundle in the store. A
 // bundle that fails any check leaves the work dir and the worker alone.
-// Errors: session.ErrNoKey, supervisor.ErrUnknownInstance, session.ErrSeal,
-// session.ErrChecksum, session.ErrMalformed, session.ErrWrongAccount.
+// Errors: ErrNoKey, supervisor.ErrUnknownInstance, ErrSeal,
+// ErrChecksum, ErrMalformed, ErrWrongAccount.
 func (s *Service) Import(ctx context.Context, instance string, sealed []byte) error {
 	if !s.Enabled() {
-		return session.ErrNoKey
+		return ErrNoKey
 	}
 	h, err := s.home(instance)
 	if err != nil {
 		return err
 	}
-	b, err := session.Open(sealed, s.cfg.Key, s.cfg.Spec, s.cfg.Limits)
+	b, err := Open(sealed, s.cfg.Key, s.cfg.Spec, s.cfg.Limits)
 	if err != nil {
 		return fmt.Errorf("import into instance %s: %w", instance, err)
 	}
 	if b.Manifest.Account != h.Account {
 		return fmt.Errorf("import into instance %s: the bundle is for account %q, the instance runs %q: %w",
-			instance, b.Manifest.Account, h.Account, session.ErrWrongAccount)
+			instance, b.Manifest.Account, h.Account, ErrWrongAccount)
 	}
 	if err := s.install(instance, b, h.WorkDir); err != nil {
 		return err
@@ -172,7 +159,7 @@ func (s *Service) Import(ctx context.Context, instance string, sealed []byte) er
 // The credential files get the sealed format's checks, and nothing is
 // written unless all pass; once the worker confirms its login, the Ready
 // hook saves them sealed (with a key). Errors: supervisor.ErrUnknownInstance,
-// session.ErrMalformed, session.ErrWrongAccount.
+// ErrMalformed, ErrWrongAccount.
 func (s *Service) ImportPlain(_ context.Context, instance, account string, payload []byte) error {
 	h, err := s.home(instance)
 	if err != nil {
@@ -180,9 +167,9 @@ func (s *Service) ImportPlain(_ context.Context, instance, account string, paylo
 	}
 	if account != "" && account != h.Account && account != h.Username {
 		return fmt.Errorf("import into instance %s: the bundle is for account %q, the instance runs %q: %w",
-			instance, account, h.Account, session.ErrWrongAccount)
+			instance, account, h.Account, ErrWrongAccount)
 	}
-	b, err := session.OpenPlain(payload, s.cfg.Spec, s.cfg.Limits, h.Account, s.cfg.Now())
+	b, err := OpenPlain(payload, s.cfg.Spec, s.cfg.Limits, h.Account, s.cfg.Now())
 	if err != nil {
 		return fmt.Errorf("import into instance %s: %w", instance, err)
 	}
@@ -191,7 +178,7 @@ func (s *Service) ImportPlain(_ context.Context, instance, account string, paylo
 
 // install puts a verified bundle into the instance's work dir and restarts
 // the instance on it.
-func (s *Service) install(instance string, b *session.Bundle, workDir string) error {
+func (s *Service) install(instance string, b *Bundle, workDir string) error {
 	s.mu.Lock()
 	err := b.Install(workDir)
 	s.mu.Unlock()
@@ -221,7 +208,7 @@ func (s *Service) store(ctx context.Context, account string, sealed []byte, crea
 	if s.storage == nil {
 		return nil
 	}
-	v := session.BundleVersion{Created: created}
+	v := Version{Created: created}
 	if s.cfg.Token != nil {
 		tok, ok := s.cfg.Token(account)
 		if !ok {
@@ -248,7 +235,7 @@ func (s *Service) Saved(ctx context.Context, account, workDir string) error {
 		return nil
 	}
 	s.mu.Lock()
-	sealed, m, err := session.Pack(workDir, s.cfg.Spec, account, s.cfg.Key, s.cfg.Now())
+	sealed, m, err := Pack(workDir, s.cfg.Spec, account, s.cfg.Key, s.cfg.Now())
 	s.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("save session bundle of %s: %w", account, err)
@@ -263,7 +250,7 @@ func (s *Service) Saved(ctx context.Context, account, workDir string) error {
 // candidate is one bundle Restore may install.
 type candidate struct {
 	from   string
-	bundle *session.Bundle
+	bundle *Bundle
 }
 
 // Restore runs before a worker starts: when workDir has no credentials it
@@ -278,13 +265,13 @@ func (s *Service) Restore(ctx context.Context, account, workDir string) (bool, e
 		s.warnNoKey()
 		return false, nil
 	}
-	if session.HasCredentials(workDir, s.cfg.Spec) {
+	if HasCredentials(workDir, s.cfg.Spec) {
 		return false, nil
 	}
 	var cands []candidate
 	var problems []error
 	consider := func(from string, sealed []byte) {
-		b, err := session.Open(sealed, s.cfg.Key, s.cfg.Spec, s.cfg.Limits)
+		b, err := Open(sealed, s.cfg.Key, s.cfg.Spec, s.cfg.Limits)
 		if err == nil {
 			if exp := b.Manifest.ExpiresAt; exp != nil && !s.cfg.Now().Before(*exp) {
 				err = fmt.Errorf("expired at %s", exp.Format(time.RFC3339))
@@ -297,7 +284,7 @@ func (s *Service) Restore(ctx context.Context, account, workDir string) (bool, e
 		}
 		if b.Manifest.Account != account {
 			// Another account's credentials would run under this one's name.
-			err := fmt.Errorf("made for account %q: %w", b.Manifest.Account, session.ErrWrongAccount)
+			err := fmt.Errorf("made for account %q: %w", b.Manifest.Account, ErrWrongAccount)
 			s.log.Warn("session bundle not usable", "account", account, "from", from, "err", err)
 			problems = append(problems, fmt.Errorf("bundle from %s: %w", from, err))
 			return

@@ -1,4 +1,4 @@
-package session
+package bundle
 
 import (
 	"archive/tar"

@@ -1,4 +1,14 @@
-package session
+// Package bundle owns sealed session bundles: the credential files of one
+// worker's work dir, packed behind a manifest and sealed, so another replica
+// or a wiped disk can start the account without a login. It holds the
+// format (Pack, Seal, Open, Install, and OpenPlain for the Python gateway's
+// unsealed exports), their storage (MemoryStore, or RedisStore beside the
+// session store, sharing its Redis tier), and the Service that exports,
+// imports, saves and restores them for the workers. It must not run
+// workers (the supervisor does; the service reaches their work dirs through
+// Instances) nor hold leases (a lease's token comes in through
+// Config.Token).
+package bundle
 
 import (
 	"archive/tar"
@@ -88,8 +98,9 @@ type Spec struct {
 	ExpiryFile string
 }
 
-// LingmaSpec is the credential layout of the Lingma worker (shared/LINGMA.md):
-// cache/id (the machine id) and cache/user, as a pair.
+// LingmaSpec is the credential layout of the Lingma worker: cache/id (the
+// machine id the login is bound to) and cache/user (the login, with its
+// expiry), which are only valid as a pair.
 func LingmaSpec() Spec {
 	return Spec{Dir: "cache", Required: []string{"id", "user"}, MachineIDFile: "id", ExpiryFile: "user"}
 }
