@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -77,4 +79,113 @@ func TestLoginTargetReleasedOnPurposeOnly(t *testing.T) {
 			})
 		})
 	}
+}
+
+// reports collects what a supervisor reports.
+type reports struct {
+	mu  sync.Mutex
+	got []supervisor.Status
+}
+
+func (r *reports) add(st supervisor.Status) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, st)
+}
+
+func (r *reports) last() supervisor.Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.got[len(r.got)-1]
+}
+
+func (r *reports) states() []supervisor.State {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []supervisor.State
+	for _, st := range r.got {
+		if len(out) == 0 || out[len(out)-1] != st.State {
+			out = append(out, st.State)
+		}
+	}
+	return out
+}
+
+// A worker reports every change of its state, and its last report is its
+// state now: what the admission room's view is built from.
+func TestWorkerReportsEveryChange(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := supervisortest.New()
+		var r reports
+		s := fakeSupervisor(t, f, func(s *supervisor.Supervisor) { s.Subscribe(r.add) }, "w1")
+		w, _ := s.Worker("w1")
+		time.Sleep(time.Second)
+		if got := r.states(); !slices.Equal(got, []supervisor.State{supervisor.StateStarting, supervisor.StateReady}) {
+			t.Errorf("states reported %v, want starting, ready", got)
+		}
+		if st := r.last(); st.PID == 0 || st.Backend == nil || st.Seq != w.Status().Seq {
+			t.Errorf("last report %+v, want the running worker as it is now (seq %d)", st, w.Status().Seq)
+		}
+		w.Cooldown(time.Minute)
+		if st := r.last(); st.CooldownUntil.IsZero() {
+			t.Error("a cooldown was not reported")
+		}
+		if !w.ClearCooldown() || !r.last().CooldownUntil.IsZero() {
+			t.Error("the cleared cooldown was not reported")
+		}
+		f.Crash("w1")
+		time.Sleep(time.Second)
+		if got := r.states(); !slices.Equal(got[len(got)-3:], []supervisor.State{supervisor.StateBackoff, supervisor.StateStarting, supervisor.StateReady}) {
+			t.Errorf("states reported after a crash %v, want backoff, starting, ready", got)
+		}
+		if st := r.last(); st.Seq != w.Status().Seq || st.PID != w.Status().PID {
+			t.Errorf("last report %+v is not the worker now", st)
+		}
+	})
+}
+
+// turns is a Turns whose count the test sets.
+type turns struct {
+	mu      sync.Mutex
+	n       int
+	changed chan struct{}
+}
+
+func (c *turns) InFlight(string) (int, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n, c.changed
+}
+
+func (c *turns) set(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n = n
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// A drain takes the worker out of rotation at once and stops it when its
+// last turn has ended, not before.
+func TestDrainWaitsForTheTurns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &turns{n: 2, changed: make(chan struct{})}
+		s := fakeSupervisor(t, supervisortest.New(), func(s *supervisor.Supervisor) { s.SetTurns(c) }, "w1")
+		w, _ := s.Worker("w1")
+		time.Sleep(time.Second)
+		w.Drain()
+		time.Sleep(5 * time.Second)
+		if st := w.Status().State; st != supervisor.StateDraining {
+			t.Fatalf("w1 is %s with turns in flight, want draining", st)
+		}
+		c.set(1)
+		time.Sleep(time.Second)
+		if st := w.Status().State; st != supervisor.StateDraining {
+			t.Fatalf("w1 is %s with a turn in flight, want draining", st)
+		}
+		c.set(0)
+		if !s.WaitStopped("w1", time.Now().Add(5*time.Second)) {
+			t.Fatalf("w1 is %s after its last turn, want stopped", w.Status().State)
+		}
+	})
 }

@@ -589,7 +589,10 @@ func (w *Worker) fetchModels(ctx context.Context, be Backend) {
 		w.log.Warn("list models", "err", err)
 		return
 	}
-	w.update(func() { w.models = ms })
+	w.updateIf(func() bool {
+		w.models = ms
+		return ms != nil // nothing listed: ask again at the next check
+	})
 }
 
 // autoLogin reports whether a logged-out worker is logged in by the

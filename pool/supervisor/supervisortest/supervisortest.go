@@ -83,6 +83,18 @@ func (f *Workers) Crash(name string) {
 	}
 }
 
+// Exited is closed when the instance's latest process has exited (nil
+// before its first start): a fake turn ends with it, as a real one does
+// when its worker dies.
+func (f *Workers) Exited(name string) <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p := f.procs[name]; p != nil {
+		return p.exited
+	}
+	return nil
+}
+
 // SetLoggedIn logs the instance in or out, as its next health check sees.
 func (f *Workers) SetLoggedIn(name string, in bool) {
 	f.mu.Lock()
