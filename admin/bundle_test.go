@@ -120,17 +120,14 @@ func (e *bundleEnv) status(t *testing.T) pool.InstanceStatus {
 
 func (e *bundleEnv) waitState(t *testing.T, want supervisor.State, cond func(pool.InstanceStatus) bool) pool.InstanceStatus {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		in := e.status(t)
-		if in.State == want && (cond == nil || cond(in)) {
-			return in
+	var in pool.InstanceStatus
+	testenv.WaitForNoError(t, 20*time.Second, "w1 "+string(want), func() error {
+		if in = e.status(t); in.State == want && (cond == nil || cond(in)) {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("w1 is %s (last error %q), want %s", in.State, in.LastError, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("w1 is %s (last error %q)", in.State, in.LastError)
+	})
+	return in
 }
 
 // do sends one admin request; token "" sends no credentials.

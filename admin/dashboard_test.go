@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -384,24 +385,18 @@ func checkNoBrowserLeft(t *testing.T, profile string, tree *[]int) {
 	if len(*tree) < 2 {
 		t.Errorf("saw %d browser processes before the close, want the browser and its helpers", len(*tree))
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testenv.WaitForNoError(t, 5*time.Second, "no chromium process left", func() error {
 		var left []int
 		for _, pid := range *tree {
 			if alive(pid) {
 				left = append(left, pid)
 			}
 		}
-		left = append(left, withArg(profile)...)
-		if len(left) == 0 {
-			return
+		if left = append(left, withArg(profile)...); len(left) > 0 {
+			return fmt.Errorf("processes %v are alive", left)
 		}
-		if time.Now().After(deadline) {
-			t.Errorf("chromium processes left after the test: %v", left)
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // procStat returns a process's state letter and parent pid.

@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 // openTestRedis opens a store on srv under a prefix of its own, so tests can
@@ -178,13 +179,7 @@ func TestRedisRunRecoversWithoutTraffic(t *testing.T) {
 		t.Fatalf("Ping() with Redis killed = nil, want an error")
 	}
 	srv.Restart()
-	deadline := time.Now().Add(5 * time.Second)
-	for !r.Healthy() {
-		if time.Now().After(deadline) {
-			t.Fatalf("Healthy() still false 5s after the restart")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 5*time.Second, "Healthy() after the restart", r.Healthy)
 }
 
 func TestRedisHungCallsReturnInTime(t *testing.T) {

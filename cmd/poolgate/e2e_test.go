@@ -42,8 +42,7 @@ func TestDefaultPoolServesTheSDKAndShutsDownClean(t *testing.T) {
 	d := testenv.StartDaemon(t)
 	d.WaitReady(t, 10*time.Second)
 	var snap pool.Snapshot
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.WaitForNoError(t, 10*time.Second, "two ready instances with pids", func() error {
 		snap = poolState(t, d, "")
 		ready := 0
 		for _, in := range snap.Instances {
@@ -51,14 +50,11 @@ func TestDefaultPoolServesTheSDKAndShutsDownClean(t *testing.T) {
 				ready++
 			}
 		}
-		if ready == 2 {
-			break
+		if ready != 2 {
+			return fmt.Errorf("instances %+v", snap.Instances)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("want two ready instances with pids, got %+v", snap.Instances)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 
 	// Workers never see poolgate's settings or secrets.
 	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", snap.Instances[0].PID))
@@ -267,17 +263,14 @@ func TestDrainAndRestart(t *testing.T) {
 	}
 	waitState := func(want supervisor.State, within time.Duration) pool.InstanceStatus {
 		t.Helper()
-		deadline := time.Now().Add(within)
-		for {
-			in := state()
-			if in.State == want {
-				return in
+		var in pool.InstanceStatus
+		testenv.WaitForNoError(t, within, string(want), func() error {
+			if in = state(); in.State != want {
+				return fmt.Errorf("%s is %s", in.Name, in.State)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s is %s after %s, want %s", in.Name, in.State, within, want)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
+		return in
 	}
 	waitState(supervisor.StateReady, 15*time.Second)
 	// A slow turn is running when the drain starts: it is never cut.
