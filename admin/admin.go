@@ -1,7 +1,9 @@
 // Package admin is poolgate's operator surface: health and readiness probes,
-// the admin API under /internal, the Prometheus endpoint and the dashboard.
-// It reads and steers the pool through small interfaces; protocol logic
-// stays in handlers.
+// the admin API under /internal with its own error shape (errors.go), the
+// Prometheus endpoint and the dashboard. It reads and steers the admission
+// room, the supervisor, the login runner, the bundle service and the
+// cluster through small interfaces of its own; it must not import the
+// protocol handlers, nor speak a chat protocol.
 package admin
 
 import (

@@ -6,8 +6,9 @@ import (
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
-// poolCollector reads a pool snapshot at scrape time (STYLE 18), so the
-// instance gauges can never drift from /internal/pool.
+// poolCollector reads a pool snapshot at scrape time, instead of keeping
+// gauges that every change would have to update, so the instance gauges can
+// never drift from /internal/pool.
 type poolCollector struct {
 	pool     Pool
 	states   *prometheus.Desc

@@ -298,8 +298,9 @@ func replicaID(name string) string {
 	return name + "-" + hex.EncodeToString(b[:])
 }
 
-// httpServer sets the timeouts both servers need (STYLE 19); streams set
-// their own write deadlines.
+// httpServer sets the timeouts both servers need: a slow client can't hold
+// a connection with headers that never end, nor an idle one forever. No
+// server-wide write timeout: streams set their own write deadlines.
 func httpServer(addr string, h http.Handler) *http.Server {
 	return &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 		MaxHeaderBytes: 1 << 20}

@@ -1,7 +1,8 @@
 // Package testenv starts the real services poolgate's tests run against (a
-// redis-server on a loopback port) and tears them down with the test. A test
-// that needs a service that is not installed fails with a message saying how
-// to install it; it never skips.
+// redis-server on a loopback port, the daemon) and tears them down with the
+// test, and is the one way tests wait for something (WaitFor). A test that
+// needs a service that is not installed fails with a message saying how to
+// install it; it never skips.
 package testenv
 
 import (

@@ -1,11 +1,15 @@
 // Package lingma is the pool driver for the Lingma local agent (and the
-// bundled simulator that speaks its protocol, shared/LINGMA.md): JSON-RPC 2.0
-// with LSP-style framing over a WebSocket on the worker's socket port.
+// bundled simulator that speaks its protocol): JSON-RPC 2.0 with LSP-style
+// framing over a WebSocket on the worker's socket port. What the driver
+// relies on of that unpublished protocol, and what is an assumption, is
+// written down in docs/lingma-protocol.md.
 //
-// The supervisor in pool starts the worker with Driver.Command and calls
-// Driver.Connect until it answers; the Client it gets back is the supervisor.Backend
-// of that worker. Chat turns are rendered into one prompt and parsed back by
-// pool/textchat, since the worker's chat mode is text in, text out.
+// The supervisor (pool/supervisor) starts the worker with Driver.Command
+// and calls Driver.Connect until it answers; the Client it gets back is the
+// supervisor.Backend of that worker. Chat turns are rendered into one prompt
+// and parsed back by pool/textchat, since the worker's chat mode is text in,
+// text out. The driver owns one worker's connection; it must not decide
+// which worker takes a turn, nor restart one.
 package lingma
 
 import (

@@ -2,9 +2,9 @@
 // HTTP servers (llama.cpp's llama-server, vLLM, another gateway, or the
 // bundled simulator with --protocol=openai), one process per account.
 //
-// The supervisor in pool starts a worker with Driver.Command and calls
-// Driver.Connect until its GET /v1/models answers; the Client it gets back is
-// the supervisor.Backend of that worker. A chat turn is one streamed POST
+// The supervisor (pool/supervisor) starts a worker with Driver.Command and
+// calls Driver.Connect until its GET /v1/models answers; the Client it gets
+// back is the supervisor.Backend of that worker. A chat turn is one streamed POST
 // /v1/chat/completions carrying the whole transcript (these servers keep no
 // sessions), with native tool calls passed through. The answer is parsed
 // tolerantly, since servers differ in where they put usage, how they send
@@ -12,7 +12,8 @@
 //
 // All clients of one Driver share one keep-alive http.Transport whose idle
 // pool per worker is sized to the per-instance concurrency, so steady traffic
-// never redials.
+// never redials. The driver owns the wire to one kind of worker; it must not
+// decide which worker takes a turn, nor restart one.
 package modelserver
 
 import (
