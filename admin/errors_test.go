@@ -71,15 +71,19 @@ func adminServer(t *testing.T, holders Holders, bodyTimeout time.Duration) (*htt
 	return srv, p
 }
 
-func send(t *testing.T, method, url, token string, body io.Reader) (*http.Response, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, body)
-	if err != nil {
-		t.Fatal(err)
-	}
+// request is a request with the token, when given, as its Bearer.
+func request(method, url, token string, body io.Reader) *http.Request {
+	req := httptest.NewRequest(method, url, body)
+	req.RequestURI = "" // a client's request, not a server's
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	return req
+}
+
+// roundTrip sends req and returns the answer with its whole body.
+func roundTrip(t *testing.T, req *http.Request) (*http.Response, []byte) {
+	t.Helper()
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +134,7 @@ func TestErrorShape(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, body := send(t, tt.method, srv.URL+tt.path, tt.token, strings.NewReader(tt.body))
+			res, body := roundTrip(t, request(tt.method, srv.URL+tt.path, tt.token, strings.NewReader(tt.body)))
 			checkError(t, res, body, tt.status, tt.code, tt.inMessage)
 		})
 	}
@@ -144,15 +148,9 @@ func TestSlowBodyIsABodyTimeout(t *testing.T) {
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	go func() { _, _ = pw.Write([]byte(`{"api_key"`)) }() // and never the rest
-	req, _ := http.NewRequest("DELETE", srv.URL+"/internal/session/affinity", pr)
+	req := request("DELETE", srv.URL+"/internal/session/affinity", "adm", pr)
 	req.ContentLength = 100
-	req.Header.Set("Authorization", "Bearer adm")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	body, _ := io.ReadAll(res.Body)
+	res, body := roundTrip(t, req)
 	checkError(t, res, body, http.StatusRequestTimeout, CodeBodyTimeout, "did not arrive in time")
 }
 
@@ -172,7 +170,7 @@ func TestActionsFollowTheLease(t *testing.T) {
 	defer holder.Close()
 	srv, p := adminServer(t, fakeHolders{url: holder.URL}, time.Minute)
 
-	res, body := send(t, "POST", srv.URL+"/internal/pool/w1/drain?x=1", "adm", strings.NewReader(`{"a":1}`))
+	res, body := roundTrip(t, request("POST", srv.URL+"/internal/pool/w1/drain?x=1", "adm", strings.NewReader(`{"a":1}`)))
 	if res.StatusCode != http.StatusAccepted || string(body) != `{"path":"/internal/pool/w1/drain?x=1","body":"{\"a\":1}"}` {
 		t.Errorf("forwarded drain: %d %s", res.StatusCode, body)
 	}
@@ -183,20 +181,14 @@ func TestActionsFollowTheLease(t *testing.T) {
 		t.Errorf("the non-holder acted itself: %v", p.restarted)
 	}
 
-	req, _ := http.NewRequest("POST", srv.URL+"/internal/pool/w1/drain", nil)
-	req.Header.Set("Authorization", "Bearer adm")
+	req := request("POST", srv.URL+"/internal/pool/w1/drain", "adm", nil)
 	req.Header.Set(cluster.HopHeader, "r2")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ = io.ReadAll(res.Body)
-	res.Body.Close()
+	res, body = roundTrip(t, req)
 	checkError(t, res, body, http.StatusConflict, CodeNotLeaseHolder, "does not drive w1")
 
 	gone := httptest.NewServer(http.NotFoundHandler())
 	gone.Close()
 	srv, _ = adminServer(t, fakeHolders{url: gone.URL}, time.Minute)
-	res, body = send(t, "POST", srv.URL+"/internal/pool/w1/restart", "adm", nil)
+	res, body = roundTrip(t, request("POST", srv.URL+"/internal/pool/w1/restart", "adm", nil))
 	checkError(t, res, body, http.StatusConflict, CodeNotLeaseHolder, "could not be reached")
 }

@@ -215,22 +215,11 @@ func TestLoginCallbackUpstreamDown(t *testing.T) {
 
 func do(t *testing.T, method, u string, header map[string]string) (int, string, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, u, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	req := request(method, u, "", nil)
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, u, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, b := roundTrip(t, req)
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") && !json.Valid(b) {
 		t.Errorf("%s %s: invalid JSON %s", method, u, b)
 	}

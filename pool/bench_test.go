@@ -50,7 +50,7 @@ func benchPool(b *testing.B, n, perWorker int) *Pool {
 	for i := range n {
 		names = append(names, fmt.Sprintf("w%d", i))
 	}
-	wcs := fakeConfigs(b, false, names...)
+	wcs := supervisortest.Configs(b, false, names...)
 	for i := range wcs {
 		wcs[i].MaxInFlight = perWorker
 	}

@@ -19,18 +19,6 @@ import (
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// fakeConfigs returns a worker config per name at test speed; held keeps
-// the workers stopped until something starts them (a lease).
-func fakeConfigs(t testing.TB, held bool, names ...string) []supervisor.WorkerConfig {
-	dir := t.TempDir()
-	var wcs []supervisor.WorkerConfig
-	for _, n := range names {
-		wcs = append(wcs, supervisor.WorkerConfig{Name: n, Account: supervisor.Account{Name: n}, WorkDir: dir + "/" + n,
-			Held: held, AutoLogin: true, HealthInterval: 300 * time.Millisecond, StopGrace: time.Second})
-	}
-	return wcs
-}
-
 // startFake runs a pool over the real supervisor with f's workers until the
 // test ends.
 func startFake(t testing.TB, cfg Config, f *supervisortest.Workers, wcs []supervisor.WorkerConfig, m *metrics.Metrics) (*Pool, *supervisor.Supervisor) {
@@ -53,7 +41,7 @@ func startFake(t testing.TB, cfg Config, f *supervisortest.Workers, wcs []superv
 func testPool(t testing.TB, cfg Config, names ...string) (*Pool, *supervisor.Supervisor, *supervisortest.Workers) {
 	t.Helper()
 	f := supervisortest.New()
-	p, sup := startFake(t, cfg, f, fakeConfigs(t, false, names...), nil)
+	p, sup := startFake(t, cfg, f, supervisortest.Configs(t, false, names...), nil)
 	waitReady(t, p, names...)
 	return p, sup, f
 }

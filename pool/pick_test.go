@@ -12,7 +12,7 @@ import (
 )
 
 func TestPickLeastInFlight(t *testing.T) {
-	wcs := fakeConfigs(t, false, "a", "b", "c")
+	wcs := supervisortest.Configs(t, false, "a", "b", "c")
 	wcs[0].MaxInFlight = 2
 	p, _ := startFake(t, Config{}, supervisortest.New(), wcs, nil)
 	waitReady(t, p, "a", "b", "c")
@@ -133,7 +133,7 @@ func TestNoInstance(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := supervisortest.New()
 		f.FailLaunches("a", true) // the worker can't start: backoff, again and again
-		p, _ := startFake(t, Config{NoInstanceWait: 3 * time.Second}, f, fakeConfigs(t, false, "a"), nil)
+		p, _ := startFake(t, Config{NoInstanceWait: 3 * time.Second}, f, supervisortest.Configs(t, false, "a"), nil)
 		start := time.Now()
 		_, err := p.Acquire(context.Background(), Want{})
 		if !errors.Is(err, chat.ErrNoInstance) {

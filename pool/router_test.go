@@ -32,7 +32,7 @@ func (r *refusing) chat(_ context.Context, instance string, _ *chat.Turn) (<-cha
 func refusingPool(t *testing.T, n int, names ...string) *Pool {
 	f := supervisortest.New()
 	f.Chat = (&refusing{refused: map[string]int{}, n: n}).chat
-	p, _ := startFake(t, Config{QueueTimeout: 5 * time.Second}, f, fakeConfigs(t, false, names...), nil)
+	p, _ := startFake(t, Config{QueueTimeout: 5 * time.Second}, f, supervisortest.Configs(t, false, names...), nil)
 	waitReady(t, p, names...)
 	return p
 }

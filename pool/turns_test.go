@@ -85,7 +85,7 @@ func TestNonStreamTurnSurvivesAWorkerKilledMidTurn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := supervisortest.New()
 		f.Chat = slowWords(f)
-		p, _ := startFake(t, Config{}, f, fakeConfigs(t, false, "w1", "w2"), nil)
+		p, _ := startFake(t, Config{}, f, supervisortest.Configs(t, false, "w1", "w2"), nil)
 		waitReady(t, p, "w1", "w2")
 		r := NewRouter(RouterConfig{Retries: 2}, p, nil, nil, quiet())
 		defer r.Wait()
@@ -118,7 +118,7 @@ func TestStopDuringDrainIsNotLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := supervisortest.New()
 		f.Chat = slowWords(f)
-		sup := supervisor.New(supervisor.Config{DrainTimeout: time.Minute}, fakeConfigs(t, false, "w1"), f, f, nil, quiet())
+		sup := supervisor.New(supervisor.Config{DrainTimeout: time.Minute}, supervisortest.Configs(t, false, "w1"), f, f, nil, quiet())
 		p := New(Config{}, sup, nil, quiet())
 		ctx, cancel := context.WithCancel(context.Background())
 		sup.Start(ctx)

@@ -7,6 +7,7 @@ package testenv
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -43,6 +44,36 @@ func (s *Buffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// OpErrors counts a store's OnError calls by operation; it is safe for
+// concurrent use. Pass its Add as the OnError hook.
+type OpErrors struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// Add counts one failed op.
+func (c *OpErrors) Add(op string, _ error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[op]++
+}
+
+// Get returns how often op failed.
+func (c *OpErrors) Get(op string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[op]
+}
+
+func (c *OpErrors) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Sprint(c.n)
 }
 
 // WaitFor polls cond until it holds, failing the test after d. It is the

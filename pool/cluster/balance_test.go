@@ -36,7 +36,7 @@ type replica struct {
 
 func startReplica(t *testing.T, store Store, f *supervisortest.Workers, id string, accounts ...string) *replica {
 	m := newMetrics()
-	sup := supervisor.New(supervisor.Config{}, fakeConfigs(t, true, accounts...), f, f, m, quiet())
+	sup := supervisor.New(supervisor.Config{}, supervisortest.Configs(t, true, accounts...), f, f, m, quiet())
 	p := pool.New(pool.Config{}, sup, m, quiet())
 	c := New(Config{ID: id, URL: "http://" + id, LeaseTTL: balanceTTL, DrainTimeout: time.Second},
 		sup, p, store, m, quiet())

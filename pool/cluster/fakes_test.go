@@ -22,24 +22,12 @@ import (
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// fakeConfigs returns a worker config per name at test speed; held keeps
-// the workers stopped until a lease starts them.
-func fakeConfigs(t testing.TB, held bool, names ...string) []supervisor.WorkerConfig {
-	dir := t.TempDir()
-	var wcs []supervisor.WorkerConfig
-	for _, n := range names {
-		wcs = append(wcs, supervisor.WorkerConfig{Name: n, Account: supervisor.Account{Name: n}, WorkDir: dir + "/" + n,
-			Held: held, AutoLogin: true, HealthInterval: 300 * time.Millisecond, StopGrace: time.Second})
-	}
-	return wcs
-}
-
 // readyPool runs ready fake workers under the supervisor and a pool over
 // them until the test ends.
 func readyPool(t *testing.T, names ...string) (*pool.Pool, *supervisor.Supervisor) {
 	t.Helper()
 	f := supervisortest.New()
-	sup := supervisor.New(supervisor.Config{}, fakeConfigs(t, false, names...), f, f, nil, quiet())
+	sup := supervisor.New(supervisor.Config{}, supervisortest.Configs(t, false, names...), f, f, nil, quiet())
 	p := pool.New(pool.Config{}, sup, nil, quiet())
 	ctx, cancel := context.WithCancel(context.Background())
 	sup.Start(ctx)

@@ -24,16 +24,8 @@ func openStore(t *testing.T, srv *testenv.RedisServer, cfg RedisConfig) *RedisSt
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	cfg.Prefix = "t:" + strings.ReplaceAll(t.Name(), " ", "_") + ":"
+	cfg.Prefix = testenv.KeyPrefix(t)
 	return NewRedisStore(cfg, client)
-}
-
-// rawClient is a plain client to look behind the store's back.
-func rawClient(t *testing.T, srv *testenv.RedisServer) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
 }
 
 // openLeaseRedis opens a store on srv whose lease quarantine is already over,
@@ -41,7 +33,7 @@ func rawClient(t *testing.T, srv *testenv.RedisServer) *redis.Client {
 func openLeaseRedis(t *testing.T, srv *testenv.RedisServer, cfg RedisConfig) (*RedisStore, *redis.Client) {
 	t.Helper()
 	r := openStore(t, srv, cfg)
-	raw := rawClient(t, srv)
+	raw := srv.Client(t)
 	endQuarantine(t, r, raw)
 	return r, raw
 }
@@ -168,7 +160,7 @@ func TestLeaseLifecycle(t *testing.T) {
 func TestLeaseQuarantine(t *testing.T) {
 	srv := testenv.Redis(t)
 	r := openStore(t, srv, RedisConfig{})
-	raw := rawClient(t, srv)
+	raw := srv.Client(t)
 	o := leaseOps{r: r, raw: raw, account: "acct-1", ttl: 10 * time.Second}
 	runLeaseSteps(t, []leaseStep{
 		{name: "first start is quarantined", give: o.acquire("a"), want: leaseResult{}},
@@ -337,7 +329,7 @@ func TestLeasesOneRoundTrip(t *testing.T) {
 	client.AddHook(&hook)
 	t.Cleanup(func() { _ = client.Close() })
 	r := NewRedisStore(RedisConfig{Prefix: "t:leases:"}, client)
-	raw := rawClient(t, srv)
+	raw := srv.Client(t)
 	endQuarantine(t, r, raw)
 	ctx := context.Background()
 

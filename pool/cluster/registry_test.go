@@ -14,7 +14,7 @@ import (
 func TestReplicaRegistry(t *testing.T) {
 	srv := testenv.Redis(t)
 	r := openStore(t, srv, RedisConfig{})
-	raw := rawClient(t, srv)
+	raw := srv.Client(t)
 	ctx := context.Background()
 	seen := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	rep := func(id string, inFlight int) Replica {
@@ -92,7 +92,7 @@ func replicasEqual(a, b []Replica) bool {
 func TestHeartbeatExpiry(t *testing.T) {
 	srv := testenv.Redis(t)
 	r := openStore(t, srv, RedisConfig{})
-	raw := rawClient(t, srv)
+	raw := srv.Client(t)
 	ctx := context.Background()
 	const ttl = 200 * time.Millisecond
 

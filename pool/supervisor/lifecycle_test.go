@@ -23,13 +23,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 // ends; set, when given, installs what must be there before Start.
 func fakeSupervisor(t *testing.T, f *supervisortest.Workers, set func(*supervisor.Supervisor), names ...string) *supervisor.Supervisor {
 	t.Helper()
-	dir := t.TempDir()
-	var wcs []supervisor.WorkerConfig
-	for _, n := range names {
-		wcs = append(wcs, supervisor.WorkerConfig{Name: n, Account: supervisor.Account{Name: n}, WorkDir: dir + "/" + n,
-			AutoLogin: true, HealthInterval: 300 * time.Millisecond, StopGrace: time.Second})
-	}
-	s := supervisor.New(supervisor.Config{}, wcs, f, f, nil, quiet())
+	s := supervisor.New(supervisor.Config{}, supervisortest.Configs(t, false, names...), f, f, nil, quiet())
 	if set != nil {
 		set(s)
 	}

@@ -1,7 +1,6 @@
 package bundle_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -10,33 +9,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/session/bundle"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-// logBuf is a goroutine-safe log sink.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func newKey(t *testing.T) []byte {
 	t.Helper()
@@ -165,7 +146,7 @@ func TestSavedThenRestoredElsewhere(t *testing.T) {
 }
 
 func TestWithoutAKeyNothingHappens(t *testing.T) {
-	var logs logBuf
+	var logs testenv.Buffer
 	store := bundle.NewMemoryStore()
 	_ = store.SaveBundle(context.Background(), "acct", []byte("sealed"), bundle.Version{})
 	svc := bundle.New(bundle.Config{}, nil, store, slog.New(slog.NewTextHandler(&logs, nil)))

@@ -3,8 +3,6 @@ package bundle
 import (
 	"context"
 	"errors"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -72,20 +70,13 @@ func TestMemoryStore(t *testing.T) { storeSuite(t, NewMemoryStore()) }
 func sessionRedis(t *testing.T, srv *testenv.RedisServer, cfg session.RedisConfig) *session.Redis {
 	t.Helper()
 	cfg.URL = srv.URL()
-	cfg.Prefix = "t:" + strings.ReplaceAll(t.Name(), " ", "_") + ":"
+	cfg.Prefix = testenv.KeyPrefix(t)
 	r, err := session.OpenRedis(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.Close() })
 	return r
-}
-
-func rawClient(t *testing.T, srv *testenv.RedisServer) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
 }
 
 func TestRedisStore(t *testing.T) {
@@ -95,7 +86,7 @@ func TestRedisStore(t *testing.T) {
 	storeSuite(t, r)
 
 	// Stored in Redis without TTL, and visible to another replica.
-	raw := rawClient(t, srv)
+	raw := srv.Client(t)
 	ctx := context.Background()
 	if ttl, err := raw.TTL(ctx, tier.Key("bundle:acct-a")).Result(); err != nil || ttl != -1 {
 		t.Errorf("TTL(bundle) = %v, %v; want -1 (no expiry)", ttl, err)
@@ -127,31 +118,10 @@ func TestRedisStoreKeys(t *testing.T) {
 	}
 }
 
-// opCount counts the session store's OnError calls by operation.
-type opCount struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (c *opCount) onError(op string, _ error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[string]int{}
-	}
-	c.n[op]++
-}
-
-func (c *opCount) of(op string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[op]
-}
-
 func TestRedisStoreOutage(t *testing.T) {
 	srv := testenv.Redis(t)
-	var errs opCount
-	tier := sessionRedis(t, srv, session.RedisConfig{RetryInterval: 50 * time.Millisecond, OnError: errs.onError})
+	var errs testenv.OpErrors
+	tier := sessionRedis(t, srv, session.RedisConfig{RetryInterval: 50 * time.Millisecond, OnError: errs.Add})
 	r := NewRedisStore(tier)
 	ctx := context.Background()
 	if err := r.SaveBundle(ctx, "acct-up", []byte("saved while up"), Version{}); err != nil {
@@ -170,8 +140,8 @@ func TestRedisStoreOutage(t *testing.T) {
 			t.Errorf("LoadBundle(%s) while down = %v, want the local copy", acct, err)
 		}
 	}
-	if errs.of("save_bundle") != 1 || errs.of("load_bundle") < 1 {
-		t.Errorf("OnError calls: save_bundle %d, load_bundle %d; want 1 and >= 1", errs.of("save_bundle"), errs.of("load_bundle"))
+	if errs.Get("save_bundle") != 1 || errs.Get("load_bundle") < 1 {
+		t.Errorf("OnError calls: save_bundle %d, load_bundle %d; want 1 and >= 1", errs.Get("save_bundle"), errs.Get("load_bundle"))
 	}
 	srv.Thaw()
 	time.Sleep(60 * time.Millisecond) // past the retry interval
@@ -182,7 +152,7 @@ func TestRedisStoreOutage(t *testing.T) {
 	if got, err := r.LoadBundle(ctx, "acct-down"); err != nil || string(got) != "saved while down" {
 		t.Errorf("LoadBundle(acct-down) after thaw = %q, %v", got, err)
 	}
-	if got, err := rawClient(t, srv).Get(ctx, tier.Key("bundle:acct-down")).Result(); err != nil || got != "saved while down" {
+	if got, err := srv.Client(t).Get(ctx, tier.Key("bundle:acct-down")).Result(); err != nil || got != "saved while down" {
 		t.Errorf("Redis copy of acct-down = %q, %v; want it pushed back", got, err)
 	}
 }

@@ -12,11 +12,26 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
+
+// Configs returns a worker config per name for the fakes, at test speed
+// (a health check every 300 ms, a second's stop grace), with automatic
+// login; held keeps the workers stopped until something starts them (a
+// lease).
+func Configs(t testing.TB, held bool, names ...string) []supervisor.WorkerConfig {
+	dir := t.TempDir()
+	var wcs []supervisor.WorkerConfig
+	for _, n := range names {
+		wcs = append(wcs, supervisor.WorkerConfig{Name: n, Account: supervisor.Account{Name: n}, WorkDir: dir + "/" + n,
+			Held: held, AutoLogin: true, HealthInterval: 300 * time.Millisecond, StopGrace: time.Second})
+	}
+	return wcs
+}
 
 // Workers is a fake Launcher and Driver: one fake process per start, one
 // backend per connect, keyed by instance name.
