@@ -1,7 +1,9 @@
 // Package admin is poolgate's operator surface: health and readiness probes,
-// the admin API under /internal, the Prometheus endpoint and the dashboard.
-// It reads and steers the pool through small interfaces; protocol logic
-// stays in handlers.
+// the admin API under /internal with its own error shape (errors.go), the
+// Prometheus endpoint and the dashboard. It reads and steers the admission
+// room, the supervisor, the login runner, the bundle service and the
+// cluster through small interfaces of its own; it must not import the
+// protocol handlers, nor speak a chat protocol.
 package admin
 
 import (
@@ -15,8 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/poolgate/poolgate/handlers"
+	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // Config configures the admin surface.
@@ -40,33 +43,39 @@ type Config struct {
 // maxAdminBody caps admin request bodies (a bundle import is the largest).
 const maxAdminBody = 4 << 20
 
-// Pool is what admin needs of the pool.
+// Pool is what admin reads of the admission room (*pool.Pool).
 type Pool interface {
 	Snapshot() pool.Snapshot
 	Ready() (bool, string)
-	Restart(name string) error
-	Drain(name string) error
-	// ClearCooldown ends the instance's cooldown now; false: it had none.
-	ClearCooldown(name string) (bool, error)
 	// Probe sends the instance one short turn, cooldown or not, and acts on
 	// the answer (pool.ErrBusy when it cannot take one now).
 	Probe(ctx context.Context, name string) (pool.ProbeResult, error)
 }
 
+// Workers is what admin steers of the supervisor (*supervisor.Supervisor);
+// each returns supervisor.ErrUnknownInstance for a name it does not know.
+type Workers interface {
+	Restart(name string) error
+	Drain(name string) error
+	// ClearCooldown ends the instance's cooldown now; false: it had none.
+	ClearCooldown(name string) (bool, error)
+}
+
 // Admin serves the operator endpoints.
 type Admin struct {
-	cfg   Config
-	pool  Pool
-	reg   *prometheus.Registry
-	log   *slog.Logger
-	lease *leaseGate // nil: not clustered, every instance is this replica's
+	cfg     Config
+	pool    Pool
+	workers Workers
+	reg     *prometheus.Registry
+	log     *slog.Logger
+	lease   *leaseGate // nil: not clustered, every instance is this replica's
 }
 
 // New returns the admin surface. reg is the registry main made; New adds the
 // pool's scrape-time collector to it.
-func New(cfg Config, p Pool, reg *prometheus.Registry, log *slog.Logger) *Admin {
+func New(cfg Config, p Pool, w Workers, reg *prometheus.Registry, log *slog.Logger) *Admin {
 	reg.MustRegister(newPoolCollector(p))
-	return &Admin{cfg: cfg, pool: p, reg: reg, log: log}
+	return &Admin{cfg: cfg, pool: p, workers: w, reg: reg, log: log}
 }
 
 // RegisterProbes adds /healthz and /readyz (no credentials) to r.
@@ -91,10 +100,10 @@ func (a *Admin) Register(r gin.IRouter) gin.IRouter {
 	if timeout <= 0 {
 		timeout = 60 * time.Second
 	}
-	in := r.Group("/internal", handlers.BodyCap(maxAdminBody, timeout), a.adminAuth(), a.leased())
+	in := r.Group("/internal", bodyLimit(maxAdminBody, timeout), a.adminAuth(), a.leased())
 	in.GET("/pool", func(c *gin.Context) { c.JSON(http.StatusOK, a.pool.Snapshot()) })
-	in.POST("/pool/:instance/restart", a.poolAction("restart", a.pool.Restart))
-	in.POST("/pool/:instance/drain", a.poolAction("drain", a.pool.Drain))
+	in.POST("/pool/:instance/restart", a.poolAction("restart", a.workers.Restart))
+	in.POST("/pool/:instance/drain", a.poolAction("drain", a.workers.Drain))
 	in.POST("/pool/:instance/cooldown/clear", a.clearCooldown)
 	in.POST("/pool/:instance/probe", a.probe)
 	return in
@@ -102,7 +111,7 @@ func (a *Admin) Register(r gin.IRouter) gin.IRouter {
 
 func (a *Admin) clearCooldown(c *gin.Context) {
 	name := c.Param("instance")
-	had, err := a.pool.ClearCooldown(name)
+	had, err := a.workers.ClearCooldown(name)
 	if err != nil {
 		writePoolError(c, name, err)
 		return
@@ -132,12 +141,12 @@ func (a *Admin) probe(c *gin.Context) {
 // instance, 409 for one that can't take the action now.
 func writePoolError(c *gin.Context, name string, err error) {
 	switch {
-	case errors.Is(err, pool.ErrUnknownInstance):
-		handlers.WriteError(c.Writer, c.Request, http.StatusNotFound, "unknown instance "+name)
+	case errors.Is(err, supervisor.ErrUnknownInstance):
+		writeError(c, http.StatusNotFound, CodeUnknownInstance, "unknown instance "+name)
 	case errors.Is(err, pool.ErrBusy):
-		handlers.WriteError(c.Writer, c.Request, http.StatusConflict, err.Error())
+		writeError(c, http.StatusConflict, CodeBusy, err.Error())
 	default:
-		handlers.WriteError(c.Writer, c.Request, http.StatusInternalServerError, err.Error())
+		writeError(c, http.StatusInternalServerError, CodeInternal, err.Error())
 	}
 }
 
@@ -145,11 +154,7 @@ func (a *Admin) poolAction(what string, do func(string) error) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		name := c.Param("instance")
 		if err := do(name); err != nil {
-			if errors.Is(err, pool.ErrUnknownInstance) {
-				handlers.WriteError(c.Writer, c.Request, http.StatusNotFound, "unknown instance "+name)
-				return
-			}
-			handlers.WriteError(c.Writer, c.Request, http.StatusInternalServerError, err.Error())
+			writePoolError(c, name, err)
 			return
 		}
 		a.log.Info("admin action", "action", what, "instance", name, "by", c.GetString(whoKey))
@@ -162,10 +167,10 @@ const whoKey = "admin_who"
 // adminAuth accepts the admin token; only when none is set, an API key.
 func (a *Admin) adminAuth() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		key := handlers.CallerKey(c.Request)
+		key := apikey.FromRequest(c.Request)
 		switch {
 		case a.cfg.AdminToken != "":
-			if handlers.MatchKey(key, []string{a.cfg.AdminToken}) {
+			if apikey.Match(key, []string{a.cfg.AdminToken}) {
 				c.Set(whoKey, "admin-token")
 				c.Next()
 				return
@@ -174,13 +179,12 @@ func (a *Admin) adminAuth() gin.HandlerFunc {
 			c.Set(whoKey, "loopback")
 			c.Next()
 			return
-		case handlers.MatchKey(key, a.cfg.APIKeys):
+		case apikey.Match(key, a.cfg.APIKeys):
 			c.Set(whoKey, "api-key")
 			c.Next()
 			return
 		}
-		handlers.WriteError(c.Writer, c.Request, http.StatusUnauthorized, "admin token required")
-		c.Abort()
+		abortWith(c, http.StatusUnauthorized, CodeUnauthorized, "admin token required")
 	}
 }
 
@@ -195,11 +199,10 @@ func (a *Admin) metricsAuth() gin.HandlerFunc {
 			c.Next()
 		case a.cfg.MetricsToken == "":
 			admin(c)
-		case handlers.MatchKey(handlers.CallerKey(c.Request), []string{a.cfg.MetricsToken}):
+		case apikey.Match(apikey.FromRequest(c.Request), []string{a.cfg.MetricsToken}):
 			c.Next()
 		default:
-			handlers.WriteError(c.Writer, c.Request, http.StatusUnauthorized, "metrics token required")
-			c.Abort()
+			abortWith(c, http.StatusUnauthorized, CodeUnauthorized, "metrics token required")
 		}
 	}
 }

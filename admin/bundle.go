@@ -11,27 +11,25 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/poolgate/poolgate/handlers"
-	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/pool"
-	"github.com/poolgate/poolgate/session"
+	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/session/bundle"
 )
 
 // BundleService exports and imports sealed session bundles
-// (*bundles.Service).
+// (*bundle.Service).
 type BundleService interface {
 	// Export seals the named instance's credentials. Errors:
-	// pool.ErrUnknownInstance, session.ErrNoCredentials (not logged in),
-	// session.ErrNoKey.
+	// supervisor.ErrUnknownInstance, bundle.ErrNoCredentials (not logged in),
+	// bundle.ErrNoKey.
 	Export(ctx context.Context, instance string) (account string, sealed []byte, err error)
 	// Import verifies and installs a sealed bundle for the instance, then
 	// restarts its worker; a rejected bundle leaves the worker alone. Errors:
-	// pool.ErrUnknownInstance, session.ErrNoKey, session.ErrSeal,
-	// session.ErrChecksum, session.ErrMalformed, session.ErrWrongAccount.
+	// supervisor.ErrUnknownInstance, bundle.ErrNoKey, bundle.ErrSeal,
+	// bundle.ErrChecksum, bundle.ErrMalformed, bundle.ErrWrongAccount.
 	Import(ctx context.Context, instance string, sealed []byte) error
 	// ImportPlain installs an unsealed bundle (a tar.gz of a work dir, as
 	// the Python gateway exported it) after the same checks. Errors:
-	// pool.ErrUnknownInstance, session.ErrMalformed, session.ErrWrongAccount.
+	// supervisor.ErrUnknownInstance, bundle.ErrMalformed, bundle.ErrWrongAccount.
 	ImportPlain(ctx context.Context, instance, account string, payload []byte) error
 }
 
@@ -68,7 +66,7 @@ func (a *Admin) RegisterBundles(r gin.IRouter, svc BundleService) {
 func (a *Admin) exportBundle(c *gin.Context, svc BundleService) {
 	name := c.Query("instance")
 	if name == "" {
-		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, "instance is required (?instance=NAME)")
+		writeError(c, http.StatusBadRequest, CodeBadRequest, "instance is required (?instance=NAME)")
 		return
 	}
 	account, sealed, err := svc.Export(c.Request.Context(), name)
@@ -91,12 +89,12 @@ func (a *Admin) importBundle(c *gin.Context, svc BundleService) {
 	name := c.Query("instance")
 	switch {
 	case name == "" && body.Instance == "":
-		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, "instance is required (?instance=NAME)")
+		writeError(c, http.StatusBadRequest, CodeBadRequest, "instance is required (?instance=NAME)")
 		return
 	case name == "":
 		name = body.Instance
 	case body.Instance != "" && body.Instance != name:
-		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest,
+		writeError(c, http.StatusBadRequest, CodeBadRequest,
 			"the body names instance "+body.Instance+" but the query names "+name)
 		return
 	}
@@ -124,23 +122,14 @@ func (a *Admin) importBundle(c *gin.Context, svc BundleService) {
 func decodeImport(c *gin.Context, plain bool) (bundleJSON, []byte, bool) {
 	var body bundleJSON
 	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, maxBundleBody)
-	raw, err := httpx.ReadBody(c.Request)
-	switch {
-	case errors.Is(err, httpx.ErrBodyTooLarge):
-		handlers.WriteError(c.Writer, c.Request, http.StatusRequestEntityTooLarge,
-			"body over "+strconv.Itoa(maxBundleBody)+" bytes; a sealed bundle is at most 1 MiB")
-		return body, nil, false
-	case errors.Is(err, httpx.ErrBodyTimeout):
-		handlers.WriteError(c.Writer, c.Request, http.StatusRequestTimeout, err.Error())
-		return body, nil, false
-	case err != nil:
-		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, "read body: "+err.Error())
+	raw, ok := readBody(c, "body over "+strconv.Itoa(maxBundleBody)+" bytes; a sealed bundle is at most 1 MiB")
+	if !ok {
 		return body, nil, false
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
-		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest,
+		writeError(c, http.StatusBadRequest, CodeBadRequest,
 			`body must be the export's JSON {"instance", "account", "bundle": "<base64>", "bytes"}: `+err.Error())
 		return body, nil, false
 	}
@@ -148,20 +137,20 @@ func decodeImport(c *gin.Context, plain bool) (bundleJSON, []byte, bool) {
 		return decodePlain(c, body, plain)
 	}
 	if body.RawBytes != nil {
-		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, `"raw_bytes" goes with "bundle_b64" (a plain bundle); a sealed "bundle" has "bytes"`)
+		writeError(c, http.StatusBadRequest, CodeBadRequest, `"raw_bytes" goes with "bundle_b64" (a plain bundle); a sealed "bundle" has "bytes"`)
 		return body, nil, false
 	}
 	if body.Bundle == "" {
-		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, `"bundle" is required (standard base64 of the sealed bundle)`)
+		writeError(c, http.StatusBadRequest, CodeBadRequest, `"bundle" is required (standard base64 of the sealed bundle)`)
 		return body, nil, false
 	}
 	sealed, err := base64.StdEncoding.DecodeString(body.Bundle)
 	if err != nil {
-		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, `"bundle" is not standard base64: `+err.Error())
+		writeError(c, http.StatusBadRequest, CodeBadRequest, `"bundle" is not standard base64: `+err.Error())
 		return body, nil, false
 	}
 	if body.Bytes != nil && *body.Bytes != len(sealed) {
-		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest,
+		writeError(c, http.StatusBadRequest, CodeBadRequest,
 			`"bytes" says `+strconv.Itoa(*body.Bytes)+" but the bundle decodes to "+strconv.Itoa(len(sealed))+" bytes (truncated copy?)")
 		return body, nil, false
 	}
@@ -173,20 +162,20 @@ func decodeImport(c *gin.Context, plain bool) (bundleJSON, []byte, bool) {
 func decodePlain(c *gin.Context, body bundleJSON, plain bool) (bundleJSON, []byte, bool) {
 	switch {
 	case !plain:
-		handlers.WriteError(c.Writer, c.Request, http.StatusForbidden,
+		writeError(c, http.StatusForbidden, CodeForbidden,
 			"unsealed bundles (bundle_b64) are not accepted: set POOLGATE_BUNDLE_IMPORT_PLAIN=true to import the Python gateway's exports")
 		return body, nil, false
 	case body.Bundle != "":
-		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, `send either "bundle" (sealed) or "bundle_b64" (plain), not both`)
+		writeError(c, http.StatusBadRequest, CodeBadRequest, `send either "bundle" (sealed) or "bundle_b64" (plain), not both`)
 		return body, nil, false
 	}
 	raw, err := base64.StdEncoding.DecodeString(body.BundleB64)
 	if err != nil {
-		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, `"bundle_b64" is not standard base64: `+err.Error())
+		writeError(c, http.StatusBadRequest, CodeBadRequest, `"bundle_b64" is not standard base64: `+err.Error())
 		return body, nil, false
 	}
 	if body.RawBytes != nil && *body.RawBytes != len(raw) {
-		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest,
+		writeError(c, http.StatusBadRequest, CodeBadRequest,
 			`"raw_bytes" says `+strconv.Itoa(*body.RawBytes)+" but the bundle decodes to "+strconv.Itoa(len(raw))+" bytes (truncated copy?)")
 		return body, nil, false
 	}
@@ -195,23 +184,22 @@ func decodePlain(c *gin.Context, body bundleJSON, plain bool) (bundleJSON, []byt
 
 // writeBundleError maps the bundle service's errors to HTTP.
 func writeBundleError(c *gin.Context, name string, err error) {
-	code := http.StatusInternalServerError
-	msg := err.Error()
+	status, code, msg := http.StatusInternalServerError, CodeInternal, err.Error()
 	switch {
-	case errors.Is(err, pool.ErrUnknownInstance):
-		code, msg = http.StatusNotFound, "unknown instance "+name
-	case errors.Is(err, session.ErrNoKey):
-		code, msg = http.StatusServiceUnavailable, session.ErrNoKey.Error()
-	case errors.Is(err, session.ErrNoCredentials):
-		code, msg = http.StatusConflict, "instance "+name+" is not logged in: "+msg
-	case errors.Is(err, session.ErrWrongAccount):
-		code = http.StatusConflict
-	case errors.Is(err, session.ErrSeal), errors.Is(err, session.ErrChecksum):
-		code = http.StatusUnprocessableEntity
-	case errors.Is(err, session.ErrMalformed):
-		code = http.StatusBadRequest
+	case errors.Is(err, supervisor.ErrUnknownInstance):
+		status, code, msg = http.StatusNotFound, CodeUnknownInstance, "unknown instance "+name
+	case errors.Is(err, bundle.ErrNoKey):
+		status, code, msg = http.StatusServiceUnavailable, CodeUnavailable, bundle.ErrNoKey.Error()
+	case errors.Is(err, bundle.ErrNoCredentials):
+		status, code, msg = http.StatusConflict, CodeNotLoggedIn, "instance "+name+" is not logged in: "+msg
+	case errors.Is(err, bundle.ErrWrongAccount):
+		status, code = http.StatusConflict, CodeWrongAccount
+	case errors.Is(err, bundle.ErrSeal), errors.Is(err, bundle.ErrChecksum):
+		status, code = http.StatusUnprocessableEntity, CodeBundleRejected
+	case errors.Is(err, bundle.ErrMalformed):
+		status, code = http.StatusBadRequest, CodeBadRequest
 	}
-	handlers.WriteError(c.Writer, c.Request, code, msg)
+	writeError(c, status, code, msg)
 }
 
 // instanceAccount names the account of an instance, for the answer.

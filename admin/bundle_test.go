@@ -24,18 +24,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poolgate/poolgate/admin"
-	"github.com/poolgate/poolgate/internal/bundles"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/lingma"
-	"github.com/poolgate/poolgate/session"
+	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/session/bundle"
 )
 
 // bundleEnv is an admin API over a pool of one real simworker ("w1",
 // account "acct") and a bundle service on an in-memory store.
 type bundleEnv struct {
+	sup     *supervisor.Supervisor
 	pool    *pool.Pool
-	store   *session.Memory
+	store   *bundle.MemoryStore
 	handler http.Handler
 	workDir string
 }
@@ -49,7 +50,7 @@ func bundleLog() *slog.Logger {
 
 func bundleKey(t *testing.T) []byte {
 	t.Helper()
-	k := make([]byte, session.KeySize)
+	k := make([]byte, bundle.KeySize)
 	if _, err := rand.Read(k); err != nil {
 		t.Fatal(err)
 	}
@@ -69,28 +70,41 @@ func newBundleEnv(t *testing.T, key []byte, cfg admin.Config, start, loggedIn bo
 	if start {
 		cmd = []string{testenv.PoolgateBin(t), "simworker"}
 	}
-	wc := pool.WorkerConfig{Name: "w1", Account: pool.Account{Name: "acct", Env: []string{"SIMWORKER_ACCOUNTS=u-acct:pw"}},
+	wc := supervisor.WorkerConfig{Name: "w1", Account: supervisor.Account{Name: "acct", Env: []string{"SIMWORKER_ACCOUNTS=u-acct:pw"}},
 		WorkDir: t.TempDir(), StartTimeout: 10 * time.Second, HealthInterval: 200 * time.Millisecond,
 		HealthTimeout: time.Second, BackoffMin: 100 * time.Millisecond, BackoffMax: time.Second, StopGrace: 2 * time.Second}
-	launcher := &pool.ExecLauncher{}
-	p := pool.New(pool.Config{}, []pool.WorkerConfig{wc}, lingma.New(lingma.Config{Command: cmd, ExtraArgs: extra}), launcher, nil, bundleLog())
+	launcher := &supervisor.ExecLauncher{}
+	sup := supervisor.New(supervisor.Config{}, []supervisor.WorkerConfig{wc}, lingma.New(lingma.Config{Command: cmd, ExtraArgs: extra}), launcher, nil, bundleLog())
+	p := pool.New(pool.Config{}, sup, nil, bundleLog())
 	if start {
 		ctx, cancel := context.WithCancel(context.Background())
-		p.Start(ctx)
+		sup.Start(ctx)
 		t.Cleanup(func() {
 			sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer scancel()
 			p.Shutdown(sctx)
+			sup.Shutdown()
 			cancel()
 			launcher.Close()
 		})
 	}
-	store := session.NewMemory(session.MemoryConfig{})
-	svc := bundles.New(bundles.Config{Key: key}, p, store, bundleLog())
-	a := admin.New(cfg, p, prometheus.NewRegistry(), bundleLog())
+	store := bundle.NewMemoryStore()
+	svc := bundle.New(bundle.Config{Key: key}, homes{sup}, store, bundleLog())
+	a := admin.New(cfg, p, sup, prometheus.NewRegistry(), bundleLog())
 	r := gin.New()
 	a.RegisterBundles(a.Register(r), svc)
-	return &bundleEnv{pool: p, store: store, handler: r, workDir: wc.WorkDir}
+	return &bundleEnv{sup: sup, pool: p, store: store, handler: r, workDir: wc.WorkDir}
+}
+
+// homes shows the bundle service the supervisor's instances.
+type homes struct{ *supervisor.Supervisor }
+
+func (h homes) Home(name string) (bundle.Home, error) {
+	if w, ok := h.Worker(name); ok {
+		return bundle.Home{Account: w.Account(), Username: w.Username(), WorkDir: w.WorkDir(),
+			LoggedOut: w.Status().State == supervisor.StateNeedsLogin}, nil
+	}
+	return bundle.Home{}, supervisor.ErrUnknownInstance
 }
 
 func (e *bundleEnv) status(t *testing.T) pool.InstanceStatus {
@@ -104,19 +118,16 @@ func (e *bundleEnv) status(t *testing.T) pool.InstanceStatus {
 	return pool.InstanceStatus{}
 }
 
-func (e *bundleEnv) waitState(t *testing.T, want pool.State, cond func(pool.InstanceStatus) bool) pool.InstanceStatus {
+func (e *bundleEnv) waitState(t *testing.T, want supervisor.State, cond func(pool.InstanceStatus) bool) pool.InstanceStatus {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		in := e.status(t)
-		if in.State == want && (cond == nil || cond(in)) {
-			return in
+	var in pool.InstanceStatus
+	testenv.WaitForNoError(t, 20*time.Second, "w1 "+string(want), func() error {
+		if in = e.status(t); in.State == want && (cond == nil || cond(in)) {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("w1 is %s (last error %q), want %s", in.State, in.LastError, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("w1 is %s (last error %q)", in.State, in.LastError)
+	})
+	return in
 }
 
 // do sends one admin request; token "" sends no credentials.
@@ -145,7 +156,7 @@ func importBody(t *testing.T, sealed []byte) []byte {
 
 // loginPageHits asks the running simworker how often its login page was
 // served.
-func loginPageHits(t *testing.T, p *pool.Pool) int {
+func loginPageHits(t *testing.T, p *supervisor.Supervisor) int {
 	t.Helper()
 	port, err := p.LoginPort("w1")
 	if err != nil || port == 0 {
@@ -170,8 +181,8 @@ func TestBundleExportImportLogsInWithoutABrowser(t *testing.T) {
 	key := bundleKey(t)
 	src := newBundleEnv(t, key, admin.Config{}, true, true)
 	dst := newBundleEnv(t, key, admin.Config{}, true, false)
-	src.waitState(t, pool.StateReady, nil)
-	before := dst.waitState(t, pool.StateNeedsLogin, nil)
+	src.waitState(t, supervisor.StateReady, nil)
+	before := dst.waitState(t, supervisor.StateNeedsLogin, nil)
 
 	code, exp := src.do(t, "/internal/session/export?instance=w1", "", nil)
 	if code != http.StatusOK {
@@ -193,7 +204,7 @@ func TestBundleExportImportLogsInWithoutABrowser(t *testing.T) {
 	if code != http.StatusOK || imp["imported"] != true || imp["instance"] != "w1" || imp["account"] != "acct" {
 		t.Fatalf("import = %d %v, want 200 imported", code, imp)
 	}
-	after := dst.waitState(t, pool.StateReady, func(in pool.InstanceStatus) bool { return in.Restarts > before.Restarts })
+	after := dst.waitState(t, supervisor.StateReady, func(in pool.InstanceStatus) bool { return in.Restarts > before.Restarts })
 	if after.PID == before.PID {
 		t.Errorf("pid %d unchanged: the worker was not restarted", after.PID)
 	}
@@ -202,7 +213,7 @@ func TestBundleExportImportLogsInWithoutABrowser(t *testing.T) {
 	if len(want) == 0 || !bytes.Equal(got, want) {
 		t.Errorf("imported cache/user = %q, want %q", got, want)
 	}
-	if n := loginPageHits(t, dst.pool); n != 0 {
+	if n := loginPageHits(t, dst.sup); n != 0 {
 		t.Errorf("login page served %d times, want 0: no browser login", n)
 	}
 	if _, err := dst.store.LoadBundle(context.Background(), "acct"); err != nil {
@@ -251,16 +262,16 @@ func TestBundleImportRejectsBadBundlesAndLeavesTheWorkerAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	good, _, err := session.Pack(src.workDir, session.LingmaSpec(), "acct", key, time.Now())
+	good, _, err := bundle.Pack(src.workDir, bundle.LingmaSpec(), "acct", key, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherAcct, _, err := session.Pack(src.workDir, session.LingmaSpec(), "someone-else", key, time.Now())
+	otherAcct, _, err := bundle.Pack(src.workDir, bundle.LingmaSpec(), "someone-else", key, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	seal := func(payload []byte) []byte {
-		s, err := session.Seal(key, payload)
+		s, err := bundle.Seal(key, payload)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -276,7 +287,7 @@ func TestBundleImportRejectsBadBundlesAndLeavesTheWorkerAlone(t *testing.T) {
 	okJSON := importBody(t, good)
 
 	dst := newBundleEnv(t, key, admin.Config{}, true, false)
-	before := dst.waitState(t, pool.StateNeedsLogin, nil)
+	before := dst.waitState(t, supervisor.StateNeedsLogin, nil)
 	hash := testenv.TreeHash(t, dst.workDir)
 
 	tests := []struct {
@@ -323,7 +334,7 @@ func TestBundleImportRejectsBadBundlesAndLeavesTheWorkerAlone(t *testing.T) {
 		})
 	}
 	time.Sleep(500 * time.Millisecond) // a restart would show by now
-	if in := dst.status(t); in.PID != before.PID || in.Restarts != before.Restarts || in.State != pool.StateNeedsLogin {
+	if in := dst.status(t); in.PID != before.PID || in.Restarts != before.Restarts || in.State != supervisor.StateNeedsLogin {
 		t.Errorf("worker after rejected imports: pid %d restarts %d %s; want pid %d restarts %d needs_login",
 			in.PID, in.Restarts, in.State, before.PID, before.Restarts)
 	}
@@ -332,7 +343,7 @@ func TestBundleImportRejectsBadBundlesAndLeavesTheWorkerAlone(t *testing.T) {
 // mustPackOther seals dir's credentials under a key of its own.
 func mustPackOther(t *testing.T, dir string) []byte {
 	t.Helper()
-	s, _, err := session.Pack(dir, session.LingmaSpec(), "acct", bundleKey(t), time.Now())
+	s, _, err := bundle.Pack(dir, bundle.LingmaSpec(), "acct", bundleKey(t), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,11 +3,12 @@ package admin
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
-// poolCollector reads a pool snapshot at scrape time (STYLE 18), so the
-// instance gauges can never drift from /internal/pool.
+// poolCollector reads a pool snapshot at scrape time, instead of keeping
+// gauges that every change would have to update, so the instance gauges can
+// never drift from /internal/pool.
 type poolCollector struct {
 	pool     Pool
 	states   *prometheus.Desc
@@ -29,12 +30,12 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	snap := c.pool.Snapshot()
-	counts := make(map[pool.State]int, len(pool.States))
+	counts := make(map[supervisor.State]int, len(supervisor.States))
 	for _, in := range snap.Instances {
 		counts[in.State]++
 		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(in.InFlight), in.Name)
 	}
-	for _, s := range pool.States {
+	for _, s := range supervisor.States {
 		ch <- prometheus.MustNewConstMetric(c.states, prometheus.GaugeValue, float64(counts[s]), string(s))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -30,6 +31,7 @@ import (
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/lingma"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 const adminToken = "adm-dashboard-token"
@@ -39,7 +41,7 @@ const adminToken = "adm-dashboard-token"
 // optional login and stats parts, Log in, Export and Restart.
 func TestDashboard(t *testing.T) {
 	chromium := findChromium(t)
-	p, srv, logins := startAdmin(t)
+	p, sup, srv, logins := startAdmin(t)
 
 	checkPageHeaders(t, srv.URL)
 
@@ -88,7 +90,7 @@ func TestDashboard(t *testing.T) {
 	var after pool.InstanceStatus
 	testenv.WaitFor(t, 20*time.Second, "w1 restarted with a new pid and ready", func() bool {
 		after = instanceOf(p, "w1")
-		return after.Restarts > before.Restarts && after.PID != 0 && after.PID != before.PID && after.State == pool.StateReady
+		return after.Restarts > before.Restarts && after.PID != 0 && after.PID != before.PID && after.State == supervisor.StateReady
 	})
 	waitJS(t, page, "the page showing w1's new pid and restart count", `(pid, restarts) => {
 		const r = document.querySelector('tr[data-instance="w1"]');
@@ -110,7 +112,7 @@ func TestDashboard(t *testing.T) {
 		}`, name)
 		click(t, page, `tr[data-instance="`+name+`"] button.act-`+act)
 		testenv.WaitFor(t, 10*time.Second, act+" ending the cooldown of "+name, func() bool {
-			return instanceOf(p, name).CooldownUntil == nil && instanceOf(p, name).State == pool.StateReady
+			return instanceOf(p, name).CooldownUntil == nil && instanceOf(p, name).State == supervisor.StateReady
 		})
 		waitJS(t, page, "the row without a cooldown", `(name) => {
 			const r = document.querySelector('tr[data-instance="' + name + '"]');
@@ -125,7 +127,7 @@ func TestDashboard(t *testing.T) {
 
 	// Only the core admin API (the endpoints Register itself adds): the
 	// parts whose endpoint answers 404 hide, the rest works.
-	bare, hasLogin, hasStats := startBareAdmin(t, p)
+	bare, hasLogin, hasStats := startBareAdmin(t, p, sup)
 	page.Timeout(15 * time.Second).MustNavigate(bare.URL + "/admin").MustWaitLoad()
 	typeToken(t, page, adminToken)
 	waitJS(t, page, "the instances, with only the parts the server has", `(hasLogin, hasStats) => {
@@ -138,10 +140,10 @@ func TestDashboard(t *testing.T) {
 
 // startBareAdmin serves only the core admin API and the page over p, and
 // says whether that includes the login status and stats endpoints.
-func startBareAdmin(t *testing.T, p *pool.Pool) (_ *httptest.Server, hasLogin, hasStats bool) {
+func startBareAdmin(t *testing.T, p *pool.Pool, sup *supervisor.Supervisor) (_ *httptest.Server, hasLogin, hasStats bool) {
 	t.Helper()
 	eng := gin.New()
-	adm := admin.New(admin.Config{AdminToken: adminToken}, p, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	adm := admin.New(admin.Config{AdminToken: adminToken}, p, sup, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	adm.Register(eng)
 	adm.RegisterDashboard(eng)
 	srv := httptest.NewServer(eng)
@@ -152,31 +154,33 @@ func startBareAdmin(t *testing.T, p *pool.Pool) (_ *httptest.Server, hasLogin, h
 // startAdmin serves the admin surface over a real pool of two simworkers,
 // with a fake login service and, unless the build has them, stand-ins for
 // the /internal/stats and session export endpoints.
-func startAdmin(t *testing.T) (*pool.Pool, *httptest.Server, *fakeLogins) {
+func startAdmin(t *testing.T) (*pool.Pool, *supervisor.Supervisor, *httptest.Server, *fakeLogins) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	drv := lingma.New(lingma.Config{Command: []string{testenv.PoolgateBin(t), "simworker"}, ExtraArgs: []string{"--logged-in"}})
-	launcher := &pool.ExecLauncher{}
-	p := pool.New(pool.Config{}, []pool.WorkerConfig{worker(t, "w1"), worker(t, "w2")}, drv, launcher, nil, log)
+	launcher := &supervisor.ExecLauncher{}
+	sup := supervisor.New(supervisor.Config{}, []supervisor.WorkerConfig{worker(t, "w1"), worker(t, "w2")}, drv, launcher, nil, log)
+	p := pool.New(pool.Config{}, sup, nil, log)
 	ctx, cancel := context.WithCancel(context.Background())
-	p.Start(ctx)
+	sup.Start(ctx)
 	t.Cleanup(func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer scancel()
 		p.Shutdown(sctx)
+		sup.Shutdown()
 		cancel()
 		launcher.Close()
 	})
 
 	gin.SetMode(gin.TestMode)
 	eng := gin.New()
-	adm := admin.New(admin.Config{AdminToken: adminToken}, p, prometheus.NewRegistry(), log)
+	adm := admin.New(admin.Config{AdminToken: adminToken}, p, sup, prometheus.NewRegistry(), log)
 	adm.RegisterProbes(eng)
 	in := adm.Register(eng)
 	adm.RegisterDashboard(eng)
 	logins := &fakeLogins{}
 	if !hasRoute(eng, http.MethodGet, "/internal/auto-login/status") {
-		admin.RegisterLogin(in, logins, p, log)
+		admin.RegisterLogin(in, logins, sup, log)
 	}
 	if !hasRoute(eng, http.MethodGet, "/internal/stats") {
 		in.GET("/stats", func(c *gin.Context) {
@@ -198,13 +202,13 @@ func startAdmin(t *testing.T) (*pool.Pool, *httptest.Server, *fakeLogins) {
 	t.Cleanup(srv.Close)
 
 	testenv.WaitFor(t, 20*time.Second, "two ready instances", func() bool {
-		return instanceOf(p, "w1").State == pool.StateReady && instanceOf(p, "w2").State == pool.StateReady
+		return instanceOf(p, "w1").State == supervisor.StateReady && instanceOf(p, "w2").State == supervisor.StateReady
 	})
-	return p, srv, logins
+	return p, sup, srv, logins
 }
 
-func worker(t *testing.T, name string) pool.WorkerConfig {
-	return pool.WorkerConfig{Name: name, Account: pool.Account{Name: name, Env: []string{"SIMWORKER_ACCOUNTS=u-" + name + ":pw"}},
+func worker(t *testing.T, name string) supervisor.WorkerConfig {
+	return supervisor.WorkerConfig{Name: name, Account: supervisor.Account{Name: name, Env: []string{"SIMWORKER_ACCOUNTS=u-" + name + ":pw"}},
 		WorkDir: t.TempDir(), StartTimeout: 10 * time.Second, HealthInterval: 200 * time.Millisecond,
 		HealthTimeout: time.Second, BackoffMin: 100 * time.Millisecond, BackoffMax: time.Second, StopGrace: 2 * time.Second}
 }
@@ -381,24 +385,18 @@ func checkNoBrowserLeft(t *testing.T, profile string, tree *[]int) {
 	if len(*tree) < 2 {
 		t.Errorf("saw %d browser processes before the close, want the browser and its helpers", len(*tree))
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testenv.WaitForNoError(t, 5*time.Second, "no chromium process left", func() error {
 		var left []int
 		for _, pid := range *tree {
 			if alive(pid) {
 				left = append(left, pid)
 			}
 		}
-		left = append(left, withArg(profile)...)
-		if len(left) == 0 {
-			return
+		if left = append(left, withArg(profile)...); len(left) > 0 {
+			return fmt.Errorf("processes %v are alive", left)
 		}
-		if time.Now().After(deadline) {
-			t.Errorf("chromium processes left after the test: %v", left)
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // procStat returns a process's state letter and parent pid.
@@ -473,7 +471,7 @@ type fakeLogins struct {
 
 var _ admin.LoginService = (*fakeLogins)(nil)
 
-func (f *fakeLogins) Start(target pool.LoginTarget) login.Status {
+func (f *fakeLogins) Start(target supervisor.LoginTarget) login.Status {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, target.Instance)

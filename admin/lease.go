@@ -1,13 +1,17 @@
 package admin
 
 import (
-	"io"
+	"context"
+	"log"
+	"log/slog"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/poolgate/poolgate/handlers"
+	"github.com/poolgate/poolgate/pool/cluster"
 )
 
 // Holders says which replica drives an account (clustered only).
@@ -22,10 +26,11 @@ type Holders interface {
 
 // leaseGate carries what the lease check needs.
 type leaseGate struct {
-	holders Holders
-	token   string // the cluster token, sent with a forwarded action
-	forward bool   // the holder's advertised URL serves the admin API too
-	client  *http.Client
+	holders   Holders
+	token     string // the cluster token, sent with a forwarded action
+	forward   bool   // the holder's advertised URL serves the admin API too
+	transport http.RoundTripper
+	errorLog  *log.Logger // what the relay could not copy, at debug level
 }
 
 // SetCluster makes every action on an instance follow its lease: the lease
@@ -35,13 +40,12 @@ type leaseGate struct {
 // replicas' advertised URLs serve the admin API (no separate admin
 // listener); else the action is refused.
 func (a *Admin) SetCluster(h Holders, clusterToken string, forward bool) {
-	a.lease = &leaseGate{holders: h, token: clusterToken, forward: forward,
-		client: &http.Client{Timeout: 60 * time.Second}}
+	a.lease = &leaseGate{holders: h, token: clusterToken, forward: forward, transport: http.DefaultTransport,
+		errorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelDebug)}
 }
 
-// maxForwardBody caps what is read of an action's body to forward it (a
-// bundle import's cap, with room).
-const maxForwardBody = 4 << 20
+// forwardTimeout bounds a forwarded action, the holder's answer included.
+const forwardTimeout = 60 * time.Second
 
 // leased gates the instance-scoped routes (an :instance path parameter or an
 // ?instance= query) on the lease. Routes about no instance pass.
@@ -56,39 +60,71 @@ func (a *Admin) leased() gin.HandlerFunc {
 			c.Next()
 			return
 		}
-		local, url := g.holders.Holder(name)
+		local, holder := g.holders.Holder(name)
 		switch {
 		case local:
 			c.Next()
 			return
-		case handlers.Forwarded(c.Request) || url == "":
+		case c.GetHeader(cluster.HopHeader) != "" || holder == "":
 			// Forwarded here by a replica whose view was stale, or held by no
 			// one (it is being handed over, or this replica just started).
 			a.refuse(c, name, "no replica holds its lease right now; retry in a few seconds")
 			return
 		case !g.forward:
-			a.refuse(c, name, "it is held by the replica at "+url+"; send the action to that replica's admin API")
+			a.refuse(c, name, "it is held by the replica at "+holder+"; send the action to that replica's admin API")
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(c.Request.Body, maxForwardBody))
+		target, err := url.Parse(holder)
 		if err != nil {
-			handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, "read body: "+err.Error())
-			c.Abort()
+			a.refuse(c, name, "its holder's address "+holder+" is not a URL: "+err.Error())
 			return
 		}
 		a.log.Info("admin action forwarded to the lease holder", "instance", name, "path", c.Request.URL.Path,
-			"holder", url, "by", c.GetString(whoKey))
-		if err := handlers.Proxy(c.Request.Context(), g.client, c.Writer, c.Request, url, body, g.holders.ID(), g.token); err != nil {
-			a.refuse(c, name, "its holder at "+url+" could not be reached: "+err.Error())
-			return
-		}
+			"holder", holder, "by", c.GetString(whoKey))
+		g.forwardTo(c, target, func(err error) {
+			a.refuse(c, name, "its holder at "+holder+" could not be reached: "+err.Error())
+		})
 		c.Abort()
+	}
+}
+
+// forwardTo relays the action to the replica at target, marked as forwarded
+// by this one, and streams its answer back; unreachable, when nothing was
+// written yet, says why.
+func (g *leaseGate) forwardTo(c *gin.Context, target *url.URL, unreachable func(error)) {
+	requestID := c.Writer.Header().Get("X-Request-Id") // one id across the hop
+	var failed error
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Header.Set(cluster.HopHeader, g.holders.ID())
+			pr.Out.Header.Set(cluster.TokenHeader, g.token)
+			if requestID != "" {
+				pr.Out.Header.Set("X-Request-Id", requestID)
+			}
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Header.Del("X-Request-Id") // this replica's is set already: the same id
+			return nil
+		},
+		Transport:     g.transport,
+		FlushInterval: -1,
+		ErrorLog:      g.errorLog,
+		ErrorHandler:  func(_ http.ResponseWriter, _ *http.Request, err error) { failed = err },
+	}
+	// A context of its own (ended with the request's): a client that goes
+	// away mid-answer ends the relay quietly instead of panicking the handler.
+	ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
+	defer cancel()
+	defer context.AfterFunc(c.Request.Context(), cancel)()
+	proxy.ServeHTTP(c.Writer, c.Request.WithContext(ctx))
+	if failed != nil && !c.Writer.Written() {
+		unreachable(failed)
 	}
 }
 
 func (a *Admin) refuse(c *gin.Context, name, why string) {
 	a.log.Warn("admin action refused: this replica does not hold the lease", "instance", name,
 		"path", c.Request.URL.Path, "why", why)
-	handlers.WriteError(c.Writer, c.Request, http.StatusConflict, "this replica does not drive "+name+": "+why)
-	c.Abort()
+	abortWith(c, http.StatusConflict, CodeNotLeaseHolder, "this replica does not drive "+name+": "+why)
 }

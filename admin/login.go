@@ -12,17 +12,16 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/poolgate/poolgate/handlers"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/login"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // LoginService is what the admin API needs of the login runner
 // (*login.Runner).
 type LoginService interface {
 	// Start starts a login now unless one runs, and returns its status.
-	Start(t pool.LoginTarget) login.Status
+	Start(t supervisor.LoginTarget) login.Status
 	// Status returns one instance's login status.
 	Status(instance string) (login.Status, bool)
 	// All returns every instance's login status, by name.
@@ -32,13 +31,13 @@ type LoginService interface {
 	Screenshot(instance string) ([]byte, error)
 }
 
-// LoginTargets finds instances for the login endpoints (*pool.Pool).
+// LoginTargets finds instances for the login endpoints (*supervisor.Supervisor).
 type LoginTargets interface {
 	// LoginTarget returns the named instance's login target, or
-	// pool.ErrUnknownInstance.
-	LoginTarget(name string) (pool.LoginTarget, error)
+	// supervisor.ErrUnknownInstance.
+	LoginTarget(name string) (supervisor.LoginTarget, error)
 	// LoginPort returns the port of the instance's login callback (0 when
-	// it is not running), or pool.ErrUnknownInstance.
+	// it is not running), or supervisor.ErrUnknownInstance.
 	LoginPort(name string) (int, error)
 	// Names lists every instance, in config order.
 	Names() []string
@@ -70,25 +69,25 @@ type loginAPI struct {
 
 // target resolves the instance named in the query or path, or writes the
 // error (400 when none is named, 404 naming an unknown one).
-func (h *loginAPI) target(c *gin.Context, name string) (pool.LoginTarget, bool) {
+func (h *loginAPI) target(c *gin.Context, name string) (supervisor.LoginTarget, bool) {
 	if name == "" {
-		handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, "instance is required (?instance=NAME)")
-		return pool.LoginTarget{}, false
+		writeError(c, http.StatusBadRequest, CodeBadRequest, "instance is required (?instance=NAME)")
+		return supervisor.LoginTarget{}, false
 	}
 	t, err := h.targets.LoginTarget(name)
 	if err != nil {
 		writeInstanceError(c, name, err)
-		return pool.LoginTarget{}, false
+		return supervisor.LoginTarget{}, false
 	}
 	return t, true
 }
 
 func writeInstanceError(c *gin.Context, name string, err error) {
-	if errors.Is(err, pool.ErrUnknownInstance) {
-		handlers.WriteError(c.Writer, c.Request, http.StatusNotFound, "unknown instance "+name)
+	if errors.Is(err, supervisor.ErrUnknownInstance) {
+		writeError(c, http.StatusNotFound, CodeUnknownInstance, "unknown instance "+name)
 		return
 	}
-	handlers.WriteError(c.Writer, c.Request, http.StatusInternalServerError, "instance "+name+": "+err.Error())
+	writeError(c, http.StatusInternalServerError, CodeInternal, "instance "+name+": "+err.Error())
 }
 
 func (h *loginAPI) start(c *gin.Context) {
@@ -98,7 +97,7 @@ func (h *loginAPI) start(c *gin.Context) {
 		return
 	}
 	if h.svc == nil {
-		handlers.WriteError(c.Writer, c.Request, http.StatusServiceUnavailable,
+		writeError(c, http.StatusServiceUnavailable, CodeUnavailable,
 			"automatic login is not available (no browser); use /auto-login/url and /auto-login/"+name+"/callback")
 		return
 	}
@@ -138,11 +137,11 @@ func (h *loginAPI) url(c *gin.Context) {
 	defer cancel()
 	u, err := t.LoginURL(ctx)
 	if err != nil {
-		code := http.StatusBadGateway
+		status, code := http.StatusBadGateway, CodeWorkerError
 		if errors.Is(err, chat.ErrWorkerGone) {
-			code = http.StatusServiceUnavailable
+			status, code = http.StatusServiceUnavailable, CodeNotRunning
 		}
-		handlers.WriteError(c.Writer, c.Request, code, "ask instance "+name+" for a login URL: "+err.Error())
+		writeError(c, status, code, "ask instance "+name+" for a login URL: "+err.Error())
 		return
 	}
 	h.log.Info("admin action", "action", "auto_login_url", "instance", name, "by", c.GetString(whoKey))
@@ -161,10 +160,10 @@ func (h *loginAPI) screenshot(c *gin.Context) {
 	}
 	switch {
 	case errors.Is(err, login.ErrNoScreenshot):
-		handlers.WriteError(c.Writer, c.Request, http.StatusNotFound, "no login screenshot for instance "+name)
+		writeError(c, http.StatusNotFound, CodeNotFound, "no login screenshot for instance "+name)
 		return
 	case err != nil:
-		handlers.WriteError(c.Writer, c.Request, http.StatusInternalServerError, "screenshot of instance "+name+": "+err.Error())
+		writeError(c, http.StatusInternalServerError, CodeInternal, "screenshot of instance "+name+": "+err.Error())
 		return
 	}
 	c.Header("Cache-Control", "no-store")
@@ -181,7 +180,7 @@ func (h *loginAPI) callback(c *gin.Context) {
 		return
 	}
 	if port == 0 {
-		handlers.WriteError(c.Writer, c.Request, http.StatusServiceUnavailable, "instance "+name+" is not running")
+		writeError(c, http.StatusServiceUnavailable, CodeNotRunning, "instance "+name+" is not running")
 		return
 	}
 	upstream := &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port)}
@@ -197,7 +196,7 @@ func (h *loginAPI) callback(c *gin.Context) {
 			}
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			handlers.WriteError(w, r, http.StatusBadGateway, "forward the login callback to instance "+name+": "+err.Error())
+			writeErrorTo(w, http.StatusBadGateway, CodeWorkerError, "forward the login callback to instance "+name+": "+err.Error())
 		},
 	}
 	h.log.Info("admin action", "action", "auto_login_callback", "instance", name, "by", c.GetString(whoKey))

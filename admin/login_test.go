@@ -20,7 +20,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/login"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // fakeLogins is a LoginService that records what it was asked.
@@ -30,7 +30,7 @@ type fakeLogins struct {
 	shots   map[string][]byte
 }
 
-func (f *fakeLogins) Start(t pool.LoginTarget) login.Status {
+func (f *fakeLogins) Start(t supervisor.LoginTarget) login.Status {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.started = append(f.started, t.Instance)
@@ -58,11 +58,11 @@ type fakeTargets struct {
 	ports map[string]int
 }
 
-func (f *fakeTargets) LoginTarget(name string) (pool.LoginTarget, error) {
+func (f *fakeTargets) LoginTarget(name string) (supervisor.LoginTarget, error) {
 	if _, ok := f.ports[name]; !ok {
-		return pool.LoginTarget{}, pool.ErrUnknownInstance
+		return supervisor.LoginTarget{}, supervisor.ErrUnknownInstance
 	}
-	return pool.LoginTarget{
+	return supervisor.LoginTarget{
 		Instance: name,
 		LoginURL: func(context.Context) (string, error) {
 			if name == "down" {
@@ -76,7 +76,7 @@ func (f *fakeTargets) LoginTarget(name string) (pool.LoginTarget, error) {
 func (f *fakeTargets) LoginPort(name string) (int, error) {
 	p, ok := f.ports[name]
 	if !ok {
-		return 0, pool.ErrUnknownInstance
+		return 0, supervisor.ErrUnknownInstance
 	}
 	return p, nil
 }
@@ -215,22 +215,11 @@ func TestLoginCallbackUpstreamDown(t *testing.T) {
 
 func do(t *testing.T, method, u string, header map[string]string) (int, string, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, u, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	req := request(method, u, "", nil)
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, u, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, b := roundTrip(t, req)
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") && !json.Valid(b) {
 		t.Errorf("%s %s: invalid JSON %s", method, u, b)
 	}

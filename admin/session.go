@@ -10,7 +10,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/poolgate/poolgate/handlers"
 	"github.com/poolgate/poolgate/pool"
 )
 
@@ -29,16 +28,16 @@ func (a *Admin) RegisterSession(r gin.IRouter, store AffinityFlusher) {
 		var body struct {
 			APIKey *string `json:"api_key"`
 		}
-		raw, err := io.ReadAll(io.LimitReader(c.Request.Body, 64<<10))
-		if err != nil {
-			handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, "read body: "+err.Error())
+		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, 64<<10)
+		raw, ok := readBody(c, `body over 64 KiB; it is {"api_key": "..."} or empty`)
+		if !ok {
 			return
 		}
 		if len(raw) > 0 {
 			dec := json.NewDecoder(bytes.NewReader(raw))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&body); err != nil && !errors.Is(err, io.EOF) {
-				handlers.WriteError(c.Writer, c.Request, http.StatusBadRequest, `body must be {"api_key": "..."} or empty: `+err.Error())
+				writeError(c, http.StatusBadRequest, CodeBadRequest, `body must be {"api_key": "..."} or empty: `+err.Error())
 				return
 			}
 		}
@@ -48,7 +47,7 @@ func (a *Admin) RegisterSession(r gin.IRouter, store AffinityFlusher) {
 		}
 		n, err := store.FlushAffinity(c.Request.Context(), owner)
 		if err != nil {
-			handlers.WriteError(c.Writer, c.Request, http.StatusInternalServerError, "flush affinity: "+err.Error())
+			writeError(c, http.StatusInternalServerError, CodeInternal, "flush affinity: "+err.Error())
 			return
 		}
 		a.log.Info("admin action", "action", "flush_affinity", "scope", scope, "removed", n, "by", c.GetString(whoKey))

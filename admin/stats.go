@@ -10,9 +10,8 @@ import (
 	"github.com/gin-gonic/gin"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/poolgate/poolgate/handlers"
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // ModelSource lists one instance's models live.
@@ -35,12 +34,12 @@ func (a *Admin) RegisterStats(r gin.IRouter, limits Limits, models ModelSource) 
 		defer cancel()
 		raw, ms, err := models.InstanceModels(ctx, name)
 		switch {
-		case errors.Is(err, pool.ErrUnknownInstance):
-			handlers.WriteError(c.Writer, c.Request, http.StatusNotFound, "unknown instance "+name)
+		case errors.Is(err, supervisor.ErrUnknownInstance):
+			writeError(c, http.StatusNotFound, CodeUnknownInstance, "unknown instance "+name)
 		case errors.Is(err, chat.ErrNoInstance):
-			handlers.WriteError(c.Writer, c.Request, http.StatusConflict, "instance "+name+" is not running")
+			writeError(c, http.StatusConflict, CodeNotRunning, "instance "+name+" is not running")
 		case err != nil:
-			handlers.WriteError(c.Writer, c.Request, http.StatusBadGateway, "list models on "+name+": "+err.Error())
+			writeError(c, http.StatusBadGateway, CodeWorkerError, "list models on "+name+": "+err.Error())
 		default:
 			if raw == nil {
 				raw = json.RawMessage("null")

@@ -148,7 +148,7 @@ const methodText = `## Method
 The hot paths one request crosses, in isolation:
 
 ` + "```sh" + `
-go test -run '^$' -bench . -benchmem ./handlers/... ./pool/ ./pool/openai/ ./pool/textchat/ ./session/
+go test -run '^$' -bench . -benchmem ./handlers/... ./pool/ ./pool/modelserver/ ./pool/textchat/ ./session/
 ` + "```" + `
 
 Request decode per protocol and SSE encode per event (` + "`handlers/*`" + `), the affinity key of a

@@ -14,7 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/poolgate/poolgate/internal/metrics"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // TestBackoffAndCooloff: attempts are spaced by the doubling backoff; after
@@ -35,9 +35,9 @@ func TestBackoffAndCooloff(t *testing.T) {
 			calls []time.Duration
 		)
 		begin := time.Now()
-		tg := pool.LoginTarget{
+		tg := supervisor.LoginTarget{
 			Instance: "acct-1",
-			Account:  pool.Account{Username: "user", Password: "pass-word"},
+			Account:  supervisor.Account{Username: "user", Password: "pass-word"},
 			LoginURL: func(context.Context) (string, error) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -96,9 +96,9 @@ func TestReleasedWorkerLeavesNoBackoff(t *testing.T) {
 				}
 				defer r.Close()
 				released := make(chan struct{})
-				tg := pool.LoginTarget{
+				tg := supervisor.LoginTarget{
 					Instance: "acct-1",
-					Account:  pool.Account{Username: "user", Password: "pass-word"},
+					Account:  supervisor.Account{Username: "user", Password: "pass-word"},
 					LoginURL: tt.give,
 					Confirm:  func(context.Context) (bool, error) { return false, nil },
 					Released: released,

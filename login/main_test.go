@@ -14,13 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolgate/poolgate/internal/testenv"
-
 	"go.uber.org/goleak"
 
 	"github.com/poolgate/poolgate/internal/sim"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/lingma"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -42,7 +41,7 @@ func chromium(t *testing.T) string {
 // worker is one in-process simulator, logged out, reached with the Lingma
 // driver as the pool would.
 type worker struct {
-	ep     pool.Endpoint
+	ep     supervisor.Endpoint
 	client *lingma.Client
 }
 
@@ -50,7 +49,7 @@ type worker struct {
 // accounts come from SIMWORKER_ACCOUNTS (via getenv), as in production.
 func startSim(t *testing.T, variant, accounts string) *worker {
 	t.Helper()
-	ep := pool.Endpoint{Name: "acct", WorkDir: t.TempDir(), Port: testenv.FreePort(t), AuxPort: testenv.FreePort(t)}
+	ep := supervisor.Endpoint{Name: "acct", WorkDir: t.TempDir(), Port: testenv.FreePort(t), AuxPort: testenv.FreePort(t)}
 	args := []string{"start", "--transportType=websocket", "--workDir", ep.WorkDir,
 		"--socketPort", strconv.Itoa(ep.Port), "--httpPort", strconv.Itoa(ep.AuxPort), "--login-page", variant}
 	getenv := func(k string) string {
@@ -90,10 +89,10 @@ func startSim(t *testing.T, variant, accounts string) *worker {
 }
 
 // target is the login target of w for an account.
-func (w *worker) target(name, user, pass string) pool.LoginTarget {
-	return pool.LoginTarget{
+func (w *worker) target(name, user, pass string) supervisor.LoginTarget {
+	return supervisor.LoginTarget{
 		Instance: name,
-		Account:  pool.Account{Name: name, Username: user, Password: pass},
+		Account:  supervisor.Account{Name: name, Username: user, Password: pass},
 		WorkDir:  w.ep.WorkDir,
 		LoginURL: w.client.LoginURL,
 		Confirm: func(ctx context.Context) (bool, error) {

@@ -1,7 +1,8 @@
 // Package login logs pool workers in with a real headless Chromium driven by
-// go-rod. It sits between the supervisor in pool, which calls Runner.Ensure
-// when a worker's health check finds it logged out, and the admin API, which
-// starts logins on demand and shows their status and failure screenshots.
+// go-rod. It sits between the supervisor (pool/supervisor), which calls
+// Runner.Ensure when a worker's health check finds it logged out, and the
+// admin API, which starts logins on demand and shows their status and
+// failure screenshots.
 //
 // A login follows a declarative recipe (recipe.go, YAML): open the worker's
 // login URL, fill the form, pick an organisation, wait for the callback.
@@ -20,7 +21,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // State is where an instance's login stands.
@@ -91,7 +92,7 @@ type instance struct {
 	done     time.Time // when the last login ended
 }
 
-var _ pool.Loginer = (*Runner)(nil)
+var _ supervisor.Loginer = (*Runner)(nil)
 
 // NewRunner checks the browser and the recipes (the built-in ones and
 // cfg.RecipeFile) and returns a runner with cfg's defaults filled. It starts
@@ -120,18 +121,18 @@ func NewRunner(cfg Config, log *slog.Logger) (*Runner, error) {
 // Ensure starts a login for t.Instance unless one is running, or the last
 // one gave up: after a rejection by the login page Ensure waits for Start;
 // after any other failure it waits Config.Cooloff. It does not block.
-func (r *Runner) Ensure(t pool.LoginTarget) {
+func (r *Runner) Ensure(t supervisor.LoginTarget) {
 	r.start(t, false)
 }
 
 // Start starts a login for t.Instance now (the admin API's on-demand login):
 // it resets the attempt count and starts unless a login is running. It
 // returns the instance's status after the call.
-func (r *Runner) Start(t pool.LoginTarget) Status {
+func (r *Runner) Start(t supervisor.LoginTarget) Status {
 	return r.start(t, true)
 }
 
-func (r *Runner) start(t pool.LoginTarget, force bool) Status {
+func (r *Runner) start(t supervisor.LoginTarget, force bool) Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	in := r.insts[t.Instance]
@@ -198,7 +199,7 @@ func (r *Runner) Close() {
 // login is one instance's login: attempts with a doubling backoff until one
 // succeeds, MaxAttempts failed, the runner closes, or the worker run it is
 // for is ended on purpose (t.Released).
-func (r *Runner) login(t pool.LoginTarget) {
+func (r *Runner) login(t supervisor.LoginTarget) {
 	ctx, stop := r.loginContext(t)
 	defer stop()
 	log := r.log.With("instance", t.Instance)
@@ -252,7 +253,7 @@ func (r *Runner) login(t pool.LoginTarget) {
 
 // loginContext is cancelled when the runner closes or when the worker run
 // the login is for is ended on purpose; stop it when the login ends.
-func (r *Runner) loginContext(t pool.LoginTarget) (context.Context, context.CancelFunc) {
+func (r *Runner) loginContext(t supervisor.LoginTarget) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(r.ctx)
 	if t.Released == nil {
 		return ctx, cancel
@@ -268,7 +269,7 @@ func (r *Runner) loginContext(t pool.LoginTarget) (context.Context, context.Canc
 	return ctx, func() { close(done); cancel() }
 }
 
-func released(t pool.LoginTarget) bool {
+func released(t supervisor.LoginTarget) bool {
 	select {
 	case <-t.Released:
 		return true
@@ -281,7 +282,7 @@ func released(t pool.LoginTarget) bool {
 // to another replica, a lost lease or a restart cut it, not the login page.
 // It is neither counted nor backed off: the next run that finds the worker
 // logged out starts a login at once (a cool-off would park the account).
-func (r *Runner) abandon(t pool.LoginTarget, attempt int, log *slog.Logger) {
+func (r *Runner) abandon(t supervisor.LoginTarget, attempt int, log *slog.Logger) {
 	log.Info("login abandoned: the worker was stopped", "attempt", attempt)
 	r.finish(t.Instance, StateIdle, errReleased, capture{}, redactor{})
 }
@@ -331,7 +332,7 @@ func fromCapture(err error, c capture, red redactor) (string, string, string) {
 // attempt is one try: ask the worker for a URL, drive a browser through the
 // recipe, then wait until the worker confirms. It returns what the page
 // showed when it failed.
-func (r *Runner) attempt(lctx context.Context, t pool.LoginTarget) (capture, error) {
+func (r *Runner) attempt(lctx context.Context, t supervisor.LoginTarget) (capture, error) {
 	ctx, cancel := context.WithTimeout(lctx, r.cfg.LoginTimeout)
 	defer cancel()
 	if ok, _ := r.confirmOnce(ctx, t); ok {
@@ -381,7 +382,7 @@ func snapshotUnlessEnded(lctx context.Context, br *browser, rc *Recipe) capture 
 }
 
 // recipeFor picks the target's recipe and its credentials.
-func (r *Runner) recipeFor(t pool.LoginTarget) (*Recipe, string, string, error) {
+func (r *Runner) recipeFor(t supervisor.LoginTarget) (*Recipe, string, string, error) {
 	name := cmp.Or(t.Recipe, r.cfg.DefaultRecipe)
 	rc, ok := r.recipes[name]
 	if !ok {
@@ -402,7 +403,7 @@ func (r *Runner) recipeFor(t pool.LoginTarget) (*Recipe, string, string, error) 
 	return rc, t.Account.Username, pass, nil
 }
 
-func (r *Runner) confirmOnce(ctx context.Context, t pool.LoginTarget) (bool, error) {
+func (r *Runner) confirmOnce(ctx context.Context, t supervisor.LoginTarget) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StepTimeout)
 	defer cancel()
 	return t.Confirm(ctx)
@@ -410,7 +411,7 @@ func (r *Runner) confirmOnce(ctx context.Context, t pool.LoginTarget) (bool, err
 
 // awaitConfirm asks the worker until it says it is logged in, for up to
 // StepTimeout: the callback may take a moment to land.
-func (r *Runner) awaitConfirm(ctx context.Context, t pool.LoginTarget) error {
+func (r *Runner) awaitConfirm(ctx context.Context, t supervisor.LoginTarget) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StepTimeout)
 	defer cancel()
 	tick := time.NewTicker(250 * time.Millisecond)

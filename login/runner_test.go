@@ -16,7 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/poolgate/poolgate/internal/metrics"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // TestVariants logs in through every simulator login page with the one
@@ -227,7 +227,7 @@ func TestEnsureIsIdempotent(t *testing.T) {
 	r, _ := newTestRunner(t, Config{})
 	release := make(chan struct{})
 	var urls atomic.Int32
-	tg := pool.LoginTarget{
+	tg := supervisor.LoginTarget{
 		Instance: "acct-1",
 		LoginURL: func(ctx context.Context) (string, error) {
 			urls.Add(1)

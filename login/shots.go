@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // snippetLen caps the page text kept in a status, in runes.
@@ -66,7 +66,7 @@ func shotDir(workDir string) string { return filepath.Join(workDir, screenshotDi
 // <WorkDir>/login-screenshots/<UTC time>.png (the name carries nothing about
 // the account) and removes all but the newest Config.Screenshots. Failing to
 // save only costs the picture, so it is logged, not returned.
-func (r *Runner) keepScreenshot(t pool.LoginTarget, png []byte, log *slog.Logger) {
+func (r *Runner) keepScreenshot(t supervisor.LoginTarget, png []byte, log *slog.Logger) {
 	if len(png) == 0 || t.WorkDir == "" || r.cfg.Screenshots < 0 {
 		return
 	}

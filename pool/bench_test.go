@@ -3,11 +3,10 @@ package pool
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/pool/supervisor/supervisortest"
 )
 
 // Hot paths of every request: hashing the transcript into its affinity key
@@ -43,18 +42,20 @@ func BenchmarkConversationKey(b *testing.B) {
 	})
 }
 
-// benchPool is testPool for benchmarks: n ready workers without processes,
-// each taking perWorker turns at once.
+// benchPool is a pool of n ready fake workers, each taking perWorker turns
+// at once.
 func benchPool(b *testing.B, n, perWorker int) *Pool {
 	b.Helper()
-	var wcs []WorkerConfig
+	var names []string
 	for i := range n {
-		wcs = append(wcs, WorkerConfig{Name: fmt.Sprintf("w%d", i), WorkDir: b.TempDir(), MaxInFlight: perWorker})
+		names = append(names, fmt.Sprintf("w%d", i))
 	}
-	p := New(Config{MaxInFlight: n * perWorker}, wcs, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	for _, w := range p.workers {
-		w.state, w.backend = StateReady, nopBackend{}
+	wcs := supervisortest.Configs(b, false, names...)
+	for i := range wcs {
+		wcs[i].MaxInFlight = perWorker
 	}
+	p, _ := startFake(b, Config{MaxInFlight: n * perWorker}, supervisortest.New(), wcs, nil)
+	waitReady(b, p, names...)
 	return p
 }
 

@@ -1,7 +1,12 @@
-// Package pool owns poolgate's worker pool: the supervisor that runs one
-// worker process per account, the picker and the admission guard, and the
-// router that runs a chat.Request on it. Drivers for concrete worker
-// protocols live in sub-packages (pool/lingma, pool/openai) behind Backend.
+// Package pool admits turns onto the supervisor's workers and routes each
+// chat.Request: the admission queue and slots, picking (affinity, spread,
+// least busy), the Router with its retries, conversation affinity keys,
+// stop sequences and token caps, the operator's tool policy, probes, and
+// the request-scoped helpers the protocol handlers use (WithAPI, Served,
+// WithForwarder, ErrForwarded). Worker processes belong to pool/supervisor:
+// the pool knows a worker only from the reports it subscribes to and asks
+// it for changes (a cooldown, a check) through its methods. Drivers for
+// concrete workers live in pool/lingma and pool/modelserver.
 //
 // pool knows nothing about HTTP frameworks; handlers translate wire JSON into
 // chat values and back.
@@ -27,11 +32,4 @@ func wantsAgent(req *chat.Request) bool {
 		}
 	}
 	return false
-}
-
-// AuthState is a worker's login state as its backend reports it.
-type AuthState struct {
-	LoggedIn bool
-	// Account is the upstream account name or id, when known.
-	Account string
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 )
 
-// Remote locates other replicas; the Cluster implements it.
+// Remote locates other replicas; pool/cluster's Cluster implements it.
 type Remote interface {
 	// Owner returns the URL of the other replica that holds the account.
 	Owner(account string) (string, bool)
@@ -45,7 +45,7 @@ func (r *Router) forwardRemote(ctx context.Context, rq *request) bool {
 	}
 	var target string
 	switch {
-	case rq.hasHit && !r.pool.holds(rq.hit.Instance):
+	case rq.hasHit && !r.pool.Serves(rq.hit.Instance):
 		target, ok = r.remote.Owner(rq.hit.Instance)
 	case !rq.hasHit && !r.pool.anyReady():
 		target, ok = r.remote.Spare()
@@ -64,15 +64,4 @@ func (r *Router) forwardRemote(ctx context.Context, rq *request) bool {
 		return false
 	}
 	return true
-}
-
-// holds reports whether the named instance runs on this replica now.
-func (p *Pool) holds(name string) bool {
-	w, ok := p.byName[name]
-	if !ok {
-		return false
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return w.usable()
 }

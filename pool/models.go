@@ -1,10 +1,6 @@
 package pool
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
-
 	"github.com/poolgate/poolgate/internal/chat"
 )
 
@@ -16,19 +12,17 @@ func (p *Pool) Models() []chat.Model {
 	return p.models
 }
 
-// setModels records a worker's model list and rebuilds the union (rarely:
-// once per worker start), so requests read it without building it.
-func (p *Pool) setModels(w *Worker, ms []chat.Model) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	w.models = ms
+// rebuildModels rebuilds the union of the workers' model lists (rarely:
+// once per worker's first ready), so requests read it without building it;
+// p.mu held.
+func (p *Pool) rebuildModels() {
 	seen := map[string]bool{}
 	var out []chat.Model
-	for _, w := range p.workers {
-		for _, m := range w.models {
-			if !seen[m.ID] {
-				seen[m.ID] = true
-				out = append(out, m)
+	for _, m := range p.members {
+		for _, md := range m.st.Models {
+			if !seen[md.ID] {
+				seen[md.ID] = true
+				out = append(out, md)
 			}
 		}
 	}
@@ -58,29 +52,4 @@ func (r *Router) ResolveModel(name string) string {
 		return models[0].ID
 	}
 	return name
-}
-
-// InstanceModels asks the named instance for its model list now: the
-// worker's raw payload (nil when its driver can't show it) and the parsed
-// list.
-func (p *Pool) InstanceModels(ctx context.Context, name string) (json.RawMessage, []chat.Model, error) {
-	w, ok := p.byName[name]
-	if !ok {
-		return nil, nil, ErrUnknownInstance
-	}
-	p.mu.Lock()
-	be := w.backend
-	p.mu.Unlock()
-	if be == nil {
-		return nil, nil, chat.ErrNoInstance
-	}
-	if rl, ok := be.(RawModelLister); ok {
-		return rl.RawModels(ctx)
-	}
-	ml, ok := be.(ModelLister)
-	if !ok {
-		return nil, nil, errors.New("this worker cannot list models")
-	}
-	ms, err := ml.Models(ctx)
-	return nil, ms, err
 }

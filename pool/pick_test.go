@@ -3,47 +3,26 @@ package pool
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/pool/supervisor/supervisortest"
 )
 
-type nopBackend struct{}
-
-func (nopBackend) Status(context.Context) (AuthState, error) { return AuthState{LoggedIn: true}, nil }
-func (nopBackend) Chat(context.Context, *chat.Turn) (<-chan chat.Event, error) {
-	return nil, errors.New("nop")
-}
-func (nopBackend) Close() error { return nil }
-
-// testPool builds a pool whose workers are already ready, without processes.
-func testPool(t *testing.T, cfg Config, names ...string) *Pool {
-	t.Helper()
-	var wcs []WorkerConfig
-	for _, n := range names {
-		wcs = append(wcs, WorkerConfig{Name: n, WorkDir: t.TempDir()})
-	}
-	p := New(cfg, wcs, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	for _, w := range p.workers {
-		w.state, w.backend = StateReady, nopBackend{}
-	}
-	return p
-}
-
 func TestPickLeastInFlight(t *testing.T) {
-	p := testPool(t, Config{}, "a", "b", "c")
-	p.workers[0].cfg.MaxInFlight = 2
+	wcs := supervisortest.Configs(t, false, "a", "b", "c")
+	wcs[0].MaxInFlight = 2
+	p, _ := startFake(t, Config{}, supervisortest.New(), wcs, nil)
+	waitReady(t, p, "a", "b", "c")
 	s1, err := p.Acquire(context.Background(), Want{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s2, _ := p.Acquire(context.Background(), Want{})
 	s3, _ := p.Acquire(context.Background(), Want{})
-	got := map[string]bool{s1.Worker.Name(): true, s2.Worker.Name(): true, s3.Worker.Name(): true}
+	got := map[string]bool{s1.Instance(): true, s2.Instance(): true, s3.Instance(): true}
 	if len(got) != 3 {
 		t.Errorf("three turns on %v, want one on each instance", got)
 	}
@@ -61,20 +40,20 @@ func TestPickPreferAndHint(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := testPool(t, Config{}, "a", "b", "c")
+			p, _, _ := testPool(t, Config{}, "a", "b", "c")
 			s, err := p.Acquire(context.Background(), tt.give)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.Worker.Name() != tt.want {
-				t.Errorf("picked %s, want %s", s.Worker.Name(), tt.want)
+			if s.Instance() != tt.want {
+				t.Errorf("picked %s, want %s", s.Instance(), tt.want)
 			}
 		})
 	}
 }
 
 func TestHintIsStable(t *testing.T) {
-	p := testPool(t, Config{}, "a", "b", "c", "d")
+	p, _, _ := testPool(t, Config{}, "a", "b", "c", "d")
 	first := ""
 	for range 5 {
 		s, err := p.Acquire(context.Background(), Want{Hint: "user-42"})
@@ -82,10 +61,10 @@ func TestHintIsStable(t *testing.T) {
 			t.Fatal(err)
 		}
 		if first == "" {
-			first = s.Worker.Name()
+			first = s.Instance()
 		}
-		if s.Worker.Name() != first {
-			t.Fatalf("hint picked %s, then %s", first, s.Worker.Name())
+		if s.Instance() != first {
+			t.Fatalf("hint picked %s, then %s", first, s.Instance())
 		}
 		s.Release()
 	}
@@ -93,7 +72,7 @@ func TestHintIsStable(t *testing.T) {
 
 func TestQueueWaitsForRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := testPool(t, Config{QueueTimeout: time.Minute}, "a")
+		p, _, _ := testPool(t, Config{QueueTimeout: time.Minute}, "a")
 		s1, _ := p.Acquire(context.Background(), Want{})
 		go func() {
 			time.Sleep(3 * time.Second)
@@ -113,15 +92,15 @@ func TestQueueWaitsForRelease(t *testing.T) {
 
 func TestBusyPreferredWaitsThenFallsBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := testPool(t, Config{AffinityWait: 2 * time.Second}, "a", "b")
+		p, _, _ := testPool(t, Config{AffinityWait: 2 * time.Second}, "a", "b")
 		held, _ := p.Acquire(context.Background(), Want{Prefer: "a"})
 		start := time.Now()
 		s, err := p.Acquire(context.Background(), Want{Prefer: "a"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.Worker.Name() != "b" || time.Since(start) < 2*time.Second {
-			t.Errorf("got %s after %s, want b after the 2s affinity wait", s.Worker.Name(), time.Since(start))
+		if s.Instance() != "b" || time.Since(start) < 2*time.Second {
+			t.Errorf("got %s after %s, want b after the 2s affinity wait", s.Instance(), time.Since(start))
 		}
 		held.Release()
 	})
@@ -129,7 +108,7 @@ func TestBusyPreferredWaitsThenFallsBack(t *testing.T) {
 
 func TestOverloaded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := testPool(t, Config{MaxQueue: 1, QueueTimeout: 5 * time.Second}, "a")
+		p, _, _ := testPool(t, Config{MaxQueue: 1, QueueTimeout: 5 * time.Second}, "a")
 		held, _ := p.Acquire(context.Background(), Want{})
 		queued := make(chan error, 1)
 		go func() {
@@ -152,8 +131,9 @@ func TestOverloaded(t *testing.T) {
 
 func TestNoInstance(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := testPool(t, Config{NoInstanceWait: 3 * time.Second}, "a")
-		p.workers[0].state = StateBackoff
+		f := supervisortest.New()
+		f.FailLaunches("a", true) // the worker can't start: backoff, again and again
+		p, _ := startFake(t, Config{NoInstanceWait: 3 * time.Second}, f, supervisortest.Configs(t, false, "a"), nil)
 		start := time.Now()
 		_, err := p.Acquire(context.Background(), Want{})
 		if !errors.Is(err, chat.ErrNoInstance) {
@@ -166,15 +146,16 @@ func TestNoInstance(t *testing.T) {
 }
 
 func TestCooldownSkipsInstance(t *testing.T) {
-	p := testPool(t, Config{}, "a", "b")
-	p.workers[0].cooldown(time.Minute)
+	p, sup, _ := testPool(t, Config{}, "a", "b")
+	w, _ := sup.Worker("a")
+	w.Cooldown(time.Minute)
 	for range 3 {
 		s, err := p.Acquire(context.Background(), Want{Prefer: "a"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.Worker.Name() != "b" {
-			t.Fatalf("picked %s while a cools down", s.Worker.Name())
+		if s.Instance() != "b" {
+			t.Fatalf("picked %s while a cools down", s.Instance())
 		}
 		s.Release()
 	}
@@ -184,14 +165,14 @@ func TestCooldownSkipsInstance(t *testing.T) {
 }
 
 func TestFenceTakesInstanceOutOfRotation(t *testing.T) {
-	p := testPool(t, Config{}, "a", "b")
+	p, _, _ := testPool(t, Config{}, "a", "b")
 	p.Fence("a", time.Now().Add(-time.Millisecond))
 	for range 3 {
 		s, err := p.Acquire(context.Background(), Want{Prefer: "a"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.Worker.Name() != "a" {
+		if s.Instance() != "a" {
 			s.Release()
 			continue
 		}
@@ -199,7 +180,7 @@ func TestFenceTakesInstanceOutOfRotation(t *testing.T) {
 	}
 	p.Fence("a", time.Time{})
 	s, err := p.Acquire(context.Background(), Want{Prefer: "a"})
-	if err != nil || s.Worker.Name() != "a" {
+	if err != nil || s.Instance() != "a" {
 		t.Fatalf("unfenced instance not picked: %v", err)
 	}
 }

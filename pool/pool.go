@@ -2,7 +2,6 @@ package pool
 
 import (
 	"context"
-	"hash/fnv"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // Config configures the pool's admission control. Zero fields take the
@@ -28,8 +28,6 @@ type Config struct {
 	// AffinityWait is how long a follow-up waits for its busy session
 	// instance before going elsewhere (default 2s).
 	AffinityWait time.Duration
-	// DrainTimeout bounds how long a drain waits for turns (default 15s).
-	DrainTimeout time.Duration
 }
 
 func (c *Config) fill() {
@@ -43,24 +41,22 @@ func (c *Config) fill() {
 		p *time.Duration
 		v time.Duration
 	}{{&c.QueueTimeout, 60 * time.Second}, {&c.NoInstanceWait, 5 * time.Second},
-		{&c.AffinityWait, 2 * time.Second}, {&c.DrainTimeout, 15 * time.Second}} {
+		{&c.AffinityWait, 2 * time.Second}} {
 		if *d.p <= 0 {
 			*d.p = d.v
 		}
 	}
 }
 
-// Pool runs the workers and hands out turn slots on them.
+// Pool admits turns onto the supervisor's workers: it keeps a view of every
+// worker from the worker's own reports, counts the turns on each, and hands
+// out slots (pick.go).
 type Pool struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics.Metrics
-	workers []*Worker
-	byName  map[string]*Worker
-	wg      sync.WaitGroup
-	cancel  context.CancelFunc
-	loginer Loginer
-	hooks   Hooks
+	members []*member
+	byName  map[string]*member
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced whenever capacity may have freed
@@ -68,136 +64,99 @@ type Pool struct {
 	waiting  int
 	closing  bool
 	rr       uint64        // round-robin tie breaker
-	models   []chat.Model  // union of the workers' models (setModels)
+	models   []chat.Model  // union of the workers' models
 	avgTurn  time.Duration // moving average of turn duration, for Retry-After
 }
 
-// New builds a pool of one worker per config. Nothing starts until Start.
-func New(cfg Config, workers []WorkerConfig, driver Driver, launcher Launcher, m *metrics.Metrics, log *slog.Logger) *Pool {
+// member is the pool's view of one worker; p.mu guards it.
+type member struct {
+	w        *supervisor.Worker // for its commands: Cooldown, Check, TurnOK
+	name     string
+	account  string
+	max      int               // the worker's cap on turns at once
+	st       supervisor.Status // the worker's latest report
+	inFlight int
+	fence    time.Time // zero: unfenced; else usable only before it (lease)
+}
+
+// usable reports whether the picker may give this worker a turn; p.mu held.
+func (m *member) usable() bool {
+	return m.st.State == supervisor.StateReady && m.st.Backend != nil && m.st.CooldownUntil.IsZero() &&
+		(m.fence.IsZero() || time.Now().Before(m.fence))
+}
+
+// New returns a pool over sup's workers. It subscribes to their reports and
+// counts the turns sup's drains wait for; call it before sup.Start.
+func New(cfg Config, sup *supervisor.Supervisor, m *metrics.Metrics, log *slog.Logger) *Pool {
 	cfg.fill()
-	p := &Pool{cfg: cfg, log: log, metrics: m, byName: map[string]*Worker{}, changed: make(chan struct{}),
+	p := &Pool{cfg: cfg, log: log, metrics: m, byName: map[string]*member{}, changed: make(chan struct{}),
 		avgTurn: 2 * time.Second}
-	for _, wc := range workers {
-		wc.fill()
-		w := &Worker{cfg: wc, driver: driver, launcher: launcher, pool: p, state: StateStopped,
-			box: newMailbox(), log: log.With("instance", wc.Name)}
-		p.workers = append(p.workers, w)
-		p.byName[wc.Name] = w
-		if m != nil {
-			m.Restarts.WithLabelValues(wc.Name)
-			m.Handovers.WithLabelValues(wc.Name) // present on a single node too
-		}
+	for _, w := range sup.Workers() {
+		mb := &member{w: w, name: w.Name(), account: w.Account(), max: w.MaxInFlight(), st: w.Status()}
+		p.members = append(p.members, mb)
+		p.byName[mb.name] = mb
 	}
+	p.rebuildModels()
+	sup.Subscribe(p.observe)
+	sup.SetTurns(p)
 	return p
 }
 
-// Start runs every worker's loop until Shutdown.
-func (p *Pool) Start(ctx context.Context) {
-	ctx, p.cancel = context.WithCancel(ctx)
-	for _, w := range p.workers {
-		p.wg.Go(func() { w.run(ctx) })
+// observe takes a worker's report into the view.
+func (p *Pool) observe(st supervisor.Status) {
+	p.mu.Lock()
+	m, ok := p.byName[st.Name]
+	if !ok || st.Seq <= m.st.Seq {
+		p.mu.Unlock()
+		return // a report older than the one in the view
 	}
+	// A worker lists its models once, on its first ready: a list of another
+	// length is that one.
+	newModels := len(st.Models) != len(m.st.Models)
+	m.st = st
+	if newModels {
+		p.rebuildModels()
+	}
+	p.mu.Unlock()
+	p.broadcast()
 }
 
-// Shutdown stops admitting, lets turns in flight finish until ctx ends, then
-// stops every worker process (SIGINT, then SIGKILL) and waits for them.
+// InFlight returns how many turns run on the named instance, and a channel
+// closed when that may have changed (supervisor.Turns, for drains).
+func (p *Pool) InFlight(name string) (int, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m, ok := p.byName[name]; ok {
+		return m.inFlight, p.changed
+	}
+	return 0, p.changed
+}
+
+// Shutdown stops admitting and lets turns in flight finish until ctx ends;
+// stopping the workers is the supervisor's Shutdown, after this.
 func (p *Pool) Shutdown(ctx context.Context) {
 	p.mu.Lock()
 	p.closing = true
 	p.mu.Unlock()
 	p.broadcast()
 	p.waitIdle(ctx)
-	if p.cancel != nil {
-		p.cancel()
-	}
-	p.wg.Wait()
-}
-
-// Worker returns the named instance.
-func (p *Pool) Worker(name string) (*Worker, bool) {
-	w, ok := p.byName[name]
-	return w, ok
-}
-
-// Names returns every instance's name in config order.
-func (p *Pool) Names() []string {
-	out := make([]string, len(p.workers))
-	for i, w := range p.workers {
-		out[i] = w.cfg.Name
-	}
-	return out
 }
 
 // Size returns the number of instances.
-func (p *Pool) Size() int { return len(p.workers) }
-
-// Workers returns every instance in config order.
-func (p *Pool) Workers() []*Worker { return p.workers }
-
-// Hooks are called around a worker's life; each receives the instance's
-// target (account, work dir, and calls into the running worker).
-type Hooks struct {
-	// PreStart runs before every process start (restore credentials into
-	// an empty work dir). An error is logged; the start goes on.
-	PreStart func(ctx context.Context, t LoginTarget) error
-	// Ready runs, in the background, each time an instance becomes ready
-	// (after a start or a login): save its credentials.
-	Ready func(ctx context.Context, t LoginTarget)
-}
-
-// SetHooks installs hooks; call before Start.
-func (p *Pool) SetHooks(h Hooks) { p.hooks = h }
-
-func (p *Pool) readyHook(ctx context.Context, w *Worker) {
-	if p.hooks.Ready == nil {
-		return
-	}
-	t := w.target()
-	p.wg.Go(func() { p.hooks.Ready(ctx, t) })
-}
-
-// Stop stops the named instance now, cutting its turns (a lost lease must
-// not be driven a moment longer); Restart starts it again.
-func (p *Pool) Stop(name string) error {
-	w, ok := p.byName[name]
-	if !ok {
-		return ErrUnknownInstance
-	}
-	w.send(cmdStop)
-	return nil
-}
+func (p *Pool) Size() int { return len(p.members) }
 
 // Fence makes the named instance unusable for new turns from until on (the
 // end of the lease this replica is sure it holds); zero removes the fence.
 func (p *Pool) Fence(name string, until time.Time) {
-	w, ok := p.byName[name]
-	if !ok {
-		return
-	}
 	p.mu.Lock()
-	w.fence = until
+	m, ok := p.byName[name]
+	if ok {
+		m.fence = until
+	}
 	p.mu.Unlock()
-	p.broadcast()
-}
-
-// Restart asks the named instance to restart (drain, then start again).
-func (p *Pool) Restart(name string) error {
-	w, ok := p.byName[name]
-	if !ok {
-		return ErrUnknownInstance
+	if ok {
+		p.broadcast()
 	}
-	w.send(cmdRestart)
-	return nil
-}
-
-// Drain asks the named instance to finish its turns and stop.
-func (p *Pool) Drain(name string) error {
-	w, ok := p.byName[name]
-	if !ok {
-		return ErrUnknownInstance
-	}
-	w.send(cmdDrain)
-	return nil
 }
 
 // waitIdle waits until no turn is in flight or ctx ends.
@@ -225,246 +184,19 @@ func (p *Pool) broadcast() {
 	p.mu.Unlock()
 }
 
-// Want says which instance a turn would like.
-type Want struct {
-	// Prefer names the instance holding the conversation's session.
-	Prefer string
-	// Hint spreads new conversations stably (rendezvous hash).
-	Hint string
-	// Exclude lists instances already tried for this request.
-	Exclude []string
-}
-
-// Slot is one admitted turn on one worker. Release it exactly once.
-type Slot struct {
-	Worker  *Worker
-	Backend Backend
-	pool    *Pool
-	start   time.Time
-	once    sync.Once
-}
-
-// Release frees the slot.
-func (s *Slot) Release() {
-	s.once.Do(func() {
-		p := s.pool
-		d := time.Since(s.start)
-		p.mu.Lock()
-		s.Worker.inFlight--
-		p.inFlight--
-		p.avgTurn = (p.avgTurn*7 + d) / 8
-		p.mu.Unlock()
-		if p.metrics != nil {
-			p.metrics.InFlight.Dec()
-		}
-		p.broadcast()
-	})
-}
-
-// Acquire admits a turn: it waits, bounded, for a slot on a usable instance
-// and returns it, or an *OverloadedError (queue full or wait too long), or
-// ErrNoInstance when nothing is ready.
-func (p *Pool) Acquire(ctx context.Context, want Want) (*Slot, error) {
-	start := time.Now()
-	p.mu.Lock()
-	if s := p.tryPick(want, false); s != nil {
-		p.mu.Unlock()
-		return p.admitted(s, start, false), nil
-	}
-	if p.closing {
-		p.mu.Unlock()
-		return nil, chat.ErrNoInstance
-	}
-	if p.waiting >= p.cfg.MaxQueue {
-		err := p.overloaded("queue full")
-		p.mu.Unlock()
-		return nil, err
-	}
-	p.waiting++
-	p.gauge()
-	defer func() {
-		p.mu.Lock()
-		p.waiting--
-		p.gauge()
-		p.mu.Unlock()
-	}()
-	deadline := time.NewTimer(p.cfg.QueueTimeout)
-	defer deadline.Stop()
-	for {
-		ch := p.changed
-		p.mu.Unlock()
-		var wake <-chan time.Time
-		if want.Prefer != "" || !p.anyReady() {
-			wake = time.After(250 * time.Millisecond) // re-evaluate affinity and no-instance limits
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-deadline.C:
-			p.mu.Lock()
-			err := p.overloaded("timed out waiting for a free instance")
-			p.mu.Unlock()
-			return nil, err
-		case <-ch:
-		case <-wake:
-		}
-		waited := time.Since(start)
-		p.mu.Lock()
-		if p.closing {
-			p.mu.Unlock()
-			return nil, chat.ErrNoInstance
-		}
-		if s := p.tryPick(want, waited >= p.cfg.AffinityWait); s != nil {
-			p.mu.Unlock()
-			return p.admitted(s, start, true), nil
-		}
-		if !p.anyReadyLocked() && waited >= p.cfg.NoInstanceWait && !p.loginPendingLocked() {
-			p.mu.Unlock()
-			return nil, chat.ErrNoInstance
-		}
-	}
-}
-
-func (p *Pool) admitted(s *Slot, start time.Time, queued bool) *Slot {
-	if p.metrics != nil {
-		p.metrics.InFlight.Inc()
-		if queued {
-			p.metrics.QueueWait.Observe(time.Since(start).Seconds())
-		}
-	}
-	return s
-}
-
-func (p *Pool) gauge() {
-	if p.metrics != nil {
-		p.metrics.QueueDepth.Set(float64(p.waiting))
-	}
-}
-
-// overloaded builds the rejection with an honest Retry-After: the queue ahead
-// divided by the pool's capacity, times the average turn; p.mu held.
-func (p *Pool) overloaded(reason string) error {
-	capacity := 0
-	for _, w := range p.workers {
-		if w.usable() {
-			capacity += w.cfg.MaxInFlight
-		}
-	}
-	capacity = max(min(capacity, p.cfg.MaxInFlight), 1)
-	rounds := time.Duration((p.waiting + capacity) / capacity)
-	ra := min(max(p.avgTurn*rounds, time.Second), 5*time.Minute)
-	if p.metrics != nil {
-		p.metrics.Rejections.Inc()
-	}
-	return &chat.OverloadedError{RetryAfter: ra, Reason: reason}
-}
-
-func (p *Pool) anyReady() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.anyReadyLocked()
-}
-
-// loginPendingLocked reports whether an instance is being logged in: a
-// request then waits for it (bounded by the queue timeout) instead of
-// failing at once; p.mu held.
-func (p *Pool) loginPendingLocked() bool {
-	for _, w := range p.workers {
-		if w.state == StateNeedsLogin && w.autoLogin() {
-			return true
-		}
-	}
-	return false
-}
-
-func (p *Pool) anyReadyLocked() bool {
-	for _, w := range p.workers {
-		if w.usable() {
-			return true
-		}
-	}
-	return false
-}
-
-// tryPick takes a slot if one is free now; p.mu held. Affinity first (unless
-// giveUpPrefer), then the hint's rendezvous choice, then least in-flight.
-func (p *Pool) tryPick(want Want, giveUpPrefer bool) *Slot {
-	if p.closing || p.inFlight >= p.cfg.MaxInFlight {
-		return nil
-	}
-	free := func(w *Worker) bool {
-		if !w.usable() || w.inFlight >= w.cfg.MaxInFlight {
-			return false
-		}
-		for _, x := range want.Exclude {
-			if x == w.cfg.Name {
-				return false
-			}
-		}
-		return true
-	}
-	var pick *Worker
-	if w, ok := p.byName[want.Prefer]; ok && want.Prefer != "" {
-		switch {
-		case free(w):
-			pick = w
-		case w.usable() && !giveUpPrefer:
-			return nil // busy: wait a little for the instance that holds the session
-		}
-	}
-	if pick == nil && want.Hint != "" {
-		var best uint64
-		for _, w := range p.workers {
-			if !w.usable() {
-				continue
-			}
-			if s := rendezvous(want.Hint, w.cfg.Name); pick == nil || s > best {
-				pick, best = w, s
-			}
-		}
-		if pick != nil && !free(pick) {
-			pick = nil
-		}
-	}
-	if pick == nil {
-		p.rr++
-		n := len(p.workers)
-		for i := range n {
-			w := p.workers[(int(p.rr)+i)%n]
-			if free(w) && (pick == nil || w.inFlight < pick.inFlight) {
-				pick = w
-			}
-		}
-	}
-	if pick == nil {
-		return nil
-	}
-	pick.inFlight++
-	p.inFlight++
-	return &Slot{Worker: pick, Backend: pick.backend, pool: p, start: time.Now()}
-}
-
-func rendezvous(key, node string) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(key))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(node))
-	return h.Sum64()
-}
-
 // InstanceStatus is one instance as /internal/pool shows it.
 type InstanceStatus struct {
-	Name          string     `json:"name"`
-	Account       string     `json:"account"`
-	State         State      `json:"state"`
-	PID           int        `json:"pid"`
-	Restarts      int        `json:"restarts"`
-	InFlight      int        `json:"in_flight"`
-	MaxInFlight   int        `json:"max_in_flight"`
-	LastError     string     `json:"last_error"`
-	CooldownUntil *time.Time `json:"cooldown_until"`
-	Port          int        `json:"port,omitempty"`
-	UptimeSeconds float64    `json:"uptime_seconds"`
+	Name          string           `json:"name"`
+	Account       string           `json:"account"`
+	State         supervisor.State `json:"state"`
+	PID           int              `json:"pid"`
+	Restarts      int              `json:"restarts"`
+	InFlight      int              `json:"in_flight"`
+	MaxInFlight   int              `json:"max_in_flight"`
+	LastError     string           `json:"last_error"`
+	CooldownUntil *time.Time       `json:"cooldown_until"`
+	Port          int              `json:"port,omitempty"`
+	UptimeSeconds float64          `json:"uptime_seconds"`
 }
 
 // Snapshot is the pool's state at one moment.
@@ -488,19 +220,20 @@ func (s Snapshot) Instance(name string) (InstanceStatus, bool) {
 func (p *Pool) Snapshot() Snapshot {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := Snapshot{InFlight: p.inFlight, Waiting: p.waiting, Instances: make([]InstanceStatus, 0, len(p.workers))}
-	for _, w := range p.workers {
-		st := InstanceStatus{Name: w.cfg.Name, Account: w.cfg.Account.Name, State: w.state, PID: w.pid,
-			Restarts: w.restarts, InFlight: w.inFlight, MaxInFlight: w.cfg.MaxInFlight, LastError: w.lastErr}
-		if !w.coolUntil.IsZero() {
-			t := w.coolUntil
-			st.CooldownUntil = &t
+	s := Snapshot{InFlight: p.inFlight, Waiting: p.waiting, Instances: make([]InstanceStatus, 0, len(p.members))}
+	for _, m := range p.members {
+		st := m.st
+		in := InstanceStatus{Name: m.name, Account: st.Account, State: st.State, PID: st.PID,
+			Restarts: st.Restarts, InFlight: m.inFlight, MaxInFlight: m.max, LastError: st.LastError}
+		if !st.CooldownUntil.IsZero() {
+			t := st.CooldownUntil
+			in.CooldownUntil = &t
 		}
-		if w.pid != 0 {
-			st.Port = w.ep.Port
-			st.UptimeSeconds = time.Since(w.startedAt).Seconds()
+		if st.PID != 0 {
+			in.Port = st.Port
+			in.UptimeSeconds = time.Since(st.StartedAt).Seconds()
 		}
-		s.Instances = append(s.Instances, st)
+		s.Instances = append(s.Instances, in)
 	}
 	return s
 }
@@ -515,16 +248,16 @@ func (p *Pool) Ready() (bool, string) {
 	if p.anyReadyLocked() {
 		return true, ""
 	}
-	counts := map[State]int{}
-	for _, w := range p.workers {
-		counts[w.state]++
+	counts := map[supervisor.State]int{}
+	for _, m := range p.members {
+		counts[m.st.State]++
 	}
 	return false, "no ready instance: " + describeCounts(counts)
 }
 
-func describeCounts(c map[State]int) string {
+func describeCounts(c map[supervisor.State]int) string {
 	s := ""
-	for _, st := range States {
+	for _, st := range supervisor.States {
 		if c[st] > 0 {
 			if s != "" {
 				s += ", "

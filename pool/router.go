@@ -10,15 +10,24 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
-	"github.com/poolgate/poolgate/session"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
+
+// Affinity says where a conversation's upstream session lives: the instance
+// that served its earlier turns and the session id that instance returned.
+type Affinity struct {
+	Instance  string
+	SessionID string
+	Model     string
+}
 
 // AffinityStore keeps conversation -> (instance, upstream session) entries.
 // Take is get-and-delete, so two concurrent turns can never continue one
-// upstream session; the finishing turn writes the next entry back.
+// upstream session; the finishing turn writes the next entry back. Any
+// error of Take means "no entry".
 type AffinityStore interface {
-	TakeAffinity(ctx context.Context, key string) (session.Affinity, error)
-	PutAffinity(ctx context.Context, key string, a session.Affinity) error
+	TakeAffinity(ctx context.Context, key string) (Affinity, error)
+	PutAffinity(ctx context.Context, key string, a Affinity) error
 }
 
 // RouterConfig configures routing. Zero fields take the defaults noted.
@@ -76,7 +85,7 @@ type request struct {
 	owner    string
 	split    int    // index of the newest assistant message, -1 if none
 	key      string // the affinity entry taken, if any
-	hit      session.Affinity
+	hit      Affinity
 	hasHit   bool
 	reused   bool
 	excluded []string
@@ -130,8 +139,8 @@ func (r *Router) Chat(ctx context.Context, req *chat.Request) (<-chan chat.Event
 			attempts++
 		}
 		r.log.Warn("turn failed before any output, trying another instance",
-			"instance", slot.Worker.Name(), "attempts", attempts, "err", err, "request_id", req.RequestID)
-		rq.excluded = append(rq.excluded, slot.Worker.Name())
+			"instance", slot.Instance(), "attempts", attempts, "err", err, "request_id", req.RequestID)
+		rq.excluded = append(rq.excluded, slot.Instance())
 		if len(rq.excluded) >= r.pool.Size() {
 			rq.excluded = rq.excluded[:0]
 		}
@@ -183,23 +192,16 @@ func (r *Router) dropHit(rq *request) {
 		r.metrics.CacheInvalidated.Inc()
 	}
 	r.DeleteSession(rq.hit)
-	rq.hit = session.Affinity{}
+	rq.hit = Affinity{}
 }
 
 // DeleteSession frees an upstream session on its worker in the background,
 // best effort (used for invalidated and evicted affinity entries).
-func (r *Router) DeleteSession(a session.Affinity) {
+func (r *Router) DeleteSession(a Affinity) {
 	if a.SessionID == "" {
 		return
 	}
-	w, ok := r.pool.Worker(a.Instance)
-	if !ok {
-		return
-	}
-	r.pool.mu.Lock()
-	be := w.backend
-	r.pool.mu.Unlock()
-	del, ok := be.(SessionDeleter)
+	del, ok := r.pool.backend(a.Instance).(supervisor.SessionDeleter)
 	if !ok {
 		return
 	}
@@ -221,7 +223,7 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan c
 		Agent: wantsAgent(rq.Request)}
 	rq.reused = false
 	if rq.hasHit {
-		if slot.Worker.Name() != rq.hit.Instance {
+		if slot.Instance() != rq.hit.Instance {
 			r.dropHit(rq)
 		} else if rq.hit.SessionID != "" {
 			turn.SessionID = rq.hit.SessionID
@@ -229,7 +231,7 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan c
 			rq.reused = true
 		}
 	}
-	markServed(ctx, slot.Worker.Name())
+	markServed(ctx, slot.Instance())
 	tctx, cancel := context.WithCancel(ctx)
 	src, err := slot.Backend.Chat(tctx, turn)
 	if err != nil {
@@ -271,19 +273,19 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan c
 // failed handles a turn that failed before any output.
 func (r *Router) failed(rq *request, slot *Slot, err error) {
 	slot.Release()
-	if rq.reused || (rq.hasHit && rq.hit.Instance == slot.Worker.Name()) {
+	if rq.reused || (rq.hasHit && rq.hit.Instance == slot.Instance()) {
 		r.dropHit(rq)
 	}
 	var rl *chat.RateLimitedError
 	switch {
 	case errors.As(err, &rl):
-		d := slot.Worker.cooldown(rl.RetryAfter)
+		d := slot.m.w.Cooldown(rl.RetryAfter)
 		if r.metrics != nil {
 			r.metrics.Cooldowns.Inc()
 		}
-		r.log.Warn("upstream rate limit, cooling instance down", "instance", slot.Worker.Name(), "for", d)
+		r.log.Warn("upstream rate limit, cooling instance down", "instance", slot.Instance(), "for", d)
 	case errors.Is(err, chat.ErrNotLoggedIn), errors.Is(err, chat.ErrWorkerGone):
-		slot.Worker.send(cmdCheck)
+		slot.m.w.Check()
 	}
 }
 
@@ -390,11 +392,11 @@ func (r *Router) finish(rq *request, slot *Slot, done chat.Event, text string, c
 	case !keep, r.store == nil:
 		// Nobody continues this session: a stopped answer, or session
 		// reuse is off.
-		r.DeleteSession(session.Affinity{Instance: slot.Worker.Name(), SessionID: sessionID})
+		r.DeleteSession(Affinity{Instance: slot.Instance(), SessionID: sessionID})
 	default:
 		answer := chat.Message{Role: chat.RoleAssistant, Content: text, ToolCalls: calls}
 		key := conversationKey(rq.owner, rq.model, rq.Messages, &answer)
-		a := session.Affinity{Instance: slot.Worker.Name(), SessionID: sessionID, Model: rq.model}
+		a := Affinity{Instance: slot.Instance(), SessionID: sessionID, Model: rq.model}
 		// Detached from the request: the answer is complete even if the
 		// client goes away now.
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(context.Background()), time.Second)
@@ -403,7 +405,7 @@ func (r *Router) finish(rq *request, slot *Slot, done chat.Event, text string, c
 		}
 		cancel()
 	}
-	slot.Worker.turnOK()
+	slot.m.w.TurnOK()
 	r.logTurn(rq, slot, string(done.Finish), nil)
 	send(done)
 }

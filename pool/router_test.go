@@ -7,40 +7,38 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/pool/supervisor/supervisortest"
 )
 
-// flakyBackend refuses its first n turns as a dead connection, then answers.
-type flakyBackend struct {
+// refusing is a fake worker script: each instance refuses its first n turns
+// as a dead connection, then answers "ok".
+type refusing struct {
 	mu      sync.Mutex
-	refuse  int
-	started int
+	refused map[string]int
+	n       int
 }
 
-func (b *flakyBackend) Status(context.Context) (AuthState, error) {
-	return AuthState{LoggedIn: true}, nil
-}
-func (b *flakyBackend) Close() error { return nil }
-
-func (b *flakyBackend) Chat(ctx context.Context, _ *chat.Turn) (<-chan chat.Event, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.refuse > 0 {
-		b.refuse--
+func (r *refusing) chat(_ context.Context, instance string, _ *chat.Turn) (<-chan chat.Event, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.refused[instance] < r.n {
+		r.refused[instance]++
 		return nil, chat.ErrWorkerGone
 	}
-	b.started++
-	ch := make(chan chat.Event, 2)
-	ch <- chat.Event{Type: chat.EventText, Text: "ok"}
-	ch <- chat.Event{Type: chat.EventDone, Finish: chat.FinishStop}
-	close(ch)
-	return ch, nil
+	return supervisortest.Answer("ok"), nil
+}
+
+// refusingPool is a pool of ready fake workers that each refuse n turns.
+func refusingPool(t *testing.T, n int, names ...string) *Pool {
+	f := supervisortest.New()
+	f.Chat = (&refusing{refused: map[string]int{}, n: n}).chat
+	p, _ := startFake(t, Config{QueueTimeout: 5 * time.Second}, f, supervisortest.Configs(t, false, names...), nil)
+	waitReady(t, p, names...)
+	return p
 }
 
 func TestEveryInstanceRefusingOnceStillServes(t *testing.T) {
-	p := testPool(t, Config{QueueTimeout: 5 * time.Second}, "a", "b", "c")
-	for _, w := range p.workers {
-		w.backend = &flakyBackend{refuse: 1}
-	}
+	p := refusingPool(t, 1, "a", "b", "c")
 	r := NewRouter(RouterConfig{Retries: 0}, p, nil, nil, p.log)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
@@ -59,10 +57,7 @@ func TestEveryInstanceRefusingOnceStillServes(t *testing.T) {
 }
 
 func TestRefusalsAreBounded(t *testing.T) {
-	p := testPool(t, Config{QueueTimeout: 5 * time.Second}, "a", "b")
-	for _, w := range p.workers {
-		w.backend = &flakyBackend{refuse: 1000}
-	}
+	p := refusingPool(t, 1000, "a", "b")
 	r := NewRouter(RouterConfig{Retries: 1}, p, nil, nil, p.log)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()

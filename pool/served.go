@@ -47,7 +47,7 @@ func markServed(ctx context.Context, instance string) {
 // instance, its account, the model, whether the upstream session was
 // continued, the latency and how the turn ended.
 func (r *Router) logTurn(rq *request, slot *Slot, outcome string, err error) {
-	attrs := []any{"instance", slot.Worker.Name(), "account", slot.Worker.Account(), "model", rq.model,
+	attrs := []any{"instance", slot.Instance(), "account", slot.m.account, "model", rq.model,
 		"reused", rq.reused, "latency_ms", time.Since(rq.start).Milliseconds(), "outcome", outcome,
 		"request_id", rq.RequestID}
 	if rq.api != "" {

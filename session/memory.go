@@ -72,9 +72,6 @@ type Memory struct {
 	mu   sync.Mutex
 	aff  *lru[Affinity]
 	resp *lru[[]byte]
-	// bundles holds sealed session bundles by account (bundle_store.go);
-	// made on first save. Accounts are few, so it has no cap.
-	bundles map[string]bundleEntry
 }
 
 // NewMemory returns an empty in-memory store. Expired entries are dropped when

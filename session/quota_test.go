@@ -28,7 +28,7 @@ func TestResponseQuotaPerOwner(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := openTestRedis(t, srv, tt.cfg)
-			raw := rawClient(t, srv)
+			raw := srv.Client(t)
 			ctx := context.Background()
 			if err := r.SaveResponse(ctx, "other", "resp_other", make([]byte, tt.size), time.Hour); err != nil {
 				t.Fatal(err)
@@ -59,7 +59,7 @@ func TestResponseQuotaPerOwner(t *testing.T) {
 func TestSaveKeepsTheChainAlive(t *testing.T) {
 	srv := testenv.Redis(t)
 	r := openTestRedis(t, srv, RedisConfig{})
-	raw := rawClient(t, srv)
+	raw := srv.Client(t)
 	ctx := context.Background()
 	for _, id := range []string{"resp_a", "resp_b"} {
 		if err := r.SaveResponse(ctx, "o", id, []byte("x"), 2*time.Second); err != nil {

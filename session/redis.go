@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/poolgate/poolgate/internal/redisconn"
 )
 
 // RedisConfig configures the Redis store. Zero values take the defaults.
@@ -26,8 +28,6 @@ type RedisConfig struct {
 	// RetryInterval is how long the store skips Redis after a failed call
 	// before it probes again (a request or Run probes). Default 1 s.
 	RetryInterval time.Duration
-	// LeaseTimeout bounds each lease and replica-registry call. Default 500 ms.
-	LeaseTimeout time.Duration
 	// SweepInterval is how often Run reports and removes expired affinity
 	// entries and drops expired local ones. Default 30 s.
 	SweepInterval time.Duration
@@ -48,9 +48,11 @@ type RedisConfig struct {
 	// OnError is called for every operation that could not use Redis,
 	// including those skipped while Redis is marked down (their error wraps
 	// ErrUnavailable), with op one of take_affinity, put_affinity,
-	// flush_affinity, save_response, load_response, delete_response,
-	// save_bundle, load_bundle (the poolgate_store_errors_total{op} counter). It is called from many
-	// goroutines and must not block. Default: none.
+	// flush_affinity, save_response, load_response, delete_response, and
+	// the operations other stores run through Do (session/bundle's
+	// save_bundle, load_bundle): the poolgate_store_errors_total{op}
+	// counter. It is called from many goroutines and must not block.
+	// Default: none.
 	OnError func(op string, err error)
 	// Logger receives one warning when Redis becomes unreachable and one info
 	// line when it is back. Default slog.Default().
@@ -123,25 +125,12 @@ type Redis struct {
 // OpenRedis connects (lazily: an unreachable server is not an error here) to
 // the server at cfg.URL.
 func OpenRedis(cfg RedisConfig) (*Redis, error) {
-	opts, err := redis.ParseURL(cfg.URL)
-	if err != nil {
-		return nil, fmt.Errorf("redis url: %w", err)
-	}
 	cfg = cfg.withDefaults()
-	// Per-call contexts carry the deadlines; without this go-redis would use
-	// its own 3 s read timeout instead.
-	opts.ContextTimeoutEnabled = true
-	opts.DialTimeout = cfg.ResponseTimeout
-	// Fail fast when the server is gone: one immediate retry (for a pooled
-	// connection that died with a restart) and one dial attempt, instead of
-	// go-redis's backoffs that would spend the whole deadline on a refused
-	// port. The store's own RetryInterval does the backing off.
-	opts.MaxRetries = 1
-	opts.MinRetryBackoff, opts.MaxRetryBackoff = -1, -1
-	opts.DialerRetries = 1
-	opts.DialerRetryTimeout = time.Millisecond
-	opts.DisableIdentity = true
-	return NewRedis(cfg, redis.NewClient(opts)), nil
+	client, err := redisconn.Dial(cfg.URL, cfg.ResponseTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return NewRedis(cfg, client), nil
 }
 
 // NewRedis returns a store on client, which it closes on Close. The client
@@ -192,6 +181,31 @@ func (r *Redis) skipped(op string) {
 	if r.cfg.OnError != nil {
 		r.cfg.OnError(op, ErrUnavailable)
 	}
+}
+
+// Key returns the Redis key of name under the store's prefix, for a store
+// that keeps its data beside the session state (Do).
+func (r *Redis) Key(name string) string { return r.cfg.Prefix + name }
+
+// Do lets a store that keeps its data beside the session state (the sealed
+// bundles of session/bundle) use this store's Redis connection and health:
+// while Redis is marked down it does not call fn, reports op to OnError as
+// skipped and returns ErrUnavailable; otherwise it calls fn with the client,
+// and a failure of fn marks Redis down and is reported under op (unless ctx
+// ended, which says nothing about Redis), a success marks it up. fn must
+// bound its calls by ctx and return only what Redis failed at: an answer
+// (a missing key, a refused write) is a success.
+func (r *Redis) Do(ctx context.Context, op string, fn func(ctx context.Context, c RedisClient) error) error {
+	if !r.health.allow() {
+		r.skipped(op)
+		return ErrUnavailable
+	}
+	if err := fn(ctx, r.client); err != nil {
+		r.failed(ctx, op, err)
+		return err
+	}
+	r.health.success()
+	return nil
 }
 
 func (r *Redis) report(a Affinity) {

@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 // openTestRedis opens a store on srv under a prefix of its own, so tests can
@@ -21,21 +22,13 @@ import (
 func openTestRedis(t *testing.T, srv *testenv.RedisServer, cfg RedisConfig) *Redis {
 	t.Helper()
 	cfg.URL = srv.URL()
-	cfg.Prefix = "t:" + strings.ReplaceAll(t.Name(), " ", "_") + ":"
+	cfg.Prefix = testenv.KeyPrefix(t)
 	r, err := OpenRedis(cfg)
 	if err != nil {
 		t.Fatalf("OpenRedis() = %v", err)
 	}
 	t.Cleanup(func() { _ = r.Close() })
 	return r
-}
-
-// rawClient is a plain client to look behind the store's back.
-func rawClient(t *testing.T, srv *testenv.RedisServer) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
 }
 
 func TestRedisStore(t *testing.T) {
@@ -65,44 +58,17 @@ func TestRedisKeys(t *testing.T) {
 	}
 }
 
-// errorCounter counts OnError calls per op.
-type errorCounter struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (c *errorCounter) add(op string, _ error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[string]int{}
-	}
-	c.n[op]++
-}
-
-func (c *errorCounter) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return fmt.Sprint(c.n)
-}
-
-func (c *errorCounter) get(op string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[op]
-}
-
 func TestRedisOutageDegradesAndRecovers(t *testing.T) {
 	srv := testenv.Redis(t)
 	var logs testenv.Buffer
-	var errs errorCounter
+	var errs testenv.OpErrors
 	r := openTestRedis(t, srv, RedisConfig{
 		RetryInterval: 50 * time.Millisecond,
-		OnError:       errs.add,
+		OnError:       errs.Add,
 		Logger:        slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	ctx := context.Background()
-	raw := rawClient(t, srv)
+	raw := srv.Client(t)
 
 	// Take the previous turn's entry, put the next one: the router's loop.
 	for i := range 300 {
@@ -133,7 +99,7 @@ func TestRedisOutageDegradesAndRecovers(t *testing.T) {
 	if n := countIn(&logs, "level=WARN"); n != 1 {
 		t.Errorf("logged %d warnings, want 1:\n%s", n, logs.String())
 	}
-	if errs.get("take_affinity") == 0 || errs.get("put_affinity") == 0 || errs.get("load_response") == 0 {
+	if errs.Get("take_affinity") == 0 || errs.Get("put_affinity") == 0 || errs.Get("load_response") == 0 {
 		t.Errorf("OnError counts = %v, want every op counted", errs.String())
 	}
 	if r.Healthy() {
@@ -178,13 +144,7 @@ func TestRedisRunRecoversWithoutTraffic(t *testing.T) {
 		t.Fatalf("Ping() with Redis killed = nil, want an error")
 	}
 	srv.Restart()
-	deadline := time.Now().Add(5 * time.Second)
-	for !r.Healthy() {
-		if time.Now().After(deadline) {
-			t.Fatalf("Healthy() still false 5s after the restart")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 5*time.Second, "Healthy() after the restart", r.Healthy)
 }
 
 func TestRedisHungCallsReturnInTime(t *testing.T) {
@@ -282,7 +242,7 @@ func TestRedisExpiryReported(t *testing.T) {
 	if len(got) != 2 || got[0] != aff(1) || got[1] != aff(2) {
 		t.Errorf("evicted %v, want [%v %v]", got, aff(1), aff(2))
 	}
-	if n := rawClient(t, srv).ZCard(ctx, r.affinityIndexKey()).Val(); n != 0 {
+	if n := srv.Client(t).ZCard(ctx, r.affinityIndexKey()).Val(); n != 0 {
 		t.Errorf("index holds %d members after the sweep, want 0", n)
 	}
 }
@@ -290,10 +250,10 @@ func TestRedisExpiryReported(t *testing.T) {
 func TestRedisLocalOnlyEntries(t *testing.T) {
 	srv := testenv.Redis(t)
 	var ev evictLog
-	var errs errorCounter
+	var errs testenv.OpErrors
 	r := openTestRedis(t, srv, RedisConfig{
 		RetryInterval: time.Hour, // stay down once down
-		OnError:       errs.add,
+		OnError:       errs.Add,
 		Memory:        MemoryConfig{MaxAffinity: 2, OnEvict: ev.add},
 	})
 	ctx := context.Background()
@@ -319,7 +279,7 @@ func TestRedisLocalOnlyEntries(t *testing.T) {
 	}
 	mustPut(t, r, "bob:1", aff(4))
 	for _, op := range []string{"save_response", "delete_response", "flush_affinity"} {
-		if n := errs.get(op); n != 1 {
+		if n := errs.Get(op); n != 1 {
 			t.Errorf("OnError(%s) called %d times, want 1", op, n)
 		}
 	}

@@ -1,12 +1,15 @@
-// Package session keeps poolgate's shared state: conversation affinity, stored
-// Responses objects and sealed session bundles, behind one store interface
-// with an in-memory implementation (the embedded default) and a Redis one.
-// It knows nothing about HTTP.
-//
-// The router (package pool) takes an affinity entry before a follow-up turn and
-// puts one back after a clean finish; the Responses handler saves and loads
-// stored response objects. Both depend on small interfaces they define
-// themselves, which *Memory and *Redis satisfy.
+// Package session keeps conversation state: where each conversation's
+// upstream session lives (affinity entries, taken before a follow-up turn
+// and put back after a clean finish) and the stored Responses objects
+// (previous_response_id chains, bounded per owner). Memory is the in-process
+// store (bounded LRU caches with TTLs; a single node's store); Redis is
+// shared by the replicas, with a Memory as its local tier for while Redis is
+// away, and its health tracked and logged once. Redis lends its connection
+// and health to the stores kept beside it (Do, Key: session/bundle's sealed
+// bundles). The router and the Responses handler depend on small interfaces
+// of their own, which *Memory and *Redis satisfy; main adapts the router's
+// affinity value to Affinity. It must not know about workers, leases or
+// HTTP.
 package session
 
 import (

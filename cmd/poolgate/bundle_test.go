@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 func newBundleKey(t *testing.T) string {
@@ -48,13 +50,9 @@ func TestBundleFromRedisStartsAFreshReplicaLoggedIn(t *testing.T) {
 	waitAllReady(t, a, 2, 15*time.Second)
 	rc := redis.NewClient(&redis.Options{Addr: r.Addr()})
 	defer rc.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for rc.Exists(context.Background(), "poolgate:bundle:sim-1", "poolgate:bundle:sim-2").Val() != 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("no sealed bundles in Redis after the accounts became ready")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 10*time.Second, "sealed bundles in Redis after the accounts became ready", func() bool {
+		return rc.Exists(context.Background(), "poolgate:bundle:sim-1", "poolgate:bundle:sim-2").Val() == 2
+	})
 	a.Stop(t, 15*time.Second)
 
 	// A new replica with an empty disk and no way to log in: the bundles
@@ -68,20 +66,15 @@ func TestExportImportBetweenDaemons(t *testing.T) {
 	key := newBundleKey(t)
 	a := testenv.StartDaemon(t, "POOLGATE_BUNDLE_KEY="+key, "POOLGATE_ADMIN_TOKEN=adm")
 	b := testenv.StartDaemon(t, "POOLGATE_BUNDLE_KEY="+key, "POOLGATE_ADMIN_TOKEN=adm", loggedOutSims, "POOLGATE_AUTO_LOGIN=false")
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var s pool.Snapshot
+	testenv.WaitForNoError(t, 15*time.Second, "sim-1 ready on a and logged out on b", func() error {
+		var s, sb pool.Snapshot
 		a.GetJSON(t, "/internal/pool", "adm", &s)
-		var sb pool.Snapshot
 		b.GetJSON(t, "/internal/pool", "adm", &sb)
-		if len(s.Instances) == 2 && s.Instances[0].State == pool.StateReady && sb.Instances[0].State == pool.StateNeedsLogin {
-			break
+		if len(s.Instances) == 2 && s.Instances[0].State == supervisor.StateReady && sb.Instances[0].State == supervisor.StateNeedsLogin {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a: %+v\nb: %+v", s.Instances, sb.Instances)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("a: %+v\nb: %+v", s.Instances, sb.Instances)
+	})
 	code, exported := post(t, a.URL+"/internal/session/export?instance=sim-1", "adm", nil)
 	if code != http.StatusOK {
 		t.Fatalf("export: %d %s", code, exported)
@@ -105,16 +98,12 @@ func TestExportImportBetweenDaemons(t *testing.T) {
 	if code, body := post(t, b.URL+"/internal/session/import?instance=sim-1", "adm", exported); code != http.StatusOK {
 		t.Fatalf("import: %d %s", code, body)
 	}
-	deadline = time.Now().Add(15 * time.Second)
-	for {
+	testenv.WaitForNoError(t, 15*time.Second, "sim-1 ready on b after the import", func() error {
 		var sb pool.Snapshot
 		b.GetJSON(t, "/internal/pool", "adm", &sb)
-		if sb.Instances[0].State == pool.StateReady {
-			break
+		if sb.Instances[0].State != supervisor.StateReady {
+			return fmt.Errorf("sim-1 on b: %+v", sb.Instances[0])
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sim-1 on b after the import: %+v", sb.Instances[0])
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // simAccounts configures n simulated accounts that start logged in; extra
@@ -42,7 +42,7 @@ func simAccounts(n int, extra map[int][]string) []string {
 func readyInstances(t *testing.T, d *testenv.Daemon) []pool.InstanceStatus {
 	var ready []pool.InstanceStatus
 	for _, in := range poolState(t, d, "").Instances {
-		if in.State == pool.StateReady && in.PID > 0 {
+		if in.State == supervisor.StateReady && in.PID > 0 {
 			ready = append(ready, in)
 		}
 	}
@@ -51,16 +51,14 @@ func readyInstances(t *testing.T, d *testenv.Daemon) []pool.InstanceStatus {
 
 func waitAllReady(t *testing.T, d *testenv.Daemon, n int, within time.Duration) []pool.InstanceStatus {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		if r := readyInstances(t, d); len(r) == n {
-			return r
+	var ready []pool.InstanceStatus
+	testenv.WaitForNoError(t, within, fmt.Sprintf("%d ready instances", n), func() error {
+		if ready = readyInstances(t, d); len(ready) == n {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("want %d ready instances within %s, have %+v", n, within, poolState(t, d, "").Instances)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("instances %+v", poolState(t, d, "").Instances)
+	})
+	return ready
 }
 
 func chatParams(prompt string) openai.ChatCompletionNewParams {
@@ -218,17 +216,12 @@ func TestRateLimitedInstanceCoolsDownAndComesBack(t *testing.T) {
 		t.Error("poolgate_cooldowns_total did not count the cooldown")
 	}
 	// With no traffic it returns by itself once the hinted 1s is over.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		in := poolState(t, d, "").Instances[0]
-		if in.CooldownUntil == nil && in.State == pool.StateReady {
-			break
+	testenv.WaitForNoError(t, 10*time.Second, "acct-1 back in rotation", func() error {
+		if in := poolState(t, d, "").Instances[0]; in.CooldownUntil != nil || in.State != supervisor.StateReady {
+			return fmt.Errorf("still out of rotation: %+v", in)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("acct-1 still out of rotation: %+v", in)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestClientDisconnectFreesTheSlot(t *testing.T) {
@@ -280,27 +273,17 @@ var fixedMetrics = []string{
 
 func TestMetricsContract(t *testing.T) {
 	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_METRICS_TOKEN=mt")
-	waitAllReady2 := func() {
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			var s pool.Snapshot
-			req, _ := http.NewRequest(http.MethodGet, d.URL+"/internal/pool", nil)
-			req.Header.Set("Authorization", "Bearer sk-1")
-			resp, err := http.DefaultClient.Do(req)
-			if err == nil {
-				_ = json.NewDecoder(resp.Body).Decode(&s)
-				resp.Body.Close()
-			}
-			if len(s.Instances) == 2 && s.Instances[0].State == pool.StateReady && s.Instances[1].State == pool.StateReady {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("pool not ready")
-			}
-			time.Sleep(100 * time.Millisecond)
+	testenv.WaitFor(t, 15*time.Second, "two ready instances", func() bool {
+		var s pool.Snapshot
+		req, _ := http.NewRequest(http.MethodGet, d.URL+"/internal/pool", nil)
+		req.Header.Set("Authorization", "Bearer sk-1")
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_ = json.NewDecoder(resp.Body).Decode(&s)
+			resp.Body.Close()
 		}
-	}
-	waitAllReady2()
+		return len(s.Instances) == 2 && s.Instances[0].State == supervisor.StateReady && s.Instances[1].State == supervisor.StateReady
+	})
 	get := func(token string) (int, string) {
 		req, _ := http.NewRequest(http.MethodGet, d.URL+"/metrics", nil)
 		if token != "" {

@@ -18,6 +18,8 @@ import (
 	"github.com/poolgate/poolgate/deploy"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/cluster"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // scale is three replicas sharing four accounts and one Redis, behind
@@ -53,13 +55,10 @@ func startReplicas(t *testing.T) *scale {
 	waitAllReady(t, first, 4, 20*time.Second)
 	rc := redis.NewClient(&redis.Options{Addr: s.redis.Addr()})
 	defer rc.Close()
-	for deadline := time.Now().Add(10 * time.Second); rc.Exists(context.Background(),
-		"poolgate:bundle:acct-1", "poolgate:bundle:acct-2", "poolgate:bundle:acct-3", "poolgate:bundle:acct-4").Val() != 4; {
-		if time.Now().After(deadline) {
-			t.Fatal("bundles not saved")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 10*time.Second, "the four bundles saved in Redis", func() bool {
+		return rc.Exists(context.Background(),
+			"poolgate:bundle:acct-1", "poolgate:bundle:acct-2", "poolgate:bundle:acct-3", "poolgate:bundle:acct-4").Val() == 4
+	})
 	first.Stop(t, 15*time.Second)
 
 	// From now on no replica can log in: every start is from a bundle.
@@ -139,16 +138,13 @@ func (s *scale) startNginx() {
 		_ = cmd.Wait()
 	})
 	s.nginxURL = "http://" + listen
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if resp, err := http.Get(s.nginxURL + "/healthz"); err == nil {
+	testenv.WaitForNoError(t, 5*time.Second, "nginx to come up", func() error {
+		resp, err := http.Get(s.nginxURL + "/healthz")
+		if err == nil {
 			resp.Body.Close()
-			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("nginx did not come up")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 // readyOn maps each account to the live replicas where it is ready.
@@ -162,7 +158,7 @@ func (s *scale) readyOn() map[string][]int {
 		var snap pool.Snapshot
 		_ = jsonDecode(resp, &snap)
 		for _, in := range snap.Instances {
-			if in.State == pool.StateReady {
+			if in.State == supervisor.StateReady {
 				out[in.Name] = append(out[in.Name], i)
 			}
 		}
@@ -195,25 +191,22 @@ func (s *scale) sample(stop <-chan struct{}, violations *atomic.Int32, wg *sync.
 // second (no hand-over still under way).
 func (s *scale) waitSpread(within time.Duration) map[string][]int {
 	s.t.Helper()
-	deadline := time.Now().Add(within)
+	var on map[string][]int
 	var stableSince time.Time
-	for {
-		on := s.readyOn()
-		if s.fair(on) {
-			if stableSince.IsZero() {
-				stableSince = time.Now()
-			}
-			if time.Since(stableSince) >= time.Second {
-				return on
-			}
-		} else {
+	testenv.WaitForNoError(s.t, within, "the accounts spread over the live replicas", func() error {
+		switch on = s.readyOn(); {
+		case !s.fair(on):
 			stableSince = time.Time{}
+			return fmt.Errorf("ready on %v", on)
+		case stableSince.IsZero():
+			stableSince = time.Now()
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("accounts not spread over the live replicas within %s: %v", within, on)
+		if time.Since(stableSince) < time.Second {
+			return fmt.Errorf("spread as %v for under a second", on)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
+	return on
 }
 
 func (s *scale) fair(on map[string][]int) bool {
@@ -323,7 +316,7 @@ func TestScaleOut(t *testing.T) {
 	if failed.Load() > 0 || violations.Load() > 0 {
 		t.Fatalf("%d failed requests, %d double-ownership samples", failed.Load(), violations.Load())
 	}
-	var cs pool.ClusterStatus
+	var cs cluster.Status
 	if code := s.live()[0].GetJSON(t, "/internal/cluster", "", &cs); code != http.StatusOK || len(cs.Replicas) != 3 {
 		t.Errorf("/internal/cluster: %d %+v", code, cs)
 	}

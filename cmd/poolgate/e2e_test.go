@@ -19,6 +19,7 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // These tests run the real binary with its default pool: two simulated
@@ -41,23 +42,19 @@ func TestDefaultPoolServesTheSDKAndShutsDownClean(t *testing.T) {
 	d := testenv.StartDaemon(t)
 	d.WaitReady(t, 10*time.Second)
 	var snap pool.Snapshot
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.WaitForNoError(t, 10*time.Second, "two ready instances with pids", func() error {
 		snap = poolState(t, d, "")
 		ready := 0
 		for _, in := range snap.Instances {
-			if in.State == pool.StateReady && in.PID > 0 {
+			if in.State == supervisor.StateReady && in.PID > 0 {
 				ready++
 			}
 		}
-		if ready == 2 {
-			break
+		if ready != 2 {
+			return fmt.Errorf("instances %+v", snap.Instances)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("want two ready instances with pids, got %+v", snap.Instances)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 
 	// Workers never see poolgate's settings or secrets.
 	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", snap.Instances[0].PID))
@@ -117,7 +114,8 @@ func TestDefaultPoolServesTheSDKAndShutsDownClean(t *testing.T) {
 	}
 }
 
-// errorBody is the OpenAI error shape; pointers tell "null" from "missing".
+// errorBody is the OpenAI error shape, and the admin API's; raw values tell
+// "null" from "missing".
 type errorBody struct {
 	Error map[string]json.RawMessage `json:"error"`
 }
@@ -170,10 +168,17 @@ func TestBadInputGetsItsStatusAndShape(t *testing.T) {
 			if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil {
 				t.Fatal(err)
 			}
-			for _, k := range []string{"message", "type", "param", "code"} {
+			want := []string{"message", "type", "param", "code"}
+			if strings.HasPrefix(tt.path, "/internal/") {
+				want = []string{"code", "message"} // the admin API's own shape
+			}
+			for _, k := range want {
 				if _, ok := eb.Error[k]; !ok {
 					t.Errorf("error body lacks %q: %v", k, eb.Error)
 				}
+			}
+			if len(eb.Error) != len(want) {
+				t.Errorf("error body %v, want exactly %v", eb.Error, want)
 			}
 		})
 	}
@@ -256,21 +261,18 @@ func TestDrainAndRestart(t *testing.T) {
 		d.GetJSON(t, "/internal/pool", "adm", &s)
 		return s.Instances[0]
 	}
-	waitState := func(want pool.State, within time.Duration) pool.InstanceStatus {
+	waitState := func(want supervisor.State, within time.Duration) pool.InstanceStatus {
 		t.Helper()
-		deadline := time.Now().Add(within)
-		for {
-			in := state()
-			if in.State == want {
-				return in
+		var in pool.InstanceStatus
+		testenv.WaitForNoError(t, within, string(want), func() error {
+			if in = state(); in.State != want {
+				return fmt.Errorf("%s is %s", in.Name, in.State)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s is %s after %s, want %s", in.Name, in.State, within, want)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
+		return in
 	}
-	waitState(pool.StateReady, 15*time.Second)
+	waitState(supervisor.StateReady, 15*time.Second)
 	// A slow turn is running when the drain starts: it is never cut.
 	done := make(chan error, 1)
 	go func() {
@@ -289,7 +291,7 @@ func TestDrainAndRestart(t *testing.T) {
 		t.Fatalf("drain: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	stopped := waitState(pool.StateStopped, 15*time.Second)
+	stopped := waitState(supervisor.StateStopped, 15*time.Second)
 	if stopped.PID != 0 {
 		t.Errorf("stopped instance still has pid %d", stopped.PID)
 	}
@@ -302,5 +304,5 @@ func TestDrainAndRestart(t *testing.T) {
 		t.Fatalf("restart: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	waitState(pool.StateReady, 15*time.Second)
+	waitState(supervisor.StateReady, 15*time.Second)
 }

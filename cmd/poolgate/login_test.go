@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 type loginStatus struct {
@@ -75,23 +75,19 @@ func TestAutoLoginThenServeAndReloginAfterLogout(t *testing.T) {
 			t.Fatalf("request %d during the re-login: %v", i, err)
 		}
 	}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	testenv.WaitForNoError(t, 90*time.Second, "a re-login after the logout", func() error {
 		d.GetJSON(t, "/internal/auto-login/status", "", &st)
 		relogged := false
 		for _, in := range st.Instances {
 			relogged = relogged || (in.State == "succeeded" && in.Attempts >= 1 && scrape(t, d, `poolgate_login_attempts_total{result="success"}`) >= 3)
 		}
 		if relogged && len(readyInstances(t, d)) == 2 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no re-login after the logout: %+v, pool %+v", st, poolState(t, d, "").Instances)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return fmt.Errorf("logins %+v, pool %+v", st, poolState(t, d, "").Instances)
+	})
 	for _, in := range poolState(t, d, "").Instances {
-		if in.State != pool.StateReady {
+		if in.State != supervisor.StateReady {
 			t.Errorf("%s is %s", in.Name, in.State)
 		}
 	}

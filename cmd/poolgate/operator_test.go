@@ -20,6 +20,7 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // The operator's settings and endpoints, each through a real daemon and its
@@ -376,7 +377,7 @@ func TestCooldownClearAndProbe(t *testing.T) {
 		t.Errorf("probe: %d %s", code, body)
 	}
 	for _, in := range poolState(t, d, "adm").Instances {
-		if in.CooldownUntil != nil || in.State != pool.StateReady {
+		if in.CooldownUntil != nil || in.State != supervisor.StateReady {
 			t.Errorf("%s after clear and probe: %+v", in.Name, in)
 		}
 	}
@@ -422,7 +423,7 @@ func TestDedicatedDomainLogin(t *testing.T) {
 	accts := `POOLGATE_ACCOUNTS=[{"name":"corp-1","username":"alice","password":"pw-a"}]`
 	plain := testenv.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm", accts, "POOLGATE_AUTO_LOGIN=false",
 		"POOLGATE_WORKER_ARGS=--require-endpoint="+corp)
-	waitState(t, plain, "corp-1", pool.StateNeedsLogin, 15*time.Second)
+	waitState(t, plain, "corp-1", supervisor.StateNeedsLogin, 15*time.Second)
 	var eb errorBody
 	if code := plain.GetJSON(t, "/internal/auto-login/url?instance=corp-1", "adm", &eb); code != http.StatusBadGateway ||
 		!strings.Contains(string(eb.Error["message"]), "dedicated domain") {
@@ -431,10 +432,10 @@ func TestDedicatedDomainLogin(t *testing.T) {
 
 	d := testenv.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm", accts, "POOLGATE_HEALTH_INTERVAL=300ms",
 		"POOLGATE_WORKER_ARGS=--require-endpoint="+corp, "POOLGATE_LINGMA_DEDICATED_DOMAIN="+corp)
-	waitState(t, d, "corp-1", pool.StateReady, 90*time.Second)
+	waitState(t, d, "corp-1", supervisor.StateReady, 90*time.Second)
 }
 
-func waitState(t *testing.T, d *testenv.Daemon, name string, want pool.State, within time.Duration) {
+func waitState(t *testing.T, d *testenv.Daemon, name string, want supervisor.State, within time.Duration) {
 	t.Helper()
 	testenv.WaitFor(t, within, name+" "+string(want), func() bool {
 		in, _ := poolState(t, d, "adm").Instance(name)
@@ -530,7 +531,7 @@ func TestPlainBundleImport(t *testing.T) {
 	dstDir := t.TempDir()
 	d := testenv.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm", "POOLGATE_DATA_DIR="+dstDir, loggedOutSims,
 		"POOLGATE_AUTO_LOGIN=false", "POOLGATE_BUNDLE_IMPORT_PLAIN=true")
-	waitState(t, d, "sim-1", pool.StateNeedsLogin, 15*time.Second)
+	waitState(t, d, "sim-1", supervisor.StateNeedsLogin, 15*time.Second)
 	dstWork := filepath.Join(dstDir, "workers", "sim-1")
 	before := testenv.TreeHash(t, dstWork)
 	link := func(tw *tar.Writer) {
@@ -555,7 +556,7 @@ func TestPlainBundleImport(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(string(body), `"format":"plain"`) {
 		t.Fatalf("plain import: %d %s", code, body)
 	}
-	waitState(t, d, "sim-1", pool.StateReady, 15*time.Second)
+	waitState(t, d, "sim-1", supervisor.StateReady, 15*time.Second)
 	if _, err := os.Stat(filepath.Join(dstWork, "logs")); !os.IsNotExist(err) {
 		t.Errorf("the import copied more than the credentials: %v", err)
 	}

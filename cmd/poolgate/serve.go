@@ -26,13 +26,15 @@ import (
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/openaichat"
 	"github.com/poolgate/poolgate/handlers/responses"
-	"github.com/poolgate/poolgate/internal/bundles"
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/tokens"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/cluster"
+	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/session"
+	"github.com/poolgate/poolgate/session/bundle"
 )
 
 func serve(ctx context.Context, args, environ []string, stderr io.Writer) error {
@@ -78,25 +80,27 @@ func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 
 // app is the wired daemon.
 type app struct {
-	cfg      config.Config
-	log      *slog.Logger
-	pool     *pool.Pool
-	launcher *pool.ExecLauncher
-	router   *pool.Router
-	cluster  *pool.Cluster // nil on a single node
-	login    *login.Runner // nil without Chromium
-	bundles  *bundles.Service
-	store    store
-	api      *http.Server
-	admin    *http.Server // nil when admin shares the API listener
+	cfg         config.Config
+	log         *slog.Logger
+	sup         *supervisor.Supervisor
+	pool        *pool.Pool
+	launcher    *supervisor.ExecLauncher
+	router      *pool.Router
+	cluster     *cluster.Cluster // nil on a single node
+	login       *login.Runner    // nil without Chromium
+	bundles     *bundle.Service
+	store       store        // conversation state
+	bundleStore bundle.Store // sealed bundles, beside it
+	api         *http.Server
+	admin       *http.Server // nil when admin shares the API listener
 }
 
 // store is what main needs of a session store beyond what its users need.
 type store interface {
-	pool.AffinityStore
+	TakeAffinity(ctx context.Context, key string) (session.Affinity, error)
+	PutAffinity(ctx context.Context, key string, a session.Affinity) error
 	responses.Store
 	admin.AffinityFlusher
-	bundles.StoreLike
 	Run(ctx context.Context)
 	Close() error
 }
@@ -115,14 +119,16 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	for i := range workers {
 		workers[i].Held = clustered // a replica runs only the accounts it leases
 	}
-	a := &app{cfg: cfg, log: log, launcher: &pool.ExecLauncher{Env: childEnv(environ)}}
+	a := &app{cfg: cfg, log: log, launcher: &supervisor.ExecLauncher{Env: childEnv(environ)}}
+	a.sup = supervisor.New(supervisor.Config{}, workers, driver, a.launcher, m, log)
 	a.pool = pool.New(pool.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
-		workers, driver, a.launcher, m, log)
-	onEvict := func(s session.Affinity) { a.router.DeleteSession(s) }
-	if a.store, err = openStore(cfg, m, onEvict, log); err != nil {
+		a.sup, m, log)
+	onEvict := func(s session.Affinity) { a.router.DeleteSession(pool.Affinity(s)) }
+	var redisClient *redis.Client
+	if a.store, a.bundleStore, redisClient, err = openStores(cfg, m, onEvict, log); err != nil {
 		return nil, err
 	}
-	var affinity pool.AffinityStore = a.store
+	var affinity pool.AffinityStore = affinityStore{a.store}
 	if !cfg.SessionReuse {
 		affinity = nil // every turn starts an upstream session of its own
 	}
@@ -136,17 +142,17 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	}
 	var ready readiness = a.pool
 	if clustered {
-		cs, ok := a.store.(pool.ClusterStore)
-		if !ok {
+		if redisClient == nil {
 			return nil, errors.New("clustering needs the Redis store")
 		}
-		a.cluster = pool.NewCluster(pool.ClusterConfig{ID: replicaID(cfg.ReplicaID), URL: cfg.AdvertiseURL,
-			LeaseTTL: cfg.LeaseTTL, MaxAccounts: cfg.MaxAccountsPerReplica}, a.pool, cs, log)
+		leases := cluster.NewRedisStore(cluster.RedisConfig{Prefix: cfg.RedisPrefix}, redisClient)
+		a.cluster = cluster.New(cluster.Config{ID: replicaID(cfg.ReplicaID), URL: cfg.AdvertiseURL,
+			LeaseTTL: cfg.LeaseTTL, MaxAccounts: cfg.MaxAccountsPerReplica}, a.sup, a.pool, leases, m, log)
 		a.router.SetRemote(a.cluster)
 		if a.login != nil && cfg.AutoLogin {
 			// Logins only for the accounts this replica keeps: a hand-over
 			// would cut one halfway.
-			a.pool.SetLoginer(a.cluster.GateLogins(a.login))
+			a.sup.SetLoginer(a.cluster.GateLogins(a.login))
 		}
 		ready = clusterReadiness{a.pool, a.cluster}
 	}
@@ -197,7 +203,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	engine := handlers.New(hcfg, protocols, m, log)
 	adm := admin.New(admin.Config{AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys.Secrets(), MetricsToken: cfg.MetricsToken,
 		MetricsPublic: cfg.MetricsPublic, BodyTimeout: cfg.BodyTimeout, BundleImportPlain: cfg.BundleImportPlain},
-		adminPool{a.pool, ready}, reg, log)
+		adminPool{a.pool, ready}, a.sup, reg, log)
 	adm.RegisterProbes(engine)
 	a.api = httpServer(cfg.Listen, engine)
 	adminEngine := engine
@@ -218,7 +224,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	}
 	internal := adm.Register(adminEngine)
 	adm.RegisterSession(internal, a.store)
-	adm.RegisterStats(internal, admin.Limits{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue}, a.pool)
+	adm.RegisterStats(internal, admin.Limits{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue}, a.sup)
 	if a.cluster != nil {
 		adm.RegisterCluster(internal, a.cluster)
 	}
@@ -226,7 +232,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	if a.login != nil {
 		svc = a.login // never a typed nil
 	}
-	admin.RegisterLogin(internal, svc, a.pool, log)
+	admin.RegisterLogin(internal, svc, a.sup, log)
 	adm.RegisterBundles(internal, a.bundles)
 	adm.RegisterDashboard(adminEngine)
 }
@@ -258,6 +264,19 @@ func childEnv(environ []string) []string {
 	return out
 }
 
+// affinityStore keeps the router's affinity entries in the session store:
+// the same three fields, which the store encodes for Redis its own way.
+type affinityStore struct{ s store }
+
+func (a affinityStore) TakeAffinity(ctx context.Context, key string) (pool.Affinity, error) {
+	e, err := a.s.TakeAffinity(ctx, key)
+	return pool.Affinity(e), err
+}
+
+func (a affinityStore) PutAffinity(ctx context.Context, key string, e pool.Affinity) error {
+	return a.s.PutAffinity(ctx, key, session.Affinity(e))
+}
+
 // readiness answers /readyz.
 type readiness interface{ Ready() (bool, string) }
 
@@ -265,7 +284,7 @@ type readiness interface{ Ready() (bool, string) }
 // can forward to a replica with capacity.
 type clusterReadiness struct {
 	pool    *pool.Pool
-	cluster *pool.Cluster
+	cluster *cluster.Cluster
 }
 
 func (r clusterReadiness) Ready() (bool, string) {
@@ -299,8 +318,9 @@ func replicaID(name string) string {
 	return name + "-" + hex.EncodeToString(b[:])
 }
 
-// httpServer sets the timeouts both servers need (STYLE 19); streams set
-// their own write deadlines.
+// httpServer sets the timeouts both servers need: a slow client can't hold
+// a connection with headers that never end, nor an idle one forever. No
+// server-wide write timeout: streams set their own write deadlines.
 func httpServer(addr string, h http.Handler) *http.Server {
 	return &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
 		MaxHeaderBytes: 1 << 20}
@@ -329,7 +349,7 @@ func (a *app) run(ctx context.Context) error {
 	}
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRun()
-	a.pool.Start(runCtx)
+	a.sup.Start(runCtx)
 	var bg sync.WaitGroup
 	bg.Go(func() { a.store.Run(runCtx) })
 	if a.cluster != nil {
@@ -340,7 +360,7 @@ func (a *app) run(ctx context.Context) error {
 	if a.admin != nil {
 		go func() { errc <- a.admin.Serve(adminLis) }()
 	}
-	a.log.Info("poolgate listening", "addr", lis.Addr().String(), "accounts", len(a.pool.Workers()),
+	a.log.Info("poolgate listening", "addr", lis.Addr().String(), "accounts", a.pool.Size(),
 		"store", storeName(a.cfg), "admin", strings.TrimSpace(a.cfg.AdminListen))
 	var serveErr error
 	select {
@@ -355,7 +375,8 @@ func (a *app) run(ctx context.Context) error {
 	}
 	done := make(chan struct{})
 	go func() {
-		a.pool.Shutdown(grace)
+		a.pool.Shutdown(grace) // turns in flight finish within the grace
+		a.sup.Shutdown()
 		close(done)
 	}()
 	for _, srv := range []*http.Server{a.api, a.admin} {

@@ -13,14 +13,18 @@ import (
 	"strings"
 	"time"
 
-	"github.com/poolgate/poolgate/internal/bundles"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/lingma"
-	openaidrv "github.com/poolgate/poolgate/pool/openai"
+	"github.com/poolgate/poolgate/pool/modelserver"
+	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/session"
+	"github.com/poolgate/poolgate/session/bundle"
 )
 
 // Setup of the daemon's parts from the configuration: the workers and their
@@ -32,7 +36,7 @@ import (
 func (a *app) setupBundles() error {
 	var key []byte
 	if a.cfg.BundleKey != "" {
-		k, err := session.ParseKey(a.cfg.BundleKey)
+		k, err := bundle.ParseKey(a.cfg.BundleKey)
 		if err != nil {
 			return fmt.Errorf("POOLGATE_BUNDLE_KEY: %w", err)
 		}
@@ -60,19 +64,19 @@ func (a *app) setupBundles() error {
 	if key == nil && len(configured) > 0 {
 		return errors.New("accounts carry session bundles but POOLGATE_BUNDLE_KEY is not set")
 	}
-	bcfg := bundles.Config{Key: key, Configured: configured}
+	bcfg := bundle.Config{Key: key, Configured: configured}
 	if a.cfg.AdvertiseURL != "" {
 		// The cluster is made after the bundles; it is there before any
 		// worker starts, which is when the first bundle is saved.
 		bcfg.Token = func(account string) (int64, bool) { return a.cluster.Token(account) }
 	}
-	a.bundles = bundles.New(bcfg, a.pool, a.store, a.log.With("component", "bundles"))
-	a.pool.SetHooks(pool.Hooks{
-		PreStart: func(ctx context.Context, t pool.LoginTarget) error {
+	a.bundles = bundle.New(bcfg, bundleHomes{a.sup}, a.bundleStore, a.log.With("component", "bundles"))
+	a.sup.SetHooks(supervisor.Hooks{
+		PreStart: func(ctx context.Context, t supervisor.LoginTarget) error {
 			_, err := a.bundles.Restore(ctx, t.Account.Name, t.WorkDir)
 			return err
 		},
-		Ready: func(ctx context.Context, t pool.LoginTarget) {
+		Ready: func(ctx context.Context, t supervisor.LoginTarget) {
 			// A worker may still be writing its credentials right after the
 			// login is confirmed: save them a moment later.
 			select {
@@ -87,6 +91,21 @@ func (a *app) setupBundles() error {
 	})
 	return nil
 }
+
+// bundleHomes tells the bundle service where the supervisor's instances
+// keep their credentials.
+type bundleHomes struct{ sup *supervisor.Supervisor }
+
+func (h bundleHomes) Home(name string) (bundle.Home, error) {
+	w, ok := h.sup.Worker(name)
+	if !ok {
+		return bundle.Home{}, fmt.Errorf("instance %s: %w", name, supervisor.ErrUnknownInstance)
+	}
+	return bundle.Home{Account: w.Account(), Username: w.Username(), WorkDir: w.WorkDir(),
+		LoggedOut: w.Status().State == supervisor.StateNeedsLogin}, nil
+}
+
+func (h bundleHomes) Restart(name string) error { return h.sup.Restart(name) }
 
 // decodeBundle accepts a bundle as exported (the JSON of the export
 // endpoint) or as its bare base64.
@@ -131,23 +150,28 @@ func (a *app) setupLogin(m *metrics.Metrics, getenv func(string) string, env []s
 	}
 	a.login = r
 	if cfg.AutoLogin {
-		a.pool.SetLoginer(r)
+		a.sup.SetLoginer(r)
 	}
 	return nil
 }
 
-func openStore(cfg config.Config, m *metrics.Metrics, onEvict func(session.Affinity), log *slog.Logger) (store, error) {
+// openStores opens the session store and the bundle store beside it: both
+// in memory, or both on Redis, whose connection is also returned for the
+// cluster's lease store to share (nil without Redis). Closing the session
+// store closes the connection.
+func openStores(cfg config.Config, m *metrics.Metrics, onEvict func(session.Affinity), log *slog.Logger) (store, bundle.Store, *redis.Client, error) {
 	mem := session.MemoryConfig{OnEvict: onEvict, MaxAffinity: cfg.SessionCacheSize, AffinityTTL: cfg.SessionCacheTTL}
 	if cfg.RedisURL == "" {
-		return session.NewMemory(mem), nil
+		return session.NewMemory(mem), bundle.NewMemoryStore(), nil, nil
 	}
-	r, err := session.OpenRedis(session.RedisConfig{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Memory: mem, Logger: log,
-		OwnerMaxResponses: cfg.StoredResponsesPerKey, OwnerMaxResponseBytes: cfg.StoredResponseBytesPerKey,
-		OnError: func(op string, _ error) { m.StoreErrors.WithLabelValues(op).Inc() }})
+	client, err := redisconn.Dial(cfg.RedisURL, 0)
 	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
+		return nil, nil, nil, fmt.Errorf("redis: %w", err)
 	}
-	return r, nil
+	r := session.NewRedis(session.RedisConfig{Prefix: cfg.RedisPrefix, Memory: mem, Logger: log,
+		OwnerMaxResponses: cfg.StoredResponsesPerKey, OwnerMaxResponseBytes: cfg.StoredResponseBytesPerKey,
+		OnError: func(op string, _ error) { m.StoreErrors.WithLabelValues(op).Inc() }}, client)
+	return r, bundle.NewRedisStore(r), client, nil
 }
 
 // toolPolicy is the router's tool policy from the configuration.
@@ -165,7 +189,7 @@ func toolPolicy(cfg config.Config) pool.ToolPolicy {
 // workerSetup builds the driver and one worker config per account. With no
 // worker binary configured, the pool runs this executable's simworker; with
 // no accounts either, two simulated accounts that start logged in.
-func workerSetup(cfg config.Config, log *slog.Logger) (pool.Driver, []pool.WorkerConfig, error) {
+func workerSetup(cfg config.Config, log *slog.Logger) (supervisor.Driver, []supervisor.WorkerConfig, error) {
 	// prefix starts the worker binary; extra follows the driver's own
 	// arguments (for the openai driver, the whole template is prefix+extra).
 	prefix, extra := []string{cfg.WorkerBin}, cfg.WorkerArgs
@@ -190,20 +214,20 @@ func workerSetup(cfg config.Config, log *slog.Logger) (pool.Driver, []pool.Worke
 	if len(accounts) == 0 {
 		return nil, nil, errors.New("no accounts: set POOLGATE_ACCOUNTS (a JSON list of {name, username, password}) or POOLGATE_ACCOUNTS_FILE")
 	}
-	var driver pool.Driver
+	var driver supervisor.Driver
 	switch cfg.Driver {
 	case "openai":
 		template := append(append([]string(nil), prefix...), extra...)
-		driver = openaidrv.New(openaidrv.Config{Command: template, APIKey: cfg.WorkerAPIKey, IdleConns: cfg.InstanceMaxInFlight})
+		driver = modelserver.New(modelserver.Config{Command: template, APIKey: cfg.WorkerAPIKey, IdleConns: cfg.InstanceMaxInFlight})
 	default:
 		driver = lingma.New(lingma.Config{Command: prefix, ExtraArgs: extra,
 			TurnTimeout: cfg.LingmaTurnTimeout, ReplyTimeout: cfg.LingmaIdleTimeout, CallTimeout: cfg.LingmaRPCTimeout,
 			Mode: cfg.LingmaAskMode, ToolMode: cfg.LingmaToolMode, DedicatedDomain: cfg.LingmaDedicatedDomain,
 			Logger: log.With("component", "lingma")})
 	}
-	workers := make([]pool.WorkerConfig, 0, len(accounts))
+	workers := make([]supervisor.WorkerConfig, 0, len(accounts))
 	for _, acct := range accounts {
-		workers = append(workers, pool.WorkerConfig{
+		workers = append(workers, supervisor.WorkerConfig{
 			Name:           acct.Name,
 			Account:        poolAccount(acct, cfg.WorkerBin == ""),
 			WorkDir:        filepath.Join(cfg.DataDir, "workers", acct.Name),
@@ -222,7 +246,7 @@ func workerSetup(cfg config.Config, log *slog.Logger) (pool.Driver, []pool.Worke
 // poolAccount converts a configured account. Its process gets the account's
 // own env entries, and the bundled simulator (only it) its credentials in
 // SIMWORKER_ACCOUNTS, which is how it knows whom to let log in.
-func poolAccount(acct config.Account, sim bool) pool.Account {
+func poolAccount(acct config.Account, sim bool) supervisor.Account {
 	var env []string
 	if sim {
 		env = append(env, "SIMWORKER_ACCOUNTS="+acct.Username+":"+acct.Password)
@@ -235,5 +259,5 @@ func poolAccount(acct config.Account, sim bool) pool.Account {
 	for _, k := range keys {
 		env = append(env, k+"="+acct.Env[k])
 	}
-	return pool.Account{Name: acct.Name, Username: acct.Username, Password: acct.Password, Env: env, Args: acct.Args}
+	return supervisor.Account{Name: acct.Name, Username: acct.Username, Password: acct.Password, Env: env, Args: acct.Args}
 }

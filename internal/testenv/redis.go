@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // readyTimeout bounds how long a redis-server may take to answer PING.
@@ -57,6 +59,19 @@ func Redis(t testing.TB) *RedisServer {
 
 // Addr returns the server's host:port.
 func (s *RedisServer) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Client returns a plain go-redis client of the server, closed when the
+// test ends: for looking behind a store's back.
+func (s *RedisServer) Client(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// KeyPrefix is a key prefix of the test's own, so the tests of a package
+// can share one server.
+func KeyPrefix(t testing.TB) string { return "t:" + strings.ReplaceAll(t.Name(), " ", "_") + ":" }
 
 // URL returns the server's address as a redis:// URL for database 0.
 func (s *RedisServer) URL() string { return "redis://" + s.Addr() + "/0" }

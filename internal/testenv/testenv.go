@@ -1,11 +1,13 @@
 // Package testenv starts the real services poolgate's tests run against (a
-// redis-server on a loopback port) and tears them down with the test. A test
-// that needs a service that is not installed fails with a message saying how
-// to install it; it never skips.
+// redis-server on a loopback port, the daemon) and tears them down with the
+// test, and is the one way tests wait for something (WaitFor). A test that
+// needs a service that is not installed fails with a message saying how to
+// install it; it never skips.
 package testenv
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -44,16 +46,70 @@ func (s *Buffer) String() string {
 	return s.b.String()
 }
 
-// WaitFor polls cond every 50 ms until it holds, failing the test after d.
+// OpErrors counts a store's OnError calls by operation; it is safe for
+// concurrent use. Pass its Add as the OnError hook.
+type OpErrors struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// Add counts one failed op.
+func (c *OpErrors) Add(op string, _ error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[op]++
+}
+
+// Get returns how often op failed.
+func (c *OpErrors) Get(op string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[op]
+}
+
+func (c *OpErrors) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Sprint(c.n)
+}
+
+// WaitFor polls cond until it holds, failing the test after d. It is the
+// one way tests wait for something to happen: polls come every millisecond
+// at first, backing off to every 50 ms, so a quick condition costs no
+// fixed sleep and a slow one no busy loop.
 func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !poll(d, cond) {
+		t.Fatalf("timed out after %s waiting for %s", d, what)
+	}
+}
+
+// WaitForNoError is WaitFor for a step that fails until it succeeds (a
+// connect, a read): it polls try until it returns nil, failing the test
+// after d with try's last error.
+func WaitForNoError(t testing.TB, d time.Duration, what string, try func() error) {
+	t.Helper()
+	var err error
+	if !poll(d, func() bool { err = try(); return err == nil }) {
+		t.Fatalf("timed out after %s waiting for %s: %v", d, what, err)
+	}
+}
+
+// poll calls cond until it holds (true) or d has passed (false).
+func poll(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
+	pause := time.Millisecond
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(pause)
+		pause = min(pause*2, 50*time.Millisecond)
 	}
+	return true
 }
 
 // InOrder reports whether every part occurs in s, each after the one before.

@@ -20,7 +20,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/lsp"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/pool/textchat"
 )
 
@@ -50,11 +50,11 @@ type Client struct {
 }
 
 var (
-	_ pool.Backend        = (*Client)(nil)
-	_ pool.ModelLister    = (*Client)(nil)
-	_ pool.RawModelLister = (*Client)(nil)
-	_ pool.LoginURLer     = (*Client)(nil)
-	_ pool.SessionDeleter = (*Client)(nil)
+	_ supervisor.Backend        = (*Client)(nil)
+	_ supervisor.ModelLister    = (*Client)(nil)
+	_ supervisor.RawModelLister = (*Client)(nil)
+	_ supervisor.LoginURLer     = (*Client)(nil)
+	_ supervisor.SessionDeleter = (*Client)(nil)
 )
 
 func newClient(conn *websocket.Conn, cfg Config, name string) *Client {
@@ -85,7 +85,7 @@ func (c *Client) Close() error {
 }
 
 // Status asks auth/status. Logged in means status 2 and a non-empty id.
-func (c *Client) Status(ctx context.Context) (pool.AuthState, error) {
+func (c *Client) Status(ctx context.Context) (supervisor.AuthState, error) {
 	var r struct {
 		Status    flexInt    `json:"status"`
 		ID        flexString `json:"id"`
@@ -93,13 +93,13 @@ func (c *Client) Status(ctx context.Context) (pool.AuthState, error) {
 		AccountID flexString `json:"accountId"`
 	}
 	if err := c.call(ctx, "auth/status", struct{}{}, &r); err != nil {
-		return pool.AuthState{}, err
+		return supervisor.AuthState{}, err
 	}
 	if r.Status != 2 || r.ID == "" {
-		return pool.AuthState{}, nil
+		return supervisor.AuthState{}, nil
 	}
 	acct := cmp.Or(string(r.Name), string(r.AccountID), string(r.ID))
-	return pool.AuthState{LoggedIn: true, Account: acct}, nil
+	return supervisor.AuthState{LoggedIn: true, Account: acct}, nil
 }
 
 // Models asks config/queryModels and flattens its scenes into one list,

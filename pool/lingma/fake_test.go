@@ -17,7 +17,8 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/lsp"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // fake is a scripted Lingma worker for the edge cases the simulator does not
@@ -135,7 +136,7 @@ func requestID(m *lsp.Message) string {
 
 func fakeClient(t *testing.T, f *fake, cfg Config) *Client {
 	t.Helper()
-	b, err := New(cfg).Connect(context.Background(), pool.Endpoint{Name: "fake", Port: f.port})
+	b, err := New(cfg).Connect(context.Background(), supervisor.Endpoint{Name: "fake", Port: f.port})
 	if err != nil {
 		t.Fatalf("Connect: %v", err)
 	}
@@ -159,20 +160,24 @@ func TestFraming(t *testing.T) {
 	if err != nil || !st.LoggedIn || st.Account != "neo" {
 		t.Fatalf("Status() = %+v, %v; want logged in as neo", st, err)
 	}
-	deadline := time.Now().Add(wait)
-	for {
-		_, replies := f.seen()
-		if len(replies) == 1 {
-			if string(replies[0].ID) != `"srv-1"` || string(replies[0].Result) != "{}" {
-				t.Errorf("reply = %s %s, want id \"srv-1\" and {}", replies[0].ID, replies[0].Result)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the client did not answer the server's request")
-		}
-		time.Sleep(5 * time.Millisecond)
+	var replies []*lsp.Message
+	testenv.WaitFor(t, wait, "the client to answer the server's request", func() bool {
+		_, replies = f.seen()
+		return len(replies) == 1
+	})
+	if string(replies[0].ID) != `"srv-1"` || string(replies[0].Result) != "{}" {
+		t.Errorf("reply = %s %s, want id \"srv-1\" and {}", replies[0].ID, replies[0].Result)
 	}
+}
+
+// waitStop waits until the fake worker has received chat/stop: the client
+// sends it on its own time, after the turn's answer ended.
+func waitStop(t *testing.T, f *fake) {
+	t.Helper()
+	testenv.WaitFor(t, wait, "chat/stop at the worker", func() bool {
+		methods, _ := f.seen()
+		return slices.Contains(methods, "chat/stop")
+	})
 }
 
 func TestCallTimeout(t *testing.T) {
@@ -258,16 +263,7 @@ func TestStopOnSilence(t *testing.T) {
 			if a := collect(t, ch); !errors.Is(a.err, tt.want) {
 				t.Errorf("silent turn: %v, want %v", a.err, tt.want)
 			}
-			deadline := time.Now().Add(wait)
-			for {
-				if methods, _ := f.seen(); slices.Contains(methods, "chat/stop") {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("no chat/stop was sent")
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+			waitStop(t, f)
 		})
 	}
 }

@@ -1,11 +1,15 @@
 // Package lingma is the pool driver for the Lingma local agent (and the
-// bundled simulator that speaks its protocol, shared/LINGMA.md): JSON-RPC 2.0
-// with LSP-style framing over a WebSocket on the worker's socket port.
+// bundled simulator that speaks its protocol): JSON-RPC 2.0 with LSP-style
+// framing over a WebSocket on the worker's socket port. What the driver
+// relies on of that unpublished protocol, and what is an assumption, is
+// written down in docs/lingma-protocol.md.
 //
-// The supervisor in pool starts the worker with Driver.Command and calls
-// Driver.Connect until it answers; the Client it gets back is the pool.Backend
-// of that worker. Chat turns are rendered into one prompt and parsed back by
-// pool/textchat, since the worker's chat mode is text in, text out.
+// The supervisor (pool/supervisor) starts the worker with Driver.Command
+// and calls Driver.Connect until it answers; the Client it gets back is the
+// supervisor.Backend of that worker. Chat turns are rendered into one prompt
+// and parsed back by pool/textchat, since the worker's chat mode is text in,
+// text out. The driver owns one worker's connection; it must not decide
+// which worker takes a turn, nor restart one.
 package lingma
 
 import (
@@ -23,7 +27,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/poolgate/poolgate/internal/lsp"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // Modes of chat/ask.
@@ -128,7 +132,7 @@ type Driver struct {
 	cfg Config
 }
 
-var _ pool.Driver = (*Driver)(nil)
+var _ supervisor.Driver = (*Driver)(nil)
 
 // New returns a driver with cfg's defaults filled.
 func New(cfg Config) *Driver {
@@ -138,7 +142,7 @@ func New(cfg Config) *Driver {
 
 // Command returns the worker's argv for ep: Command, the standard start
 // arguments, then ExtraArgs.
-func (d *Driver) Command(ep pool.Endpoint) []string {
+func (d *Driver) Command(ep supervisor.Endpoint) []string {
 	argv := make([]string, 0, len(d.cfg.Command)+6+len(d.cfg.ExtraArgs))
 	argv = append(argv, d.cfg.Command...)
 	argv = append(argv,
@@ -153,7 +157,7 @@ func (d *Driver) Command(ep pool.Endpoint) []string {
 
 // Connect dials the worker at ep once (within DialTimeout) and sends
 // initialize. The supervisor calls it in a loop until the worker is ready.
-func (d *Driver) Connect(ctx context.Context, ep pool.Endpoint) (pool.Backend, error) {
+func (d *Driver) Connect(ctx context.Context, ep supervisor.Endpoint) (supervisor.Backend, error) {
 	u := "ws://127.0.0.1:" + strconv.Itoa(ep.Port)
 	dctx, cancel := context.WithTimeout(ctx, d.cfg.DialTimeout)
 	conn, _, err := websocket.Dial(dctx, u, nil)

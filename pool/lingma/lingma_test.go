@@ -11,13 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/internal/testenv"
-
 	"go.uber.org/goleak"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/sim"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -27,7 +26,7 @@ const wait = 10 * time.Second
 
 // worker is one in-process simulator and the endpoint the driver sees.
 type worker struct {
-	ep   pool.Endpoint
+	ep   supervisor.Endpoint
 	stop func() // shuts the simulator down and waits for it
 }
 
@@ -35,7 +34,7 @@ type worker struct {
 // binary) plus extra args, until the test ends.
 func startSim(t *testing.T, extra ...string) *worker {
 	t.Helper()
-	ep := pool.Endpoint{Name: "acct-1", WorkDir: t.TempDir(), Port: testenv.FreePort(t), AuxPort: testenv.FreePort(t)}
+	ep := supervisor.Endpoint{Name: "acct-1", WorkDir: t.TempDir(), Port: testenv.FreePort(t), AuxPort: testenv.FreePort(t)}
 	argv := New(Config{Command: []string{"sim"}, ExtraArgs: extra}).Command(ep)[1:]
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -63,19 +62,16 @@ func startSim(t *testing.T, extra ...string) *worker {
 func connect(t *testing.T, w *worker, cfg Config) *Client {
 	t.Helper()
 	d := New(cfg)
-	deadline := time.Now().Add(wait)
-	for {
+	var c *Client
+	testenv.WaitForNoError(t, wait, "the worker to answer Connect", func() error {
 		b, err := d.Connect(context.Background(), w.ep)
 		if err == nil {
-			c := b.(*Client)
-			t.Cleanup(func() { _ = c.Close() })
-			return c
+			c = b.(*Client)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Connect: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 func newSim(t *testing.T, extra ...string) (*worker, *Client) {
@@ -138,7 +134,7 @@ func runTurn(t *testing.T, c *Client, turn *chat.Turn) answer {
 func user(text string) []chat.Message { return []chat.Message{{Role: chat.RoleUser, Content: text}} }
 
 func TestCommand(t *testing.T) {
-	ep := pool.Endpoint{WorkDir: "/w/a", Port: 7001, AuxPort: 7002}
+	ep := supervisor.Endpoint{WorkDir: "/w/a", Port: 7001, AuxPort: 7002}
 	tests := []struct {
 		give Config
 		want []string

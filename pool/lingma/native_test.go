@@ -125,6 +125,9 @@ func TestNativeInvokeEdges(t *testing.T) {
 			if len(tt.wantCalls) > 0 && a.done.Finish != chat.FinishToolCalls {
 				t.Errorf("finish = %q, want tool_calls", a.done.Finish)
 			}
+			if tt.wantStop {
+				waitStop(t, f) // sent as the turn ends, so it may still be on its way
+			}
 			methods, replies := f.seen()
 			if got := slices.Contains(methods, "chat/stop"); got != tt.wantStop {
 				t.Errorf("chat/stop sent = %v, want %v", got, tt.wantStop)

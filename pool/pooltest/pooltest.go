@@ -1,5 +1,6 @@
-// Package pooltest has hand-written fakes of pool's collaborators for the
-// tests of packages that sit above pool (the protocol handlers).
+// Package pooltest has hand-written fakes of the router for the tests of
+// the packages above pool (the protocol handlers): a scripted Chat. Fakes
+// of the workers under the pool are in pool/supervisor/supervisortest.
 package pooltest
 
 import (

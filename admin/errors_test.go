@@ -1,0 +1,194 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/cluster"
+	"github.com/poolgate/poolgate/pool/supervisor"
+)
+
+// fakePool knows one instance, "w1", which is always busy for a probe.
+type fakePool struct{ restarted []string }
+
+func (f *fakePool) Snapshot() pool.Snapshot {
+	return pool.Snapshot{Instances: []pool.InstanceStatus{{Name: "w1", Account: "acct-1"}}}
+}
+func (f *fakePool) Ready() (bool, string) { return true, "" }
+
+func (f *fakePool) Restart(name string) error {
+	if name != "w1" {
+		return supervisor.ErrUnknownInstance
+	}
+	f.restarted = append(f.restarted, name)
+	return nil
+}
+func (f *fakePool) Drain(name string) error { return f.Restart(name) }
+func (f *fakePool) ClearCooldown(string) (bool, error) {
+	return false, nil
+}
+func (f *fakePool) Probe(_ context.Context, name string) (pool.ProbeResult, error) {
+	if name != "w1" {
+		return pool.ProbeResult{}, supervisor.ErrUnknownInstance
+	}
+	return pool.ProbeResult{}, fmt.Errorf("%w: instance w1 has 1 turns in flight", pool.ErrBusy)
+}
+
+// fakeHolders says w1 is held by the replica at url ("" when by no one).
+type fakeHolders struct{ url string }
+
+func (h fakeHolders) Holder(string) (bool, string) { return false, h.url }
+func (h fakeHolders) ID() string                   { return "r1" }
+
+// adminServer serves the /internal API as main wires it, with body timeout
+// bodyTimeout; holders, when set, makes it a replica that holds nothing.
+func adminServer(t *testing.T, holders Holders, bodyTimeout time.Duration) (*httptest.Server, *fakePool) {
+	t.Helper()
+	gin.SetMode(gin.TestMode)
+	p := &fakePool{}
+	a := New(Config{AdminToken: "adm", BodyTimeout: bodyTimeout}, p, p, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if holders != nil {
+		a.SetCluster(holders, "cluster-secret", true)
+	}
+	e := gin.New()
+	in := a.Register(e)
+	a.RegisterSession(in, nil)
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return srv, p
+}
+
+// request is a request with the token, when given, as its Bearer.
+func request(method, url, token string, body io.Reader) *http.Request {
+	req := httptest.NewRequest(method, url, body)
+	req.RequestURI = "" // a client's request, not a server's
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return req
+}
+
+// roundTrip sends req and returns the answer with its whole body.
+func roundTrip(t *testing.T, req *http.Request) (*http.Response, []byte) {
+	t.Helper()
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res, b
+}
+
+// checkError holds an answer to the admin error shape: the status, exactly
+// {"error": {"code", "message"}} with the code, and a message saying what.
+func checkError(t *testing.T, res *http.Response, body []byte, status int, code, inMessage string) {
+	t.Helper()
+	if res.StatusCode != status {
+		t.Errorf("status %d, want %d (%s)", res.StatusCode, status, body)
+	}
+	if ct := res.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Errorf("Content-Type %q, want JSON", ct)
+	}
+	var shape map[string]map[string]any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&shape); err != nil || len(shape) != 1 || len(shape["error"]) != 2 {
+		t.Fatalf("body %s is not {\"error\": {\"code\", \"message\"}}: %v", body, err)
+	}
+	var eb ErrorBody
+	_ = json.Unmarshal(body, &eb)
+	if eb.Error.Code != code || !strings.Contains(eb.Error.Message, inMessage) {
+		t.Errorf("error %+v, want code %q and a message with %q", eb.Error, code, inMessage)
+	}
+}
+
+func TestErrorShape(t *testing.T) {
+	srv, p := adminServer(t, nil, time.Minute)
+	tests := []struct {
+		name, method, path, token string
+		body                      string
+		status                    int
+		code, inMessage           string
+	}{
+		{"no token", "GET", "/internal/pool", "", "", 401, CodeUnauthorized, "admin token required"},
+		{"wrong token", "GET", "/internal/pool", "nope", "", 401, CodeUnauthorized, "admin token required"},
+		{"unknown instance", "POST", "/internal/pool/ghost/restart", "adm", "", 404, CodeUnknownInstance, "unknown instance ghost"},
+		{"busy", "POST", "/internal/pool/w1/probe", "adm", "", 409, CodeBusy, "turns in flight"},
+		{"unknown probe", "POST", "/internal/pool/ghost/probe", "adm", "", 404, CodeUnknownInstance, "ghost"},
+		{"bad body", "DELETE", "/internal/session/affinity", "adm", `{"key": 1}`, 400, CodeBadRequest, `{"api_key": "..."}`},
+		{"body too large", "DELETE", "/internal/session/affinity", "adm", `{"api_key": "` + strings.Repeat("k", 5<<20) + `"}`,
+			413, CodeBodyTooLarge, "bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, body := roundTrip(t, request(tt.method, srv.URL+tt.path, tt.token, strings.NewReader(tt.body)))
+			checkError(t, res, body, tt.status, tt.code, tt.inMessage)
+		})
+	}
+	if len(p.restarted) != 0 {
+		t.Errorf("restarted %v on failed calls", p.restarted)
+	}
+}
+
+func TestSlowBodyIsABodyTimeout(t *testing.T) {
+	srv, _ := adminServer(t, nil, 200*time.Millisecond)
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go func() { _, _ = pw.Write([]byte(`{"api_key"`)) }() // and never the rest
+	req := request("DELETE", srv.URL+"/internal/session/affinity", "adm", pr)
+	req.ContentLength = 100
+	res, body := roundTrip(t, req)
+	checkError(t, res, body, http.StatusRequestTimeout, CodeBodyTimeout, "did not arrive in time")
+}
+
+// A replica that does not hold an instance's lease forwards the action to
+// the holder (marked as forwarded, with the cluster token) and relays its
+// answer, refuses a forwarded one, and refuses in the admin shape when the
+// holder can't be reached.
+func TestActionsFollowTheLease(t *testing.T) {
+	var got http.Header
+	holder := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Clone()
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprintf(w, `{"path":%q,"body":%q}`, r.URL.RequestURI(), body)
+	}))
+	defer holder.Close()
+	srv, p := adminServer(t, fakeHolders{url: holder.URL}, time.Minute)
+
+	res, body := roundTrip(t, request("POST", srv.URL+"/internal/pool/w1/drain?x=1", "adm", strings.NewReader(`{"a":1}`)))
+	if res.StatusCode != http.StatusAccepted || string(body) != `{"path":"/internal/pool/w1/drain?x=1","body":"{\"a\":1}"}` {
+		t.Errorf("forwarded drain: %d %s", res.StatusCode, body)
+	}
+	if got.Get(cluster.HopHeader) != "r1" || got.Get(cluster.TokenHeader) != "cluster-secret" || got.Get("Authorization") != "Bearer adm" {
+		t.Errorf("the holder saw headers %v", got)
+	}
+	if len(p.restarted) != 0 {
+		t.Errorf("the non-holder acted itself: %v", p.restarted)
+	}
+
+	req := request("POST", srv.URL+"/internal/pool/w1/drain", "adm", nil)
+	req.Header.Set(cluster.HopHeader, "r2")
+	res, body = roundTrip(t, req)
+	checkError(t, res, body, http.StatusConflict, CodeNotLeaseHolder, "does not drive w1")
+
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	srv, _ = adminServer(t, fakeHolders{url: gone.URL}, time.Minute)
+	res, body = roundTrip(t, request("POST", srv.URL+"/internal/pool/w1/restart", "adm", nil))
+	checkError(t, res, body, http.StatusConflict, CodeNotLeaseHolder, "could not be reached")
+}

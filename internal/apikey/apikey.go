@@ -1,0 +1,35 @@
+// Package apikey owns how a caller's key is read from a request and checked
+// against the accepted keys: a Bearer token, else an X-Api-Key header,
+// compared in constant time. It knows nothing of routes, protocols or error
+// shapes; whoever refuses a caller writes the refusal in its own shape.
+package apikey
+
+import (
+	"crypto/subtle"
+	"net/http"
+	"strings"
+)
+
+// FromRequest returns the key r presents: its Authorization header's Bearer
+// token, else its X-Api-Key header, trimmed; "" when it presents none.
+func FromRequest(r *http.Request) string {
+	auth := r.Header.Get("Authorization")
+	if scheme, token, ok := strings.Cut(auth, " "); ok && strings.EqualFold(scheme, "bearer") {
+		return strings.TrimSpace(token)
+	}
+	return strings.TrimSpace(r.Header.Get("X-Api-Key"))
+}
+
+// Match reports whether key is one of accepted. Every accepted key is
+// compared, each in constant time, so the answer's timing says nothing about
+// which key came close. The empty key matches nothing.
+func Match(key string, accepted []string) bool {
+	if key == "" {
+		return false
+	}
+	found := 0
+	for _, k := range accepted {
+		found |= subtle.ConstantTimeCompare([]byte(key), []byte(k))
+	}
+	return found == 1
+}

@@ -1,0 +1,414 @@
+// Package cluster is everything a replica does to share the accounts with
+// the other replicas of one deployment: the leases that let at most one
+// replica drive an account (with fencing tokens), the balancing of accounts
+// between the live replicas, the gate that holds automatic logins back until
+// a replica keeps an account, the replica registry (heartbeats), the answer
+// to "which replica serves this account" the router forwards by, the hop
+// headers of a forwarded request, and the Redis store of leases and the
+// registry. It steers the supervisor's workers (start, drain, stop) and the
+// admission room's fences through small interfaces; it must not run turns,
+// pick workers or touch conversation state. A single node runs without it.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
+)
+
+// Store is the shared state replicas coordinate through (Redis).
+// Lease calls must fail, never pretend, when the store is unreachable, and
+// after the store lost its data it admits no new owner for one lease TTL
+// (RedisStore does both).
+type Store interface {
+	AcquireLease(ctx context.Context, account, holder string, ttl time.Duration) (Lease, bool, error)
+	RenewLease(ctx context.Context, account, holder string, token int64, ttl time.Duration) (Lease, error)
+	ReleaseLease(ctx context.Context, account, holder string, token int64) error
+	Leases(ctx context.Context, accounts []string) ([]Lease, error)
+	Heartbeat(ctx context.Context, r Replica, ttl time.Duration) error
+	Replicas(ctx context.Context) ([]Replica, error)
+	LeaveCluster(ctx context.Context, id string) error
+}
+
+// Workers is what the cluster starts and stops: the supervisor
+// (*supervisor.Supervisor), whose workers must be configured Held.
+type Workers interface {
+	// Names lists every instance; an instance's name is its account's.
+	Names() []string
+	Restart(name string) error
+	Drain(name string) error
+	Stop(name string) error
+	// WaitStopped waits until the instance is stopped or deadline passes.
+	WaitStopped(name string, deadline time.Time) bool
+}
+
+// Admission is what the cluster fences and reads the load of: the admission
+// room (*pool.Pool).
+type Admission interface {
+	// Fence makes the instance unusable for new turns from until on.
+	Fence(name string, until time.Time)
+	Snapshot() pool.Snapshot
+}
+
+// Config configures a replica's part in the cluster.
+type Config struct {
+	// ID names this replica run (required): unique per process start, so a
+	// restarted replica never renews the lease of its predecessor.
+	ID string
+	// URL is where other replicas reach this one (POOLGATE_ADVERTISE_URL).
+	URL string
+	// LeaseTTL is how long a lease lives without renewal (default 15s).
+	LeaseTTL time.Duration
+	// MaxAccounts caps the accounts this replica holds (default: its fair
+	// share, accounts / live replicas rounded up).
+	MaxAccounts int
+	// DrainTimeout bounds the graceful hand-over of a surplus account
+	// (default 15s, and never past the lease).
+	DrainTimeout time.Duration
+}
+
+// Cluster holds this replica's accounts: it acquires, renews and releases
+// leases, fences workers to the lease it is sure of, and answers which
+// replica serves an account. Only its Run loop changes what it holds.
+type Cluster struct {
+	cfg     Config
+	workers Workers
+	adm     Admission
+	m       *metrics.Metrics
+	store   Store
+	log     *slog.Logger
+
+	mu        sync.Mutex
+	held      map[string]*heldLease
+	leases    map[string]Lease // last view of every account's lease
+	replicas  map[string]Replica
+	releasing map[string]bool
+	// settled: the last balance found nothing to give away, so the accounts
+	// held now are kept (automatic logins wait for it: gate.go).
+	settled bool
+}
+
+type heldLease struct {
+	token int64
+	valid time.Time // this replica may serve the account until then
+}
+
+// New returns the coordinator for the workers' accounts. The workers must
+// be configured Held: the cluster starts the ones it wins. m may be nil.
+func New(cfg Config, workers Workers, adm Admission, store Store, m *metrics.Metrics, log *slog.Logger) *Cluster {
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 15 * time.Second
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = 15 * time.Second
+	}
+	// No account is leased yet: a worker started by anything but a won
+	// lease (a stray admin restart) must not take turns.
+	for _, name := range workers.Names() {
+		adm.Fence(name, notLeased)
+	}
+	return &Cluster{cfg: cfg, workers: workers, adm: adm, m: m, store: store, log: log.With("replica", cfg.ID),
+		held: map[string]*heldLease{}, leases: map[string]Lease{}, replicas: map[string]Replica{},
+		releasing: map[string]bool{}}
+}
+
+// notLeased is the fence of a worker whose lease this replica never held: a
+// moment long past.
+var notLeased = time.Unix(1, 0)
+
+// ID returns this replica run's id.
+func (c *Cluster) ID() string { return c.cfg.ID }
+
+// margin is how long before the lease's end this replica stops serving: it
+// covers the time a renewal takes and clock-rate drift.
+func (c *Cluster) margin() time.Duration { return c.cfg.LeaseTTL / 5 }
+
+func (c *Cluster) interval() time.Duration { return c.cfg.LeaseTTL / 5 }
+
+// Run coordinates until ctx ends, then releases every lease it holds (the
+// pool must be drained by then).
+func (c *Cluster) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	next := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if now := time.Now(); !now.Before(next) {
+			c.tick(ctx, &wg)
+			next = now.Add(c.interval())
+		} else {
+			c.enforceFences()
+		}
+		// Wake at the next tick, or earlier at the first fence, so a worker
+		// is stopped the moment its lease can no longer be trusted.
+		wake := time.Until(next)
+		if f, ok := c.firstFence(); ok {
+			wake = min(wake, time.Until(f))
+		}
+		t.Reset(max(wake, 0))
+	}
+}
+
+// firstFence returns the earliest end of a held lease.
+func (c *Cluster) firstFence() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var first time.Time
+	for _, h := range c.held {
+		if first.IsZero() || h.valid.Before(first) {
+			first = h.valid
+		}
+	}
+	return first, !first.IsZero()
+}
+
+// Leave releases every lease and deregisters; call after the pool stopped.
+func (c *Cluster) Leave(ctx context.Context) {
+	c.mu.Lock()
+	held := c.held
+	c.held = map[string]*heldLease{}
+	c.mu.Unlock()
+	for name, h := range held {
+		if err := c.store.ReleaseLease(ctx, name, c.cfg.ID, h.token); err != nil {
+			c.log.Warn("release lease on shutdown", "account", name, "err", err)
+		}
+	}
+	if err := c.store.LeaveCluster(ctx, c.cfg.ID); err != nil {
+		c.log.Warn("leave cluster", "err", err)
+	}
+}
+
+func (c *Cluster) tick(ctx context.Context, wg *sync.WaitGroup) {
+	c.enforceFences()
+	cctx, cancel := context.WithTimeout(ctx, c.interval())
+	defer cancel()
+	c.heartbeat(cctx)
+	c.renew(cctx)
+	if err := c.refresh(cctx); err != nil {
+		c.log.Warn("cluster view", "err", err)
+		return
+	}
+	c.balance(cctx, wg)
+}
+
+// enforceFences stops every worker whose lease this replica can no longer
+// be sure of: before the lease can pass to another replica, never after.
+func (c *Cluster) enforceFences() {
+	now := time.Now()
+	c.mu.Lock()
+	var lost []string
+	for name, h := range c.held {
+		if !now.Before(h.valid) {
+			lost = append(lost, name)
+			delete(c.held, name)
+		}
+	}
+	c.mu.Unlock()
+	for _, name := range lost {
+		c.log.Warn("lease not renewed in time: stopping the account's worker", "account", name)
+		_ = c.workers.Stop(name)
+	}
+}
+
+func (c *Cluster) heartbeat(ctx context.Context) {
+	snap := c.adm.Snapshot()
+	r := Replica{ID: c.cfg.ID, URL: c.cfg.URL, InFlight: snap.InFlight, Queue: snap.Waiting,
+		MaxAccounts: c.cfg.MaxAccounts}
+	c.mu.Lock()
+	for name := range c.held {
+		r.Accounts = append(r.Accounts, name)
+	}
+	c.mu.Unlock()
+	sort.Strings(r.Accounts)
+	for _, in := range snap.Instances {
+		if in.State == supervisor.StateReady {
+			r.Capacity += in.MaxInFlight
+		}
+	}
+	if err := c.store.Heartbeat(ctx, r, c.cfg.LeaseTTL); err != nil {
+		c.log.Warn("heartbeat", "err", err)
+	}
+}
+
+func (c *Cluster) renew(ctx context.Context) {
+	c.mu.Lock()
+	names := make([]string, 0, len(c.held))
+	for name := range c.held {
+		names = append(names, name)
+	}
+	c.mu.Unlock()
+	for _, name := range names {
+		c.mu.Lock()
+		h, ok := c.held[name]
+		c.mu.Unlock()
+		if !ok {
+			continue
+		}
+		start := time.Now()
+		_, err := c.store.RenewLease(ctx, name, c.cfg.ID, h.token, c.cfg.LeaseTTL)
+		switch {
+		case err == nil:
+			c.setValid(name, h, start)
+		case errors.Is(err, ErrLeaseLost):
+			c.log.Warn("lease lost to another replica: stopping the account's worker", "account", name)
+			c.mu.Lock()
+			delete(c.held, name)
+			c.mu.Unlock()
+			c.adm.Fence(name, time.Now())
+			_ = c.workers.Stop(name)
+		default:
+			// Unreachable store: keep serving until the fence, renewing on
+			// the next tick.
+			c.log.Warn("renew lease", "account", name, "err", err)
+		}
+	}
+}
+
+// setValid extends what this replica may assume after a renewal or an
+// acquisition that started at start.
+func (c *Cluster) setValid(name string, h *heldLease, start time.Time) {
+	valid := start.Add(c.cfg.LeaseTTL - c.margin())
+	c.mu.Lock()
+	h.valid = valid
+	c.mu.Unlock()
+	c.adm.Fence(name, valid)
+}
+
+func (c *Cluster) refresh(ctx context.Context) error {
+	names := c.workers.Names()
+	leases, err := c.store.Leases(ctx, names)
+	if err != nil {
+		return err
+	}
+	reps, err := c.store.Replicas(ctx)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.leases = map[string]Lease{}
+	for i, l := range leases {
+		c.leases[names[i]] = l
+	}
+	c.replicas = map[string]Replica{}
+	for _, r := range reps {
+		c.replicas[r.ID] = r
+	}
+	return nil
+}
+
+func (c *Cluster) acquire(ctx context.Context, name string) {
+	start := time.Now()
+	l, ok, err := c.store.AcquireLease(ctx, name, c.cfg.ID, c.cfg.LeaseTTL)
+	if err != nil || !ok {
+		return
+	}
+	h := &heldLease{token: l.Token}
+	c.mu.Lock()
+	c.held[name] = h
+	c.mu.Unlock()
+	c.setValid(name, h, start)
+	c.log.Info("lease acquired: starting the account's worker", "account", name, "token", l.Token)
+	_ = c.workers.Restart(name)
+}
+
+// Holder reports whether this replica holds the account's lease now (and
+// may act on it), else the URL of the replica that holds it ("" when none
+// does, as far as the last view of the lease table knows).
+func (c *Cluster) Holder(account string) (local bool, url string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h, ok := c.held[account]; ok && !c.releasing[account] && time.Now().Before(h.valid) {
+		return true, ""
+	}
+	l := c.leases[account]
+	if l.Holder == "" || l.Holder == c.cfg.ID {
+		return false, ""
+	}
+	if r, ok := c.replicas[l.Holder]; ok {
+		return false, r.URL
+	}
+	return false, ""
+}
+
+// Token returns the fencing token of this replica's lease on account, and
+// false when it holds none it can trust now.
+func (c *Cluster) Token(account string) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, ok := c.held[account]
+	if !ok || !time.Now().Before(h.valid) {
+		return 0, false
+	}
+	return h.token, true
+}
+
+// Owner returns the URL of the other replica that holds the account.
+func (c *Cluster) Owner(account string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.leases[account]
+	if l.Holder == "" || l.Holder == c.cfg.ID {
+		return "", false
+	}
+	r, ok := c.replicas[l.Holder]
+	return r.URL, ok && r.URL != ""
+}
+
+// Spare returns another replica with free capacity, as far as the
+// heartbeats say, for a new conversation this replica can't serve.
+func (c *Cluster) Spare() (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	best, bestFree := "", 0
+	for id, r := range c.replicas {
+		if id == c.cfg.ID || r.URL == "" {
+			continue
+		}
+		if free := r.Capacity - r.InFlight - r.Queue; free > bestFree {
+			best, bestFree = r.URL, free
+		}
+	}
+	return best, best != ""
+}
+
+// Status is the cluster as /internal/cluster shows it.
+type Status struct {
+	Self     string           `json:"self"`
+	Replicas []Replica        `json:"replicas"`
+	Leases   []Lease          `json:"leases"`
+	Held     map[string]int64 `json:"held"`
+}
+
+// Status returns this replica's view of the cluster.
+func (c *Cluster) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Status{Self: c.cfg.ID, Held: map[string]int64{}}
+	for _, r := range c.replicas {
+		s.Replicas = append(s.Replicas, r)
+	}
+	sort.Slice(s.Replicas, func(i, j int) bool { return s.Replicas[i].ID < s.Replicas[j].ID })
+	for name, l := range c.leases {
+		l.Account = name
+		s.Leases = append(s.Leases, l)
+	}
+	sort.Slice(s.Leases, func(i, j int) bool { return s.Leases[i].Account < s.Leases[j].Account })
+	for name, h := range c.held {
+		s.Held[name] = h.token
+	}
+	return s
+}

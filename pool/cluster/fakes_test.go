@@ -1,0 +1,60 @@
+package cluster
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/supervisor/supervisortest"
+)
+
+// The cluster's tests run it over the real supervisor and admission room,
+// whose workers are fakes (supervisortest).
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// readyPool runs ready fake workers under the supervisor and a pool over
+// them until the test ends.
+func readyPool(t *testing.T, names ...string) (*pool.Pool, *supervisor.Supervisor) {
+	t.Helper()
+	f := supervisortest.New()
+	sup := supervisor.New(supervisor.Config{}, supervisortest.Configs(t, false, names...), f, f, nil, quiet())
+	p := pool.New(pool.Config{}, sup, nil, quiet())
+	ctx, cancel := context.WithCancel(context.Background())
+	sup.Start(ctx)
+	t.Cleanup(func() {
+		p.Shutdown(context.Background())
+		cancel()
+		sup.Shutdown()
+	})
+	testenv.WaitFor(t, 5*time.Second, "ready instances", func() bool {
+		for _, n := range names {
+			if !p.Serves(n) {
+				return false
+			}
+		}
+		return true
+	})
+	return p, sup
+}
+
+// counter reads one sample of a counter vector.
+func counter(t *testing.T, v *prometheus.CounterVec, label string) float64 {
+	t.Helper()
+	var pb dto.Metric
+	if err := v.WithLabelValues(label).Write(&pb); err != nil {
+		t.Fatal(err)
+	}
+	return pb.GetCounter().GetValue()
+}
+
+func newMetrics() *metrics.Metrics { return metrics.New(prometheus.NewRegistry()) }

@@ -1,0 +1,55 @@
+package cluster
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisConfig configures the lease store. Zero fields take the defaults.
+type RedisConfig struct {
+	// Prefix starts every key the store writes (default "poolgate:"): the
+	// session store's prefix, so one Redis namespace holds a deployment.
+	Prefix string
+	// Timeout bounds each lease and registry call (default 500 ms).
+	Timeout time.Duration
+}
+
+// RedisClient is the part of a go-redis client the store uses;
+// *redis.Client satisfies it. It should honour context deadlines (see
+// internal/redisconn).
+type RedisClient interface {
+	redis.Scripter
+	ZRangeByScore(ctx context.Context, key string, opt *redis.ZRangeBy) *redis.StringSliceCmd
+}
+
+var _ RedisClient = (*redis.Client)(nil)
+
+// RedisStore keeps the accounts' leases and the replica registry in Redis
+// (lease.go, registry.go). Unlike the session store it has no local tier:
+// every call goes to Redis and fails when Redis does. It is safe for
+// concurrent use; it does not own the client.
+type RedisStore struct {
+	cfg    RedisConfig
+	client RedisClient
+}
+
+var _ Store = (*RedisStore)(nil)
+
+// NewRedisStore returns the store on client.
+func NewRedisStore(cfg RedisConfig, client RedisClient) *RedisStore {
+	if cfg.Prefix == "" {
+		cfg.Prefix = "poolgate:"
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 500 * time.Millisecond
+	}
+	return &RedisStore{cfg: cfg, client: client}
+}
+
+// redisNowMs is the scripts' prologue: the server's clock in milliseconds,
+// so replicas with skewed clocks agree on expiry.
+const redisNowMs = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`

@@ -1,0 +1,383 @@
+package modelserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/sim"
+	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/pool/supervisor"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// wait bounds every wait in these tests.
+const wait = 10 * time.Second
+
+// worker is one in-process simulator speaking the OpenAI API.
+type worker struct {
+	ep   supervisor.Endpoint
+	stop func() // shuts the simulator down and waits for it
+}
+
+// startSim runs sim.Main with --protocol=openai on a free port until the
+// test ends. [[sim:crash]] is not used: in process it would exit the test.
+func startSim(t *testing.T, extra ...string) *worker {
+	t.Helper()
+	ep := supervisor.Endpoint{Name: "acct-1", WorkDir: t.TempDir(), Port: testenv.FreePort(t)}
+	args := append([]string{"start", "--protocol=openai", "--httpPort", strconv.Itoa(ep.Port), "--workDir", ep.WorkDir}, extra...)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sim.Main(ctx, args, func(string) string { return "" }, io.Discard, io.Discard) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("sim.Main: %v", err)
+				}
+			case <-time.After(wait):
+				t.Errorf("simulator did not stop")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return &worker{ep: ep, stop: stop}
+}
+
+// newDriver returns a driver whose idle connections are dropped at cleanup.
+func newDriver(t testing.TB, cfg Config) *Driver {
+	t.Helper()
+	d := New(cfg)
+	t.Cleanup(d.Close)
+	return d
+}
+
+// connect retries Connect as the supervisor does, until the worker answers.
+func connect(t testing.TB, d *Driver, ep supervisor.Endpoint) *Client {
+	t.Helper()
+	var c *Client
+	testenv.WaitForNoError(t, wait, "the worker to answer Connect", func() error {
+		b, err := d.Connect(context.Background(), ep)
+		if err == nil {
+			c = b.(*Client)
+		}
+		return err
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func newSim(t *testing.T, cfg Config, extra ...string) (*worker, *Client) {
+	t.Helper()
+	w := startSim(t, extra...)
+	return w, connect(t, newDriver(t, cfg), w.ep)
+}
+
+// answer is a whole collected stream.
+type answer struct {
+	text   string
+	deltas int
+	calls  []chat.ToolCall
+	done   *chat.Event
+	err    error
+}
+
+// collect reads ch to its close, checking that it ends with exactly one
+// EventDone or EventError.
+func collect(t testing.TB, ch <-chan chat.Event) answer {
+	t.Helper()
+	var a answer
+	var text strings.Builder
+	timeout := time.After(wait)
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				a.text = text.String()
+				if a.done == nil && a.err == nil {
+					t.Fatalf("stream closed without EventDone or EventError")
+				}
+				return a
+			}
+			if a.done != nil || a.err != nil {
+				t.Fatalf("event %+v after the end of the stream", ev)
+			}
+			switch ev.Type {
+			case chat.EventText:
+				text.WriteString(ev.Text)
+				a.deltas++
+			case chat.EventToolCall:
+				a.calls = append(a.calls, ev.ToolCall)
+			case chat.EventDone:
+				a.done = &ev
+			case chat.EventError:
+				a.err = ev.Err
+			}
+		case <-timeout:
+			t.Fatalf("stream did not end within %s", wait)
+		}
+	}
+}
+
+func userTurn(text string) *chat.Turn {
+	return &chat.Turn{Model: "kmodel", Messages: []chat.Message{{Role: chat.RoleUser, Content: text}}}
+}
+
+func runTurn(t testing.TB, c *Client, turn *chat.Turn) answer {
+	t.Helper()
+	ch, err := c.Chat(context.Background(), turn)
+	if err != nil {
+		t.Fatalf("Chat: %v", err)
+	}
+	return collect(t, ch)
+}
+
+var weather = []chat.Tool{{Name: "get_weather", Description: "Weather in a city",
+	Parameters: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}}}`)}}
+
+func TestStatusAndModels(t *testing.T) {
+	_, c := newSim(t, Config{}, "--model-keys=m1,m2")
+	st, err := c.Status(context.Background())
+	if err != nil || !st.LoggedIn {
+		t.Errorf("Status = %+v, %v; want logged in", st, err)
+	}
+	models, err := c.Models(context.Background())
+	want := []chat.Model{{ID: "m1", Name: "m1"}, {ID: "m2", Name: "m2"}}
+	if err != nil || !slices.Equal(models, want) {
+		t.Errorf("Models = %+v, %v; want %+v", models, err, want)
+	}
+}
+
+func TestChatText(t *testing.T) {
+	_, c := newSim(t, Config{})
+	a := runTurn(t, c, userTurn("hello brave new world"))
+	if a.err != nil {
+		t.Fatalf("stream error: %v", a.err)
+	}
+	if a.text != "You said: hello brave new world" || a.deltas != 6 {
+		t.Errorf("text = %q in %d deltas, want %q in 6", a.text, a.deltas, "You said: hello brave new world")
+	}
+	if a.done.Finish != chat.FinishStop {
+		t.Errorf("finish = %q, want stop", a.done.Finish)
+	}
+	if u := a.done.Usage; u.InputTokens != 4 || u.OutputTokens != 6 {
+		t.Errorf("usage = %+v, want 4 in, 6 out", u)
+	}
+}
+
+func TestChatToolCallThenResult(t *testing.T) {
+	_, c := newSim(t, Config{})
+	turn := userTurn("Paris [[sim:chunks=4]]")
+	turn.Tools = weather
+	a := runTurn(t, c, turn)
+	if a.err != nil || a.text != "" || len(a.calls) != 1 {
+		t.Fatalf("answer = %+v, want one tool call and no text", a)
+	}
+	call := a.calls[0]
+	var args map[string]string
+	if err := json.Unmarshal([]byte(call.Arguments), &args); err != nil || args["city"] != "Paris" ||
+		call.Name != "get_weather" || !strings.HasPrefix(call.ID, "call_") {
+		t.Errorf("call = %+v (args %v), want get_weather {city: Paris} with a call_ id", call, err)
+	}
+	if a.done.Finish != chat.FinishToolCalls || a.done.Usage.OutputTokens == 0 {
+		t.Errorf("done = %+v, want finish tool_calls with usage", a.done)
+	}
+
+	turn.Messages = append(turn.Messages,
+		chat.Message{Role: chat.RoleAssistant, ToolCalls: a.calls},
+		chat.Message{Role: chat.RoleTool, ToolCallID: call.ID, Content: "18C"})
+	b := runTurn(t, c, turn)
+	if b.err != nil || b.text != "Tool get_weather returned: 18C" || len(b.calls) != 0 || b.done.Finish != chat.FinishStop {
+		t.Errorf("after tool result: %+v, want the text %q", b, "Tool get_weather returned: 18C")
+	}
+}
+
+func TestChatToolChoice(t *testing.T) {
+	tests := []struct {
+		name string
+		give chat.ToolChoice
+		want string // the tool called, or "" for a text answer
+	}{
+		{"auto", chat.ToolChoice{}, "get_weather"},
+		{"none", chat.ToolChoice{Mode: chat.ToolNone}, ""},
+		{"required", chat.ToolChoice{Mode: chat.ToolRequired}, "get_weather"},
+		{"named", chat.ToolChoice{Mode: chat.ToolNamed, Name: "get_weather"}, "get_weather"},
+	}
+	_, c := newSim(t, Config{})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			turn := userTurn("Rome")
+			turn.Tools, turn.ToolChoice = weather, tt.give
+			a := runTurn(t, c, turn)
+			got := ""
+			for _, tc := range a.calls {
+				got += tc.Name
+			}
+			if a.err != nil || got != tt.want {
+				t.Errorf("called %q (err %v), want %q", got, a.err, tt.want)
+			}
+		})
+	}
+}
+
+func TestChatErrorsBeforeFirstByte(t *testing.T) {
+	_, c := newSim(t, Config{})
+	tests := []struct {
+		name       string
+		give       string
+		wantStatus int           // UpstreamError status, 0 for a rate limit
+		wantRetry  time.Duration // RateLimitedError hint
+	}{
+		{"ratelimit default", "x [[sim:ratelimit]]", 0, time.Second},
+		{"ratelimit 2s", "x [[sim:ratelimit=2s]]", 0, 2 * time.Second},
+		{"server error", "x [[sim:error]]", 500, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ch, err := c.Chat(context.Background(), userTurn(tt.give))
+			if ch != nil {
+				t.Fatalf("Chat returned a stream, want an error")
+			}
+			var rl *chat.RateLimitedError
+			var up *chat.UpstreamError
+			switch {
+			case errors.As(err, &rl):
+				if tt.wantStatus != 0 || rl.RetryAfter != tt.wantRetry {
+					t.Errorf("err = %#v, want retry after %s", rl, tt.wantRetry)
+				}
+			case errors.As(err, &up):
+				if up.Status != tt.wantStatus || up.Message != "simulated error" {
+					t.Errorf("err = %#v, want status %d and the server's message", up, tt.wantStatus)
+				}
+			default:
+				t.Errorf("err = %v, want a typed upstream error", err)
+			}
+		})
+	}
+}
+
+func TestChatErrorMidStream(t *testing.T) {
+	_, c := newSim(t, Config{})
+	a := runTurn(t, c, userTurn("a b c d [[sim:error-after=2]]"))
+	var up *chat.UpstreamError
+	if !errors.As(a.err, &up) || up.Message != "simulated error" {
+		t.Fatalf("err = %v, want the in-stream UpstreamError", a.err)
+	}
+	if a.text != "You said: " || a.deltas != 2 {
+		t.Errorf("text before the error = %q in %d deltas, want %q in 2", a.text, a.deltas, "You said: ")
+	}
+}
+
+func TestChatCancel(t *testing.T) {
+	_, c := newSim(t, Config{})
+
+	t.Run("before the first byte", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err := c.Chat(ctx, userTurn("[[sim:hang]]"))
+		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 2*time.Second {
+			t.Errorf("Chat = %v after %s, want the context's error promptly", err, time.Since(start))
+		}
+	})
+
+	t.Run("mid stream", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ch, err := c.Chat(ctx, userTurn("a b c [[sim:chunk-delay=1h]]"))
+		if err != nil {
+			t.Fatalf("Chat: %v", err)
+		}
+		if ev := <-ch; ev.Type != chat.EventText {
+			t.Fatalf("first event = %+v, want text", ev)
+		}
+		cancel()
+		closed := time.After(2 * time.Second)
+		for {
+			select {
+			case _, ok := <-ch:
+				if !ok {
+					return
+				}
+			case <-closed:
+				t.Fatal("channel still open 2s after cancel")
+			}
+		}
+	})
+}
+
+func TestChatRequestTimeout(t *testing.T) {
+	_, c := newSim(t, Config{RequestTimeout: 300 * time.Millisecond})
+	a := runTurn(t, c, userTurn("a b c [[sim:chunk-delay=1h]]"))
+	if !errors.Is(a.err, chat.ErrWorkerGone) || a.deltas != 1 {
+		t.Errorf("answer = %+v, want one delta then ErrWorkerGone", a)
+	}
+}
+
+func TestCloseAbortsTurns(t *testing.T) {
+	_, c := newSim(t, Config{})
+	ch, err := c.Chat(context.Background(), userTurn("a b c [[sim:chunk-delay=1h]]"))
+	if err != nil {
+		t.Fatalf("Chat: %v", err)
+	}
+	<-ch
+	done := make(chan struct{})
+	go func() { _ = c.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	for ev := range ch {
+		if ev.Type == chat.EventError && !errors.Is(ev.Err, chat.ErrWorkerGone) {
+			t.Errorf("error after Close = %v, want ErrWorkerGone", ev.Err)
+		}
+	}
+	if _, err := c.Chat(context.Background(), userTurn("hi")); !errors.Is(err, chat.ErrWorkerGone) {
+		t.Errorf("Chat after Close = %v, want ErrWorkerGone", err)
+	}
+}
+
+func TestWorkerGone(t *testing.T) {
+	w, c := newSim(t, Config{})
+	w.stop()
+	if _, err := c.Chat(context.Background(), userTurn("hi")); !errors.Is(err, chat.ErrWorkerGone) {
+		t.Errorf("Chat to a stopped worker = %v, want ErrWorkerGone", err)
+	}
+	if _, err := c.Status(context.Background()); !errors.Is(err, chat.ErrWorkerGone) {
+		t.Errorf("Status of a stopped worker = %v, want ErrWorkerGone", err)
+	}
+	d := newDriver(t, Config{})
+	if _, err := d.Connect(context.Background(), supervisor.Endpoint{Name: "x", Port: testenv.FreePort(t)}); !errors.Is(err, chat.ErrWorkerGone) {
+		t.Errorf("Connect to a closed port = %v, want ErrWorkerGone", err)
+	}
+}
+
+func TestCommand(t *testing.T) {
+	d := New(Config{Command: []string{"llama-server", "--port", "{port}", "--slot-save-path={workdir}/slots",
+		"--alias", "{account.name}", "--user={account.username}", "--aux={auxport}", "{unknown}"}})
+	got := d.Command(supervisor.Endpoint{Name: "acct-2", WorkDir: "/w/2", Port: 7001, AuxPort: 7002,
+		Account: supervisor.Account{Name: "acct-2", Username: "me@example.com"}})
+	want := []string{"llama-server", "--port", "7001", "--slot-save-path=/w/2/slots",
+		"--alias", "acct-2", "--user=me@example.com", "--aux=7002", "{unknown}"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Command = %q, want %q", got, want)
+	}
+	if got := New(Config{}).Command(supervisor.Endpoint{Port: 1}); got != nil {
+		t.Errorf("Command without a template = %q, want nil", got)
+	}
+}

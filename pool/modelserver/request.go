@@ -1,0 +1,176 @@
+package modelserver
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/poolgate/poolgate/internal/chat"
+)
+
+// maxPooledBuf is the largest request buffer put back in the pool (1 MiB);
+// a rare huge transcript should not pin its buffer forever.
+const maxPooledBuf = 1 << 20
+
+// wireRequest is the body of POST /v1/chat/completions.
+type wireRequest struct {
+	Model         string          `json:"model,omitempty"`
+	Messages      []wireMessage   `json:"messages"`
+	Stream        bool            `json:"stream"`
+	StreamOptions *streamOptions  `json:"stream_options,omitempty"`
+	Tools         []wireTool      `json:"tools,omitempty"`
+	ToolChoice    json.RawMessage `json:"tool_choice,omitempty"`
+	MaxTokens     int             `json:"max_tokens,omitempty"`
+	Temperature   *float64        `json:"temperature,omitempty"`
+	TopP          *float64        `json:"top_p,omitempty"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+type wireMessage struct {
+	Role string `json:"role"`
+	// Content is null on an assistant turn that only calls tools.
+	Content    *string        `json:"content"`
+	ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
+	Name       string         `json:"name,omitempty"`
+}
+
+type wireToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function wireFunction `json:"function"`
+}
+
+type wireFunction struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+type wireTool struct {
+	Type     string      `json:"type"`
+	Function wireToolDef `json:"function"`
+}
+
+type wireToolDef struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+// Fixed tool_choice values; a named choice is built per request.
+var (
+	choiceNone     = json.RawMessage(`"none"`)
+	choiceRequired = json.RawMessage(`"required"`)
+	emptySchema    = json.RawMessage(`{"type":"object","properties":{}}`)
+)
+
+// newWireRequest translates a turn. The result points into t, so it must be
+// encoded before t changes.
+func newWireRequest(t *chat.Turn) *wireRequest {
+	r := &wireRequest{
+		Model:         t.Model,
+		Messages:      make([]wireMessage, len(t.Messages)),
+		Stream:        true,
+		StreamOptions: &streamOptions{IncludeUsage: true},
+		MaxTokens:     t.MaxTokens,
+		Temperature:   t.Temperature,
+		TopP:          t.TopP,
+	}
+	for i := range t.Messages {
+		m := &t.Messages[i]
+		w := &r.Messages[i]
+		*w = wireMessage{Role: m.Role, Content: &m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
+		if m.Role != chat.RoleTool {
+			w.Name = "" // only tool results carry a name in the neutral model
+		}
+		if len(m.ToolCalls) == 0 {
+			continue
+		}
+		if m.Content == "" {
+			w.Content = nil
+		}
+		w.ToolCalls = make([]wireToolCall, len(m.ToolCalls))
+		for j, tc := range m.ToolCalls {
+			args := tc.Arguments
+			if args == "" {
+				args = "{}"
+			}
+			w.ToolCalls[j] = wireToolCall{ID: tc.ID, Type: "function", Function: wireFunction{Name: tc.Name, Arguments: args}}
+		}
+	}
+	if len(t.Tools) == 0 {
+		return r
+	}
+	r.Tools = make([]wireTool, len(t.Tools))
+	for i, tool := range t.Tools {
+		params := tool.Parameters
+		if len(params) == 0 {
+			params = emptySchema // some servers' templates require a schema
+		}
+		r.Tools[i] = wireTool{Type: "function", Function: wireToolDef{Name: tool.Name, Description: tool.Description, Parameters: params}}
+	}
+	switch t.ToolChoice.Mode {
+	case chat.ToolNone:
+		r.ToolChoice = choiceNone
+	case chat.ToolRequired:
+		r.ToolChoice = choiceRequired
+	case chat.ToolNamed:
+		named, _ := json.Marshal(map[string]any{"type": "function", "function": map[string]string{"name": t.ToolChoice.Name}})
+		r.ToolChoice = named
+	}
+	return r
+}
+
+// payload is an encoded request body in a pooled buffer. The buffer goes
+// back to the pool when the turn and every body reader the transport opened
+// (the first, and any GetBody copy for a retry on a stale connection) are
+// done with it: the transport may close a body after RoundTrip returns.
+type payload struct {
+	d    *Driver
+	buf  *bytes.Buffer
+	refs atomic.Int32
+}
+
+// encode renders t into a pooled buffer; the caller holds one reference.
+func (d *Driver) encode(t *chat.Turn) (*payload, error) {
+	buf := d.bufs.Get().(*bytes.Buffer)
+	buf.Reset()
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(newWireRequest(t)); err != nil {
+		d.bufs.Put(buf)
+		return nil, err
+	}
+	p := &payload{d: d, buf: buf}
+	p.refs.Store(1)
+	return p, nil
+}
+
+// release drops one reference.
+func (p *payload) release() {
+	if p.refs.Add(-1) == 0 && p.buf.Cap() <= maxPooledBuf {
+		p.d.bufs.Put(p.buf)
+	}
+}
+
+// body opens a reader of the payload that releases its reference on Close.
+func (p *payload) body() io.ReadCloser {
+	p.refs.Add(1)
+	return &payloadBody{Reader: bytes.NewReader(p.buf.Bytes()), p: p}
+}
+
+type payloadBody struct {
+	*bytes.Reader
+	p    *payload
+	once sync.Once
+}
+
+func (b *payloadBody) Close() error {
+	b.once.Do(b.p.release)
+	return nil
+}

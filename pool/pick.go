@@ -1,0 +1,265 @@
+package pool
+
+import (
+	"context"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/pool/supervisor"
+)
+
+// Admission and picking: a turn waits, bounded, for a slot on a usable
+// instance; the picker prefers the instance that holds the conversation's
+// session, then a stable spread of new conversations, then the least busy.
+
+// Want says which instance a turn would like.
+type Want struct {
+	// Prefer names the instance holding the conversation's session.
+	Prefer string
+	// Hint spreads new conversations stably (rendezvous hash).
+	Hint string
+	// Exclude lists instances already tried for this request.
+	Exclude []string
+}
+
+// Slot is one admitted turn on one worker. Release it exactly once.
+type Slot struct {
+	// Backend is the connection of the worker the turn runs on.
+	Backend supervisor.Backend
+	m       *member
+	pool    *Pool
+	start   time.Time
+	once    sync.Once
+}
+
+// Instance names the worker the turn runs on.
+func (s *Slot) Instance() string { return s.m.name }
+
+// Release frees the slot.
+func (s *Slot) Release() {
+	s.once.Do(func() {
+		p := s.pool
+		d := time.Since(s.start)
+		p.mu.Lock()
+		s.m.inFlight--
+		p.inFlight--
+		p.avgTurn = (p.avgTurn*7 + d) / 8
+		p.mu.Unlock()
+		if p.metrics != nil {
+			p.metrics.InFlight.Dec()
+		}
+		p.broadcast()
+	})
+}
+
+// Acquire admits a turn: it waits, bounded, for a slot on a usable instance
+// and returns it, or an *OverloadedError (queue full or wait too long), or
+// ErrNoInstance when nothing is ready.
+func (p *Pool) Acquire(ctx context.Context, want Want) (*Slot, error) {
+	start := time.Now()
+	p.mu.Lock()
+	if s := p.tryPick(want, false); s != nil {
+		p.mu.Unlock()
+		return p.admitted(s, start, false), nil
+	}
+	if p.closing {
+		p.mu.Unlock()
+		return nil, chat.ErrNoInstance
+	}
+	if p.waiting >= p.cfg.MaxQueue {
+		err := p.overloaded("queue full")
+		p.mu.Unlock()
+		return nil, err
+	}
+	p.waiting++
+	p.gauge()
+	defer func() {
+		p.mu.Lock()
+		p.waiting--
+		p.gauge()
+		p.mu.Unlock()
+	}()
+	deadline := time.NewTimer(p.cfg.QueueTimeout)
+	defer deadline.Stop()
+	for {
+		ch := p.changed
+		p.mu.Unlock()
+		var wake <-chan time.Time
+		if want.Prefer != "" || !p.anyReady() {
+			wake = time.After(250 * time.Millisecond) // re-evaluate affinity and no-instance limits
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-deadline.C:
+			p.mu.Lock()
+			err := p.overloaded("timed out waiting for a free instance")
+			p.mu.Unlock()
+			return nil, err
+		case <-ch:
+		case <-wake:
+		}
+		waited := time.Since(start)
+		p.mu.Lock()
+		if p.closing {
+			p.mu.Unlock()
+			return nil, chat.ErrNoInstance
+		}
+		if s := p.tryPick(want, waited >= p.cfg.AffinityWait); s != nil {
+			p.mu.Unlock()
+			return p.admitted(s, start, true), nil
+		}
+		if !p.anyReadyLocked() && waited >= p.cfg.NoInstanceWait && !p.loginPendingLocked() {
+			p.mu.Unlock()
+			return nil, chat.ErrNoInstance
+		}
+	}
+}
+
+func (p *Pool) admitted(s *Slot, start time.Time, queued bool) *Slot {
+	if p.metrics != nil {
+		p.metrics.InFlight.Inc()
+		if queued {
+			p.metrics.QueueWait.Observe(time.Since(start).Seconds())
+		}
+	}
+	return s
+}
+
+func (p *Pool) gauge() {
+	if p.metrics != nil {
+		p.metrics.QueueDepth.Set(float64(p.waiting))
+	}
+}
+
+// overloaded builds the rejection with an honest Retry-After: the queue ahead
+// divided by the pool's capacity, times the average turn; p.mu held.
+func (p *Pool) overloaded(reason string) error {
+	capacity := 0
+	for _, m := range p.members {
+		if m.usable() {
+			capacity += m.max
+		}
+	}
+	capacity = max(min(capacity, p.cfg.MaxInFlight), 1)
+	rounds := time.Duration((p.waiting + capacity) / capacity)
+	ra := min(max(p.avgTurn*rounds, time.Second), 5*time.Minute)
+	if p.metrics != nil {
+		p.metrics.Rejections.Inc()
+	}
+	return &chat.OverloadedError{RetryAfter: ra, Reason: reason}
+}
+
+func (p *Pool) anyReady() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.anyReadyLocked()
+}
+
+// loginPendingLocked reports whether an instance is being logged in: a
+// request then waits for it (bounded by the queue timeout) instead of
+// failing at once; p.mu held.
+func (p *Pool) loginPendingLocked() bool {
+	for _, m := range p.members {
+		if m.st.LoginPending {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Pool) anyReadyLocked() bool {
+	for _, m := range p.members {
+		if m.usable() {
+			return true
+		}
+	}
+	return false
+}
+
+// Serves reports whether the named instance takes new turns on this
+// replica now: it is ready, not cooling down and not fenced.
+func (p *Pool) Serves(name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m, ok := p.byName[name]
+	return ok && m.usable()
+}
+
+// tryPick takes a slot if one is free now; p.mu held. Affinity first (unless
+// giveUpPrefer), then the hint's rendezvous choice, then least in-flight.
+func (p *Pool) tryPick(want Want, giveUpPrefer bool) *Slot {
+	if p.closing || p.inFlight >= p.cfg.MaxInFlight {
+		return nil
+	}
+	free := func(m *member) bool {
+		if !m.usable() || m.inFlight >= m.max {
+			return false
+		}
+		for _, x := range want.Exclude {
+			if x == m.name {
+				return false
+			}
+		}
+		return true
+	}
+	var pick *member
+	if m, ok := p.byName[want.Prefer]; ok && want.Prefer != "" {
+		switch {
+		case free(m):
+			pick = m
+		case m.usable() && !giveUpPrefer:
+			return nil // busy: wait a little for the instance that holds the session
+		}
+	}
+	if pick == nil && want.Hint != "" {
+		var best uint64
+		for _, m := range p.members {
+			if !m.usable() {
+				continue
+			}
+			if s := rendezvous(want.Hint, m.name); pick == nil || s > best {
+				pick, best = m, s
+			}
+		}
+		if pick != nil && !free(pick) {
+			pick = nil
+		}
+	}
+	if pick == nil {
+		p.rr++
+		n := len(p.members)
+		for i := range n {
+			m := p.members[(int(p.rr)+i)%n]
+			if free(m) && (pick == nil || m.inFlight < pick.inFlight) {
+				pick = m
+			}
+		}
+	}
+	if pick == nil {
+		return nil
+	}
+	pick.inFlight++
+	p.inFlight++
+	return &Slot{Backend: pick.st.Backend, m: pick, pool: p, start: time.Now()}
+}
+
+func rendezvous(key, node string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(key))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(node))
+	return h.Sum64()
+}
+
+// backend returns the named instance's current connection (nil when none).
+func (p *Pool) backend(name string) supervisor.Backend {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m, ok := p.byName[name]; ok {
+		return m.st.Backend
+	}
+	return nil
+}

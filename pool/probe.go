@@ -1,0 +1,135 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/pool/supervisor"
+)
+
+// Probes: the operator asks for one short turn on an instance, cooling
+// down or not, to learn whether its account answers again. The worker's
+// cooldown itself is the supervisor's (a rate limit starts it, a health
+// check or the operator ends it); the probe acts on what the turn says.
+
+// ErrBusy: the instance has no free slot for a probe, or isn't running.
+var ErrBusy = errors.New("instance busy")
+
+// ProbeResult is the outcome of one probe turn.
+type ProbeResult struct {
+	Instance string `json:"instance"`
+	// OK: the account answered a turn; any cooldown was cleared.
+	OK        bool  `json:"ok"`
+	LatencyMS int64 `json:"latency_ms"`
+	// Error is why the probe failed ("" when OK).
+	Error string `json:"error,omitempty"`
+	// CooldownUntil is the instance's cooldown after the probe, if any.
+	CooldownUntil *time.Time `json:"cooldown_until,omitempty"`
+}
+
+// probePrompt is the probe's whole question: short to send and to answer.
+const probePrompt = "Reply with the single word OK."
+
+// Probe sends one short turn to the named instance, cooling down or not, and
+// acts on the answer: an answer ends the cooldown, a rate limit sets it from
+// the upstream's retry-after, a lost login or worker is checked. It returns
+// ErrBusy when the instance is not running or has no free slot.
+func (p *Pool) Probe(ctx context.Context, name string) (ProbeResult, error) {
+	m, ok := p.byName[name]
+	if !ok {
+		return ProbeResult{}, supervisor.ErrUnknownInstance
+	}
+	slot, model, err := p.probeSlot(m)
+	if err != nil {
+		return ProbeResult{}, err
+	}
+	defer slot.Release()
+	res := ProbeResult{Instance: name}
+	start := time.Now()
+	err = probeTurn(ctx, slot, model)
+	res.LatencyMS = time.Since(start).Milliseconds()
+	var rl *chat.RateLimitedError
+	switch {
+	case err == nil:
+		res.OK = true
+		if m.w.ClearCooldown() {
+			p.log.Info("probe answered: cooldown cleared", "instance", name)
+		}
+	case errors.As(err, &rl):
+		d := m.w.Cooldown(rl.RetryAfter)
+		if p.metrics != nil {
+			p.metrics.Cooldowns.Inc()
+		}
+		p.log.Warn("probe rate limited, cooling instance down", "instance", name, "for", d)
+	case errors.Is(err, chat.ErrNotLoggedIn), errors.Is(err, chat.ErrWorkerGone):
+		m.w.Check()
+	}
+	if err != nil {
+		res.Error = err.Error()
+	}
+	if until := m.w.Status().CooldownUntil; !until.IsZero() {
+		res.CooldownUntil = &until
+	}
+	return res, nil
+}
+
+// probeSlot takes a slot on m whether or not it is cooling down, and names
+// the model to ask (the first the worker listed; "" lets it choose).
+func (p *Pool) probeSlot(m *member) (*Slot, string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.closing || m.st.State != supervisor.StateReady || m.st.Backend == nil:
+		return nil, "", fmt.Errorf("%w: instance %s is %s", ErrBusy, m.name, m.st.State)
+	case m.inFlight >= m.max:
+		return nil, "", fmt.Errorf("%w: instance %s has %d turns in flight", ErrBusy, m.name, m.inFlight)
+	}
+	m.inFlight++
+	p.inFlight++
+	if p.metrics != nil {
+		p.metrics.InFlight.Inc()
+	}
+	model := ""
+	if len(m.st.Models) > 0 {
+		model = m.st.Models[0].ID
+	}
+	return &Slot{Backend: m.st.Backend, m: m, pool: p, start: time.Now()}, model, nil
+}
+
+// probeTurn runs the probe turn to its end and frees its upstream session.
+func probeTurn(ctx context.Context, slot *Slot, model string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	t := &chat.Turn{RequestID: "probe-" + strconv.FormatInt(time.Now().UnixNano(), 36), Model: model, MaxTokens: 16,
+		Messages: []chat.Message{{Role: chat.RoleUser, Content: probePrompt}}}
+	events, err := slot.Backend.Chat(ctx, t)
+	if err != nil {
+		return err
+	}
+	for ev := range events {
+		switch ev.Type {
+		case chat.EventError:
+			cancel()
+			for range events { // the stream ends once the turn has stopped
+			}
+			return ev.Err
+		case chat.EventDone:
+			if del, ok := slot.Backend.(supervisor.SessionDeleter); ok && ev.SessionID != "" {
+				dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+				_ = del.DeleteSession(dctx, ev.SessionID) // best effort
+				dcancel()
+			}
+			for range events {
+			}
+			return nil
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return chat.ErrWorkerGone
+}

@@ -1,0 +1,252 @@
+// Package supervisor runs poolgate's worker processes, one per account: it
+// starts each through a Driver and a Launcher, health-checks it, restarts it
+// with backoff, drains and stops it on command, keeps it out of rotation
+// after a rate limit (its cooldown), and hands a logged-out worker to a
+// login runner (its login target). It owns the seams to concrete workers:
+// Backend, Driver, Endpoint, Account, Launcher and Process.
+//
+// Each Worker owns its state behind its own lock and reports every change,
+// as a Status, to the Supervisor's subscribers; nothing outside the worker
+// reads or writes its fields. The admission room (package pool) keeps its
+// picker's view from those reports and runs turns on the Backend a report
+// carries; the cluster (pool/cluster) starts and stops workers through the
+// Supervisor's commands. The supervisor must not know about turns beyond
+// what a drain waits for (Turns), nor about routing, affinity or leases.
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/metrics"
+)
+
+// ErrUnknownInstance: no instance has that name.
+var ErrUnknownInstance = errors.New("unknown instance")
+
+// Config configures the supervisor. Zero fields take the defaults noted.
+type Config struct {
+	// DrainTimeout bounds how long a drain waits for turns (default 15s).
+	DrainTimeout time.Duration
+}
+
+// Turns tells a drain how many turns run on a worker; the admission room
+// (package pool) implements it.
+type Turns interface {
+	// InFlight returns how many turns run on the named instance, and a
+	// channel that is closed when that may have changed.
+	InFlight(name string) (n int, changed <-chan struct{})
+}
+
+// Hooks are called around a worker's life; each receives the instance's
+// login target (account, work dir, and calls into the running worker).
+type Hooks struct {
+	// PreStart runs before every process start (restore credentials into
+	// an empty work dir). An error is logged; the start goes on.
+	PreStart func(ctx context.Context, t LoginTarget) error
+	// Ready runs, in the background, each time an instance becomes ready
+	// (after a start or a login): save its credentials.
+	Ready func(ctx context.Context, t LoginTarget)
+}
+
+// Supervisor runs a fixed set of workers, in config order.
+type Supervisor struct {
+	workers []*Worker
+	byName  map[string]*Worker
+	env     *env
+	cancel  context.CancelFunc
+}
+
+// env is what every worker of a supervisor calls out to. It is set up
+// before Start and only read after.
+type env struct {
+	drainTimeout time.Duration
+	metrics      *metrics.Metrics
+	hooks        Hooks
+	loginer      Loginer
+	turns        Turns
+	subscribers  []func(Status)
+	wg           sync.WaitGroup // the workers' loops and their hooks
+}
+
+// notify hands a worker's report to every subscriber.
+func (e *env) notify(st Status) {
+	for _, fn := range e.subscribers {
+		fn(st)
+	}
+}
+
+// New makes one worker per config; nothing starts until Start.
+func New(cfg Config, workers []WorkerConfig, driver Driver, launcher Launcher, m *metrics.Metrics, log *slog.Logger) *Supervisor {
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = 15 * time.Second
+	}
+	s := &Supervisor{byName: map[string]*Worker{}, env: &env{drainTimeout: cfg.DrainTimeout, metrics: m}}
+	for _, wc := range workers {
+		w := newWorker(wc, driver, launcher, s.env, log)
+		s.workers = append(s.workers, w)
+		s.byName[w.cfg.Name] = w
+		if m != nil {
+			// Every instance's series exist from the start, on a single
+			// node too (hand-overs happen only in a cluster).
+			m.Restarts.WithLabelValues(w.cfg.Name)
+			m.Handovers.WithLabelValues(w.cfg.Name)
+		}
+	}
+	return s
+}
+
+// Subscribe has fn called with a worker's Status after every change of it,
+// from the goroutine that made the change and without the worker's lock
+// held; fn must not block. Reports of one worker may reach fn out of order
+// from different goroutines: the higher Seq is the newer. Call before Start.
+func (s *Supervisor) Subscribe(fn func(Status)) {
+	s.env.subscribers = append(s.env.subscribers, fn)
+}
+
+// SetHooks installs hooks; call before Start.
+func (s *Supervisor) SetHooks(h Hooks) { s.env.hooks = h }
+
+// SetLoginer installs the login runner; call before Start. Without one, a
+// logged-out instance stays needs_login until it is logged in by hand.
+func (s *Supervisor) SetLoginer(l Loginer) { s.env.loginer = l }
+
+// SetTurns tells drains where to count turns; call before Start. Without
+// it a drain does not wait.
+func (s *Supervisor) SetTurns(t Turns) { s.env.turns = t }
+
+// Start runs every worker's loop until ctx ends or Shutdown.
+func (s *Supervisor) Start(ctx context.Context) {
+	ctx, s.cancel = context.WithCancel(ctx)
+	for _, w := range s.workers {
+		s.env.wg.Go(func() { w.run(ctx) })
+	}
+}
+
+// Shutdown stops every worker process (SIGINT, then SIGKILL), cutting any
+// turn still running, and waits for them and their hooks.
+func (s *Supervisor) Shutdown() {
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.env.wg.Wait()
+}
+
+// Worker returns the named instance.
+func (s *Supervisor) Worker(name string) (*Worker, bool) {
+	w, ok := s.byName[name]
+	return w, ok
+}
+
+// Workers returns every instance in config order.
+func (s *Supervisor) Workers() []*Worker { return s.workers }
+
+// Names returns every instance's name in config order.
+func (s *Supervisor) Names() []string {
+	out := make([]string, len(s.workers))
+	for i, w := range s.workers {
+		out[i] = w.cfg.Name
+	}
+	return out
+}
+
+// do runs a command on the named worker.
+func (s *Supervisor) do(name string, cmd func(*Worker)) error {
+	w, ok := s.byName[name]
+	if !ok {
+		return ErrUnknownInstance
+	}
+	cmd(w)
+	return nil
+}
+
+// Restart asks the named instance to restart (drain, then start again); a
+// stopped or held instance starts.
+func (s *Supervisor) Restart(name string) error { return s.do(name, (*Worker).Restart) }
+
+// Drain asks the named instance to finish its turns and stop.
+func (s *Supervisor) Drain(name string) error { return s.do(name, (*Worker).Drain) }
+
+// Stop stops the named instance now, cutting its turns (a lost lease must
+// not be driven a moment longer); Restart starts it again.
+func (s *Supervisor) Stop(name string) error { return s.do(name, (*Worker).Stop) }
+
+// ClearCooldown puts the named instance back in rotation now (and starts its
+// cooldown backoff over). It reports whether there was a cooldown.
+func (s *Supervisor) ClearCooldown(name string) (bool, error) {
+	w, ok := s.byName[name]
+	if !ok {
+		return false, ErrUnknownInstance
+	}
+	return w.ClearCooldown(), nil
+}
+
+// LoginTarget returns the named instance's login target (for the admin API's
+// on-demand login).
+func (s *Supervisor) LoginTarget(name string) (LoginTarget, error) {
+	w, ok := s.byName[name]
+	if !ok {
+		return LoginTarget{}, ErrUnknownInstance
+	}
+	return w.LoginTarget(), nil
+}
+
+// LoginPort returns the port where the named instance takes its login
+// callback (0 when it is not running), for the admin API's manual fallback.
+func (s *Supervisor) LoginPort(name string) (int, error) {
+	w, ok := s.byName[name]
+	if !ok {
+		return 0, ErrUnknownInstance
+	}
+	return w.loginPort(), nil
+}
+
+// InstanceModels asks the named instance for its model list now: the
+// worker's raw payload (nil when its driver can't show it) and the parsed
+// list. chat.ErrNoInstance: the instance is not running.
+func (s *Supervisor) InstanceModels(ctx context.Context, name string) (json.RawMessage, []chat.Model, error) {
+	w, ok := s.byName[name]
+	if !ok {
+		return nil, nil, ErrUnknownInstance
+	}
+	be := w.Status().Backend
+	if be == nil {
+		return nil, nil, chat.ErrNoInstance
+	}
+	if rl, ok := be.(RawModelLister); ok {
+		return rl.RawModels(ctx)
+	}
+	ml, ok := be.(ModelLister)
+	if !ok {
+		return nil, nil, errors.New("this worker cannot list models")
+	}
+	ms, err := ml.Models(ctx)
+	return nil, ms, err
+}
+
+// WaitStopped waits until the named instance is stopped, or until deadline,
+// and reports whether it stopped.
+func (s *Supervisor) WaitStopped(name string, deadline time.Time) bool {
+	w, ok := s.byName[name]
+	if !ok {
+		return true
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	for {
+		st, changed := w.watch()
+		if st == StateStopped {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			return false
+		}
+	}
+}

@@ -1,0 +1,222 @@
+// Package supervisortest has in-memory fakes of the supervisor's seams for
+// the tests of the supervisor and of the packages above it (admission, the
+// router, the cluster): a Launcher whose processes are plain values and a
+// Driver whose backends answer as the test says, so the real supervisor runs
+// its whole life cycle without a process (inside a synctest bubble too).
+package supervisortest
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/pool/supervisor"
+)
+
+// Configs returns a worker config per name for the fakes, at test speed
+// (a health check every 300 ms, a second's stop grace), with automatic
+// login; held keeps the workers stopped until something starts them (a
+// lease).
+func Configs(t testing.TB, held bool, names ...string) []supervisor.WorkerConfig {
+	dir := t.TempDir()
+	var wcs []supervisor.WorkerConfig
+	for _, n := range names {
+		wcs = append(wcs, supervisor.WorkerConfig{Name: n, Account: supervisor.Account{Name: n}, WorkDir: dir + "/" + n,
+			Held: held, AutoLogin: true, HealthInterval: 300 * time.Millisecond, StopGrace: time.Second})
+	}
+	return wcs
+}
+
+// Workers is a fake Launcher and Driver: one fake process per start, one
+// backend per connect, keyed by instance name.
+type Workers struct {
+	// Chat answers a turn on the named instance; nil answers every turn
+	// with the text "ok".
+	Chat func(ctx context.Context, instance string, t *chat.Turn) (<-chan chat.Event, error)
+	// Models is what every backend lists (nil: the backends list none).
+	Models []chat.Model
+
+	mu         sync.Mutex
+	loggedOut  map[string]bool // by instance; missing: logged in
+	failLaunch map[string]bool
+	procs      map[string]*Proc // the latest process per instance
+	pid        int
+}
+
+var (
+	_ supervisor.Launcher = (*Workers)(nil)
+	_ supervisor.Driver   = (*Workers)(nil)
+)
+
+// New returns fakes whose workers start logged in, except those named.
+func New(loggedOut ...string) *Workers {
+	f := &Workers{loggedOut: map[string]bool{}, failLaunch: map[string]bool{}, procs: map[string]*Proc{}}
+	for _, n := range loggedOut {
+		f.loggedOut[n] = true
+	}
+	return f
+}
+
+// Command names the instance, which Launch reads back.
+func (f *Workers) Command(ep supervisor.Endpoint) []string { return []string{"fake-worker", ep.Name} }
+
+// ErrLaunch is what Launch returns for an instance set to fail.
+var ErrLaunch = errors.New("fake launch refused")
+
+// Launch starts a fake process for the instance in spec.Argv[1].
+func (f *Workers) Launch(spec supervisor.ProcSpec) (supervisor.Process, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name := spec.Argv[1]
+	if f.failLaunch[name] {
+		return nil, ErrLaunch
+	}
+	f.pid++
+	p := &Proc{pid: f.pid, exited: make(chan struct{})}
+	f.procs[name] = p
+	return p, nil
+}
+
+// Connect returns the instance's backend at once.
+func (f *Workers) Connect(_ context.Context, ep supervisor.Endpoint) (supervisor.Backend, error) {
+	return &Backend{f: f, name: ep.Name}, nil
+}
+
+// Crash makes the instance's latest process exit by itself.
+func (f *Workers) Crash(name string) {
+	f.mu.Lock()
+	p := f.procs[name]
+	f.mu.Unlock()
+	if p != nil {
+		p.exit()
+	}
+}
+
+// Exited is closed when the instance's latest process has exited (nil
+// before its first start): a fake turn ends with it, as a real one does
+// when its worker dies.
+func (f *Workers) Exited(name string) <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p := f.procs[name]; p != nil {
+		return p.exited
+	}
+	return nil
+}
+
+// SetLoggedIn logs the instance in or out, as its next health check sees.
+func (f *Workers) SetLoggedIn(name string, in bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.loggedOut[name] = !in
+}
+
+// FailLaunches makes every start of the instance fail (or succeed again).
+func (f *Workers) FailLaunches(name string, fail bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failLaunch[name] = fail
+}
+
+// Proc is a fake process: it exits 50 ms after SIGINT, as a worker
+// finishing its shutdown, and at once on SIGKILL.
+type Proc struct {
+	pid    int
+	once   sync.Once
+	exited chan struct{}
+}
+
+func (p *Proc) Pid() int                { return p.pid }
+func (p *Proc) Wait() error             { <-p.exited; return nil }
+func (p *Proc) Exited() <-chan struct{} { return p.exited }
+func (p *Proc) exit()                   { p.once.Do(func() { close(p.exited) }) }
+
+func (p *Proc) Signal(sig syscall.Signal) error {
+	switch sig {
+	case syscall.SIGKILL:
+		p.exit()
+	case syscall.SIGINT:
+		time.AfterFunc(50*time.Millisecond, p.exit)
+	}
+	return nil
+}
+
+// Backend is one fake worker connection.
+type Backend struct {
+	f    *Workers
+	name string
+}
+
+// Status reports the instance logged in unless the test logged it out.
+func (b *Backend) Status(context.Context) (supervisor.AuthState, error) {
+	b.f.mu.Lock()
+	defer b.f.mu.Unlock()
+	return supervisor.AuthState{LoggedIn: !b.f.loggedOut[b.name]}, nil
+}
+
+// Chat answers with the test's Chat, or "ok".
+func (b *Backend) Chat(ctx context.Context, t *chat.Turn) (<-chan chat.Event, error) {
+	if b.f.Chat != nil {
+		return b.f.Chat(ctx, b.name, t)
+	}
+	return Answer("ok"), nil
+}
+
+// Models lists the fakes' Models.
+func (b *Backend) Models(context.Context) ([]chat.Model, error) { return b.f.Models, nil }
+
+// LoginURL names the instance.
+func (b *Backend) LoginURL(context.Context) (string, error) {
+	return "http://login.invalid/" + b.name, nil
+}
+
+// Close does nothing.
+func (b *Backend) Close() error { return nil }
+
+// Answer is a finished turn that says text.
+func Answer(text string) <-chan chat.Event {
+	ch := make(chan chat.Event, 2)
+	ch <- chat.Event{Type: chat.EventText, Text: text}
+	ch <- chat.Event{Type: chat.EventDone, Finish: chat.FinishStop}
+	close(ch)
+	return ch
+}
+
+// Loginer records every login the supervisor asks for.
+type Loginer struct {
+	mu      sync.Mutex
+	targets map[string][]supervisor.LoginTarget
+}
+
+var _ supervisor.Loginer = (*Loginer)(nil)
+
+// Ensure records t.
+func (l *Loginer) Ensure(t supervisor.LoginTarget) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.targets == nil {
+		l.targets = map[string][]supervisor.LoginTarget{}
+	}
+	l.targets[t.Instance] = append(l.targets[t.Instance], t)
+}
+
+// Asked returns the instances a login was asked for, with the last target
+// of each.
+func (l *Loginer) Asked() map[string]supervisor.LoginTarget {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]supervisor.LoginTarget{}
+	for name, ts := range l.targets {
+		out[name] = ts[len(ts)-1]
+	}
+	return out
+}
+
+// Names returns the instances a login was asked for, sorted.
+func (l *Loginer) Names() []string { return slices.Sorted(maps.Keys(l.Asked())) }

@@ -1,0 +1,137 @@
+package bundle
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"slices"
+	"strings"
+	"time"
+)
+
+// maxPlainUnpacked caps everything a plain bundle decompresses to: it is a
+// whole work dir (logs and caches too), of which only the credential files
+// are kept.
+const maxPlainUnpacked = 64 << 20
+
+// OpenPlain reads an unsealed bundle: a tar.gz of a whole work dir, as the
+// Python gateway exported it (no manifest, no seal). It keeps the regular
+// files directly in spec.Dir and skips every other entry unread; it applies
+// the sealed format's checks to what it keeps (no absolute paths, no "..",
+// no links or devices in spec.Dir, size and count caps, every required file
+// present and non-empty) and bounds the decompression. The bundle is
+// described for account; nothing is written.
+func OpenPlain(payload []byte, spec Spec, limits Limits, account string, now time.Time) (*Bundle, error) {
+	if err := spec.validate(); err != nil {
+		return nil, err
+	}
+	lim := limits.withDefaults()
+	gz, err := gzip.NewReader(bytes.NewReader(payload))
+	if err != nil {
+		return nil, fmt.Errorf("%w: not gzip: %v", ErrMalformed, err)
+	}
+	tr := tar.NewReader(&capReader{r: gz, n: maxPlainUnpacked})
+	var (
+		files []credFile
+		seen  = map[string]bool{}
+		total int64
+	)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, malformed("bad tar", err)
+		}
+		name, ok, err := plainEntry(h, spec)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("%w: duplicate entry %q", ErrMalformed, h.Name)
+		}
+		seen[name] = true
+		if len(files) >= lim.MaxFiles {
+			return nil, fmt.Errorf("%w: more than %d files in %s/", ErrMalformed, lim.MaxFiles, spec.Dir)
+		}
+		if h.Size < 0 || total+h.Size > lim.MaxUnpacked {
+			return nil, fmt.Errorf("%w: files in %s/ exceed the %d-byte limit", ErrMalformed, spec.Dir, lim.MaxUnpacked)
+		}
+		data, err := io.ReadAll(io.LimitReader(tr, h.Size))
+		if err != nil {
+			return nil, malformed("read "+h.Name, err)
+		}
+		if int64(len(data)) != h.Size {
+			return nil, fmt.Errorf("%w: entry %q is truncated", ErrMalformed, h.Name)
+		}
+		total += h.Size
+		files = append(files, credFile{name: name, data: data})
+	}
+	// Drain what is left of the stream, so that a truncated or corrupt
+	// archive is refused rather than half read.
+	if _, err := io.Copy(io.Discard, tr); err != nil {
+		return nil, malformed("bad tar", err)
+	}
+	slices.SortFunc(files, func(a, b credFile) int { return strings.Compare(a.name, b.name) })
+	m := Manifest{Version: 1, Account: account, Dir: spec.Dir, CreatedAt: now.UTC().Truncate(time.Second)}
+	for _, f := range files {
+		sum := sha256.Sum256(f.data)
+		m.Files = append(m.Files, ManifestFile{Name: f.name, Size: int64(len(f.data)), SHA256: hex.EncodeToString(sum[:])})
+		if f.name == spec.MachineIDFile {
+			m.MachineID = strings.TrimSpace(string(f.data))
+		}
+		if f.name == spec.ExpiryFile {
+			m.ExpiresAt = parseExpiry(f.data)
+		}
+	}
+	m.PayloadSHA256 = payloadDigest(files)
+	if err := verify(m, files, spec); err != nil {
+		return nil, err
+	}
+	return &Bundle{Manifest: m, spec: spec, files: files}, nil
+}
+
+// plainEntry checks one entry of a plain bundle: ok with its file name when
+// it is a credential file to keep, !ok for an entry to skip. Paths may start
+// with "./"; an unsafe path anywhere, or anything but a regular file in the
+// credential dir, is refused.
+func plainEntry(h *tar.Header, spec Spec) (name string, ok bool, err error) {
+	n := strings.TrimPrefix(h.Name, "./")
+	if n == "" || n == "." || n == "./" {
+		return "", false, nil // the archive's root
+	}
+	if strings.HasPrefix(n, "/") || strings.ContainsAny(n, "\\\x00") || path.IsAbs(n) {
+		return "", false, fmt.Errorf("%w: disallowed path %q", ErrMalformed, h.Name)
+	}
+	for _, el := range strings.Split(strings.TrimSuffix(n, "/"), "/") {
+		if el == ".." || el == "." || el == "" {
+			return "", false, fmt.Errorf("%w: disallowed path %q", ErrMalformed, h.Name)
+		}
+	}
+	n = strings.TrimSuffix(n, "/")
+	dir, file := path.Split(n)
+	switch {
+	case n == spec.Dir:
+		if h.Typeflag != tar.TypeDir {
+			return "", false, fmt.Errorf("%w: %q must be a directory", ErrMalformed, h.Name)
+		}
+		return "", false, nil
+	case dir != spec.Dir+"/" || h.Typeflag == tar.TypeDir:
+		return "", false, nil // elsewhere in the work dir, or a subdirectory: not a credential
+	case h.Typeflag != tar.TypeReg:
+		return "", false, fmt.Errorf("%w: disallowed entry %q of type %q (regular files only)", ErrMalformed, h.Name, string(h.Typeflag))
+	case !validFileName(file):
+		return "", false, fmt.Errorf("%w: disallowed file name %q", ErrMalformed, h.Name)
+	}
+	return file, true, nil
+}

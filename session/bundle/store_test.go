@@ -1,0 +1,158 @@
+package bundle
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/session"
+)
+
+func storeSuite(t *testing.T, s Store) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := s.LoadBundle(ctx, "acct-a"); !errors.Is(err, session.ErrNotFound) {
+		t.Errorf("LoadBundle(missing) error = %v, want ErrNotFound", err)
+	}
+	t0 := time.Unix(1_700_000_000, 0)
+	v := func(token int64, at time.Duration) Version {
+		return Version{Token: token, Created: t0.Add(at)}
+	}
+	give := []byte("sealed-a-1")
+	if err := s.SaveBundle(ctx, "acct-a", give, v(1, 0)); err != nil {
+		t.Fatalf("SaveBundle() = %v", err)
+	}
+	give[0] = 'X' // the store keeps its own copy
+	if err := s.SaveBundle(ctx, "acct-b", []byte("sealed-b"), v(1, 0)); err != nil {
+		t.Fatalf("SaveBundle(b) = %v", err)
+	}
+	if got, err := s.LoadBundle(ctx, "acct-a"); err != nil || string(got) != "sealed-a-1" {
+		t.Errorf("LoadBundle(a) = %q, %v; want %q, nil", got, err, "sealed-a-1")
+	}
+	if err := s.SaveBundle(ctx, "acct-a", []byte("sealed-a-2"), v(1, time.Minute)); err != nil {
+		t.Fatalf("SaveBundle(overwrite) = %v", err)
+	}
+	// A replica that lost the lease (lower token), or an older bundle, never
+	// overwrites the newer one.
+	for _, stale := range []Version{v(0, time.Hour), v(1, time.Second)} {
+		if err := s.SaveBundle(ctx, "acct-a", []byte("stale"), stale); !errors.Is(err, ErrStale) {
+			t.Errorf("SaveBundle(%+v) = %v, want ErrStale", stale, err)
+		}
+	}
+	got, err := s.LoadBundle(ctx, "acct-a")
+	if err != nil || string(got) != "sealed-a-2" {
+		t.Errorf("LoadBundle(a) after overwrite = %q, %v; want %q, nil", got, err, "sealed-a-2")
+	}
+	got[0] = 'X' // callers may scribble on what they got
+	if got, _ := s.LoadBundle(ctx, "acct-a"); string(got) != "sealed-a-2" {
+		t.Errorf("LoadBundle(a) after the caller changed its copy = %q", got)
+	}
+	if got, err := s.LoadBundle(ctx, "acct-b"); err != nil || string(got) != "sealed-b" {
+		t.Errorf("LoadBundle(b) = %q, %v; want %q, nil", got, err, "sealed-b")
+	}
+	// The next holder's token wins even with an older bundle.
+	if err := s.SaveBundle(ctx, "acct-a", []byte("sealed-a-3"), v(2, -time.Hour)); err != nil {
+		t.Errorf("SaveBundle(next token) = %v", err)
+	}
+	if got, _ := s.LoadBundle(ctx, "acct-a"); string(got) != "sealed-a-3" {
+		t.Errorf("LoadBundle(a) after the next holder's save = %q", got)
+	}
+}
+
+func TestMemoryStore(t *testing.T) { storeSuite(t, NewMemoryStore()) }
+
+// sessionRedis opens a session store on srv under a prefix of its own, for
+// the bundle store to share.
+func sessionRedis(t *testing.T, srv *testenv.RedisServer, cfg session.RedisConfig) *session.Redis {
+	t.Helper()
+	cfg.URL = srv.URL()
+	cfg.Prefix = testenv.KeyPrefix(t)
+	r, err := session.OpenRedis(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+func TestRedisStore(t *testing.T) {
+	srv := testenv.Redis(t)
+	tier := sessionRedis(t, srv, session.RedisConfig{})
+	r := NewRedisStore(tier)
+	storeSuite(t, r)
+
+	// Stored in Redis without TTL, and visible to another replica.
+	raw := srv.Client(t)
+	ctx := context.Background()
+	if ttl, err := raw.TTL(ctx, tier.Key("bundle:acct-a")).Result(); err != nil || ttl != -1 {
+		t.Errorf("TTL(bundle) = %v, %v; want -1 (no expiry)", ttl, err)
+	}
+	other := NewRedisStore(tier)
+	if got, err := other.LoadBundle(ctx, "acct-b"); err != nil || string(got) != "sealed-b" {
+		t.Errorf("other replica LoadBundle(b) = %q, %v; want %q, nil", got, err, "sealed-b")
+	}
+	// A bundle removed from Redis is gone for the replica holding a mirror.
+	if err := raw.Del(ctx, tier.Key("bundle:acct-b")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.LoadBundle(ctx, "acct-b"); !errors.Is(err, session.ErrNotFound) {
+		t.Errorf("LoadBundle(deleted in Redis) error = %v, want ErrNotFound", err)
+	}
+}
+
+// The keys are those the versions before this package wrote: data in a
+// Redis that outlived an upgrade is still read.
+func TestRedisStoreKeys(t *testing.T) {
+	client := redis.NewClient(&redis.Options{})
+	r := NewRedisStore(session.NewRedis(session.RedisConfig{Prefix: "p:"}, client))
+	defer client.Close()
+	if got, want := r.key("acct-1"), "p:bundle:acct-1"; got != want {
+		t.Errorf("key() = %q, want %q", got, want)
+	}
+	if got, want := r.versionKey("acct-1"), "p:bundlever:acct-1"; got != want {
+		t.Errorf("versionKey() = %q, want %q", got, want)
+	}
+}
+
+func TestRedisStoreOutage(t *testing.T) {
+	srv := testenv.Redis(t)
+	var errs testenv.OpErrors
+	tier := sessionRedis(t, srv, session.RedisConfig{RetryInterval: 50 * time.Millisecond, OnError: errs.Add})
+	r := NewRedisStore(tier)
+	ctx := context.Background()
+	if err := r.SaveBundle(ctx, "acct-up", []byte("saved while up"), Version{}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Freeze()
+	start := time.Now()
+	if err := r.SaveBundle(ctx, "acct-down", []byte("saved while down"), Version{}); err != nil {
+		t.Errorf("SaveBundle() while down = %v, want nil (local copy)", err)
+	}
+	if d := time.Since(start); d > 3*timeout {
+		t.Errorf("SaveBundle() while down took %s, want about the %s deadline", d, timeout)
+	}
+	for _, acct := range []string{"acct-up", "acct-down"} {
+		if _, err := r.LoadBundle(ctx, acct); err != nil {
+			t.Errorf("LoadBundle(%s) while down = %v, want the local copy", acct, err)
+		}
+	}
+	if errs.Get("save_bundle") != 1 || errs.Get("load_bundle") < 1 {
+		t.Errorf("OnError calls: save_bundle %d, load_bundle %d; want 1 and >= 1", errs.Get("save_bundle"), errs.Get("load_bundle"))
+	}
+	srv.Thaw()
+	time.Sleep(60 * time.Millisecond) // past the retry interval
+	if err := tier.Ping(ctx); err != nil {
+		t.Fatalf("Ping() after thaw = %v", err)
+	}
+	// The bundle saved while Redis was away reaches Redis on the next load.
+	if got, err := r.LoadBundle(ctx, "acct-down"); err != nil || string(got) != "saved while down" {
+		t.Errorf("LoadBundle(acct-down) after thaw = %q, %v", got, err)
+	}
+	if got, err := srv.Client(t).Get(ctx, tier.Key("bundle:acct-down")).Result(); err != nil || got != "saved while down" {
+		t.Errorf("Redis copy of acct-down = %q, %v; want it pushed back", got, err)
+	}
+}
