@@ -41,6 +41,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	svg := fs.String("svg", "docs/bench-latency.svg", "where to write the added-latency plot")
 	note := fs.String("note", "", "a remark to put at the top of the report (for example about the machine)")
 	only := fs.String("only", "", "run only these scenarios (comma-separated: 1,2,3,4,5,sweep) and print them; writes no files")
+	profiles := fs.String("profiles", "", "keep each row's CPU profile in this directory (default: a temporary one, removed)")
+	profLen := fs.Duration("profile", 0, "length of each row's profiled block (default 1s short, 3s full)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -59,7 +61,16 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	b := &bench{bin: binPath, dir: dir, plan: newPlan(*short), out: stdout}
+	b := &bench{bin: binPath, dir: dir, profDir: dir, plan: newPlan(*short), out: stdout}
+	if *profLen > 0 {
+		b.plan.profile = *profLen
+	}
+	if *profiles != "" {
+		if err := os.MkdirAll(*profiles, 0o755); err != nil {
+			return err
+		}
+		b.profDir = *profiles
+	}
 	if *only != "" {
 		b.only = map[string]bool{}
 		for _, id := range strings.Split(*only, ",") {
@@ -109,8 +120,8 @@ func (b *bench) runAll(ctx context.Context) (*results, error) {
 		run      func(context.Context) ([]*row, error)
 	}{
 		{"1", "1: sequential", b.scenarioSequential},
-		{"2", "2: 200 concurrent clients", b.scenarioConcurrent},
-		{"3", "3: 50 ms worker at a constant rate", b.scenarioRate},
+		{"2", "2: concurrent clients", b.scenarioConcurrent},
+		{"3", "3: 50 ms worker, concurrent clients", b.scenarioSlow},
 		{"5", "5: affinity in memory and on Redis", b.scenarioAffinity},
 		{"sweep", "sweep: added latency against concurrency", b.scenarioSweep},
 	}
@@ -125,12 +136,16 @@ func (b *bench) runAll(ctx context.Context) (*results, error) {
 		}
 		res.rows = append(res.rows, rows...)
 	}
-	var err error
-	if b.selected("4") {
-		b.logf("scenario 4: %d slow streams", b.plan.streams)
-		if res.streams, err = b.scenarioStreams(ctx); err != nil {
+	for _, n := range b.plan.streams {
+		if !b.selected("4") {
+			break
+		}
+		b.logf("scenario 4: %d slow streams", n)
+		s, err := b.scenarioStreams(ctx, n)
+		if err != nil {
 			return nil, fmt.Errorf("scenario 4: %w", err)
 		}
+		res.streams = append(res.streams, s)
 	}
 	res.took, res.loadAfter = time.Since(res.started), loadavg()
 	if errors.Is(ctx.Err(), context.Canceled) {

@@ -90,17 +90,20 @@ func (res *results) markdown(svgName string) string {
 		{"load average (1 min) before / after", fmt.Sprintf("%.2f / %.2f", res.loadBefore, res.loadAfter)},
 	})
 	b.WriteString("## Targets\n\n")
-	b.WriteString("From DESIGN.md. For scale: the best Go gateway measured on this kind of machine spends about 180 µs of " +
-		"CPU per request and adds about 0.4 ms at concurrency 1.\n\n")
+	b.WriteString("Issue 17's targets, each against the figure measured before that work on the same kind of machine. " +
+		"For scale: the best Go gateway measured on this kind of machine spends about 180 µs of CPU per request and " +
+		"adds about 0.4 ms at concurrency 1.\n\n")
 	mdTable(&b, []string{"target", "measured", "result"}, res.targets())
 	b.WriteString("## Results\n\n")
 	b.WriteString("Latencies are whole answers (the last byte); TTFB is the response headers for non-streaming requests " +
 		"and the first SSE `data:` line for streams. *added* is through poolgate minus direct at the same percentile " +
 		"(req/s: relative change). Gateway CPU is utime+stime of the poolgate process alone over the blocks through it, " +
-		"divided by its requests (and, for streams, by the SSE events it relayed); peak RSS is its VmHWM at the end of " +
-		"the row, idle RSS its VmRSS once every worker was ready.\n\n")
+		"divided by its requests (and, for streams, by the SSE events it relayed); *worker CPU/req* is the worker " +
+		"process's own over the direct blocks, the floor under the gateway's; *gw allocs/req* counts the gateway's heap " +
+		"allocations (and bytes) per request over the blocks through it, from the runtime's own counters; peak RSS is " +
+		"its VmHWM at the end of the row, idle RSS its VmRSS once every worker was ready.\n\n")
 	mdTable(&b, tableHead, res.tableRows())
-	if s := res.streams; s != nil {
+	for _, s := range res.streams {
 		b.WriteString(fmt.Sprintf("### Scenario 4: %d slow streams at once\n\n", s.want))
 		b.WriteString(fmt.Sprintf("Streams of %d chunks 500 ms apart (about %s each), opened at %.0f per second through "+
 			"poolgate over 4 workers. *RSS, all open* is the gateway's VmRSS sampled while the most streams were open; "+
@@ -109,6 +112,19 @@ func (res *results) markdown(svgName string) string {
 			res.plan.streamChunks, s.lifetime, res.plan.streamRamp))
 		mdTable(&b, streamsHead, [][]string{s.tableRow()})
 	}
+	b.WriteString("## Where the gateway's CPU goes\n\n")
+	b.WriteString(fmt.Sprintf("Each row's CPU profile, taken from the gateway's loopback-only profiler "+
+		"(`pprof_listen`) over one more block of %s through it after the measured ones. *Own time* lists the functions "+
+		"that burn the most CPU themselves (mostly the runtime and the kernel's side of the sockets); *beneath* lists "+
+		"poolgate's own functions (and the JSON and Redis code they call) by the share of the profile spent in them "+
+		"and below.\n\n", res.plan.profile))
+	var prof [][]string
+	for _, r := range res.rows {
+		if len(r.flat) > 0 {
+			prof = append(prof, []string{r.id + ": " + r.title, r.mode, topText(r.flat, 6, false), topText(r.cum, 6, true)})
+		}
+	}
+	mdTable(&b, []string{"scenario", "mode", "own time", "beneath"}, prof)
 	b.WriteString("## Added latency against concurrency\n\n")
 	b.WriteString(fmt.Sprintf("![added latency, p50 and p99, through poolgate minus direct, non-streaming](%s)\n\n", svgName))
 	b.WriteString(methodText)
@@ -124,13 +140,13 @@ const methodText = `## Method
   worker, except scenario 4 (four workers).
 - **Alternation**: every measurement is split into rounds that alternate direct and through poolgate (and swap
   the order each round), after a warm-up that opens connections, so drift on the machine hits both alike.
-- **Load**: closed loop (N clients back to back) for scenarios 1, 2 and 5 and the sweep; constant rate (open
-  loop, bounded in-flight) for scenarios 3 and 4, with latency counted from each request's *scheduled* send
+- **Load**: closed loop (N clients back to back) for scenarios 1, 2, 3, 5, 6 and the sweep; constant rate (open
+  loop, bounded in-flight) for scenario 4, with latency counted from each request's *scheduled* send
   time so a stall shows in the requests it delays (no coordinated omission). HDR histograms (1 µs to 10 min,
   3 significant digits). One tuned ` + "`http.Transport`" + ` per target, with enough idle connections per host
   for every client.
-- **Scenarios**: (1) one client, zero-latency worker; (2) 200 clients, zero-latency worker; (3) a worker that
-  waits 50 ms before answering, at a constant rate; (4) thousands of slow streams at once, for memory;
+- **Scenarios**: (1) one client, zero-latency worker; (2) 50 clients, zero-latency worker; (3) a worker that
+  waits 50 ms before answering, with 50 clients; (4) thousands of slow streams at once, for memory;
   (5) a mix of first turns and follow-ups (each follow-up continues a conversation started earlier, so it can
   find its affinity entry), with affinity in memory and on a real ` + "`redis-server`" + `; every request
   pays the lookup and the write-back. OpenAI-style workers have no upstream session to reuse, so a found

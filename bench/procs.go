@@ -103,12 +103,16 @@ type gatewayConfig struct {
 	PerInstance int
 	// RedisURL puts affinity on Redis; empty keeps it in memory.
 	RedisURL string
+	// Driver is POOLGATE_DRIVER (default openai: simworker --protocol=openai).
+	Driver string
 }
 
 // gateway is one running poolgate with its workers.
 type gateway struct {
 	*child
 	url string
+	// pprofURL is the gateway's loopback-only profiler.
+	pprofURL string
 	// idle is the memory right after every worker was ready, before load.
 	idle memInfo
 	// workers are the instances as /internal/pool listed them when ready.
@@ -130,7 +134,14 @@ func startGateway(ctx context.Context, bin, dir string, cfg gatewayConfig) (*gat
 	if cfg.PerInstance <= 0 {
 		cfg.PerInstance = 256
 	}
+	if cfg.Driver == "" {
+		cfg.Driver = "openai"
+	}
 	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	pprofPort, err := freePort()
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +152,8 @@ func startGateway(ctx context.Context, bin, dir string, cfg gatewayConfig) (*gat
 	}
 	accJSON, _ := json.Marshal(accts) // a slice of string maps always marshals
 	env := []string{
-		"POOLGATE_DRIVER=openai",
+		"POOLGATE_DRIVER=" + cfg.Driver,
+		"POOLGATE_PPROF_LISTEN=127.0.0.1:" + strconv.Itoa(pprofPort),
 		"POOLGATE_ACCOUNTS=" + string(accJSON),
 		"POOLGATE_INSTANCE_MAX_IN_FLIGHT=" + strconv.Itoa(cfg.PerInstance),
 		"POOLGATE_MAX_IN_FLIGHT=" + strconv.Itoa(cfg.PerInstance*cfg.Accounts),
@@ -164,7 +176,7 @@ func startGateway(ctx context.Context, bin, dir string, cfg gatewayConfig) (*gat
 	if err != nil {
 		return nil, err
 	}
-	g := &gateway{child: c, url: "http://127.0.0.1:" + strconv.Itoa(port)}
+	g := &gateway{child: c, url: "http://127.0.0.1:" + strconv.Itoa(port), pprofURL: "http://127.0.0.1:" + strconv.Itoa(pprofPort)}
 	if err := g.waitReady(ctx, cfg.Accounts, 30*time.Second); err != nil {
 		g.stop(syscall.SIGINT, 10*time.Second)
 		return nil, fmt.Errorf("%w\n--- poolgate log ---\n%s", err, g.logTail())

@@ -24,28 +24,32 @@ type plan struct {
 	// block is the time per target of each closed-loop or constant-rate
 	// measurement (split across rounds); sweepBlock the same for the sweep.
 	block, sweepBlock time.Duration
-	// rate is scenario 3's constant rate, in requests per second.
-	rate float64
+	// clients is the closed-loop concurrency of scenarios 2 and 3.
+	clients int
 	// sweep lists the extra concurrencies of the added-latency plot (1 and
-	// 200 come from scenarios 1 and 2).
+	// clients come from scenarios 1 and 2).
 	sweep []int
-	// streams is scenario 4's number of concurrent slow streams, each of
+	// streams are scenario 4's numbers of concurrent slow streams, each of
 	// streamChunks chunks 500 ms apart, opened at streamRamp per second.
-	streams, streamChunks int
-	streamRamp            float64
+	streams      []int
+	streamChunks int
+	streamRamp   float64
 	// affinityClients is scenario 5's closed-loop concurrency.
 	affinityClients int
+	// profile is the length of the extra block through the gateway that
+	// each row profiles (0: none).
+	profile time.Duration
 }
 
 func newPlan(short bool) plan {
 	if short {
 		return plan{short: true, rounds: 2, seqN: 2000, seqStreamN: 300, block: 3 * time.Second,
-			sweepBlock: 2 * time.Second, rate: 200, sweep: []int{8, 32, 128},
-			streams: 1000, streamChunks: 12, streamRamp: 1000, affinityClients: 16}
+			sweepBlock: 2 * time.Second, clients: 50, sweep: []int{8, 200},
+			streams: []int{1000}, streamChunks: 12, streamRamp: 1000, affinityClients: 16, profile: time.Second}
 	}
 	return plan{rounds: 3, seqN: 15000, seqStreamN: 2000, block: 15 * time.Second,
-		sweepBlock: 6 * time.Second, rate: 200, sweep: []int{8, 32, 128},
-		streams: 5000, streamChunks: 30, streamRamp: 1000, affinityClients: 16}
+		sweepBlock: 6 * time.Second, clients: 50, sweep: []int{8, 32, 128, 200},
+		streams: []int{1000, 5000}, streamChunks: 12, streamRamp: 1000, affinityClients: 16, profile: 3 * time.Second}
 }
 
 // row is one scenario measured directly and through poolgate.
@@ -59,6 +63,14 @@ type row struct {
 	// idle and mem are the gateway's memory when ready and after the row.
 	idle, mem memInfo
 	note      string
+	// workerDirect and workerThrough are the worker's CPU over the direct
+	// and the through blocks: the floor the gateway adds to.
+	workerDirect, workerThrough time.Duration
+	// mallocs and allocBytes are what the gateway allocated over the
+	// through blocks.
+	mallocs, allocBytes uint64
+	// flat and cum are the top entries of the gateway's CPU profile.
+	flat, cum []topEntry
 }
 
 // load is how requests are driven: a closed loop of clients, or a constant
@@ -74,10 +86,12 @@ const unbounded = 1 << 30
 
 // bench runs the scenarios and keeps what it started, to stop it on any exit.
 type bench struct {
-	bin  string
-	dir  string
-	plan plan
-	out  io.Writer
+	bin string
+	dir string
+	// profDir is where the rows' CPU profiles go.
+	profDir string
+	plan    plan
+	out     io.Writer
 
 	// only, when set, names the scenarios to run (-only).
 	only map[string]bool
@@ -122,7 +136,7 @@ func (b *bench) gateway(ctx context.Context, cfg gatewayConfig) (*gateway, error
 }
 
 // compare measures the row's workload against g's first worker directly and
-// through g, alternating in rounds.
+// through g, alternating in rounds, then profiles one more block through g.
 func (b *bench) compare(ctx context.Context, g *gateway, r *row, stream bool, body func(int) []byte, ld load) error {
 	conns := max(ld.clients, 64)
 	if ld.rate > 0 {
@@ -136,27 +150,17 @@ func (b *bench) compare(ctx context.Context, g *gateway, r *row, stream bool, bo
 		closedLoop(ctx, max(min(ld.clients, 64), 1), 200, 500*time.Millisecond, requester(t, stream, body, nil), newRecorder())
 	}
 	r.direct, r.through, r.idle = newRecorder(), newRecorder(), g.idle
+	worker := g.workers[0].PID
 	for round := range b.plan.rounds {
 		order := []*target{direct, through}
 		if round%2 == 1 {
 			order[0], order[1] = through, direct
 		}
 		for _, t := range order {
-			rec := newRecorder()
-			c0, err := procCPU(g.pid())
-			if err != nil {
+			if err := b.block(ctx, g, r, t == through, worker, func(rec *recorder) {
+				drive(ctx, ld, b.plan.rounds, requester(t, stream, body, nil), rec)
+			}); err != nil {
 				return err
-			}
-			drive(ctx, ld, b.plan.rounds, requester(t, stream, body, nil), rec)
-			c1, err := procCPU(g.pid())
-			if err != nil {
-				return err
-			}
-			if t == through {
-				r.cpu += c1 - c0
-				r.through.merge(rec)
-			} else {
-				r.direct.merge(rec)
 			}
 		}
 	}
@@ -166,10 +170,78 @@ func (b *bench) compare(ctx context.Context, g *gateway, r *row, stream bool, bo
 	if ld.rate > 0 {
 		r.note = fmt.Sprintf("late sends: %d direct, %d through", r.direct.late.Load(), r.through.late.Load())
 	}
+	if err := b.profileRow(ctx, g, r, through, stream, body, ld); err != nil {
+		return err
+	}
 	var err error
 	r.mem, err = procMem(g.pid())
-	b.logf("  %-44s direct p50 %-9s through p50 %-9s errors %d/%d", r.title+", "+r.mode,
-		fmtDur(r.direct.lat.quantile(50)), fmtDur(r.through.lat.quantile(50)), r.direct.errs.Load(), r.through.errs.Load())
+	b.logf("  %-44s direct p50 %-9s through p50 %-9s errors %d/%d  gw CPU/req %s  worker %s  top: %s", r.title+", "+r.mode,
+		fmtDur(r.direct.lat.quantile(50)), fmtDur(r.through.lat.quantile(50)), r.direct.errs.Load(), r.through.errs.Load(),
+		fmtMicros(r.cpuPerRequest()), fmtMicros(r.workerPerRequest()), r.profileText(3))
+	return err
+}
+
+// block runs one measured block and adds what it measured to r: the
+// gateway's CPU and allocations when through, and the worker's CPU either way.
+func (b *bench) block(ctx context.Context, g *gateway, r *row, through bool, worker int, run func(*recorder)) error {
+	rec := newRecorder()
+	c0, err := procCPU(g.pid())
+	if err != nil {
+		return err
+	}
+	w0, err := procCPU(worker)
+	if err != nil {
+		return err
+	}
+	var a0 allocStats
+	if through {
+		if a0, err = g.allocs(ctx); err != nil {
+			return err
+		}
+	}
+	run(rec)
+	c1, err := procCPU(g.pid())
+	if err != nil {
+		return err
+	}
+	w1, err := procCPU(worker)
+	if err != nil {
+		return err
+	}
+	if !through {
+		r.workerDirect += w1 - w0
+		r.direct.merge(rec)
+		return nil
+	}
+	a1, err := g.allocs(ctx)
+	if err != nil {
+		return err
+	}
+	r.cpu += c1 - c0
+	r.workerThrough += w1 - w0
+	r.mallocs += a1.mallocs - a0.mallocs
+	r.allocBytes += a1.bytes - a0.bytes
+	r.through.merge(rec)
+	return nil
+}
+
+// profileRow records the gateway's CPU profile over one more block through
+// it (not counted in the row's figures) and keeps its top entries.
+func (b *bench) profileRow(ctx context.Context, g *gateway, r *row, through *target, stream bool, body func(int) []byte, ld load) error {
+	d := b.plan.profile
+	if d <= 0 {
+		return nil
+	}
+	path := profileName(b.profDir, r.id+r.title, r.mode)
+	errc := make(chan error, 1)
+	go func() { errc <- g.cpuProfile(ctx, d, path) }()
+	pl := load{clients: ld.clients, rate: ld.rate, n: unbounded, dur: d + 300*time.Millisecond}
+	drive(ctx, pl, 1, requester(through, stream, body, nil), newRecorder())
+	if err := <-errc; err != nil {
+		return fmt.Errorf("profile: %w", err)
+	}
+	var err error
+	r.flat, r.cum, err = profileTop(b.bin, path, 6)
 	return err
 }
 
@@ -227,34 +299,38 @@ func (b *bench) scenarioSweep(ctx context.Context) ([]*row, error) {
 	return rows, nil
 }
 
-// scenarioConcurrent is scenario 2: 200 clients, zero-latency worker.
+// scenarioConcurrent is scenario 2: many clients, zero-latency worker.
 func (b *bench) scenarioConcurrent(ctx context.Context) ([]*row, error) {
 	g, err := b.gateway(ctx, gatewayConfig{})
 	if err != nil {
 		return nil, err
 	}
 	defer g.stop(syscall.SIGINT, 10*time.Second)
-	ld := load{clients: 200, n: unbounded, dur: b.plan.block}
-	ns := &row{id: "2", title: "200 clients", mode: "non-stream", concurrency: 200}
+	c := b.plan.clients
+	ld := load{clients: c, n: unbounded, dur: b.plan.block}
+	title := fmt.Sprintf("%d clients", c)
+	ns := &row{id: "2", title: title, mode: "non-stream", concurrency: c}
 	if err := b.compare(ctx, g, ns, false, fixed(chatBody(false, "bench")), ld); err != nil {
 		return nil, err
 	}
-	st := &row{id: "2", title: "200 clients", mode: "stream, 100 events"}
+	st := &row{id: "2", title: title, mode: "stream, 100 events"}
 	if err := b.compare(ctx, g, st, true, fixed(chatBody(true, "bench"+streamDirective)), ld); err != nil {
 		return nil, err
 	}
 	return []*row{ns, st}, nil
 }
 
-// scenarioRate is scenario 3: a 50 ms worker at a constant rate.
-func (b *bench) scenarioRate(ctx context.Context) ([]*row, error) {
+// scenarioSlow is scenario 3: a worker that takes 50 ms per answer, with
+// many clients, so the gateway holds many turns open at once.
+func (b *bench) scenarioSlow(ctx context.Context) ([]*row, error) {
 	g, err := b.gateway(ctx, gatewayConfig{})
 	if err != nil {
 		return nil, err
 	}
 	defer g.stop(syscall.SIGINT, 10*time.Second)
-	title := fmt.Sprintf("50 ms worker, %.0f req/s", b.plan.rate)
-	ld := load{rate: b.plan.rate, clients: 1000, dur: b.plan.block}
+	c := b.plan.clients
+	title := fmt.Sprintf("50 ms worker, %d clients", c)
+	ld := load{clients: c, n: unbounded, dur: b.plan.block}
 	ns := &row{id: "3", title: title, mode: "non-stream"}
 	if err := b.compare(ctx, g, ns, false, fixed(chatBody(false, "bench"+delayDirective)), ld); err != nil {
 		return nil, err
@@ -327,9 +403,8 @@ type streamsResult struct {
 
 // scenarioStreams is scenario 4: open many slow streams through poolgate
 // and watch its memory.
-func (b *bench) scenarioStreams(ctx context.Context) (*streamsResult, error) {
+func (b *bench) scenarioStreams(ctx context.Context, n int) (*streamsResult, error) {
 	const accounts = 4
-	n := b.plan.streams
 	g, err := b.gateway(ctx, gatewayConfig{Accounts: accounts, PerInstance: 2 * n / accounts})
 	if err != nil {
 		return nil, err

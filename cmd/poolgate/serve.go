@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strings"
 	"sync"
@@ -355,6 +356,13 @@ func (a *app) run(ctx context.Context) error {
 	if a.cluster != nil {
 		bg.Go(func() { a.cluster.Run(runCtx) })
 	}
+	if a.cfg.PprofListen != "" {
+		stopProf, err := servePprof(a.cfg.PprofListen)
+		if err != nil {
+			return err
+		}
+		defer stopProf()
+	}
 	errc := make(chan error, 2)
 	go func() { errc <- a.api.Serve(lis) }()
 	if a.admin != nil {
@@ -403,6 +411,25 @@ func (a *app) run(ctx context.Context) error {
 		serveErr = nil
 	}
 	return serveErr
+}
+
+// servePprof serves Go's profiler on addr, which Validate has held to
+// loopback: it carries no credentials. Its own mux keeps the handlers off
+// every other listener. The returned func closes it.
+func servePprof(addr string) (func(), error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("pprof listen %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(lis) }()
+	return func() { _ = srv.Close() }, nil
 }
 
 func storeName(cfg config.Config) string {

@@ -50,6 +50,7 @@ type Config struct {
 	MetricsToken  string        `yaml:"metrics_token"`  // Bearer token for /metrics
 	MetricsPublic bool          `yaml:"metrics_public"` // serve /metrics without a token (false)
 	Insecure      bool          `yaml:"insecure"`       // allow a non-loopback listen without API keys (false)
+	PprofListen   string        `yaml:"pprof_listen"`   // loopback address for Go's profiler, unauthenticated ("" = off)
 	MaxBodyBytes  int64         `yaml:"max_body_bytes"` // request body cap in bytes (16 MiB)
 	BodyTimeout   time.Duration `yaml:"body_timeout"`   // longest a request body may take to arrive (60s)
 	LogLevel      string        `yaml:"log_level"`      // debug, info, warn, error (info)
@@ -276,6 +277,10 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.AdminListen); err != nil {
 			errs = append(errs, fmt.Errorf("admin_listen %q: %w", c.AdminListen, err))
 		}
+	}
+	// The profiler has no credentials of its own, so it may only bind loopback.
+	if c.PprofListen != "" && !IsLoopback(c.PprofListen) {
+		errs = append(errs, fmt.Errorf("pprof_listen %q: the profiler serves without credentials, so it must be a loopback address such as 127.0.0.1:6060", c.PprofListen))
 	}
 	if len(c.APIKeys) == 0 && !c.Insecure && !IsLoopback(c.Listen) {
 		errs = append(errs, fmt.Errorf("listen %q is not a loopback address and no api_keys are set: set POOLGATE_API_KEYS, or POOLGATE_INSECURE=true to serve without auth", c.Listen))

@@ -46,6 +46,7 @@ func TestLoadErrors(t *testing.T) {
 		{"path in account name", "", []string{`POOLGATE_ACCOUNTS=[{"name":"../x"}]`}, "account name"},
 		{"zero queue", "", []string{"POOLGATE_MAX_QUEUE=0"}, "max_queue"},
 		{"missing password env", "", []string{`POOLGATE_ACCOUNTS=[{"name":"x","password_env":"NOPE"}]`}, "NOPE"},
+		{"profiler off loopback", "", []string{"POOLGATE_PPROF_LISTEN=0.0.0.0:6060", "POOLGATE_API_KEYS=k"}, "pprof_listen"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The gateway runs with its loopback-only profiler on (pprof_listen), so a
+// row can say where the gateway's CPU went and what it allocated, not only
+// how much.
+
+// allocStats are the gateway's cumulative allocation counters.
+type allocStats struct {
+	mallocs, bytes uint64
+}
+
+// allocs reads the runtime's cumulative allocation counters from the text
+// heap profile, which ends with the process's MemStats.
+func (g *gateway) allocs(ctx context.Context) (allocStats, error) {
+	body, err := g.pprofGet(ctx, "/debug/pprof/allocs?debug=1", 10*time.Second)
+	if err != nil {
+		return allocStats{}, err
+	}
+	return parseMemStats(body)
+}
+
+// parseMemStats finds "# Mallocs = N" and "# TotalAlloc = N" in a debug=1
+// heap profile.
+func parseMemStats(b []byte) (allocStats, error) {
+	var s allocStats
+	var seen int
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "# "), " = ")
+		if !ok {
+			continue
+		}
+		var dst *uint64
+		switch k {
+		case "Mallocs":
+			dst = &s.mallocs
+		case "TotalAlloc":
+			dst = &s.bytes
+		default:
+			continue
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return s, fmt.Errorf("memstats %s: %w", k, err)
+		}
+		*dst = n
+		seen++
+	}
+	if seen != 2 {
+		return s, fmt.Errorf("memstats: Mallocs or TotalAlloc missing")
+	}
+	return s, nil
+}
+
+// cpuProfile records the gateway's CPU for d into path.
+func (g *gateway) cpuProfile(ctx context.Context, d time.Duration, path string) error {
+	secs := max(int(d.Round(time.Second)/time.Second), 1)
+	body, err := g.pprofGet(ctx, "/debug/pprof/profile?seconds="+strconv.Itoa(secs), d+20*time.Second)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, body, 0o644)
+}
+
+func (g *gateway) pprofGet(ctx context.Context, path string, timeout time.Duration) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.pprofURL+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return body, nil
+}
+
+// topEntry is one line of `go tool pprof -top`.
+type topEntry struct {
+	fn        string
+	flat, cum float64 // percent of the profile
+}
+
+// profileTop summarises a CPU profile: the n functions with the most time
+// of their own, and the n of poolgate's own functions (and the libraries it
+// calls directly) with the most time beneath them.
+func profileTop(bin, path string, n int) (flat, cum []topEntry, err error) {
+	flatOut, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount="+strconv.Itoa(n), bin, path).Output()
+	if err != nil {
+		return nil, nil, fmt.Errorf("go tool pprof: %w", err)
+	}
+	cumOut, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=400", bin, path).Output()
+	if err != nil {
+		return nil, nil, fmt.Errorf("go tool pprof: %w", err)
+	}
+	flat = parseTop(flatOut)
+	for _, e := range parseTop(cumOut) {
+		if len(cum) < n && ownFrame(e.fn) {
+			cum = append(cum, e)
+		}
+	}
+	return flat, cum, nil
+}
+
+// ownFrame says whether a function is worth listing by cumulative time: the
+// gateway's own code and the encoders and transports it drives, not the
+// runtime's scheduler or the server's connection loop that sit under all.
+func ownFrame(fn string) bool {
+	switch {
+	case strings.Contains(fn, "poolgate/"):
+		return !strings.Contains(fn, "handlers.(*") && !strings.HasSuffix(fn, ".func1")
+	case strings.HasPrefix(fn, "encoding/json."), strings.HasPrefix(fn, "github.com/redis/"):
+		return true
+	}
+	return false
+}
+
+// parseTop reads the rows of `go tool pprof -top` output:
+//
+//	flat  flat%   sum%        cum   cum%
+//	10ms 12.5% 12.5%       20ms 25.0%  runtime.futex
+func parseTop(out []byte) []topEntry {
+	var es []topEntry
+	inRows := false
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 5 && f[0] == "flat" && f[1] == "flat%" {
+			inRows = true
+			continue
+		}
+		if !inRows || len(f) < 6 {
+			continue
+		}
+		flat, err1 := strconv.ParseFloat(strings.TrimSuffix(f[1], "%"), 64)
+		cum, err2 := strconv.ParseFloat(strings.TrimSuffix(f[4], "%"), 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		es = append(es, topEntry{fn: shortFn(strings.Join(f[5:], " ")), flat: flat, cum: cum})
+	}
+	return es
+}
+
+// shortFn drops the module path of a function name.
+func shortFn(fn string) string {
+	fn = strings.TrimSuffix(fn, " (inline)")
+	if i := strings.LastIndexByte(fn, '/'); i >= 0 {
+		return fn[i+1:]
+	}
+	return fn
+}
+
+// profileName is the file a row's CPU profile is kept in.
+func profileName(dir, id, mode string) string {
+	clean := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(id+"-"+mode))
+	return filepath.Join(dir, "cpu-"+clean+".pprof")
+}
