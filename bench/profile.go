@@ -78,6 +78,17 @@ func (g *gateway) cpuProfile(ctx context.Context, d time.Duration, path string) 
 	return os.WriteFile(path, body, 0o644)
 }
 
+// allocProfile records what the gateway allocated over d into path (kept
+// for a closer look with go tool pprof -sample_index=alloc_space).
+func (g *gateway) allocProfile(ctx context.Context, d time.Duration, path string) error {
+	secs := max(int(d.Round(time.Second)/time.Second), 1)
+	body, err := g.pprofGet(ctx, "/debug/pprof/allocs?seconds="+strconv.Itoa(secs), d+20*time.Second)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, body, 0o644)
+}
+
 func (g *gateway) pprofGet(ctx context.Context, path string, timeout time.Duration) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

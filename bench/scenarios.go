@@ -6,6 +6,7 @@ import (
 	"io"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -233,12 +234,15 @@ func (b *bench) profileRow(ctx context.Context, g *gateway, r *row, through *tar
 		return nil
 	}
 	path := profileName(b.profDir, r.id+r.title, r.mode)
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- g.cpuProfile(ctx, d, path) }()
+	go func() { errc <- g.allocProfile(ctx, d, strings.TrimSuffix(path, ".pprof")+".allocs.pprof") }()
 	pl := load{clients: ld.clients, rate: ld.rate, n: unbounded, dur: d + 300*time.Millisecond}
 	drive(ctx, pl, 1, requester(through, stream, body, nil), newRecorder())
-	if err := <-errc; err != nil {
-		return fmt.Errorf("profile: %w", err)
+	for range 2 {
+		if err := <-errc; err != nil {
+			return fmt.Errorf("profile: %w", err)
+		}
 	}
 	var err error
 	r.flat, r.cum, err = profileTop(b.bin, path, 6)

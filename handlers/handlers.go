@@ -114,14 +114,22 @@ func withID(h http.HandlerFunc) gin.HandlerFunc {
 
 // observe records the request counter and duration of an API.
 func observe(m *metrics.Metrics, api string, h http.HandlerFunc) gin.HandlerFunc {
+	var series *metrics.API
+	if m != nil {
+		series = m.ForAPI(api)
+	}
 	return func(c *gin.Context) {
 		start := time.Now()
 		ctx, served := pool.WithServed(pool.WithAPI(c.Request.Context(), api))
 		c.Request = c.Request.WithContext(ctx)
 		h(&servedWriter{ResponseWriter: c.Writer, served: served}, c.Request)
 		if m != nil {
-			m.Requests.WithLabelValues(api, itoa(c.Writer.Status())).Inc()
-			m.RequestDuration.WithLabelValues(api).Observe(time.Since(start).Seconds())
+			if code := c.Writer.Status(); code == http.StatusOK {
+				series.OK.Inc()
+			} else {
+				m.Requests.WithLabelValues(api, itoa(code)).Inc()
+			}
+			series.Duration.Observe(time.Since(start).Seconds())
 		}
 	}
 }

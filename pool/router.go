@@ -220,7 +220,7 @@ func (r *Router) DeleteSession(a Affinity) {
 func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan chat.Event, bool, error) {
 	turn := &chat.Turn{RequestID: rq.RequestID, Model: rq.model, Messages: rq.Messages, Tools: rq.Tools,
 		ToolChoice: rq.ToolChoice, MaxTokens: rq.MaxTokens, Temperature: rq.Temperature, TopP: rq.TopP,
-		Agent: wantsAgent(rq.Request)}
+		Agent: wantsAgent(rq.Request), Whole: !rq.Stream}
 	rq.reused = false
 	if rq.hasHit {
 		if slot.Instance() != rq.hit.Instance {
@@ -233,7 +233,7 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan c
 	}
 	markServed(ctx, slot.Instance())
 	tctx, cancel := context.WithCancel(ctx)
-	src, err := slot.Backend.Chat(tctx, turn)
+	src, err := open(tctx, slot.Backend, turn)
 	if err != nil {
 		cancel()
 		r.failed(rq, slot, err)
@@ -241,17 +241,15 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan c
 	}
 	var head []chat.Event
 	for {
-		ev, ok := <-src
-		if !ok {
-			ev = chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}
-		}
+		ev := src.first()
 		if ev.Type == chat.EventError {
+			src.close()
 			cancel()
 			r.failed(rq, slot, ev.Err)
 			return nil, true, ev.Err
 		}
 		if len(head) == 0 && r.metrics != nil && rq.api != "" {
-			r.metrics.TTFT.WithLabelValues(rq.api).Observe(time.Since(rq.start).Seconds())
+			r.metrics.ForAPI(rq.api).TTFT.Observe(time.Since(rq.start).Seconds())
 		}
 		head = append(head, ev)
 		if rq.Stream || ev.Type == chat.EventDone {
@@ -261,10 +259,23 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan c
 	if rq.reused && r.metrics != nil {
 		r.metrics.CacheHits.Inc()
 	}
+	if !rq.Stream {
+		// The whole answer is in head: finish it here, into a channel that
+		// holds every event forward can send (one per event of head, plus
+		// the rest of a held-back stop-sequence prefix), so that no
+		// goroutine has to wait for the caller.
+		out := make(chan chat.Event, len(head)+1)
+		r.forward(tctx, rq, slot, head, src, out)
+		src.close()
+		slot.Release()
+		cancel()
+		return out, true, nil
+	}
 	out := make(chan chat.Event, 16)
 	r.wg.Go(func() {
 		defer cancel()
 		defer slot.Release()
+		defer src.close()
 		r.forward(tctx, rq, slot, head, src, out)
 	})
 	return out, true, nil
@@ -291,7 +302,7 @@ func (r *Router) failed(rq *request, slot *Slot, err error) {
 
 // forward streams the answer to out, enforcing stop sequences and the token
 // cap, and writes the conversation's affinity back after a clean finish.
-func (r *Router) forward(ctx context.Context, rq *request, slot *Slot, head []chat.Event, src <-chan chat.Event, out chan<- chat.Event) {
+func (r *Router) forward(ctx context.Context, rq *request, slot *Slot, head []chat.Event, src answer, out chan<- chat.Event) {
 	defer close(out)
 	lim := newLimiter(rq.Stop, rq.MaxTokens, r.cfg.Count)
 	var text strings.Builder
@@ -346,19 +357,15 @@ func (r *Router) forward(ctx context.Context, rq *request, slot *Slot, head []ch
 		}
 	}
 	for {
-		select {
-		case ev, ok := <-src:
-			if !ok {
-				ev = chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}
-			}
-			if handle(ev) {
-				return
-			}
-		case <-ctx.Done():
+		ev, ok := src.next(ctx)
+		if !ok {
 			if rq.reused || rq.hasHit {
 				r.dropHit(rq)
 			}
 			r.logTurn(rq, slot, "cancelled", nil)
+			return
+		}
+		if handle(ev) {
 			return
 		}
 	}
@@ -384,8 +391,7 @@ func (r *Router) finish(rq *request, slot *Slot, done chat.Event, text string, c
 		}
 	}
 	if r.metrics != nil {
-		r.metrics.Tokens.WithLabelValues("input").Add(float64(done.Usage.InputTokens))
-		r.metrics.Tokens.WithLabelValues("output").Add(float64(done.Usage.OutputTokens))
+		r.metrics.CountTokens(done.Usage.InputTokens, done.Usage.OutputTokens)
 	}
 	sessionID := done.SessionID
 	switch {

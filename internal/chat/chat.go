@@ -178,6 +178,10 @@ type Turn struct {
 	// chat: it offers tools, carries tool calls or results, or asked for an
 	// agent model by name. Workers without such a mode ignore it.
 	Agent bool
+	// Whole says the caller waits for the whole answer before passing any
+	// of it on (a non-streaming request), so a backend may ask its worker
+	// for one body instead of a stream. The events are the same either way.
+	Whole bool
 }
 
 // Errors of a turn that callers match with errors.Is.

@@ -33,6 +33,21 @@ type Metrics struct {
 	FieldsIgnored    *prometheus.CounterVec   // poolgate_request_fields_ignored_total{protocol,field}
 	ToolsWithheld    *prometheus.CounterVec   // poolgate_tools_withheld_total{reason}
 	Handovers        *prometheus.CounterVec   // poolgate_cluster_handovers_total{account}
+
+	// The series every request touches, looked up once here so that a
+	// request pays no label hashing for them.
+	apis                map[string]*API
+	inputTok, outputTok prometheus.Counter
+}
+
+// API holds one public API's series of the per-request metrics.
+type API struct {
+	// OK is poolgate_requests_total{api, code="200"}.
+	OK prometheus.Counter
+	// Duration is poolgate_request_duration_seconds{api}.
+	Duration prometheus.Observer
+	// TTFT is poolgate_time_to_first_token_seconds{api}.
+	TTFT prometheus.Observer
 }
 
 // ToolWithheldReasons are the reason label values of ToolsWithheld.
@@ -112,14 +127,11 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, r := range ToolWithheldReasons {
 		m.ToolsWithheld.WithLabelValues(r)
 	}
+	m.apis = make(map[string]*API, len(APIs))
 	for _, api := range APIs {
-		m.RequestDuration.WithLabelValues(api)
-		m.TTFT.WithLabelValues(api)
-		m.Requests.WithLabelValues(api, "200")
+		m.apis[api] = m.newAPI(api)
 	}
-	for _, d := range []string{"input", "output"} {
-		m.Tokens.WithLabelValues(d)
-	}
+	m.inputTok, m.outputTok = m.Tokens.WithLabelValues("input"), m.Tokens.WithLabelValues("output")
 	for _, op := range StoreOps {
 		m.StoreErrors.WithLabelValues(op)
 	}
@@ -127,6 +139,26 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.LoginAttempts.WithLabelValues(r)
 	}
 	return m
+}
+
+func (m *Metrics) newAPI(api string) *API {
+	return &API{OK: m.Requests.WithLabelValues(api, "200"), Duration: m.RequestDuration.WithLabelValues(api),
+		TTFT: m.TTFT.WithLabelValues(api)}
+}
+
+// ForAPI returns api's series: those of a known API were looked up by New,
+// any other's are looked up now.
+func (m *Metrics) ForAPI(api string) *API {
+	if a, ok := m.apis[api]; ok {
+		return a
+	}
+	return m.newAPI(api)
+}
+
+// CountTokens adds a turn's input and output tokens.
+func (m *Metrics) CountTokens(input, output int) {
+	m.inputTok.Add(float64(input))
+	m.outputTok.Add(float64(output))
 }
 
 // InitFieldsIgnored pre-initialises the dropped-field counter of a protocol

@@ -1,29 +1,56 @@
 package modelserver
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // drainWait bounds reading the end of a finished stream (after [DONE]) so
 // its connection can be reused; a server that holds it open longer loses it.
 const drainWait = 200 * time.Millisecond
 
-// Chat posts the turn to /v1/chat/completions, streamed, with the whole
-// transcript (t.SessionID is ignored: these servers keep no sessions). Errors
-// before the answer's first byte are returned: a connection failure wraps
-// chat.ErrWorkerGone, a 429 is a *chat.RateLimitedError and any other status a
-// *chat.UpstreamError. Otherwise a goroutine owns the returned channel and
-// closes it after EventDone or EventError, or as soon as ctx ends. The turn
-// is bounded by RequestTimeout.
+// Chat posts the turn to /v1/chat/completions, streamed (or, for a Whole
+// turn, as one body), with the whole transcript (t.SessionID is ignored:
+// these servers keep no sessions). Errors before the answer's first byte are
+// returned: a connection failure wraps chat.ErrWorkerGone, a 429 is a
+// *chat.RateLimitedError and any other status a *chat.UpstreamError.
+// Otherwise a goroutine owns the returned channel and closes it after
+// EventDone or EventError, or as soon as ctx ends. The turn is bounded by
+// RequestTimeout.
 func (c *Client) Chat(ctx context.Context, t *chat.Turn) (<-chan chat.Event, error) {
+	a, err := c.open(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan chat.Event, 16)
+	go func() {
+		defer a.endTurn()
+		defer close(out)
+		defer a.closeBody()
+		a.pump(func(ev chat.Event) bool { return a.send(out, ev) })
+	}()
+	return out, nil
+}
+
+// ChatPull starts the turn like Chat, but the caller reads the answer
+// itself, in its own goroutine: no goroutine and no channel stand between
+// the worker's connection and the router.
+func (c *Client) ChatPull(ctx context.Context, t *chat.Turn) (supervisor.Answer, error) {
+	return c.open(ctx, t)
+}
+
+// open sends the turn and returns its answer, ready to be read.
+func (c *Client) open(ctx context.Context, t *chat.Turn) (*reader, error) {
 	if !c.begin() {
 		return nil, fmt.Errorf("openai %s: chat: client closed: %w", c.name, chat.ErrWorkerGone)
 	}
@@ -34,44 +61,67 @@ func (c *Client) Chat(ctx context.Context, t *chat.Turn) (<-chan chat.Event, err
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.d.cfg.RequestTimeout)
 	unhook := context.AfterFunc(c.ctx, cancel) // Close aborts the turn
-	end := func() {
-		unhook()
-		cancel()
-		p.release()
-		c.turns.Done()
-	}
+	a := &reader{stream: stream{c: c, ctx: ctx, rctx: rctx}, cancel: cancel, unhook: unhook, p: p}
 	resp, err := c.post(rctx, p)
 	if err != nil {
 		err = c.chatError(ctx, rctx, err)
-		end()
+		a.endTurn()
 		return nil, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		err = statusError(resp, nil)
 		_ = resp.Body.Close()
-		end()
+		a.endTurn()
 		return nil, err
 	}
-	out := make(chan chat.Event, 16)
-	go func() {
-		defer end()
-		defer close(out)
-		s := &stream{c: c, ctx: ctx, rctx: rctx, out: out}
-		s.emit = s.send
-		s.run(resp, cancel)
-	}()
-	return out, nil
+	a.attach(resp)
+	return a, nil
 }
 
-// post sends the request; its body is the pooled payload, replayable for the
-// transport's retry on a stale keep-alive connection.
+// attach starts reading the answer from resp.
+func (a *reader) attach(resp *http.Response) {
+	a.resp = resp
+	a.r = a.c.d.readers.Get().(*sseReader)
+	a.r.reset(resp.Body)
+	a.emit = a.queue
+}
+
+// pump hands every event to deliver, up to the closing one or until
+// deliver returns false.
+func (a *reader) pump(deliver func(chat.Event) bool) {
+	for {
+		ev := a.next()
+		if ev.Type == 0 || !deliver(ev) || ev.Type == chat.EventDone || ev.Type == chat.EventError {
+			return
+		}
+	}
+}
+
+// inlineBody is the largest request body sent from a copy of its own
+// (64 KiB) rather than from the pooled buffer.
+const inlineBody = 64 << 10
+
+// post sends the request. A body up to inlineBody goes as a copy in a
+// bytes.Reader: the transport knows such a body is in memory and sends the
+// headers and the body in one write, where any other body gets its headers
+// flushed on their own first (one more write, and one more wake-up of the
+// worker). A larger body is read from the pooled payload, replayable for
+// the transport's retry on a stale keep-alive connection.
 func (c *Client) post(ctx context.Context, p *payload) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.chatURL, p.body())
+	var req *http.Request
+	var err error
+	if p.buf.Len() <= inlineBody {
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, c.chatURL, bytes.NewReader(bytes.Clone(p.buf.Bytes())))
+	} else {
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, c.chatURL, p.body())
+		if err == nil {
+			req.ContentLength = int64(p.buf.Len())
+			req.GetBody = func() (io.ReadCloser, error) { return p.body(), nil }
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
-	req.ContentLength = int64(p.buf.Len())
-	req.GetBody = func() (io.ReadCloser, error) { return p.body(), nil }
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream, application/json")
 	c.setAuth(req.Header)
@@ -83,60 +133,159 @@ type stream struct {
 	c    *Client
 	ctx  context.Context // the caller's: when it ends nobody listens
 	rctx context.Context // the request's: adds RequestTimeout and Close
-	out  chan<- chat.Event
-	// emit delivers an event; false when the listener is gone. It is s.send,
-	// or a collector in tests.
+	// emit delivers an event; false when the listener is gone.
 	emit func(chat.Event) bool
 	acc  accumulator
 }
 
-// send delivers ev, giving up when the caller's context ends or the client
-// is closed (then a full channel would block Close forever).
-func (s *stream) send(ev chat.Event) bool {
+// reader is one turn's answer, read event by event by whoever holds it:
+// Chat's goroutine, or the router itself through ChatPull.
+type reader struct {
+	stream
+	resp   *http.Response
+	r      *sseReader
+	p      *payload
+	cancel context.CancelFunc
+	unhook func() bool
+	// pending are events parsed and not yet returned, from i on.
+	pending []chat.Event
+	i       int
+	// json is set once the body turned out to be one JSON answer; started
+	// once that was looked at; ended once the closing event is queued.
+	json, started, ended bool
+	closed               bool
+}
+
+var _ supervisor.Answer = (*reader)(nil)
+
+// Next returns the answer's next event. After the closing event (EventDone
+// or EventError) it returns an EventError with chat.ErrWorkerGone.
+func (a *reader) Next() chat.Event {
+	if ev := a.next(); ev.Type != 0 {
+		return ev
+	}
+	return chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}
+}
+
+// Close ends the turn and frees its connection; safe to call twice, and
+// before the answer's end (which aborts the request).
+func (a *reader) Close() {
+	if a.closed {
+		return
+	}
+	a.closeBody()
+	a.endTurn()
+}
+
+// next returns the next event, or the zero Event once the answer ended
+// without one (the caller stopped listening).
+func (a *reader) next() chat.Event {
+	for a.i >= len(a.pending) {
+		if a.ended {
+			return chat.Event{}
+		}
+		a.pending, a.i = a.pending[:0], 0
+		a.step()
+	}
+	ev := a.pending[a.i]
+	a.pending[a.i] = chat.Event{}
+	a.i++
+	return ev
+}
+
+// queue is the accumulator's emit: events wait in pending for next.
+func (a *reader) queue(ev chat.Event) bool {
+	a.pending = append(a.pending, ev)
+	return true
+}
+
+// send delivers ev on out, giving up when the caller's context ends or the
+// client is closed (then a full channel would block Close forever).
+func (a *reader) send(out chan<- chat.Event, ev chat.Event) bool {
 	select {
-	case s.out <- ev:
+	case out <- ev:
 		return true
 	default:
 	}
 	select {
-	case s.out <- ev:
+	case out <- ev:
 		return true
-	case <-s.ctx.Done():
-	case <-s.c.ctx.Done():
+	case <-a.ctx.Done():
+	case <-a.c.ctx.Done():
 	}
 	return false
 }
 
-// run reads the answer and emits its events; cancel aborts the request.
-func (s *stream) run(resp *http.Response, cancel context.CancelFunc) {
-	defer resp.Body.Close()
-	r := s.c.d.readers.Get().(*sseReader)
-	r.reset(resp.Body)
-	defer func() {
-		r.reset(nil)
-		s.c.d.readers.Put(r)
-	}()
-	var err error
-	if isJSONBody(resp.Header.Get("Content-Type"), r) {
-		err = s.acc.whole(r, s.emit)
-	} else {
-		err = s.acc.sse(r, s.emit)
+// step reads one event of a stream (or a whole body) and queues what it
+// yields; at the end it queues the closing event.
+func (a *reader) step() {
+	if !a.started {
+		a.started = true
+		a.json = isJSONBody(a.resp.Header.Get("Content-Type"), a.r)
 	}
-	if errors.Is(err, errListenerGone) || s.ctx.Err() != nil {
+	var err error
+	if a.json {
+		err = a.acc.whole(a.r, a.emit)
+	} else {
+		data, isErr, rerr := a.r.next()
+		switch {
+		case rerr == io.EOF:
+			if !a.acc.sawFinish {
+				err = errTruncated
+			}
+		case rerr != nil:
+			err = rerr
+		default:
+			var end bool
+			if end, err = a.acc.payload(a.r, data, isErr, a.emit); !end && err == nil {
+				return
+			}
+		}
+	}
+	a.ended = true
+	a.end(err)
+}
+
+// end queues the answer's closing events after the stream ended with err.
+func (a *reader) end(err error) {
+	if errors.Is(err, errListenerGone) || a.ctx.Err() != nil {
 		return // nobody listens any more
 	}
-	if err == nil && s.acc.sawDone {
+	if err == nil && a.acc.sawDone {
 		// Read the end of the body so the connection is reused; a server
 		// that holds it open past drainWait has it dropped instead.
-		t := time.AfterFunc(drainWait, cancel)
-		_, _ = io.Copy(io.Discard, io.LimitReader(r.r, 64<<10))
+		t := time.AfterFunc(drainWait, a.cancel)
+		_, _ = io.Copy(io.Discard, io.LimitReader(a.r.r, 64<<10))
 		t.Stop()
 	}
 	if err != nil {
-		s.emit(chat.Event{Type: chat.EventError, Err: s.readError(err)})
+		a.emit(chat.Event{Type: chat.EventError, Err: a.readError(err)})
 		return
 	}
-	s.finish()
+	a.finish()
+}
+
+// closeBody closes the response and returns the reader to the pool.
+func (a *reader) closeBody() {
+	if a.resp == nil {
+		return
+	}
+	_ = a.resp.Body.Close()
+	a.r.reset(nil)
+	a.c.d.readers.Put(a.r)
+	a.resp, a.r = nil, nil
+}
+
+// endTurn releases the turn's context, payload and registration.
+func (a *reader) endTurn() {
+	if a.closed {
+		return
+	}
+	a.closed = true
+	a.unhook()
+	a.cancel()
+	a.p.release()
+	a.c.turns.Done()
 }
 
 // finish emits the accumulated tool calls and the closing event.
@@ -177,8 +326,14 @@ func (s *stream) readError(err error) error {
 // event stream: by its content type, else by its first byte, for servers
 // that ignore stream:true or mislabel their streams.
 func isJSONBody(contentType string, r *sseReader) bool {
-	if mt, _, _ := mime.ParseMediaType(contentType); mt == "text/event-stream" {
-		return false
+	switch {
+	case contentType == "text/event-stream", strings.HasPrefix(contentType, "text/event-stream;"):
+		return false // the usual spellings, without parsing
+	case strings.HasPrefix(contentType, "application/json"):
+	default:
+		if mt, _, _ := mime.ParseMediaType(contentType); mt == "text/event-stream" {
+			return false
+		}
 	}
 	return r.firstByte() == '{'
 }

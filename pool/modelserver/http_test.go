@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -241,5 +242,44 @@ func TestConnectionDroppedMidStream(t *testing.T) {
 	a := runTurn(t, c, userTurn("x"))
 	if a.text != "partial" || !errors.Is(a.err, chat.ErrWorkerGone) {
 		t.Errorf("answer = %+v, want the partial text then ErrWorkerGone", a)
+	}
+}
+
+// A whole turn asks for one JSON body, and ChatPull reads the same events
+// from it in the caller's goroutine as Chat's channel carries.
+func TestWholeTurnPulled(t *testing.T) {
+	f := startFake(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"choices":[{"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],`+
+			`"usage":{"prompt_tokens":3,"completion_tokens":1}}`)
+	})
+	c := connect(t, newDriver(t, Config{}), f.ep)
+	a, err := c.ChatPull(context.Background(), &chat.Turn{Model: "m", Whole: true,
+		Messages: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}})
+	if err != nil {
+		t.Fatalf("ChatPull: %v", err)
+	}
+	defer a.Close()
+	var got []chat.Event
+	for {
+		ev := a.Next()
+		got = append(got, ev)
+		if ev.Type == chat.EventDone || ev.Type == chat.EventError {
+			break
+		}
+	}
+	want := []chat.Event{{Type: chat.EventText, Text: "ok"},
+		{Type: chat.EventDone, Finish: chat.FinishStop, Usage: chat.Usage{InputTokens: 3, OutputTokens: 1}}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("events = %v, want %v", got, want)
+	}
+	if ev := a.Next(); ev.Type != chat.EventError || !errors.Is(ev.Err, chat.ErrWorkerGone) {
+		t.Errorf("Next past the end = %v, want an EventError with ErrWorkerGone", ev)
+	}
+	f.mu.Lock()
+	body := string(bytes.TrimSpace(f.body))
+	f.mu.Unlock()
+	if wantBody := `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":false}`; body != wantBody {
+		t.Errorf("body = %s, want %s", body, wantBody)
 	}
 }

@@ -16,9 +16,11 @@ import (
 // parseBody runs the driver's answer reader over body as if a worker had
 // sent it with the given content type, and hands every event to emit.
 func parseBody(d *Driver, contentType string, body io.Reader, emit func(chat.Event) bool) {
-	s := &stream{c: newClient(d, "t", ""), ctx: context.Background(), rctx: context.Background(), emit: emit}
+	a := &reader{stream: stream{c: newClient(d, "t", ""), ctx: context.Background(), rctx: context.Background()}, cancel: func() {}}
 	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {contentType}}, Body: io.NopCloser(body)}
-	s.run(resp, func() {})
+	a.attach(resp)
+	a.pump(emit)
+	a.closeBody()
 }
 
 // parsed condenses an answer for comparison.

@@ -75,11 +75,13 @@ func newWireRequest(t *chat.Turn) *wireRequest {
 	r := &wireRequest{
 		Model:         t.Model,
 		Messages:      make([]wireMessage, len(t.Messages)),
-		Stream:        true,
-		StreamOptions: &streamOptions{IncludeUsage: true},
-		MaxTokens:     t.MaxTokens,
-		Temperature:   t.Temperature,
-		TopP:          t.TopP,
+		Stream:      !t.Whole,
+		MaxTokens:   t.MaxTokens,
+		Temperature: t.Temperature,
+		TopP:        t.TopP,
+	}
+	if r.Stream {
+		r.StreamOptions = &streamOptions{IncludeUsage: true}
 	}
 	for i := range t.Messages {
 		m := &t.Messages[i]

@@ -27,6 +27,25 @@ type Backend interface {
 	Close() error
 }
 
+// Puller is implemented by backends whose answer the caller can read in its
+// own goroutine, with no goroutine and channel between the worker's
+// connection and the reader.
+type Puller interface {
+	// ChatPull starts one turn as Chat does, with the same errors.
+	ChatPull(ctx context.Context, t *chat.Turn) (Answer, error)
+}
+
+// Answer is a turn's answer read event by event.
+type Answer interface {
+	// Next blocks for the next event. The answer ends with one EventDone
+	// or EventError; when ctx ends it ends early, with an EventError. Past
+	// the end, Next returns an EventError.
+	Next() chat.Event
+	// Close ends the turn, aborting it if its answer is not over. It must
+	// be called once the reader is done, and may be called twice.
+	Close()
+}
+
 // ModelLister is implemented by backends that can list their models.
 type ModelLister interface {
 	Models(ctx context.Context) ([]chat.Model, error)
