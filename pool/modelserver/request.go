@@ -73,8 +73,8 @@ var (
 // encoded before t changes.
 func newWireRequest(t *chat.Turn) *wireRequest {
 	r := &wireRequest{
-		Model:         t.Model,
-		Messages:      make([]wireMessage, len(t.Messages)),
+		Model:       t.Model,
+		Messages:    make([]wireMessage, len(t.Messages)),
 		Stream:      !t.Whole,
 		MaxTokens:   t.MaxTokens,
 		Temperature: t.Temperature,
