@@ -239,18 +239,33 @@ func (rl *Relay) Stream(ctx context.Context, cancel context.CancelFunc, sse *SSE
 		defer timer.Stop()
 		tick = timer.C
 	}
+	// lastWrite is when something was last written: the timer, armed for
+	// a whole interval, is moved on only when it fires early, rather than
+	// on every event.
+	lastWrite := time.Now()
 	for {
 		var werr error
 		select {
 		case ev, ok := <-events:
 			if ev, err = received(ctx, ev, ok); err != nil {
+				sse.Hold(false)
 				return s.fail(err)
 			}
+			// More events already waiting: leave this one in the buffer
+			// for the write of the last of them.
+			sse.Hold(len(events) > 0 && (ev.Type == chat.EventText || ev.Type == chat.EventToolCall))
 			var done bool
 			if done, werr = s.write(ev); done {
 				return Outcome{Started: sse.Started()}
 			}
 		case <-tick:
+			// A quiet stream is one with nothing written for a whole
+			// interval.
+			if quiet := time.Since(lastWrite); quiet < rl.cfg.KeepAlive {
+				timer.Reset(rl.cfg.KeepAlive - quiet)
+				continue
+			}
+			sse.Hold(false)
 			werr = s.keepAlive()
 		case <-ctx.Done():
 			return s.fail(ctx.Err())
@@ -262,11 +277,13 @@ func (rl *Relay) Stream(ctx context.Context, cancel context.CancelFunc, sse *SSE
 				slog.String("request_id", httpx.RequestID(ctx)), slog.Any("err", werr))
 			return Outcome{Err: werr, Started: sse.Started()}
 		}
-		if timer != nil {
-			// A quiet stream is one with nothing written for a whole
-			// interval. Since Go 1.23 Reset needs no drain of a fired timer.
+		now := time.Now()
+		if timer != nil && now.Sub(lastWrite) >= rl.cfg.KeepAlive {
+			// The timer fired and this was the keep-alive: arm it again.
+			// Since Go 1.23 Reset needs no drain of a fired timer.
 			timer.Reset(rl.cfg.KeepAlive)
 		}
+		lastWrite = now
 	}
 }
 

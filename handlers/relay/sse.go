@@ -21,6 +21,9 @@ type SSE struct {
 	rc      *http.ResponseController
 	started bool
 	buf     []byte
+	// hold keeps writes in the response's buffer, unflushed, while the
+	// relay has more events at hand; pending says some are.
+	hold, pending bool
 	// WriteTimeout bounds each write+flush (default 30s); a client that stops
 	// reading can't pin a goroutine forever.
 	WriteTimeout time.Duration
@@ -71,7 +74,20 @@ func (s *SSE) Comment(text string) error {
 	return s.write([]byte(": " + text + "\n\n"))
 }
 
+// Hold says whether the next writes may stay buffered: the relay holds
+// them while more events are already waiting, so that a burst goes out in
+// one write. The first write after Hold(false) flushes them all.
+func (s *SSE) Hold(hold bool) { s.hold = hold }
+
 func (s *SSE) write(b []byte) error {
+	if s.hold {
+		// Under the deadline of the last flush, a moment ago: a held write
+		// reaches the connection only when the buffer fills.
+		s.pending = true
+		_, err := s.w.Write(b)
+		return err
+	}
+	s.pending = false
 	if s.WriteTimeout > 0 {
 		// Not every ResponseWriter supports deadlines (httptest's doesn't);
 		// that is fine, the deadline is a safety net.

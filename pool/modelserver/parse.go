@@ -229,6 +229,10 @@ func (a *accumulator) payload(r *sseReader, b []byte, isErr bool, emit func(chat
 		return true, &chat.UpstreamError{Message: "error event: " + clip(b)}
 	}
 	a.msg.reset()
+	if fastChunk(b, &a.msg) {
+		return false, a.apply(false, emit)
+	}
+	a.msg.reset() // the fast reader may have filled some of it
 	if err := r.decode(b, &a.msg); err != nil {
 		return true, &chat.UpstreamError{Message: fmt.Sprintf("malformed answer chunk (%v): %s", err, clip(b))}
 	}
