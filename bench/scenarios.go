@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -430,6 +431,21 @@ func (b *bench) scenarioStreams(ctx context.Context, n int) (*streamsResult, err
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { res.sample(g.pid(), &open, stop) })
+	wg.Go(func() {
+		// The heap and the goroutines while every stream is open, kept for
+		// a closer look.
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Duration(float64(n)/b.plan.streamRamp*float64(time.Second)) + time.Second):
+		}
+		for _, kind := range []string{"heap", "heap?debug=1", "goroutine"} {
+			if body, err := g.pprofGet(ctx, "/debug/pprof/"+kind, 10*time.Second); err == nil {
+				name := fmt.Sprintf("%s-%d-streams.pprof", strings.ReplaceAll(kind, "?debug=1", "-text"), n)
+				_ = os.WriteFile(filepath.Join(b.profDir, name), body, 0o644)
+			}
+		}
+	})
 	c0, err := procCPU(g.pid())
 	if err != nil {
 		close(stop)

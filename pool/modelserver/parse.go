@@ -15,7 +15,9 @@ import (
 
 const (
 	// readBufSize is the pooled SSE reader's buffer; longer lines spill.
-	readBufSize = 16 << 10
+	// Every open stream holds one, over the transport's own 4 KiB buffer,
+	// so it is no larger than a typical chunk needs.
+	readBufSize = 4 << 10
 	// maxEvent caps one SSE event's data, and a non-stream body (32 MiB).
 	maxEvent = 32 << 20
 )
