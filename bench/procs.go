@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -294,6 +295,48 @@ func startRedis(ctx context.Context, dir string) (*child, string, error) {
 	}
 	c.stop(syscall.SIGTERM, 5*time.Second)
 	return nil, "", fmt.Errorf("redis-server did not answer PING\n%s", c.logTail())
+}
+
+// redisScriptCalls reads how many scripts (EVALSHA and EVAL) the server
+// has run: each is one round trip of the gateway's, which runs every
+// affinity step as one script.
+func redisScriptCalls(addr string) (int64, error) {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := conn.Write([]byte("INFO commandstats\r\n")); err != nil {
+		return 0, err
+	}
+	br := bufio.NewReader(conn)
+	head, err := br.ReadString('\n') // $<length>
+	if err != nil || !strings.HasPrefix(head, "$") {
+		return 0, fmt.Errorf("INFO answered %q: %v", head, err)
+	}
+	size, err := strconv.Atoi(strings.TrimSpace(head[1:]))
+	if err != nil {
+		return 0, err
+	}
+	body := make([]byte, size)
+	if _, err := io.ReadFull(br, body); err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, line := range strings.Split(string(body), "\n") {
+		name, rest, ok := strings.Cut(line, ":calls=")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		v, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		n += v
+	}
+	return n, nil
 }
 
 func redisPing(addr string) error {

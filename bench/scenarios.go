@@ -73,6 +73,9 @@ type row struct {
 	mallocs, allocBytes uint64
 	// flat and cum are the top entries of the gateway's CPU profile.
 	flat, cum []topEntry
+	// extra counts the requests through the gateway outside the measured
+	// blocks (warm-up, profiling).
+	extra int64
 }
 
 // load is how requests are driven: a closed loop of clients, or a constant
@@ -149,7 +152,11 @@ func (b *bench) compare(ctx context.Context, g *gateway, r *row, stream bool, bo
 	defer direct.close()
 	defer through.close()
 	for _, t := range []*target{direct, through} { // open connections, warm caches
-		closedLoop(ctx, max(min(ld.clients, 64), 1), 200, 500*time.Millisecond, requester(t, stream, body, nil), newRecorder())
+		warm := newRecorder()
+		closedLoop(ctx, max(min(ld.clients, 64), 1), 200, 500*time.Millisecond, requester(t, stream, body, nil), warm)
+		if t == through {
+			r.extra += warm.ok.Load() + warm.errs.Load()
+		}
 	}
 	r.direct, r.through, r.idle = newRecorder(), newRecorder(), g.idle
 	worker := g.workers[0].PID
@@ -239,7 +246,9 @@ func (b *bench) profileRow(ctx context.Context, g *gateway, r *row, through *tar
 	go func() { errc <- g.cpuProfile(ctx, d, path) }()
 	go func() { errc <- g.allocProfile(ctx, d, strings.TrimSuffix(path, ".pprof")+".allocs.pprof") }()
 	pl := load{clients: ld.clients, rate: ld.rate, n: unbounded, dur: d + 300*time.Millisecond}
-	drive(ctx, pl, 1, requester(through, stream, body, nil), newRecorder())
+	rec := newRecorder()
+	drive(ctx, pl, 1, requester(through, stream, body, nil), rec)
+	r.extra += rec.ok.Load() + rec.errs.Load()
 	for range 2 {
 		if err := <-errc; err != nil {
 			return fmt.Errorf("profile: %w", err)
@@ -371,6 +380,15 @@ func (b *bench) scenarioAffinity(ctx context.Context) ([]*row, error) {
 	return rows, nil
 }
 
+// redisAddr is the host:port of a redis:// URL.
+func redisAddr(url string) string {
+	addr := strings.TrimPrefix(url, "redis://")
+	if i := strings.IndexByte(addr, '/'); i >= 0 {
+		addr = addr[:i]
+	}
+	return addr
+}
+
 func (b *bench) affinityRow(ctx context.Context, cfg gatewayConfig, store string) (*row, error) {
 	g, err := b.gateway(ctx, cfg)
 	if err != nil {
@@ -383,6 +401,12 @@ func (b *bench) affinityRow(ctx context.Context, cfg gatewayConfig, store string
 	if err != nil {
 		return nil, err
 	}
+	var cmds0 int64
+	if cfg.RedisURL != "" {
+		if cmds0, err = redisScriptCalls(redisAddr(cfg.RedisURL)); err != nil {
+			return nil, err
+		}
+	}
 	if err := b.compare(ctx, g, r, false, affinityBodies(8*c), load{clients: c, n: unbounded, dur: b.plan.block}); err != nil {
 		return nil, err
 	}
@@ -391,6 +415,16 @@ func (b *bench) affinityRow(ctx context.Context, cfg gatewayConfig, store string
 		return nil, err
 	}
 	r.note = fmt.Sprintf("%d affinity misses", m1-m0)
+	if cfg.RedisURL != "" {
+		cmds1, err := redisScriptCalls(redisAddr(cfg.RedisURL))
+		if err != nil {
+			return nil, err
+		}
+		// Every request the gateway answered in this row: the measured
+		// blocks, the warm-up and the profiled block.
+		turns := r.through.ok.Load() + r.extra
+		r.note += fmt.Sprintf("; %.2f Redis round trips per request", float64(cmds1-cmds0)/float64(max(turns, 1)))
+	}
 	return r, nil
 }
 
