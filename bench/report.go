@@ -74,6 +74,12 @@ func (r *row) cpuPerEvent() time.Duration {
 // workerPerRequest is the worker's own CPU per request answered directly:
 // the floor under the gateway's.
 func (r *row) workerPerRequest() time.Duration {
+	if r.noDirect {
+		if n := r.through.ok.Load(); n > 0 {
+			return r.workerThrough / time.Duration(n)
+		}
+		return 0
+	}
 	n := r.direct.ok.Load()
 	if n == 0 {
 		return 0
@@ -128,6 +134,20 @@ func (res *results) tableRows() [][]string {
 		first := line("direct", d)
 		first[0], first[1] = r.id+": "+r.title, r.mode
 		through := line("poolgate", t)
+		if r.noDirect {
+			through[0], through[1] = first[0], first[1]
+			through[12] = fmtMicros(r.workerPerRequest())
+			through[10] = fmtMicros(r.cpuPerRequest())
+			if e := r.cpuPerEvent(); e > 0 {
+				through[11] = fmtMicros(e)
+			}
+			if n, bytes := r.allocsPerRequest(); n > 0 {
+				through[13] = fmt.Sprintf("%d (%s)", n, fmtBytes(bytes))
+			}
+			through[14], through[15], through[16] = fmtMiB(r.idle.RSS), fmtMiB(r.mem.HWM), "no direct figure: the worker speaks Lingma's protocol"
+			out = append(out, through)
+			continue
+		}
 		through[10] = fmtMicros(r.cpuPerRequest())
 		if e := r.cpuPerEvent(); e > 0 {
 			through[11] = fmtMicros(e)

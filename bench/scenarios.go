@@ -76,6 +76,9 @@ type row struct {
 	// extra counts the requests through the gateway outside the measured
 	// blocks (warm-up, profiling).
 	extra int64
+	// noDirect marks a row whose worker can't be asked directly (it speaks
+	// Lingma's protocol, not HTTP): only the way through is measured.
+	noDirect bool
 }
 
 // load is how requests are driven: a closed loop of clients, or a constant
@@ -151,7 +154,11 @@ func (b *bench) compare(ctx context.Context, g *gateway, r *row, stream bool, bo
 	through := newTarget("poolgate", g.url, conns)
 	defer direct.close()
 	defer through.close()
-	for _, t := range []*target{direct, through} { // open connections, warm caches
+	targets := []*target{direct, through}
+	if r.noDirect {
+		targets = targets[1:]
+	}
+	for _, t := range targets { // open connections, warm caches
 		warm := newRecorder()
 		closedLoop(ctx, max(min(ld.clients, 64), 1), 200, 500*time.Millisecond, requester(t, stream, body, nil), warm)
 		if t == through {
@@ -164,6 +171,9 @@ func (b *bench) compare(ctx context.Context, g *gateway, r *row, stream bool, bo
 		order := []*target{direct, through}
 		if round%2 == 1 {
 			order[0], order[1] = through, direct
+		}
+		if r.noDirect {
+			order = []*target{through}
 		}
 		for _, t := range order {
 			if err := b.block(ctx, g, r, t == through, worker, func(rec *recorder) {
@@ -426,6 +436,30 @@ func (b *bench) affinityRow(ctx context.Context, cfg gatewayConfig, store string
 		r.note += fmt.Sprintf("; %.2f Redis round trips per request", float64(cmds1-cmds0)/float64(max(turns, 1)))
 	}
 	return r, nil
+}
+
+// scenarioLingma is scenario 6: the lingma driver against the bundled
+// simulator. Its worker speaks Lingma's protocol, so there is no direct
+// figure: the row shows what a turn costs the gateway through that driver,
+// beside the simulator's own CPU per turn.
+func (b *bench) scenarioLingma(ctx context.Context) ([]*row, error) {
+	g, err := b.gateway(ctx, gatewayConfig{Driver: "lingma"})
+	if err != nil {
+		return nil, err
+	}
+	defer g.stop(syscall.SIGINT, 10*time.Second)
+	c := b.plan.affinityClients
+	ld := load{clients: c, n: unbounded, dur: b.plan.block}
+	title := fmt.Sprintf("lingma driver, %d clients", c)
+	ns := &row{id: "6", title: title, mode: "non-stream", noDirect: true}
+	if err := b.compare(ctx, g, ns, false, fixed(chatBody(false, "bench")), ld); err != nil {
+		return nil, err
+	}
+	st := &row{id: "6", title: title, mode: "stream, 100 events", noDirect: true}
+	if err := b.compare(ctx, g, st, true, fixed(chatBody(true, "bench"+streamDirective)), ld); err != nil {
+		return nil, err
+	}
+	return []*row{ns, st}, nil
 }
 
 // streamsResult is scenario 4: many slow streams open at once.
