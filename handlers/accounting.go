@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -73,7 +74,15 @@ func observe(m *metrics.Metrics, acct *Accounting, log *slog.Logger, api string,
 		}
 		h(&servedWriter{ResponseWriter: c.Writer, served: rec}, c.Request)
 		info := finish(m, acct, api, c, key, rec, start)
-		ticket.Done(int64(info.Usage.InputTokens + info.Usage.OutputTokens))
+		tokens := int64(info.Usage.InputTokens + info.Usage.OutputTokens)
+		ticket.Done(tokens)
+		if ticket == nil && key != nil && key.TokensPerDay > 0 && acct.Limiter != nil && Forwarded(c.Request) {
+			// Admitted by the replica that forwarded it; its tokens are
+			// known only here.
+			if err := acct.Limiter.Charge(context.WithoutCancel(ctx), key.Name, tokens); err != nil {
+				log.Warn("key quota not charged", "key", key.Name, "tokens", tokens, "err", err)
+			}
+		}
 	}
 }
 

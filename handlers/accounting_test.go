@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,10 +23,11 @@ import (
 
 // fakeLimiter denies what deny names and counts the tickets it ended.
 type fakeLimiter struct {
-	mu     sync.Mutex
-	deny   *limits.Denied
-	asked  int
-	tokens []int64
+	mu      sync.Mutex
+	deny    *limits.Denied
+	asked   int
+	tokens  []int64
+	charged []string
 }
 
 func (f *fakeLimiter) Acquire(_ context.Context, key string, l limits.Limits) (*limits.Ticket, error) {
@@ -40,6 +42,13 @@ func (f *fakeLimiter) Acquire(_ context.Context, key string, l limits.Limits) (*
 	return limits.NewTicket(func(n int64) { f.mu.Lock(); f.tokens = append(f.tokens, n); f.mu.Unlock() }), nil
 }
 
+func (f *fakeLimiter) Charge(_ context.Context, key string, tokens int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.charged = append(f.charged, key+":"+strconv.FormatInt(tokens, 10))
+	return nil
+}
+
 type recorded struct {
 	mu      sync.Mutex
 	usage   []usage.Record
@@ -49,7 +58,8 @@ type recorded struct {
 func accountingEngine(t *testing.T, lim *fakeLimiter, rec *recorded, capture bool) *gin.Engine {
 	t.Helper()
 	gin.SetMode(gin.TestMode)
-	keys := apikey.NewRegistry([]apikey.Key{{Name: "alice", Secret: "sk-a", RPM: 1}, {Name: "bob", Secret: "sk-b"}})
+	keys := apikey.NewRegistry([]apikey.Key{{Name: "alice", Secret: "sk-a", RPM: 1}, {Name: "bob", Secret: "sk-b"},
+		{Name: "carol", Secret: "sk-c", TokensPerDay: 1000}})
 	acct := &Accounting{Limiter: lim, Capture: capture,
 		Usage: func(r usage.Record) { rec.mu.Lock(); rec.usage = append(rec.usage, r); rec.mu.Unlock() },
 		Log:   func(e reqlog.Entry) { rec.mu.Lock(); rec.entries = append(rec.entries, e); rec.mu.Unlock() }}
@@ -137,5 +147,10 @@ func TestAccountingRefusesOverALimit(t *testing.T) {
 	lim.asked = 0
 	if w := do(e, "sk-a", hopHeader, "replica-2"); w.Code != http.StatusOK || lim.asked != 0 {
 		t.Errorf("a forwarded request: %d, limiter asked %d times", w.Code, lim.asked)
+	}
+	// ... but its tokens are known only here: they count against the quota.
+	if w := do(e, "sk-c", hopHeader, "replica-2"); w.Code != http.StatusOK || lim.asked != 0 ||
+		len(lim.charged) != 1 || lim.charged[0] != "carol:10" {
+		t.Errorf("a forwarded request under a quota: %d, asked %d, charged %v", w.Code, lim.asked, lim.charged)
 	}
 }

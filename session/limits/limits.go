@@ -66,6 +66,10 @@ type Limiter interface {
 	// request should then go ahead (the limits fail open). The ticket must
 	// be ended with Done.
 	Acquire(ctx context.Context, key string, l Limits) (*Ticket, error)
+	// Charge counts tokens against key's daily quota without admitting a
+	// request: the tokens of a request another replica admitted and this
+	// one served.
+	Charge(ctx context.Context, key string, tokens int64) error
 }
 
 // Ticket is an admitted request's hold on its key's limits.
