@@ -117,6 +117,12 @@ func TestDashboardUsage(t *testing.T) {
 		[]string{"bob", "sim-2", "sim-2", "qwen", "anthropic", "502", "900 ms", "0 / 0", "", "upstream failed"},
 		[]string{"alice", "sim-1", "sim-1", "qwen", "openai", "200", "120 ms", "10 / 5", "", ""},
 	))
+	// A prompt opened stays open through the refreshes.
+	click(t, page, "#log-table td.err details summary")
+	before := page.MustElement("#status").MustText()
+	waitJS(t, page, "a refresh", `(before) => document.getElementById("status").textContent !== before`, before)
+	waitJS(t, page, "the prompt still open after it", `() => document.querySelector("#log-table td.err details").open`)
+
 	tests := []struct {
 		give string // the status filter
 		code string // typed into the exact code box
