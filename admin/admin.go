@@ -27,8 +27,9 @@ type Config struct {
 	// AdminToken guards /internal/*; when empty the API keys are accepted
 	// instead (main warns loudly about that).
 	AdminToken string
-	// APIKeys are the public API keys (the fallback above).
-	APIKeys []string
+	// Keys are the public API keys in force (the fallback above); nil is
+	// none.
+	Keys *apikey.Registry
 	// MetricsToken guards /metrics unless MetricsPublic.
 	MetricsToken  string
 	MetricsPublic bool
@@ -164,6 +165,18 @@ func (a *Admin) poolAction(what string, do func(string) error) gin.HandlerFunc {
 
 const whoKey = "admin_who"
 
+func (a *Admin) keys() *apikey.Set {
+	if a.cfg.Keys == nil {
+		return apikey.NewSet(nil)
+	}
+	return a.cfg.Keys.Load()
+}
+
+func (a *Admin) keyMatch(key string) bool {
+	_, ok := a.keys().Lookup(key)
+	return ok
+}
+
 // adminAuth accepts the admin token; only when none is set, an API key.
 func (a *Admin) adminAuth() gin.HandlerFunc {
 	return func(c *gin.Context) {
@@ -175,11 +188,11 @@ func (a *Admin) adminAuth() gin.HandlerFunc {
 				c.Next()
 				return
 			}
-		case len(a.cfg.APIKeys) == 0:
+		case a.keys().Len() == 0:
 			c.Set(whoKey, "loopback")
 			c.Next()
 			return
-		case apikey.Match(key, a.cfg.APIKeys):
+		case a.keyMatch(key):
 			c.Set(whoKey, "api-key")
 			c.Next()
 			return

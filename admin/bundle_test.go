@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poolgate/poolgate/admin"
+	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/lingma"
@@ -351,7 +352,7 @@ func mustPackOther(t *testing.T, dir string) []byte {
 }
 
 func TestBundleRoutesNeedTheAdminToken(t *testing.T) {
-	e := newBundleEnv(t, bundleKey(t), admin.Config{AdminToken: "admin-secret", APIKeys: []string{"api-key"}}, false, false)
+	e := newBundleEnv(t, bundleKey(t), admin.Config{AdminToken: "admin-secret", Keys: apikey.NewRegistry([]apikey.Key{{Name: "k", Secret: "api-key"}})}, false, false)
 	tests := []struct {
 		name  string
 		path  string

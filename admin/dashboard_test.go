@@ -123,10 +123,11 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 
-	saveScreenshot(t, page)
+	saveScreenshot(t, page, "dashboard.png")
 
 	// Only the core admin API (the endpoints Register itself adds): the
-	// parts whose endpoint answers 404 hide, the rest works.
+	// parts whose endpoint answers 404 hide (the usage views too), the rest
+	// works.
 	bare, hasLogin, hasStats := startBareAdmin(t, p, sup)
 	page.Timeout(15 * time.Second).MustNavigate(bare.URL + "/admin").MustWaitLoad()
 	typeToken(t, page, adminToken)
@@ -134,7 +135,8 @@ func TestDashboard(t *testing.T) {
 		const rows = document.querySelectorAll("#instances tbody tr");
 		const shown = (sel) => [...document.querySelectorAll(sel)].some(e => !e.hidden);
 		return rows.length === 2 && shown(".login-col") === hasLogin && shown("button.act-login") === hasLogin &&
-			shown(".stats-only") === hasStats && document.getElementById("error").hidden;
+			shown(".stats-only") === hasStats && document.getElementById("error").hidden &&
+			document.getElementById("usage").hidden && document.getElementById("requests").hidden;
 	}`, hasLogin, hasStats)
 }
 
@@ -353,9 +355,9 @@ func checkDownload(t *testing.T, path string) {
 	}
 }
 
-// saveScreenshot writes dashboard.png to the test's temp dir and, when
-// POOLGATE_SCREENSHOT_DIR is set, there too.
-func saveScreenshot(t *testing.T, page *rod.Page) {
+// saveScreenshot writes the page as name (a .png) to the test's temp dir
+// and, when POOLGATE_SCREENSHOT_DIR is set, there too.
+func saveScreenshot(t *testing.T, page *rod.Page, name string) {
 	t.Helper()
 	png, err := page.Screenshot(true, &proto.PageCaptureScreenshot{Format: proto.PageCaptureScreenshotFormatPng})
 	if err != nil {
@@ -369,7 +371,7 @@ func saveScreenshot(t *testing.T, page *rod.Page) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		p := filepath.Join(d, "dashboard.png")
+		p := filepath.Join(d, name)
 		if err := os.WriteFile(p, png, 0o644); err != nil {
 			t.Fatal(err)
 		}

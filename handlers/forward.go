@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/pool"
 )
 
@@ -37,7 +38,7 @@ var hopByHop = map[string]bool{"Connection": true, "Keep-Alive": true, "Proxy-Co
 func ClusterHop(replicaID, token string, client *http.Client) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if by := c.GetHeader(hopHeader); by != "" {
-			if !MatchKey(c.GetHeader(tokenHeader), []string{token}) {
+			if !apikey.Match(c.GetHeader(tokenHeader), []string{token}) {
 				WriteError(c.Writer, c.Request, http.StatusUnauthorized, "invalid cluster token on a forwarded request")
 				c.Abort()
 				return

@@ -19,10 +19,15 @@ import (
 // body must be JSON, which no cross-origin page can send without a preflight
 // this server never approves. Clients that aren't browsers send no Origin
 // and pass.
-func BrowserGuard(anyHost bool) gin.HandlerFunc {
+//
+// open says whether the guard applies now (no keys in force); nil means
+// always.
+func BrowserGuard(anyHost bool, open func() bool) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		r := c.Request
 		switch {
+		case open != nil && !open():
+			c.Next()
 		case !anyHost && !loopbackHost(r.Host):
 			refuse(c, http.StatusForbidden, "host "+r.Host+" is not this gateway's: without API keys it answers only on a loopback address (set POOLGATE_API_KEYS to serve other names)")
 		case !sameOrigin(r):

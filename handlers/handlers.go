@@ -9,7 +9,6 @@ package handlers
 
 import (
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"io"
 	"log/slog"
@@ -24,18 +23,20 @@ import (
 	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/openaichat"
-	"github.com/poolgate/poolgate/handlers/openaierr"
 	"github.com/poolgate/poolgate/handlers/responses"
+	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/internal/served"
 )
 
 // Config configures the public API.
 type Config struct {
-	// APIKeys are the accepted keys (Bearer or x-api-key); empty disables
-	// auth (main allows that only on loopback).
-	APIKeys []string
+	// Keys are the accepted keys (Bearer or x-api-key), swapped by a
+	// reload; none disables auth (main allows that only on loopback).
+	Keys *apikey.Registry
+	// Accounting limits and records each key's use (nil: none).
+	Accounting *Accounting
 	// MaxBodyBytes caps request bodies (default 16 MiB).
 	MaxBodyBytes int64
 	// BodyTimeout bounds how long a request body may take to arrive
@@ -74,21 +75,25 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.Use(RequestID(log), Recover(log))
-	if len(cfg.APIKeys) == 0 {
-		e.Use(BrowserGuard(cfg.Insecure))
+	if cfg.Keys == nil {
+		cfg.Keys = apikey.NewRegistry(nil)
 	}
+	if cfg.Accounting == nil {
+		cfg.Accounting = &Accounting{}
+	}
+	e.Use(BrowserGuard(cfg.Insecure, func() bool { return cfg.Keys.Load().Len() == 0 }))
 	e.NoRoute(notFound)
 	e.NoMethod(notAllowed)
 
-	api := e.Group("", BodyCap(cfg.MaxBodyBytes, cfg.BodyTimeout), APIAuth(cfg.APIKeys))
+	api := e.Group("", BodyCap(cfg.MaxBodyBytes, cfg.BodyTimeout), APIAuth(cfg.Keys))
 	if cfg.ClusterToken != "" {
 		api.Use(ClusterHop(cfg.ReplicaID, cfg.ClusterToken, &http.Client{Transport: &http.Transport{
 			MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, ResponseHeaderTimeout: 0}}))
 	}
-	chat := observe(m, "chat", p.Chat.Completions)
+	chat := observe(m, cfg.Accounting, log, "chat", p.Chat.Completions)
 	api.POST("/v1/chat/completions", chat)
 	api.POST("/chat/completions", chat)
-	create := observe(m, "responses", p.Responses.Create)
+	create := observe(m, cfg.Accounting, log, "responses", p.Responses.Create)
 	api.POST("/v1/responses", create)
 	api.POST("/responses", create)
 	// Remote compaction is an OpenAI-only service: an encrypted summary only
@@ -98,7 +103,7 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	api.GET("/v1/responses/:id", withID(p.Responses.Get))
 	api.DELETE("/v1/responses/:id", withID(p.Responses.Delete))
 	api.GET("/v1/responses/:id/input_items", withID(p.Responses.InputItems))
-	api.POST("/v1/messages", observe(m, "messages", p.Messages.Messages))
+	api.POST("/v1/messages", observe(m, cfg.Accounting, log, "messages", p.Messages.Messages))
 	api.POST("/v1/messages/count_tokens", gin.WrapF(p.Messages.CountTokens))
 	api.GET("/v1/models", models(p.Models))
 	return e
@@ -109,28 +114,6 @@ func withID(h http.HandlerFunc) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		c.Request.SetPathValue("id", c.Param("id"))
 		h(c.Writer, c.Request)
-	}
-}
-
-// observe records the request counter and duration of an API.
-func observe(m *metrics.Metrics, api string, h http.HandlerFunc) gin.HandlerFunc {
-	var series *metrics.API
-	if m != nil {
-		series = m.ForAPI(api)
-	}
-	return func(c *gin.Context) {
-		start := time.Now()
-		ctx, served := pool.WithServed(pool.WithAPI(c.Request.Context(), api))
-		c.Request = c.Request.WithContext(ctx)
-		h(&servedWriter{ResponseWriter: c.Writer, served: served}, c.Request)
-		if m != nil {
-			if code := c.Writer.Status(); code == http.StatusOK {
-				series.OK.Inc()
-			} else {
-				m.Requests.WithLabelValues(api, itoa(code)).Inc()
-			}
-			series.Duration.Observe(time.Since(start).Seconds())
-		}
 	}
 }
 
@@ -153,11 +136,7 @@ func isAnthropic(r *http.Request) bool {
 // protocol shape, named as apierr names the status's kind.
 func WriteError(w http.ResponseWriter, r *http.Request, status int, message string) {
 	p := apierr.ForStatus(status, message)
-	if isAnthropic(r) {
-		anthropic.WriteProblem(w, &p)
-		return
-	}
-	openaierr.Write(w, &p)
+	writeProblem(w, r, &p)
 }
 
 func notFound(c *gin.Context) {
@@ -264,47 +243,15 @@ func formatBytes(n int64) string {
 	return strconv.FormatInt(n, 10) + " bytes"
 }
 
-// APIAuth checks the caller's key (Bearer or x-api-key) against keys and puts
-// it into the request context; with no keys, everyone is let in.
-func APIAuth(keys []string) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		key := CallerKey(c.Request)
-		if len(keys) > 0 && !MatchKey(key, keys) {
-			WriteError(c.Writer, c.Request, http.StatusUnauthorized, "invalid or missing API key")
-			c.Abort()
-			return
-		}
-		c.Request = c.Request.WithContext(httpx.WithAPIKey(c.Request.Context(), key))
-		c.Next()
-	}
-}
-
-// CallerKey returns the key a request presents (Bearer, else x-api-key).
-func CallerKey(r *http.Request) string {
-	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-		return strings.TrimSpace(h[7:])
-	}
-	return strings.TrimSpace(r.Header.Get("X-Api-Key"))
-}
-
-// MatchKey compares key with every accepted key in constant time.
-func MatchKey(key string, keys []string) bool {
-	ok := 0
-	for _, k := range keys {
-		ok |= subtle.ConstantTimeCompare([]byte(key), []byte(k))
-	}
-	return ok == 1 && key != ""
-}
-
 // InstanceHeader names the instance that served a request.
 const InstanceHeader = "X-Poolgate-Instance"
 
-// servedWriter sets InstanceHeader from the request's pool.Served when the
+// servedWriter sets InstanceHeader from the request's record when the
 // response headers go out: by then the router has picked the worker (a
 // stream that had to open before any worker took its turn goes without).
 type servedWriter struct {
 	http.ResponseWriter
-	served  *pool.Served
+	served  *served.Record
 	stamped bool
 }
 

@@ -2,8 +2,10 @@
 // chat.Request: the admission queue and slots, picking (affinity, spread,
 // least busy), the Router with its retries, conversation affinity keys,
 // stop sequences and token caps, the operator's tool policy, probes, and
-// the request-scoped helpers the protocol handlers use (WithAPI, Served,
-// WithForwarder, ErrForwarded). Worker processes belong to pool/supervisor:
+// the request-scoped helpers the protocol handlers use (WithAPI,
+// WithForwarder, ErrForwarded). It notes in the request's served record
+// (internal/served) the worker that took the turn, then the turn's usage.
+// Worker processes belong to pool/supervisor:
 // the pool knows a worker only from the reports it subscribes to and asks
 // it for changes (a cooldown, a check) through its methods. Drivers for
 // concrete workers live in pool/lingma and pool/modelserver.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/internal/served"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -89,6 +90,7 @@ type request struct {
 	hasHit   bool
 	reused   bool
 	excluded []string
+	served   *served.Record
 }
 
 // Chat runs req. An error returned here happened before any event reached
@@ -101,9 +103,10 @@ func (r *Router) Chat(ctx context.Context, req *chat.Request) (<-chan chat.Event
 		return nil, err
 	}
 	rq := &request{Request: req, start: time.Now(), api: api, model: r.ResolveModel(req.Model),
-		owner: OwnerKey(req.APIKey), split: lastAssistant(req.Messages)}
+		owner: OwnerKey(req.APIKey), split: lastAssistant(req.Messages), served: served.From(ctx)}
 	r.lookup(ctx, rq)
 	if r.forwardRemote(ctx, rq) {
+		rq.served.Forward()
 		return nil, ErrForwarded
 	}
 	var lastErr error
@@ -231,7 +234,7 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan c
 			rq.reused = true
 		}
 	}
-	markServed(ctx, slot.Instance())
+	rq.served.Turn(slot.Instance(), slot.m.account, rq.model, rq.reused)
 	tctx, cancel := context.WithCancel(ctx)
 	src, err := open(tctx, slot.Backend, turn)
 	if err != nil {
@@ -261,10 +264,11 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan c
 	}
 	if !rq.Stream {
 		// The whole answer is in head: finish it here, into a channel that
-		// holds every event forward can send (one per event of head, plus
-		// the rest of a held-back stop-sequence prefix), so that no
-		// goroutine has to wait for the caller.
-		out := make(chan chat.Event, len(head)+1)
+		// holds every event forward can send (at most one per event of head,
+		// plus the rest of a held-back stop-sequence prefix before the
+		// closing one; one more to spare), so that no goroutine has to wait
+		// for the caller.
+		out := make(chan chat.Event, len(head)+2)
 		r.forward(tctx, rq, slot, head, src, out)
 		src.close()
 		slot.Release()
@@ -380,15 +384,17 @@ func (r *Router) finish(rq *request, slot *Slot, done chat.Event, text string, c
 		}
 	}
 	if done.Usage.InputTokens == 0 && r.cfg.Count != nil {
-		for i := range rq.Messages {
-			done.Usage.InputTokens += r.cfg.Count(rq.Messages[i].Content) + 4
-		}
+		done.Usage.InputTokens = chat.PromptTokens(rq.Messages, r.cfg.Count)
 	}
 	if done.Finish == "" {
 		done.Finish = chat.FinishStop
 		if len(calls) > 0 {
 			done.Finish = chat.FinishToolCalls
 		}
+	}
+	rq.served.Done(done.Usage)
+	if rq.served.Capturing() && len(rq.Messages) > 0 {
+		rq.served.Text(rq.Messages[len(rq.Messages)-1].Content, text)
 	}
 	if r.metrics != nil {
 		r.metrics.CountTokens(done.Usage.InputTokens, done.Usage.OutputTokens)

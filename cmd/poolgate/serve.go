@@ -27,6 +27,7 @@ import (
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/openaichat"
 	"github.com/poolgate/poolgate/handlers/responses"
+	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/tokens"
@@ -94,6 +95,8 @@ type app struct {
 	bundleStore bundle.Store // sealed bundles, beside it
 	api         *http.Server
 	admin       *http.Server // nil when admin shares the API listener
+	keys        *apikey.Registry
+	acct        *accounting
 }
 
 // store is what main needs of a session store beyond what its users need.
@@ -129,6 +132,9 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	if a.store, a.bundleStore, redisClient, err = openStores(cfg, m, onEvict, log); err != nil {
 		return nil, err
 	}
+	a.acct = newAccounting(cfg, redisClient, m, log)
+	a.keys = apikey.NewRegistry(keysOf(cfg))
+	m.InitKeys(a.keys.Load().Names())
 	var affinity pool.AffinityStore = affinityStore{a.store}
 	if !cfg.SessionReuse {
 		affinity = nil // every turn starts an upstream session of its own
@@ -197,12 +203,12 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 			a.router, log),
 		Models: a.router,
 	}
-	hcfg := handlers.Config{APIKeys: cfg.APIKeys.Secrets(), MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout, Insecure: cfg.Insecure}
+	hcfg := handlers.Config{Keys: a.keys, Accounting: a.acct.forHTTP(cfg.RequestLogDebug), MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout, Insecure: cfg.Insecure}
 	if a.cluster != nil {
 		hcfg.ReplicaID, hcfg.ClusterToken = a.cluster.ID(), cfg.ClusterToken
 	}
 	engine := handlers.New(hcfg, protocols, m, log)
-	adm := admin.New(admin.Config{AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys.Secrets(), MetricsToken: cfg.MetricsToken,
+	adm := admin.New(admin.Config{AdminToken: cfg.AdminToken, Keys: a.keys, MetricsToken: cfg.MetricsToken,
 		MetricsPublic: cfg.MetricsPublic, BodyTimeout: cfg.BodyTimeout, BundleImportPlain: cfg.BundleImportPlain},
 		adminPool{a.pool, ready}, a.sup, reg, log)
 	adm.RegisterProbes(engine)
@@ -211,9 +217,10 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	if cfg.AdminListen != "" {
 		adminEngine = gin.New()
 		adminEngine.Use(handlers.RequestID(log), handlers.Recover(log))
-		if cfg.AdminToken == "" && len(cfg.APIKeys) == 0 {
-			// Open on loopback (the config refuses anything else).
-			adminEngine.Use(handlers.BrowserGuard(false))
+		if cfg.AdminToken == "" {
+			// Open on loopback while no API key is set (the config refuses
+			// anything else).
+			adminEngine.Use(handlers.BrowserGuard(false, func() bool { return a.keys.Load().Len() == 0 }))
 		}
 		adm.RegisterProbes(adminEngine)
 		a.admin = httpServer(cfg.AdminListen, adminEngine)
@@ -235,6 +242,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	}
 	admin.RegisterLogin(internal, svc, a.sup, log)
 	adm.RegisterBundles(internal, a.bundles)
+	adm.RegisterUsage(internal, a.acct.usage, a.acct.requests)
 	adm.RegisterDashboard(adminEngine)
 }
 
@@ -405,6 +413,7 @@ func (a *app) run(ctx context.Context) error {
 		lcancel()
 	}
 	a.router.Wait()
+	a.acct.close() // every request is over: flush its records
 	_ = a.store.Close()
 	a.log.Info("stopped")
 	if errors.Is(serveErr, http.ErrServerClosed) {

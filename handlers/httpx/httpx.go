@@ -13,13 +13,14 @@ import (
 	"os"
 	"strconv"
 	"sync"
+
+	"github.com/poolgate/poolgate/internal/apikey"
 )
 
 type ctxKey int
 
 const (
 	keyRequestID ctxKey = iota
-	keyAPIKey
 )
 
 // WithRequestID returns ctx carrying the request id.
@@ -33,16 +34,13 @@ func RequestID(ctx context.Context) string {
 	return s
 }
 
-// WithAPIKey returns ctx carrying the caller's API key (used only to keep
-// callers' conversations apart; never logged).
-func WithAPIKey(ctx context.Context, key string) context.Context {
-	return context.WithValue(ctx, keyAPIKey, key)
-}
-
-// APIKey returns the caller's API key from ctx ("" when auth is off).
+// APIKey returns the secret the caller presented (used only to keep
+// callers' conversations apart; never logged), "" when none.
 func APIKey(ctx context.Context) string {
-	s, _ := ctx.Value(keyAPIKey).(string)
-	return s
+	if k := apikey.Caller(ctx); k != nil {
+		return k.Secret
+	}
+	return ""
 }
 
 // ErrBodyTooLarge is returned by ReadBody when the body exceeds its cap.

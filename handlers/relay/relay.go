@@ -20,6 +20,7 @@ import (
 	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/served"
 	"github.com/poolgate/poolgate/pool"
 )
 
@@ -145,6 +146,7 @@ func (rl *Relay) Fail(ctx context.Context, w http.ResponseWriter, err error) *ap
 	if apierr.Gone(ctx, err) {
 		rl.log.LogAttrs(ctx, slog.LevelDebug, "request abandoned by the client", slog.String("protocol", rl.cfg.Protocol),
 			slog.String("request_id", httpx.RequestID(ctx)), slog.Any("err", err))
+		served.From(ctx).Fail(clientGone)
 		w.WriteHeader(apierr.StatusClientClosed)
 		return nil
 	}
@@ -154,7 +156,11 @@ func (rl *Relay) Fail(ctx context.Context, w http.ResponseWriter, err error) *ap
 	return &p
 }
 
+// clientGone is the request log's error for a request its client left.
+const clientGone = "the client closed the request"
+
 func (rl *Relay) logFailure(ctx context.Context, p *apierr.Problem, midStream bool) {
+	served.From(ctx).Fail(p.Message)
 	level := slog.LevelDebug
 	if p.Status >= 500 {
 		level = slog.LevelWarn
@@ -338,6 +344,7 @@ func (s *streamer) fail(err error) Outcome {
 		return out
 	}
 	if apierr.Gone(s.ctx, err) {
+		served.From(s.ctx).Fail(clientGone)
 		return out
 	}
 	p := apierr.Classify(err)

@@ -97,6 +97,11 @@ type Config struct {
 	RedisURL    string `yaml:"redis_url"`    // Redis URL ("" = in-memory store)
 	RedisPrefix string `yaml:"redis_prefix"` // Redis key prefix (poolgate:)
 
+	UsageRetentionDays int  `yaml:"usage_retention_days"` // days of per-key, per-account usage kept (90)
+	RequestLogSize     int  `yaml:"request_log_size"`     // requests kept in the request log (1000)
+	RequestLogBytes    int  `yaml:"request_log_bytes"`    // cap of the request log in bytes (4 MiB)
+	RequestLogDebug    bool `yaml:"request_log_debug"`    // keep prompts and answers in the request log (false)
+
 	StoredResponsesPerKey     int   `yaml:"stored_responses_per_key"`      // Responses kept in Redis per API key (1000)
 	StoredResponseBytesPerKey int64 `yaml:"stored_response_bytes_per_key"` // their total size per API key (64 MiB)
 
@@ -141,6 +146,9 @@ func Defaults() Config {
 		ShutdownGrace:             30 * time.Second,
 		RedisPrefix:               "poolgate:",
 		StoredResponsesPerKey:     1000,
+		UsageRetentionDays:        90,
+		RequestLogSize:            1000,
+		RequestLogBytes:           4 << 20,
 		StoredResponseBytesPerKey: 64 << 20,
 		LeaseTTL:                  15 * time.Second,
 		StreamKeepAlive:           15 * time.Second,
@@ -304,7 +312,9 @@ func (c *Config) Validate() error {
 	positive := map[string]int64{"max_body_bytes": c.MaxBodyBytes, "instance_max_in_flight": int64(c.InstanceMaxInFlight),
 		"max_in_flight": int64(c.MaxInFlight), "max_queue": int64(c.MaxQueue),
 		"stored_responses_per_key": int64(c.StoredResponsesPerKey), "stored_response_bytes_per_key": c.StoredResponseBytesPerKey,
-		"session_cache_size": int64(c.SessionCacheSize), "login_attempts": int64(c.LoginAttempts)}
+		"session_cache_size": int64(c.SessionCacheSize), "login_attempts": int64(c.LoginAttempts),
+		"usage_retention_days": int64(c.UsageRetentionDays), "request_log_size": int64(c.RequestLogSize),
+		"request_log_bytes": int64(c.RequestLogBytes)}
 	for k, v := range positive {
 		if v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %d", k, v))

@@ -5,6 +5,7 @@ package metrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // APIs label values (the `api` label).
@@ -33,6 +34,9 @@ type Metrics struct {
 	FieldsIgnored    *prometheus.CounterVec   // poolgate_request_fields_ignored_total{protocol,field}
 	ToolsWithheld    *prometheus.CounterVec   // poolgate_tools_withheld_total{reason}
 	Handovers        *prometheus.CounterVec   // poolgate_cluster_handovers_total{account}
+	KeyRequests      *prometheus.CounterVec   // poolgate_key_requests_total{key,code}
+	KeyTokens        *prometheus.CounterVec   // poolgate_key_tokens_total{key,direction}
+	KeyLimited       *prometheus.CounterVec   // poolgate_key_limited_total{key,limit}
 
 	// The series every request touches, looked up once here so that a
 	// request pays no label hashing for them.
@@ -50,11 +54,15 @@ type API struct {
 	TTFT prometheus.Observer
 }
 
+// KeyLimits are the limit label values of KeyLimited.
+var KeyLimits = []string{"rpm", "concurrency", "tokens_per_day"}
+
 // ToolWithheldReasons are the reason label values of ToolsWithheld.
 var ToolWithheldReasons = []string{"allowlist", "forwarding_off"}
 
 // StoreOps are the store operation label values, pre-initialised.
-var StoreOps = []string{"take_affinity", "put_affinity", "flush_affinity", "save_response", "load_response", "delete_response", "save_bundle", "load_bundle"}
+var StoreOps = []string{"take_affinity", "put_affinity", "flush_affinity", "save_response", "load_response", "delete_response", "save_bundle", "load_bundle",
+	"record_usage", "log_request", "key_limits"}
 
 // New creates the collectors and registers them on reg.
 func New(reg prometheus.Registerer) *Metrics {
@@ -120,10 +128,23 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "poolgate_cluster_handovers_total",
 			Help: "Accounts this replica handed over to another replica (drain, stop, release), by account.",
 		}, []string{"account"}),
+		KeyRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poolgate_key_requests_total",
+			Help: "API requests by API key name (configured names only) and HTTP status code.",
+		}, []string{"key", "code"}),
+		KeyTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poolgate_key_tokens_total",
+			Help: "Tokens by API key name (configured names only) and direction (input, output).",
+		}, []string{"key", "direction"}),
+		KeyLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poolgate_key_limited_total",
+			Help: "Requests refused with 429 by an API key's own limit, by key name and limit.",
+		}, []string{"key", "limit"}),
 	}
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Tokens, m.InFlight, m.QueueDepth, m.QueueWait,
 		m.Rejections, m.Retries, m.Cooldowns, m.Restarts, m.CacheHits, m.CacheMisses, m.CacheInvalidated,
-		m.StoreErrors, m.LoginAttempts, m.LoginDuration, m.FieldsIgnored, m.ToolsWithheld, m.Handovers)
+		m.StoreErrors, m.LoginAttempts, m.LoginDuration, m.FieldsIgnored, m.ToolsWithheld, m.Handovers,
+		m.KeyRequests, m.KeyTokens, m.KeyLimited)
 	for _, r := range ToolWithheldReasons {
 		m.ToolsWithheld.WithLabelValues(r)
 	}
@@ -159,6 +180,54 @@ func (m *Metrics) ForAPI(api string) *API {
 func (m *Metrics) CountTokens(input, output int) {
 	m.inputTok.Add(float64(input))
 	m.outputTok.Add(float64(output))
+}
+
+// InitKeys pre-initialises the per-key series of the configured key names
+// and drops those of names no longer configured, so the series stay bounded
+// by the configuration (a reload calls it again).
+func (m *Metrics) InitKeys(names []string) {
+	if m == nil {
+		return
+	}
+	keep := make(map[string]bool, len(names))
+	for _, n := range names {
+		keep[n] = true
+		m.KeyRequests.WithLabelValues(n, "200")
+		for _, d := range []string{"input", "output"} {
+			m.KeyTokens.WithLabelValues(n, d)
+		}
+		for _, l := range KeyLimits {
+			m.KeyLimited.WithLabelValues(n, l)
+		}
+	}
+	for _, vec := range []*prometheus.CounterVec{m.KeyRequests, m.KeyTokens, m.KeyLimited} {
+		for _, name := range labelValues(vec, "key") {
+			if !keep[name] {
+				vec.DeletePartialMatch(prometheus.Labels{"key": name})
+			}
+		}
+	}
+}
+
+// labelValues lists the values label takes in vec's series.
+func labelValues(vec *prometheus.CounterVec, label string) []string {
+	ch := make(chan prometheus.Metric, 64)
+	go func() { vec.Collect(ch); close(ch) }()
+	seen := map[string]bool{}
+	var out []string
+	for m := range ch {
+		var pb dto.Metric
+		if m.Write(&pb) != nil {
+			continue
+		}
+		for _, lp := range pb.GetLabel() {
+			if lp.GetName() == label && !seen[lp.GetValue()] {
+				seen[lp.GetValue()] = true
+				out = append(out, lp.GetValue())
+			}
+		}
+	}
+	return out
 }
 
 // InitFieldsIgnored pre-initialises the dropped-field counter of a protocol

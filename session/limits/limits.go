@@ -66,6 +66,10 @@ type Limiter interface {
 	// request should then go ahead (the limits fail open). The ticket must
 	// be ended with Done.
 	Acquire(ctx context.Context, key string, l Limits) (*Ticket, error)
+	// Charge counts tokens against key's daily quota without admitting a
+	// request: the tokens of a request another replica admitted and this
+	// one served.
+	Charge(ctx context.Context, key string, tokens int64) error
 }
 
 // Ticket is an admitted request's hold on its key's limits.
@@ -73,6 +77,10 @@ type Ticket struct {
 	once sync.Once
 	done func(tokens int64)
 }
+
+// NewTicket returns a ticket whose Done calls done once (for Limiter
+// implementations outside this package).
+func NewTicket(done func(tokens int64)) *Ticket { return &Ticket{done: done} }
 
 // Done ends the request: its concurrency slot is freed and the tokens it
 // used count against today's quota. It is safe to call twice (the second

@@ -175,3 +175,33 @@ func TestRetryMath(t *testing.T) {
 		t.Errorf("half a second to midnight: %s, want the 1 s floor", got)
 	}
 }
+
+// Tokens charged without an admission (a request another replica admitted)
+// count against the quota like a ticket's.
+func TestCharge(t *testing.T) {
+	srv := testenv.Redis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	r := NewRedis(rdb, RedisConfig{Prefix: testenv.KeyPrefix(t)})
+	t.Cleanup(func() { r.Wait(); rdb.Close() })
+	for name, lim := range map[string]Limiter{"memory": NewMemory(nil), "redis": r} {
+		t.Run(name, func(t *testing.T) {
+			ctx, l := context.Background(), Limits{TokensPerDay: 100}
+			if err := lim.Charge(ctx, "bob", 60); err != nil {
+				t.Fatal(err)
+			}
+			tk, err := lim.Acquire(ctx, "bob", l)
+			if err != nil {
+				t.Fatalf("60 of 100 used: %v", err)
+			}
+			tk.Done(0)
+			if err := lim.Charge(ctx, "bob", 40); err != nil {
+				t.Fatal(err)
+			}
+			_, err = lim.Acquire(ctx, "bob", l)
+			deniedBy(t, err, LimitTokensPerDay)
+			if err := lim.Charge(ctx, "bob", 0); err != nil {
+				t.Errorf("charging nothing: %v", err)
+			}
+		})
+	}
+}

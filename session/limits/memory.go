@@ -75,6 +75,23 @@ func (m *Memory) Acquire(_ context.Context, key string, l Limits) (*Ticket, erro
 	}}, nil
 }
 
+// Charge implements Limiter.
+func (m *Memory) Charge(_ context.Context, key string, tokens int64) error {
+	if tokens <= 0 {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.keys[key]
+	if s == nil {
+		s = &keyState{}
+		m.keys[key] = s
+	}
+	s.roll(m.now())
+	s.tokensUsed += tokens
+	return nil
+}
+
 // roll moves the windows and the day to now's.
 func (s *keyState) roll(now time.Time) {
 	w := now.UnixMilli() / 60000

@@ -160,6 +160,19 @@ func (r *Redis) Acquire(ctx context.Context, key string, l Limits) (*Ticket, err
 	}}, nil
 }
 
+// Charge implements Limiter.
+func (r *Redis) Charge(ctx context.Context, key string, tokens int64) error {
+	if tokens <= 0 {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	if err := doneScript.Run(cctx, r.rdb, []string{r.prefix + "limit:" + key}, "", tokens).Err(); err != nil {
+		return fmt.Errorf("limits: charge %s: %w", key, err)
+	}
+	return nil
+}
+
 // denied reads the acquire script's answer.
 func denied(key string, l Limits, res []any) *Denied {
 	name, _ := res[0].(string)

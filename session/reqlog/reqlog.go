@@ -44,8 +44,10 @@ type Entry struct {
 // Filter selects entries; zero fields select all.
 type Filter struct {
 	Key, Account string
-	// Status is an exact status, or 0; Errors selects statuses >= 400.
+	// Status is an exact status, or 0; Class a class (4 for 4xx), or 0;
+	// Errors selects statuses >= 400 and answers that failed mid-stream.
 	Status int
+	Class  int
 	Errors bool
 	// Limit caps the answer (default and maximum: everything kept).
 	Limit int
@@ -53,7 +55,8 @@ type Filter struct {
 
 func (f Filter) matches(e *Entry) bool {
 	return (f.Key == "" || f.Key == e.Key) && (f.Account == "" || f.Account == e.Account) &&
-		(f.Status == 0 || f.Status == e.Status) && (!f.Errors || e.Status >= 400)
+		(f.Status == 0 || f.Status == e.Status) && (f.Class == 0 || e.Status/100 == f.Class) &&
+		(!f.Errors || e.Status >= 400 || e.Error != "")
 }
 
 // Config bounds a log. Zero values take the defaults.

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/poolgate/poolgate/handlers"
+	"github.com/poolgate/poolgate/internal/apikey"
+	"github.com/poolgate/poolgate/internal/batch"
+	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/session/limits"
+	"github.com/poolgate/poolgate/session/reqlog"
+	"github.com/poolgate/poolgate/session/usage"
+)
+
+// keysOf is the configured API keys as the HTTP layer holds them.
+func keysOf(cfg config.Config) []apikey.Key {
+	out := make([]apikey.Key, len(cfg.APIKeys))
+	for i, k := range cfg.APIKeys {
+		out[i] = apikey.Key{Name: k.Name, Secret: k.Key, RPM: k.RPM, Concurrency: k.Concurrency, TokensPerDay: k.TokensPerDay}
+	}
+	return out
+}
+
+// accounting is who used what: the key limits, the usage counters and the
+// request log, on Redis when the daemon has one (every replica sees and
+// enforces the same numbers) and in memory otherwise. Usage and log entries
+// are written in batches off the request path.
+type accounting struct {
+	limiter  limits.Limiter
+	usage    usage.Store
+	requests reqlog.Log
+	usageW   *batch.Writer[usage.Record]
+	logW     *batch.Writer[reqlog.Entry]
+	wait     func() // waits for the limiter's renewals to end
+}
+
+func newAccounting(cfg config.Config, rdb *redis.Client, m *metrics.Metrics, log *slog.Logger) *accounting {
+	retention := time.Duration(cfg.UsageRetentionDays) * 24 * time.Hour
+	lcfg := reqlog.Config{MaxEntries: cfg.RequestLogSize, MaxBytes: cfg.RequestLogBytes, Debug: cfg.RequestLogDebug}
+	a := &accounting{wait: func() {}}
+	if rdb == nil {
+		a.limiter = limits.NewMemory(time.Now)
+		a.usage = usage.NewMemory(retention, time.Now)
+		a.requests = reqlog.NewMemory(lcfg)
+	} else {
+		onError := func(op string, err error) {
+			m.StoreErrors.WithLabelValues("key_limits").Inc()
+			log.Debug("key limits store", "op", op, "err", err)
+		}
+		rl := limits.NewRedis(rdb, limits.RedisConfig{Prefix: cfg.RedisPrefix, OnError: onError})
+		a.limiter, a.wait = rl, rl.Wait
+		a.usage = usage.NewRedis(rdb, usage.RedisConfig{Prefix: cfg.RedisPrefix, Retention: retention})
+		a.requests = reqlog.NewRedis(rdb, cfg.RedisPrefix, lcfg)
+	}
+	failed := func(op string) func(error, int) {
+		return func(err error, n int) {
+			m.StoreErrors.WithLabelValues(op).Inc()
+			log.Warn("accounting write failed", "op", op, "records", n, "err", err)
+		}
+	}
+	a.usageW = batch.New(batch.Config{OnError: failed("record_usage")}, a.usage.Add)
+	a.logW = batch.New(batch.Config{OnError: failed("log_request")}, a.requests.Add)
+	return a
+}
+
+// forHTTP is the HTTP layer's view.
+func (a *accounting) forHTTP(capture bool) *handlers.Accounting {
+	return &handlers.Accounting{Limiter: a.limiter, Capture: capture,
+		Usage: func(r usage.Record) { a.usageW.Add(r) },
+		Log:   func(e reqlog.Entry) { a.logW.Add(e) }}
+}
+
+// close flushes what waits to be written.
+func (a *accounting) close() {
+	a.usageW.Close()
+	a.logW.Close()
+	a.wait()
+}

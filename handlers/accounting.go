@@ -1,0 +1,186 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/poolgate/poolgate/handlers/anthropic"
+	"github.com/poolgate/poolgate/handlers/apierr"
+	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/handlers/openaierr"
+	"github.com/poolgate/poolgate/internal/apikey"
+	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/internal/served"
+	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/session/limits"
+	"github.com/poolgate/poolgate/session/reqlog"
+	"github.com/poolgate/poolgate/session/usage"
+)
+
+// Accounting says who used what: each key's limits at admission, the usage
+// counters, the request log and the per-key metrics. A nil field turns its
+// part off; the recorders must not block (they queue for a batch writer).
+type Accounting struct {
+	Limiter limits.Limiter
+	Usage   func(usage.Record)
+	Log     func(reqlog.Entry)
+	// Capture keeps each request's prompt and answer for the request log
+	// (a debug switch).
+	Capture bool
+}
+
+// observe wraps a protocol's handler: admission under the caller's key's
+// limits, then the request's record once it is over (metrics, usage, the
+// request log). A request another replica forwarded here was admitted
+// there, so only its record is kept here; a request this replica forwarded
+// is recorded by the replica that served it.
+func observe(m *metrics.Metrics, acct *Accounting, log *slog.Logger, api string, h http.HandlerFunc) gin.HandlerFunc {
+	var series *metrics.API // the API's own series, looked up once
+	if m != nil {
+		series = m.ForAPI(api)
+	}
+	return func(c *gin.Context) {
+		start := time.Now()
+		ctx, rec := served.With(pool.WithAPI(c.Request.Context(), api))
+		if acct.Capture {
+			rec.Capture()
+		}
+		c.Request = c.Request.WithContext(ctx)
+		key := apikey.Caller(ctx)
+		var ticket *limits.Ticket
+		if key != nil && key.Limited() && acct.Limiter != nil && !Forwarded(c.Request) {
+			t, err := acct.Limiter.Acquire(ctx, key.Name, limits.Limits{RPM: key.RPM, Concurrency: key.Concurrency,
+				TokensPerDay: key.TokensPerDay})
+			var denied *limits.Denied
+			switch {
+			case errors.As(err, &denied):
+				rec.Fail(denied.Error())
+				writeDenied(c.Writer, c.Request, denied)
+				if m != nil {
+					m.KeyLimited.WithLabelValues(key.Name, denied.Limit).Inc()
+				}
+			case err != nil:
+				// The limits fail open: an outage of their store must not
+				// stop the gateway.
+				log.Warn("key limits unavailable, admitting", "key", key.Name, "err", err)
+			default:
+				ticket = t
+			}
+			if denied != nil {
+				finish(m, series, acct, api, c, key, rec, start)
+				return
+			}
+		}
+		h(&servedWriter{ResponseWriter: c.Writer, served: rec}, c.Request)
+		info := finish(m, series, acct, api, c, key, rec, start)
+		tokens := int64(info.Usage.InputTokens + info.Usage.OutputTokens)
+		ticket.Done(tokens)
+		if ticket == nil && key != nil && key.TokensPerDay > 0 && acct.Limiter != nil && Forwarded(c.Request) {
+			// Admitted by the replica that forwarded it; its tokens are
+			// known only here.
+			if err := acct.Limiter.Charge(context.WithoutCancel(ctx), key.Name, tokens); err != nil {
+				log.Warn("key quota not charged", "key", key.Name, "tokens", tokens, "err", err)
+			}
+		}
+	}
+}
+
+// finish records a request that is over and returns its record.
+func finish(m *metrics.Metrics, series *metrics.API, acct *Accounting, api string, c *gin.Context, key *apikey.Key,
+	rec *served.Record, start time.Time) served.Info {
+	status := c.Writer.Status()
+	code := "200"
+	if status != http.StatusOK {
+		code = itoa(status)
+	}
+	elapsed := time.Since(start)
+	info := rec.Info()
+	name := ""
+	if key != nil {
+		name = key.Name
+	}
+	if m != nil {
+		if status == http.StatusOK {
+			series.OK.Inc()
+		} else {
+			m.Requests.WithLabelValues(api, code).Inc()
+		}
+		series.Duration.Observe(elapsed.Seconds())
+		if name != "" {
+			m.KeyRequests.WithLabelValues(name, code).Inc()
+			if u := info.Usage; u.InputTokens+u.OutputTokens > 0 {
+				m.KeyTokens.WithLabelValues(name, "input").Add(float64(u.InputTokens))
+				m.KeyTokens.WithLabelValues(name, "output").Add(float64(u.OutputTokens))
+			}
+		}
+	}
+	if info.Forwarded {
+		return info // the replica that served it keeps its record
+	}
+	failed := status >= 400 || info.Error != ""
+	if acct.Usage != nil {
+		acct.Usage(usage.Record{Time: start, Key: name, Account: info.Account, InputTokens: int64(info.Usage.InputTokens),
+			OutputTokens: int64(info.Usage.OutputTokens), Error: failed, Reused: info.Reused})
+	}
+	if acct.Log != nil {
+		acct.Log(reqlog.Entry{Time: start, RequestID: httpx.RequestID(c.Request.Context()), Key: name,
+			Account: info.Account, Instance: info.Instance, Model: info.Model, Protocol: api, Status: status,
+			LatencyMS: elapsed.Milliseconds(), InputTokens: int64(info.Usage.InputTokens),
+			OutputTokens: int64(info.Usage.OutputTokens), Reused: info.Reused, Error: info.Error,
+			Prompt: info.Prompt, Answer: info.Answer})
+	}
+	return info
+}
+
+// writeDenied answers a request over its key's limit: 429 in the caller's
+// protocol, naming the limit, with Retry-After.
+func writeDenied(w http.ResponseWriter, r *http.Request, d *limits.Denied) {
+	p := apierr.Problem{Kind: apierr.RateLimited, Status: http.StatusTooManyRequests, Code: "rate_limit_exceeded",
+		Message: d.Error(), RetryAfter: d.RetryAfter, Err: d}
+	if d.Limit == limits.LimitTokensPerDay {
+		p.Code = "insufficient_quota"
+	}
+	w.Header().Set(LimitHeader, d.Limit)
+	writeProblem(w, r, &p)
+}
+
+// LimitHeader names the key limit that refused a request.
+const LimitHeader = "X-Poolgate-Limit"
+
+// writeProblem writes p in r's protocol shape.
+func writeProblem(w http.ResponseWriter, r *http.Request, p *apierr.Problem) {
+	if isAnthropic(r) {
+		anthropic.WriteProblem(w, p)
+		return
+	}
+	openaierr.Write(w, p)
+}
+
+// APIAuth admits a caller whose key (Bearer or x-api-key) is in the keys in
+// force and puts that key into the request context; with no keys, everyone
+// is let in under the key presented (nameless, unlimited), which still keeps
+// callers' conversations apart. The keys are read per request, so a reload
+// takes effect from the next request on.
+func APIAuth(keys *apikey.Registry) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		presented := apikey.FromRequest(c.Request)
+		set := keys.Load()
+		var k *apikey.Key
+		if set.Len() == 0 {
+			k = &apikey.Key{Secret: presented}
+		} else if found, ok := set.Lookup(presented); ok {
+			k = found
+		} else {
+			WriteError(c.Writer, c.Request, http.StatusUnauthorized, "invalid or missing API key")
+			c.Abort()
+			return
+		}
+		c.Request = c.Request.WithContext(apikey.WithCaller(c.Request.Context(), k))
+		c.Next()
+	}
+}

@@ -1,0 +1,156 @@
+package handlers
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/poolgate/poolgate/internal/apikey"
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/served"
+	"github.com/poolgate/poolgate/session/limits"
+	"github.com/poolgate/poolgate/session/reqlog"
+	"github.com/poolgate/poolgate/session/usage"
+)
+
+// fakeLimiter denies what deny names and counts the tickets it ended.
+type fakeLimiter struct {
+	mu      sync.Mutex
+	deny    *limits.Denied
+	asked   int
+	tokens  []int64
+	charged []string
+}
+
+func (f *fakeLimiter) Acquire(_ context.Context, key string, l limits.Limits) (*limits.Ticket, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked++
+	if f.deny != nil {
+		d := *f.deny
+		d.Key = key
+		return nil, &d
+	}
+	return limits.NewTicket(func(n int64) { f.mu.Lock(); f.tokens = append(f.tokens, n); f.mu.Unlock() }), nil
+}
+
+func (f *fakeLimiter) Charge(_ context.Context, key string, tokens int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.charged = append(f.charged, key+":"+strconv.FormatInt(tokens, 10))
+	return nil
+}
+
+type recorded struct {
+	mu      sync.Mutex
+	usage   []usage.Record
+	entries []reqlog.Entry
+}
+
+func accountingEngine(t *testing.T, lim *fakeLimiter, rec *recorded, capture bool) *gin.Engine {
+	t.Helper()
+	gin.SetMode(gin.TestMode)
+	keys := apikey.NewRegistry([]apikey.Key{{Name: "alice", Secret: "sk-a", RPM: 1}, {Name: "bob", Secret: "sk-b"},
+		{Name: "carol", Secret: "sk-c", TokensPerDay: 1000}})
+	acct := &Accounting{Limiter: lim, Capture: capture,
+		Usage: func(r usage.Record) { rec.mu.Lock(); rec.usage = append(rec.usage, r); rec.mu.Unlock() },
+		Log:   func(e reqlog.Entry) { rec.mu.Lock(); rec.entries = append(rec.entries, e); rec.mu.Unlock() }}
+	e := gin.New()
+	e.Use(APIAuth(keys))
+	// The protocol stand-in: the router's part of the record, then an answer.
+	e.POST("/v1/chat/completions", observe(nil, acct, slog.New(slog.DiscardHandler), "chat", func(w http.ResponseWriter, r *http.Request) {
+		rec := served.From(r.Context())
+		rec.Turn("sim-1", "acct-1", "m", true)
+		rec.Text("the prompt", "the answer")
+		rec.Done(chat.Usage{InputTokens: 7, OutputTokens: 3})
+		w.WriteHeader(http.StatusOK)
+	}))
+	return e
+}
+
+func do(e http.Handler, key string, hdr ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader("{}"))
+	r.Header.Set("Authorization", "Bearer "+key)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	e.ServeHTTP(w, r)
+	return w
+}
+
+func TestAccountingRecordsEachRequest(t *testing.T) {
+	lim, rec := &fakeLimiter{}, &recorded{}
+	e := accountingEngine(t, lim, rec, false)
+	if w := do(e, "sk-a"); w.Code != http.StatusOK {
+		t.Fatalf("alice: %d %s", w.Code, w.Body)
+	}
+	if w := do(e, "sk-b"); w.Code != http.StatusOK {
+		t.Fatalf("bob: %d", w.Code)
+	}
+	if w := do(e, "sk-nobody"); w.Code != http.StatusUnauthorized {
+		t.Fatalf("an unknown key: %d", w.Code)
+	}
+	if lim.asked != 1 || len(lim.tokens) != 1 || lim.tokens[0] != 10 {
+		t.Errorf("limiter asked %d times, tickets ended with %v: want once (only alice has limits), 10 tokens", lim.asked, lim.tokens)
+	}
+	want := usage.Record{Key: "alice", Account: "acct-1", InputTokens: 7, OutputTokens: 3, Reused: true}
+	if len(rec.usage) != 2 {
+		t.Fatalf("usage records %+v, want alice's and bob's", rec.usage)
+	}
+	got := rec.usage[0]
+	got.Time = time.Time{}
+	if got != want || rec.usage[1].Key != "bob" {
+		t.Errorf("usage %+v, want %+v then bob's", rec.usage, want)
+	}
+	en := rec.entries[0]
+	if en.Key != "alice" || en.Instance != "sim-1" || en.Model != "m" || en.Protocol != "chat" || en.Status != 200 ||
+		!en.Reused || en.Prompt != "" || en.Answer != "" {
+		t.Errorf("log entry %+v", en)
+	}
+}
+
+func TestAccountingCapturesTextOnlyWhenAsked(t *testing.T) {
+	rec := &recorded{}
+	do(accountingEngine(t, &fakeLimiter{}, rec, true), "sk-b")
+	if e := rec.entries[0]; e.Prompt != "the prompt" || e.Answer != "the answer" {
+		t.Errorf("debug entry %+v lacks the prompt and the answer", e)
+	}
+}
+
+func TestAccountingRefusesOverALimit(t *testing.T) {
+	lim := &fakeLimiter{deny: &limits.Denied{Limit: limits.LimitRPM, Max: 1, RetryAfter: 1500 * time.Millisecond}}
+	rec := &recorded{}
+	e := accountingEngine(t, lim, rec, false)
+	w := do(e, "sk-a")
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "2" || w.Header().Get(LimitHeader) != "rpm" ||
+		!strings.Contains(w.Body.String(), `"rate_limit_exceeded"`) || !strings.Contains(w.Body.String(), `\"alice\"`) {
+		t.Errorf("over the limit: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+	w = do(e, "sk-a", "anthropic-version", "2023-06-01")
+	if w.Code != http.StatusTooManyRequests || !strings.HasPrefix(w.Body.String(), `{"type":"error"`) {
+		t.Errorf("over the limit, Anthropic: %d %s", w.Code, w.Body)
+	}
+	if len(rec.entries) != 2 || rec.entries[0].Status != 429 || !strings.Contains(rec.entries[0].Error, "per minute") ||
+		!rec.usage[0].Error || rec.usage[0].Account != "" {
+		t.Errorf("a refusal's records: %+v %+v", rec.entries, rec.usage)
+	}
+	// A request another replica forwarded was admitted there.
+	lim.asked = 0
+	if w := do(e, "sk-a", hopHeader, "replica-2"); w.Code != http.StatusOK || lim.asked != 0 {
+		t.Errorf("a forwarded request: %d, limiter asked %d times", w.Code, lim.asked)
+	}
+	// ... but its tokens are known only here: they count against the quota.
+	if w := do(e, "sk-c", hopHeader, "replica-2"); w.Code != http.StatusOK || lim.asked != 0 ||
+		len(lim.charged) != 1 || lim.charged[0] != "carol:10" {
+		t.Errorf("a forwarded request under a quota: %d, asked %d, charged %v", w.Code, lim.asked, lim.charged)
+	}
+}
