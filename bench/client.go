@@ -22,6 +22,8 @@ type target struct {
 	url     string
 	client  *http.Client
 	readers sync.Pool // of *bufio.Reader, for streams
+	// key, when set, is sent as the Bearer API key.
+	key string
 }
 
 func newTarget(name, base string, conns int) *target {
@@ -50,6 +52,9 @@ func (t *target) chat(ctx context.Context, body []byte, stream bool, onFirst fun
 		return outcome{err: err}
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if t.key != "" {
+		req.Header.Set("Authorization", "Bearer "+t.key)
+	}
 	resp, err := t.client.Do(req)
 	if err != nil {
 		return outcome{err: err}

@@ -40,7 +40,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	out := fs.String("out", "docs/benchmarks.md", "where to write the report")
 	svg := fs.String("svg", "docs/bench-latency.svg", "where to write the added-latency plot")
 	note := fs.String("note", "", "a remark to put at the top of the report (for example about the machine)")
-	only := fs.String("only", "", "run only these scenarios (comma-separated: 1,2,3,4,5,6,sweep) and print them; writes no files")
+	only := fs.String("only", "", "run only these scenarios (comma-separated: 1,2,3,4,5,6,7,sweep) and print them; writes no files")
 	profiles := fs.String("profiles", "", "keep each row's CPU profile in this directory (default: a temporary one, removed)")
 	profLen := fs.Duration("profile", 0, "length of each row's profiled block (default 1s short, 3s full)")
 	if err := fs.Parse(args); err != nil {
@@ -124,6 +124,7 @@ func (b *bench) runAll(ctx context.Context) (*results, error) {
 		{"3", "3: 50 ms worker, concurrent clients", b.scenarioSlow},
 		{"5", "5: affinity in memory and on Redis", b.scenarioAffinity},
 		{"6", "6: the lingma driver", b.scenarioLingma},
+		{"7", "7: a named key with limits, usage and the request log", b.scenarioKeys},
 		{"sweep", "sweep: added latency against concurrency", b.scenarioSweep},
 	}
 	for _, s := range steps {

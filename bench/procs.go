@@ -106,6 +106,8 @@ type gatewayConfig struct {
 	RedisURL string
 	// Driver is POOLGATE_DRIVER (default openai: simworker --protocol=openai).
 	Driver string
+	// APIKeys is POOLGATE_API_KEYS, as JSON ("" = none).
+	APIKeys string
 }
 
 // gateway is one running poolgate with its workers.
@@ -166,6 +168,9 @@ func startGateway(ctx context.Context, bin, dir string, cfg gatewayConfig) (*gat
 	}
 	if cfg.RedisURL != "" {
 		env = append(env, "POOLGATE_REDIS_URL="+cfg.RedisURL, "POOLGATE_REDIS_PREFIX=bench:")
+	}
+	if cfg.APIKeys != "" {
+		env = append(env, "POOLGATE_API_KEYS="+cfg.APIKeys, "POOLGATE_ADMIN_TOKEN="+benchAdminToken)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -249,6 +254,9 @@ func (g *gateway) cacheMisses(ctx context.Context) (int64, error) {
 	return out.Cache.Misses, err
 }
 
+// benchAdminToken opens the admin API of a gateway that has API keys.
+const benchAdminToken = "bench-admin-token"
+
 func getJSON(ctx context.Context, url string, v any) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -256,6 +264,7 @@ func getJSON(ctx context.Context, url string, v any) error {
 	if err != nil {
 		return err
 	}
+	req.Header.Set("Authorization", "Bearer "+benchAdminToken) // ignored by a gateway without keys
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err

@@ -79,6 +79,8 @@ type row struct {
 	// noDirect marks a row whose worker can't be asked directly (it speaks
 	// Lingma's protocol, not HTTP): only the way through is measured.
 	noDirect bool
+	// key is the API key sent through the gateway ("" = none).
+	key string
 }
 
 // load is how requests are driven: a closed loop of clients, or a constant
@@ -152,6 +154,7 @@ func (b *bench) compare(ctx context.Context, g *gateway, r *row, stream bool, bo
 	}
 	direct := newTarget("direct", "http://127.0.0.1:"+strconv.Itoa(g.workers[0].Port), conns)
 	through := newTarget("poolgate", g.url, conns)
+	through.key = r.key
 	defer direct.close()
 	defer through.close()
 	targets := []*target{direct, through}
@@ -436,6 +439,46 @@ func (b *bench) affinityRow(ctx context.Context, cfg gatewayConfig, store string
 		r.note += fmt.Sprintf("; %.2f Redis round trips per request", float64(cmds1-cmds0)/float64(max(turns, 1)))
 	}
 	return r, nil
+}
+
+// benchKeys is one named key with every limit on, each far above what the
+// benchmark sends, so that every request pays the limits' bookkeeping and
+// none is refused.
+const (
+	benchKey  = "sk-bench-key"
+	benchKeys = `[{"name":"bench","key":"` + benchKey + `","rpm":100000000,"concurrency":100000,"tokens_per_day":1000000000000}]`
+)
+
+// scenarioKeys is scenario 7: scenario 2's non-streaming load under a named
+// API key with limits, as users run it: limits at admission, usage counting
+// and the request log, in memory and on Redis.
+func (b *bench) scenarioKeys(ctx context.Context) ([]*row, error) {
+	var rows []*row
+	for _, store := range []string{"memory", "redis"} {
+		cfg := gatewayConfig{APIKeys: benchKeys}
+		if store == "redis" {
+			rc, url, err := startRedis(ctx, b.dir)
+			if err != nil {
+				return nil, err
+			}
+			b.track(rc)
+			defer rc.stop(syscall.SIGTERM, 5*time.Second)
+			cfg.RedisURL = url
+		}
+		g, err := b.gateway(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		c := b.plan.clients
+		r := &row{id: "7", title: fmt.Sprintf("key with limits, %s, %d clients", store, c), mode: "non-stream", key: benchKey}
+		err = b.compare(ctx, g, r, false, fixed(chatBody(false, "bench")), load{clients: c, n: unbounded, dur: b.plan.block})
+		g.stop(syscall.SIGINT, 10*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
 }
 
 // scenarioLingma is scenario 6: the lingma driver against the bundled
