@@ -40,7 +40,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	out := fs.String("out", "docs/benchmarks.md", "where to write the report")
 	svg := fs.String("svg", "docs/bench-latency.svg", "where to write the added-latency plot")
 	note := fs.String("note", "", "a remark to put at the top of the report (for example about the machine)")
-	only := fs.String("only", "", "run only these scenarios (comma-separated: 1,2,3,4,5,6,7,sweep) and print them; writes no files")
+	only := fs.String("only", "", "run only these scenarios (comma-separated: 1,2,3,4,5,6,7,sweep,allocs) and print them; writes no files")
 	profiles := fs.String("profiles", "", "keep each row's CPU profile in this directory (default: a temporary one, removed)")
 	profLen := fs.Duration("profile", 0, "length of each row's profiled block (default 1s short, 3s full)")
 	if err := fs.Parse(args); err != nil {
@@ -148,6 +148,17 @@ func (b *bench) runAll(ctx context.Context) (*results, error) {
 			return nil, fmt.Errorf("scenario 4: %w", err)
 		}
 		res.streams = append(res.streams, s)
+	}
+	if b.selected("allocs") {
+		b.logf("allocation budget: go test -bench RequestPath ./cmd/poolgate")
+		n := map[bool]int{true: 2000, false: 10000}[b.plan.short]
+		var err error
+		if res.allocs, err = runAllocBudget(ctx, b.bin, n); err != nil {
+			return nil, err
+		}
+		for _, a := range res.allocs {
+			b.logf("  %-44s %d allocs, %d B per request", a.name, a.allocs, a.bytes)
+		}
 	}
 	res.took, res.loadAfter = time.Since(res.started), loadavg()
 	if errors.Is(ctx.Err(), context.Canceled) {

@@ -112,6 +112,24 @@ func (res *results) markdown(svgName string) string {
 			res.plan.streamChunks, s.lifetime, res.plan.streamRamp))
 		mdTable(&b, streamsHead, [][]string{s.tableRow()})
 	}
+	if len(res.allocs) > 0 {
+		b.WriteString("## Allocation budget of the handler path\n\n")
+		b.WriteString("`cmd/poolgate`'s `BenchmarkRequestPath` with `-benchmem`: one request through the gateway wired as " +
+			"`main` wires it (engine, key check, accounting with usage and the request log, protocol decode and encode, " +
+			"relay, router with affinity in memory, pool, openai driver) against the same simulated worker process, " +
+			"with only the inbound connection left out. Allocations and bytes are per request (per stream of 100 " +
+			"events for the streaming row); time per request includes the worker's answer.\n\n")
+		var rows [][]string
+		for _, a := range res.allocs {
+			v := "missed"
+			if a.met() {
+				v = "met"
+			}
+			rows = append(rows, []string{a.name, fmt.Sprint(a.allocs), fmtBytes(uint64(a.bytes)),
+				fmt.Sprintf("%.1f µs", a.nsPerOp/1e3), fmt.Sprintf("%d allocs, %s", a.budgetAllocs, fmtBytes(uint64(a.budgetBytes))), v})
+		}
+		mdTable(&b, []string{"request", "allocs/op", "B/op", "time/op", "budget", "result"}, rows)
+	}
 	b.WriteString("## Where the gateway's CPU goes\n\n")
 	b.WriteString(fmt.Sprintf("Each row's CPU profile, taken from the gateway's loopback-only profiler "+
 		"(`pprof_listen`) over one more block of %s through it after the measured ones. *Own time* lists the functions "+
@@ -156,8 +174,9 @@ const methodText = `## Method
 - **CPU** comes from ` + "`/proc/<pid>/stat`" + ` (10 ms ticks; every block runs long enough for that to be a
   few percent at most). The load generator, the worker and the gateway share the machine's cores, so at high
   concurrency the numbers describe a saturated machine, not the gateway alone.
-- **Options**: ` + "`go run ./bench -h`" + `; ` + "`-only 4`" + ` (or ` + "`1,2,3,5,sweep`" + `) runs some scenarios and only
-  prints them; ` + "`-note`" + ` puts a remark at the top of this file.
+- **Options**: ` + "`go run ./bench -h`" + `; ` + "`-only 4`" + ` (or ` + "`1,2,3,5,6,7,sweep,allocs`" + `) runs some scenarios
+  and only prints them; ` + "`-note`" + ` puts a remark at the top of this file; ` + "`-profiles DIR`" + ` keeps every row's
+  CPU and allocation profile (and scenario 4's heap and goroutines) for ` + "`go tool pprof`" + `.
 
 ## Go micro-benchmarks
 

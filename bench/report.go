@@ -19,6 +19,7 @@ type results struct {
 	note       string
 	rows       []*row
 	streams    []*streamsResult
+	allocs     []allocBudget
 }
 
 func fmtDur(d time.Duration) string {
@@ -276,6 +277,9 @@ func (res *results) targets() [][]string {
 	}
 	for _, s := range res.streams {
 		out = append(out, s.target())
+	}
+	for _, a := range res.allocs {
+		out = append(out, a.target())
 	}
 	if r := find("1", "non-stream"); r != nil {
 		out = append(out, []string{"idle RSS: keep (24 MiB; <= 26 MiB)", fmtMiB(r.idle.RSS), verdict(r.idle.RSS <= targetIdleRSS, nil)})

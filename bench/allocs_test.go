@@ -1,0 +1,22 @@
+package main
+
+import "testing"
+
+func TestParseBenchOutput(t *testing.T) {
+	out := []byte(`goos: linux
+BenchmarkRequestPath/non-stream-2         	    3000	    329464 ns/op	   26253 B/op	     197 allocs/op
+BenchmarkRequestPath/stream_100_events-2  	    3000	   2208978 ns/op	   32656 B/op	     310 allocs/op
+PASS
+`)
+	got, err := parseBenchOutput(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].name != "non-stream" || got[0].allocs != 197 || got[0].bytes != 26253 ||
+		got[1].name != "stream 100 events" || got[1].allocs != 310 || got[1].budgetAllocs == 0 {
+		t.Errorf("parseBenchOutput = %+v, want non-stream 197 allocs 26253 B and stream 100 events 310 allocs with a budget", got)
+	}
+	if _, err := parseBenchOutput([]byte("FAIL\n")); err == nil {
+		t.Error("parseBenchOutput of output without results: no error, want one")
+	}
+}
