@@ -88,4 +88,3 @@ func (a allocBudget) target() []string {
 		a.name, a.budgetAllocs, fmtBytes(uint64(a.budgetBytes))),
 		fmt.Sprintf("%d allocs, %s", a.allocs, fmtBytes(uint64(a.bytes))), v}
 }
-
