@@ -143,6 +143,23 @@ func (res *results) markdown(svgName string) string {
 		}
 	}
 	mdTable(&b, []string{"scenario", "mode", "own time", "beneath"}, prof)
+	b.WriteString("The same profiles' own time by kind of work, in percent of the gateway's CPU: the kernel's side of " +
+		"its sockets (*syscalls*), parking and waking goroutines and threads (*scheduler*), the allocator and the " +
+		"collector, stack growth, the rest of the runtime, Go's HTTP client and server, JSON, poolgate's own code, and " +
+		"the rest (gin, Prometheus, Redis client, context, sync, time). What a row spends beyond *poolgate* and *JSON* " +
+		"is mostly the price of two HTTP hops through `net/http` on loopback, which the direct figure pays only once.\n\n")
+	var kinds [][]string
+	for _, r := range res.rows {
+		if len(r.kinds) == 0 {
+			continue
+		}
+		line := []string{r.id + ": " + r.title, r.mode}
+		for _, k := range r.kinds {
+			line = append(line, fmt.Sprintf("%.0f", k.share))
+		}
+		kinds = append(kinds, line)
+	}
+	mdTable(&b, append([]string{"scenario", "mode"}, breakdownKinds...), kinds)
 	b.WriteString("## Added latency against concurrency\n\n")
 	b.WriteString(fmt.Sprintf("![added latency, p50 and p99, through poolgate minus direct, non-streaming](%s)\n\n", svgName))
 	b.WriteString(methodText)

@@ -138,6 +138,98 @@ func profileTop(bin, path string, n int) (flat, cum []topEntry, err error) {
 	return flat, cum, nil
 }
 
+// breakdown is a CPU profile's own time summed by what kind of work it is.
+type breakdown struct {
+	kind  string
+	share float64 // percent of the profile
+}
+
+// breakdownKinds name the kinds, in the order the report lists them.
+var breakdownKinds = []string{"syscalls", "scheduler", "GC+alloc", "stacks", "runtime other", "net/http+net",
+	"JSON", "poolgate", "other"}
+
+// kindOf sorts a function (its full name) into a kind of work: the kernel's
+// side of sockets and pipes, the scheduler's parking and waking of
+// goroutines and threads, the allocator and collector, stack growth, the
+// rest of the runtime, Go's HTTP and network code, JSON, poolgate's own
+// code, and the rest (gin, Prometheus, Redis, context, sync, time...).
+func kindOf(fn string) string {
+	switch {
+	case strings.HasPrefix(fn, "internal/runtime/syscall"), strings.HasPrefix(fn, "syscall."):
+		return "syscalls"
+	case hasAnyPrefix(fn, "runtime.futex", "runtime.usleep", "runtime.osyield", "runtime.findRunnable", "runtime.schedule",
+		"runtime.stealWork", "runtime.runq", "runtime.netpoll", "runtime.epoll", "runtime.park", "runtime.note",
+		"runtime.mPark", "runtime.lock", "runtime.unlock", "runtime.selectgo", "runtime.chan", "runtime.ready",
+		"runtime.wakep", "runtime.startm", "runtime.stopm", "runtime.goready", "runtime.gopark", "runtime.execute",
+		"runtime.globrunq", "runtime.checkTimers", "runtime.send", "runtime.recv", "runtime.sellock", "runtime.selunlock",
+		"runtime.nanotime", "runtime.casgstatus", "runtime.mcall", "runtime.gogo", "runtime.newproc", "runtime.goexit",
+		"runtime.(*timer", "runtime.(*timers", "runtime.resetspinning", "runtime.acquirep", "runtime.releasep"):
+		return "scheduler"
+	case hasAnyPrefix(fn, "runtime.mallocgc", "runtime.gc", "runtime.scan", "runtime.greyobject", "runtime.markBits",
+		"runtime.memclr", "runtime.(*mspan)", "runtime.(*mheap)", "runtime.(*mcache)", "runtime.(*mcentral)",
+		"runtime.sweep", "runtime.nextFreeFast", "runtime.heapBits", "internal/runtime/gc", "runtime.typePointers",
+		"runtime.findObject", "runtime.wbBuf", "runtime.bulkBarrier", "runtime.newobject", "runtime.makeslice",
+		"runtime.growslice", "runtime.(*gcWork)", "runtime.markroot", "runtime.spanOf", "runtime.tryDeferToSpanScan",
+		"runtime.(*gcControllerState)", "runtime.(*spanSet)", "runtime.(*sweepLocked)", "runtime.(*pageAlloc)",
+		"runtime.deductAssistCredit", "runtime.memmove", "runtime.rawstring", "runtime.slicebytetostring",
+		"runtime.concatstring", "runtime.makemap", "runtime.mapassign", "runtime.(*gcBits)", "runtime.spanClass"):
+		return "GC+alloc"
+	case hasAnyPrefix(fn, "runtime.copystack", "runtime.newstack", "runtime.pcvalue", "runtime.step", "runtime.adjust",
+		"runtime.(*unwinder)", "runtime.funcInfo", "runtime.findfunc", "runtime.morestack", "runtime.readvarint"):
+		return "stacks"
+	case strings.HasPrefix(fn, "runtime."), strings.HasPrefix(fn, "internal/runtime"), fn == "aeshashbody",
+		fn == "memeqbody", fn == "indexbytebody", strings.HasPrefix(fn, "internal/bytealg"):
+		return "runtime other"
+	case hasAnyPrefix(fn, "net/http.", "net/textproto.", "net.", "internal/poll.", "bufio.", "net/url."):
+		return "net/http+net"
+	case strings.HasPrefix(fn, "encoding/json."), strings.Contains(fn, "poolgate/internal/jsonx"):
+		return "JSON"
+	case strings.HasPrefix(fn, "github.com/poolgate/"):
+		return "poolgate"
+	}
+	return "other"
+}
+
+func hasAnyPrefix(s string, prefixes ...string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// profileBreakdown sums a CPU profile's own time by kind of work.
+func profileBreakdown(bin, path string) ([]breakdown, error) {
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=100000", bin, path).Output()
+	if err != nil {
+		return nil, fmt.Errorf("go tool pprof: %w", err)
+	}
+	sums := map[string]float64{}
+	inRows := false
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 5 && f[0] == "flat" && f[1] == "flat%" {
+			inRows = true
+			continue
+		}
+		if !inRows || len(f) < 6 {
+			continue
+		}
+		flat, err := strconv.ParseFloat(strings.TrimSuffix(f[1], "%"), 64)
+		if err != nil {
+			continue
+		}
+		sums[kindOf(strings.TrimSuffix(strings.Join(f[5:], " "), " (inline)"))] += flat
+	}
+	var bd []breakdown
+	for _, k := range breakdownKinds {
+		bd = append(bd, breakdown{kind: k, share: sums[k]})
+	}
+	return bd, nil
+}
+
 // ownFrame says whether a function is worth listing by cumulative time: the
 // gateway's own code and the encoders and transports it drives, not the
 // runtime's scheduler or the server's connection loop that sit under all.

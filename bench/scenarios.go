@@ -71,8 +71,10 @@ type row struct {
 	// mallocs and allocBytes are what the gateway allocated over the
 	// through blocks.
 	mallocs, allocBytes uint64
-	// flat and cum are the top entries of the gateway's CPU profile.
+	// flat and cum are the top entries of the gateway's CPU profile, kinds
+	// its own time by kind of work.
 	flat, cum []topEntry
+	kinds     []breakdown
 	// extra counts the requests through the gateway outside the measured
 	// blocks (warm-up, profiling).
 	extra int64
@@ -268,7 +270,10 @@ func (b *bench) profileRow(ctx context.Context, g *gateway, r *row, through *tar
 		}
 	}
 	var err error
-	r.flat, r.cum, err = profileTop(b.bin, path, 6)
+	if r.flat, r.cum, err = profileTop(b.bin, path, 6); err != nil {
+		return err
+	}
+	r.kinds, err = profileBreakdown(b.bin, path)
 	return err
 }
 
