@@ -17,14 +17,18 @@ func (r *Router) logTurn(rq *request, slot *Slot, outcome string, err error) {
 	if !r.log.Enabled(context.Background(), level) {
 		return // spare the attributes' allocations
 	}
-	attrs := []any{"instance", slot.Instance(), "account", slot.m.account, "model", rq.model,
-		"reused", rq.reused, "latency_ms", time.Since(rq.start).Milliseconds(), "outcome", outcome,
-		"request_id", rq.RequestID}
+	// Typed attributes in a fixed array: no value is boxed into an
+	// interface, and the slice stays on the stack.
+	var buf [10]slog.Attr
+	attrs := append(buf[:0], slog.String("instance", slot.Instance()), slog.String("account", slot.m.account),
+		slog.String("model", rq.model), slog.Bool("reused", rq.reused),
+		slog.Int64("latency_ms", time.Since(rq.start).Milliseconds()), slog.String("outcome", outcome),
+		slog.String("request_id", rq.RequestID))
 	if rq.api != "" {
-		attrs = append(attrs, "api", rq.api)
+		attrs = append(attrs, slog.String("api", rq.api))
 	}
 	if err != nil {
-		attrs = append(attrs, "err", err)
+		attrs = append(attrs, slog.Any("err", err))
 	}
-	r.log.Log(context.Background(), level, "turn", attrs...)
+	r.log.LogAttrs(context.Background(), level, "turn", attrs...)
 }
