@@ -91,6 +91,10 @@ func readSSE(br *bufio.Reader, onFirst func()) outcome {
 				}
 			}
 			if string(bytes.TrimSpace(rest)) == "[DONE]" {
+				// Read to the end of the body, as SDKs do, so that the
+				// connection is reused: a closed-loop client must not pay
+				// (and make the server pay) a new connection per stream.
+				_, _ = io.Copy(io.Discard, br)
 				return o
 			}
 			o.events++
