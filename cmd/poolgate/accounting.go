@@ -80,4 +80,3 @@ func (a *accounting) close() {
 	a.logW.Close()
 	a.wait()
 }
-
