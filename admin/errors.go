@@ -44,6 +44,7 @@ const (
 	CodeNotLeaseHolder  = "not_lease_holder" // 409: another replica drives the instance (clustered)
 	CodeBodyTooLarge    = "body_too_large"   // 413
 	CodeBundleRejected  = "bundle_rejected"  // 422: the bundle's seal or checksum does not verify
+	CodeConfigInvalid   = "config_invalid"   // 422: a reload found the configuration invalid; the old one stays
 	CodeWorkerError     = "worker_error"     // 502: the instance's worker failed the request
 	CodeUnavailable     = "unavailable"      // 503: the feature is off (no bundle key, no browser)
 	CodeInternal        = "internal"         // 500

@@ -167,10 +167,11 @@ func RequestID(log *slog.Logger) gin.HandlerFunc {
 		c.Request = c.Request.WithContext(httpx.WithRequestID(c.Request.Context(), id))
 		start := time.Now()
 		c.Next()
+		// The key's name, never the key: "" when auth is off or refused.
 		log.LogAttrs(c.Request.Context(), slog.LevelInfo, "request",
 			slog.String("request_id", id), slog.String("method", c.Request.Method),
 			slog.String("path", c.Request.URL.Path), slog.Int("status", c.Writer.Status()),
-			slog.Duration("duration", time.Since(start)))
+			slog.Duration("duration", time.Since(start)), slog.String("key", apikey.CallerName(c.Request.Context())))
 	}
 }
 

@@ -92,14 +92,55 @@ func New(cfg Config, sup *supervisor.Supervisor, m *metrics.Metrics, log *slog.L
 	p := &Pool{cfg: cfg, log: log, metrics: m, byName: map[string]*member{}, changed: make(chan struct{}),
 		avgTurn: 2 * time.Second}
 	for _, w := range sup.Workers() {
-		mb := &member{w: w, name: w.Name(), account: w.Account(), max: w.MaxInFlight(), st: w.Status()}
-		p.members = append(p.members, mb)
-		p.byName[mb.name] = mb
+		p.joinLocked(w)
 	}
 	p.rebuildModels()
 	sup.Subscribe(p.observe)
+	sup.SubscribeMembers(p)
 	sup.SetTurns(p)
 	return p
+}
+
+var _ supervisor.Members = (*Pool)(nil)
+
+// joinLocked adds a member for w; p.mu held (or the pool not yet shared).
+// Its view starts from the worker's status now: a report made before is in
+// it, one made after has a higher Seq and is taken by observe.
+func (p *Pool) joinLocked(w *supervisor.Worker) {
+	mb := &member{w: w, name: w.Name(), account: w.Account(), max: w.MaxInFlight(), st: w.Status()}
+	p.members = append(p.members, mb)
+	p.byName[mb.name] = mb
+}
+
+// Joined adds a member for a worker added to the supervisor
+// (supervisor.Members).
+func (p *Pool) Joined(w *supervisor.Worker) {
+	p.mu.Lock()
+	if _, ok := p.byName[w.Name()]; !ok {
+		p.joinLocked(w)
+		p.rebuildModels()
+	}
+	p.mu.Unlock()
+	p.broadcast()
+}
+
+// Left drops the member of a worker the supervisor removed
+// (supervisor.Members). Its worker was drained first; a turn still holding
+// a slot on it (the drain timed out) releases it on the dropped member.
+func (p *Pool) Left(name string) {
+	p.mu.Lock()
+	if m, ok := p.byName[name]; ok {
+		delete(p.byName, name)
+		for i, x := range p.members {
+			if x == m {
+				p.members = append(p.members[:i:i], p.members[i+1:]...)
+				break
+			}
+		}
+		p.rebuildModels()
+	}
+	p.mu.Unlock()
+	p.broadcast()
 }
 
 // observe takes a worker's report into the view.
@@ -143,7 +184,11 @@ func (p *Pool) Shutdown(ctx context.Context) {
 }
 
 // Size returns the number of instances.
-func (p *Pool) Size() int { return len(p.members) }
+func (p *Pool) Size() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.members)
+}
 
 // Fence makes the named instance unusable for new turns from until on (the
 // end of the lease this replica is sure it holds); zero removes the fence.

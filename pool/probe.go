@@ -39,7 +39,9 @@ const probePrompt = "Reply with the single word OK."
 // the upstream's retry-after, a lost login or worker is checked. It returns
 // ErrBusy when the instance is not running or has no free slot.
 func (p *Pool) Probe(ctx context.Context, name string) (ProbeResult, error) {
+	p.mu.Lock()
 	m, ok := p.byName[name]
+	p.mu.Unlock()
 	if !ok {
 		return ProbeResult{}, supervisor.ErrUnknownInstance
 	}

@@ -1,8 +1,9 @@
 // Command poolgate is the gateway daemon: it loads the configuration, wires
 // the pool, the session store, the protocol handlers and the admin surface
-// together, serves until SIGINT/SIGTERM and shuts down gracefully. With the
-// argument "simworker" it runs the bundled reference worker instead, so the
-// default pool needs no second binary.
+// together, serves until SIGINT/SIGTERM and shuts down gracefully; SIGHUP
+// reloads the accounts and API keys. With the argument "simworker" it runs
+// the bundled reference worker instead, so the default pool needs no second
+// binary.
 package main
 
 import (
@@ -18,7 +19,10 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	err := run(ctx, os.Args[1:], os.Environ, hup, os.Stdout, os.Stderr)
+	signal.Stop(hup)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "poolgate:", err)
@@ -27,12 +31,13 @@ func main() {
 }
 
 // run is the whole program; main only adds the process's signals, arguments,
-// environment and exit code.
-func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+// environment and exit code. environ returns the environment now (a reload
+// reads it again); hup delivers SIGHUP, the reload signal (nil: none).
+func run(ctx context.Context, args []string, environ func() []string, hup <-chan os.Signal, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "simworker" {
-		return sim.Main(ctx, args[1:], getenv(environ), stdout, stderr)
+		return sim.Main(ctx, args[1:], getenv(environ()), stdout, stderr)
 	}
-	return serve(ctx, args, environ, stderr)
+	return serve(ctx, args, environ, hup, stderr)
 }
 
 func getenv(environ []string) func(string) string {

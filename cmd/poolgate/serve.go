@@ -39,14 +39,16 @@ import (
 	"github.com/poolgate/poolgate/session/bundle"
 )
 
-func serve(ctx context.Context, args, environ []string, stderr io.Writer) error {
+// serve runs the daemon. environ returns the process environment, read
+// again at each reload; hup delivers SIGHUP (nil: none).
+func serve(ctx context.Context, args []string, environ func() []string, hup <-chan os.Signal, stderr io.Writer) error {
 	fs := flag.NewFlagSet("poolgate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "YAML config file (keys as in the README; env POOLGATE_* overrides)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg, warnings, err := config.Load(*cfgPath, environ)
+	cfg, warnings, err := config.Load(*cfgPath, environ())
 	if err != nil {
 		return err
 	}
@@ -57,10 +59,11 @@ func serve(ctx context.Context, args, environ []string, stderr io.Writer) error 
 	for _, w := range warnings {
 		log.Warn(w)
 	}
-	app, err := build(cfg, log, environ)
+	app, err := build(cfg, log, environ())
 	if err != nil {
 		return err
 	}
+	app.cfgPath, app.environ, app.hup = *cfgPath, environ, hup
 	return app.run(ctx)
 }
 
@@ -97,6 +100,15 @@ type app struct {
 	admin       *http.Server // nil when admin shares the API listener
 	keys        *apikey.Registry
 	acct        *accounting
+	metrics     *metrics.Metrics
+
+	// Reloads (reload.go): the config file and the environment to read
+	// again, and the configuration in force, which only a reload changes.
+	cfgPath  string
+	environ  func() []string
+	hup      <-chan os.Signal // SIGHUP; nil: reloads only by the admin API
+	reloadMu sync.Mutex
+	applied  config.Config
 }
 
 // store is what main needs of a session store beyond what its users need.
@@ -120,10 +132,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 		return nil, err
 	}
 	clustered := cfg.AdvertiseURL != ""
-	for i := range workers {
-		workers[i].Held = clustered // a replica runs only the accounts it leases
-	}
-	a := &app{cfg: cfg, log: log, launcher: &supervisor.ExecLauncher{Env: childEnv(environ)}}
+	a := &app{cfg: cfg, applied: cfg, metrics: m, log: log, launcher: &supervisor.ExecLauncher{Env: childEnv(environ)}}
 	a.sup = supervisor.New(supervisor.Config{}, workers, driver, a.launcher, m, log)
 	a.pool = pool.New(pool.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
 		a.sup, m, log)
@@ -156,6 +165,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 		a.cluster = cluster.New(cluster.Config{ID: replicaID(cfg.ReplicaID), URL: cfg.AdvertiseURL,
 			LeaseTTL: cfg.LeaseTTL, MaxAccounts: cfg.MaxAccountsPerReplica}, a.sup, a.pool, leases, m, log)
 		a.router.SetRemote(a.cluster)
+		a.sup.SubscribeMembers(a.cluster) // after the pool: a new member exists before it is fenced
 		if a.login != nil && cfg.AutoLogin {
 			// Logins only for the accounts this replica keeps: a hand-over
 			// would cut one halfway.
@@ -243,6 +253,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	admin.RegisterLogin(internal, svc, a.sup, log)
 	adm.RegisterBundles(internal, a.bundles)
 	adm.RegisterUsage(internal, a.acct.usage, a.acct.requests)
+	adm.RegisterReload(internal, a)
 	adm.RegisterDashboard(adminEngine)
 }
 
@@ -378,11 +389,7 @@ func (a *app) run(ctx context.Context) error {
 	}
 	a.log.Info("poolgate listening", "addr", lis.Addr().String(), "accounts", a.pool.Size(),
 		"store", storeName(a.cfg), "admin", strings.TrimSpace(a.cfg.AdminListen))
-	var serveErr error
-	select {
-	case <-ctx.Done():
-	case serveErr = <-errc:
-	}
+	serveErr := a.serveUntil(ctx, errc)
 	a.log.Info("shutting down", "grace", a.cfg.ShutdownGrace)
 	grace, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownGrace)
 	defer cancel()
@@ -439,6 +446,21 @@ func servePprof(addr string) (func(), error) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(lis) }()
 	return func() { _ = srv.Close() }, nil
+}
+
+// serveUntil waits for ctx to end or a server to fail, reloading the
+// configuration at each SIGHUP meanwhile (one at a time, in this loop).
+func (a *app) serveUntil(ctx context.Context, errc <-chan error) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			return err
+		case <-a.hup:
+			a.onSignal()
+		}
+	}
 }
 
 func storeName(cfg config.Config) string {

@@ -42,27 +42,9 @@ func (a *app) setupBundles() error {
 		}
 		key = k
 	}
-	configured := map[string][]byte{}
-	for _, acct := range a.cfg.Accounts {
-		b64 := acct.SessionBundle
-		if acct.SessionBundleFile != "" {
-			raw, err := os.ReadFile(acct.SessionBundleFile)
-			if err != nil {
-				return fmt.Errorf("account %s: session_bundle_file: %w", acct.Name, err)
-			}
-			b64 = string(raw)
-		}
-		if b64 = strings.TrimSpace(b64); b64 == "" {
-			continue
-		}
-		sealed, err := decodeBundle(b64)
-		if err != nil {
-			return fmt.Errorf("account %s: session_bundle: %w", acct.Name, err)
-		}
-		configured[acct.Name] = sealed
-	}
-	if key == nil && len(configured) > 0 {
-		return errors.New("accounts carry session bundles but POOLGATE_BUNDLE_KEY is not set")
+	configured, err := configuredBundles(a.cfg)
+	if err != nil {
+		return err
 	}
 	bcfg := bundle.Config{Key: key, Configured: configured}
 	if a.cfg.AdvertiseURL != "" {
@@ -90,6 +72,34 @@ func (a *app) setupBundles() error {
 		},
 	})
 	return nil
+}
+
+// configuredBundles reads the accounts' configured session bundles (sealed,
+// by account name).
+func configuredBundles(cfg config.Config) (map[string][]byte, error) {
+	configured := map[string][]byte{}
+	for _, acct := range cfg.Accounts {
+		b64 := acct.SessionBundle
+		if acct.SessionBundleFile != "" {
+			raw, err := os.ReadFile(acct.SessionBundleFile)
+			if err != nil {
+				return nil, fmt.Errorf("account %s: session_bundle_file: %w", acct.Name, err)
+			}
+			b64 = string(raw)
+		}
+		if b64 = strings.TrimSpace(b64); b64 == "" {
+			continue
+		}
+		sealed, err := decodeBundle(b64)
+		if err != nil {
+			return nil, fmt.Errorf("account %s: session_bundle: %w", acct.Name, err)
+		}
+		configured[acct.Name] = sealed
+	}
+	if cfg.BundleKey == "" && len(configured) > 0 {
+		return nil, errors.New("accounts carry session bundles but POOLGATE_BUNDLE_KEY is not set")
+	}
+	return configured, nil
 }
 
 // bundleHomes tells the bundle service where the supervisor's instances
@@ -193,7 +203,6 @@ func workerSetup(cfg config.Config, log *slog.Logger) (supervisor.Driver, []supe
 	// prefix starts the worker binary; extra follows the driver's own
 	// arguments (for the openai driver, the whole template is prefix+extra).
 	prefix, extra := []string{cfg.WorkerBin}, cfg.WorkerArgs
-	accounts := cfg.Accounts
 	if cfg.WorkerBin == "" {
 		self, err := os.Executable()
 		if err != nil {
@@ -203,16 +212,16 @@ func workerSetup(cfg config.Config, log *slog.Logger) (supervisor.Driver, []supe
 		if cfg.Driver == "openai" {
 			prefix = append(prefix, "start", "--protocol=openai", "--port={port}", "--workDir={workdir}")
 		}
-		if len(accounts) == 0 {
-			accounts = config.DefaultAccounts()
+		if len(cfg.Accounts) == 0 {
 			if cfg.Driver == "lingma" {
 				extra = append(extra, "--logged-in")
 			}
 			log.Info("no accounts configured: serving two simulated accounts (set POOLGATE_ACCOUNTS and POOLGATE_WORKER_BIN for real ones)")
 		}
 	}
-	if len(accounts) == 0 {
-		return nil, nil, errors.New("no accounts: set POOLGATE_ACCOUNTS (a JSON list of {name, username, password}) or POOLGATE_ACCOUNTS_FILE")
+	workers, err := workerConfigs(cfg)
+	if err != nil {
+		return nil, nil, err
 	}
 	var driver supervisor.Driver
 	switch cfg.Driver {
@@ -224,6 +233,21 @@ func workerSetup(cfg config.Config, log *slog.Logger) (supervisor.Driver, []supe
 			TurnTimeout: cfg.LingmaTurnTimeout, ReplyTimeout: cfg.LingmaIdleTimeout, CallTimeout: cfg.LingmaRPCTimeout,
 			Mode: cfg.LingmaAskMode, ToolMode: cfg.LingmaToolMode, DedicatedDomain: cfg.LingmaDedicatedDomain,
 			Logger: log.With("component", "lingma")})
+	}
+	return driver, workers, nil
+}
+
+// workerConfigs makes one worker config per account: the configured ones,
+// else (with the bundled simulator) two simulated accounts. In a cluster
+// (advertise_url set) every worker is held: a replica runs only the
+// accounts it leases.
+func workerConfigs(cfg config.Config) ([]supervisor.WorkerConfig, error) {
+	accounts := cfg.Accounts
+	if cfg.WorkerBin == "" && len(accounts) == 0 {
+		accounts = config.DefaultAccounts()
+	}
+	if len(accounts) == 0 {
+		return nil, errors.New("no accounts: set POOLGATE_ACCOUNTS (a JSON list of {name, username, password}) or POOLGATE_ACCOUNTS_FILE")
 	}
 	workers := make([]supervisor.WorkerConfig, 0, len(accounts))
 	for _, acct := range accounts {
@@ -238,9 +262,10 @@ func workerSetup(cfg config.Config, log *slog.Logger) (supervisor.Driver, []supe
 			BackoffMax:     cfg.BackoffMax,
 			Recipe:         acct.Recipe,
 			AutoLogin:      cfg.AutoLogin,
+			Held:           cfg.AdvertiseURL != "",
 		})
 	}
-	return driver, workers, nil
+	return workers, nil
 }
 
 // poolAccount converts a configured account. Its process gets the account's

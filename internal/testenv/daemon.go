@@ -29,6 +29,13 @@ type Daemon struct {
 // SIGKILL) at cleanup; its log is printed if the test failed.
 func StartDaemon(t testing.TB, env ...string) *Daemon {
 	t.Helper()
+	return StartDaemonArgs(t, nil, env...)
+}
+
+// StartDaemonArgs is StartDaemon with command-line arguments (a -config
+// file).
+func StartDaemonArgs(t testing.TB, args []string, env ...string) *Daemon {
+	t.Helper()
 	has := func(k string) bool {
 		for _, kv := range env {
 			if strings.HasPrefix(kv, k+"=") {
@@ -50,7 +57,7 @@ func StartDaemon(t testing.TB, env ...string) *Daemon {
 		}
 	}
 	d.URL = "http://" + d.Addr
-	d.cmd = exec.Command(PoolgateBin(t))
+	d.cmd = exec.Command(PoolgateBin(t), args...)
 	d.cmd.Env = append(cleanEnv(), env...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

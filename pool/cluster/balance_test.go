@@ -42,6 +42,7 @@ func startReplica(t *testing.T, store Store, f *supervisortest.Workers, id strin
 		sup, p, store, m, quiet())
 	r := &replica{id: id, sup: sup, pool: p, m: m, cluster: c, logins: &supervisortest.Loginer{}, done: make(chan struct{})}
 	sup.SetLoginer(c.GateLogins(r.logins))
+	sup.SubscribeMembers(c)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	sup.Start(ctx)

@@ -322,7 +322,9 @@ func (c *Cluster) acquire(ctx context.Context, name string) {
 	c.mu.Unlock()
 	c.setValid(name, h, start)
 	c.log.Info("lease acquired: starting the account's worker", "account", name, "token", l.Token)
-	_ = c.workers.Restart(name)
+	if err := c.workers.Restart(name); err != nil {
+		c.unheld(name, h)
+	}
 }
 
 // Holder reports whether this replica holds the account's lease now (and

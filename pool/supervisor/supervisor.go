@@ -54,12 +54,22 @@ type Hooks struct {
 	Ready func(ctx context.Context, t LoginTarget)
 }
 
-// Supervisor runs a fixed set of workers, in config order.
+// Supervisor runs a set of workers, in config order. The set changes only
+// through Apply (members.go); mu guards it.
 type Supervisor struct {
+	env     *env
+	driver  Driver
+	launch  Launcher
+	log     *slog.Logger
+	applyMu sync.Mutex // one Apply at a time
+
+	mu      sync.RWMutex
 	workers []*Worker
 	byName  map[string]*Worker
-	env     *env
+	runs    map[string]*run // each started worker's loop
+	ctx     context.Context // Start's; nil before it
 	cancel  context.CancelFunc
+	closed  bool // Shutdown began: nothing starts any more
 }
 
 // env is what every worker of a supervisor calls out to. It is set up
@@ -71,6 +81,7 @@ type env struct {
 	loginer      Loginer
 	turns        Turns
 	subscribers  []func(Status)
+	members      []Members
 	wg           sync.WaitGroup // the workers' loops and their hooks
 }
 
@@ -86,19 +97,30 @@ func New(cfg Config, workers []WorkerConfig, driver Driver, launcher Launcher, m
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 15 * time.Second
 	}
-	s := &Supervisor{byName: map[string]*Worker{}, env: &env{drainTimeout: cfg.DrainTimeout, metrics: m}}
+	s := &Supervisor{byName: map[string]*Worker{}, runs: map[string]*run{}, driver: driver, launch: launcher, log: log,
+		env: &env{drainTimeout: cfg.DrainTimeout, metrics: m}}
 	for _, wc := range workers {
-		w := newWorker(wc, driver, launcher, s.env, log)
-		s.workers = append(s.workers, w)
-		s.byName[w.cfg.Name] = w
-		if m != nil {
-			// Every instance's series exist from the start, on a single
-			// node too (hand-overs happen only in a cluster).
-			m.Restarts.WithLabelValues(w.cfg.Name)
-			m.Handovers.WithLabelValues(w.cfg.Name)
-		}
+		s.add(s.newWorker(wc))
 	}
 	return s
+}
+
+// newWorker makes a worker of this supervisor and its metric series: every
+// instance's series exist from the start, on a single node too (hand-overs
+// happen only in a cluster).
+func (s *Supervisor) newWorker(wc WorkerConfig) *Worker {
+	w := newWorker(wc, s.driver, s.launch, s.env, s.log)
+	if m := s.env.metrics; m != nil {
+		m.Restarts.WithLabelValues(w.cfg.Name)
+		m.Handovers.WithLabelValues(w.cfg.Name)
+	}
+	return w
+}
+
+// add puts w in the set; s.mu held (or not yet shared).
+func (s *Supervisor) add(w *Worker) {
+	s.workers = append(s.workers, w)
+	s.byName[w.cfg.Name] = w
 }
 
 // Subscribe has fn called with a worker's Status after every change of it,
@@ -122,32 +144,45 @@ func (s *Supervisor) SetTurns(t Turns) { s.env.turns = t }
 
 // Start runs every worker's loop until ctx ends or Shutdown.
 func (s *Supervisor) Start(ctx context.Context) {
-	ctx, s.cancel = context.WithCancel(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ctx, s.cancel = context.WithCancel(ctx)
 	for _, w := range s.workers {
-		s.env.wg.Go(func() { w.run(ctx) })
+		s.startLocked(w)
 	}
 }
 
 // Shutdown stops every worker process (SIGINT, then SIGKILL), cutting any
 // turn still running, and waits for them and their hooks.
 func (s *Supervisor) Shutdown() {
+	s.mu.Lock()
+	s.closed = true
 	if s.cancel != nil {
 		s.cancel()
 	}
+	s.mu.Unlock()
 	s.env.wg.Wait()
 }
 
 // Worker returns the named instance.
 func (s *Supervisor) Worker(name string) (*Worker, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	w, ok := s.byName[name]
 	return w, ok
 }
 
 // Workers returns every instance in config order.
-func (s *Supervisor) Workers() []*Worker { return s.workers }
+func (s *Supervisor) Workers() []*Worker {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return append([]*Worker(nil), s.workers...)
+}
 
 // Names returns every instance's name in config order.
 func (s *Supervisor) Names() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	out := make([]string, len(s.workers))
 	for i, w := range s.workers {
 		out[i] = w.cfg.Name
@@ -157,7 +192,7 @@ func (s *Supervisor) Names() []string {
 
 // do runs a command on the named worker.
 func (s *Supervisor) do(name string, cmd func(*Worker)) error {
-	w, ok := s.byName[name]
+	w, ok := s.Worker(name)
 	if !ok {
 		return ErrUnknownInstance
 	}
@@ -179,7 +214,7 @@ func (s *Supervisor) Stop(name string) error { return s.do(name, (*Worker).Stop)
 // ClearCooldown puts the named instance back in rotation now (and starts its
 // cooldown backoff over). It reports whether there was a cooldown.
 func (s *Supervisor) ClearCooldown(name string) (bool, error) {
-	w, ok := s.byName[name]
+	w, ok := s.Worker(name)
 	if !ok {
 		return false, ErrUnknownInstance
 	}
@@ -189,7 +224,7 @@ func (s *Supervisor) ClearCooldown(name string) (bool, error) {
 // LoginTarget returns the named instance's login target (for the admin API's
 // on-demand login).
 func (s *Supervisor) LoginTarget(name string) (LoginTarget, error) {
-	w, ok := s.byName[name]
+	w, ok := s.Worker(name)
 	if !ok {
 		return LoginTarget{}, ErrUnknownInstance
 	}
@@ -199,7 +234,7 @@ func (s *Supervisor) LoginTarget(name string) (LoginTarget, error) {
 // LoginPort returns the port where the named instance takes its login
 // callback (0 when it is not running), for the admin API's manual fallback.
 func (s *Supervisor) LoginPort(name string) (int, error) {
-	w, ok := s.byName[name]
+	w, ok := s.Worker(name)
 	if !ok {
 		return 0, ErrUnknownInstance
 	}
@@ -210,7 +245,7 @@ func (s *Supervisor) LoginPort(name string) (int, error) {
 // worker's raw payload (nil when its driver can't show it) and the parsed
 // list. chat.ErrNoInstance: the instance is not running.
 func (s *Supervisor) InstanceModels(ctx context.Context, name string) (json.RawMessage, []chat.Model, error) {
-	w, ok := s.byName[name]
+	w, ok := s.Worker(name)
 	if !ok {
 		return nil, nil, ErrUnknownInstance
 	}
@@ -232,7 +267,7 @@ func (s *Supervisor) InstanceModels(ctx context.Context, name string) (json.RawM
 // WaitStopped waits until the named instance is stopped, or until deadline,
 // and reports whether it stopped.
 func (s *Supervisor) WaitStopped(name string, deadline time.Time) bool {
-	w, ok := s.byName[name]
+	w, ok := s.Worker(name)
 	if !ok {
 		return true
 	}

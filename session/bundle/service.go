@@ -72,6 +72,9 @@ type Service struct {
 
 	mu    sync.Mutex // serialises work dir changes
 	noKey sync.Once
+
+	confMu     sync.Mutex
+	configured map[string][]byte // starts as cfg.Configured; SetConfigured replaces it
 }
 
 // New returns a bundle service. instances may be nil when only Restore and
@@ -86,7 +89,22 @@ func New(cfg Config, instances Instances, store Store, log *slog.Logger) *Servic
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{cfg: cfg, instances: instances, storage: store, log: log}
+	return &Service{cfg: cfg, instances: instances, storage: store, log: log, configured: cfg.Configured}
+}
+
+// SetConfigured replaces the configured bundles (Config.Configured) after a
+// reload of the accounts; the next Restore falls back to these.
+func (s *Service) SetConfigured(configured map[string][]byte) {
+	s.confMu.Lock()
+	defer s.confMu.Unlock()
+	s.configured = configured
+}
+
+func (s *Service) configuredFor(account string) ([]byte, bool) {
+	s.confMu.Lock()
+	defer s.confMu.Unlock()
+	sealed, ok := s.configured[account]
+	return sealed, ok
 }
 
 // Enabled reports whether a bundle key is configured.
@@ -300,7 +318,7 @@ func (s *Service) Restore(ctx context.Context, account, workDir string) (bool, e
 			s.log.Warn("session store did not answer for the bundle", "account", account, "err", err)
 		}
 	}
-	if sealed, ok := s.cfg.Configured[account]; ok {
+	if sealed, ok := s.configuredFor(account); ok {
 		consider("config", sealed)
 	}
 	if len(cands) == 0 {
