@@ -186,8 +186,17 @@ const methodText = `## Method
   find its affinity entry), with affinity in memory and on a real ` + "`redis-server`" + `; every request
   pays the lookup and the write-back. OpenAI-style workers have no upstream session to reuse, so a found
   entry only routes the turn, which still carries the whole transcript; the note counts follow-ups that found
-  no entry. Streams are 100 content deltas (` + "`[[sim:chunks=100]]`" + `); scenario 4's streams are short
-  (one chunk per 500 ms), so its CPU per event is mostly the cost of opening a stream.
+  no entry; on Redis it also counts the gateway's round trips per request (the server's script calls, one per
+  affinity step: a first turn writes its entry back, a follow-up also takes one first). (6) the lingma driver
+  against the bundled simulator, 16 clients, through only (its worker speaks Lingma's protocol, not HTTP), with
+  the simulator's own CPU per turn beside the gateway's. (7) scenario 2's load under a named API key with every
+  limit on (far above the load, so none refuses), in memory and on Redis: admission, usage counting and the
+  request log as users run them (usage and the request log are on in every row; only the limits are new here).
+  Streams are 100 content deltas (` + "`[[sim:chunks=100]]`" + `), read to the end of the body so that connections
+  are reused; scenario 4's streams are short (one chunk per 500 ms), so its CPU per event is mostly the cost of
+  opening a stream.
+- **Profiles**: after each row's measured rounds, one more block runs through the gateway while its CPU profile
+  and an allocation profile are taken from ` + "`pprof_listen`" + ` (a loopback-only listener, off unless configured).
 - **CPU** comes from ` + "`/proc/<pid>/stat`" + ` (10 ms ticks; every block runs long enough for that to be a
   few percent at most). The load generator, the worker and the gateway share the machine's cores, so at high
   concurrency the numbers describe a saturated machine, not the gateway alone.
@@ -201,12 +210,13 @@ The hot paths one request crosses, in isolation:
 
 ` + "```sh" + `
 go test -run '^$' -bench . -benchmem ./handlers/... ./pool/ ./pool/modelserver/ ./pool/textchat/ ./session/
+make build && POOLGATE_TEST_BIN=$PWD/bin/poolgate go test ./cmd/poolgate -run '^$' -bench RequestPath -benchmem
 ` + "```" + `
 
 Request decode per protocol and SSE encode per event (` + "`handlers/*`" + `), the affinity key of a
 20-message transcript and the pick of an instance (` + "`pool`" + `: ` + "`BenchmarkConversationKey`" + `,
 ` + "`BenchmarkAcquireRelease`" + `), the openai driver's stream parsing, the prompt contract's render and parse,
-and the in-memory session store.
+and the in-memory session store; ` + "`BenchmarkRequestPath`" + ` is the whole handler path of the allocation budget above.
 `
 
 // writeFile writes data to path through a temporary file, so an
