@@ -42,7 +42,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	note := fs.String("note", "", "a remark to put at the top of the report (for example about the machine)")
 	only := fs.String("only", "", "run only these scenarios (comma-separated: 1,2,3,4,5,6,7,sweep,allocs) and print them; writes no files")
 	profiles := fs.String("profiles", "", "keep each row's CPU profile in this directory (default: a temporary one, removed)")
-	profLen := fs.Duration("profile", 0, "length of each row's profiled block (default 1s short, 3s full)")
+	profLen := fs.Duration("profile", 0, "length of each row's profiled block (default 2s short, 3s full)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -46,8 +46,8 @@ type plan struct {
 func newPlan(short bool) plan {
 	if short {
 		return plan{short: true, rounds: 2, seqN: 2000, seqStreamN: 300, block: 3 * time.Second,
-			sweepBlock: 2 * time.Second, clients: 50, sweep: []int{8, 200},
-			streams: []int{1000}, streamChunks: 12, streamRamp: 1000, affinityClients: 16, profile: time.Second}
+			sweepBlock: 2 * time.Second, clients: 50, sweep: []int{8},
+			streams: []int{1000}, streamChunks: 12, streamRamp: 1000, affinityClients: 16, profile: 2 * time.Second}
 	}
 	return plan{rounds: 3, seqN: 15000, seqStreamN: 2000, block: 15 * time.Second,
 		sweepBlock: 6 * time.Second, clients: 50, sweep: []int{8, 32, 128, 200},
