@@ -14,12 +14,11 @@ import (
 // (cmd/poolgate's BenchmarkRequestPath): allocations and bytes per request,
 // without the inbound connection, against the same simulated worker.
 type allocBudget struct {
-	name           string
-	nsPerOp        float64
-	bytes, allocs  int64
-	budgetAllocs   int64
-	budgetBytes    int64
-	perStreamEvent bool
+	name          string
+	nsPerOp       float64
+	bytes, allocs int64
+	budgetAllocs  int64
+	budgetBytes   int64
 }
 
 // Budgets of the handler path: today's figures with a little room, so that

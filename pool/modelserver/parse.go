@@ -195,26 +195,6 @@ type callAcc struct {
 	args     []byte
 }
 
-// sse reads an event stream to its end. nil means a complete answer:
-// [DONE], or the end of the body after a finish reason.
-func (a *accumulator) sse(r *sseReader, emit func(chat.Event) bool) error {
-	for {
-		data, isErr, err := r.next()
-		if err == io.EOF {
-			if a.sawFinish {
-				return nil
-			}
-			return errTruncated
-		}
-		if err != nil {
-			return err
-		}
-		if end, err := a.payload(r, data, isErr, emit); end || err != nil {
-			return err
-		}
-	}
-}
-
 // payload handles one event's data; end is true after [DONE].
 func (a *accumulator) payload(r *sseReader, b []byte, isErr bool, emit func(chat.Event) bool) (end bool, err error) {
 	b = bytes.TrimSpace(b)
