@@ -20,3 +20,24 @@ PASS
 		t.Error("parseBenchOutput of output without results: no error, want one")
 	}
 }
+
+func TestKindOf(t *testing.T) {
+	tests := []struct {
+		give, want string
+	}{
+		{"internal/runtime/syscall/linux.Syscall6", "syscalls"},
+		{"runtime.futex", "scheduler"},
+		{"runtime.mallocgc", "GC+alloc"},
+		{"runtime.copystack", "stacks"},
+		{"runtime.memequal", "runtime other"},
+		{"net/http.(*conn).serve", "net/http+net"},
+		{"encoding/json.(*decodeState).object", "JSON"},
+		{"github.com/poolgate/poolgate/pool.(*Router).forward", "poolgate"},
+		{"github.com/gin-gonic/gin.(*Context).Next", "other"},
+	}
+	for _, tt := range tests {
+		if got := kindOf(tt.give); got != tt.want {
+			t.Errorf("kindOf(%q) = %q, want %q", tt.give, got, tt.want)
+		}
+	}
+}

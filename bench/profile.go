@@ -201,7 +201,7 @@ func hasAnyPrefix(s string, prefixes ...string) bool {
 
 // profileBreakdown sums a CPU profile's own time by kind of work.
 func profileBreakdown(bin, path string) ([]breakdown, error) {
-	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=100000", bin, path).Output()
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=100000", "-nodefraction=0", "-edgefraction=0", bin, path).Output()
 	if err != nil {
 		return nil, fmt.Errorf("go tool pprof: %w", err)
 	}
