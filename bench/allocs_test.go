@@ -41,3 +41,20 @@ func TestKindOf(t *testing.T) {
 		}
 	}
 }
+
+func TestMedian(t *testing.T) {
+	tests := []struct {
+		give []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{3}, 3},
+		{[]float64{9, 1, 5}, 5},
+		{[]float64{4, 1, 3, 2}, 2.5},
+	}
+	for _, tt := range tests {
+		if got := median(tt.give); got != tt.want {
+			t.Errorf("median(%v) = %v, want %v", tt.give, got, tt.want)
+		}
+	}
+}

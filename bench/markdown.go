@@ -96,9 +96,11 @@ func (res *results) markdown(svgName string) string {
 	mdTable(&b, []string{"target", "measured", "result"}, res.targets())
 	b.WriteString("## Results\n\n")
 	b.WriteString("Latencies are whole answers (the last byte); TTFB is the response headers for non-streaming requests " +
-		"and the first SSE `data:` line for streams. *added* is through poolgate minus direct at the same percentile " +
-		"(req/s: relative change). Gateway CPU is utime+stime of the poolgate process alone over the blocks through it, " +
-		"divided by its requests (and, for streams, by the SSE events it relayed); *worker CPU/req* is the worker " +
+		"and the first SSE `data:` line for streams. *added* is through poolgate minus direct at the same percentile, " +
+		"the median over rounds of each round's difference (req/s: relative change over the whole row). Gateway CPU is " +
+		"utime+stime of the poolgate process alone over a block through it, divided by the block's requests (and, for " +
+		"streams, by the SSE events it relayed), the median over rounds; the percentiles of the direct and poolgate " +
+		"lines are over every round together; *worker CPU/req* is the worker " +
 		"process's own over the direct blocks, the floor under the gateway's; *gw allocs/req* counts the gateway's heap " +
 		"allocations (and bytes) per request over the blocks through it, from the runtime's own counters; peak RSS is " +
 		"its VmHWM at the end of the row, idle RSS its VmRSS once every worker was ready.\n\n")
@@ -174,7 +176,9 @@ const methodText = `## Method
   gets a fresh poolgate with ` + "`POOLGATE_LOG_LEVEL=warn`" + ` (logging stays out of the measurement) and one
   worker, except scenario 4 (four workers).
 - **Alternation**: every measurement is split into rounds that alternate direct and through poolgate (and swap
-  the order each round), after a warm-up that opens connections, so drift on the machine hits both alike.
+  the order each round), after a warm-up that opens connections, so drift on the machine hits both alike. The
+  figures the targets check (added latency, CPU per request) are medians over rounds of each round's own
+  figure, so one block hit by another tenant of the machine does not decide a row.
 - **Load**: closed loop (N clients back to back) for scenarios 1, 2, 3, 5, 6 and the sweep; constant rate (open
   loop, bounded in-flight) for scenario 4, with latency counted from each request's *scheduled* send
   time so a stall shows in the requests it delays (no coordinated omission). HDR histograms (1 µs to 10 min,

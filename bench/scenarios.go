@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,11 +46,11 @@ type plan struct {
 
 func newPlan(short bool) plan {
 	if short {
-		return plan{short: true, rounds: 2, seqN: 2000, seqStreamN: 300, block: 3 * time.Second,
+		return plan{short: true, rounds: 3, seqN: 2400, seqStreamN: 300, block: 3 * time.Second,
 			sweepBlock: 2 * time.Second, clients: 50, sweep: []int{8},
 			streams: []int{1000}, streamChunks: 12, streamRamp: 1000, affinityClients: 16, profile: 2 * time.Second}
 	}
-	return plan{rounds: 3, seqN: 15000, seqStreamN: 2000, block: 15 * time.Second,
+	return plan{rounds: 5, seqN: 15000, seqStreamN: 2000, block: 15 * time.Second,
 		sweepBlock: 6 * time.Second, clients: 50, sweep: []int{8, 32, 128, 200},
 		streams: []int{1000, 5000}, streamChunks: 12, streamRamp: 1000, affinityClients: 16, profile: 3 * time.Second}
 }
@@ -83,6 +84,11 @@ type row struct {
 	noDirect bool
 	// key is the API key sent through the gateway ("" = none).
 	key string
+	// rounds are the row's rounds, pending the one under way: the figures
+	// the targets check are medians over rounds, each comparing blocks that
+	// ran side by side.
+	rounds  []round
+	pending round
 }
 
 // load is how requests are driven: a closed loop of clients, or a constant
@@ -187,6 +193,7 @@ func (b *bench) compare(ctx context.Context, g *gateway, r *row, stream bool, bo
 				return err
 			}
 		}
+		r.endRound()
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -235,6 +242,7 @@ func (b *bench) block(ctx context.Context, g *gateway, r *row, through bool, wor
 	if !through {
 		r.workerDirect += w1 - w0
 		r.direct.merge(rec)
+		r.pending.direct, r.pending.worker = rec, w1-w0
 		return nil
 	}
 	a1, err := g.allocs(ctx)
@@ -246,7 +254,37 @@ func (b *bench) block(ctx context.Context, g *gateway, r *row, through bool, wor
 	r.mallocs += a1.mallocs - a0.mallocs
 	r.allocBytes += a1.bytes - a0.bytes
 	r.through.merge(rec)
+	r.pending.through, r.pending.cpu = rec, c1-c0
+	if r.noDirect {
+		r.pending.worker = w1 - w0 // the only worker figure such a row has
+	}
 	return nil
+}
+
+// round is what one round of a row measured: a direct block and the
+// through block beside it in time.
+type round struct {
+	direct, through *recorder // nil when the round had no such block
+	cpu, worker     time.Duration
+}
+
+// endRound files the round's blocks.
+func (r *row) endRound() {
+	r.rounds = append(r.rounds, r.pending)
+	r.pending = round{}
+}
+
+// median returns the median of vs (0 when empty).
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // profileRow records the gateway's CPU profile over one more block through
