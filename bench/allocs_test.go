@@ -58,3 +58,22 @@ func TestMedian(t *testing.T) {
 		}
 	}
 }
+
+func TestOwnFrame(t *testing.T) {
+	tests := []struct {
+		give string
+		want bool
+	}{
+		{"github.com/poolgate/poolgate/pool.(*Router).forward", true},
+		{"github.com/poolgate/poolgate/handlers.(*servedWriter).Flush", false},
+		{"github.com/poolgate/poolgate/handlers.New.RequestID.func1", false},
+		{"encoding/json.(*Decoder).Decode", true},
+		{"github.com/redis/go-redis/v9.(*Script).Run", true},
+		{"net/http.(*conn).serve", false},
+	}
+	for _, tt := range tests {
+		if got := ownFrame(tt.give); got != tt.want {
+			t.Errorf("ownFrame(%q) = %v, want %v", tt.give, got, tt.want)
+		}
+	}
+}

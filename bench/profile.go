@@ -113,7 +113,8 @@ func (g *gateway) pprofGet(ctx context.Context, path string, timeout time.Durati
 
 // topEntry is one line of `go tool pprof -top`.
 type topEntry struct {
-	fn        string
+	fn        string // without its module path
+	full      string // as pprof names it
 	flat, cum float64 // percent of the profile
 }
 
@@ -131,7 +132,7 @@ func profileTop(bin, path string, n int) (flat, cum []topEntry, err error) {
 	}
 	flat = parseTop(flatOut)
 	for _, e := range parseTop(cumOut) {
-		if len(cum) < n && ownFrame(e.fn) {
+		if len(cum) < n && ownFrame(e.full) {
 			cum = append(cum, e)
 		}
 	}
@@ -265,7 +266,8 @@ func parseTop(out []byte) []topEntry {
 		if err1 != nil || err2 != nil {
 			continue
 		}
-		es = append(es, topEntry{fn: shortFn(strings.Join(f[5:], " ")), flat: flat, cum: cum})
+		full := strings.TrimSuffix(strings.Join(f[5:], " "), " (inline)")
+		es = append(es, topEntry{fn: shortFn(full), full: full, flat: flat, cum: cum})
 	}
 	return es
 }
