@@ -113,8 +113,8 @@ func (g *gateway) pprofGet(ctx context.Context, path string, timeout time.Durati
 
 // topEntry is one line of `go tool pprof -top`.
 type topEntry struct {
-	fn        string // without its module path
-	full      string // as pprof names it
+	fn        string  // without its module path
+	full      string  // as pprof names it
 	flat, cum float64 // percent of the profile
 }
 
