@@ -70,6 +70,9 @@ func TestOwnFrame(t *testing.T) {
 		{"encoding/json.(*Decoder).Decode", true},
 		{"github.com/redis/go-redis/v9.(*Script).Run", true},
 		{"net/http.(*conn).serve", false},
+		{"github.com/poolgate/poolgate/handlers/openaichat.(*Handler).Completions", false},
+		{"github.com/poolgate/poolgate/handlers/relay.(*Relay).Reply", true},
+		{"github.com/poolgate/poolgate/pool.(*Router).attempt.func1", false},
 	}
 	for _, tt := range tests {
 		if got := ownFrame(tt.give); got != tt.want {

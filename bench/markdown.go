@@ -136,8 +136,8 @@ func (res *results) markdown(svgName string) string {
 	b.WriteString(fmt.Sprintf("Each row's CPU profile, taken from the gateway's loopback-only profiler "+
 		"(`pprof_listen`) over one more block of %s through it after the measured ones. *Own time* lists the functions "+
 		"that burn the most CPU themselves (mostly the runtime and the kernel's side of the sockets); *beneath* lists "+
-		"poolgate's own functions (and the JSON and Redis code they call) by the share of the profile spent in them "+
-		"and below.\n\n", res.plan.profile))
+		"poolgate's own functions below the HTTP layer (the relay, the router, the drivers; and the JSON and Redis "+
+		"code they call) by the share of the profile spent in them and below.\n\n", res.plan.profile))
 	var prof [][]string
 	for _, r := range res.rows {
 		if len(r.flat) > 0 {

@@ -236,8 +236,10 @@ func profileBreakdown(bin, path string) ([]breakdown, error) {
 // runtime's scheduler or the server's connection loop that sit under all.
 func ownFrame(fn string) bool {
 	switch {
+	case strings.Contains(fn, ".func"), strings.Contains(fn, "poolgate/handlers."), strings.Contains(fn, ".(*Handler)."):
+		return false // closures (middleware), the HTTP layer and the protocols' entry points sit above everything
 	case strings.Contains(fn, "poolgate/"):
-		return !strings.Contains(fn, "handlers.(*") && !strings.HasSuffix(fn, ".func1")
+		return true
 	case strings.HasPrefix(fn, "encoding/json."), strings.HasPrefix(fn, "github.com/redis/"):
 		return true
 	}
