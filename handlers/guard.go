@@ -28,7 +28,7 @@ func BrowserGuard(anyHost bool, open func() bool) gin.HandlerFunc {
 		switch {
 		case open != nil && !open():
 			c.Next()
-		case !anyHost && !loopbackHost(r.Host):
+		case !anyHost && !LoopbackHost(r.Host):
 			refuse(c, http.StatusForbidden, "host "+r.Host+" is not this gateway's: without API keys it answers only on a loopback address (set POOLGATE_API_KEYS to serve other names)")
 		case !sameOrigin(r):
 			refuse(c, http.StatusForbidden, "cross-origin requests are refused: without API keys this gateway must not be driven by a web page")
@@ -45,9 +45,9 @@ func refuse(c *gin.Context, status int, msg string) {
 	c.Abort()
 }
 
-// loopbackHost reports whether a Host header names this machine by a
+// LoopbackHost reports whether a Host header names this machine by a
 // loopback address or "localhost".
-func loopbackHost(host string) bool {
+func LoopbackHost(host string) bool {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}

@@ -238,3 +238,37 @@ func TestBrowsersCannotDriveAnOpenGateway(t *testing.T) {
 		}
 	}
 }
+
+// The profiler's listener has no credentials: loopback only (the config
+// refuses anything else), and no web page may read it through a browser on
+// the same machine (a rebound host name, a cross-origin request).
+func TestProfilerAnswersOnlyLoopback(t *testing.T) {
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	d := testenv.StartDaemon(t, "POOLGATE_PPROF_LISTEN="+addr)
+	d.WaitReady(t, 15*time.Second)
+	get := func(host, origin string) int {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/debug/pprof/", nil)
+		req.Host = host
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET pprof as %s: %v", host, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if st := get(addr, ""); st != http.StatusOK {
+		t.Errorf("pprof on its own address: %d", st)
+	}
+	if st := get("localhost:6060", ""); st != http.StatusOK {
+		t.Errorf("pprof as localhost: %d", st)
+	}
+	if st := get("attacker.example:6060", ""); st != http.StatusForbidden {
+		t.Errorf("pprof under a rebound host name: %d, want 403", st)
+	}
+	if st := get(addr, "http://attacker.example"); st != http.StatusForbidden {
+		t.Errorf("pprof from a web page: %d, want 403", st)
+	}
+}

@@ -443,7 +443,17 @@ func servePprof(addr string) (func(), error) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Loopback keeps other machines out; the Host and Origin checks keep
+	// out the web pages a browser on this machine opens (DNS rebinding, a
+	// cross-origin request), which could otherwise read the profiles.
+	guard := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !handlers.LoopbackHost(r.Host) || r.Header.Get("Origin") != "" {
+			http.Error(w, "the profiler answers only loopback host names, without an Origin", http.StatusForbidden)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+	srv := &http.Server{Handler: guard, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(lis) }()
 	return func() { _ = srv.Close() }, nil
 }
