@@ -207,22 +207,8 @@ func profileBreakdown(bin, path string) ([]breakdown, error) {
 		return nil, fmt.Errorf("go tool pprof: %w", err)
 	}
 	sums := map[string]float64{}
-	inRows := false
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) >= 5 && f[0] == "flat" && f[1] == "flat%" {
-			inRows = true
-			continue
-		}
-		if !inRows || len(f) < 6 {
-			continue
-		}
-		flat, err := strconv.ParseFloat(strings.TrimSuffix(f[1], "%"), 64)
-		if err != nil {
-			continue
-		}
-		sums[kindOf(strings.TrimSuffix(strings.Join(f[5:], " "), " (inline)"))] += flat
+	for _, e := range parseTop(out) {
+		sums[kindOf(e.full)] += e.flat
 	}
 	var bd []breakdown
 	for _, k := range breakdownKinds {

@@ -38,11 +38,7 @@ func (m *Memory) Acquire(_ context.Context, key string, l Limits) (*Ticket, erro
 	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := m.keys[key]
-	if s == nil {
-		s = &keyState{}
-		m.keys[key] = s
-	}
+	s := m.state(key)
 	s.roll(now)
 	pos := time.Duration(now.UnixMilli()%60000) * time.Millisecond
 	if l.RPM > 0 {
@@ -82,14 +78,20 @@ func (m *Memory) Charge(_ context.Context, key string, tokens int64) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	s := m.state(key)
+	s.roll(m.now())
+	s.tokensUsed += tokens
+	return nil
+}
+
+// state is key's state, made on first use; m.mu must be held.
+func (m *Memory) state(key string) *keyState {
 	s := m.keys[key]
 	if s == nil {
 		s = &keyState{}
 		m.keys[key] = s
 	}
-	s.roll(m.now())
-	s.tokensUsed += tokens
-	return nil
+	return s
 }
 
 // roll moves the windows and the day to now's.
