@@ -6,7 +6,7 @@
 // # Modes
 //
 // --protocol=lingma (default) speaks the Lingma local agent protocol
-// (shared/LINGMA.md): JSON-RPC 2.0 framed LSP-style over a WebSocket on
+// (docs/lingma-protocol.md): JSON-RPC 2.0 framed LSP-style over a WebSocket on
 // --socketPort, with the login page, the auth callback and /sim/stats on
 // --httpPort. --protocol=openai serves an OpenAI-compatible API
 // (/v1/models, /v1/chat/completions with native tool calls) and /sim/stats on
