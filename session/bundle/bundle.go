@@ -260,18 +260,7 @@ func Pack(workDir string, spec Spec, account string, key []byte, now time.Time) 
 	if err != nil {
 		return nil, Manifest{}, fmt.Errorf("pack %s: %w", workDir, err)
 	}
-	m := Manifest{Version: 1, Account: account, Dir: spec.Dir, CreatedAt: now.UTC().Truncate(time.Second)}
-	for _, f := range files {
-		sum := sha256.Sum256(f.data)
-		m.Files = append(m.Files, ManifestFile{Name: f.name, Size: int64(len(f.data)), SHA256: hex.EncodeToString(sum[:])})
-		if f.name == spec.MachineIDFile {
-			m.MachineID = strings.TrimSpace(string(f.data))
-		}
-		if f.name == spec.ExpiryFile {
-			m.ExpiresAt = parseExpiry(f.data)
-		}
-	}
-	m.PayloadSHA256 = payloadDigest(files)
+	m := newManifest(account, spec, files, now)
 	payload, err := writeTarGz(m, files)
 	if err != nil {
 		return nil, Manifest{}, fmt.Errorf("pack %s: %w", workDir, err)
@@ -402,3 +391,21 @@ func (m Manifest) names() []string {
 
 // hasFile reports whether the manifest lists name.
 func (m Manifest) hasFile(name string) bool { return slices.Contains(m.names(), name) }
+
+// newManifest describes files, the credential files of account's work dir
+// laid out as spec says, as of now.
+func newManifest(account string, spec Spec, files []credFile, now time.Time) Manifest {
+	m := Manifest{Version: 1, Account: account, Dir: spec.Dir, CreatedAt: now.UTC().Truncate(time.Second)}
+	for _, f := range files {
+		sum := sha256.Sum256(f.data)
+		m.Files = append(m.Files, ManifestFile{Name: f.name, Size: int64(len(f.data)), SHA256: hex.EncodeToString(sum[:])})
+		if f.name == spec.MachineIDFile {
+			m.MachineID = strings.TrimSpace(string(f.data))
+		}
+		if f.name == spec.ExpiryFile {
+			m.ExpiresAt = parseExpiry(f.data)
+		}
+	}
+	m.PayloadSHA256 = payloadDigest(files)
+	return m
+}

@@ -4,8 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -83,18 +81,7 @@ func OpenPlain(payload []byte, spec Spec, limits Limits, account string, now tim
 		return nil, malformed("bad tar", err)
 	}
 	slices.SortFunc(files, func(a, b credFile) int { return strings.Compare(a.name, b.name) })
-	m := Manifest{Version: 1, Account: account, Dir: spec.Dir, CreatedAt: now.UTC().Truncate(time.Second)}
-	for _, f := range files {
-		sum := sha256.Sum256(f.data)
-		m.Files = append(m.Files, ManifestFile{Name: f.name, Size: int64(len(f.data)), SHA256: hex.EncodeToString(sum[:])})
-		if f.name == spec.MachineIDFile {
-			m.MachineID = strings.TrimSpace(string(f.data))
-		}
-		if f.name == spec.ExpiryFile {
-			m.ExpiresAt = parseExpiry(f.data)
-		}
-	}
-	m.PayloadSHA256 = payloadDigest(files)
+	m := newManifest(account, spec, files, now)
 	if err := verify(m, files, spec); err != nil {
 		return nil, err
 	}
