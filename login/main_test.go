@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/poolgate/poolgate/internal/sim"
+	"github.com/poolgate/poolgate/internal/sim/simtest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/lingma"
 	"github.com/poolgate/poolgate/pool/supervisor"
@@ -58,34 +58,18 @@ func startSim(t *testing.T, variant, accounts string) *worker {
 		}
 		return ""
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sim.Main(ctx, args, getenv, io.Discard, io.Discard) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("sim.Main: %v", err)
-			}
-		case <-time.After(wait):
-			t.Errorf("simulator did not stop")
-		}
-	})
+	simtest.Run(t, args, getenv, nil, wait)
 	d := lingma.New(lingma.Config{})
-	deadline := time.Now().Add(wait)
-	for {
+	var c *lingma.Client
+	testenv.WaitForNoError(t, wait, "the simulator to answer Connect", func() error {
 		b, err := d.Connect(context.Background(), ep)
 		if err == nil {
-			c := b.(*lingma.Client)
-			t.Cleanup(func() { _ = c.Close() })
-			return &worker{ep: ep, client: c}
+			c = b.(*lingma.Client)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("connect to simulator: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return &worker{ep: ep, client: c}
 }
 
 // target is the login target of w for an account.

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/internal/sim"
+	"github.com/poolgate/poolgate/internal/sim/simtest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
@@ -36,25 +36,7 @@ func startSim(t *testing.T, extra ...string) *worker {
 	t.Helper()
 	ep := supervisor.Endpoint{Name: "acct-1", WorkDir: t.TempDir(), Port: testenv.FreePort(t), AuxPort: testenv.FreePort(t)}
 	argv := New(Config{Command: []string{"sim"}, ExtraArgs: extra}).Command(ep)[1:]
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	log := &testenv.Buffer{}
-	go func() { done <- sim.Main(ctx, argv, func(string) string { return "" }, log, log) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("sim.Main: %v", err)
-				}
-			case <-time.After(wait):
-				t.Errorf("simulator did not stop")
-			}
-		})
-	}
-	t.Cleanup(stop)
+	stop := simtest.Run(t, argv, nil, &testenv.Buffer{}, wait)
 	return &worker{ep: ep, stop: stop}
 }
 

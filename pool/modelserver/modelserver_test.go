@@ -4,18 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/internal/sim"
+	"github.com/poolgate/poolgate/internal/sim/simtest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
@@ -37,24 +35,7 @@ func startSim(t *testing.T, extra ...string) *worker {
 	t.Helper()
 	ep := supervisor.Endpoint{Name: "acct-1", WorkDir: t.TempDir(), Port: testenv.FreePort(t)}
 	args := append([]string{"start", "--protocol=openai", "--httpPort", strconv.Itoa(ep.Port), "--workDir", ep.WorkDir}, extra...)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sim.Main(ctx, args, func(string) string { return "" }, io.Discard, io.Discard) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("sim.Main: %v", err)
-				}
-			case <-time.After(wait):
-				t.Errorf("simulator did not stop")
-			}
-		})
-	}
-	t.Cleanup(stop)
+	stop := simtest.Run(t, args, nil, nil, wait)
 	return &worker{ep: ep, stop: stop}
 }
 
