@@ -1,7 +1,6 @@
 package modelserver
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -54,33 +53,34 @@ func (c *Client) open(ctx context.Context, t *chat.Turn) (*reader, error) {
 	if !c.begin() {
 		return nil, fmt.Errorf("openai %s: chat: client closed: %w", c.name, chat.ErrWorkerGone)
 	}
-	p, err := c.d.encode(t)
+	p, err := c.d.encode(t, c.head)
 	if err != nil {
 		c.turns.Done()
 		return nil, fmt.Errorf("openai %s: encode request: %w", c.name, err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.d.cfg.RequestTimeout)
 	unhook := context.AfterFunc(c.ctx, cancel) // Close aborts the turn
-	a := &reader{stream: stream{c: c, ctx: ctx, rctx: rctx}, cancel: cancel, unhook: unhook, p: p}
-	resp, err := c.post(rctx, p)
+	a := &reader{stream: stream{c: c, ctx: ctx, rctx: rctx}, cancel: cancel, unhook: unhook}
+	resp, w, err := c.exchange(rctx, p)
+	c.d.release(p)
 	if err != nil {
 		err = c.chatError(ctx, rctx, err)
 		a.endTurn()
 		return nil, err
 	}
+	a.attach(resp, w)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		err = statusError(resp, nil)
-		_ = resp.Body.Close()
+		a.closeBody()
 		a.endTurn()
 		return nil, err
 	}
-	a.attach(resp)
 	return a, nil
 }
 
-// attach starts reading the answer from resp.
-func (a *reader) attach(resp *http.Response) {
-	a.resp = resp
+// attach starts reading the answer resp from the connection w.
+func (a *reader) attach(resp *http.Response, w *wconn) {
+	a.resp, a.w = resp, w
 	a.r = a.c.d.readers.Get().(*sseReader)
 	a.r.reset(resp.Body)
 	a.emit = a.queue
@@ -95,37 +95,6 @@ func (a *reader) pump(deliver func(chat.Event) bool) {
 			return
 		}
 	}
-}
-
-// inlineBody is the largest request body sent from a copy of its own
-// (64 KiB) rather than from the pooled buffer.
-const inlineBody = 64 << 10
-
-// post sends the request. A body up to inlineBody goes as a copy in a
-// bytes.Reader: the transport knows such a body is in memory and sends the
-// headers and the body in one write, where any other body gets its headers
-// flushed on their own first (one more write, and one more wake-up of the
-// worker). A larger body is read from the pooled payload, replayable for
-// the transport's retry on a stale keep-alive connection.
-func (c *Client) post(ctx context.Context, p *payload) (*http.Response, error) {
-	var req *http.Request
-	var err error
-	if p.buf.Len() <= inlineBody {
-		req, err = http.NewRequestWithContext(ctx, http.MethodPost, c.chatURL, bytes.NewReader(bytes.Clone(p.buf.Bytes())))
-	} else {
-		req, err = http.NewRequestWithContext(ctx, http.MethodPost, c.chatURL, p.body())
-		if err == nil {
-			req.ContentLength = int64(p.buf.Len())
-			req.GetBody = func() (io.ReadCloser, error) { return p.body(), nil }
-		}
-	}
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream, application/json")
-	c.setAuth(req.Header)
-	return c.d.hc.Do(req)
 }
 
 // stream is one answer being read.
@@ -143,8 +112,8 @@ type stream struct {
 type reader struct {
 	stream
 	resp   *http.Response
+	w      *wconn // the connection the answer is read from
 	r      *sseReader
-	p      *payload
 	cancel context.CancelFunc
 	unhook func() bool
 	// pending are events parsed and not yet returned, from i on.
@@ -254,9 +223,9 @@ func (a *reader) end(err error) {
 	if err == nil && a.acc.sawDone {
 		// Read the end of the body so the connection is reused; a server
 		// that holds it open past drainWait has it dropped instead.
-		t := time.AfterFunc(drainWait, a.cancel)
-		_, _ = io.Copy(io.Discard, io.LimitReader(a.r.r, 64<<10))
-		t.Stop()
+		if a.w.nc.SetReadDeadline(time.Now().Add(drainWait)) == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(a.r.r, 64<<10))
+		}
 	}
 	if err != nil {
 		a.emit(chat.Event{Type: chat.EventError, Err: a.readError(err)})
@@ -265,15 +234,16 @@ func (a *reader) end(err error) {
 	a.finish()
 }
 
-// closeBody closes the response and returns the reader to the pool.
+// closeBody ends the exchange, which puts its connection back in the pool
+// when the answer was read to its end, and returns the reader to its pool.
 func (a *reader) closeBody() {
 	if a.resp == nil {
 		return
 	}
-	_ = a.resp.Body.Close()
+	a.w.finish(a.resp)
 	a.r.reset(nil)
 	a.c.d.readers.Put(a.r)
-	a.resp, a.r = nil, nil
+	a.resp, a.w, a.r = nil, nil, nil
 }
 
 // endTurn releases the turn's context, payload and registration.
@@ -284,7 +254,6 @@ func (a *reader) endTurn() {
 	a.closed = true
 	a.unhook()
 	a.cancel()
-	a.p.release()
 	a.c.turns.Done()
 }
 

@@ -24,7 +24,9 @@ type Client struct {
 	d        *Driver
 	name     string
 	modelURL string
-	chatURL  string
+	// conns are the chat connections; head starts each chat request.
+	conns *conns
+	head  []byte
 
 	// ctx ends when the client is closed; it aborts the turns in flight.
 	ctx    context.Context
@@ -40,8 +42,9 @@ var (
 	_ supervisor.ModelLister = (*Client)(nil)
 )
 
-func newClient(d *Driver, name, base string) *Client {
-	c := &Client{d: d, name: name, modelURL: base + "/v1/models", chatURL: base + "/v1/chat/completions"}
+func newClient(d *Driver, name, addr string) *Client {
+	c := &Client{d: d, name: name, modelURL: "http://" + addr + "/v1/models",
+		conns: newConns(addr, &d.cfg), head: requestHead(addr, d.cfg.APIKey)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c
 }
@@ -54,6 +57,7 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	c.cancel()
 	c.turns.Wait()
+	c.conns.close()
 	return nil
 }
 
@@ -237,6 +241,8 @@ func (c *Client) chatError(ctx, rctx context.Context, err error) error {
 		return fmt.Errorf("openai %s: chat: client closed: %w", c.name, chat.ErrWorkerGone)
 	case errors.Is(rctx.Err(), context.DeadlineExceeded):
 		return fmt.Errorf("openai %s: no answer within %s: %w", c.name, c.d.cfg.RequestTimeout, chat.ErrWorkerGone)
+	case errors.Is(err, errHeaderTimeout):
+		return fmt.Errorf("openai %s: %w: %w", c.name, err, chat.ErrWorkerGone)
 	}
 	return fmt.Errorf("openai %s: chat: %w: %w", c.name, chat.ErrWorkerGone, err)
 }

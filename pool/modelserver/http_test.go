@@ -43,7 +43,8 @@ type fake struct {
 	headers http.Header // and its headers
 }
 
-func startFake(t testing.TB, chat http.HandlerFunc) *fake {
+// startFake starts the fake; opts adjust its server before it starts.
+func startFake(t testing.TB, chat http.HandlerFunc, opts ...func(*http.Server)) *fake {
 	t.Helper()
 	f := &fake{}
 	mux := http.NewServeMux()
@@ -60,6 +61,9 @@ func startFake(t testing.TB, chat http.HandlerFunc) *fake {
 	srv := httptest.NewUnstartedServer(mux)
 	f.conns = &countingListener{Listener: srv.Listener}
 	srv.Listener = f.conns
+	for _, o := range opts {
+		o(srv.Config)
+	}
 	srv.Start()
 	t.Cleanup(srv.Close)
 	f.ep = supervisor.Endpoint{Name: "fake", Port: srv.Listener.Addr().(*net.TCPAddr).Port}

@@ -10,15 +10,14 @@
 // tolerantly, since servers differ in where they put usage, how they send
 // tool arguments and whether they stream at all.
 //
-// All clients of one Driver share one keep-alive http.Transport whose idle
-// pool per worker is sized to the per-instance concurrency, so steady traffic
-// never redials. The driver owns the wire to one kind of worker; it must not
+// Each client keeps its own pool of keep-alive connections for chat turns,
+// sized to the per-instance concurrency so steady traffic never redials, and
+// does each turn's HTTP exchange on the caller's goroutine (see conn.go). The driver owns the wire to one kind of worker; it must not
 // decide which worker takes a turn, nor restart one.
 package modelserver
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -47,8 +46,8 @@ type Config struct {
 	// worker; set it to the instance's concurrency (supervisor.WorkerConfig's
 	// MaxInFlight). Default 8.
 	IdleConns int
-	// MaxConnsPerHost caps the connections to one worker, idle or busy;
-	// requests beyond it wait inside the transport. Default 0: no cap, since
+	// MaxConnsPerHost caps the chat connections to one worker, idle or
+	// busy; turns beyond it wait for one. Default 0: no cap, since
 	// the pool's admission guard already bounds the turns in flight and a
 	// hidden queue here would skew its least-busy pick.
 	MaxConnsPerHost int
@@ -89,15 +88,15 @@ func (c *Config) setDefaults() {
 	def(&c.DialTimeout, 2*time.Second)
 }
 
-// Driver starts and connects to OpenAI-compatible workers. It owns the HTTP
-// transport and buffer pools that all its clients share.
+// Driver starts and connects to OpenAI-compatible workers. It owns the
+// probes' HTTP transport and the buffer pools that all its clients share.
 type Driver struct {
 	cfg Config
 	hc  *http.Client
 	tr  *http.Transport
 
-	bufs    sync.Pool // *bytes.Buffer: encoded request bodies
-	readers sync.Pool // *sseReader: response scanners
+	payloads sync.Pool // *payload: encoded requests
+	readers  sync.Pool // *sseReader: response scanners
 }
 
 var _ supervisor.Driver = (*Driver)(nil)
@@ -107,35 +106,28 @@ func New(cfg Config) *Driver {
 	cfg.setDefaults()
 	d := &Driver{cfg: cfg, tr: newTransport(cfg)}
 	d.hc = &http.Client{Transport: d.tr}
-	d.bufs.New = func() any { return new(bytes.Buffer) }
+	d.payloads.New = func() any { return new(payload) }
 	d.readers.New = func() any { return &sseReader{r: bufio.NewReaderSize(nil, readBufSize)} }
 	return d
 }
 
-// newTransport builds the transport one driver shares across its workers.
-// The default transport is wrong for a pool: it keeps two idle connections
-// per host, so a third concurrent turn redials every time, and it honours
-// proxy variables that must never apply to loopback workers.
+// newTransport builds the transport of the health probes, which one driver
+// shares across its workers. It keeps one idle connection per worker and
+// ignores the proxy variables, which must never apply to loopback workers.
 func newTransport(cfg Config) *http.Transport {
 	dialer := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
 	return &http.Transport{
-		Proxy:                 nil, // workers are on 127.0.0.1
-		DialContext:           dialer.DialContext,
-		MaxIdleConns:          0, // no global cap; the per-worker cap applies
-		MaxIdleConnsPerHost:   cfg.IdleConns,
-		MaxConnsPerHost:       cfg.MaxConnsPerHost,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: cfg.HeaderTimeout,
-		ExpectContinueTimeout: 0,
-		// Compression only costs CPU on loopback and delays SSE flushes.
-		DisableCompression: true,
-		ForceAttemptHTTP2:  false,
+		Proxy:               nil, // workers are on 127.0.0.1
+		DialContext:         dialer.DialContext,
+		MaxIdleConnsPerHost: 1,
+		IdleConnTimeout:     idleTimeout,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   false,
 	}
 }
 
-// Close drops the idle connections of every worker. Call it when the pool
-// that uses the driver has stopped; clients of a stopped worker need no call,
-// since the worker's exit closes their connections.
+// Close drops the probes' idle connections. Call it when the pool that uses
+// the driver has stopped; each client's chat connections close with it.
 func (d *Driver) Close() {
 	d.tr.CloseIdleConnections()
 }
@@ -164,7 +156,7 @@ func (d *Driver) Command(ep supervisor.Endpoint) []string {
 // ProbeTimeout) and returns its client when it answers. The supervisor calls
 // it in a loop until the worker is ready.
 func (d *Driver) Connect(ctx context.Context, ep supervisor.Endpoint) (supervisor.Backend, error) {
-	c := newClient(d, ep.Name, "http://127.0.0.1:"+strconv.Itoa(ep.Port))
+	c := newClient(d, ep.Name, "127.0.0.1:"+strconv.Itoa(ep.Port))
 	if _, err := c.Status(ctx); err != nil {
 		_ = c.Close()
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -16,9 +17,13 @@ import (
 // parseBody runs the driver's answer reader over body as if a worker had
 // sent it with the given content type, and hands every event to emit.
 func parseBody(d *Driver, contentType string, body io.Reader, emit func(chat.Event) bool) {
-	a := &reader{stream: stream{c: newClient(d, "t", ""), ctx: context.Background(), rctx: context.Background()}, cancel: func() {}}
-	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {contentType}}, Body: io.NopCloser(body)}
-	a.attach(resp)
+	c := newClient(d, "t", "127.0.0.1:0")
+	defer c.conns.close()
+	nc, peer := net.Pipe()
+	defer peer.Close()
+	a := &reader{stream: stream{c: c, ctx: context.Background(), rctx: context.Background()}, cancel: func() {}}
+	w := &wconn{p: c.conns, nc: nc, body: body}
+	a.attach(&http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {contentType}}, Body: w}, w)
 	a.pump(emit)
 	a.closeBody()
 }

@@ -3,9 +3,7 @@ package modelserver
 import (
 	"bytes"
 	"encoding/json"
-	"io"
-	"sync"
-	"sync/atomic"
+	"net"
 
 	"github.com/poolgate/poolgate/internal/chat"
 )
@@ -128,51 +126,41 @@ func newWireRequest(t *chat.Turn) *wireRequest {
 	return r
 }
 
-// payload is an encoded request body in a pooled buffer. The buffer goes
-// back to the pool when the turn and every body reader the transport opened
-// (the first, and any GetBody copy for a retry on a stale connection) are
-// done with it: the transport may close a body after RoundTrip returns.
+// payload is one request: its encoded body and its head, in buffers pooled
+// by the driver.
 type payload struct {
-	d    *Driver
-	buf  *bytes.Buffer
-	refs atomic.Int32
+	buf  bytes.Buffer
+	head []byte
+	vec  [2][]byte
+	bufs net.Buffers
 }
 
-// encode renders t into a pooled buffer; the caller holds one reference.
-func (d *Driver) encode(t *chat.Turn) (*payload, error) {
-	buf := d.bufs.Get().(*bytes.Buffer)
-	buf.Reset()
-	enc := json.NewEncoder(buf)
+// encode renders t into a pooled payload whose head is head plus the
+// body's length; release returns it.
+func (d *Driver) encode(t *chat.Turn, head []byte) (*payload, error) {
+	p := d.payloads.Get().(*payload)
+	p.buf.Reset()
+	enc := json.NewEncoder(&p.buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(newWireRequest(t)); err != nil {
-		d.bufs.Put(buf)
+		d.release(p)
 		return nil, err
 	}
-	p := &payload{d: d, buf: buf}
-	p.refs.Store(1)
+	p.head = appendLength(append(p.head[:0], head...), p.buf.Len())
 	return p, nil
 }
 
-// release drops one reference.
-func (p *payload) release() {
-	if p.refs.Add(-1) == 0 && p.buf.Cap() <= maxPooledBuf {
-		p.d.bufs.Put(p.buf)
+// wire returns the request's head and body, for one vectored write.
+func (p *payload) wire() *net.Buffers {
+	p.vec = [2][]byte{p.head, p.buf.Bytes()}
+	p.bufs = p.vec[:]
+	return &p.bufs
+}
+
+// release puts p back in the pool, unless a rare huge transcript grew it.
+func (d *Driver) release(p *payload) {
+	p.vec, p.bufs = [2][]byte{}, nil
+	if p.buf.Cap() <= maxPooledBuf {
+		d.payloads.Put(p)
 	}
-}
-
-// body opens a reader of the payload that releases its reference on Close.
-func (p *payload) body() io.ReadCloser {
-	p.refs.Add(1)
-	return &payloadBody{Reader: bytes.NewReader(p.buf.Bytes()), p: p}
-}
-
-type payloadBody struct {
-	*bytes.Reader
-	p    *payload
-	once sync.Once
-}
-
-func (b *payloadBody) Close() error {
-	b.once.Do(b.p.release)
-	return nil
 }

@@ -1,0 +1,245 @@
+package modelserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/pool/supervisor"
+)
+
+// A worker that drops idle keep-alive connections costs the next turn
+// nothing: a connection that fails before any answer has the turn sent again
+// on a new one.
+func TestIdleConnectionsClosedByWorker(t *testing.T) {
+	f := startFake(t, sseReply, func(s *http.Server) { s.IdleTimeout = 50 * time.Millisecond })
+	c := connect(t, newDriver(t, Config{}), f.ep)
+	var open []supervisor.Answer // four answers at once: four pooled connections
+	for range 4 {
+		a, err := c.ChatPull(context.Background(), userTurn("x"))
+		if err != nil {
+			t.Fatalf("ChatPull: %v", err)
+		}
+		open = append(open, a)
+	}
+	for _, a := range open {
+		for ev := a.Next(); ev.Type != chat.EventDone; ev = a.Next() {
+			if ev.Type == chat.EventError {
+				t.Fatalf("answer: %v", ev.Err)
+			}
+		}
+		a.Close()
+	}
+	before := f.conns.n.Load()
+	time.Sleep(300 * time.Millisecond) // the worker closes the idle connections
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if text, err := pullTurn(c); err != nil || text != "ok" {
+				t.Errorf("turn after the worker closed the idle connections = %q, %v; want it answered", text, err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := f.conns.n.Load() - before; n < 1 || n > 4 {
+		t.Errorf("four turns dialled %d connections, want 1 to 4", n)
+	}
+}
+
+// pullTurn runs a turn through ChatPull, from any goroutine.
+func pullTurn(c *Client) (string, error) {
+	a, err := c.ChatPull(context.Background(), userTurn("x"))
+	if err != nil {
+		return "", err
+	}
+	defer a.Close()
+	var text strings.Builder
+	for {
+		switch ev := a.Next(); ev.Type {
+		case chat.EventText:
+			text.WriteString(ev.Text)
+		case chat.EventDone:
+			return text.String(), nil
+		case chat.EventError:
+			return text.String(), ev.Err
+		}
+	}
+}
+
+// alive tells an idle connection the worker closed, or that carries bytes
+// nobody asked for, from a usable one.
+func TestAlive(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dial := func() (client, server net.Conn) {
+		client, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		server, err = ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { client.Close(); server.Close() })
+		return client, server
+	}
+	settle := func(c net.Conn, want bool) {
+		t.Helper()
+		deadline := time.Now().Add(wait)
+		for alive(c) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("alive = %v, want %v", !want, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	c, s := dial()
+	if !alive(c) {
+		t.Errorf("alive(open idle connection) = false")
+	}
+	s.Close()
+	settle(c, false)
+
+	c, s = dial()
+	_, _ = s.Write([]byte("x"))
+	settle(c, false)
+}
+
+func TestHeaderTimeout(t *testing.T) {
+	f := startFake(t, func(w http.ResponseWriter, r *http.Request) {
+		select { // answers only once the gateway gave up
+		case <-r.Context().Done():
+		case <-time.After(wait):
+		}
+	})
+	c := connect(t, newDriver(t, Config{HeaderTimeout: 200 * time.Millisecond}), f.ep)
+	start := time.Now()
+	_, err := c.Chat(context.Background(), userTurn("x"))
+	if !errors.Is(err, chat.ErrWorkerGone) || !strings.Contains(err.Error(), "no response headers in time (200ms)") {
+		t.Errorf("Chat = %v, want ErrWorkerGone saying no headers came in time", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Chat took %s with a 200ms header timeout", d)
+	}
+}
+
+// MaxConnsPerHost makes a turn wait for a connection, within its context.
+func TestMaxConnsPerHost(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{}, 4)
+	f := startFake(t, func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		sseReply(w, r)
+	})
+	c := connect(t, newDriver(t, Config{MaxConnsPerHost: 1}), f.ep)
+	before := f.conns.n.Load()
+	first := make(chan answer, 1)
+	go func() {
+		ch, err := c.Chat(context.Background(), userTurn("x"))
+		if err != nil {
+			first <- answer{err: err}
+			return
+		}
+		first <- collect(t, ch)
+	}()
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Chat(ctx, userTurn("x")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("second turn while the only connection is busy = %v, want the context's deadline", err)
+	}
+	close(release)
+	if a := <-first; a.err != nil {
+		t.Fatalf("first turn: %v", a.err)
+	}
+	if a := runTurn(t, c, userTurn("x")); a.err != nil {
+		t.Fatalf("third turn: %v", a.err)
+	}
+	if n := f.conns.n.Load() - before; n != 1 {
+		t.Errorf("turns used %d connections, want 1", n)
+	}
+}
+
+// A large transcript goes out whole (head and body in one vectored write).
+func TestLargeRequestBody(t *testing.T) {
+	f := startFake(t, sseReply)
+	c := connect(t, newDriver(t, Config{}), f.ep)
+	big := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
+	for range 2 {                                    // the second from a pooled buffer
+		if a := runTurn(t, c, userTurn(big)); a.err != nil {
+			t.Fatalf("chat: %v", a.err)
+		}
+		f.mu.Lock()
+		var req wireRequest
+		err := json.Unmarshal(f.body, &req)
+		f.mu.Unlock()
+		if err != nil || len(req.Messages) != 1 || *req.Messages[0].Content != big {
+			t.Fatalf("the worker got a body that does not carry the transcript (%v)", err)
+		}
+	}
+}
+
+// A turn given up before its end closes its connection instead of pooling
+// it with an answer half read; the next turn dials anew.
+func TestAbandonedAnswerNotReused(t *testing.T) {
+	gone := make(chan struct{}, 1)
+	f := startFake(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, sse(text("partial")))
+		_ = http.NewResponseController(w).Flush()
+		select {
+		case <-r.Context().Done():
+			gone <- struct{}{}
+		case <-time.After(wait):
+		}
+	})
+	c := connect(t, newDriver(t, Config{}), f.ep)
+	a, err := c.ChatPull(context.Background(), userTurn("x"))
+	if err != nil {
+		t.Fatalf("ChatPull: %v", err)
+	}
+	if ev := a.Next(); ev.Type != chat.EventText || ev.Text != "partial" {
+		t.Fatalf("first event = %+v, want the partial text", ev)
+	}
+	a.Close()
+	select {
+	case <-gone:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the worker's connection stayed open after the turn was given up")
+	}
+}
+
+// An answer marked Connection: close is read whole, and its connection is
+// not pooled.
+func TestConnectionCloseAnswer(t *testing.T) {
+	f := startFake(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "close")
+		sseReply(w, r)
+	})
+	c := connect(t, newDriver(t, Config{}), f.ep)
+	before := f.conns.n.Load()
+	for range 3 {
+		if a := runTurn(t, c, userTurn("x")); a.err != nil || a.text != "ok" {
+			t.Fatalf("turn = %+v, want ok", a)
+		}
+	}
+	if n := f.conns.n.Load() - before; n != 3 {
+		t.Errorf("3 turns answered with Connection: close used %d connections, want 3", n)
+	}
+}
