@@ -12,6 +12,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/lsp"
+	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/pool/textchat"
 )
 
@@ -137,6 +138,44 @@ func nativeTools(t *chat.Turn) (*toolConfig, map[string]bool) {
 // channel is owned and closed by a goroutine that ends with the turn, when
 // ctx ends, or at TurnTimeout, whichever comes first.
 func (c *Client) Chat(ctx context.Context, t *chat.Turn) (<-chan chat.Event, error) {
+	a, err := c.ask(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan chat.Event, 16)
+	go func() {
+		defer close(out)
+		defer a.Close()
+		for ev := a.next(); ev.Type != 0; ev = a.next() {
+			if ctx.Err() != nil {
+				// The consumer is gone: only the turn's error is offered,
+				// without waiting.
+				if ev.Type == chat.EventError {
+					select {
+					case out <- ev:
+					default:
+					}
+				}
+				continue
+			}
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+			}
+		}
+	}()
+	return out, nil
+}
+
+// ChatPull starts the turn like Chat, but the caller reads the answer in
+// its own goroutine: the worker's messages go from the connection's reader
+// straight to it, with no goroutine and channel of the turn's own between.
+func (c *Client) ChatPull(ctx context.Context, t *chat.Turn) (supervisor.Answer, error) {
+	return c.ask(ctx, t)
+}
+
+// ask sends chat/ask and returns the turn's answer, ready to be read.
+func (c *Client) ask(ctx context.Context, t *chat.Turn) (*turnAnswer, error) {
 	// The worker's requestId is unique per ask even when the router retries a
 	// request on the same worker: a stopped turn's late chat/finish must not
 	// reach its successor. The gateway's id stays in front for the logs.
@@ -198,9 +237,7 @@ func (c *Client) Chat(ctx context.Context, t *chat.Turn) (<-chan chat.Event, err
 		}
 		return nil, err
 	}
-	out := make(chan chat.Event, 16)
-	go c.run(ctx, t, reqID, tr, out)
-	return out, nil
+	return c.newAnswer(ctx, t, reqID, tr), nil
 }
 
 // askError is the error of a chat/ask answered with success: false.
@@ -233,72 +270,133 @@ func (c *Client) stop(reqID string) {
 	_ = c.write(frame, c.cfg.StopTimeout) // best effort
 }
 
-// run owns out: it turns the worker's messages into events and always ends
-// the stream with one EventDone or EventError (unless the consumer is gone).
-func (c *Client) run(ctx context.Context, t *chat.Turn, reqID string, tr *turn, out chan<- chat.Event) {
-	defer close(out)
-	defer c.endTurn(reqID)
-	tctx, cancel := context.WithTimeout(ctx, c.cfg.TurnTimeout)
-	defer cancel()
-	idle := time.NewTimer(c.cfg.ReplyTimeout)
-	defer idle.Stop()
-	// settle runs once the worker invoked a tool: a worker that then waits
-	// for the result instead of finishing is stopped, and the calls stand.
-	settle := time.NewTimer(c.cfg.ToolSettle)
-	settle.Stop()
-	defer settle.Stop()
+// turnAnswer is one running turn's answer, read event by event by whoever holds
+// it: the router through ChatPull, or Chat's goroutine. It always ends with
+// one EventDone or EventError.
+type turnAnswer struct {
+	c     *Client
+	reqID string
+	tr    *turn
+	ctx   context.Context // the caller's
+	// tctx adds TurnTimeout; idle fires after ReplyTimeout without a
+	// message; settle runs once the worker invoked a tool: a worker that
+	// then waits for the result instead of finishing is stopped, and the
+	// calls stand.
+	tctx         context.Context
+	cancel       context.CancelFunc
+	idle, settle *time.Timer
 
-	s := stream{ctx: tctx, out: out, parser: textchat.NewParser(t), session: t.SessionID}
-	var q []*chatParams
-	for {
-		select {
-		case <-tr.wake:
-			q = tr.take(q)
-			idle.Reset(c.cfg.ReplyTimeout)
-			if done := s.handle(q); done {
-				return
-			}
-			if s.calls > 0 {
-				settle.Reset(c.cfg.ToolSettle)
-			}
-			continue
-		case <-settle.C:
-			c.stop(reqID)
-			s.finishCalls()
-			return
-		case <-c.done:
-			// Messages that arrived before the drop still count.
-			if s.handle(tr.take(q)) {
-				return
-			}
-			s.send(chat.Event{Type: chat.EventError, Err: fmt.Errorf("lingma %s: turn %s: %w", c.name, reqID, c.gone())})
-			return
-		case <-idle.C:
-			s.fail = fmt.Errorf("lingma %s: turn %s: no message for %s: %w",
-				c.name, reqID, c.cfg.ReplyTimeout, context.DeadlineExceeded)
-		case <-tctx.Done():
-		}
-		break
-	}
-	// Abandoned: by the caller, at TurnTimeout or for silence.
-	c.stop(reqID)
-	err := s.fail
-	switch {
-	case ctx.Err() != nil:
-		err = ctx.Err()
-	case err == nil:
-		err = fmt.Errorf("lingma %s: turn %s exceeded %s: %w", c.name, reqID, c.cfg.TurnTimeout, context.DeadlineExceeded)
-	}
-	select { // never block: the consumer may be gone
-	case out <- chat.Event{Type: chat.EventError, Err: err}:
-	default:
-	}
+	s stream
+	q []*chatParams // the messages taken from the turn's queue
+	// ended is set once the closing event is queued; stopped once the
+	// worker was told to stop; closed once Close ran.
+	ended, stopped, closed bool
 }
 
-// stream is the state of one turn's answer.
+var _ supervisor.Answer = (*turnAnswer)(nil)
+
+func (c *Client) newAnswer(ctx context.Context, t *chat.Turn, reqID string, tr *turn) *turnAnswer {
+	a := &turnAnswer{c: c, reqID: reqID, tr: tr, ctx: ctx,
+		idle:   time.NewTimer(c.cfg.ReplyTimeout),
+		settle: time.NewTimer(c.cfg.ToolSettle),
+		s:      stream{parser: textchat.NewParser(t), session: t.SessionID}}
+	a.settle.Stop()
+	a.tctx, a.cancel = context.WithTimeout(ctx, c.cfg.TurnTimeout)
+	return a
+}
+
+// Next returns the answer's next event; past the closing one, an
+// EventError with chat.ErrWorkerGone.
+func (a *turnAnswer) Next() chat.Event {
+	if ev := a.next(); ev.Type != 0 {
+		return ev
+	}
+	return chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}
+}
+
+// next returns the next event, or the zero Event past the closing one.
+func (a *turnAnswer) next() chat.Event {
+	s := &a.s
+	for s.i >= len(s.events) {
+		if a.ended {
+			return chat.Event{}
+		}
+		s.events, s.i = s.events[:0], 0
+		a.step()
+	}
+	ev := s.events[s.i]
+	s.events[s.i] = chat.Event{}
+	s.i++
+	return ev
+}
+
+// Close ends the turn; one not finished yet is stopped on the worker. Safe
+// to call twice.
+func (a *turnAnswer) Close() {
+	if a.closed {
+		return
+	}
+	a.closed = true
+	if !a.ended && !a.stopped {
+		a.c.stop(a.reqID)
+	}
+	a.c.endTurn(a.reqID)
+	a.cancel()
+	a.idle.Stop()
+	a.settle.Stop()
+}
+
+// step waits for the worker's next messages (or the end of waiting) and
+// queues the events they make; at the end it queues the closing event.
+func (a *turnAnswer) step() {
+	c, s := a.c, &a.s
+	select {
+	case <-a.tr.wake:
+		a.q = a.tr.take(a.q)
+		a.idle.Reset(c.cfg.ReplyTimeout)
+		if a.ended = s.handle(a.q); !a.ended && s.calls > 0 {
+			a.settle.Reset(c.cfg.ToolSettle)
+		}
+		return
+	case <-a.settle.C:
+		a.halt()
+		s.finishCalls()
+		a.ended = true
+		return
+	case <-c.done:
+		// Messages that arrived before the drop still count.
+		if a.ended = s.handle(a.tr.take(a.q)); !a.ended {
+			s.emit(chat.Event{Type: chat.EventError, Err: fmt.Errorf("lingma %s: turn %s: %w", c.name, a.reqID, c.gone())})
+			a.ended = true
+		}
+		return
+	case <-a.idle.C:
+		s.fail = fmt.Errorf("lingma %s: turn %s: no message for %s: %w",
+			c.name, a.reqID, c.cfg.ReplyTimeout, context.DeadlineExceeded)
+	case <-a.tctx.Done():
+	}
+	// Abandoned: by the caller, at TurnTimeout or for silence.
+	a.halt()
+	err := s.fail
+	switch {
+	case a.ctx.Err() != nil:
+		err = a.ctx.Err()
+	case err == nil:
+		err = fmt.Errorf("lingma %s: turn %s exceeded %s: %w", c.name, a.reqID, c.cfg.TurnTimeout, context.DeadlineExceeded)
+	}
+	s.emit(chat.Event{Type: chat.EventError, Err: err})
+	a.ended = true
+}
+
+// halt tells the worker to stop the turn.
+func (a *turnAnswer) halt() {
+	a.stopped = true
+	a.c.stop(a.reqID)
+}
+
+// stream is the state of one turn's answer: what the worker's messages made
+// of it so far.
 type stream struct {
-	ctx     context.Context
-	out     chan<- chat.Event
 	parser  *textchat.Parser
 	session string
 	gotText bool
@@ -306,10 +404,17 @@ type stream struct {
 	calls int
 	// fail is set when the turn is abandoned for a reason other than ctx.
 	fail error
+	// events are queued for next, from i on.
+	events []chat.Event
+	i      int
 }
 
-// handle processes queued messages; done reports that the turn finished and
-// its last event was sent.
+func (s *stream) emit(ev chat.Event) { s.events = append(s.events, ev) }
+
+func (s *stream) emitAll(evs []chat.Event) { s.events = append(s.events, evs...) }
+
+// handle turns queued messages into events; done reports that the turn
+// finished and its last event is queued.
 func (s *stream) handle(q []*chatParams) (done bool) {
 	for _, m := range q {
 		if m.SessionID != "" {
@@ -318,62 +423,43 @@ func (s *stream) handle(q []*chatParams) (done bool) {
 		switch m.method {
 		case "chat/answer":
 			s.gotText = s.gotText || m.Text != ""
-			if !s.sendAll(s.parser.Text(m.Text)) {
-				return false // the turn's context ended; the caller sees it
-			}
+			s.emitAll(s.parser.Text(m.Text))
 		case "tool/invoke":
 			s.calls++
-			if !s.send(chat.Event{Type: chat.EventToolCall, ToolCall: *m.call}) {
-				return false
-			}
+			s.emit(chat.Event{Type: chat.EventToolCall, ToolCall: *m.call})
 		case "chat/finish":
-			return s.finish(m)
+			s.finish(m)
+			return true
 		}
 	}
 	return false
 }
 
 // finishCalls ends a turn whose answer is the tools the worker invoked.
-func (s *stream) finishCalls() bool {
+func (s *stream) finishCalls() {
 	evs, _ := s.parser.Finish()
-	return s.sendAll(evs) && s.send(chat.Event{Type: chat.EventDone, Finish: chat.FinishToolCalls, SessionID: s.session})
+	s.emitAll(evs)
+	s.emit(chat.Event{Type: chat.EventDone, Finish: chat.FinishToolCalls, SessionID: s.session})
 }
 
-// finish sends the turn's last events; false means its context ended first.
-func (s *stream) finish(m *chatParams) bool {
+// finish queues the turn's last events.
+func (s *stream) finish(m *chatParams) {
 	if s.calls > 0 {
 		// The calls are the answer: however the worker ends a turn that
 		// waits for their results, the caller gets them.
-		return s.finishCalls()
+		s.finishCalls()
+		return
 	}
 	if err := finishError(m); err != nil {
-		return s.send(chat.Event{Type: chat.EventError, Err: err})
+		s.emit(chat.Event{Type: chat.EventError, Err: err})
+		return
 	}
 	if !s.gotText && m.FullAnswer != "" {
-		if !s.sendAll(s.parser.Text(m.FullAnswer)) {
-			return false
-		}
+		s.emitAll(s.parser.Text(m.FullAnswer))
 	}
 	evs, reason := s.parser.Finish()
-	return s.sendAll(evs) && s.send(chat.Event{Type: chat.EventDone, Finish: reason, SessionID: s.session})
-}
-
-func (s *stream) sendAll(evs []chat.Event) bool {
-	for _, ev := range evs {
-		if !s.send(ev) {
-			return false
-		}
-	}
-	return true
-}
-
-func (s *stream) send(ev chat.Event) bool {
-	select {
-	case s.out <- ev:
-		return true
-	case <-s.ctx.Done():
-		return false
-	}
+	s.emitAll(evs)
+	s.emit(chat.Event{Type: chat.EventDone, Finish: reason, SessionID: s.session})
 }
 
 // finishError maps a chat/finish that is not a success to the pool's errors.

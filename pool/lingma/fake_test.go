@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -332,4 +333,59 @@ func TestFinishError(t *testing.T) {
 			t.Errorf("finishError(%+v) = %v, not as wanted", tt.give, err)
 		}
 	}
+}
+
+// ChatPull hands the router the same events Chat's channel carries, read in
+// the router's goroutine, and a finished turn needs no chat/stop.
+func TestPulledTurn(t *testing.T) {
+	f := newFake(t, askThen(func(fc *fakeConn, reqID string) {
+		fc.notify(``, "chat/answer", map[string]string{"requestId": reqID, "text": "hel"})
+		fc.notify(``, "chat/answer", map[string]string{"requestId": reqID, "text": "lo"})
+		fc.notify(``, "chat/finish", map[string]any{"requestId": reqID, "sessionId": "s-1", "statusCode": 200})
+	}))
+	c := fakeClient(t, f, Config{})
+	a, err := c.ChatPull(context.Background(), &chat.Turn{Messages: user("hi")})
+	if err != nil {
+		t.Fatalf("ChatPull: %v", err)
+	}
+	var text strings.Builder
+	var done chat.Event
+	for ev := a.Next(); done.Type == 0; ev = a.Next() {
+		switch ev.Type {
+		case chat.EventText:
+			text.WriteString(ev.Text)
+		case chat.EventDone:
+			done = ev
+		case chat.EventError:
+			t.Fatalf("answer: %v", ev.Err)
+		}
+	}
+	if ev := a.Next(); ev.Type != chat.EventError || !errors.Is(ev.Err, chat.ErrWorkerGone) {
+		t.Errorf("Next past the end = %+v, want an EventError with ErrWorkerGone", ev)
+	}
+	a.Close()
+	a.Close()
+	if text.String() != "hello" || done.SessionID != "s-1" || done.Finish != chat.FinishStop {
+		t.Errorf("answer = %q, %+v; want hello, stopped, in s-1", text.String(), done)
+	}
+	if methods, _ := f.seen(); slices.Contains(methods, "chat/stop") {
+		t.Errorf("a finished turn sent chat/stop (%v)", methods)
+	}
+}
+
+// A pulled turn given up before its end is stopped on the worker.
+func TestPulledTurnClosedEarly(t *testing.T) {
+	f := newFake(t, askThen(func(fc *fakeConn, reqID string) {
+		fc.notify(``, "chat/answer", map[string]string{"requestId": reqID, "text": "par"})
+	}))
+	c := fakeClient(t, f, Config{})
+	a, err := c.ChatPull(context.Background(), &chat.Turn{Messages: user("hi")})
+	if err != nil {
+		t.Fatalf("ChatPull: %v", err)
+	}
+	if ev := a.Next(); ev.Type != chat.EventText || ev.Text != "par" {
+		t.Fatalf("first event = %+v, want the text", ev)
+	}
+	a.Close()
+	waitStop(t, f)
 }
