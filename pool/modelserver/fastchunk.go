@@ -3,7 +3,8 @@ package modelserver
 import "unicode/utf8"
 
 // A streamed answer is mostly chunks of one shape: one choice whose delta
-// holds a piece of text, maybe a role, and a finish reason. encoding/json
+// holds a piece of text, maybe a role, and a finish reason; a whole answer is
+// the same with a message for the delta, and usage counts. encoding/json
 // reads such a chunk twice (it scans the value, then decodes it by
 // reflection, calling flexText's UnmarshalJSON for each text field), which
 // made it the largest single cost of relaying a stream. fastChunk reads that
@@ -15,16 +16,19 @@ import "unicode/utf8"
 // c must be reset.
 func fastChunk(b []byte, c *chunk) bool {
 	p := fastParser{b: b}
-	var sawChoices bool
+	var sawChoices, sawUsage bool
 	ok := p.object(func(key []byte) bool {
 		switch {
 		case string(key) == "choices" && !sawChoices:
 			sawChoices = true
 			return p.choices(c)
+		case string(key) == "usage" && !sawUsage:
+			sawUsage = true
+			return p.usage(&c.Usage)
 		case knownField(key):
-			return false // usage, errors, counts or a variant spelling: the full decoder's
+			return false // errors, counts or a variant spelling: the full decoder's
 		}
-		return p.scalar()
+		return p.skip(0)
 	})
 	p.space()
 	return ok && p.i == len(p.b)
@@ -292,12 +296,15 @@ func (p *fastParser) choices(c *chunk) bool {
 	}
 	c.Choices = append(c.Choices[:0], choice{})
 	ch := &c.Choices[0]
-	var sawDelta, sawFinish bool
+	var sawDelta, sawMessage, sawFinish bool
 	ok := p.object(func(key []byte) bool {
 		switch {
 		case string(key) == "delta" && !sawDelta:
 			sawDelta = true
 			return p.delta(&ch.Delta)
+		case string(key) == "message" && !sawMessage:
+			sawMessage = true
+			return p.delta(&ch.Message)
 		case string(key) == "finish_reason" && !sawFinish:
 			sawFinish = true
 			var ok bool
@@ -306,12 +313,13 @@ func (p *fastParser) choices(c *chunk) bool {
 		case knownField(key):
 			return false
 		}
-		return p.scalar()
+		return p.skip(0)
 	})
 	return ok && p.eat(']')
 }
 
-// delta reads a delta holding text (or nothing) and maybe a role.
+// delta reads a delta or message holding text (or nothing) and maybe a
+// role.
 func (p *fastParser) delta(d *delta) bool {
 	var sawContent bool
 	return p.object(func(key []byte) bool {
@@ -324,6 +332,119 @@ func (p *fastParser) delta(d *delta) bool {
 		case knownField(key):
 			return false
 		}
-		return p.scalar()
+		return p.skip(0)
 	})
+}
+
+// usage reads a usage object of integer counts (others, such as
+// prompt_tokens_details, are skipped).
+func (p *fastParser) usage(u *usageFields) bool {
+	var seen [6]bool
+	return p.object(func(key []byte) bool {
+		var n *flexInt
+		var i int
+		switch string(key) {
+		case "input_tokens":
+			n, i = &u.InputTokens, 0
+		case "prompt_tokens":
+			n, i = &u.PromptTokens, 1
+		case "prompt_eval_count":
+			n, i = &u.PromptEvalCount, 2
+		case "output_tokens":
+			n, i = &u.OutputTokens, 3
+		case "completion_tokens":
+			n, i = &u.CompletionTokens, 4
+		case "eval_count":
+			n, i = &u.EvalCount, 5
+		default:
+			if knownField(key) {
+				return false
+			}
+			return p.skip(0)
+		}
+		if seen[i] {
+			return false
+		}
+		seen[i] = true
+		return p.count(n)
+	})
+}
+
+// count reads a plain integer of up to 18 digits (what flexInt reads
+// otherwise, from floats to numeric strings, is the full decoder's).
+func (p *fastParser) count(n *flexInt) bool {
+	p.space()
+	start := p.i
+	neg := p.i < len(p.b) && p.b[p.i] == '-'
+	if neg {
+		p.i++
+	}
+	digits := p.i
+	var v int64
+	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+		v = v*10 + int64(p.b[p.i]-'0')
+		p.i++
+	}
+	nd := p.i - digits
+	if nd == 0 || nd > 18 || p.b[digits] == '0' && nd > 1 {
+		return false
+	}
+	if p.i < len(p.b) {
+		switch p.b[p.i] {
+		case '.', 'e', 'E':
+			p.i = start
+			return false
+		}
+	}
+	if neg {
+		v = -v
+	}
+	*n = flexInt(v)
+	return true
+}
+
+// maxSkipDepth bounds the nesting skip follows; deeper values are the full
+// decoder's.
+const maxSkipDepth = 16
+
+// skip skips any JSON value, checking it as strictly as encoding/json does.
+func (p *fastParser) skip(depth int) bool {
+	if depth > maxSkipDepth {
+		return false
+	}
+	switch p.peek() {
+	case '{':
+		p.i++
+		if p.eat('}') {
+			return true
+		}
+		for {
+			if !p.skipString() || !p.eat(':') || !p.skip(depth+1) {
+				return false
+			}
+			if p.eat('}') {
+				return true
+			}
+			if !p.eat(',') {
+				return false
+			}
+		}
+	case '[':
+		p.i++
+		if p.eat(']') {
+			return true
+		}
+		for {
+			if !p.skip(depth + 1) {
+				return false
+			}
+			if p.eat(']') {
+				return true
+			}
+			if !p.eat(',') {
+				return false
+			}
+		}
+	}
+	return p.scalar()
 }

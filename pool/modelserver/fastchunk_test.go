@@ -24,6 +24,17 @@ var fastChunkSeeds = []string{
 	`{"choices":[{"delta":{"content":"a"}}],"extra":{"k":1}}`,
 	`{"prompt_tokens":3,"choices":[{"delta":{"content":"a"}}]}`,
 	`{"choiceſ":"x"}`,
+	`{"id":"c2","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"whole","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],` +
+		`"usage":{"prompt_tokens":9,"completion_tokens":12,"total_tokens":21,"prompt_tokens_details":{"cached_tokens":0}},"system_fingerprint":"fp"}`,
+	`{"choices":[{"message":{"content":"a"},"message":{"content":"b"}}]}`,
+	`{"choices":[{"message":{"content":null,"tool_calls":[{"id":"c","function":{"name":"f","arguments":"{}"}}]}}]}`,
+	`{"choices":[],"usage":{"prompt_tokens":"7","completion_tokens":2.0}}`,
+	`{"choices":[],"usage":{"prompt_tokens":-3,"completion_tokens":012}}`,
+	`{"choices":[],"usage":{"Prompt_Tokens":1,"eval_count":1,"eval_count":2}}`,
+	`{"choices":[],"usage":{"prompt_tokens":1234567890123456789}}`,
+	`{"choices":[],"usage":{"x":[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]},"y":{"a":[1,{"b":"\u00e9"}],"c":{}}}`,
+	`{"choices":[],"usage":{"x":[1,]}}`,
+	`{"choices":[],"usage":{"x":{"a" 1}}}`,
 }
 
 // The fast reader decodes exactly what encoding/json decodes, whenever it
@@ -49,9 +60,10 @@ func FuzzFastChunk(f *testing.F) {
 	})
 }
 
-// The chunks of a plain text stream take the fast path.
+// The chunks of a plain text stream, and a whole answer of text, take the
+// fast path.
 func TestFastChunkTakesTextChunks(t *testing.T) {
-	for _, s := range fastChunkSeeds[:4] {
+	for _, s := range append(fastChunkSeeds[:4:4], fastChunkSeeds[17]) {
 		var c chunk
 		c.reset()
 		if !fastChunk([]byte(s), &c) {

@@ -260,6 +260,11 @@ func (a *accumulator) whole(r *sseReader, emit func(chat.Event) bool) error {
 	if len(body) > maxEvent {
 		return &chat.UpstreamError{Message: fmt.Sprintf("answer larger than %d bytes", maxEvent)}
 	}
+	a.sawFinish = true // a whole body is complete by definition
+	a.msg.reset()
+	if fastChunk(body, &a.msg) { // the usual answer: one chat.completion of text
+		return a.apply(true, emit)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	for n := 0; ; n++ {
 		start := dec.InputOffset()
@@ -275,7 +280,6 @@ func (a *accumulator) whole(r *sseReader, emit func(chat.Event) bool) error {
 			return err
 		}
 	}
-	a.sawFinish = true // a whole body is complete by definition
 	return nil
 }
 
