@@ -59,7 +59,11 @@ func TestWriterDropsWhenFull(t *testing.T) {
 		return nil
 	})
 	w.Add(0) // taken by the flush that blocks
-	testenv.WaitFor(t, 5*time.Second, "the first value taken", func() bool { return len(w.in) == 0 })
+	testenv.WaitFor(t, 5*time.Second, "the first value taken", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.pending) == 0
+	})
 	w.Add(1)
 	w.Add(2)
 	if w.Add(3) || w.Dropped() != 1 {
