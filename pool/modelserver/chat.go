@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -58,13 +59,14 @@ func (c *Client) open(ctx context.Context, t *chat.Turn) (*reader, error) {
 		c.turns.Done()
 		return nil, fmt.Errorf("openai %s: encode request: %w", c.name, err)
 	}
-	rctx, cancel := context.WithTimeout(ctx, c.d.cfg.RequestTimeout)
-	unhook := context.AfterFunc(c.ctx, cancel) // Close aborts the turn
-	a := &reader{stream: stream{c: c, ctx: ctx, rctx: rctx}, cancel: cancel, unhook: unhook}
-	resp, w, err := c.exchange(rctx, p)
+	// The turn's deadline lives on its connection: no timer or context of
+	// its own.
+	deadline := time.Now().Add(c.d.cfg.RequestTimeout)
+	a := &reader{stream: stream{c: c, ctx: ctx, deadline: deadline}}
+	resp, w, err := c.exchange(ctx, p, deadline)
 	c.d.release(p)
 	if err != nil {
-		err = c.chatError(ctx, rctx, err)
+		err = c.chatError(ctx, err)
 		a.endTurn()
 		return nil, err
 	}
@@ -99,9 +101,10 @@ func (a *reader) pump(deliver func(chat.Event) bool) {
 
 // stream is one answer being read.
 type stream struct {
-	c    *Client
-	ctx  context.Context // the caller's: when it ends nobody listens
-	rctx context.Context // the request's: adds RequestTimeout and Close
+	c   *Client
+	ctx context.Context // the caller's: when it ends nobody listens
+	// deadline ends the turn (RequestTimeout after it began).
+	deadline time.Time
 	// emit delivers an event; false when the listener is gone.
 	emit func(chat.Event) bool
 	acc  accumulator
@@ -111,11 +114,9 @@ type stream struct {
 // Chat's goroutine, or the router itself through ChatPull.
 type reader struct {
 	stream
-	resp   *http.Response
-	w      *wconn // the connection the answer is read from
-	r      *sseReader
-	cancel context.CancelFunc
-	unhook func() bool
+	resp *http.Response
+	w    *wconn // the connection the answer is read from
+	r    *sseReader
 	// pending are events parsed and not yet returned, from i on.
 	pending []chat.Event
 	i       int
@@ -223,7 +224,7 @@ func (a *reader) end(err error) {
 	if err == nil && a.acc.sawDone {
 		// Read the end of the body so the connection is reused; a server
 		// that holds it open past drainWait has it dropped instead.
-		if a.w.nc.SetReadDeadline(time.Now().Add(drainWait)) == nil {
+		if a.w.setReadDeadline(time.Now().Add(drainWait)) == nil {
 			_, _ = io.Copy(io.Discard, io.LimitReader(a.r.r, 64<<10))
 		}
 	}
@@ -246,14 +247,12 @@ func (a *reader) closeBody() {
 	a.resp, a.w, a.r = nil, nil, nil
 }
 
-// endTurn releases the turn's context, payload and registration.
+// endTurn releases the turn's registration.
 func (a *reader) endTurn() {
 	if a.closed {
 		return
 	}
 	a.closed = true
-	a.unhook()
-	a.cancel()
 	a.c.turns.Done()
 }
 
@@ -285,7 +284,7 @@ func (s *stream) readError(err error) error {
 		return fmt.Errorf("openai %s: %w: %w", s.c.name, err, chat.ErrWorkerGone)
 	case s.c.ctx.Err() != nil:
 		return fmt.Errorf("openai %s: client closed mid-answer: %w", s.c.name, chat.ErrWorkerGone)
-	case s.ctx.Err() == nil && errors.Is(s.rctx.Err(), context.DeadlineExceeded):
+	case s.ctx.Err() == nil && errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(s.deadline):
 		return fmt.Errorf("openai %s: answer not complete within %s: %w", s.c.name, s.c.d.cfg.RequestTimeout, chat.ErrWorkerGone)
 	}
 	return fmt.Errorf("openai %s: read answer: %w: %w", s.c.name, chat.ErrWorkerGone, err)

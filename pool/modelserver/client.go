@@ -56,8 +56,8 @@ func (c *Client) Close() error {
 	c.closed = true
 	c.mu.Unlock()
 	c.cancel()
+	c.conns.close() // aborts the exchanges in flight
 	c.turns.Wait()
-	c.conns.close()
 	return nil
 }
 
@@ -233,13 +233,13 @@ func drain(body io.ReadCloser) {
 }
 
 // chatError maps a failed POST (no response) to the pool's errors.
-func (c *Client) chatError(ctx, rctx context.Context, err error) error {
+func (c *Client) chatError(ctx context.Context, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("openai %s: chat: %w", c.name, ctx.Err())
 	case c.ctx.Err() != nil:
 		return fmt.Errorf("openai %s: chat: client closed: %w", c.name, chat.ErrWorkerGone)
-	case errors.Is(rctx.Err(), context.DeadlineExceeded):
+	case errors.Is(err, errTurnTimeout):
 		return fmt.Errorf("openai %s: no answer within %s: %w", c.name, c.d.cfg.RequestTimeout, chat.ErrWorkerGone)
 	case errors.Is(err, errHeaderTimeout):
 		return fmt.Errorf("openai %s: %w: %w", c.name, err, chat.ErrWorkerGone)

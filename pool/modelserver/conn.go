@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -36,8 +37,15 @@ const idleTimeout = 90 * time.Second
 // longAgo is a deadline in the past: setting it fails pending I/O at once.
 var longAgo = time.Unix(1, 0)
 
-// errHeaderTimeout: the worker did not begin its answer in HeaderTimeout.
-var errHeaderTimeout = errors.New("no response headers in time")
+var (
+	// errHeaderTimeout: the worker did not begin its answer in HeaderTimeout.
+	errHeaderTimeout = errors.New("no response headers in time")
+	// errTurnTimeout: the turn's RequestTimeout passed before the answer began.
+	errTurnTimeout = errors.New("turn timed out")
+	// errAborted: the exchange was aborted (its context ended, or the
+	// client closed).
+	errAborted = errors.New("exchange aborted")
+)
 
 // conns is the keep-alive pool of the chat connections to one worker.
 type conns struct {
@@ -50,7 +58,9 @@ type conns struct {
 
 	mu     sync.Mutex
 	idle   []*wconn // oldest first
+	busy   map[*wconn]struct{}
 	closed bool
+	done   chan struct{} // closed by close
 }
 
 func newConns(addr string, cfg *Config) *conns {
@@ -58,6 +68,8 @@ func newConns(addr string, cfg *Config) *conns {
 		addr:    addr,
 		dialer:  net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second},
 		maxIdle: cfg.IdleConns,
+		busy:    map[*wconn]struct{}{},
+		done:    make(chan struct{}),
 	}
 	if cfg.MaxConnsPerHost > 0 {
 		p.slots = make(chan struct{}, cfg.MaxConnsPerHost)
@@ -76,8 +88,10 @@ type wconn struct {
 	// The current answer's body; eof once it was read to its end.
 	body io.Reader
 	eof  bool
-	// stop unregisters the abort of the current exchange.
-	stop func() bool
+	// stop unregisters the abort of the current exchange; aborted is set
+	// once it, or the pool's close, ran.
+	stop    func() bool
+	aborted atomic.Bool
 }
 
 // get returns an idle connection (unless fresh), or dials a new one
@@ -106,6 +120,7 @@ func (p *conns) get(ctx context.Context, fresh bool) (*wconn, error) {
 			p.mu.Lock()
 			continue
 		}
+		p.busy[w] = struct{}{}
 		p.mu.Unlock()
 		w.reused = true
 		return w, nil
@@ -120,6 +135,8 @@ func (p *conns) get(ctx context.Context, fresh bool) (*wconn, error) {
 		case p.slots <- struct{}{}:
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-p.done:
+			return nil, net.ErrClosed
 		}
 	}
 	nc, err := p.dialer.DialContext(ctx, "tcp", p.addr)
@@ -127,7 +144,15 @@ func (p *conns) get(ctx context.Context, fresh bool) (*wconn, error) {
 		p.release()
 		return nil, err
 	}
-	return &wconn{p: p, nc: nc, br: bufio.NewReaderSize(nc, 4<<10)}, nil
+	w := &wconn{p: p, nc: nc, br: bufio.NewReaderSize(nc, 4<<10)}
+	p.mu.Lock()
+	p.busy[w] = struct{}{}
+	closed = p.closed
+	p.mu.Unlock()
+	if closed {
+		w.abort() // close came after the check above: it did not see w
+	}
+	return w, nil
 }
 
 // checkIdle is how long a connection may sit idle before get checks that
@@ -180,6 +205,7 @@ func (p *conns) put(w *wconn) {
 	w.body, w.eof, w.stop = nil, false, nil
 	w.since = time.Now()
 	p.mu.Lock()
+	delete(p.busy, w)
 	if !p.closed && len(p.idle) < p.maxIdle {
 		p.idle = append(p.idle, w)
 		p.mu.Unlock()
@@ -191,14 +217,55 @@ func (p *conns) put(w *wconn) {
 
 // discard closes the connection for good.
 func (w *wconn) discard() {
+	w.p.mu.Lock()
+	delete(w.p.busy, w)
+	w.p.mu.Unlock()
 	w.nc.Close()
 	w.p.release()
 }
 
-// close drops every idle connection and makes get fail from now on.
+// abort fails the connection's pending and future I/O.
+func (w *wconn) abort() {
+	w.aborted.Store(true)
+	_ = w.nc.SetDeadline(longAgo)
+}
+
+// setDeadline moves the connection's deadline, unless it was aborted: an
+// abort that raced with this call still wins.
+func (w *wconn) setDeadline(t time.Time) error {
+	if err := w.nc.SetDeadline(t); err != nil {
+		return err
+	}
+	if w.aborted.Load() {
+		_ = w.nc.SetDeadline(longAgo)
+		return errAborted
+	}
+	return nil
+}
+
+// setReadDeadline is setDeadline for reads only.
+func (w *wconn) setReadDeadline(t time.Time) error {
+	if err := w.nc.SetReadDeadline(t); err != nil {
+		return err
+	}
+	if w.aborted.Load() {
+		_ = w.nc.SetDeadline(longAgo)
+		return errAborted
+	}
+	return nil
+}
+
+// close aborts the exchanges in flight, drops every idle connection and
+// makes get fail from now on.
 func (p *conns) close() {
 	p.mu.Lock()
-	p.closed = true
+	if !p.closed {
+		p.closed = true
+		close(p.done)
+	}
+	for w := range p.busy {
+		w.abort()
+	}
 	p.mu.Unlock()
 	p.dropIdle()
 }
@@ -215,8 +282,10 @@ func (w *wconn) Read(b []byte) (int, error) {
 // finish ends the exchange: a connection whose answer was read to its end
 // and that nobody aborted goes back to the pool; any other is closed.
 func (w *wconn) finish(resp *http.Response) {
-	aborted := w.stop != nil && !w.stop()
-	if !w.eof || aborted || resp == nil || resp.Close || w.nc.SetDeadline(time.Time{}) != nil {
+	if w.stop != nil {
+		w.stop()
+	}
+	if !w.eof || resp == nil || resp.Close || w.setDeadline(time.Time{}) != nil {
 		w.discard()
 		return
 	}
@@ -224,18 +293,19 @@ func (w *wconn) finish(resp *http.Response) {
 }
 
 // exchange sends one request (head and body in one write) on a connection
-// from the pool and reads the answer's head, within ctx and, for the head,
-// HeaderTimeout. A connection that was reused and fails before the first
-// byte of an answer was closed by the worker while it sat idle: the turn is
-// sent again on a new connection. On success the returned connection is reading the body; the
-// caller ends with finish.
-func (c *Client) exchange(ctx context.Context, p *payload) (*http.Response, *wconn, error) {
+// from the pool and reads the answer's head, within ctx, deadline and, for
+// the head, HeaderTimeout. A connection that was reused and fails before the
+// first byte of an answer was closed by the worker while it sat idle: the
+// turn is sent again on a new connection. On success the returned
+// connection is reading the body, with deadline set on it; the caller ends
+// with finish.
+func (c *Client) exchange(ctx context.Context, p *payload, deadline time.Time) (*http.Response, *wconn, error) {
 	for attempt := 0; ; attempt++ {
 		w, err := c.conns.get(ctx, attempt > 0)
 		if err != nil {
 			return nil, nil, err
 		}
-		resp, retry, err := w.roundTrip(ctx, p, c.d.cfg.HeaderTimeout)
+		resp, retry, err := w.roundTrip(ctx, p, c.d.cfg.HeaderTimeout, deadline)
 		if err == nil {
 			return resp, w, nil
 		}
@@ -248,54 +318,48 @@ func (c *Client) exchange(ctx context.Context, p *payload) (*http.Response, *wco
 
 // roundTrip writes the request and reads the answer's head. retry says that
 // nothing of an answer arrived.
-func (w *wconn) roundTrip(ctx context.Context, p *payload, headerTimeout time.Duration) (resp *http.Response, retry bool, err error) {
-	nc := w.nc
-	w.stop = context.AfterFunc(ctx, func() { _ = nc.SetDeadline(longAgo) })
+func (w *wconn) roundTrip(ctx context.Context, p *payload, headerTimeout time.Duration, deadline time.Time) (resp *http.Response, retry bool, err error) {
+	w.stop = context.AfterFunc(ctx, w.abort)
 	fail := func(err error, retry bool) (*http.Response, bool, error) {
 		w.stop()
 		return nil, retry, err
 	}
-	if err := nc.SetDeadline(time.Now().Add(headerTimeout)); err != nil {
-		return fail(err, true)
+	// The head must come within headerTimeout, and within the turn.
+	headDeadline, timeoutErr := time.Now().Add(headerTimeout), fmt.Errorf("%w (%s)", errHeaderTimeout, headerTimeout)
+	if deadline.Before(headDeadline) {
+		headDeadline, timeoutErr = deadline, errTurnTimeout
 	}
-	if _, err := p.wire().WriteTo(nc); err != nil {
-		return fail(w.ioError(ctx, err, headerTimeout), true)
+	ioError := func(err error) error {
+		if !w.aborted.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
+			return timeoutErr
+		}
+		return err
+	}
+	if err := w.setDeadline(headDeadline); err != nil {
+		return fail(err, false)
+	}
+	if _, err := p.wire().WriteTo(w.nc); err != nil {
+		return fail(ioError(err), true)
 	}
 	for {
 		if _, err := w.br.Peek(1); err != nil {
-			return fail(w.ioError(ctx, err, headerTimeout), true)
+			return fail(ioError(err), true)
 		}
 		resp, err = http.ReadResponse(w.br, nil)
 		if err != nil {
-			return fail(w.ioError(ctx, err, headerTimeout), false)
+			return fail(ioError(err), false)
 		}
 		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
 			break
 		}
 		// 1xx: an interim answer with no body; the real one follows.
 	}
-	// No deadline while the body streams: ctx bounds the turn. An abort
-	// that came before this line is seen below; one after it moves the
-	// deadline again.
-	if err := nc.SetDeadline(time.Time{}); err != nil {
+	if err := w.setDeadline(deadline); err != nil {
 		return fail(err, false)
-	}
-	if ctx.Err() != nil {
-		return fail(ctx.Err(), false)
 	}
 	w.body, w.eof = resp.Body, false
 	resp.Body = w
 	return resp, false, nil
-}
-
-// ioError says why the request or the answer's head failed: the header
-// deadline passed, or the connection failed (or was aborted through ctx,
-// which the caller reads from ctx itself).
-func (w *wconn) ioError(ctx context.Context, err error, headerTimeout time.Duration) error {
-	if ctx.Err() == nil && errors.Is(err, os.ErrDeadlineExceeded) {
-		return fmt.Errorf("%w (%s)", errHeaderTimeout, headerTimeout)
-	}
-	return err
 }
 
 // Close implements io.Closer for resp.Body; the reader's closeBody calls

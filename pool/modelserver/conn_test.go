@@ -243,3 +243,58 @@ func TestConnectionCloseAnswer(t *testing.T) {
 		t.Errorf("3 turns answered with Connection: close used %d connections, want 3", n)
 	}
 }
+
+// A turn whose RequestTimeout ends before HeaderTimeout is cut at the
+// former, and says so.
+func TestRequestTimeoutBeforeHeaders(t *testing.T) {
+	f := startFake(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(wait):
+		}
+	})
+	c := connect(t, newDriver(t, Config{RequestTimeout: 200 * time.Millisecond}), f.ep)
+	start := time.Now()
+	_, err := c.Chat(context.Background(), userTurn("x"))
+	if !errors.Is(err, chat.ErrWorkerGone) || !strings.Contains(err.Error(), "no answer within 200ms") {
+		t.Errorf("Chat = %v, want ErrWorkerGone saying no answer came within 200ms", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Chat took %s with a 200ms request timeout", d)
+	}
+}
+
+// Close aborts a turn still waiting for a connection under MaxConnsPerHost.
+func TestCloseAbortsWaitForConnection(t *testing.T) {
+	entered := make(chan struct{}, 1)
+	f := startFake(t, func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-r.Context().Done()
+	})
+	c := connect(t, newDriver(t, Config{MaxConnsPerHost: 1}), f.ep)
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Chat(context.Background(), userTurn("x"))
+		first <- err
+	}()
+	<-entered
+	second := make(chan error, 1)
+	go func() {
+		_, err := c.Chat(context.Background(), userTurn("x"))
+		second <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the second turn waits for the connection
+	closed := make(chan struct{})
+	go func() { _ = c.Close(); close(closed) }()
+	for _, ch := range []chan error{first, second} {
+		select {
+		case err := <-ch:
+			if !errors.Is(err, chat.ErrWorkerGone) {
+				t.Errorf("turn cut by Close = %v, want ErrWorkerGone", err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("a turn outlived Close by 2s")
+		}
+	}
+	<-closed
+}

@@ -21,7 +21,7 @@ func parseBody(d *Driver, contentType string, body io.Reader, emit func(chat.Eve
 	defer c.conns.close()
 	nc, peer := net.Pipe()
 	defer peer.Close()
-	a := &reader{stream: stream{c: c, ctx: context.Background(), rctx: context.Background()}, cancel: func() {}}
+	a := &reader{stream: stream{c: c, ctx: context.Background()}}
 	w := &wconn{p: c.conns, nc: nc, body: body}
 	a.attach(&http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {contentType}}, Body: w}, w)
 	a.pump(emit)
