@@ -142,29 +142,8 @@ func (c *Client) Chat(ctx context.Context, t *chat.Turn) (<-chan chat.Event, err
 	if err != nil {
 		return nil, err
 	}
-	out := make(chan chat.Event, 16)
-	go func() {
-		defer close(out)
-		defer a.Close()
-		for ev := a.next(); ev.Type != 0; ev = a.next() {
-			if ctx.Err() != nil {
-				// The consumer is gone: only the turn's error is offered,
-				// without waiting.
-				if ev.Type == chat.EventError {
-					select {
-					case out <- ev:
-					default:
-					}
-				}
-				continue
-			}
-			select {
-			case out <- ev:
-			case <-ctx.Done():
-			}
-		}
-	}()
-	return out, nil
+	// The answer ends by itself when the connection drops: no stop.
+	return supervisor.Pump(ctx, nil, a), nil
 }
 
 // ChatPull starts the turn like Chat, but the caller reads the answer in
@@ -316,18 +295,15 @@ func (a *turnAnswer) Next() chat.Event {
 
 // next returns the next event, or the zero Event past the closing one.
 func (a *turnAnswer) next() chat.Event {
-	s := &a.s
-	for s.i >= len(s.events) {
+	for {
+		if ev, ok := a.s.events.Pop(); ok {
+			return ev
+		}
 		if a.ended {
 			return chat.Event{}
 		}
-		s.events, s.i = s.events[:0], 0
 		a.step()
 	}
-	ev := s.events[s.i]
-	s.events[s.i] = chat.Event{}
-	s.i++
-	return ev
 }
 
 // Close ends the turn; one not finished yet is stopped on the worker. Safe
@@ -404,14 +380,17 @@ type stream struct {
 	calls int
 	// fail is set when the turn is abandoned for a reason other than ctx.
 	fail error
-	// events are queued for next, from i on.
-	events []chat.Event
-	i      int
+	// events are queued for next.
+	events supervisor.Events
 }
 
-func (s *stream) emit(ev chat.Event) { s.events = append(s.events, ev) }
+func (s *stream) emit(ev chat.Event) { s.events.Push(ev) }
 
-func (s *stream) emitAll(evs []chat.Event) { s.events = append(s.events, evs...) }
+func (s *stream) emitAll(evs []chat.Event) {
+	for _, ev := range evs {
+		s.events.Push(ev)
+	}
+}
 
 // handle turns queued messages into events; done reports that the turn
 // finished and its last event is queued.

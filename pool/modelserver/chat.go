@@ -32,14 +32,7 @@ func (c *Client) Chat(ctx context.Context, t *chat.Turn) (<-chan chat.Event, err
 	if err != nil {
 		return nil, err
 	}
-	out := make(chan chat.Event, 16)
-	go func() {
-		defer a.endTurn()
-		defer close(out)
-		defer a.closeBody()
-		a.pump(func(ev chat.Event) bool { return a.send(out, ev) })
-	}()
-	return out, nil
+	return supervisor.Pump(ctx, c.ctx.Done(), a), nil
 }
 
 // ChatPull starts the turn like Chat, but the caller reads the answer
@@ -88,17 +81,6 @@ func (a *reader) attach(resp *http.Response, w *wconn) {
 	a.emit = a.queue
 }
 
-// pump hands every event to deliver, up to the closing one or until
-// deliver returns false.
-func (a *reader) pump(deliver func(chat.Event) bool) {
-	for {
-		ev := a.next()
-		if ev.Type == 0 || !deliver(ev) || ev.Type == chat.EventDone || ev.Type == chat.EventError {
-			return
-		}
-	}
-}
-
 // stream is one answer being read.
 type stream struct {
 	c   *Client
@@ -114,12 +96,10 @@ type stream struct {
 // Chat's goroutine, or the router itself through ChatPull.
 type reader struct {
 	stream
-	resp *http.Response
-	w    *wconn // the connection the answer is read from
-	r    *sseReader
-	// pending are events parsed and not yet returned, from i on.
-	pending []chat.Event
-	i       int
+	resp   *http.Response
+	w      *wconn // the connection the answer is read from
+	r      *sseReader
+	events supervisor.Events // parsed and not yet returned
 	// json is set once the body turned out to be one JSON answer; started
 	// once that was looked at; ended once the closing event is queued.
 	json, started, ended bool
@@ -150,40 +130,21 @@ func (a *reader) Close() {
 // next returns the next event, or the zero Event once the answer ended
 // without one (the caller stopped listening).
 func (a *reader) next() chat.Event {
-	for a.i >= len(a.pending) {
+	for {
+		if ev, ok := a.events.Pop(); ok {
+			return ev
+		}
 		if a.ended {
 			return chat.Event{}
 		}
-		a.pending, a.i = a.pending[:0], 0
 		a.step()
 	}
-	ev := a.pending[a.i]
-	a.pending[a.i] = chat.Event{}
-	a.i++
-	return ev
 }
 
-// queue is the accumulator's emit: events wait in pending for next.
+// queue is the accumulator's emit: events wait for next.
 func (a *reader) queue(ev chat.Event) bool {
-	a.pending = append(a.pending, ev)
+	a.events.Push(ev)
 	return true
-}
-
-// send delivers ev on out, giving up when the caller's context ends or the
-// client is closed (then a full channel would block Close forever).
-func (a *reader) send(out chan<- chat.Event, ev chat.Event) bool {
-	select {
-	case out <- ev:
-		return true
-	default:
-	}
-	select {
-	case out <- ev:
-		return true
-	case <-a.ctx.Done():
-	case <-a.c.ctx.Done():
-	}
-	return false
 }
 
 // step reads one event of a stream (or a whole body) and queues what it

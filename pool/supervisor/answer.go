@@ -1,0 +1,68 @@
+package supervisor
+
+import (
+	"context"
+
+	"github.com/poolgate/poolgate/internal/chat"
+)
+
+// Events queues the events a driver's Answer has made and not yet returned:
+// its Next pops one, and reads more from the worker when none waits.
+type Events struct {
+	q []chat.Event
+	i int
+}
+
+// Push queues ev.
+func (e *Events) Push(ev chat.Event) { e.q = append(e.q, ev) }
+
+// Pop returns the next queued event, or false when none waits; the queue's
+// storage is then reused by the next Push.
+func (e *Events) Pop() (chat.Event, bool) {
+	if e.i >= len(e.q) {
+		e.q, e.i = e.q[:0], 0
+		return chat.Event{}, false
+	}
+	ev := e.q[e.i]
+	e.q[e.i] = chat.Event{}
+	e.i++
+	return ev, true
+}
+
+// Pump serves a's events on a channel, the way Backend.Chat hands them out,
+// for a driver whose Chat is its ChatPull read by a goroutine. The goroutine
+// closes a and the channel after the closing event, or when stop is closed
+// (the client is shutting down: a consumer that stopped reading must not
+// hold it up). Once ctx ends nobody waits for the answer: its events are
+// dropped, and only its error is offered, without waiting.
+func Pump(ctx context.Context, stop <-chan struct{}, a Answer) <-chan chat.Event {
+	out := make(chan chat.Event, 16)
+	go func() {
+		defer close(out)
+		defer a.Close()
+		for {
+			ev := a.Next()
+			last := ev.Type == chat.EventDone || ev.Type == chat.EventError
+			switch {
+			case ctx.Err() != nil:
+				if ev.Type == chat.EventError {
+					select {
+					case out <- ev:
+					default:
+					}
+				}
+			default:
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+				case <-stop:
+					return
+				}
+			}
+			if last {
+				return
+			}
+		}
+	}()
+	return out
+}
