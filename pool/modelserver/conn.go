@@ -233,19 +233,18 @@ func (w *wconn) abort() {
 // setDeadline moves the connection's deadline, unless it was aborted: an
 // abort that raced with this call still wins.
 func (w *wconn) setDeadline(t time.Time) error {
-	if err := w.nc.SetDeadline(t); err != nil {
-		return err
-	}
-	if w.aborted.Load() {
-		_ = w.nc.SetDeadline(longAgo)
-		return errAborted
-	}
-	return nil
+	return w.unlessAborted(w.nc.SetDeadline(t))
 }
 
 // setReadDeadline is setDeadline for reads only.
 func (w *wconn) setReadDeadline(t time.Time) error {
-	if err := w.nc.SetReadDeadline(t); err != nil {
+	return w.unlessAborted(w.nc.SetReadDeadline(t))
+}
+
+// unlessAborted follows a deadline change (whose error is err): if an abort
+// came meanwhile, it is applied again.
+func (w *wconn) unlessAborted(err error) error {
+	if err != nil {
 		return err
 	}
 	if w.aborted.Load() {
