@@ -66,6 +66,7 @@ type Protocols struct {
 
 // New returns the gin engine serving the public API.
 func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Engine {
+	gin.SetMode(gin.ReleaseMode)
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 16 << 20
 	}
@@ -150,6 +151,20 @@ func unsupported(c *gin.Context) {
 
 func notAllowed(c *gin.Context) {
 	WriteError(c.Writer, c.Request, http.StatusMethodNotAllowed, "method "+c.Request.Method+" not allowed on "+c.Request.URL.Path)
+}
+
+// NewAdmin returns the engine of an admin listener of its own, for
+// admin.Register: request ids and recovery; and when open is not nil (no
+// admin token, so the listener is loopback-only), the browser guard while
+// open says the gateway has no API key.
+func NewAdmin(log *slog.Logger, open func() bool) *gin.Engine {
+	gin.SetMode(gin.ReleaseMode)
+	e := gin.New()
+	e.Use(RequestID(log), Recover(log))
+	if open != nil {
+		e.Use(BrowserGuard(false, open))
+	}
+	return e
 }
 
 // RequestID takes the client's x-request-id (when sane) or mints one, puts it

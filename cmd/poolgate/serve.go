@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
@@ -200,7 +199,6 @@ func notFound(err error) error {
 // routes builds the public and admin HTTP surfaces.
 func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readiness) {
 	cfg, log := a.cfg, a.log
-	gin.SetMode(gin.ReleaseMode)
 	m.InitFieldsIgnored("chat", openaichat.DroppedFields)
 	m.InitFieldsIgnored("messages", anthropic.DroppedFields)
 	m.InitFieldsIgnored("responses", responses.DroppedFields)
@@ -225,13 +223,13 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	a.api = httpServer(cfg.Listen, engine)
 	adminEngine := engine
 	if cfg.AdminListen != "" {
-		adminEngine = gin.New()
-		adminEngine.Use(handlers.RequestID(log), handlers.Recover(log))
+		var open func() bool
 		if cfg.AdminToken == "" {
 			// Open on loopback while no API key is set (the config refuses
 			// anything else).
-			adminEngine.Use(handlers.BrowserGuard(false, func() bool { return a.keys.Load().Len() == 0 }))
+			open = func() bool { return a.keys.Load().Len() == 0 }
 		}
+		adminEngine = handlers.NewAdmin(log, open)
 		adm.RegisterProbes(adminEngine)
 		a.admin = httpServer(cfg.AdminListen, adminEngine)
 	}
