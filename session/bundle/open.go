@@ -79,9 +79,7 @@ func readTarGz(payload []byte, spec Spec, lim Limits) (Manifest, []credFile, err
 	tr := tar.NewReader(&capReader{r: gz, n: lim.MaxUnpacked + overhead})
 	var (
 		m       Manifest
-		files   []credFile
-		seen    = map[string]bool{}
-		total   int64
+		kept    = keeper{lim: lim}
 		entries int
 	)
 	for {
@@ -106,30 +104,52 @@ func readTarGz(payload []byte, spec Spec, lim Limits) (Manifest, []credFile, err
 		if isDir {
 			continue
 		}
-		if seen[name] {
-			return Manifest{}, nil, fmt.Errorf("%w: duplicate entry %q", ErrMalformed, h.Name)
+		if err := kept.add(tr, h, name); err != nil {
+			return Manifest{}, nil, err
 		}
-		seen[name] = true
-		if len(files) >= lim.MaxFiles {
-			return Manifest{}, nil, fmt.Errorf("%w: more than %d files", ErrMalformed, lim.MaxFiles)
-		}
-		if h.Size < 0 || total+h.Size > lim.MaxUnpacked {
-			return Manifest{}, nil, fmt.Errorf("%w: files exceed the %d-byte limit", ErrMalformed, lim.MaxUnpacked)
-		}
-		data, err := io.ReadAll(io.LimitReader(tr, h.Size))
-		if err != nil {
-			return Manifest{}, nil, malformed("read "+h.Name, err)
-		}
-		if int64(len(data)) != h.Size {
-			return Manifest{}, nil, fmt.Errorf("%w: entry %q is truncated", ErrMalformed, h.Name)
-		}
-		total += h.Size
-		files = append(files, credFile{name: name, data: data})
 	}
 	if entries == 0 {
 		return Manifest{}, nil, fmt.Errorf("%w: empty archive, no %s", ErrMalformed, manifestName)
 	}
-	return m, files, nil
+	return m, kept.files, nil
+}
+
+// keeper reads the files an archive's walk keeps, refusing duplicates and
+// what exceeds the limits.
+type keeper struct {
+	lim Limits
+	// in names where the files are, for messages ("" or " in dir/").
+	in    string
+	files []credFile
+	seen  map[string]bool
+	total int64
+}
+
+// add reads the entry h, at tr, as the file name.
+func (k *keeper) add(tr *tar.Reader, h *tar.Header, name string) error {
+	if k.seen[name] {
+		return fmt.Errorf("%w: duplicate entry %q", ErrMalformed, h.Name)
+	}
+	if k.seen == nil {
+		k.seen = map[string]bool{}
+	}
+	k.seen[name] = true
+	if len(k.files) >= k.lim.MaxFiles {
+		return fmt.Errorf("%w: more than %d files%s", ErrMalformed, k.lim.MaxFiles, k.in)
+	}
+	if h.Size < 0 || k.total+h.Size > k.lim.MaxUnpacked {
+		return fmt.Errorf("%w: files%s exceed the %d-byte limit", ErrMalformed, k.in, k.lim.MaxUnpacked)
+	}
+	data, err := io.ReadAll(io.LimitReader(tr, h.Size))
+	if err != nil {
+		return malformed("read "+h.Name, err)
+	}
+	if int64(len(data)) != h.Size {
+		return fmt.Errorf("%w: entry %q is truncated", ErrMalformed, h.Name)
+	}
+	k.total += h.Size
+	k.files = append(k.files, credFile{name: name, data: data})
+	return nil
 }
 
 // malformed wraps err as ErrMalformed, keeping a too-large cause readable.

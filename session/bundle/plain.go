@@ -35,11 +35,7 @@ func OpenPlain(payload []byte, spec Spec, limits Limits, account string, now tim
 		return nil, fmt.Errorf("%w: not gzip: %v", ErrMalformed, err)
 	}
 	tr := tar.NewReader(&capReader{r: gz, n: maxPlainUnpacked})
-	var (
-		files []credFile
-		seen  = map[string]bool{}
-		total int64
-	)
+	kept := keeper{lim: lim, in: " in " + spec.Dir + "/"}
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -55,31 +51,16 @@ func OpenPlain(payload []byte, spec Spec, limits Limits, account string, now tim
 		if !ok {
 			continue
 		}
-		if seen[name] {
-			return nil, fmt.Errorf("%w: duplicate entry %q", ErrMalformed, h.Name)
+		if err := kept.add(tr, h, name); err != nil {
+			return nil, err
 		}
-		seen[name] = true
-		if len(files) >= lim.MaxFiles {
-			return nil, fmt.Errorf("%w: more than %d files in %s/", ErrMalformed, lim.MaxFiles, spec.Dir)
-		}
-		if h.Size < 0 || total+h.Size > lim.MaxUnpacked {
-			return nil, fmt.Errorf("%w: files in %s/ exceed the %d-byte limit", ErrMalformed, spec.Dir, lim.MaxUnpacked)
-		}
-		data, err := io.ReadAll(io.LimitReader(tr, h.Size))
-		if err != nil {
-			return nil, malformed("read "+h.Name, err)
-		}
-		if int64(len(data)) != h.Size {
-			return nil, fmt.Errorf("%w: entry %q is truncated", ErrMalformed, h.Name)
-		}
-		total += h.Size
-		files = append(files, credFile{name: name, data: data})
 	}
 	// Drain what is left of the stream, so that a truncated or corrupt
 	// archive is refused rather than half read.
 	if _, err := io.Copy(io.Discard, tr); err != nil {
 		return nil, malformed("bad tar", err)
 	}
+	files := kept.files
 	slices.SortFunc(files, func(a, b credFile) int { return strings.Compare(a.name, b.name) })
 	m := newManifest(account, spec, files, now)
 	if err := verify(m, files, spec); err != nil {
