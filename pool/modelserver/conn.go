@@ -56,11 +56,10 @@ type conns struct {
 	// from dial to close.
 	slots chan struct{}
 
-	mu     sync.Mutex
-	idle   []*wconn // oldest first
-	busy   map[*wconn]struct{}
-	closed bool
-	done   chan struct{} // closed by close
+	mu   sync.Mutex
+	idle []*wconn // oldest first
+	busy map[*wconn]struct{}
+	done chan struct{} // closed by close
 }
 
 func newConns(addr string, cfg *Config) *conns {
@@ -98,36 +97,27 @@ type wconn struct {
 // within ctx.
 func (p *conns) get(ctx context.Context, fresh bool) (*wconn, error) {
 	now := time.Now()
-	p.mu.Lock()
-	for !fresh && len(p.idle) > 0 {
-		n := len(p.idle) - 1
-		w := p.idle[n]
-		p.idle[n] = nil
-		p.idle = p.idle[:n]
+	for !fresh {
+		w := p.popIdle()
+		if w == nil {
+			break
+		}
 		idle := now.Sub(w.since)
 		if idle >= idleTimeout {
-			p.mu.Unlock()
-			p.dropIdle() // the rest are older still
 			w.discard()
-			p.mu.Lock()
+			p.dropIdle() // the rest are older still
 			break
 		}
 		// A worker closes keep-alive connections on its own clock (often
 		// after 5s); one that sat for a while is checked first.
 		if idle >= checkIdle && !alive(w.nc) {
-			p.mu.Unlock()
 			w.discard()
-			p.mu.Lock()
 			continue
 		}
-		p.busy[w] = struct{}{}
-		p.mu.Unlock()
 		w.reused = true
 		return w, nil
 	}
-	closed := p.closed
-	p.mu.Unlock()
-	if closed {
+	if p.isClosed() {
 		return nil, net.ErrClosed
 	}
 	if p.slots != nil {
@@ -147,12 +137,38 @@ func (p *conns) get(ctx context.Context, fresh bool) (*wconn, error) {
 	w := &wconn{p: p, nc: nc, br: bufio.NewReaderSize(nc, 4<<10)}
 	p.mu.Lock()
 	p.busy[w] = struct{}{}
-	closed = p.closed
+	closed := p.isClosed()
 	p.mu.Unlock()
 	if closed {
 		w.abort() // close came after the check above: it did not see w
 	}
 	return w, nil
+}
+
+// popIdle takes the most recently used idle connection, marked busy; nil
+// when none is idle.
+func (p *conns) popIdle() *wconn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.idle) - 1
+	if n < 0 {
+		return nil
+	}
+	w := p.idle[n]
+	p.idle[n] = nil
+	p.idle = p.idle[:n]
+	p.busy[w] = struct{}{}
+	return w
+}
+
+// isClosed says whether close was called.
+func (p *conns) isClosed() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // checkIdle is how long a connection may sit idle before get checks that
@@ -206,7 +222,7 @@ func (p *conns) put(w *wconn) {
 	w.since = time.Now()
 	p.mu.Lock()
 	delete(p.busy, w)
-	if !p.closed && len(p.idle) < p.maxIdle {
+	if !p.isClosed() && len(p.idle) < p.maxIdle {
 		p.idle = append(p.idle, w)
 		p.mu.Unlock()
 		return
@@ -258,8 +274,7 @@ func (w *wconn) unlessAborted(err error) error {
 // makes get fail from now on.
 func (p *conns) close() {
 	p.mu.Lock()
-	if !p.closed {
-		p.closed = true
+	if !p.isClosed() {
 		close(p.done)
 	}
 	for w := range p.busy {
@@ -324,15 +339,18 @@ func (w *wconn) roundTrip(ctx context.Context, p *payload, headerTimeout time.Du
 		return nil, retry, err
 	}
 	// The head must come within headerTimeout, and within the turn.
-	headDeadline, timeoutErr := time.Now().Add(headerTimeout), fmt.Errorf("%w (%s)", errHeaderTimeout, headerTimeout)
+	headDeadline, turnFirst := time.Now().Add(headerTimeout), false
 	if deadline.Before(headDeadline) {
-		headDeadline, timeoutErr = deadline, errTurnTimeout
+		headDeadline, turnFirst = deadline, true
 	}
 	ioError := func(err error) error {
-		if !w.aborted.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
-			return timeoutErr
+		switch {
+		case w.aborted.Load() || !errors.Is(err, os.ErrDeadlineExceeded):
+			return err
+		case turnFirst:
+			return errTurnTimeout
 		}
-		return err
+		return fmt.Errorf("%w (%s)", errHeaderTimeout, headerTimeout)
 	}
 	if err := w.setDeadline(headDeadline); err != nil {
 		return fail(err, false)
