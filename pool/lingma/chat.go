@@ -287,20 +287,12 @@ func (c *Client) newAnswer(ctx context.Context, t *chat.Turn, reqID string, tr *
 // Next returns the answer's next event; past the closing one, an
 // EventError with chat.ErrWorkerGone.
 func (a *turnAnswer) Next() chat.Event {
-	if ev := a.next(); ev.Type != 0 {
-		return ev
-	}
-	return chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}
-}
-
-// next returns the next event, or the zero Event past the closing one.
-func (a *turnAnswer) next() chat.Event {
 	for {
 		if ev, ok := a.s.events.Pop(); ok {
 			return ev
 		}
 		if a.ended {
-			return chat.Event{}
+			return chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}
 		}
 		a.step()
 	}

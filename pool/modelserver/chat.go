@@ -111,10 +111,15 @@ var _ supervisor.Answer = (*reader)(nil)
 // Next returns the answer's next event. After the closing event (EventDone
 // or EventError) it returns an EventError with chat.ErrWorkerGone.
 func (a *reader) Next() chat.Event {
-	if ev := a.next(); ev.Type != 0 {
-		return ev
+	for {
+		if ev, ok := a.events.Pop(); ok {
+			return ev
+		}
+		if a.ended {
+			return chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}
+		}
+		a.step()
 	}
-	return chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}
 }
 
 // Close ends the turn and frees its connection; safe to call twice, and
@@ -125,20 +130,6 @@ func (a *reader) Close() {
 	}
 	a.closeBody()
 	a.endTurn()
-}
-
-// next returns the next event, or the zero Event once the answer ended
-// without one (the caller stopped listening).
-func (a *reader) next() chat.Event {
-	for {
-		if ev, ok := a.events.Pop(); ok {
-			return ev
-		}
-		if a.ended {
-			return chat.Event{}
-		}
-		a.step()
-	}
 }
 
 // queue is the accumulator's emit: events wait for next.

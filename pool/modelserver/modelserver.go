@@ -4,16 +4,18 @@
 //
 // The supervisor (pool/supervisor) starts a worker with Driver.Command and
 // calls Driver.Connect until its GET /v1/models answers; the Client it gets
-// back is the supervisor.Backend of that worker. A chat turn is one streamed POST
-// /v1/chat/completions carrying the whole transcript (these servers keep no
-// sessions), with native tool calls passed through. The answer is parsed
+// back is the supervisor.Backend of that worker. A chat turn is one POST
+// /v1/chat/completions (streamed, or one JSON answer for a non-streaming
+// request) carrying the whole transcript (these servers keep no sessions),
+// with native tool calls passed through. The answer is parsed
 // tolerantly, since servers differ in where they put usage, how they send
 // tool arguments and whether they stream at all.
 //
 // Each client keeps its own pool of keep-alive connections for chat turns,
 // sized to the per-instance concurrency so steady traffic never redials, and
-// does each turn's HTTP exchange on the caller's goroutine (see conn.go). The driver owns the wire to one kind of worker; it must not
-// decide which worker takes a turn, nor restart one.
+// does each turn's HTTP exchange on the caller's goroutine (see conn.go).
+// The driver owns the wire to one kind of worker; it must not decide which
+// worker takes a turn, nor restart one.
 package modelserver
 
 import (
