@@ -374,7 +374,6 @@ func (p *fastParser) usage(u *usageFields) bool {
 // otherwise, from floats to numeric strings, is the full decoder's).
 func (p *fastParser) count(n *flexInt) bool {
 	p.space()
-	start := p.i
 	neg := p.i < len(p.b) && p.b[p.i] == '-'
 	if neg {
 		p.i++
@@ -389,12 +388,8 @@ func (p *fastParser) count(n *flexInt) bool {
 	if nd == 0 || nd > 18 || p.b[digits] == '0' && nd > 1 {
 		return false
 	}
-	if p.i < len(p.b) {
-		switch p.b[p.i] {
-		case '.', 'e', 'E':
-			p.i = start
-			return false
-		}
+	if p.i < len(p.b) && (p.b[p.i] == '.' || p.b[p.i] == 'e' || p.b[p.i] == 'E') {
+		return false
 	}
 	if neg {
 		v = -v
