@@ -288,8 +288,15 @@ func TestScaleOut(t *testing.T) {
 
 	// Kill the replica holding most; its accounts come back on the others
 	// from their bundles (auto-login is off), and traffic keeps flowing.
+	// The load stops before the test's clean-up takes nginx away, also when
+	// a step below fails the test.
 	stopLoad := make(chan struct{})
 	var load sync.WaitGroup
+	endLoad := sync.OnceFunc(func() {
+		close(stopLoad)
+		load.Wait()
+	})
+	defer endLoad()
 	s.load(stopLoad, &failed, &load)
 	on := s.waitSpread(10 * time.Second)
 	victim := on["acct-1"][0]
@@ -311,8 +318,7 @@ func TestScaleOut(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	s.waitSpread(20 * time.Second)
 
-	close(stopLoad)
-	load.Wait()
+	endLoad()
 	if failed.Load() > 0 || violations.Load() > 0 {
 		t.Fatalf("%d failed requests, %d double-ownership samples", failed.Load(), violations.Load())
 	}
