@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
 // chunk is one streamed chat.completion.chunk, or a whole chat.completion
@@ -131,7 +131,7 @@ func (t *flexText) UnmarshalJSON(b []byte) error {
 	switch {
 	case len(b) == 0 || string(b) == "null":
 	case b[0] == '"':
-		*t = flexText(jsonString(b))
+		*t = flexText(jsonx.Unquote(b))
 	case b[0] == '[':
 		var parts []json.RawMessage
 		if json.Unmarshal(b, &parts) != nil {
@@ -157,31 +157,6 @@ func (t *flexText) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// jsonString decodes a JSON string literal that a decoder has validated
-// ("" when it is not one). The common case, no escapes and valid UTF-8,
-// takes one allocation.
-func jsonString(b []byte) string {
-	if len(b) < 2 || b[len(b)-1] != '"' {
-		return ""
-	}
-	in := b[1 : len(b)-1]
-	if utf8.Valid(in) {
-		if bytes.IndexByte(in, '\\') < 0 {
-			return string(in)
-		}
-		// Without \u (surrogate pairs) and \/, JSON's escapes are Go's, and
-		// strconv is several allocations cheaper than json.
-		if !bytes.Contains(in, []byte(`\u`)) && !bytes.Contains(in, []byte(`\/`)) {
-			if s, err := strconv.Unquote(string(b)); err == nil {
-				return s
-			}
-		}
-	}
-	var s string
-	_ = json.Unmarshal(b, &s)
-	return s
-}
-
 // flexArgs is a tool call's arguments: a JSON-encoded string (possibly one
 // fragment of it), or the arguments object itself.
 type flexArgs struct {
@@ -195,7 +170,7 @@ func (a *flexArgs) UnmarshalJSON(b []byte) error {
 	case len(b) == 0 || string(b) == "null":
 		*a = flexArgs{}
 	case b[0] == '"':
-		*a = flexArgs{text: jsonString(b)}
+		*a = flexArgs{text: jsonx.Unquote(b)}
 	default:
 		*a = flexArgs{text: string(b), whole: true}
 	}
