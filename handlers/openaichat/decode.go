@@ -8,11 +8,11 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
 // wireRequest is the request body of POST /v1/chat/completions. Fields the
@@ -141,13 +141,15 @@ type wirePart struct {
 }
 
 type wireTool struct {
-	Type     string `json:"type"`
-	Function *struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description"`
-		Parameters  json.RawMessage `json:"parameters"`
-		Strict      *bool           `json:"strict"`
-	} `json:"function"`
+	Type     string        `json:"type"`
+	Function *wireToolFunc `json:"function"`
+}
+
+type wireToolFunc struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
+	Strict      *bool           `json:"strict"`
 }
 
 type wireToolChoice struct {
@@ -172,8 +174,11 @@ const maxStops = 4
 // validates it. Every error it returns is an *apierr.RequestError (a 400).
 func decodeRequest(body []byte) (*chat.Request, options, error) {
 	var w wireRequest
-	if err := unmarshal(body, &w, ""); err != nil {
-		return nil, options{}, locate(body, err)
+	if !fastRequest(body, &w) {
+		w = wireRequest{}
+		if err := unmarshal(body, &w, ""); err != nil {
+			return nil, options{}, locate(body, err)
+		}
 	}
 	if err := w.reject(); err != nil {
 		return nil, options{}, err
@@ -341,8 +346,13 @@ func locate(body []byte, err error) error {
 	return err
 }
 
+// msgPath names messages[i] in an error; it is formatted only for one.
+type msgPath int
+
+func (i msgPath) at(suffix string) string { return "messages[" + strconv.Itoa(int(i)) + "]" + suffix }
+
 func (d *msgDecoder) decodeMessage(wm *wireMessage, i int, m *chat.Message) error {
-	param := "messages[" + strconv.Itoa(i) + "]"
+	path := msgPath(i)
 	switch wm.Role {
 	case "system", "developer":
 		m.Role = chat.RoleSystem
@@ -353,20 +363,20 @@ func (d *msgDecoder) decodeMessage(wm *wireMessage, i int, m *chat.Message) erro
 	case "tool":
 		m.Role = chat.RoleTool
 	case "":
-		return badRequest(param+".role", codeMissing, "is required")
+		return badRequest(path.at(".role"), codeMissing, "is required")
 	default:
-		return badRequest(param+".role", codeInvalidVal,
+		return badRequest(path.at(".role"), codeInvalidVal,
 			"unsupported role %q (want system, developer, user, assistant or tool)", wm.Role)
 	}
 	if !isNull(wm.FunctionCall) {
-		return badRequest(param+".function_call", codeUnsupported, "function_call is deprecated and not supported; use tool_calls")
+		return badRequest(path.at(".function_call"), codeUnsupported, "function_call is deprecated and not supported; use tool_calls")
 	}
 	d.dropped.AddSet(dropReasoningContent, wm.ReasoningContent)
 	var err error
-	if m.Content, err = d.decodeContent(wm.Content, param+".content", i == d.current); err != nil {
+	if m.Content, err = d.decodeContent(wm.Content, path, i == d.current); err != nil {
 		return err
 	}
-	if m.ToolCalls, err = decodeToolCalls(wm.ToolCalls, param, &d.toolNames); err != nil {
+	if m.ToolCalls, err = decodeToolCalls(wm.ToolCalls, path, &d.toolNames); err != nil {
 		return err
 	}
 	if m.Role == chat.RoleTool {
@@ -374,20 +384,19 @@ func (d *msgDecoder) decodeMessage(wm *wireMessage, i int, m *chat.Message) erro
 		m.Name = d.toolNames[wm.ToolCallID]
 	}
 	if isNull(wm.Content) && m.Role != chat.RoleAssistant {
-		return badRequest(param+".content", codeMissing, "is required for %s messages", wm.Role)
+		return badRequest(path.at(".content"), codeMissing, "is required for %s messages", wm.Role)
 	}
 	return nil
 }
 
-func decodeToolCalls(calls []wireToolCall, param string, toolNames *map[string]string) ([]chat.ToolCall, error) {
+func decodeToolCalls(calls []wireToolCall, path msgPath, toolNames *map[string]string) ([]chat.ToolCall, error) {
 	if len(calls) == 0 {
 		return nil, nil
 	}
 	out := make([]chat.ToolCall, len(calls))
 	for j, c := range calls {
-		p := fmt.Sprintf("%s.tool_calls[%d]", param, j)
 		if c.Type != "" && c.Type != "function" {
-			return nil, badRequest(p+".type", codeUnsupValue, "unsupported tool call type %q", c.Type)
+			return nil, badRequest(path.at(fmt.Sprintf(".tool_calls[%d].type", j)), codeUnsupValue, "unsupported tool call type %q", c.Type)
 		}
 		args := c.Function.Arguments
 		if strings.TrimSpace(args) == "" {
@@ -409,19 +418,23 @@ func decodeToolCalls(calls []wireToolCall, param string, toolNames *map[string]s
 // become a short note, since the workers are text-only and the conversation
 // must read on; a current turn made only of media is a 400, since any answer
 // would pretend to have seen it.
-func (d *msgDecoder) decodeContent(raw json.RawMessage, param string, current bool) (string, error) {
+func (d *msgDecoder) decodeContent(raw json.RawMessage, path msgPath, current bool) (string, error) {
 	if isNull(raw) {
 		return "", nil
 	}
 	if raw[0] == '"' {
-		return decodeString(raw, param)
+		// The body's decoder has validated the string.
+		return jsonx.Unquote(raw), nil
 	}
 	if raw[0] != '[' {
-		return "", badRequest(param, codeInvalidType, "must be a string, an array of content parts or null")
+		return "", badRequest(path.at(".content"), codeInvalidType, "must be a string, an array of content parts or null")
 	}
 	var parts []wirePart
-	if err := unmarshal(raw, &parts, param); err != nil {
-		return "", err
+	if !fastParts(raw, &parts) {
+		parts = nil
+		if err := unmarshal(raw, &parts, path.at(".content")); err != nil {
+			return "", err
+		}
 	}
 	if len(parts) == 1 && parts[0].Type == "text" && parts[0].Text != nil && isNull(parts[0].CacheControl) {
 		return *parts[0].Text, nil
@@ -429,12 +442,11 @@ func (d *msgDecoder) decodeContent(raw json.RawMessage, param string, current bo
 	var b strings.Builder
 	media, words := 0, 0
 	for j, p := range parts {
-		pp := fmt.Sprintf("%s[%d]", param, j)
 		d.dropped.AddSet(dropCacheControl, p.CacheControl)
 		switch p.Type {
 		case "text":
 			if p.Text == nil {
-				return "", badRequest(pp+".text", codeMissing, "is required for text parts")
+				return "", badRequest(path.at(fmt.Sprintf(".content[%d].text", j)), codeMissing, "is required for text parts")
 			}
 			b.WriteString(*p.Text)
 			if strings.TrimSpace(*p.Text) != "" {
@@ -452,11 +464,11 @@ func (d *msgDecoder) decodeContent(raw json.RawMessage, param string, current bo
 			b.WriteString(mediaNotes[p.Type])
 			media++
 		default:
-			return "", badRequest(pp+".type", codeInvalidVal, "unknown content part type %q", p.Type)
+			return "", badRequest(path.at(fmt.Sprintf(".content[%d].type", j)), codeInvalidVal, "unknown content part type %q", p.Type)
 		}
 	}
 	if current && media > 0 && words == 0 {
-		return "", badRequest(param, codeUnsupValue, "this turn is only images, audio or files, which the workers cannot read (they are text-only)")
+		return "", badRequest(path.at(".content"), codeUnsupValue, "this turn is only images, audio or files, which the workers cannot read (they are text-only)")
 	}
 	return b.String(), nil
 }
@@ -561,19 +573,6 @@ func decodeStop(raw json.RawMessage) ([]string, error) {
 		return nil, nil
 	}
 	return out, nil
-}
-
-// decodeString decodes a JSON string the top-level decode already
-// validated. Without escapes and with valid UTF-8 its bytes are the value,
-// which skips a second scan of the (often long) message text.
-func decodeString(raw json.RawMessage, param string) (string, error) {
-	inner := raw[1 : len(raw)-1]
-	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
-		return string(inner), nil
-	}
-	var s string
-	err := unmarshal(raw, &s, param)
-	return s, err
 }
 
 // isNull reports whether a raw value is absent or JSON null.
