@@ -32,6 +32,15 @@ var (
 	toolFuncFields = []string{"name", "description", "parameters", "strict"}
 	includeFields  = []string{"include_usage"}
 	partFields     = []string{"type", "text", "refusal", "cache_control"}
+
+	requestKeys  = jsonx.NewNames(requestFields...)
+	messageKeys  = jsonx.NewNames(messageFields...)
+	toolCallKeys = jsonx.NewNames(toolCallFields...)
+	functionKeys = jsonx.NewNames(functionFields...)
+	toolKeys     = jsonx.NewNames(toolFields...)
+	toolFuncKeys = jsonx.NewNames(toolFuncFields...)
+	includeKeys  = jsonx.NewNames(includeFields...)
+	partKeys     = jsonx.NewNames(partFields...)
 )
 
 // fastRequest decodes body into w, which must be zero, when body is a
@@ -50,7 +59,7 @@ func fastParts(raw []byte, parts *[]wirePart) bool {
 	ok := d.Array(func() bool {
 		out = append(out, wirePart{})
 		p := &out[len(out)-1]
-		return d.null() || d.fields(partFields, func(i int) bool {
+		return d.null() || d.fields(partKeys, func(i int) bool {
 			switch partFields[i] {
 			case "type":
 				return d.str(&p.Type)
@@ -85,15 +94,13 @@ func (s *seen) first(i int) bool {
 
 // fields reads an object whose known keys are names: read is called with
 // the key's index in names; unknown keys are skipped.
-func (d *fastDecoder) fields(names []string, read func(i int) bool) bool {
+func (d *fastDecoder) fields(names *jsonx.Names, read func(i int) bool) bool {
 	var s seen
 	return d.Object(func(key []byte) bool {
-		for i, n := range names {
-			if string(key) == n {
-				return s.first(i) && read(i)
-			}
+		if i := names.Index(key); i >= 0 {
+			return s.first(i) && read(i)
 		}
-		if jsonx.FoldsTo(key, names...) {
+		if names.Folds(key) {
 			return false
 		}
 		return d.Skip()
@@ -101,7 +108,7 @@ func (d *fastDecoder) fields(names []string, read func(i int) bool) bool {
 }
 
 func (d *fastDecoder) request(w *wireRequest) bool {
-	return d.fields(requestFields, func(i int) bool {
+	return d.fields(requestKeys, func(i int) bool {
 		switch requestFields[i] {
 		case "model":
 			return d.str(&w.Model)
@@ -186,7 +193,7 @@ func (d *fastDecoder) message(m *wireMessage) bool {
 	if d.null() {
 		return true
 	}
-	return d.fields(messageFields, func(i int) bool {
+	return d.fields(messageKeys, func(i int) bool {
 		switch messageFields[i] {
 		case "role":
 			return d.str(&m.Role)
@@ -214,14 +221,14 @@ func (d *fastDecoder) toolCalls(out *[]wireToolCall) bool {
 	ok := d.Array(func() bool {
 		calls = append(calls, wireToolCall{})
 		c := &calls[len(calls)-1]
-		return d.null() || d.fields(toolCallFields, func(i int) bool {
+		return d.null() || d.fields(toolCallKeys, func(i int) bool {
 			switch toolCallFields[i] {
 			case "id":
 				return d.str(&c.ID)
 			case "type":
 				return d.str(&c.Type)
 			}
-			return d.null() || d.fields(functionFields, func(i int) bool {
+			return d.null() || d.fields(functionKeys, func(i int) bool {
 				if i == 0 {
 					return d.str(&c.Function.Name)
 				}
@@ -238,7 +245,7 @@ func (d *fastDecoder) tools(out *[]wireTool) bool {
 	ok := d.Array(func() bool {
 		tools = append(tools, wireTool{})
 		t := &tools[len(tools)-1]
-		return d.null() || d.fields(toolFields, func(i int) bool {
+		return d.null() || d.fields(toolKeys, func(i int) bool {
 			if i == 0 {
 				return d.str(&t.Type)
 			}
@@ -247,7 +254,7 @@ func (d *fastDecoder) tools(out *[]wireTool) bool {
 			}
 			f := &wireToolFunc{}
 			t.Function = f
-			return d.fields(toolFuncFields, func(i int) bool {
+			return d.fields(toolFuncKeys, func(i int) bool {
 				switch toolFuncFields[i] {
 				case "name":
 					return d.str(&f.Name)
@@ -267,7 +274,7 @@ func (d *fastDecoder) tools(out *[]wireTool) bool {
 func (d *fastDecoder) streamOptions(out **wireStreamOptions) bool {
 	o := &wireStreamOptions{}
 	*out = o
-	return d.fields(includeFields, func(int) bool {
+	return d.fields(includeKeys, func(int) bool {
 		if d.null() {
 			return true
 		}

@@ -370,30 +370,62 @@ func (s *Scanner) skip(depth int) bool {
 	return s.scalar()
 }
 
-// FoldsTo reports whether key might name the field whose lower-case name is
-// one of names as encoding/json matches names, ignoring case. Keys with
-// non-ASCII bytes count as matches (encoding/json folds some of those too),
-// so a one-pass reader that sees such a key gives up.
-func FoldsTo(key []byte, names ...string) bool {
-	var low [32]byte
-	if len(key) > len(low) {
-		return false
+// maxName bounds the length of the names in a Names.
+const maxName = 32
+
+// Names is a set of lower-case field names, looked up by a one-pass reader
+// for each key: by exact spelling to read the field, and as encoding/json
+// matches names, ignoring case, to tell a variant spelling of a field (which
+// the reader gives up on) from a key to skip.
+type Names struct {
+	byLen [maxName + 1][]name
+}
+
+type name struct {
+	s string
+	i int
+}
+
+// NewNames returns the set of names (each at most 32 bytes); a name's index
+// is its position in names.
+func NewNames(names ...string) *Names {
+	n := &Names{}
+	for i, s := range names {
+		n.byLen[len(s)] = append(n.byLen[len(s)], name{s, i})
 	}
+	return n
+}
+
+// Index returns the index of the name spelt exactly as key, or -1.
+func (n *Names) Index(key []byte) int {
+	if len(key) > maxName {
+		return -1
+	}
+	for _, nm := range n.byLen[len(key)] {
+		if nm.s == string(key) {
+			return nm.i
+		}
+	}
+	return -1
+}
+
+// Folds reports whether encoding/json might match key to one of the names.
+// Keys with non-ASCII bytes count as matches (encoding/json folds some of
+// those too, such as the Kelvin sign).
+func (n *Names) Folds(key []byte) bool {
+	var low [maxName]byte
 	for i, ch := range key {
-		if ch >= utf8.RuneSelf {
+		switch {
+		case ch >= utf8.RuneSelf:
 			return true
-		}
-		if ch >= 'A' && ch <= 'Z' {
-			ch += 'a' - 'A'
-		}
-		low[i] = ch
-	}
-	for _, n := range names {
-		if string(low[:len(key)]) == n {
-			return true
+		case i >= maxName: // keep looking for non-ASCII bytes
+		case ch >= 'A' && ch <= 'Z':
+			low[i] = ch + 'a' - 'A'
+		default:
+			low[i] = ch
 		}
 	}
-	return false
+	return len(key) <= maxName && n.Index(low[:len(key)]) >= 0
 }
 
 // Unquote decodes a JSON string literal that a decoder has validated ("" when

@@ -21,3 +21,29 @@ func TestUnquote(t *testing.T) {
 		}
 	}
 }
+
+func TestNames(t *testing.T) {
+	n := NewNames("model", "messages", "max_tokens")
+	for _, tt := range []struct {
+		key   string
+		index int
+		folds bool
+	}{
+		{"model", 0, true},
+		{"max_tokens", 2, true},
+		{"Model", -1, true},
+		{"MAX_TOKENS", -1, true},
+		{"mode", -1, false},
+		{"models", -1, false},
+		{"ma\u212a", -1, true}, // a Kelvin sign: encoding/json folds it to k
+		{"x_" + string(make([]byte, 40)), -1, false},
+		{string(make([]byte, 40)) + "\u017f", -1, true}, // non-ASCII past the length bound
+	} {
+		if got := n.Index([]byte(tt.key)); got != tt.index {
+			t.Errorf("Index(%q) = %d, want %d", tt.key, got, tt.index)
+		}
+		if got := n.Folds([]byte(tt.key)); got != tt.folds {
+			t.Errorf("Folds(%q) = %v, want %v", tt.key, got, tt.folds)
+		}
+	}
+}

@@ -36,12 +36,12 @@ func fastChunk(b []byte, c *chunk) bool {
 // knownField says whether key names one of chunk's fields or those of its
 // choices, as encoding/json matches them (ignoring ASCII case): such a key
 // outside the shape fastChunk reads means the chunk is not of that shape.
-func knownField(key []byte) bool { return jsonx.FoldsTo(key, chunkFields...) }
+func knownField(key []byte) bool { return chunkFields.Folds(key) }
 
 // chunkFields are the lower-case names of chunk's fields and its choices'.
-var chunkFields = []string{"choices", "usage", "x_groq", "error", "input_tokens", "prompt_tokens", "prompt_eval_count",
+var chunkFields = jsonx.NewNames("choices", "usage", "x_groq", "error", "input_tokens", "prompt_tokens", "prompt_eval_count",
 	"output_tokens", "completion_tokens", "eval_count", "delta", "message", "text", "finish_reason",
-	"content", "tool_calls", "function_call"}
+	"content", "tool_calls", "function_call")
 
 // fastParser is the chunk reader: a jsonx.Scanner with the chunk's shapes.
 type fastParser struct{ jsonx.Scanner }
