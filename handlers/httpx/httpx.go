@@ -53,8 +53,13 @@ var ErrBodyTimeout = errors.New("the request body did not arrive in time")
 // ReadBody reads the whole request body. The middleware already capped it in
 // size and time; ReadBody turns those caps into ErrBodyTooLarge and
 // ErrBodyTimeout.
+//
+// A body that declares its length is read into a buffer of that size (up to
+// maxPresize, so a client cannot make the gateway reserve memory it never
+// sends), not grown from 512 bytes by doubling as io.ReadAll does: an
+// agent's turn is tens of KiB.
 func ReadBody(r *http.Request) ([]byte, error) {
-	b, err := io.ReadAll(r.Body)
+	b, err := readAll(r.Body, r.ContentLength)
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
@@ -63,6 +68,31 @@ func ReadBody(r *http.Request) ([]byte, error) {
 		return nil, ErrBodyTimeout
 	}
 	return b, err
+}
+
+// maxPresize bounds the buffer ReadBody reserves on a declared length.
+const maxPresize = 256 << 10
+
+// readAll is io.ReadAll starting from a buffer of the declared length n
+// (plus one byte, so the read that meets the end needs no growth).
+func readAll(r io.Reader, n int64) ([]byte, error) {
+	if n <= 0 || n > maxPresize {
+		return io.ReadAll(r)
+	}
+	b := make([]byte, 0, n+1)
+	for {
+		m, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // the body is longer than declared
+		}
+	}
 }
 
 // Claimants of a response (see Claim).

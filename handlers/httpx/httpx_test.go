@@ -3,8 +3,11 @@ package httpx
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 func TestClaim(t *testing.T) {
@@ -32,5 +35,19 @@ func TestDropped(t *testing.T) {
 	d.Report(context.Background(), nil, func(protocol, field string) { counted = append(counted, protocol+"/"+field) }, "p")
 	if !slices.Equal(counted, []string{"p/a", "p/b"}) {
 		t.Errorf("counted %v, want each field once", counted)
+	}
+}
+
+func TestReadAllDeclaredLength(t *testing.T) {
+	body := strings.Repeat("x", 1000)
+	for _, n := range []int64{-1, 0, 10, 999, 1000, 1001, 5000, maxPresize + 1} {
+		got, err := readAll(iotest.OneByteReader(strings.NewReader(body)), n)
+		if err != nil || string(got) != body {
+			t.Errorf("declared %d: got %d bytes, %v; want the 1000 bytes", n, len(got), err)
+		}
+	}
+	boom := errors.New("boom")
+	if _, err := readAll(iotest.ErrReader(boom), 10); !errors.Is(err, boom) {
+		t.Errorf("a failing reader gave %v, want %v", err, boom)
 	}
 }
