@@ -311,41 +311,24 @@ func (d *fastDecoder) str(out *string) bool {
 	return ok
 }
 
-func (d *fastDecoder) optStr(out **string) bool {
+// opt reads a value of a pointer field with read; null leaves it nil.
+func opt[T any](d *fastDecoder, out **T, read func() (T, bool)) bool {
 	if d.null() {
 		return true
 	}
-	s, ok := d.String()
-	*out = &s
-	return ok
-}
-
-func (d *fastDecoder) optBool(out **bool) bool {
-	if d.null() {
-		return true
-	}
-	v, ok := d.Bool()
+	v, ok := read()
 	*out = &v
 	return ok
 }
 
+func (d *fastDecoder) optStr(out **string) bool    { return opt(d, out, d.String) }
+func (d *fastDecoder) optBool(out **bool) bool     { return opt(d, out, d.Bool) }
+func (d *fastDecoder) optFloat(out **float64) bool { return opt(d, out, d.Float) }
 func (d *fastDecoder) optInt(out **int) bool {
-	if d.null() {
-		return true
-	}
-	v, ok := d.Int()
-	n := int(v)
-	*out = &n
-	return ok
-}
-
-func (d *fastDecoder) optFloat(out **float64) bool {
-	if d.null() {
-		return true
-	}
-	v, ok := d.Float()
-	*out = &v
-	return ok
+	return opt(d, out, func() (int, bool) {
+		v, ok := d.Int()
+		return int(v), ok
+	})
 }
 
 func (d *fastDecoder) raw(out *json.RawMessage) bool {
