@@ -340,12 +340,19 @@ func (b *bench) scenarioSequential(ctx context.Context) ([]*row, error) {
 	}
 	defer g.stop(syscall.SIGINT, 10*time.Second)
 	limit := 4 * b.plan.block // time bound; the counts normally end it first
-	ns := &row{id: "1", title: "sequential, c=1", mode: "non-stream", concurrency: 1}
-	if err := b.compare(ctx, g, ns, false, fixed(chatBody(false, "bench")), load{clients: 1, n: b.plan.seqN, dur: limit}); err != nil {
+	return b.pair(ctx, g, &row{id: "1", title: "sequential, c=1", concurrency: 1}, "bench",
+		load{clients: 1, n: b.plan.seqN, dur: limit}, load{clients: 1, n: b.plan.seqStreamN, dur: limit})
+}
+
+// pair measures a scenario's non-streaming row ns and its streaming twin
+// (same id, title and direct setting; 100 events) on g, both with prompt.
+func (b *bench) pair(ctx context.Context, g *gateway, ns *row, prompt string, nsLoad, stLoad load) ([]*row, error) {
+	ns.mode = "non-stream"
+	if err := b.compare(ctx, g, ns, false, fixed(chatBody(false, prompt)), nsLoad); err != nil {
 		return nil, err
 	}
-	st := &row{id: "1", title: "sequential, c=1", mode: "stream, 100 events"}
-	if err := b.compare(ctx, g, st, true, fixed(chatBody(true, "bench"+streamDirective)), load{clients: 1, n: b.plan.seqStreamN, dur: limit}); err != nil {
+	st := &row{id: ns.id, title: ns.title, mode: "stream, 100 events", noDirect: ns.noDirect}
+	if err := b.compare(ctx, g, st, true, fixed(chatBody(true, prompt+streamDirective)), stLoad); err != nil {
 		return nil, err
 	}
 	return []*row{ns, st}, nil
@@ -378,16 +385,7 @@ func (b *bench) scenarioConcurrent(ctx context.Context) ([]*row, error) {
 	defer g.stop(syscall.SIGINT, 10*time.Second)
 	c := b.plan.clients
 	ld := load{clients: c, n: unbounded, dur: b.plan.block}
-	title := fmt.Sprintf("%d clients", c)
-	ns := &row{id: "2", title: title, mode: "non-stream", concurrency: c}
-	if err := b.compare(ctx, g, ns, false, fixed(chatBody(false, "bench")), ld); err != nil {
-		return nil, err
-	}
-	st := &row{id: "2", title: title, mode: "stream, 100 events"}
-	if err := b.compare(ctx, g, st, true, fixed(chatBody(true, "bench"+streamDirective)), ld); err != nil {
-		return nil, err
-	}
-	return []*row{ns, st}, nil
+	return b.pair(ctx, g, &row{id: "2", title: fmt.Sprintf("%d clients", c), concurrency: c}, "bench", ld, ld)
 }
 
 // scenarioSlow is scenario 3: a worker that takes 50 ms per answer, with
@@ -399,17 +397,8 @@ func (b *bench) scenarioSlow(ctx context.Context) ([]*row, error) {
 	}
 	defer g.stop(syscall.SIGINT, 10*time.Second)
 	c := b.plan.clients
-	title := fmt.Sprintf("50 ms worker, %d clients", c)
 	ld := load{clients: c, n: unbounded, dur: b.plan.block}
-	ns := &row{id: "3", title: title, mode: "non-stream"}
-	if err := b.compare(ctx, g, ns, false, fixed(chatBody(false, "bench"+delayDirective)), ld); err != nil {
-		return nil, err
-	}
-	st := &row{id: "3", title: title, mode: "stream, 100 events"}
-	if err := b.compare(ctx, g, st, true, fixed(chatBody(true, "bench"+delayDirective+streamDirective)), ld); err != nil {
-		return nil, err
-	}
-	return []*row{ns, st}, nil
+	return b.pair(ctx, g, &row{id: "3", title: fmt.Sprintf("50 ms worker, %d clients", c)}, "bench"+delayDirective, ld, ld)
 }
 
 // scenarioAffinity is scenario 5: a workload of first turns and follow-ups,
@@ -536,16 +525,7 @@ func (b *bench) scenarioLingma(ctx context.Context) ([]*row, error) {
 	defer g.stop(syscall.SIGINT, 10*time.Second)
 	c := b.plan.affinityClients
 	ld := load{clients: c, n: unbounded, dur: b.plan.block}
-	title := fmt.Sprintf("lingma driver, %d clients", c)
-	ns := &row{id: "6", title: title, mode: "non-stream", noDirect: true}
-	if err := b.compare(ctx, g, ns, false, fixed(chatBody(false, "bench")), ld); err != nil {
-		return nil, err
-	}
-	st := &row{id: "6", title: title, mode: "stream, 100 events", noDirect: true}
-	if err := b.compare(ctx, g, st, true, fixed(chatBody(true, "bench"+streamDirective)), ld); err != nil {
-		return nil, err
-	}
-	return []*row{ns, st}, nil
+	return b.pair(ctx, g, &row{id: "6", title: fmt.Sprintf("lingma driver, %d clients", c), noDirect: true}, "bench", ld, ld)
 }
 
 // streamsResult is scenario 4: many slow streams open at once.
