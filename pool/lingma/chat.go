@@ -286,17 +286,7 @@ func (c *Client) newAnswer(ctx context.Context, t *chat.Turn, reqID string, tr *
 
 // Next returns the answer's next event; past the closing one, an
 // EventError with chat.ErrWorkerGone.
-func (a *turnAnswer) Next() chat.Event {
-	for {
-		if ev, ok := a.s.events.Pop(); ok {
-			return ev
-		}
-		if a.ended {
-			return chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}
-		}
-		a.step()
-	}
-}
+func (a *turnAnswer) Next() chat.Event { return a.s.events.Next(&a.ended, a.step) }
 
 // Close ends the turn; one not finished yet is stopped on the worker. Safe
 // to call twice.

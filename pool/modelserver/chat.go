@@ -110,17 +110,7 @@ var _ supervisor.Answer = (*reader)(nil)
 
 // Next returns the answer's next event. After the closing event (EventDone
 // or EventError) it returns an EventError with chat.ErrWorkerGone.
-func (a *reader) Next() chat.Event {
-	for {
-		if ev, ok := a.events.Pop(); ok {
-			return ev
-		}
-		if a.ended {
-			return chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}
-		}
-		a.step()
-	}
-}
+func (a *reader) Next() chat.Event { return a.events.Next(&a.ended, a.step) }
 
 // Close ends the turn and frees its connection; safe to call twice, and
 // before the answer's end (which aborts the request).

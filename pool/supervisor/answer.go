@@ -29,6 +29,21 @@ func (e *Events) Pop() (chat.Event, bool) {
 	return ev, true
 }
 
+// Next is an Answer's Next over the queue: the next queued event, with step
+// called to read more from the worker while none waits and the answer has
+// not ended; past its end, an EventError with chat.ErrWorkerGone.
+func (e *Events) Next(ended *bool, step func()) chat.Event {
+	for {
+		if ev, ok := e.Pop(); ok {
+			return ev
+		}
+		if *ended {
+			return chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}
+		}
+		step()
+	}
+}
+
 // Pump serves a's events on a channel, the way Backend.Chat hands them out,
 // for a driver whose Chat is its ChatPull read by a goroutine. The goroutine
 // closes a and the channel after the closing event, or when stop is closed
