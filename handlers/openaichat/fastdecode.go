@@ -55,11 +55,8 @@ func fastRequest(body []byte, w *wireRequest) bool {
 // nil, as fastRequest decodes a body.
 func fastParts(raw []byte, parts *[]wirePart) bool {
 	d := fastDecoder{Scanner: jsonx.NewScanner(raw)}
-	out := []wirePart{}
-	ok := d.Array(func() bool {
-		out = append(out, wirePart{})
-		p := &out[len(out)-1]
-		return d.null() || d.fields(partKeys, func(i int) bool {
+	return list(&d, parts, 0, func(p *wirePart) bool {
+		return d.fields(partKeys, func(i int) bool {
 			switch partFields[i] {
 			case "type":
 				return d.str(&p.Type)
@@ -70,9 +67,7 @@ func fastParts(raw []byte, parts *[]wirePart) bool {
 			}
 			return d.raw(&p.CacheControl)
 		})
-	})
-	*parts = out
-	return ok && d.End()
+	}) && d.End()
 }
 
 type fastDecoder struct {
@@ -113,9 +108,9 @@ func (d *fastDecoder) request(w *wireRequest) bool {
 		case "model":
 			return d.str(&w.Model)
 		case "messages":
-			return d.null() || d.messages(&w.Messages)
+			return list(d, &w.Messages, 8, d.message)
 		case "tools":
-			return d.null() || d.tools(&w.Tools)
+			return list(d, &w.Tools, 0, d.tool)
 		case "stream":
 			return d.optBool(&w.Stream)
 		case "stream_options":
@@ -179,20 +174,24 @@ func (d *fastDecoder) request(w *wireRequest) bool {
 	})
 }
 
-func (d *fastDecoder) messages(out *[]wireMessage) bool {
-	msgs := make([]wireMessage, 0, 8)
+// list reads an array of T, each element with elem, or a null, which
+// leaves out nil; a null element stays zero, as with encoding/json. Room
+// for size elements is made up front.
+func list[T any](d *fastDecoder, out *[]T, size int, elem func(*T) bool) bool {
+	if d.null() {
+		return true
+	}
+	items := make([]T, 0, size) // not nil, even when empty
 	ok := d.Array(func() bool {
-		msgs = append(msgs, wireMessage{})
-		return d.message(&msgs[len(msgs)-1])
+		var zero T
+		items = append(items, zero)
+		return d.null() || elem(&items[len(items)-1])
 	})
-	*out = msgs
+	*out = items
 	return ok
 }
 
 func (d *fastDecoder) message(m *wireMessage) bool {
-	if d.null() {
-		return true
-	}
 	return d.fields(messageKeys, func(i int) bool {
 		switch messageFields[i] {
 		case "role":
@@ -202,7 +201,7 @@ func (d *fastDecoder) message(m *wireMessage) bool {
 		case "name":
 			return d.str(&m.Name)
 		case "tool_calls":
-			return d.null() || d.toolCalls(&m.ToolCalls)
+			return list(d, &m.ToolCalls, 0, d.toolCall)
 		case "tool_call_id":
 			return d.str(&m.ToolCallID)
 		case "refusal":
@@ -216,59 +215,45 @@ func (d *fastDecoder) message(m *wireMessage) bool {
 	})
 }
 
-func (d *fastDecoder) toolCalls(out *[]wireToolCall) bool {
-	calls := []wireToolCall{}
-	ok := d.Array(func() bool {
-		calls = append(calls, wireToolCall{})
-		c := &calls[len(calls)-1]
-		return d.null() || d.fields(toolCallKeys, func(i int) bool {
-			switch toolCallFields[i] {
-			case "id":
-				return d.str(&c.ID)
-			case "type":
-				return d.str(&c.Type)
+func (d *fastDecoder) toolCall(c *wireToolCall) bool {
+	return d.fields(toolCallKeys, func(i int) bool {
+		switch toolCallFields[i] {
+		case "id":
+			return d.str(&c.ID)
+		case "type":
+			return d.str(&c.Type)
+		}
+		return d.null() || d.fields(functionKeys, func(i int) bool {
+			if i == 0 {
+				return d.str(&c.Function.Name)
 			}
-			return d.null() || d.fields(functionKeys, func(i int) bool {
-				if i == 0 {
-					return d.str(&c.Function.Name)
-				}
-				return d.str(&c.Function.Arguments)
-			})
+			return d.str(&c.Function.Arguments)
 		})
 	})
-	*out = calls
-	return ok
 }
 
-func (d *fastDecoder) tools(out *[]wireTool) bool {
-	tools := []wireTool{}
-	ok := d.Array(func() bool {
-		tools = append(tools, wireTool{})
-		t := &tools[len(tools)-1]
-		return d.null() || d.fields(toolKeys, func(i int) bool {
-			if i == 0 {
-				return d.str(&t.Type)
+func (d *fastDecoder) tool(t *wireTool) bool {
+	return d.fields(toolKeys, func(i int) bool {
+		if i == 0 {
+			return d.str(&t.Type)
+		}
+		if d.null() {
+			return true
+		}
+		f := &wireToolFunc{}
+		t.Function = f
+		return d.fields(toolFuncKeys, func(i int) bool {
+			switch toolFuncFields[i] {
+			case "name":
+				return d.str(&f.Name)
+			case "description":
+				return d.str(&f.Description)
+			case "parameters":
+				return d.raw(&f.Parameters)
 			}
-			if d.null() {
-				return true
-			}
-			f := &wireToolFunc{}
-			t.Function = f
-			return d.fields(toolFuncKeys, func(i int) bool {
-				switch toolFuncFields[i] {
-				case "name":
-					return d.str(&f.Name)
-				case "description":
-					return d.str(&f.Description)
-				case "parameters":
-					return d.raw(&f.Parameters)
-				}
-				return d.optBool(&f.Strict)
-			})
+			return d.optBool(&f.Strict)
 		})
 	})
-	*out = tools
-	return ok
 }
 
 func (d *fastDecoder) streamOptions(out **wireStreamOptions) bool {
