@@ -68,21 +68,12 @@ func parseMemStats(b []byte) (allocStats, error) {
 	return s, nil
 }
 
-// cpuProfile records the gateway's CPU for d into path.
-func (g *gateway) cpuProfile(ctx context.Context, d time.Duration, path string) error {
+// profile records the gateway's pprof profile of kind (profile for CPU,
+// allocs for what it allocated, kept for a closer look with go tool pprof
+// -sample_index=alloc_space) over d into path.
+func (g *gateway) profile(ctx context.Context, kind string, d time.Duration, path string) error {
 	secs := max(int(d.Round(time.Second)/time.Second), 1)
-	body, err := g.pprofGet(ctx, "/debug/pprof/profile?seconds="+strconv.Itoa(secs), d+20*time.Second)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, body, 0o644)
-}
-
-// allocProfile records what the gateway allocated over d into path (kept
-// for a closer look with go tool pprof -sample_index=alloc_space).
-func (g *gateway) allocProfile(ctx context.Context, d time.Duration, path string) error {
-	secs := max(int(d.Round(time.Second)/time.Second), 1)
-	body, err := g.pprofGet(ctx, "/debug/pprof/allocs?seconds="+strconv.Itoa(secs), d+20*time.Second)
+	body, err := g.pprofGet(ctx, "/debug/pprof/"+kind+"?seconds="+strconv.Itoa(secs), d+20*time.Second)
 	if err != nil {
 		return err
 	}

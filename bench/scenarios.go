@@ -296,8 +296,8 @@ func (b *bench) profileRow(ctx context.Context, g *gateway, r *row, through *tar
 	}
 	path := profileName(b.profDir, r.id+r.title, r.mode)
 	errc := make(chan error, 2)
-	go func() { errc <- g.cpuProfile(ctx, d, path) }()
-	go func() { errc <- g.allocProfile(ctx, d, strings.TrimSuffix(path, ".pprof")+".allocs.pprof") }()
+	go func() { errc <- g.profile(ctx, "profile", d, path) }()
+	go func() { errc <- g.profile(ctx, "allocs", d, strings.TrimSuffix(path, ".pprof")+".allocs.pprof") }()
 	pl := load{clients: ld.clients, rate: ld.rate, n: unbounded, dur: d + 300*time.Millisecond}
 	rec := newRecorder()
 	drive(ctx, pl, 1, requester(through, stream, body, nil), rec)
