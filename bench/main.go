@@ -40,11 +40,17 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	out := fs.String("out", "docs/benchmarks.md", "where to write the report")
 	svg := fs.String("svg", "docs/bench-latency.svg", "where to write the added-latency plot")
 	note := fs.String("note", "", "a remark to put at the top of the report (for example about the machine)")
-	only := fs.String("only", "", "run only these scenarios (comma-separated: 1,2,3,4,5,6,7,sweep,allocs) and print them; writes no files")
+	only := fs.String("only", "", "run only these scenarios (comma-separated: 1,2,3,4,5,6,7,sweep,floor,allocs) and print them; writes no files")
 	profiles := fs.String("profiles", "", "keep each row's CPU profile in this directory (default: a temporary one, removed)")
 	profLen := fs.Duration("profile", 0, "length of each row's profiled block (default 2s short, 3s full)")
+	proxy := fs.String("proxy", "", "serve a reference proxy (pipe or reverse) instead; the floor scenario starts the harness so")
+	proxyListen := fs.String("proxy-listen", "", "the reference proxy's address")
+	proxyTarget := fs.String("proxy-target", "", "the worker the reference proxy forwards to")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *proxy != "" {
+		return runProxy(ctx, *proxy, *proxyListen, *proxyTarget)
 	}
 	binPath, err := filepath.Abs(*bin)
 	if err != nil {
@@ -137,6 +143,13 @@ func (b *bench) runAll(ctx context.Context) (*results, error) {
 			return nil, fmt.Errorf("scenario %s: %w", s.name, err)
 		}
 		res.rows = append(res.rows, rows...)
+	}
+	if b.selected("floor") {
+		b.logf("floor: the same workloads through a byte pipe and httputil.ReverseProxy")
+		var err error
+		if res.floor, err = b.scenarioFloor(ctx); err != nil {
+			return nil, fmt.Errorf("floor: %w", err)
+		}
 	}
 	for _, n := range b.plan.streams {
 		if !b.selected("4") {

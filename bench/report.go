@@ -20,6 +20,7 @@ type results struct {
 	rows       []*row
 	streams    []*streamsResult
 	allocs     []allocBudget
+	floor      []*floorRow
 }
 
 func fmtDur(d time.Duration) string {
@@ -247,6 +248,13 @@ func (res *results) printTable(w io.Writer) error {
 		fmt.Fprintln(tw, "4: slow streams\t"+strings.Join(streamsHead, "\t"))
 		for _, s := range res.streams {
 			fmt.Fprintln(tw, "\t"+strings.Join(s.tableRow(), "\t"))
+		}
+	}
+	if len(res.floor) > 0 {
+		head, cells := floorTable(res.floor)
+		fmt.Fprintln(tw)
+		for _, line := range append([][]string{head}, cells...) {
+			fmt.Fprintln(tw, strings.Join(line, "\t"))
 		}
 	}
 	fmt.Fprintln(tw)
