@@ -106,18 +106,18 @@ func (b *bench) startProxy(ctx context.Context, kind, target string) (*child, st
 		return nil, "", err
 	}
 	b.track(c)
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	err = c.waitReady(ctx, 10*time.Second, func() error {
 		conn, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			_ = conn.Close()
-			return c, "http://" + addr, nil
 		}
-		if c.exited() || time.Now().After(deadline) || ctx.Err() != nil {
-			c.stop(syscall.SIGKILL, time.Second)
-			return nil, "", fmt.Errorf("proxy %s did not listen on %s: %w\n%s", kind, addr, err, c.logTail())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		c.stop(syscall.SIGKILL, time.Second)
+		return nil, "", fmt.Errorf("proxy %s did not listen on %s: %w\n%s", kind, addr, err, c.logTail())
 	}
+	return c, "http://" + addr, nil
 }
 
 // floorRow is one workload sent directly and through each of floorVias.
@@ -134,8 +134,11 @@ type floorRow struct {
 	firstErr     [len(floorVias)]error
 }
 
-// floorVias are the columns of the floor table, in order.
+// floorVias are the columns of the floor table, in order; poolgate's is
+// the last.
 var floorVias = [...]string{"byte pipe", "httputil.ReverseProxy", "poolgate"}
+
+const floorPoolgate = len(floorVias) - 1
 
 // scenarioFloor measures scenario 1's, 2's and 3's main workloads through
 // the two reference proxies and poolgate, rotating the order in each round.
@@ -146,8 +149,8 @@ func (b *bench) scenarioFloor(ctx context.Context) ([]*floorRow, error) {
 	}
 	defer g.stop(syscall.SIGINT, 10*time.Second)
 	worker := "127.0.0.1:" + strconv.Itoa(g.workers[0].Port)
-	pids := [len(floorVias)]int{2: g.pid()}
-	urls := [len(floorVias)]string{2: g.url}
+	pids := [len(floorVias)]int{floorPoolgate: g.pid()}
+	urls := [len(floorVias)]string{floorPoolgate: g.url}
 	for i, kind := range []string{proxyPipe, proxyReverse} {
 		c, u, err := b.startProxy(ctx, kind, worker)
 		if err != nil {
@@ -196,7 +199,7 @@ func (b *bench) floorRow(ctx context.Context, title string, stream bool, body fu
 	}
 	for _, t := range targets {
 		defer t.close()
-		closedLoop(ctx, max(min(ld.clients, 64), 1), 200, 500*time.Millisecond, requester(t, stream, body, nil), newRecorder())
+		warmUp(ctx, t, stream, body, ld)
 	}
 	r := &floorRow{title: title, stream: stream}
 	var a50, a99, cpu [len(floorVias)][]float64
@@ -217,7 +220,7 @@ func (b *bench) floorRow(ctx context.Context, title string, stream bool, body fu
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			if n := rec.errs.Load(); n > 0 && (i == 0 || floorVias[i-1] == "poolgate") {
+			if n := rec.errs.Load(); n > 0 && (i == 0 || i-1 == floorPoolgate) {
 				return nil, fmt.Errorf("%s through %s: %d errors, first: %w", title, targets[i].name, n, rec.firstErr)
 			}
 			if i == 0 {

@@ -293,17 +293,27 @@ func startRedis(ctx context.Context, dir string) (*child, string, error) {
 		return nil, "", err
 	}
 	addr := "127.0.0.1:" + p
-	for range 100 {
-		if redisPing(addr) == nil {
-			return c, "redis://" + addr + "/0", nil
-		}
-		if c.exited() || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := c.waitReady(ctx, 5*time.Second, func() error { return redisPing(addr) }); err != nil {
+		c.stop(syscall.SIGTERM, 5*time.Second)
+		return nil, "", fmt.Errorf("redis-server did not answer PING: %w\n%s", err, c.logTail())
 	}
-	c.stop(syscall.SIGTERM, 5*time.Second)
-	return nil, "", fmt.Errorf("redis-server did not answer PING\n%s", c.logTail())
+	return c, "redis://" + addr + "/0", nil
+}
+
+// waitReady polls ready until it succeeds, and fails with its last error
+// once limit passed, ctx ended or the child exited.
+func (c *child) waitReady(ctx context.Context, limit time.Duration, ready func() error) error {
+	deadline := time.Now().Add(limit)
+	for {
+		err := ready()
+		if err == nil {
+			return nil
+		}
+		if c.exited() || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // redisScriptCalls reads how many scripts (EVALSHA and EVAL) the server

@@ -169,9 +169,8 @@ func (b *bench) compare(ctx context.Context, g *gateway, r *row, stream bool, bo
 	if r.noDirect {
 		targets = targets[1:]
 	}
-	for _, t := range targets { // open connections, warm caches
-		warm := newRecorder()
-		closedLoop(ctx, max(min(ld.clients, 64), 1), 200, 500*time.Millisecond, requester(t, stream, body, nil), warm)
+	for _, t := range targets {
+		warm := warmUp(ctx, t, stream, body, ld)
 		if t == through {
 			r.extra += warm.ok.Load() + warm.errs.Load()
 		}
@@ -210,6 +209,14 @@ func (b *bench) compare(ctx context.Context, g *gateway, r *row, stream bool, bo
 		fmtDur(r.direct.lat.quantile(50)), fmtDur(r.through.lat.quantile(50)), r.direct.errs.Load(), r.through.errs.Load(),
 		fmtMicros(r.cpuPerRequest()), fmtMicros(r.workerPerRequest()), r.profileText(3))
 	return err
+}
+
+// warmUp sends t a short burst of the load's requests before it is
+// measured, to open its connections and warm caches.
+func warmUp(ctx context.Context, t *target, stream bool, body func(int) []byte, ld load) *recorder {
+	rec := newRecorder()
+	closedLoop(ctx, max(min(ld.clients, 64), 1), 200, 500*time.Millisecond, requester(t, stream, body, nil), rec)
+	return rec
 }
 
 // block runs one measured block and adds what it measured to r: the
