@@ -17,6 +17,9 @@ type answer interface {
 	// next returns the next event, or false once ctx ended: the caller
 	// went away and the event, if any, is moot.
 	next(ctx context.Context) (chat.Event, bool)
+	// pending says whether next has an event without waiting for the
+	// worker.
+	pending() bool
 	// close ends the turn; its answer may be unfinished.
 	close()
 }
@@ -49,6 +52,12 @@ func (p pulled) next(ctx context.Context) (chat.Event, bool) {
 	return ev, ctx.Err() == nil
 }
 
+// pending asks an answer that can tell (supervisor.Buffered).
+func (p pulled) pending() bool {
+	b, ok := p.a.(supervisor.Buffered)
+	return ok && b.Buffered()
+}
+
 func (p pulled) close() { p.a.Close() }
 
 // channel reads the answer of a backend's Chat. The backend closes it when
@@ -75,5 +84,7 @@ func (c channel) next(ctx context.Context) (chat.Event, bool) {
 		return chat.Event{}, false
 	}
 }
+
+func (c channel) pending() bool { return len(c) > 0 }
 
 func (c channel) close() {}

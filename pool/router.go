@@ -98,6 +98,18 @@ type request struct {
 // ends with one EventDone or EventError; it is closed when the turn is over
 // and its slot freed. Cancelling ctx cancels the upstream turn.
 func (r *Router) Chat(ctx context.Context, req *chat.Request) (<-chan chat.Event, error) {
+	s, err := r.Pull(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return s.channel(ctx, &r.wg), nil
+}
+
+// Pull runs req like Chat, but the caller reads the answer itself, in its
+// own goroutine, through the returned Stream: no goroutine or channel
+// stands between the worker's connection and the caller. The caller must
+// Close the stream.
+func (r *Router) Pull(ctx context.Context, req *chat.Request) (*Stream, error) {
 	api, _ := ctx.Value(apiKey{}).(string)
 	if err := r.toolPolicy(req); err != nil {
 		return nil, err
@@ -220,7 +232,7 @@ func (r *Router) DeleteSession(a Affinity) {
 // attempt runs the turn on slot. It returns an error (slot released) if the
 // turn failed before its first event, and whether the worker had taken the
 // turn; a non-streaming turn is buffered whole and fails here on any error.
-func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan chat.Event, bool, error) {
+func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream, bool, error) {
 	turn := &chat.Turn{RequestID: rq.RequestID, Model: rq.model, Messages: rq.Messages, Tools: rq.Tools,
 		ToolChoice: rq.ToolChoice, MaxTokens: rq.MaxTokens, Temperature: rq.Temperature, TopP: rq.TopP,
 		Agent: wantsAgent(rq.Request), Whole: !rq.Stream}
@@ -262,27 +274,15 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (<-chan c
 	if rq.reused && r.metrics != nil {
 		r.metrics.CacheHits.Inc()
 	}
-	if !rq.Stream {
-		// The whole answer is in head: finish it here, into a channel that
-		// holds every event forward can send (at most one per event of head,
-		// plus the rest of a held-back stop-sequence prefix before the
-		// closing one; one more to spare), so that no goroutine has to wait
-		// for the caller.
-		out := make(chan chat.Event, len(head)+2)
-		r.forward(tctx, rq, slot, head, src, out)
-		src.close()
-		slot.Release()
-		cancel()
-		return out, true, nil
+	// The events read so far are handled here: a non-streaming answer is
+	// then complete, and a stream's first event waits for the caller, who
+	// reads the rest.
+	st := &Stream{src: src, cancel: cancel, slot: slot}
+	st.f = forwarding{r: r, ctx: tctx, rq: rq, slot: slot, q: &st.q, lim: newLimiter(rq.Stop, rq.MaxTokens, r.cfg.Count)}
+	if st.f.head(head) {
+		st.end()
 	}
-	out := make(chan chat.Event, 16)
-	r.wg.Go(func() {
-		defer cancel()
-		defer slot.Release()
-		defer src.close()
-		r.forward(tctx, rq, slot, head, src, out)
-	})
-	return out, true, nil
+	return st, true, nil
 }
 
 // failed handles a turn that failed before any output.
@@ -304,75 +304,81 @@ func (r *Router) failed(rq *request, slot *Slot, err error) {
 	}
 }
 
-// forward streams the answer to out, enforcing stop sequences and the token
-// cap, and writes the conversation's affinity back after a clean finish.
-func (r *Router) forward(ctx context.Context, rq *request, slot *Slot, head []chat.Event, src answer, out chan<- chat.Event) {
-	defer close(out)
-	lim := newLimiter(rq.Stop, rq.MaxTokens, r.cfg.Count)
-	var text strings.Builder
-	var calls []chat.ToolCall
-	send := func(ev chat.Event) bool {
-		select {
-		case out <- ev:
+// forwarding is one answer on its way to the caller: stop sequences and
+// the token cap are enforced, and the conversation's affinity is written back
+// after a clean finish.
+type forwarding struct {
+	r     *Router
+	ctx   context.Context
+	rq    *request
+	slot  *Slot
+	q     *supervisor.Events // what the caller has yet to take
+	lim   *limiter
+	text  strings.Builder
+	calls []chat.ToolCall
+}
+
+func (f *forwarding) send(ev chat.Event) bool {
+	f.q.Push(ev)
+	return true
+}
+
+// head handles the events read before the answer was handed on; done says
+// the answer ended among them.
+func (f *forwarding) head(evs []chat.Event) (done bool) {
+	for _, ev := range evs {
+		if f.handle(ev) {
 			return true
-		case <-ctx.Done():
-			return false
 		}
 	}
-	handle := func(ev chat.Event) (done bool) {
-		switch ev.Type {
-		case chat.EventText:
-			emit, stop, reason, seq := lim.text(ev.Text)
-			if emit != "" {
-				text.WriteString(emit)
-				if !send(chat.Event{Type: chat.EventText, Text: emit}) {
-					return true
-				}
-			}
-			if stop {
-				// The client's answer ends here while the upstream session
-				// holds more: it can't be continued, so it is not written back.
-				r.finish(rq, slot, chat.Event{Type: chat.EventDone, Finish: reason, StopSequence: seq}, text.String(), calls, false, send)
+	return false
+}
+
+// cancelled ends an answer whose caller went away.
+func (f *forwarding) cancelled() {
+	if f.rq.reused || f.rq.hasHit {
+		f.r.dropHit(f.rq)
+	}
+	f.r.logTurn(f.rq, f.slot, "cancelled", nil)
+}
+
+// handle forwards one event; done says the answer is over.
+func (f *forwarding) handle(ev chat.Event) (done bool) {
+	r, rq, slot := f.r, f.rq, f.slot
+	switch ev.Type {
+	case chat.EventText:
+		emit, stop, reason, seq := f.lim.text(ev.Text)
+		if emit != "" {
+			f.text.WriteString(emit)
+			if !f.send(chat.Event{Type: chat.EventText, Text: emit}) {
 				return true
 			}
-		case chat.EventToolCall:
-			calls = append(calls, ev.ToolCall)
-			return !send(ev)
-		case chat.EventDone:
-			if rest := lim.flush(); rest != "" {
-				text.WriteString(rest)
-				if !send(chat.Event{Type: chat.EventText, Text: rest}) {
-					return true
-				}
-			}
-			r.finish(rq, slot, ev, text.String(), calls, true, send)
-			return true
-		case chat.EventError:
-			r.failed(rq, slot, ev.Err)
-			r.logTurn(rq, slot, "error", ev.Err)
-			send(ev)
+		}
+		if stop {
+			// The client's answer ends here while the upstream session
+			// holds more: it can't be continued, so it is not written back.
+			r.finish(rq, slot, chat.Event{Type: chat.EventDone, Finish: reason, StopSequence: seq}, f.text.String(), f.calls, false, f.send)
 			return true
 		}
-		return false
-	}
-	for _, ev := range head {
-		if handle(ev) {
-			return
-		}
-	}
-	for {
-		ev, ok := src.next(ctx)
-		if !ok {
-			if rq.reused || rq.hasHit {
-				r.dropHit(rq)
+	case chat.EventToolCall:
+		f.calls = append(f.calls, ev.ToolCall)
+		return !f.send(ev)
+	case chat.EventDone:
+		if rest := f.lim.flush(); rest != "" {
+			f.text.WriteString(rest)
+			if !f.send(chat.Event{Type: chat.EventText, Text: rest}) {
+				return true
 			}
-			r.logTurn(rq, slot, "cancelled", nil)
-			return
 		}
-		if handle(ev) {
-			return
-		}
+		r.finish(rq, slot, ev, f.text.String(), f.calls, true, f.send)
+		return true
+	case chat.EventError:
+		r.failed(rq, slot, ev.Err)
+		r.logTurn(rq, slot, "error", ev.Err)
+		f.send(ev)
+		return true
 	}
+	return false
 }
 
 // finish completes usage, writes affinity back (when keep) and sends done.

@@ -16,7 +16,8 @@ import (
 // the ticks are rare.
 //
 // If tick fails (the client is gone), stop is called to end call's work and
-// await returns tick's error once call has returned. No tick runs after
+// await returns tick's error once call has returned, with what call
+// returned (the caller still owns it). No tick runs after
 // await returns. every <= 0 just calls. When call may write the response
 // itself (a forwarded request), the two take turns through httpx.Claim: tick
 // should write only once Claim(ctx, Local) said yes.
@@ -52,8 +53,7 @@ func await[T any](every time.Duration, stop func(), call func() (T, error), tick
 	terr := tickErr
 	mu.Unlock()
 	if terr != nil {
-		var zero T
-		return zero, terr
+		return v, terr
 	}
 	return v, err
 }

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/poolgate/poolgate/handlers/apierr"
@@ -34,6 +35,50 @@ import (
 type Chatter interface {
 	Chat(ctx context.Context, req *chat.Request) (<-chan chat.Event, error)
 }
+
+// Puller is a Chatter whose answers can also be read on the caller's own
+// goroutine (the router): no goroutine or channel between the worker's
+// connection and the client. The relay prefers it.
+type Puller interface {
+	Pull(ctx context.Context, req *chat.Request) (*pool.Stream, error)
+}
+
+// eventSource is an answer as the relay reads it: Next is false once it is over
+// (its closing event returned, or ctx ended), Pending says whether Next has
+// an event without waiting, Close ends it.
+type eventSource interface {
+	Next() (chat.Event, bool)
+	Pending() bool
+	Close()
+}
+
+// open asks for req's answer.
+func (rl *Relay) open(ctx context.Context, req *chat.Request) (eventSource, error) {
+	if p, ok := rl.chat.(Puller); ok {
+		s, err := p.Pull(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	c, err := rl.chat.Chat(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return chanEvents(c), nil
+}
+
+// chanEvents reads a Chatter's channel, which its producer closes when the
+// answer or ctx ends.
+type chanEvents <-chan chat.Event
+
+func (c chanEvents) Next() (chat.Event, bool) {
+	ev, ok := <-c
+	return ev, ok
+}
+
+func (c chanEvents) Pending() bool { return len(c) > 0 }
+func (c chanEvents) Close()        {}
 
 // Stream is a protocol's encoder of a streamed answer. A method's error
 // means the client can no longer be written to.
@@ -173,15 +218,18 @@ func (rl *Relay) logFailure(ctx context.Context, p *apierr.Problem, midStream bo
 // Reply answers req with one JSON body: the whole answer is collected into
 // reply, then encoded. Any failure is a JSON error with its status.
 func (rl *Relay) Reply(ctx context.Context, w http.ResponseWriter, req *chat.Request, reply Reply) Outcome {
-	events, err := rl.chat.Chat(ctx, req)
+	events, err := rl.open(ctx, req)
 	if errors.Is(err, pool.ErrForwarded) {
 		return Outcome{Forwarded: true}
 	}
+	if err == nil {
+		defer events.Close()
+	}
 	for err == nil {
-		// The router closes the channel when ctx ends, so this wait needs
-		// no select of its own (which would cost every request the
-		// context's done channel).
-		ev, ok := <-events
+		// The answer ends when ctx does, so this wait needs no select of
+		// its own (which would cost every request the context's done
+		// channel).
+		ev, ok := events.Next()
 		if ev, err = received(ctx, ev, ok); err != nil {
 			break
 		}
@@ -223,91 +271,140 @@ func received(ctx context.Context, ev chat.Event, ok bool) (chat.Event, error) {
 // Fail, unless the client went away. cancel ends the request's context: the
 // relay calls it when the client stops reading.
 func (rl *Relay) Stream(ctx context.Context, cancel context.CancelFunc, sse *SSE, req *chat.Request, enc Stream) Outcome {
-	s := streamer{rl: rl, ctx: ctx, sse: sse, enc: enc}
+	s := &streamer{rl: rl, ctx: ctx, cancel: cancel, sse: sse, enc: enc}
 	events, err := await(rl.cfg.KeepAlive, cancel,
-		func() (<-chan chat.Event, error) { return rl.chat.Chat(ctx, req) },
+		func() (eventSource, error) { return rl.open(ctx, req) },
 		func() error {
 			if !httpx.Claim(ctx, httpx.Local) {
 				return nil // another replica is answering
 			}
 			return s.keepAlive()
 		})
+	if events != nil {
+		defer events.Close()
+	}
 	switch {
 	case errors.Is(err, pool.ErrForwarded):
 		return Outcome{Forwarded: true}
 	case err != nil:
 		return s.fail(err)
 	}
-	var tick <-chan time.Time
-	var timer *time.Timer
-	if rl.cfg.KeepAlive > 0 {
-		timer = time.NewTimer(rl.cfg.KeepAlive)
-		defer timer.Stop()
-		tick = timer.C
+	// The answer is read on this goroutine; while it is quiet, a timer
+	// writes the keep-alives. s.mu keeps their writes apart.
+	s.lastWrite = time.Now()
+	if every := rl.cfg.KeepAlive; every > 0 {
+		s.mu.Lock()
+		s.timer = time.AfterFunc(every, func() { s.tick(every) })
+		s.mu.Unlock()
+		defer s.stopTicks()
 	}
-	// lastWrite is when something was last written: the timer, armed for
-	// a whole interval, is moved on only when it fires early, rather than
-	// on every event.
-	lastWrite := time.Now()
 	for {
-		var werr error
-		select {
-		case ev, ok := <-events:
-			if ev, err = received(ctx, ev, ok); err != nil {
-				sse.Hold(false)
-				return s.fail(err)
-			}
-			// More events already waiting: leave this one in the buffer
-			// for the write of the last of them.
-			sse.Hold(len(events) > 0 && (ev.Type == chat.EventText || ev.Type == chat.EventToolCall))
-			var done bool
-			if done, werr = s.write(ev); done {
-				return Outcome{Started: sse.Started()}
-			}
-		case <-tick:
-			// A quiet stream is one with nothing written for a whole
-			// interval.
-			if quiet := time.Since(lastWrite); quiet < rl.cfg.KeepAlive {
-				timer.Reset(rl.cfg.KeepAlive - quiet)
-				continue
-			}
-			sse.Hold(false)
-			werr = s.keepAlive()
-		case <-ctx.Done():
-			return s.fail(ctx.Err())
+		ev, ok := events.Next()
+		s.mu.Lock()
+		out, end := s.relay(events, ev, ok)
+		if end {
+			s.over = true
 		}
-		if werr != nil {
-			// The client stopped reading: end the worker's turn.
-			cancel()
-			rl.log.LogAttrs(ctx, slog.LevelDebug, "stream write failed", slog.String("protocol", rl.cfg.Protocol),
-				slog.String("request_id", httpx.RequestID(ctx)), slog.Any("err", werr))
-			return Outcome{Err: werr, Started: sse.Started()}
+		s.mu.Unlock()
+		if end {
+			return out
 		}
-		now := time.Now()
-		if timer != nil && now.Sub(lastWrite) >= rl.cfg.KeepAlive {
-			// The timer fired and this was the keep-alive: arm it again.
-			// Since Go 1.23 Reset needs no drain of a fired timer.
-			timer.Reset(rl.cfg.KeepAlive)
-		}
-		lastWrite = now
 	}
+}
+
+// relay writes one event read from the answer (ok false: it is over) and
+// says whether the stream ended, and how. Called with s.mu held.
+func (s *streamer) relay(events eventSource, ev chat.Event, ok bool) (Outcome, bool) {
+	if s.tickErr != nil {
+		return s.writeFailed(s.tickErr), true
+	}
+	ev, err := received(s.ctx, ev, ok)
+	if err != nil {
+		s.sse.Hold(false)
+		return s.fail(err), true
+	}
+	// Another event already at hand: leave this one in the buffer for the
+	// write of the last of them. Not the answer's first: the client sees it
+	// at once, however fast the rest follows.
+	s.sse.Hold(s.flowing && (ev.Type == chat.EventText || ev.Type == chat.EventToolCall) && events.Pending())
+	done, werr := s.write(ev)
+	s.lastWrite = time.Now()
+	switch {
+	case done:
+		return Outcome{Started: s.sse.Started()}, true
+	case werr != nil:
+		s.cancel() // the client stopped reading: end the worker's turn
+		return s.writeFailed(werr), true
+	}
+	return Outcome{}, false
+}
+
+// tick is the keep-alive timer's: it writes a keep-alive when nothing was
+// written for a whole interval. The timer, armed for a whole interval, is
+// moved on when it fires early rather than on every event. A failed write
+// cancels the request, which ends the answer being read.
+func (s *streamer) tick(every time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.over || s.tickErr != nil {
+		return
+	}
+	if quiet := time.Since(s.lastWrite); quiet < every {
+		s.timer.Reset(every - quiet)
+		return
+	}
+	s.sse.Hold(false)
+	if err := s.keepAlive(); err != nil {
+		s.tickErr = err
+		s.cancel()
+		return
+	}
+	s.lastWrite = time.Now()
+	s.timer.Reset(every)
+}
+
+// stopTicks ends the keep-alives; no tick writes after it returns.
+func (s *streamer) stopTicks() {
+	s.mu.Lock()
+	s.over = true
+	s.mu.Unlock()
+	s.timer.Stop()
 }
 
 // streamer is one stream under way.
 type streamer struct {
 	rl     *Relay
 	ctx    context.Context
+	cancel context.CancelFunc // ends ctx
 	sse    *SSE
 	enc    Stream
 	opened bool
+	// flowing is set once the answer's first event was written.
+	flowing bool
+
+	// Once the answer started, mu is held by each write: the relay's and
+	// the keep-alive timer's.
+	mu        sync.Mutex
+	timer     *time.Timer
+	lastWrite time.Time
+	// over is set once the stream ended: no more keep-alives.
+	over bool
+	// tickErr is a keep-alive's failed write.
+	tickErr error
 }
 
+// open writes the protocol's opening, held in the buffer: it goes out with
+// what follows it (the first event or a keep-alive), in one write.
 func (s *streamer) open() error {
 	if s.opened {
 		return nil
 	}
 	s.opened = true
-	return s.enc.Open()
+	held := s.sse.hold
+	s.sse.Hold(true)
+	err := s.enc.Open()
+	s.sse.Hold(held)
+	return err
 }
 
 // keepAlive opens the stream when it is not yet, and keeps it alive.
@@ -325,14 +422,23 @@ func (s *streamer) write(ev chat.Event) (done bool, err error) {
 	}
 	switch ev.Type {
 	case chat.EventText:
+		s.flowing = true
 		return false, s.enc.Text(ev.Text)
 	case chat.EventToolCall:
+		s.flowing = true
 		return false, s.enc.ToolCall(ev.ToolCall)
 	case chat.EventDone:
 		_ = s.enc.Done(ev) // the stream is over either way
 		return true, nil
 	}
 	return false, nil
+}
+
+// writeFailed ends a stream whose client stopped reading.
+func (s *streamer) writeFailed(err error) Outcome {
+	s.rl.log.LogAttrs(s.ctx, slog.LevelDebug, "stream write failed", slog.String("protocol", s.rl.cfg.Protocol),
+		slog.String("request_id", httpx.RequestID(s.ctx)), slog.Any("err", err))
+	return Outcome{Err: err, Started: s.sse.Started()}
 }
 
 // fail ends the answer with err: a JSON error before the stream started,

@@ -286,3 +286,51 @@ func TestSlowAnswerThroughAServer(t *testing.T) {
 		t.Errorf("got %q, want open, keep-alives, the text and done last", got)
 	}
 }
+
+// burst is a Chatter whose whole answer is at hand at once, as when a
+// worker sends its events faster than they are written.
+type burst []chat.Event
+
+func (b burst) Chat(context.Context, *chat.Request) (<-chan chat.Event, error) {
+	ch := make(chan chat.Event, len(b))
+	for _, ev := range b {
+		ch <- ev
+	}
+	close(ch)
+	return ch, nil
+}
+
+// flushes records what each flush sent.
+type flushes struct {
+	h       http.Header
+	pending strings.Builder
+	sent    []string
+}
+
+func (f *flushes) Header() http.Header { return f.h }
+func (f *flushes) WriteHeader(int)     {}
+func (f *flushes) Write(b []byte) (int, error) {
+	return f.pending.Write(b)
+}
+func (f *flushes) Flush() {
+	f.sent = append(f.sent, f.pending.String())
+	f.pending.Reset()
+}
+
+func TestBurstWritesTheFirstEventAtOnce(t *testing.T) {
+	rl := New(Config{Protocol: "test", KeepAlive: -1, WriteError: writeError}, burst{text("a"), text("b"), text("c"), done}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &flushes{h: http.Header{}}
+	sse := rl.NewSSE(w)
+	if out := rl.Stream(ctx, cancel, sse, &chat.Request{Stream: true}, &fakeStream{w: sse}); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	// The opening goes out with the first event, alone; the events behind
+	// it, already at hand, go out together with the closing one.
+	want := []string{"event: open\ndata: \n\nevent: text\ndata: a\n\n",
+		"event: text\ndata: b\n\nevent: text\ndata: c\n\nevent: done\ndata: stop\n\n"}
+	if strings.Join(w.sent, "|") != strings.Join(want, "|") {
+		t.Errorf("flushes\n%q\nwant\n%q", w.sent, want)
+	}
+}

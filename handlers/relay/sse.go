@@ -22,8 +22,8 @@ type SSE struct {
 	started bool
 	buf     []byte
 	// hold keeps writes in the response's buffer, unflushed, while the
-	// relay has more events at hand; pending says some are.
-	hold, pending bool
+	// relay has more events at hand.
+	hold bool
 	// WriteTimeout bounds each write+flush (default 30s); a client that stops
 	// reading can't pin a goroutine forever.
 	WriteTimeout time.Duration
@@ -83,11 +83,9 @@ func (s *SSE) write(b []byte) error {
 	if s.hold {
 		// Under the deadline of the last flush, a moment ago: a held write
 		// reaches the connection only when the buffer fills.
-		s.pending = true
 		_, err := s.w.Write(b)
 		return err
 	}
-	s.pending = false
 	if s.WriteTimeout > 0 {
 		// Not every ResponseWriter supports deadlines (httptest's doesn't);
 		// that is fine, the deadline is a safety net.

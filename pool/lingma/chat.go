@@ -288,6 +288,10 @@ func (c *Client) newAnswer(ctx context.Context, t *chat.Turn, reqID string, tr *
 // EventError with chat.ErrWorkerGone.
 func (a *turnAnswer) Next() chat.Event { return a.s.events.Next(&a.ended, a.step) }
 
+// Buffered says whether events made from the worker's messages wait to be
+// returned.
+func (a *turnAnswer) Buffered() bool { return a.s.events.Len() > 0 }
+
 // Close ends the turn; one not finished yet is stopped on the worker. Safe
 // to call twice.
 func (a *turnAnswer) Close() {

@@ -112,6 +112,15 @@ var _ supervisor.Answer = (*reader)(nil)
 // or EventError) it returns an EventError with chat.ErrWorkerGone.
 func (a *reader) Next() chat.Event { return a.events.Next(&a.ended, a.step) }
 
+// Buffered says whether an event is at hand. Whole stream events already
+// read from the connection are parsed to find out, never waiting for more.
+func (a *reader) Buffered() bool {
+	for a.events.Len() == 0 && a.started && !a.ended && !a.json && a.r != nil && a.r.eventBuffered() {
+		a.step()
+	}
+	return a.events.Len() > 0
+}
+
 // Close ends the turn and frees its connection; safe to call twice, and
 // before the answer's end (which aborts the request).
 func (a *reader) Close() {

@@ -54,6 +54,29 @@ func (s *sseReader) reset(r io.Reader) {
 	s.line, s.data = s.line[:0], s.data[:0]
 }
 
+// eventBuffered says whether the reader's buffer holds a whole data event
+// (a line starting "data:", then a blank line), so that next returns it
+// without waiting. It may miss one (other spellings), never the reverse.
+// The closing [DONE] does not count: after it the answer's end is read,
+// which may wait.
+func (s *sseReader) eventBuffered() bool {
+	b, _ := s.r.Peek(s.r.Buffered())
+	for {
+		i := bytes.Index(b, []byte("data:"))
+		if i < 0 {
+			return false
+		}
+		if i == 0 || b[i-1] == '\n' {
+			rest := b[i:]
+			if v := bytes.TrimLeft(rest[len("data:"):], " "); bytes.HasPrefix(v, []byte("[DONE]")) {
+				return false
+			}
+			return bytes.Contains(rest, []byte("\n\n")) || bytes.Contains(rest, []byte("\n\r\n"))
+		}
+		b = b[i+1:]
+	}
+}
+
 // decode parses one JSON value that must fill b, like json.Unmarshal.
 func (s *sseReader) decode(b []byte, v any) error {
 	if s.dec == nil {

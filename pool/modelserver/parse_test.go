@@ -1,6 +1,7 @@
 package modelserver
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -260,5 +261,30 @@ func TestParseModels(t *testing.T) {
 	}
 	if _, err := parseModels([]byte(`<html>`)); err == nil {
 		t.Errorf("parseModels(<html>) = nil error, want one")
+	}
+}
+
+func TestEventBuffered(t *testing.T) {
+	tests := []struct {
+		name, give string
+		want       bool
+	}{
+		{"whole event", "data: {\"a\":1}\n\n", true},
+		{"crlf", "event: x\r\ndata: {}\r\n\r\n", true},
+		{"after a comment", ": ping\n\ndata: {}\n\n", true},
+		{"half an event", "data: {\"a\":1}\n", false},
+		{"only a comment", ": ping\n\n", false},
+		{"not at a line start", "x data: {}\n\n", false},
+		{"the closing one", "data: [DONE]\n\n", false},
+		{"empty", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &sseReader{r: bufio.NewReaderSize(strings.NewReader(tt.give), 4096)}
+			_, _ = s.r.Peek(1) // fill the buffer, as a read from the connection does
+			if got := s.eventBuffered(); got != tt.want {
+				t.Errorf("eventBuffered(%q) = %v, want %v", tt.give, got, tt.want)
+			}
+		})
 	}
 }

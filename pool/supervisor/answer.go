@@ -13,8 +13,16 @@ type Events struct {
 	i int
 }
 
-// Push queues ev.
-func (e *Events) Push(ev chat.Event) { e.q = append(e.q, ev) }
+// Len is the number of queued events.
+func (e *Events) Len() int { return len(e.q) - e.i }
+
+// Push queues ev, reusing the storage of events already taken.
+func (e *Events) Push(ev chat.Event) {
+	if e.i > 0 && e.i == len(e.q) {
+		e.q, e.i = e.q[:0], 0
+	}
+	e.q = append(e.q, ev)
+}
 
 // Pop returns the next queued event, or false when none waits; the queue's
 // storage is then reused by the next Push.

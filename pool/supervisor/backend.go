@@ -46,6 +46,14 @@ type Answer interface {
 	Close()
 }
 
+// Buffered is implemented by answers that can tell whether Next has an
+// event without waiting for the worker (a stream's writer holds an event
+// back while another one is at hand, to write them together). Buffered
+// itself never waits.
+type Buffered interface {
+	Buffered() bool
+}
+
 // ModelLister is implemented by backends that can list their models.
 type ModelLister interface {
 	Models(ctx context.Context) ([]chat.Model, error)

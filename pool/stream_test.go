@@ -1,0 +1,130 @@
+package pool
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/pool/supervisor/supervisortest"
+)
+
+// scripted is one fake worker whose answer the test sends event by event;
+// turn is the context of the turn it was given.
+type scripted struct {
+	events chan chat.Event
+	turn   chan context.Context
+}
+
+func (s *scripted) chat(ctx context.Context, _ string, _ *chat.Turn) (<-chan chat.Event, error) {
+	s.turn <- ctx
+	return s.events, nil
+}
+
+func pullPool(t *testing.T) (*Router, *Pool, *scripted) {
+	t.Helper()
+	w := &scripted{events: make(chan chat.Event, 8), turn: make(chan context.Context, 1)}
+	f := supervisortest.New()
+	f.Chat = w.chat
+	p, _ := startFake(t, Config{QueueTimeout: 5 * time.Second}, f, supervisortest.Configs(t, false, "a"), nil)
+	waitReady(t, p, "a")
+	return NewRouter(RouterConfig{}, p, nil, nil, p.log), p, w
+}
+
+func inFlight(p *Pool) int { return p.Snapshot().InFlight }
+
+func TestPullReadsTheStreamOnTheCallersGoroutine(t *testing.T) {
+	r, p, w := pullPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	w.events <- chat.Event{Type: chat.EventText, Text: "a"}
+	s, err := r.Pull(ctx, &chat.Request{Stream: true, Messages: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// The first event was read before Pull returned.
+	if !s.Pending() {
+		t.Fatal("the first event is not at hand")
+	}
+	if ev, ok := s.Next(); !ok || ev.Text != "a" {
+		t.Fatalf("first event %+v, %v", ev, ok)
+	}
+	if s.Pending() {
+		t.Fatal("pending with nothing sent")
+	}
+	w.events <- chat.Event{Type: chat.EventText, Text: "b"}
+	w.events <- chat.Event{Type: chat.EventDone, Finish: chat.FinishStop}
+	if !s.Pending() {
+		t.Fatal("an event sent is not at hand")
+	}
+	if ev, ok := s.Next(); !ok || ev.Text != "b" {
+		t.Fatalf("second event %+v, %v", ev, ok)
+	}
+	if ev, ok := s.Next(); !ok || ev.Type != chat.EventDone {
+		t.Fatalf("closing event %+v, %v", ev, ok)
+	}
+	// The answer is over: its slot is free before Close.
+	if n := inFlight(p); n != 0 {
+		t.Errorf("%d turns in flight after the closing event", n)
+	}
+	if _, ok := s.Next(); ok {
+		t.Error("Next after the closing event")
+	}
+}
+
+func TestPullClosedMidStreamEndsTheTurn(t *testing.T) {
+	r, p, w := pullPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	w.events <- chat.Event{Type: chat.EventText, Text: "a"}
+	s, err := r.Pull(ctx, &chat.Request{Stream: true, Messages: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn := <-w.turn
+	if n := inFlight(p); n != 1 {
+		t.Fatalf("%d turns in flight during the answer", n)
+	}
+	s.Close()
+	s.Close() // twice is fine
+	if n := inFlight(p); n != 0 {
+		t.Errorf("%d turns in flight after Close", n)
+	}
+	select {
+	case <-turn.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("the worker's turn was not cancelled")
+	}
+	if _, ok := s.Next(); ok {
+		t.Error("Next after Close")
+	}
+}
+
+func TestPullEndsWhenTheRequestDoes(t *testing.T) {
+	r, p, w := pullPool(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	w.events <- chat.Event{Type: chat.EventText, Text: "a"}
+	s, err := r.Pull(ctx, &chat.Request{Stream: true, Messages: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.Next()
+	done := make(chan bool)
+	go func() {
+		_, ok := s.Next() // waits for the worker, which sends nothing more
+		done <- ok
+	}()
+	cancel()
+	select {
+	case ok := <-done:
+		if ok {
+			t.Error("an event after the request ended")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Next still waits after the request ended")
+	}
+	testenv.WaitFor(t, 2*time.Second, "the slot freed", func() bool { return inFlight(p) == 0 })
+}
