@@ -318,10 +318,7 @@ type forwarding struct {
 	calls []chat.ToolCall
 }
 
-func (f *forwarding) send(ev chat.Event) bool {
-	f.q.Push(ev)
-	return true
-}
+func (f *forwarding) send(ev chat.Event) { f.q.Push(ev) }
 
 // head handles the events read before the answer was handed on; done says
 // the answer ended among them.
@@ -350,9 +347,7 @@ func (f *forwarding) handle(ev chat.Event) (done bool) {
 		emit, stop, reason, seq := f.lim.text(ev.Text)
 		if emit != "" {
 			f.text.WriteString(emit)
-			if !f.send(chat.Event{Type: chat.EventText, Text: emit}) {
-				return true
-			}
+			f.send(chat.Event{Type: chat.EventText, Text: emit})
 		}
 		if stop {
 			// The client's answer ends here while the upstream session
@@ -362,13 +357,11 @@ func (f *forwarding) handle(ev chat.Event) (done bool) {
 		}
 	case chat.EventToolCall:
 		f.calls = append(f.calls, ev.ToolCall)
-		return !f.send(ev)
+		f.send(ev)
 	case chat.EventDone:
 		if rest := f.lim.flush(); rest != "" {
 			f.text.WriteString(rest)
-			if !f.send(chat.Event{Type: chat.EventText, Text: rest}) {
-				return true
-			}
+			f.send(chat.Event{Type: chat.EventText, Text: rest})
 		}
 		r.finish(rq, slot, ev, f.text.String(), f.calls, true, f.send)
 		return true
@@ -382,7 +375,7 @@ func (f *forwarding) handle(ev chat.Event) (done bool) {
 }
 
 // finish completes usage, writes affinity back (when keep) and sends done.
-func (r *Router) finish(rq *request, slot *Slot, done chat.Event, text string, calls []chat.ToolCall, keep bool, send func(chat.Event) bool) {
+func (r *Router) finish(rq *request, slot *Slot, done chat.Event, text string, calls []chat.ToolCall, keep bool, send func(chat.Event)) {
 	if done.Usage.OutputTokens == 0 && r.cfg.Count != nil {
 		done.Usage.OutputTokens = r.cfg.Count(text)
 		for _, c := range calls {
