@@ -34,15 +34,22 @@ func pullPool(t *testing.T) (*Router, *Pool, *scripted) {
 
 func inFlight(p *Pool) int { return p.Snapshot().InFlight }
 
-func TestPullReadsTheStreamOnTheCallersGoroutine(t *testing.T) {
-	r, p, w := pullPool(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+// pullStream starts a streamed turn whose worker has sent "a".
+func pullStream(t *testing.T, ctx context.Context, r *Router, w *scripted) *Stream {
+	t.Helper()
 	w.events <- chat.Event{Type: chat.EventText, Text: "a"}
 	s, err := r.Pull(ctx, &chat.Request{Stream: true, Messages: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+func TestPullReadsTheStreamOnTheCallersGoroutine(t *testing.T) {
+	r, p, w := pullPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s := pullStream(t, ctx, r, w)
 	defer s.Close()
 	// The first event was read before Pull returned.
 	if !s.Pending() {
@@ -78,11 +85,7 @@ func TestPullClosedMidStreamEndsTheTurn(t *testing.T) {
 	r, p, w := pullPool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	w.events <- chat.Event{Type: chat.EventText, Text: "a"}
-	s, err := r.Pull(ctx, &chat.Request{Stream: true, Messages: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := pullStream(t, ctx, r, w)
 	turn := <-w.turn
 	if n := inFlight(p); n != 1 {
 		t.Fatalf("%d turns in flight during the answer", n)
@@ -105,11 +108,7 @@ func TestPullClosedMidStreamEndsTheTurn(t *testing.T) {
 func TestPullEndsWhenTheRequestDoes(t *testing.T) {
 	r, p, w := pullPool(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	w.events <- chat.Event{Type: chat.EventText, Text: "a"}
-	s, err := r.Pull(ctx, &chat.Request{Stream: true, Messages: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := pullStream(t, ctx, r, w)
 	defer s.Close()
 	s.Next()
 	done := make(chan bool)
