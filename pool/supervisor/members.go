@@ -105,6 +105,15 @@ func (s *Supervisor) Apply(workers []WorkerConfig) (Changes, error) {
 	if closed {
 		return Changes{}, ErrShutDown
 	}
+	// The removed leave the rotation before the added start, so a new turn
+	// never lands on an account the new set drops. A worker busy with a
+	// health check takes the drain when the check ends.
+	for _, w := range removed {
+		w.Drain()
+	}
+	for _, w := range removed {
+		w.await(func(st State) bool { return st != StateReady }, time.Now().Add(w.cfg.HealthTimeout))
+	}
 	for _, name := range ch.Added {
 		s.join(want[name])
 	}

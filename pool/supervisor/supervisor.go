@@ -271,11 +271,17 @@ func (s *Supervisor) WaitStopped(name string, deadline time.Time) bool {
 	if !ok {
 		return true
 	}
+	return w.await(func(st State) bool { return st == StateStopped }, deadline)
+}
+
+// await waits until w's state satisfies ok or deadline passes, and says
+// which.
+func (w *Worker) await(ok func(State) bool, deadline time.Time) bool {
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	for {
 		st, changed := w.watch()
-		if st == StateStopped {
+		if ok(st) {
 			return true
 		}
 		select {
