@@ -12,8 +12,11 @@ import (
 // each Next reads from the worker only when no event waits. It is not safe
 // for concurrent use.
 type Stream struct {
-	f      forwarding
-	q      supervisor.Events // handled, not yet taken
+	f forwarding
+	q supervisor.Events // handled, not yet taken
+	// qbuf is q's first storage: a whole non-streaming answer (its text
+	// and its closing event) fits.
+	qbuf   [2]chat.Event
 	src    answer
 	slot   *Slot
 	cancel context.CancelFunc

@@ -13,6 +13,11 @@ type Events struct {
 	i int
 }
 
+// EventsIn returns an empty queue that fills buf's storage before it
+// allocates its own: an array in the owner's struct spares a short answer
+// any allocation for its queue.
+func EventsIn(buf []chat.Event) Events { return Events{q: buf[:0]} }
+
 // Len is the number of queued events.
 func (e *Events) Len() int { return len(e.q) - e.i }
 
