@@ -272,31 +272,41 @@ func received(ctx context.Context, ev chat.Event, ok bool) (chat.Event, error) {
 // relay calls it when the client stops reading.
 func (rl *Relay) Stream(ctx context.Context, cancel context.CancelFunc, sse *SSE, req *chat.Request, enc Stream) Outcome {
 	s := &streamer{rl: rl, ctx: ctx, cancel: cancel, sse: sse, enc: enc}
-	events, err := await(rl.cfg.KeepAlive, cancel,
-		func() (eventSource, error) { return rl.open(ctx, req) },
-		func() error {
-			if !httpx.Claim(ctx, httpx.Local) {
-				return nil // another replica is answering
-			}
-			return s.keepAlive()
-		})
+	// One timer writes the keep-alives, from the request's start to its
+	// end, whenever nothing was written for a whole interval: a long wait
+	// in the queue, an answer held back until it is clear whether it is a
+	// tool call, or a quiet stream must not look like a dead connection to
+	// the client or a proxy. Its first keep-alive commits the stream
+	// (headers and the protocol's opening), so an error after it is an
+	// in-stream error. s.mu keeps its writes apart from the relay's.
+	if every := rl.cfg.KeepAlive; every > 0 {
+		s.mu.Lock()
+		s.lastWrite = time.Now()
+		s.timer = time.AfterFunc(every, func() { s.tick(every) })
+		s.mu.Unlock()
+		defer s.stopTicks()
+	}
+	// The router's Pull returns once the answer has started; it runs on
+	// this goroutine, and so does the reading of the answer.
+	events, err := rl.open(ctx, req)
 	if events != nil {
 		defer events.Close()
 	}
+	s.mu.Lock()
+	s.answering = true
+	s.lastWrite = time.Now()
+	if s.tickErr != nil {
+		err = s.tickErr // the client went away while the answer was awaited
+	}
+	if err != nil {
+		s.over = true // no keep-alive after the error's answer
+	}
+	s.mu.Unlock()
 	switch {
 	case errors.Is(err, pool.ErrForwarded):
 		return Outcome{Forwarded: true}
 	case err != nil:
 		return s.fail(err)
-	}
-	// The answer is read on this goroutine; while it is quiet, a timer
-	// writes the keep-alives. s.mu keeps their writes apart.
-	s.lastWrite = time.Now()
-	if every := rl.cfg.KeepAlive; every > 0 {
-		s.mu.Lock()
-		s.timer = time.AfterFunc(every, func() { s.tick(every) })
-		s.mu.Unlock()
-		defer s.stopTicks()
 	}
 	for {
 		ev, ok := events.Next()
@@ -342,7 +352,10 @@ func (s *streamer) relay(events eventSource, ev chat.Event, ok bool) (Outcome, b
 // tick is the keep-alive timer's: it writes a keep-alive when nothing was
 // written for a whole interval. The timer, armed for a whole interval, is
 // moved on when it fires early rather than on every event. A failed write
-// cancels the request, which ends the answer being read.
+// cancels the request, which ends the answer, awaited or being read. While
+// the answer is awaited, a forwarded request may have another replica's
+// answer written here instead: the two take turns through httpx.Claim, and
+// once the forwarder has the response the keep-alives stop.
 func (s *streamer) tick(every time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -351,6 +364,9 @@ func (s *streamer) tick(every time.Duration) {
 	}
 	if quiet := time.Since(s.lastWrite); quiet < every {
 		s.timer.Reset(every - quiet)
+		return
+	}
+	if !s.answering && !httpx.Claim(s.ctx, httpx.Local) {
 		return
 	}
 	s.sse.Hold(false)
@@ -382,11 +398,13 @@ type streamer struct {
 	// flowing is set once the answer's first event was written.
 	flowing bool
 
-	// Once the answer started, mu is held by each write: the relay's and
-	// the keep-alive timer's.
+	// mu is held by each write: the relay's and the keep-alive timer's.
 	mu        sync.Mutex
 	timer     *time.Timer
 	lastWrite time.Time
+	// answering is set once the router handed the answer over (or
+	// failed): from then on only this request writes the response.
+	answering bool
 	// over is set once the stream ended: no more keep-alives.
 	over bool
 	// tickErr is a keep-alive's failed write.

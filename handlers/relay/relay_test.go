@@ -334,3 +334,53 @@ func TestBurstWritesTheFirstEventAtOnce(t *testing.T) {
 		t.Errorf("flushes\n%q\nwant\n%q", w.sent, want)
 	}
 }
+
+// goneWriter is a client that went away: every write fails.
+type goneWriter struct{ h http.Header }
+
+var errClientGone = errors.New("client gone")
+
+func (g *goneWriter) Header() http.Header       { return g.h }
+func (g *goneWriter) WriteHeader(int)           {}
+func (g *goneWriter) Write([]byte) (int, error) { return 0, errClientGone }
+
+// While the answer is awaited (the request queues, or the router holds it
+// back), the keep-alive timer writes one comment per quiet interval; one
+// that fails cancels the request at once, and the relay returns its error.
+func TestKeepAliveWhileTheAnswerIsAwaited(t *testing.T) {
+	tests := []struct {
+		name      string
+		wait      time.Duration
+		wantTicks int
+	}{
+		{"quick answer, no keep-alive", 5 * time.Second, 0},
+		{"slow answer, one keep-alive per interval", 35 * time.Second, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				chatter := &pooltest.Chatter{Delay: tt.wait, Events: []chat.Event{text("late"), done}}
+				status, body, out := runStream(context.Background(), chatter, 10*time.Second)
+				if n := strings.Count(body, ": ka\n"); status != 200 || out.Err != nil || n != tt.wantTicks ||
+					!strings.HasSuffix(flat(body), "text late| done stop|") {
+					t.Errorf("got %d, %d keep-alives, %+v:\n%s\nwant %d keep-alives and the answer", status, n, out, body, tt.wantTicks)
+				}
+			})
+		})
+	}
+	t.Run("a failed keep-alive ends the wait", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			rl := New(Config{Protocol: "test", KeepAlive: 10 * time.Second, WriteError: writeError},
+				&pooltest.Chatter{Delay: time.Hour}, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			sse := rl.NewSSE(&goneWriter{h: http.Header{}})
+			start := time.Now()
+			out := rl.Stream(ctx, cancel, sse, &chat.Request{Stream: true}, &fakeStream{w: sse})
+			if took := time.Since(start); !errors.Is(out.Err, errClientGone) || took != 10*time.Second || ctx.Err() == nil {
+				t.Errorf("outcome %+v after %s (request %v), want the write's error at the first keep-alive, the request cancelled",
+					out, took, ctx.Err())
+			}
+		})
+	})
+}
