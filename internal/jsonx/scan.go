@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -373,12 +374,14 @@ func (s *Scanner) skip(depth int) bool {
 // maxName bounds the length of the names in a Names.
 const maxName = 32
 
-// Names is a set of lower-case field names, looked up by a one-pass reader
-// for each key: by exact spelling to read the field, and as encoding/json
-// matches names, ignoring case, to tell a variant spelling of a field (which
-// the reader gives up on) from a key to skip.
+// Names is a set of field names, looked up by a one-pass reader for each
+// key: by exact spelling to read the field, and as encoding/json matches
+// names, ignoring case, to tell a variant spelling of a field (which the
+// reader gives up on) from a key to skip.
 type Names struct {
 	byLen [maxName + 1][]name
+	// lower holds the names in lower case, for Folds.
+	lower [maxName + 1][]name
 }
 
 type name struct {
@@ -392,6 +395,7 @@ func NewNames(names ...string) *Names {
 	n := &Names{}
 	for i, s := range names {
 		n.byLen[len(s)] = append(n.byLen[len(s)], name{s, i})
+		n.lower[len(s)] = append(n.lower[len(s)], name{strings.ToLower(s), i})
 	}
 	return n
 }
@@ -425,7 +429,15 @@ func (n *Names) Folds(key []byte) bool {
 			low[i] = ch
 		}
 	}
-	return len(key) <= maxName && n.Index(low[:len(key)]) >= 0
+	if len(key) > maxName {
+		return false
+	}
+	for _, nm := range n.lower[len(key)] {
+		if nm.s == string(low[:len(key)]) {
+			return true
+		}
+	}
+	return false
 }
 
 // Unquote decodes a JSON string literal that a decoder has validated ("" when

@@ -46,4 +46,24 @@ func TestNames(t *testing.T) {
 			t.Errorf("Folds(%q) = %v, want %v", tt.key, got, tt.folds)
 		}
 	}
+	// Names in camel case: exact spelling reads, any other case folds.
+	n = NewNames("requestId", "text")
+	for _, tt := range []struct {
+		key   string
+		index int
+		folds bool
+	}{
+		{"requestId", 0, true},
+		{"text", 1, true},
+		{"requestid", -1, true},
+		{"RequestID", -1, true},
+		{"requestIds", -1, false},
+	} {
+		if got := n.Index([]byte(tt.key)); got != tt.index {
+			t.Errorf("Index(%q) = %d, want %d", tt.key, got, tt.index)
+		}
+		if got := n.Folds([]byte(tt.key)); got != tt.folds {
+			t.Errorf("Folds(%q) = %v, want %v", tt.key, got, tt.folds)
+		}
+	}
 }

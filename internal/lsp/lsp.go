@@ -10,6 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
+
+	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
 // Message is any JSON-RPC 2.0 message: a request (Method and ID), a
@@ -73,7 +76,9 @@ func Split(buf []byte) (body, rest []byte, err error) {
 		return nil, buf, ErrIncomplete
 	}
 	n := -1
-	for _, line := range bytes.Split(buf[:i], []byte("\r\n")) {
+	for head, more := buf[:i], true; more; {
+		var line []byte
+		line, head, more = bytes.Cut(head, []byte("\r\n"))
 		k, v, ok := bytes.Cut(line, []byte(":"))
 		if !ok {
 			return nil, nil, fmt.Errorf("bad frame header line %q", line)
@@ -101,11 +106,89 @@ func Split(buf []byte) (body, rest []byte, err error) {
 // Decode parses one frame body.
 func Decode(body []byte) (*Message, error) {
 	var m Message
-	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, fmt.Errorf("decode jsonrpc: %w", err)
-	}
-	if m.JSONRPC != "2.0" {
-		return nil, fmt.Errorf("not jsonrpc 2.0: %q", m.JSONRPC)
+	if err := decode(body, &m); err != nil {
+		return nil, err
 	}
 	return &m, nil
+}
+
+func decode(body []byte, m *Message) error {
+	if err := json.Unmarshal(body, m); err != nil {
+		return fmt.Errorf("decode jsonrpc: %w", err)
+	}
+	if m.JSONRPC != "2.0" {
+		return fmt.Errorf("not jsonrpc 2.0: %q", m.JSONRPC)
+	}
+	return nil
+}
+
+// Read parses one frame body into m, as Decode does, for a reader that
+// handles each message before it reads the next. The shapes a worker sends
+// all the time (a request, a notification or a response, with plain keys
+// and method) are read in one pass, and then m's ID, Params and Result are
+// slices of body, not copies: they are valid only as long as body is.
+// Anything else is decoded by encoding/json, with Decode's result and error.
+func Read(body []byte, m *Message) error {
+	if readMessage(body, m) {
+		return nil
+	}
+	*m = Message{}
+	return decode(body, m)
+}
+
+var messageKeys = jsonx.NewNames("jsonrpc", "id", "method", "params", "result", "error")
+
+// methods are the method names a worker sends most, interned: reading one
+// allocates nothing.
+var methods = []string{"chat/answer", "chat/think", "chat/finish", "tool/invoke"}
+
+// readMessage is Read's one pass; false means it gave up (m is then
+// partly set).
+func readMessage(body []byte, m *Message) bool {
+	*m = Message{}
+	s := jsonx.NewScanner(body)
+	var seen [6]bool
+	ok := s.Object(func(key []byte) bool {
+		i := messageKeys.Index(key)
+		if i < 0 {
+			return !messageKeys.Folds(key) && s.Skip()
+		}
+		if seen[i] || s.Peek() == 'n' {
+			return false // a repeated key or a null: encoding/json decides
+		}
+		seen[i] = true
+		var ok bool
+		switch i {
+		case 0:
+			var v []byte
+			if v, ok = s.PlainString(); ok && string(v) == "2.0" {
+				m.JSONRPC = "2.0"
+			}
+			return ok && m.JSONRPC != ""
+		case 1:
+			m.ID, ok = s.Raw()
+		case 2:
+			var v []byte
+			// encoding/json would mend invalid UTF-8: it reads those.
+			if v, ok = s.PlainString(); ok && utf8.Valid(v) {
+				m.Method = intern(v)
+			}
+			return ok && utf8.Valid(v)
+		case 3:
+			m.Params, ok = s.Raw()
+		case 4:
+			m.Result, ok = s.Raw()
+		}
+		return ok // an error object is rare: encoding/json reads it
+	})
+	return ok && s.End() && seen[0]
+}
+
+func intern(b []byte) string {
+	for _, m := range methods {
+		if m == string(b) {
+			return m
+		}
+	}
+	return string(b)
 }
