@@ -29,11 +29,18 @@ import (
 // turns, and answers every request the worker sends. All methods are safe
 // for concurrent use.
 type Client struct {
-	conn   *websocket.Conn
-	cfg    Config
-	name   string
-	cancel context.CancelFunc // ends the reader
-	done   chan struct{}      // closed when the reader has ended
+	conn *websocket.Conn
+	cfg  Config
+	name string
+	done chan struct{} // closed when the reader has ended
+
+	// wmu serialises writes so that one timer, watchdog, bounds each: a
+	// write that outlasts its timeout closes the connection, as an expired
+	// context does in coder/websocket, without a context and a timer made
+	// for every frame (the worker's every piece of an answer is a request
+	// the reader replies to).
+	wmu      sync.Mutex
+	watchdog *time.Timer
 
 	nextID  atomic.Int64 // JSON-RPC ids of our requests
 	turnSeq atomic.Int64 // suffixes of chat requestIds
@@ -59,17 +66,17 @@ var (
 
 func newClient(conn *websocket.Conn, cfg Config, name string) *Client {
 	conn.SetReadLimit(readLimit)
-	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{
-		conn:    conn,
-		cfg:     cfg,
-		name:    name,
-		cancel:  cancel,
-		done:    make(chan struct{}),
-		pending: map[int64]chan *lsp.Message{},
-		turns:   map[string]*turn{},
+		conn:     conn,
+		cfg:      cfg,
+		name:     name,
+		done:     make(chan struct{}),
+		pending:  map[int64]chan *lsp.Message{},
+		turns:    map[string]*turn{},
+		watchdog: time.AfterFunc(time.Hour, func() { _ = conn.CloseNow() }),
 	}
-	go c.read(ctx)
+	c.watchdog.Stop()
+	go c.read()
 	return c
 }
 
@@ -77,7 +84,7 @@ func newClient(conn *websocket.Conn, cfg Config, name string) *Client {
 // and running turns fail with chat.ErrWorkerGone. It is safe to call twice.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
-		c.cancel()
+		// The reader ends with the connection.
 		_ = c.conn.CloseNow() // the worker may be dead: no close handshake
 	})
 	<-c.done
@@ -278,13 +285,20 @@ func (c *Client) call(ctx context.Context, method string, params, out any) error
 // write in flight closes the whole WebSocket (coder/websocket), which would
 // take every other turn down with it.
 func (c *Client) write(frame []byte, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := c.conn.Write(ctx, websocket.MessageText, frame); err != nil {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.watchdog.Reset(timeout)
+	err := c.conn.Write(context.Background(), websocket.MessageText, frame)
+	if !c.watchdog.Stop() && err == nil {
+		err = errWriteTimeout // it fired as the write ended: the connection is closed
+	}
+	if err != nil {
 		return fmt.Errorf("%w: %w", chat.ErrWorkerGone, err)
 	}
 	return nil
 }
+
+var errWriteTimeout = errors.New("write to the worker timed out")
 
 // gone is the error of a connection that has ended.
 func (c *Client) gone() error {
@@ -295,11 +309,11 @@ func (c *Client) gone() error {
 
 // read is the connection's one reader. It ends when the connection does,
 // failing every pending call and running turn.
-func (c *Client) read(ctx context.Context) {
+func (c *Client) read() {
 	var buf []byte
 	var err error
 	for {
-		buf, err = c.readMessage(ctx, buf)
+		buf, err = c.readMessage(buf)
 		if err != nil {
 			break
 		}
@@ -314,8 +328,8 @@ func (c *Client) read(ctx context.Context) {
 			if err != nil {
 				break
 			}
-			m, derr := lsp.Decode(body)
-			if derr != nil {
+			m := new(lsp.Message)
+			if lsp.Read(body, m) != nil {
 				continue // one bad message does not end the connection
 			}
 			c.dispatch(m)
@@ -336,8 +350,11 @@ func (c *Client) read(ctx context.Context) {
 }
 
 // readMessage appends one WebSocket message to buf.
-func (c *Client) readMessage(ctx context.Context, buf []byte) ([]byte, error) {
-	_, r, err := c.conn.Reader(ctx)
+//
+// Its context never ends (Close closes the connection instead): one that
+// could costs every read coder/websocket's timeout set-up.
+func (c *Client) readMessage(buf []byte) ([]byte, error) {
+	_, r, err := c.conn.Reader(context.Background())
 	if err != nil {
 		return buf, err
 	}
@@ -365,6 +382,9 @@ func (c *Client) dispatch(m *lsp.Message) {
 		if err != nil {
 			return
 		}
+		// The caller reads the response after the reader moved on: it
+		// gets its own copy of what pointed into the read buffer.
+		m.ID, m.Result = bytes.Clone(m.ID), bytes.Clone(m.Result)
 		c.mu.Lock()
 		ch := c.pending[id]
 		delete(c.pending, id)
@@ -388,7 +408,7 @@ func (c *Client) dispatch(m *lsp.Message) {
 		return
 	}
 	var p chatParams
-	if json.Unmarshal(m.Params, &p) != nil || p.RequestID == "" {
+	if readChatParams(m.Params, &p) != nil || p.RequestID == "" {
 		return
 	}
 	c.mu.Lock()

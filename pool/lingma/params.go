@@ -1,0 +1,66 @@
+package lingma
+
+import (
+	"encoding/json"
+
+	"github.com/poolgate/poolgate/internal/jsonx"
+)
+
+var chatKeys = jsonx.NewNames("requestId", "sessionId", "text", "reason", "statusCode", "fullAnswer", "errorMsg", "retryAfter")
+
+// readChatParams reads the params of chat/answer, chat/think and
+// chat/finish into p, as encoding/json does. The shape the worker sends
+// with every piece of an answer is read in one pass; anything else (a
+// number in a string, a repeated or variant key) by encoding/json.
+func readChatParams(b []byte, p *chatParams) error {
+	if readChatFast(b, p) {
+		return nil
+	}
+	*p = chatParams{}
+	return json.Unmarshal(b, p)
+}
+
+func readChatFast(b []byte, p *chatParams) bool {
+	s := jsonx.NewScanner(b)
+	var seen [8]bool
+	ok := s.Object(func(key []byte) bool {
+		i := chatKeys.Index(key)
+		if i < 0 {
+			return !chatKeys.Folds(key) && s.Skip()
+		}
+		if seen[i] {
+			return false
+		}
+		seen[i] = true
+		if s.Peek() == 'n' {
+			return s.Literal("null") // null leaves a field as it is
+		}
+		var ok bool
+		switch i {
+		case 0:
+			p.RequestID, ok = s.String()
+		case 1:
+			p.SessionID, ok = s.String()
+		case 2:
+			p.Text, ok = s.String()
+		case 3:
+			p.Reason, ok = s.String()
+		case 4:
+			var n int64
+			n, ok = s.Int()
+			// flexInt goes through a float64, which is exact to 2^53.
+			ok = ok && n < 1<<53 && n > -1<<53
+			p.StatusCode = flexInt(n)
+		case 5:
+			p.FullAnswer, ok = s.String()
+		case 6:
+			p.ErrorMsg, ok = s.String()
+		case 7:
+			var v string
+			v, ok = s.String()
+			p.RetryAfter = flexString(v)
+		}
+		return ok
+	})
+	return ok && s.End()
+}
