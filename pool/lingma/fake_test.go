@@ -389,3 +389,35 @@ func TestPulledTurnClosedEarly(t *testing.T) {
 	a.Close()
 	waitStop(t, f)
 }
+
+// A worker that stops reading: a write blocks once the socket's buffers are
+// full, and the timeout ends it, closing the connection (as a context's
+// deadline would), and with it every call.
+func TestWriteTimeout(t *testing.T) {
+	stalled := make(chan struct{})
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	f := newFake(t, func(fc *fakeConn, m *lsp.Message) {
+		if m.Method == "auth/status" {
+			close(stalled)
+			<-release // the worker reads nothing more
+		}
+	})
+	c := fakeClient(t, f, Config{CallTimeout: time.Minute})
+	go func() { _, _ = c.Status(context.Background()) }()
+	<-stalled
+	big := make([]byte, 64<<20) // more than loopback's socket buffers hold
+	start := time.Now()
+	err := c.write(big, 300*time.Millisecond)
+	if took := time.Since(start); !errors.Is(err, chat.ErrWorkerGone) || took < 300*time.Millisecond || took > 10*time.Second {
+		t.Fatalf("write to a stalled worker: %v after %s, want ErrWorkerGone after the 300ms timeout", err, took)
+	}
+	select {
+	case <-c.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the connection stayed open after the write timed out")
+	}
+	if _, err := c.Status(context.Background()); !errors.Is(err, chat.ErrWorkerGone) {
+		t.Errorf("a call after the timeout: %v, want ErrWorkerGone", err)
+	}
+}
