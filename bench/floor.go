@@ -173,6 +173,7 @@ func (b *bench) scenarioFloor(ctx context.Context) ([]*floorRow, error) {
 		{fmt.Sprintf("50 ms worker, %d clients", b.plan.clients), false, "bench" + delayDirective, many},
 		{"stream (100 chunks), 1 client: first event", true, "bench" + streamDirective,
 			load{clients: 1, n: b.plan.seqStreamN / 2, dur: 2 * half}},
+		{fmt.Sprintf("stream (100 chunks), %d clients: first event", b.plan.clients), true, "bench" + streamDirective, many},
 	}
 	var rows []*floorRow
 	for _, w := range work {
