@@ -81,6 +81,26 @@ func (s *Scanner) Object(field func(key []byte) bool) bool {
 	}
 }
 
+// Fields reads an object whose keys are looked up in names: field is called
+// with the Scanner at the value of each key spelt as one of them, with the
+// name's index (below 64), and must read it. Other keys are skipped. It
+// gives up on a key repeated or spelt in another case, whose value
+// encoding/json would take differently.
+func (s *Scanner) Fields(names *Names, field func(i int) bool) bool {
+	var seen uint64
+	return s.Object(func(key []byte) bool {
+		i := names.Index(key)
+		if i < 0 {
+			return !names.Folds(key) && s.Skip()
+		}
+		if i >= 64 || seen&(1<<i) != 0 {
+			return false
+		}
+		seen |= 1 << i
+		return field(i)
+	})
+}
+
 // Array reads an array, calling elem with the Scanner at each element, which
 // elem must read.
 func (s *Scanner) Array(elem func() bool) bool {

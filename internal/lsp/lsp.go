@@ -147,16 +147,10 @@ var methods = []string{"chat/answer", "chat/think", "chat/finish", "tool/invoke"
 func readMessage(body []byte, m *Message) bool {
 	*m = Message{}
 	s := jsonx.NewScanner(body)
-	var seen [6]bool
-	ok := s.Object(func(key []byte) bool {
-		i := messageKeys.Index(key)
-		if i < 0 {
-			return !messageKeys.Folds(key) && s.Skip()
+	ok := s.Fields(messageKeys, func(i int) bool {
+		if s.Peek() == 'n' {
+			return false // a null: encoding/json decides
 		}
-		if seen[i] || s.Peek() == 'n' {
-			return false // a repeated key or a null: encoding/json decides
-		}
-		seen[i] = true
 		var ok bool
 		switch i {
 		case 0:
@@ -181,7 +175,7 @@ func readMessage(body []byte, m *Message) bool {
 		}
 		return ok // an error object is rare: encoding/json reads it
 	})
-	return ok && s.End() && seen[0]
+	return ok && s.End() && m.JSONRPC != ""
 }
 
 func intern(b []byte) string {

@@ -21,44 +21,26 @@ func readChatParams(b []byte, p *chatParams) error {
 }
 
 func readChatFast(b []byte, p *chatParams) bool {
+	strs := [...]*string{0: &p.RequestID, 1: &p.SessionID, 2: &p.Text, 3: &p.Reason, 5: &p.FullAnswer, 6: &p.ErrorMsg}
 	s := jsonx.NewScanner(b)
-	var seen [8]bool
-	ok := s.Object(func(key []byte) bool {
-		i := chatKeys.Index(key)
-		if i < 0 {
-			return !chatKeys.Folds(key) && s.Skip()
-		}
-		if seen[i] {
-			return false
-		}
-		seen[i] = true
+	ok := s.Fields(chatKeys, func(i int) bool {
 		if s.Peek() == 'n' {
 			return s.Literal("null") // null leaves a field as it is
 		}
 		var ok bool
 		switch i {
-		case 0:
-			p.RequestID, ok = s.String()
-		case 1:
-			p.SessionID, ok = s.String()
-		case 2:
-			p.Text, ok = s.String()
-		case 3:
-			p.Reason, ok = s.String()
 		case 4:
 			var n int64
 			n, ok = s.Int()
 			// flexInt goes through a float64, which is exact to 2^53.
 			ok = ok && n < 1<<53 && n > -1<<53
 			p.StatusCode = flexInt(n)
-		case 5:
-			p.FullAnswer, ok = s.String()
-		case 6:
-			p.ErrorMsg, ok = s.String()
 		case 7:
 			var v string
 			v, ok = s.String()
 			p.RetryAfter = flexString(v)
+		default:
+			*strs[i], ok = s.String()
 		}
 		return ok
 	})
