@@ -140,22 +140,32 @@ type Log interface {
 // Memory is the Log of a single replica without Redis.
 type Memory struct {
 	cfg  Config
+	keep int // Config.Kept
 	mu   sync.Mutex
-	ring []Entry // oldest first
+	// ring holds up to keep entries, oldest first until it is full; from
+	// then on each entry overwrites the oldest, at next.
+	ring []Entry
+	next int
 }
 
 // NewMemory returns an in-memory log.
-func NewMemory(cfg Config) *Memory { return &Memory{cfg: cfg.withDefaults()} }
+func NewMemory(cfg Config) *Memory {
+	cfg = cfg.withDefaults()
+	return &Memory{cfg: cfg, keep: cfg.Kept()}
+}
 
 // Add implements Log.
 func (m *Memory) Add(_ context.Context, es []Entry) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, e := range es {
-		m.ring = append(m.ring, m.cfg.prepare(e))
-	}
-	if keep := m.cfg.Kept(); len(m.ring) > keep {
-		m.ring = append(m.ring[:0:0], m.ring[len(m.ring)-keep:]...)
+		e = m.cfg.prepare(e)
+		if len(m.ring) < m.keep {
+			m.ring = append(m.ring, e)
+			continue
+		}
+		m.ring[m.next] = e
+		m.next = (m.next + 1) % m.keep
 	}
 	return nil
 }
@@ -165,9 +175,11 @@ func (m *Memory) List(_ context.Context, f Filter) ([]Entry, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []Entry
-	for i := len(m.ring) - 1; i >= 0 && (f.Limit <= 0 || len(out) < f.Limit); i-- {
-		if f.matches(&m.ring[i]) {
-			out = append(out, m.ring[i])
+	n := len(m.ring)
+	for k := 0; k < n && (f.Limit <= 0 || len(out) < f.Limit); k++ {
+		e := &m.ring[(m.next-1-k+n)%n] // newest first
+		if f.matches(e) {
+			out = append(out, *e)
 		}
 	}
 	return out, nil

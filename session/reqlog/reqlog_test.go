@@ -56,6 +56,17 @@ func TestNewestFirstFilteredAndBounded(t *testing.T) {
 		if len(errs) != 3 || len(ok) != 2 {
 			t.Errorf("errors %s, 200s %s", ids(errs), ids(ok))
 		}
+		// One batch longer than what is kept goes round the bound.
+		var batch []Entry
+		for i := 8; i < 15; i++ {
+			batch = append(batch, entry(i, "carol", 200))
+		}
+		if err := l.Add(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		if all, _ := l.List(ctx, Filter{}); ids(all) != "req-14 req-13 req-12 req-11 req-10" {
+			t.Errorf("after a long batch kept %s, want req-14..req-10", ids(all))
+		}
 	})
 }
 
@@ -91,4 +102,21 @@ func ids(es []Entry) string {
 		s = append(s, e.RequestID)
 	}
 	return strings.Join(s, " ")
+}
+
+// BenchmarkMemoryAdd adds batches to a full log, as a busy gateway does.
+func BenchmarkMemoryAdd(b *testing.B) {
+	m := NewMemory(Config{})
+	ctx := context.Background()
+	batch := make([]Entry, 16)
+	for i := range batch {
+		batch[i] = entry(i, "alice", 200)
+	}
+	for range m.keep/len(batch) + 1 {
+		_ = m.Add(ctx, batch)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = m.Add(ctx, batch)
+	}
 }
