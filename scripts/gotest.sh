@@ -7,7 +7,9 @@ set -uo pipefail
 out=$(mktemp -t poolgate-go-test.XXXXXX)
 "${GO:-go}" test "$@" 2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}
-if [ "$rc" -ne 0 ]; then
+if [ "$rc" -eq 0 ]; then
+  rm -f "$out"
+else
   echo
   echo "=== what failed (the whole output is above and in $out)"
   grep -E '^\s*--- FAIL|^\s+[[:alnum:]_]+_test\.go:[0-9]+: |^panic: |WARNING: DATA RACE|race detected during execution|^FAIL\s' "$out" | cut -c1-400 | head -80
