@@ -41,6 +41,8 @@ type Client struct {
 	// the reader replies to).
 	wmu      sync.Mutex
 	watchdog *time.Timer
+	// replyBuf is the reader's own, for the replies it writes.
+	replyBuf []byte
 
 	nextID  atomic.Int64 // JSON-RPC ids of our requests
 	turnSeq atomic.Int64 // suffixes of chat requestIds
@@ -400,7 +402,7 @@ func (c *Client) dispatch(m *lsp.Message) {
 	}
 	if len(m.ID) > 0 {
 		// The worker stalls until every request it sends is answered.
-		_ = c.write(replyFrame(m.ID), c.cfg.CallTimeout) // a failed write ends the reader too
+		_ = c.reply(m.ID) // a failed write ends the reader too
 	}
 	switch m.Method {
 	case "chat/answer", "chat/think", "chat/finish":
@@ -459,7 +461,7 @@ func (c *Client) invoke(m *lsp.Message) {
 		c.cfg.Logger.Warn("lingma: tool call arguments are not an object; sent as {}", "instance", c.name, "tool", name)
 	}
 	if len(m.ID) > 0 {
-		_ = c.write(replyFrame(m.ID), c.cfg.CallTimeout)
+		_ = c.reply(m.ID)
 	}
 	call := chat.ToolCall{ID: cmp.Or(p.ToolCallID, p.ID), Name: name, Arguments: args}
 	if call.ID == "" {
@@ -519,14 +521,16 @@ func requestFrame(id int64, method string, params any) ([]byte, error) {
 	return withHeader(b, room), nil
 }
 
-// replyFrame is the framed empty-result response to request id.
-func replyFrame(id json.RawMessage) []byte {
-	const room = frameRoom
-	b := make([]byte, room, room+len(id)+40)
+// reply answers the worker's request id with an empty result. Only the
+// reader calls it, once for each piece of an answer, so every reply is
+// built in the same buffer (a write is done with its frame when it returns).
+func (c *Client) reply(id json.RawMessage) error {
+	b := append(c.replyBuf[:0], make([]byte, frameRoom)...)
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = append(b, id...)
 	b = append(b, `,"result":{}}`...)
-	return withHeader(b, room)
+	c.replyBuf = b
+	return c.write(withHeader(b, frameRoom), c.cfg.CallTimeout)
 }
 
 // frameRoom is the space reserved in front of a body for its header:
