@@ -277,7 +277,7 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream,
 	// The events read so far are handled here: a non-streaming answer is
 	// then complete, and a stream's first event waits for the caller, who
 	// reads the rest.
-	st := &Stream{src: src, cancel: cancel, slot: slot}
+	st := &Stream{src: src, cancel: cancel}
 	st.q = supervisor.EventsIn(st.qbuf[:])
 	st.f = forwarding{r: r, ctx: tctx, rq: rq, slot: slot, q: &st.q, lim: newLimiter(rq.Stop, rq.MaxTokens, r.cfg.Count)}
 	if st.f.head(head) {

@@ -18,7 +18,6 @@ type Stream struct {
 	// and its closing event) fits.
 	qbuf   [2]chat.Event
 	src    answer
-	slot   *Slot
 	cancel context.CancelFunc
 	// over is set once the answer ended (its closing event is queued) or
 	// its caller went away; the turn is then released.
@@ -75,7 +74,7 @@ func (s *Stream) end() {
 	}
 	s.over = true
 	s.src.close()
-	s.slot.Release()
+	s.f.slot.Release()
 	s.cancel()
 	s.src = nil
 }
