@@ -23,46 +23,33 @@ func TestUnquote(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
-	n := NewNames("model", "messages", "max_tokens")
+	snake, camel := NewNames("model", "messages", "max_tokens"), NewNames("requestId", "text")
 	for _, tt := range []struct {
+		names *Names
 		key   string
 		index int
 		folds bool
 	}{
-		{"model", 0, true},
-		{"max_tokens", 2, true},
-		{"Model", -1, true},
-		{"MAX_TOKENS", -1, true},
-		{"mode", -1, false},
-		{"models", -1, false},
-		{"ma\u212a", -1, true}, // a Kelvin sign: encoding/json folds it to k
-		{"x_" + string(make([]byte, 40)), -1, false},
-		{string(make([]byte, 40)) + "\u017f", -1, true}, // non-ASCII past the length bound
+		{snake, "model", 0, true},
+		{snake, "max_tokens", 2, true},
+		{snake, "Model", -1, true},
+		{snake, "MAX_TOKENS", -1, true},
+		{snake, "mode", -1, false},
+		{snake, "models", -1, false},
+		{snake, "ma\u212a", -1, true}, // a Kelvin sign: encoding/json folds it to k
+		{snake, "x_" + string(make([]byte, 40)), -1, false},
+		{snake, string(make([]byte, 40)) + "\u017f", -1, true}, // non-ASCII past the length bound
+		// Names in camel case: exact spelling reads, any other case folds.
+		{camel, "requestId", 0, true},
+		{camel, "text", 1, true},
+		{camel, "requestid", -1, true},
+		{camel, "RequestID", -1, true},
+		{camel, "requestIds", -1, false},
 	} {
-		if got := n.Index([]byte(tt.key)); got != tt.index {
+		if got := tt.names.Index([]byte(tt.key)); got != tt.index {
 			t.Errorf("Index(%q) = %d, want %d", tt.key, got, tt.index)
 		}
-		if got := n.Folds([]byte(tt.key)); got != tt.folds {
-			t.Errorf("Folds(%q) = %v, want %v", tt.key, got, tt.folds)
-		}
-	}
-	// Names in camel case: exact spelling reads, any other case folds.
-	n = NewNames("requestId", "text")
-	for _, tt := range []struct {
-		key   string
-		index int
-		folds bool
-	}{
-		{"requestId", 0, true},
-		{"text", 1, true},
-		{"requestid", -1, true},
-		{"RequestID", -1, true},
-		{"requestIds", -1, false},
-	} {
-		if got := n.Index([]byte(tt.key)); got != tt.index {
-			t.Errorf("Index(%q) = %d, want %d", tt.key, got, tt.index)
-		}
-		if got := n.Folds([]byte(tt.key)); got != tt.folds {
+		if got := tt.names.Folds([]byte(tt.key)); got != tt.folds {
 			t.Errorf("Folds(%q) = %v, want %v", tt.key, got, tt.folds)
 		}
 	}
