@@ -17,22 +17,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/poolgate/poolgate/internal/apikey"
+	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/cluster"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
-// Config configures the admin surface.
+// Config configures the admin surface. Who may call each of its routes is
+// decided before they run, at the edge (internal/access); the handlers read
+// the caller it established.
 type Config struct {
-	// AdminToken guards /internal/*; when empty the API keys are accepted
-	// instead (main warns loudly about that).
-	AdminToken string
-	// Keys are the public API keys in force (the fallback above); nil is
-	// none.
-	Keys *apikey.Registry
-	// MetricsToken guards /metrics unless MetricsPublic.
-	MetricsToken  string
-	MetricsPublic bool
 	// BodyTimeout bounds how long a request body may take to arrive
 	// (default 60s).
 	BodyTimeout time.Duration
@@ -95,13 +89,13 @@ func (a *Admin) RegisterProbes(r gin.IRouter) {
 // authenticated /internal group for the other admin endpoints.
 func (a *Admin) Register(r gin.IRouter) gin.IRouter {
 	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg})
-	r.GET("/metrics", a.metricsAuth(), gin.WrapH(metrics))
+	r.GET("/metrics", gin.WrapH(metrics))
 
 	timeout := a.cfg.BodyTimeout
 	if timeout <= 0 {
 		timeout = 60 * time.Second
 	}
-	in := r.Group("/internal", bodyLimit(maxAdminBody, timeout), a.adminAuth(), a.leased())
+	in := r.Group("/internal", bodyLimit(maxAdminBody, timeout), a.leased())
 	in.GET("/pool", func(c *gin.Context) { c.JSON(http.StatusOK, a.pool.Snapshot()) })
 	in.POST("/pool/:instance/restart", a.poolAction("restart", a.workers.Restart))
 	in.POST("/pool/:instance/drain", a.poolAction("drain", a.workers.Drain))
@@ -111,13 +105,13 @@ func (a *Admin) Register(r gin.IRouter) gin.IRouter {
 }
 
 func (a *Admin) clearCooldown(c *gin.Context) {
-	name := c.Param("instance")
+	name := instanceParam(c)
 	had, err := a.workers.ClearCooldown(name)
 	if err != nil {
 		writePoolError(c, name, err)
 		return
 	}
-	a.log.Info("admin action", "action", "clear_cooldown", "instance", name, "had_cooldown", had, "by", c.GetString(whoKey))
+	a.log.Info("admin action", "action", "clear_cooldown", "instance", name, "had_cooldown", had, "by", who(c))
 	c.JSON(http.StatusOK, gin.H{"instance": name, "had_cooldown": had})
 }
 
@@ -125,7 +119,7 @@ func (a *Admin) clearCooldown(c *gin.Context) {
 const probeTimeout = 90 * time.Second
 
 func (a *Admin) probe(c *gin.Context) {
-	name := c.Param("instance")
+	name := instanceParam(c)
 	ctx, cancel := context.WithTimeout(c.Request.Context(), probeTimeout)
 	defer cancel()
 	res, err := a.pool.Probe(ctx, name)
@@ -134,7 +128,7 @@ func (a *Admin) probe(c *gin.Context) {
 		return
 	}
 	a.log.Info("admin action", "action", "probe", "instance", name, "ok", res.OK, "latency_ms", res.LatencyMS,
-		"error", res.Error, "by", c.GetString(whoKey))
+		"error", res.Error, "by", who(c))
 	c.JSON(http.StatusOK, res)
 }
 
@@ -146,6 +140,8 @@ func writePoolError(c *gin.Context, name string, err error) {
 		writeError(c, http.StatusNotFound, CodeUnknownInstance, "unknown instance "+name)
 	case errors.Is(err, pool.ErrBusy):
 		writeError(c, http.StatusConflict, CodeBusy, err.Error())
+	case errors.Is(err, cluster.ErrNotHolder):
+		writeError(c, http.StatusConflict, CodeNotLeaseHolder, err.Error())
 	default:
 		writeError(c, http.StatusInternalServerError, CodeInternal, err.Error())
 	}
@@ -153,69 +149,16 @@ func writePoolError(c *gin.Context, name string, err error) {
 
 func (a *Admin) poolAction(what string, do func(string) error) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		name := c.Param("instance")
+		name := instanceParam(c)
 		if err := do(name); err != nil {
 			writePoolError(c, name, err)
 			return
 		}
-		a.log.Info("admin action", "action", what, "instance", name, "by", c.GetString(whoKey))
+		a.log.Info("admin action", "action", what, "instance", name, "by", who(c))
 		c.JSON(http.StatusAccepted, gin.H{"instance": name, "action": what})
 	}
 }
 
-const whoKey = "admin_who"
-
-func (a *Admin) keys() *apikey.Set {
-	if a.cfg.Keys == nil {
-		return apikey.NewSet(nil)
-	}
-	return a.cfg.Keys.Load()
-}
-
-func (a *Admin) keyMatch(key string) bool {
-	_, ok := a.keys().Lookup(key)
-	return ok
-}
-
-// adminAuth accepts the admin token; only when none is set, an API key.
-func (a *Admin) adminAuth() gin.HandlerFunc {
-	return func(c *gin.Context) {
-		key := apikey.FromRequest(c.Request)
-		switch {
-		case a.cfg.AdminToken != "":
-			if apikey.Match(key, []string{a.cfg.AdminToken}) {
-				c.Set(whoKey, "admin-token")
-				c.Next()
-				return
-			}
-		case a.keys().Len() == 0:
-			c.Set(whoKey, "loopback")
-			c.Next()
-			return
-		case a.keyMatch(key):
-			c.Set(whoKey, "api-key")
-			c.Next()
-			return
-		}
-		abortWith(c, http.StatusUnauthorized, CodeUnauthorized, "admin token required")
-	}
-}
-
-// metricsAuth: the metrics token when one is set (nothing else is enough);
-// without one, whatever the admin API accepts; nothing with
-// POOLGATE_METRICS_PUBLIC.
-func (a *Admin) metricsAuth() gin.HandlerFunc {
-	admin := a.adminAuth()
-	return func(c *gin.Context) {
-		switch {
-		case a.cfg.MetricsPublic:
-			c.Next()
-		case a.cfg.MetricsToken == "":
-			admin(c)
-		case apikey.Match(apikey.FromRequest(c.Request), []string{a.cfg.MetricsToken}):
-			c.Next()
-		default:
-			abortWith(c, http.StatusUnauthorized, CodeUnauthorized, "metrics token required")
-		}
-	}
-}
+// who names the caller that acted, for the admin log: the key's name or the
+// token's kind, never a secret.
+func who(c *gin.Context) string { return access.From(c.Request.Context()).Name() }

@@ -6,11 +6,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/poolgate/poolgate/pool/cluster"
 	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/session/bundle"
 )
@@ -64,39 +66,43 @@ func (a *Admin) RegisterBundles(r gin.IRouter, svc BundleService) {
 }
 
 func (a *Admin) exportBundle(c *gin.Context, svc BundleService) {
-	name := c.Query("instance")
+	name := instanceParam(c)
 	if name == "" {
 		writeError(c, http.StatusBadRequest, CodeBadRequest, "instance is required (?instance=NAME)")
 		return
 	}
 	account, sealed, err := svc.Export(c.Request.Context(), name)
 	if err != nil {
-		a.log.Warn("admin action failed", "action", "session_export", "instance", name, "by", c.GetString(whoKey), "err", err)
+		a.log.Warn("admin action failed", "action", "session_export", "instance", name, "by", who(c), "err", err)
 		writeBundleError(c, name, err)
 		return
 	}
 	n := len(sealed)
-	a.log.Info("admin action", "action", "session_export", "instance", name, "account", account, "bytes", n, "by", c.GetString(whoKey))
+	a.log.Info("admin action", "action", "session_export", "instance", name, "account", account, "bytes", n, "by", who(c))
 	c.Header("Cache-Control", "no-store")
 	c.JSON(http.StatusOK, bundleJSON{Instance: name, Account: account, Bundle: base64.StdEncoding.EncodeToString(sealed), Bytes: &n})
 }
 
 func (a *Admin) importBundle(c *gin.Context, svc BundleService) {
-	body, sealed, ok := decodeImport(c, a.cfg.BundleImportPlain)
+	body, raw, sealed, ok := decodeImport(c, a.cfg.BundleImportPlain)
 	if !ok {
 		return
 	}
-	name := c.Query("instance")
-	switch {
-	case name == "" && body.Instance == "":
-		writeError(c, http.StatusBadRequest, CodeBadRequest, "instance is required (?instance=NAME)")
-		return
-	case name == "":
-		name = body.Instance
-	case body.Instance != "" && body.Instance != name:
-		writeError(c, http.StatusBadRequest, CodeBadRequest,
-			"the body names instance "+body.Instance+" but the query names "+name)
-		return
+	// The operator names the target in the query, which the lease gate
+	// already checked; a bundle's own instance field names only where it
+	// came from. Without a query the body names the target, and the lease
+	// is checked for that name here, with the body put back should the
+	// action go to the holder.
+	name := instanceParam(c)
+	if name == "" {
+		if name = body.Instance; name == "" {
+			writeError(c, http.StatusBadRequest, CodeBadRequest, "instance is required (?instance=NAME)")
+			return
+		}
+		c.Request.Body, c.Request.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
+		if !a.onHolder(c, name) {
+			return
+		}
 	}
 	action, format := "session_import", "sealed"
 	var err error
@@ -107,25 +113,34 @@ func (a *Admin) importBundle(c *gin.Context, svc BundleService) {
 		err = svc.Import(c.Request.Context(), name, sealed)
 	}
 	if err != nil {
-		a.log.Warn("admin action failed", "action", action, "instance", name, "bytes", len(sealed), "by", c.GetString(whoKey), "err", err)
+		a.log.Warn("admin action failed", "action", action, "instance", name, "from_instance", body.Instance,
+			"bytes", len(sealed), "by", who(c), "err", err)
 		writeBundleError(c, name, err)
 		return
 	}
 	account := instanceAccount(a.pool, name)
-	a.log.Info("admin action", "action", action, "instance", name, "account", account, "bytes", len(sealed), "by", c.GetString(whoKey))
+	a.log.Info("admin action", "action", action, "instance", name, "from_instance", body.Instance, "account", account,
+		"bytes", len(sealed), "by", who(c))
 	c.JSON(http.StatusOK, gin.H{"instance": name, "account": account, "imported": true, "format": format})
 }
 
 // decodeImport reads the import body (capped) and its base64 bundle, or
 // writes the error: 413 over the cap, 400 for bad JSON or base64, 403 for a
 // plain bundle when plain imports are off.
-func decodeImport(c *gin.Context, plain bool) (bundleJSON, []byte, bool) {
-	var body bundleJSON
+func decodeImport(c *gin.Context, plain bool) (body bundleJSON, raw, bundle []byte, ok bool) {
 	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, maxBundleBody)
-	raw, ok := readBody(c, "body over "+strconv.Itoa(maxBundleBody)+" bytes; a sealed bundle is at most 1 MiB")
+	raw, ok = readBody(c, "body over "+strconv.Itoa(maxBundleBody)+" bytes; a sealed bundle is at most 1 MiB")
 	if !ok {
-		return body, nil, false
+		return body, nil, nil, false
 	}
+	body, bundle, ok = decodeBundleBody(c, raw, plain)
+	return body, raw, bundle, ok
+}
+
+// decodeBundleBody reads the import body's JSON and its base64 bundle, or
+// writes the error.
+func decodeBundleBody(c *gin.Context, raw []byte, plain bool) (bundleJSON, []byte, bool) {
+	var body bundleJSON
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
@@ -188,6 +203,8 @@ func writeBundleError(c *gin.Context, name string, err error) {
 	switch {
 	case errors.Is(err, supervisor.ErrUnknownInstance):
 		status, code, msg = http.StatusNotFound, CodeUnknownInstance, "unknown instance "+name
+	case errors.Is(err, cluster.ErrNotHolder):
+		status, code = http.StatusConflict, CodeNotLeaseHolder
 	case errors.Is(err, bundle.ErrNoKey):
 		status, code, msg = http.StatusServiceUnavailable, CodeUnavailable, bundle.ErrNoKey.Error()
 	case errors.Is(err, bundle.ErrNoCredentials):

@@ -60,7 +60,7 @@ func bundleKey(t *testing.T) []byte {
 
 // newBundleEnv builds the pool; start runs real workers (logged in when
 // loggedIn), otherwise the pool is never started.
-func newBundleEnv(t *testing.T, key []byte, cfg admin.Config, start, loggedIn bool) *bundleEnv {
+func newBundleEnv(t *testing.T, key []byte, cfg admin.Config, edge gin.HandlerFunc, start, loggedIn bool) *bundleEnv {
 	t.Helper()
 	gin.SetMode(gin.TestMode)
 	var extra []string
@@ -93,6 +93,7 @@ func newBundleEnv(t *testing.T, key []byte, cfg admin.Config, start, loggedIn bo
 	svc := bundle.New(bundle.Config{Key: key}, homes{sup}, store, bundleLog())
 	a := admin.New(cfg, p, sup, prometheus.NewRegistry(), bundleLog())
 	r := gin.New()
+	r.Use(edge)
 	a.RegisterBundles(a.Register(r), svc)
 	return &bundleEnv{sup: sup, pool: p, store: store, handler: r, workDir: wc.WorkDir}
 }
@@ -180,8 +181,8 @@ func loginPageHits(t *testing.T, p *supervisor.Supervisor) int {
 
 func TestBundleExportImportLogsInWithoutABrowser(t *testing.T) {
 	key := bundleKey(t)
-	src := newBundleEnv(t, key, admin.Config{}, true, true)
-	dst := newBundleEnv(t, key, admin.Config{}, true, false)
+	src := newBundleEnv(t, key, admin.Config{}, admin.Edge(""), true, true)
+	dst := newBundleEnv(t, key, admin.Config{}, admin.Edge(""), true, false)
 	src.waitState(t, supervisor.StateReady, nil)
 	before := dst.waitState(t, supervisor.StateNeedsLogin, nil)
 
@@ -254,7 +255,7 @@ func craftTarGz(t *testing.T, entries ...*tar.Header) []byte {
 
 func TestBundleImportRejectsBadBundlesAndLeavesTheWorkerAlone(t *testing.T) {
 	key := bundleKey(t)
-	src := newBundleEnv(t, key, admin.Config{}, false, false)
+	src := newBundleEnv(t, key, admin.Config{}, admin.Edge(""), false, false)
 	if err := os.MkdirAll(filepath.Join(src.workDir, "cache"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +288,7 @@ func TestBundleImportRejectsBadBundlesAndLeavesTheWorkerAlone(t *testing.T) {
 	symlink := craftTarGz(t, &tar.Header{Name: "cache/user", Typeflag: tar.TypeSymlink, Linkname: "/etc/shadow"})
 	okJSON := importBody(t, good)
 
-	dst := newBundleEnv(t, key, admin.Config{}, true, false)
+	dst := newBundleEnv(t, key, admin.Config{}, admin.Edge(""), true, false)
 	before := dst.waitState(t, supervisor.StateNeedsLogin, nil)
 	hash := testenv.TreeHash(t, dst.workDir)
 
@@ -312,7 +313,7 @@ func TestBundleImportRejectsBadBundlesAndLeavesTheWorkerAlone(t *testing.T) {
 		{name: "plain length on a sealed bundle", give: []byte(`{"bundle":"AAAA","raw_bytes":3}`), want: http.StatusBadRequest, wantMsg: `"raw_bytes" goes with "bundle_b64"`},
 		{name: "plain bundles off", give: []byte(`{"bundle_b64":"AAAA"}`), want: http.StatusForbidden, wantMsg: "POOLGATE_BUNDLE_IMPORT_PLAIN"},
 		{name: "bytes mismatch", give: bytes.Replace(okJSON, []byte(`"bytes":`), []byte(`"bytes":1`), 1), want: http.StatusBadRequest, wantMsg: "truncated"},
-		{name: "instance mismatch", path: "/internal/session/import?instance=w2", give: okJSON, want: http.StatusBadRequest, wantMsg: "names instance w1"},
+		{name: "the query names the target, not the body", path: "/internal/session/import?instance=w2", give: okJSON, want: http.StatusNotFound, wantMsg: "unknown instance w2"},
 		{name: "unknown instance", path: "/internal/session/import", give: []byte(`{"instance":"nope","bundle":"AAAA"}`), want: http.StatusNotFound, wantMsg: "unknown instance nope"},
 		{name: "export not logged in", path: "/internal/session/export?instance=w1", want: http.StatusConflict, wantMsg: "not logged in"},
 		{name: "export unknown", path: "/internal/session/export?instance=nope", want: http.StatusNotFound, wantMsg: "unknown instance nope"},
@@ -352,7 +353,7 @@ func mustPackOther(t *testing.T, dir string) []byte {
 }
 
 func TestBundleRoutesNeedTheAdminToken(t *testing.T) {
-	e := newBundleEnv(t, bundleKey(t), admin.Config{AdminToken: "admin-secret", Keys: apikey.NewRegistry([]apikey.Key{{Name: "k", Secret: "api-key"}})}, false, false)
+	e := newBundleEnv(t, bundleKey(t), admin.Config{}, admin.Edge("admin-secret", apikey.Key{Name: "k", Secret: "api-key"}), false, false)
 	tests := []struct {
 		name  string
 		path  string
@@ -360,9 +361,9 @@ func TestBundleRoutesNeedTheAdminToken(t *testing.T) {
 		want  int
 	}{
 		{name: "export without token", path: "/internal/session/export?instance=nope", want: http.StatusUnauthorized},
-		{name: "export with an api key", path: "/internal/session/export?instance=nope", token: "api-key", want: http.StatusUnauthorized},
+		{name: "export with an api key", path: "/internal/session/export?instance=nope", token: "api-key", want: http.StatusForbidden},
 		{name: "export with a wrong token", path: "/internal/session/export?instance=nope", token: "admin-secreT", want: http.StatusUnauthorized},
-		{name: "import with an api key", path: "/internal/session/import?instance=nope", token: "api-key", want: http.StatusUnauthorized},
+		{name: "import with an api key", path: "/internal/session/import?instance=nope", token: "api-key", want: http.StatusForbidden},
 		{name: "import without token", path: "/internal/session/import?instance=nope", want: http.StatusUnauthorized},
 		{name: "export with the token", path: "/internal/session/export?instance=nope", token: "admin-secret", want: http.StatusNotFound},
 	}
@@ -376,7 +377,7 @@ func TestBundleRoutesNeedTheAdminToken(t *testing.T) {
 }
 
 func TestBundleRoutesWithoutAKey(t *testing.T) {
-	e := newBundleEnv(t, nil, admin.Config{}, false, false)
+	e := newBundleEnv(t, nil, admin.Config{}, admin.Edge(""), false, false)
 	for _, path := range []string{"/internal/session/export?instance=w1", "/internal/session/import?instance=w1"} {
 		code, out := e.do(t, path, "", importBody(t, []byte("sealed")))
 		if msg := fmt.Sprint(out["error"]); code != http.StatusServiceUnavailable ||

@@ -145,7 +145,8 @@ func TestDashboard(t *testing.T) {
 func startBareAdmin(t *testing.T, p *pool.Pool, sup *supervisor.Supervisor) (_ *httptest.Server, hasLogin, hasStats bool) {
 	t.Helper()
 	eng := gin.New()
-	adm := admin.New(admin.Config{AdminToken: adminToken}, p, sup, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	eng.Use(admin.Edge(adminToken))
+	adm := admin.New(admin.Config{}, p, sup, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	adm.Register(eng)
 	adm.RegisterDashboard(eng)
 	srv := httptest.NewServer(eng)
@@ -176,7 +177,8 @@ func startAdmin(t *testing.T) (*pool.Pool, *supervisor.Supervisor, *httptest.Ser
 
 	gin.SetMode(gin.TestMode)
 	eng := gin.New()
-	adm := admin.New(admin.Config{AdminToken: adminToken}, p, sup, prometheus.NewRegistry(), log)
+	eng.Use(admin.Edge(adminToken))
+	adm := admin.New(admin.Config{}, p, sup, prometheus.NewRegistry(), log)
 	adm.RegisterProbes(eng)
 	in := adm.Register(eng)
 	adm.RegisterDashboard(eng)

@@ -250,8 +250,9 @@ func startUsageAdmin(t *testing.T, u *usage.Memory, l *reqlog.Memory) *httptest.
 	t.Helper()
 	gin.SetMode(gin.TestMode)
 	eng := gin.New()
+	eng.Use(admin.Edge(adminToken))
 	p := staticPool{}
-	adm := admin.New(admin.Config{AdminToken: adminToken}, p, p, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	adm := admin.New(admin.Config{}, p, p, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	in := adm.Register(eng)
 	adm.RegisterDashboard(eng)
 	adm.RegisterUsage(in, u, l)

@@ -32,8 +32,8 @@ type Error struct {
 // Error codes, with the status each comes with.
 const (
 	CodeBadRequest      = "bad_request"      // 400: a parameter or the body is missing or wrong
-	CodeUnauthorized    = "unauthorized"     // 401: no or a wrong admin (or metrics) token
-	CodeForbidden       = "forbidden"        // 403: the operator turned this off (plain bundle imports)
+	CodeUnauthorized    = "unauthorized"     // 401: no or a wrong credential
+	CodeForbidden       = "forbidden"        // 403: the caller's role may not, or the operator turned this off (plain bundle imports)
 	CodeUnknownInstance = "unknown_instance" // 404: no instance has that name
 	CodeNotFound        = "not_found"        // 404: the instance has no such thing (a login screenshot)
 	CodeBodyTimeout     = "body_timeout"     // 408: the body did not arrive in time
@@ -52,7 +52,7 @@ const (
 
 // writeError answers the request with an admin error.
 func writeError(c *gin.Context, status int, code, message string) {
-	writeErrorTo(c.Writer, status, code, message)
+	WriteError(c.Writer, status, code, message)
 }
 
 // abortWith answers with an admin error and stops the handler chain.
@@ -61,9 +61,10 @@ func abortWith(c *gin.Context, status int, code, message string) {
 	c.Abort()
 }
 
-// writeErrorTo is writeError for plain net/http callbacks (a reverse
-// proxy's error handler).
-func writeErrorTo(w http.ResponseWriter, status int, code, message string) {
+// WriteError writes an admin error to w: for the HTTP edge's refusals on
+// the admin surface, and plain net/http callbacks (a reverse proxy's error
+// handler).
+func WriteError(w http.ResponseWriter, status int, code, message string) {
 	b, _ := json.Marshal(ErrorBody{Error: Error{Code: code, Message: message}}) // two strings: cannot fail
 	h := w.Header()
 	h.Set("Content-Type", "application/json; charset=utf-8")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,13 +17,15 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/poolgate/poolgate/handlers"
+	"github.com/poolgate/poolgate/internal/access"
+	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/pool"
-	"github.com/poolgate/poolgate/pool/cluster"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // fakePool knows one instance, "w1", which is always busy for a probe.
-type fakePool struct{ restarted []string }
+type fakePool struct{ restarted, imported []string }
 
 func (f *fakePool) Snapshot() pool.Snapshot {
 	return pool.Snapshot{Instances: []pool.InstanceStatus{{Name: "w1", Account: "acct-1"}}}
@@ -47,6 +50,20 @@ func (f *fakePool) Probe(_ context.Context, name string) (pool.ProbeResult, erro
 	return pool.ProbeResult{}, fmt.Errorf("%w: instance w1 has 1 turns in flight", pool.ErrBusy)
 }
 
+func (f *fakePool) Export(context.Context, string) (string, []byte, error) {
+	return "", nil, errors.New("not in this test")
+}
+
+func (f *fakePool) Import(_ context.Context, instance string, _ []byte) error {
+	f.imported = append(f.imported, instance)
+	return nil
+}
+
+func (f *fakePool) ImportPlain(_ context.Context, instance, _ string, _ []byte) error {
+	f.imported = append(f.imported, instance)
+	return nil
+}
+
 // fakeHolders says w1 is held by the replica at url ("" when by no one).
 type fakeHolders struct{ url string }
 
@@ -59,13 +76,16 @@ func adminServer(t *testing.T, holders Holders, bodyTimeout time.Duration) (*htt
 	t.Helper()
 	gin.SetMode(gin.TestMode)
 	p := &fakePool{}
-	a := New(Config{AdminToken: "adm", BodyTimeout: bodyTimeout}, p, p, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	a := New(Config{BodyTimeout: bodyTimeout}, p, p, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	if holders != nil {
 		a.SetCluster(holders, "cluster-secret", true)
 	}
 	e := gin.New()
+	e.Use(handlers.Authorize(&access.Credentials{Keys: apikey.NewRegistry(nil), AdminToken: "adm",
+		ClusterToken: "cluster-secret"}, WriteError))
 	in := a.Register(e)
 	a.RegisterSession(in, nil)
+	a.RegisterBundles(in, p)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return srv, p
@@ -123,8 +143,8 @@ func TestErrorShape(t *testing.T) {
 		status                    int
 		code, inMessage           string
 	}{
-		{"no token", "GET", "/internal/pool", "", "", 401, CodeUnauthorized, "admin token required"},
-		{"wrong token", "GET", "/internal/pool", "nope", "", 401, CodeUnauthorized, "admin token required"},
+		{"no token", "GET", "/internal/pool", "", "", 401, CodeUnauthorized, "admin credential required"},
+		{"wrong token", "GET", "/internal/pool", "nope", "", 401, CodeUnauthorized, "admin credential required"},
 		{"unknown instance", "POST", "/internal/pool/ghost/restart", "adm", "", 404, CodeUnknownInstance, "unknown instance ghost"},
 		{"busy", "POST", "/internal/pool/w1/probe", "adm", "", 409, CodeBusy, "turns in flight"},
 		{"unknown probe", "POST", "/internal/pool/ghost/probe", "adm", "", 404, CodeUnknownInstance, "ghost"},
@@ -174,7 +194,7 @@ func TestActionsFollowTheLease(t *testing.T) {
 	if res.StatusCode != http.StatusAccepted || string(body) != `{"path":"/internal/pool/w1/drain?x=1","body":"{\"a\":1}"}` {
 		t.Errorf("forwarded drain: %d %s", res.StatusCode, body)
 	}
-	if got.Get(cluster.HopHeader) != "r1" || got.Get(cluster.TokenHeader) != "cluster-secret" || got.Get("Authorization") != "Bearer adm" {
+	if got.Get(access.HopHeader) != "r1" || got.Get(access.TokenHeader) != "cluster-secret" || got.Get("Authorization") != "Bearer adm" {
 		t.Errorf("the holder saw headers %v", got)
 	}
 	if len(p.restarted) != 0 {
@@ -182,9 +202,23 @@ func TestActionsFollowTheLease(t *testing.T) {
 	}
 
 	req := request("POST", srv.URL+"/internal/pool/w1/drain", "adm", nil)
-	req.Header.Set(cluster.HopHeader, "r2")
+	req.Header.Set(access.HopHeader, "r2")
+	req.Header.Set(access.TokenHeader, "cluster-secret")
 	res, body = roundTrip(t, req)
 	checkError(t, res, body, http.StatusConflict, CodeNotLeaseHolder, "does not drive w1")
+
+	// An import that names its instance only in the body is checked against
+	// that instance's lease too: it goes to the holder, body and all, and
+	// nothing is imported here.
+	res, body = roundTrip(t, request("POST", srv.URL+"/internal/session/import", "adm",
+		strings.NewReader(`{"instance":"w1","bundle":"AAAA"}`)))
+	if res.StatusCode != http.StatusAccepted ||
+		string(body) != `{"path":"/internal/session/import","body":"{\"instance\":\"w1\",\"bundle\":\"AAAA\"}"}` {
+		t.Errorf("forwarded import: %d %s", res.StatusCode, body)
+	}
+	if len(p.imported) != 0 {
+		t.Errorf("the non-holder imported itself: %v", p.imported)
+	}
 
 	gone := httptest.NewServer(http.NotFoundHandler())
 	gone.Close()

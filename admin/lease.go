@@ -11,7 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/poolgate/poolgate/pool/cluster"
+	"github.com/poolgate/poolgate/internal/access"
 )
 
 // Holders says which replica drives an account (clustered only).
@@ -48,44 +48,62 @@ func (a *Admin) SetCluster(h Holders, clusterToken string, forward bool) {
 const forwardTimeout = 60 * time.Second
 
 // leased gates the instance-scoped routes (an :instance path parameter or an
-// ?instance= query) on the lease. Routes about no instance pass.
+// ?instance= query) on the lease. Routes about no instance pass; a route
+// whose instance is named in its body (a bundle import) calls onHolder
+// itself once it has read the name.
 func (a *Admin) leased() gin.HandlerFunc {
 	return func(c *gin.Context) {
-		g := a.lease
-		name := c.Param("instance")
-		if name == "" {
-			name = c.Query("instance")
-		}
-		if g == nil || name == "" {
+		if name := instanceParam(c); name == "" || a.onHolder(c, name) {
 			c.Next()
 			return
 		}
-		local, holder := g.holders.Holder(name)
-		switch {
-		case local:
-			c.Next()
-			return
-		case c.GetHeader(cluster.HopHeader) != "" || holder == "":
-			// Forwarded here by a replica whose view was stale, or held by no
-			// one (it is being handed over, or this replica just started).
-			a.refuse(c, name, "no replica holds its lease right now; retry in a few seconds")
-			return
-		case !g.forward:
-			a.refuse(c, name, "it is held by the replica at "+holder+"; send the action to that replica's admin API")
-			return
-		}
-		target, err := url.Parse(holder)
-		if err != nil {
-			a.refuse(c, name, "its holder's address "+holder+" is not a URL: "+err.Error())
-			return
-		}
-		a.log.Info("admin action forwarded to the lease holder", "instance", name, "path", c.Request.URL.Path,
-			"holder", holder, "by", c.GetString(whoKey))
-		g.forwardTo(c, target, func(err error) {
-			a.refuse(c, name, "its holder at "+holder+" could not be reached: "+err.Error())
-		})
 		c.Abort()
 	}
+}
+
+// instanceParam is the instance a request names in its path or query:
+// what every instance-scoped handler acts on, and what the lease is checked
+// for.
+func instanceParam(c *gin.Context) string {
+	if name := c.Param("instance"); name != "" {
+		return name
+	}
+	return c.Query("instance")
+}
+
+// onHolder reports whether this replica may act on the instance now; if
+// not, it has answered the request: forwarded to the holder (the request's
+// body must still be unread, or put back), or refused with the holder's
+// address.
+func (a *Admin) onHolder(c *gin.Context, name string) bool {
+	g := a.lease
+	if g == nil {
+		return true
+	}
+	local, holder := g.holders.Holder(name)
+	switch {
+	case local:
+		return true
+	case access.From(c.Request.Context()).Replica != "" || holder == "":
+		// Forwarded here by a replica whose view was stale, or held by no
+		// one (it is being handed over, or this replica just started).
+		a.refuse(c, name, "no replica holds its lease right now; retry in a few seconds")
+		return false
+	case !g.forward:
+		a.refuse(c, name, "it is held by the replica at "+holder+"; send the action to that replica's admin API")
+		return false
+	}
+	target, err := url.Parse(holder)
+	if err != nil {
+		a.refuse(c, name, "its holder's address "+holder+" is not a URL: "+err.Error())
+		return false
+	}
+	a.log.Info("admin action forwarded to the lease holder", "instance", name, "path", c.Request.URL.Path,
+		"holder", holder, "by", who(c))
+	g.forwardTo(c, target, func(err error) {
+		a.refuse(c, name, "its holder at "+holder+" could not be reached: "+err.Error())
+	})
+	return false
 }
 
 // forwardTo relays the action to the replica at target, marked as forwarded
@@ -97,8 +115,8 @@ func (g *leaseGate) forwardTo(c *gin.Context, target *url.URL, unreachable func(
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
-			pr.Out.Header.Set(cluster.HopHeader, g.holders.ID())
-			pr.Out.Header.Set(cluster.TokenHeader, g.token)
+			pr.Out.Header.Set(access.HopHeader, g.holders.ID())
+			pr.Out.Header.Set(access.TokenHeader, g.token)
 			if requestID != "" {
 				pr.Out.Header.Set("X-Request-Id", requestID)
 			}

@@ -91,7 +91,7 @@ func writeInstanceError(c *gin.Context, name string, err error) {
 }
 
 func (h *loginAPI) start(c *gin.Context) {
-	name := c.Query("instance")
+	name := instanceParam(c)
 	t, ok := h.target(c, name)
 	if !ok {
 		return
@@ -102,7 +102,7 @@ func (h *loginAPI) start(c *gin.Context) {
 		return
 	}
 	st := h.svc.Start(t)
-	h.log.Info("admin action", "action", "auto_login_start", "instance", name, "by", c.GetString(whoKey))
+	h.log.Info("admin action", "action", "auto_login_start", "instance", name, "by", who(c))
 	c.JSON(http.StatusAccepted, st)
 }
 
@@ -128,7 +128,7 @@ func (h *loginAPI) status(c *gin.Context) {
 }
 
 func (h *loginAPI) url(c *gin.Context) {
-	name := c.Query("instance")
+	name := instanceParam(c)
 	t, ok := h.target(c, name)
 	if !ok {
 		return
@@ -144,12 +144,12 @@ func (h *loginAPI) url(c *gin.Context) {
 		writeError(c, status, code, "ask instance "+name+" for a login URL: "+err.Error())
 		return
 	}
-	h.log.Info("admin action", "action", "auto_login_url", "instance", name, "by", c.GetString(whoKey))
+	h.log.Info("admin action", "action", "auto_login_url", "instance", name, "by", who(c))
 	c.JSON(http.StatusOK, gin.H{"url": u})
 }
 
 func (h *loginAPI) screenshot(c *gin.Context) {
-	name := c.Param("instance")
+	name := instanceParam(c)
 	if _, ok := h.target(c, name); !ok {
 		return
 	}
@@ -170,10 +170,23 @@ func (h *loginAPI) screenshot(c *gin.Context) {
 	c.Data(http.StatusOK, "image/png", png)
 }
 
+// callbackAllowed are the headers a login callback passes on to the worker.
+var callbackAllowed = []string{"Accept", "Accept-Language", "User-Agent"}
+
+func callbackHeaders(in http.Header) http.Header {
+	out := make(http.Header, len(callbackAllowed))
+	for _, k := range callbackAllowed {
+		if vs := in.Values(k); len(vs) > 0 {
+			out[k] = append([]string(nil), vs...)
+		}
+	}
+	return out
+}
+
 // callback forwards /auto-login/NAME/callback?QUERY to the instance's own
 // http://127.0.0.1:PORT/auth/callback?QUERY and relays the answer.
 func (h *loginAPI) callback(c *gin.Context) {
-	name := c.Param("instance")
+	name := instanceParam(c)
 	port, err := h.targets.LoginPort(name)
 	if err != nil {
 		writeInstanceError(c, name, err)
@@ -189,16 +202,14 @@ func (h *loginAPI) callback(c *gin.Context) {
 			pr.SetURL(upstream)
 			pr.Out.URL.Path, pr.Out.URL.RawPath = "/auth/callback", ""
 			pr.Out.URL.RawQuery = pr.In.URL.RawQuery
-			// The admin credentials and poolgate's cookies are not the
-			// worker's business.
-			for _, k := range []string{"Authorization", "Proxy-Authorization", "X-Api-Key", "Cookie"} {
-				pr.Out.Header.Del(k)
-			}
+			// The worker gets what a browser's redirect would carry and
+			// nothing of poolgate's: no credential, cookie or replica header.
+			pr.Out.Header = callbackHeaders(pr.In.Header)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeErrorTo(w, http.StatusBadGateway, CodeWorkerError, "forward the login callback to instance "+name+": "+err.Error())
+			WriteError(w, http.StatusBadGateway, CodeWorkerError, "forward the login callback to instance "+name+": "+err.Error())
 		},
 	}
-	h.log.Info("admin action", "action", "auto_login_callback", "instance", name, "by", c.GetString(whoKey))
+	h.log.Info("admin action", "action", "auto_login_callback", "instance", name, "by", who(c))
 	proxy.ServeHTTP(c.Writer, c.Request)
 }

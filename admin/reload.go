@@ -58,7 +58,7 @@ func (a *Admin) RegisterReload(r gin.IRouter, rl Reloader) {
 			writeError(c, http.StatusInternalServerError, CodeInternal, err.Error())
 			return
 		}
-		a.log.Info("admin action", "action", "reload", "by", c.GetString(whoKey))
+		a.log.Info("admin action", "action", "reload", "by", who(c))
 		c.JSON(http.StatusOK, rep)
 	})
 }

@@ -50,7 +50,7 @@ func (a *Admin) RegisterSession(r gin.IRouter, store AffinityFlusher) {
 			writeError(c, http.StatusInternalServerError, CodeInternal, "flush affinity: "+err.Error())
 			return
 		}
-		a.log.Info("admin action", "action", "flush_affinity", "scope", scope, "removed", n, "by", c.GetString(whoKey))
+		a.log.Info("admin action", "action", "flush_affinity", "scope", scope, "removed", n, "by", who(c))
 		c.JSON(http.StatusOK, gin.H{"flushed": n, "scope": scope})
 	})
 }

@@ -29,7 +29,7 @@ type Limits struct {
 func (a *Admin) RegisterStats(r gin.IRouter, limits Limits, models ModelSource) {
 	r.GET("/stats", func(c *gin.Context) { c.JSON(http.StatusOK, a.stats(limits)) })
 	r.GET("/models/raw", func(c *gin.Context) {
-		name := c.Query("instance")
+		name := instanceParam(c)
 		ctx, cancel := context.WithTimeout(c.Request.Context(), 5*time.Second)
 		defer cancel()
 		raw, ms, err := models.InstanceModels(ctx, name)

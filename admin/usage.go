@@ -10,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/session/reqlog"
 	"github.com/poolgate/poolgate/session/usage"
 )
@@ -41,7 +42,9 @@ type RequestsAnswer struct {
 	Requests []reqlog.Entry `json:"requests"`
 }
 
-// RegisterUsage serves the usage counters and the request log:
+// RegisterUsage serves the usage counters and the request log, each key's
+// own to a key with role user, everyone's to viewers and admins (prompts and
+// answers, when the log keeps them, to admins only):
 //
 //	GET /internal/usage?key=&account=&from=&to=&by=day|hour
 //	GET /internal/requests?key=&account=&status=&limit=
@@ -52,6 +55,9 @@ type RequestsAnswer struct {
 func (a *Admin) RegisterUsage(r gin.IRouter, u UsageSource, l RequestSource) {
 	r.GET("/usage", func(c *gin.Context) {
 		q := usage.Query{Key: c.Query("key"), Account: c.Query("account")}
+		if !ownScope(c, &q.Key) {
+			return
+		}
 		var err error
 		if q.From, err = parseWhen(c.Query("from"), false); err != nil {
 			writeError(c, http.StatusBadRequest, CodeBadRequest, "from: "+err.Error())
@@ -88,6 +94,9 @@ func (a *Admin) RegisterUsage(r gin.IRouter, u UsageSource, l RequestSource) {
 	})
 	r.GET("/requests", func(c *gin.Context) {
 		f := reqlog.Filter{Key: c.Query("key"), Account: c.Query("account")}
+		if !ownScope(c, &f.Key) {
+			return
+		}
 		if err := parseStatus(c.Query("status"), &f); err != nil {
 			writeError(c, http.StatusBadRequest, CodeBadRequest, "status: "+err.Error())
 			return
@@ -110,8 +119,30 @@ func (a *Admin) RegisterUsage(r gin.IRouter, u UsageSource, l RequestSource) {
 		if es == nil {
 			es = []reqlog.Entry{}
 		}
+		if !access.From(c.Request.Context()).SeesContent() {
+			for i := range es {
+				es[i].Prompt, es[i].Answer = "", ""
+			}
+		}
 		c.JSON(http.StatusOK, RequestsAnswer{Requests: es})
 	})
+}
+
+// ownScope holds a caller that sees only its own records (a key with role
+// user) to its own key: key is set to its name, and asking for another's is
+// refused (403). Viewers and admins see every key's.
+func ownScope(c *gin.Context, key *string) bool {
+	caller := access.From(c.Request.Context())
+	if caller.SeesAll() {
+		return true
+	}
+	own := caller.KeyName()
+	if *key != "" && *key != own {
+		writeError(c, http.StatusForbidden, CodeForbidden, "API key "+own+" reads only its own records (key="+own+")")
+		return false
+	}
+	*key = own
+	return true
 }
 
 // parseWhen reads a day, an hour or an RFC 3339 time (UTC). A bare day or

@@ -123,8 +123,9 @@ func usageServer(t *testing.T, f *fakeStores) *httptest.Server {
 	t.Helper()
 	gin.SetMode(gin.TestMode)
 	p := &fakePool{}
-	a := New(Config{AdminToken: "adm"}, p, p, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	a := New(Config{}, p, p, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	e := gin.New()
+	e.Use(Edge("adm"))
 	a.RegisterUsage(a.Register(e), f, f)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
@@ -151,8 +152,8 @@ func TestUsageBadRequests(t *testing.T) {
 		{"/internal/requests?limit=0", "adm", 400, CodeBadRequest, "limit must be a positive integer"},
 		{"/internal/requests?limit=-3", "adm", 400, CodeBadRequest, "limit must be a positive integer"},
 		{"/internal/requests?limit=ten", "adm", 400, CodeBadRequest, "limit must be a positive integer"},
-		{"/internal/usage", "", 401, CodeUnauthorized, "admin token required"},
-		{"/internal/requests", "nope", 401, CodeUnauthorized, "admin token required"},
+		{"/internal/usage", "", 401, CodeUnauthorized, "admin credential required"},
+		{"/internal/requests", "nope", 401, CodeUnauthorized, "admin credential required"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.give, func(t *testing.T) {

@@ -448,7 +448,7 @@ func TestYAMLExampleLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	secrets := t.TempDir()
-	for name, v := range map[string]string{"bob-key": "sk-bob\n", "work-2-password": "pw2\n"} {
+	for name, v := range map[string]string{"bob-key": "sk-bob\n", "ops-key": "sk-ops\n", "work-2-password": "pw2\n"} {
 		if err := os.WriteFile(filepath.Join(secrets, name), []byte(v), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -457,12 +457,14 @@ func TestYAMLExampleLoads(t *testing.T) {
 	if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(b), "/run/secrets", secrets)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, warnings, err := config.Load(path, []string{"ALICE_KEY=sk-alice", "CI_KEY=sk-ci", "WORK1_PASSWORD=pw1"})
+	cfg, warnings, err := config.Load(path, []string{"ALICE_KEY=sk-alice", "CI_KEY=sk-ci", "GRAFANA_KEY=sk-grafana",
+		"WORK1_PASSWORD=pw1"})
 	if err != nil || len(warnings) > 0 {
 		t.Fatalf("the example does not load: %v %v", err, warnings)
 	}
-	if len(cfg.APIKeys) != 3 || cfg.APIKeys[0].Name != "alice" || cfg.APIKeys[0].Key != "sk-alice" || cfg.APIKeys[0].RPM != 60 ||
-		cfg.APIKeys[1].Key != "sk-bob" || cfg.APIKeys[2].Concurrency != 1 {
+	if len(cfg.APIKeys) != 5 || cfg.APIKeys[0].Name != "alice" || cfg.APIKeys[0].Key != "sk-alice" || cfg.APIKeys[0].RPM != 60 ||
+		cfg.APIKeys[1].Key != "sk-bob" || cfg.APIKeys[2].Concurrency != 1 || cfg.APIKeys[3].Role != "viewer" ||
+		cfg.APIKeys[4].Key != "sk-ops" || cfg.APIKeys[4].Role != "admin" {
 		t.Errorf("keys %+v", cfg.APIKeys)
 	}
 	if len(cfg.Accounts) != 2 || cfg.Accounts[0].Password != "pw1" || cfg.Accounts[1].Password != "pw2" {

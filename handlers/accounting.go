@@ -13,6 +13,7 @@ import (
 	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/openaierr"
+	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/served"
@@ -51,30 +52,12 @@ func observe(m *metrics.Metrics, acct *Accounting, log *slog.Logger, api string,
 			rec.Capture()
 		}
 		c.Request = c.Request.WithContext(ctx)
-		key := apikey.Caller(ctx)
-		var ticket *limits.Ticket
-		if key != nil && key.Limited() && acct.Limiter != nil && !Forwarded(c.Request) {
-			t, err := acct.Limiter.Acquire(ctx, key.Name, limits.Limits{RPM: key.RPM, Concurrency: key.Concurrency,
-				TokensPerDay: key.TokensPerDay})
-			var denied *limits.Denied
-			switch {
-			case errors.As(err, &denied):
-				rec.Fail(denied.Error())
-				writeDenied(c.Writer, c.Request, denied)
-				if m != nil {
-					m.KeyLimited.WithLabelValues(key.Name, denied.Limit).Inc()
-				}
-			case err != nil:
-				// The limits fail open: an outage of their store must not
-				// stop the gateway.
-				log.Warn("key limits unavailable, admitting", "key", key.Name, "err", err)
-			default:
-				ticket = t
-			}
-			if denied != nil {
-				finish(m, series, acct, api, c, key, rec, start)
-				return
-			}
+		key := access.From(ctx).Key
+		ticket, denied := admit(m, acct, log, c, key)
+		if denied != nil {
+			rec.Fail(denied.Error())
+			finish(m, series, acct, api, c, key, rec, start)
+			return
 		}
 		h(&servedWriter{ResponseWriter: c.Writer, served: rec}, c.Request)
 		info := finish(m, series, acct, api, c, key, rec, start)
@@ -88,6 +71,46 @@ func observe(m *metrics.Metrics, acct *Accounting, log *slog.Logger, api string,
 			}
 		}
 	}
+}
+
+// limited admits a request that costs the gateway work but serves no turn
+// (counting tokens) under the caller's key's limits: it takes a request of
+// the key's rate and a slot of its concurrency, and is refused once the
+// key's daily tokens are spent, but charges no tokens.
+func limited(m *metrics.Metrics, acct *Accounting, log *slog.Logger, h http.HandlerFunc) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		ticket, denied := admit(m, acct, log, c, access.From(c.Request.Context()).Key)
+		if denied != nil {
+			return
+		}
+		defer ticket.Done(0)
+		h(c.Writer, c.Request)
+	}
+}
+
+// admit takes the request under its key's limits; a refusal is answered
+// here (429 in the caller's protocol) and returned. A request another
+// replica forwarded was admitted there. The limits fail open: an outage of
+// their store must not stop the gateway.
+func admit(m *metrics.Metrics, acct *Accounting, log *slog.Logger, c *gin.Context, key *apikey.Key) (*limits.Ticket, *limits.Denied) {
+	if key == nil || !key.Limited() || acct.Limiter == nil || Forwarded(c.Request) {
+		return nil, nil
+	}
+	t, err := acct.Limiter.Acquire(c.Request.Context(), key.Name, limits.Limits{RPM: key.RPM,
+		Concurrency: key.Concurrency, TokensPerDay: key.TokensPerDay})
+	var denied *limits.Denied
+	switch {
+	case errors.As(err, &denied):
+		writeDenied(c.Writer, c.Request, denied)
+		if m != nil {
+			m.KeyLimited.WithLabelValues(key.Name, denied.Limit).Inc()
+		}
+		return nil, denied
+	case err != nil:
+		log.Warn("key limits unavailable, admitting", "key", key.Name, "err", err)
+		return nil, nil
+	}
+	return t, nil
 }
 
 // finish records a request that is over and returns its record.
@@ -159,28 +182,4 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p *apierr.Problem) {
 		return
 	}
 	openaierr.Write(w, p)
-}
-
-// APIAuth admits a caller whose key (Bearer or x-api-key) is in the keys in
-// force and puts that key into the request context; with no keys, everyone
-// is let in under the key presented (nameless, unlimited), which still keeps
-// callers' conversations apart. The keys are read per request, so a reload
-// takes effect from the next request on.
-func APIAuth(keys *apikey.Registry) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		presented := apikey.FromRequest(c.Request)
-		set := keys.Load()
-		var k *apikey.Key
-		if set.Len() == 0 {
-			k = &apikey.Key{Secret: presented}
-		} else if found, ok := set.Lookup(presented); ok {
-			k = found
-		} else {
-			WriteError(c.Writer, c.Request, http.StatusUnauthorized, "invalid or missing API key")
-			c.Abort()
-			return
-		}
-		c.Request = c.Request.WithContext(apikey.WithCaller(c.Request.Context(), k))
-		c.Next()
-	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/served"
@@ -64,7 +65,7 @@ func accountingEngine(t *testing.T, lim *fakeLimiter, rec *recorded, capture boo
 		Usage: func(r usage.Record) { rec.mu.Lock(); rec.usage = append(rec.usage, r); rec.mu.Unlock() },
 		Log:   func(e reqlog.Entry) { rec.mu.Lock(); rec.entries = append(rec.entries, e); rec.mu.Unlock() }}
 	e := gin.New()
-	e.Use(APIAuth(keys))
+	e.Use(Authorize(&access.Credentials{Keys: keys, ClusterToken: "cluster-secret"}, nil))
 	// The protocol stand-in: the router's part of the record, then an answer.
 	e.POST("/v1/chat/completions", observe(nil, acct, slog.New(slog.DiscardHandler), "chat", func(w http.ResponseWriter, r *http.Request) {
 		rec := served.From(r.Context())
@@ -73,7 +74,16 @@ func accountingEngine(t *testing.T, lim *fakeLimiter, rec *recorded, capture boo
 		rec.Done(chat.Usage{InputTokens: 7, OutputTokens: 3})
 		w.WriteHeader(http.StatusOK)
 	}))
+	e.POST("/v1/messages/count_tokens", limited(nil, acct, slog.New(slog.DiscardHandler), func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+	}))
 	return e
+}
+
+// hop marks a request as forwarded by another replica, with the cluster
+// token when it has one.
+func hop(token string) []string {
+	return []string{access.HopHeader, "replica-2", access.TokenHeader, token}
 }
 
 func do(e http.Handler, key string, hdr ...string) *httptest.ResponseRecorder {
@@ -145,12 +155,58 @@ func TestAccountingRefusesOverALimit(t *testing.T) {
 	}
 	// A request another replica forwarded was admitted there.
 	lim.asked = 0
-	if w := do(e, "sk-a", hopHeader, "replica-2"); w.Code != http.StatusOK || lim.asked != 0 {
+	if w := do(e, "sk-a", hop("cluster-secret")...); w.Code != http.StatusOK || lim.asked != 0 {
 		t.Errorf("a forwarded request: %d, limiter asked %d times", w.Code, lim.asked)
 	}
 	// ... but its tokens are known only here: they count against the quota.
-	if w := do(e, "sk-c", hopHeader, "replica-2"); w.Code != http.StatusOK || lim.asked != 0 ||
+	if w := do(e, "sk-c", hop("cluster-secret")...); w.Code != http.StatusOK || lim.asked != 0 ||
 		len(lim.charged) != 1 || lim.charged[0] != "carol:10" {
 		t.Errorf("a forwarded request under a quota: %d, asked %d, charged %v", w.Code, lim.asked, lim.charged)
+	}
+}
+
+// A forwarded-by header without the cluster token turns off no limit: the
+// request is refused before admission, whatever key it carries, on a node
+// with a cluster token and on one without.
+func TestForgedHopHeaderIsRefused(t *testing.T) {
+	lim := &fakeLimiter{}
+	for _, token := range []string{"", "wrong", "cluster-secreT"} {
+		rec := &recorded{}
+		e := accountingEngine(t, lim, rec, false)
+		w := do(e, "sk-a", hop(token)...)
+		if w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), access.HopHeader) {
+			t.Errorf("token %q: %d %s, want 401 naming the header", token, w.Code, w.Body)
+		}
+		if len(rec.entries) != 0 {
+			t.Errorf("token %q: a refused hop reached the handler: %+v", token, rec.entries)
+		}
+	}
+	// A node without a cluster token takes no hop at all.
+	e := gin.New()
+	e.Use(Authorize(&access.Credentials{Keys: apikey.NewRegistry([]apikey.Key{{Name: "a", Secret: "sk-a"}})}, nil))
+	e.POST("/v1/chat/completions", func(c *gin.Context) { c.Status(http.StatusOK) })
+	if w := do(e, "sk-a", hop("")...); w.Code != http.StatusUnauthorized {
+		t.Errorf("a hop on a single node: %d, want 401", w.Code)
+	}
+}
+
+// Counting tokens takes a request of the key's limits, so a key over its
+// quota can't spend the gateway's CPU on it; it charges no tokens.
+func TestCountTokensIsUnderTheKeysLimits(t *testing.T) {
+	count := func(e http.Handler, key string) int {
+		r := httptest.NewRequest(http.MethodPost, "/v1/messages/count_tokens", strings.NewReader("{}"))
+		r.Header.Set("X-Api-Key", key)
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, r)
+		return w.Code
+	}
+	lim := &fakeLimiter{}
+	e := accountingEngine(t, lim, &recorded{}, false)
+	if got := count(e, "sk-c"); got != http.StatusOK || lim.asked != 1 || len(lim.tokens) != 1 || lim.tokens[0] != 0 {
+		t.Errorf("count_tokens: %d, limiter asked %d, tickets %v: want 200, asked once, ended with 0 tokens", got, lim.asked, lim.tokens)
+	}
+	lim.deny = &limits.Denied{Limit: limits.LimitTokensPerDay, Max: 1000, RetryAfter: time.Hour}
+	if got := count(e, "sk-c"); got != http.StatusTooManyRequests {
+		t.Errorf("count_tokens over the daily quota: %d, want 429", got)
 	}
 }

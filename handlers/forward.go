@@ -12,19 +12,14 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/internal/apikey"
+	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/pool"
 )
 
-// Headers of a request one replica forwards to another.
-const (
-	hopHeader   = "X-Poolgate-Forwarded-By"
-	tokenHeader = "X-Poolgate-Cluster-Token"
-)
-
-// Forwarded reports whether another replica forwarded r (it is never
-// forwarded again: one hop at most).
-func Forwarded(r *http.Request) bool { return r.Header.Get(hopHeader) != "" }
+// Forwarded reports whether another replica forwarded r, as the edge
+// proved it with the cluster token (it is never forwarded again: one hop at
+// most).
+func Forwarded(r *http.Request) bool { return access.From(r.Context()).Replica != "" }
 
 // hopByHop headers describe one connection, not the request, so they are
 // not forwarded (nor is the length, which the proxied body sets again).
@@ -33,16 +28,11 @@ var hopByHop = map[string]bool{"Connection": true, "Keep-Alive": true, "Proxy-Co
 
 // ClusterHop lets the router forward a client's request to the replica that
 // holds its conversation: it keeps the body for a second send and installs
-// the forwarder. A request that is itself forwarded must carry the cluster
-// token and is never forwarded again (one hop at most).
+// the forwarder. A request that is itself forwarded (the edge checked its
+// cluster token) is never forwarded again: one hop at most.
 func ClusterHop(replicaID, token string, client *http.Client) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if by := c.GetHeader(hopHeader); by != "" {
-			if !apikey.Match(c.GetHeader(tokenHeader), []string{token}) {
-				WriteError(c.Writer, c.Request, http.StatusUnauthorized, "invalid cluster token on a forwarded request")
-				c.Abort()
-				return
-			}
+		if Forwarded(c.Request) {
 			c.Next()
 			return
 		}
@@ -88,8 +78,8 @@ func Proxy(ctx context.Context, client *http.Client, w http.ResponseWriter, r *h
 		}
 	}
 	req.Header.Set("X-Request-Id", httpx.RequestID(ctx)) // one id across the hop
-	req.Header.Set(hopHeader, replicaID)
-	req.Header.Set(tokenHeader, token)
+	req.Header.Set(access.HopHeader, replicaID)
+	req.Header.Set(access.TokenHeader, token)
 	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("forward to %s: %w", base, err)

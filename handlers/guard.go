@@ -30,7 +30,7 @@ func BrowserGuard(anyHost bool, open func() bool) gin.HandlerFunc {
 			c.Next()
 		case !anyHost && !LoopbackHost(r.Host):
 			refuse(c, http.StatusForbidden, "host "+r.Host+" is not this gateway's: without API keys it answers only on a loopback address (set POOLGATE_API_KEYS to serve other names)")
-		case !sameOrigin(r):
+		case !SameOrigin(r):
 			refuse(c, http.StatusForbidden, "cross-origin requests are refused: without API keys this gateway must not be driven by a web page")
 		case hasBody(r) && !jsonBody(r):
 			refuse(c, http.StatusUnsupportedMediaType, "the body must be sent as application/json")
@@ -59,11 +59,19 @@ func LoopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// sameOrigin reports whether the request carries no Origin, or its own.
-func sameOrigin(r *http.Request) bool {
+// SameOrigin reports whether a request comes from no web page or from this
+// server's own: its Origin, if any, is its own host, and a browser's
+// Sec-Fetch-Site, if any, says the user typed it or this origin sent it
+// (a browser sends no Origin with a simple GET, but always Sec-Fetch-Site).
+func SameOrigin(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "", "none", "same-origin":
+	default:
+		return false
+	}
 	o := r.Header.Get("Origin")
 	if o == "" {
-		return r.Header.Get("Sec-Fetch-Site") != "cross-site"
+		return true
 	}
 	u, err := url.Parse(o)
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && strings.EqualFold(u.Host, r.Host)

@@ -24,6 +24,7 @@ import (
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/openaichat"
 	"github.com/poolgate/poolgate/handlers/responses"
+	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
@@ -32,9 +33,14 @@ import (
 
 // Config configures the public API.
 type Config struct {
-	// Keys are the accepted keys (Bearer or x-api-key), swapped by a
-	// reload; none disables auth (main allows that only on loopback).
-	Keys *apikey.Registry
+	// Credentials are the keys and tokens in force (keys swapped by a
+	// reload); who may call each route is decided from them in one place
+	// (Authorize). No keys opens the API (main allows that only on
+	// loopback, or when the operator says insecure).
+	Credentials *access.Credentials
+	// AdminError writes a refusal on the admin surface in the admin API's
+	// shape (nil: the caller's protocol shape).
+	AdminError AdminErrorFunc
 	// Accounting limits and records each key's use (nil: none).
 	Accounting *Accounting
 	// MaxBodyBytes caps request bodies (default 16 MiB).
@@ -76,17 +82,19 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.Use(RequestID(log), Recover(log))
-	if cfg.Keys == nil {
-		cfg.Keys = apikey.NewRegistry(nil)
+	if cfg.Credentials == nil {
+		cfg.Credentials = &access.Credentials{Keys: apikey.NewRegistry(nil)}
 	}
 	if cfg.Accounting == nil {
 		cfg.Accounting = &Accounting{}
 	}
-	e.Use(BrowserGuard(cfg.Insecure, func() bool { return cfg.Keys.Load().Len() == 0 }))
+	keys := cfg.Credentials.Keys
+	e.Use(BrowserGuard(cfg.Insecure, func() bool { return keys.Load().Len() == 0 }),
+		Authorize(cfg.Credentials, cfg.AdminError))
 	e.NoRoute(notFound)
 	e.NoMethod(notAllowed)
 
-	api := e.Group("", BodyCap(cfg.MaxBodyBytes, cfg.BodyTimeout), APIAuth(cfg.Keys))
+	api := e.Group("", BodyCap(cfg.MaxBodyBytes, cfg.BodyTimeout))
 	if cfg.ClusterToken != "" {
 		api.Use(ClusterHop(cfg.ReplicaID, cfg.ClusterToken, &http.Client{Transport: &http.Transport{
 			MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, ResponseHeaderTimeout: 0}}))
@@ -105,7 +113,7 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	api.DELETE("/v1/responses/:id", withID(p.Responses.Delete))
 	api.GET("/v1/responses/:id/input_items", withID(p.Responses.InputItems))
 	api.POST("/v1/messages", observe(m, cfg.Accounting, log, "messages", p.Messages.Messages))
-	api.POST("/v1/messages/count_tokens", gin.WrapF(p.Messages.CountTokens))
+	api.POST("/v1/messages/count_tokens", limited(m, cfg.Accounting, log, p.Messages.CountTokens))
 	api.GET("/v1/models", models(p.Models))
 	return e
 }
@@ -154,16 +162,18 @@ func notAllowed(c *gin.Context) {
 }
 
 // NewAdmin returns the engine of an admin listener of its own, for
-// admin.Register: request ids and recovery; and when open is not nil (no
-// admin token, so the listener is loopback-only), the browser guard while
-// open says the gateway has no API key.
-func NewAdmin(log *slog.Logger, open func() bool) *gin.Engine {
+// admin.Register: request ids, recovery, the same authorization as the API
+// listener; and when open is not nil (no admin token, so the listener is
+// loopback-only), the browser guard while open says the gateway has no API
+// key.
+func NewAdmin(cr *access.Credentials, adminErr AdminErrorFunc, log *slog.Logger, open func() bool) *gin.Engine {
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
 	e.Use(RequestID(log), Recover(log))
 	if open != nil {
 		e.Use(BrowserGuard(false, open))
 	}
+	e.Use(Authorize(cr, adminErr))
 	return e
 }
 
@@ -186,7 +196,7 @@ func RequestID(log *slog.Logger) gin.HandlerFunc {
 		log.LogAttrs(c.Request.Context(), slog.LevelInfo, "request",
 			slog.String("request_id", id), slog.String("method", c.Request.Method),
 			slog.String("path", c.Request.URL.Path), slog.Int("status", c.Writer.Status()),
-			slog.Duration("duration", time.Since(start)), slog.String("key", apikey.CallerName(c.Request.Context())))
+			slog.Duration("duration", time.Since(start)), slog.String("key", access.From(c.Request.Context()).KeyName()))
 	}
 }
 

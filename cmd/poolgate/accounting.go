@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -20,7 +21,8 @@ import (
 func keysOf(cfg config.Config) []apikey.Key {
 	out := make([]apikey.Key, len(cfg.APIKeys))
 	for i, k := range cfg.APIKeys {
-		out[i] = apikey.Key{Name: k.Name, Secret: k.Key, RPM: k.RPM, Concurrency: k.Concurrency, TokensPerDay: k.TokensPerDay}
+		out[i] = apikey.Key{Name: k.Name, Secret: k.Key, Role: k.Role, RPM: k.RPM, Concurrency: k.Concurrency,
+			TokensPerDay: k.TokensPerDay}
 	}
 	return out
 }
@@ -72,6 +74,22 @@ func (a *accounting) forHTTP(capture bool) *handlers.Accounting {
 	return &handlers.Accounting{Limiter: a.limiter, Capture: capture,
 		Usage: func(r usage.Record) { a.usageW.Add(r) },
 		Log:   func(e reqlog.Entry) { a.logW.Add(e) }}
+}
+
+// scrub removes the prompts and answers an earlier run kept in the
+// request log while request_log_debug was on: captures last only as long as
+// the setting. A store it can't reach keeps them until the next start, and
+// says so.
+func (a *accounting) scrub(ctx context.Context, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := a.requests.Scrub(ctx)
+	switch {
+	case err != nil:
+		log.Warn("request log: prompts captured while request_log_debug was on could not be scrubbed; the next start tries again", "err", err)
+	case n > 0:
+		log.Info("request log: scrubbed the prompts and answers captured while request_log_debug was on", "entries", n)
+	}
 }
 
 // close flushes what waits to be written.

@@ -122,7 +122,8 @@ func restartOnly(cur, next config.Config) []string {
 	return out
 }
 
-// diffKeys names the keys added, removed and changed (secret or limits).
+// diffKeys names the keys added, removed and changed (secret, role or
+// limits).
 func diffKeys(cur, next config.APIKeys) admin.Diff {
 	d := admin.Diff{Added: []string{}, Removed: []string{}, Changed: []string{}}
 	byName := make(map[string]config.APIKey, len(cur))
@@ -135,7 +136,7 @@ func diffKeys(cur, next config.APIKeys) admin.Diff {
 		switch old, ok := byName[k.Name]; {
 		case !ok:
 			d.Added = append(d.Added, k.Name)
-		case old.Key != k.Key || old.RPM != k.RPM || old.Concurrency != k.Concurrency || old.TokensPerDay != k.TokensPerDay:
+		case old.Key != k.Key || old.Role != k.Role || old.RPM != k.RPM || old.Concurrency != k.Concurrency || old.TokensPerDay != k.TokensPerDay:
 			d.Changed = append(d.Changed, k.Name)
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/openaichat"
 	"github.com/poolgate/poolgate/handlers/responses"
+	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/metrics"
@@ -126,6 +127,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
 
+	adoptWorkDirs(cfg, log)
 	driver, workers, err := workerSetup(cfg, log)
 	if err != nil {
 		return nil, err
@@ -211,14 +213,22 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 			a.router, log),
 		Models: a.router,
 	}
-	hcfg := handlers.Config{Keys: a.keys, Accounting: a.acct.forHTTP(cfg.RequestLogDebug), MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout, Insecure: cfg.Insecure}
+	// Who may call what: decided once, at the edge of every listener, from
+	// these credentials (the keys swapped by a reload).
+	creds := &access.Credentials{Keys: a.keys, AdminToken: cfg.AdminToken, MetricsToken: cfg.MetricsToken,
+		MetricsPublic: cfg.MetricsPublic}
+	hcfg := handlers.Config{Credentials: creds, AdminError: admin.WriteError,
+		Accounting: a.acct.forHTTP(cfg.RequestLogDebug), MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout,
+		Insecure: cfg.Insecure}
+	var workers admin.Workers = a.sup
 	if a.cluster != nil {
+		creds.ClusterToken = cfg.ClusterToken
 		hcfg.ReplicaID, hcfg.ClusterToken = a.cluster.ID(), cfg.ClusterToken
+		workers = leasedWorkers{a.sup, a.cluster}
 	}
 	engine := handlers.New(hcfg, protocols, m, log)
-	adm := admin.New(admin.Config{AdminToken: cfg.AdminToken, Keys: a.keys, MetricsToken: cfg.MetricsToken,
-		MetricsPublic: cfg.MetricsPublic, BodyTimeout: cfg.BodyTimeout, BundleImportPlain: cfg.BundleImportPlain},
-		adminPool{a.pool, ready}, a.sup, reg, log)
+	adm := admin.New(admin.Config{BodyTimeout: cfg.BodyTimeout, BundleImportPlain: cfg.BundleImportPlain},
+		adminPool{a.pool, ready}, workers, reg, log)
 	adm.RegisterProbes(engine)
 	a.api = httpServer(cfg.Listen, engine)
 	adminEngine := engine
@@ -229,7 +239,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 			// anything else).
 			open = func() bool { return a.keys.Load().Len() == 0 }
 		}
-		adminEngine = handlers.NewAdmin(log, open)
+		adminEngine = handlers.NewAdmin(creds, admin.WriteError, log, open)
 		adm.RegisterProbes(adminEngine)
 		a.admin = httpServer(cfg.AdminListen, adminEngine)
 	}
@@ -316,6 +326,31 @@ func (r clusterReadiness) Ready() (bool, string) {
 	return false, why + "; no other replica has capacity"
 }
 
+// leasedWorkers is the supervisor as the admin API steers it on a replica
+// of a cluster: a restart starts a worker, which only the holder of the
+// account's lease may run, so it is refused for any other account, whatever
+// route asked for it (the admin API forwards such actions to the holder
+// before they get here).
+type leasedWorkers struct {
+	*supervisor.Supervisor
+	cluster *cluster.Cluster
+}
+
+func (w leasedWorkers) Restart(name string) error {
+	if err := held(w.cluster, name); err != nil {
+		return err
+	}
+	return w.Supervisor.Restart(name)
+}
+
+// held is nil when this replica holds the account's lease.
+func held(c *cluster.Cluster, name string) error {
+	if local, _ := c.Holder(name); !local {
+		return fmt.Errorf("instance %s: %w", name, cluster.ErrNotHolder)
+	}
+	return nil
+}
+
 // adminPool is the pool as admin sees it, with the replica's readiness.
 type adminPool struct {
 	*pool.Pool
@@ -351,8 +386,8 @@ func (a *app) run(ctx context.Context) error {
 	if len(a.cfg.APIKeys) == 0 {
 		a.log.Warn("NO API KEYS SET: anyone who can reach " + a.cfg.Listen + " can use this gateway; set POOLGATE_API_KEYS")
 	}
-	if a.cfg.AdminToken == "" {
-		a.log.Warn("no POOLGATE_ADMIN_TOKEN: the admin API accepts the API keys; set an admin token")
+	if a.cfg.AdminToken == "" && len(a.cfg.APIKeys) > 0 && !a.cfg.APIKeys.AdminKeys() {
+		a.log.Warn("no admin credential: the admin API answers 403 to every caller; set POOLGATE_ADMIN_TOKEN, or give an api_keys entry role: admin")
 	}
 	lis, err := net.Listen("tcp", a.cfg.Listen)
 	if err != nil {
@@ -370,6 +405,9 @@ func (a *app) run(ctx context.Context) error {
 	a.sup.Start(runCtx)
 	var bg sync.WaitGroup
 	bg.Go(func() { a.store.Run(runCtx) })
+	if !a.cfg.RequestLogDebug {
+		bg.Go(func() { a.acct.scrub(runCtx, a.log) })
+	}
 	if a.cluster != nil {
 		bg.Go(func() { a.cluster.Run(runCtx) })
 	}
@@ -445,8 +483,8 @@ func servePprof(addr string) (func(), error) {
 	// out the web pages a browser on this machine opens (DNS rebinding, a
 	// cross-origin request), which could otherwise read the profiles.
 	guard := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !handlers.LoopbackHost(r.Host) || r.Header.Get("Origin") != "" {
-			http.Error(w, "the profiler answers only loopback host names, without an Origin", http.StatusForbidden)
+		if !handlers.LoopbackHost(r.Host) || r.Header.Get("Origin") != "" || !handlers.SameOrigin(r) {
+			http.Error(w, "the profiler answers only loopback host names, and no web page", http.StatusForbidden)
 			return
 		}
 		mux.ServeHTTP(w, r)

@@ -20,6 +20,7 @@ import (
 	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/cluster"
 	"github.com/poolgate/poolgate/pool/lingma"
 	"github.com/poolgate/poolgate/pool/modelserver"
 	"github.com/poolgate/poolgate/pool/supervisor"
@@ -52,7 +53,7 @@ func (a *app) setupBundles() error {
 		// worker starts, which is when the first bundle is saved.
 		bcfg.Token = func(account string) (int64, bool) { return a.cluster.Token(account) }
 	}
-	a.bundles = bundle.New(bcfg, bundleHomes{a.sup}, a.bundleStore, a.log.With("component", "bundles"))
+	a.bundles = bundle.New(bcfg, bundleHomes{sup: a.sup, cluster: func() *cluster.Cluster { return a.cluster }}, a.bundleStore, a.log.With("component", "bundles"))
 	a.sup.SetHooks(supervisor.Hooks{
 		PreStart: func(ctx context.Context, t supervisor.LoginTarget) error {
 			_, err := a.bundles.Restore(ctx, t.Account.Name, t.WorkDir)
@@ -103,19 +104,36 @@ func configuredBundles(cfg config.Config) (map[string][]byte, error) {
 }
 
 // bundleHomes tells the bundle service where the supervisor's instances
-// keep their credentials.
-type bundleHomes struct{ sup *supervisor.Supervisor }
+// keep their credentials. On a replica of a cluster it knows only the
+// accounts this replica holds: an import or export for any other would
+// write credentials and start a worker beside the holder's.
+type bundleHomes struct {
+	sup     *supervisor.Supervisor
+	cluster func() *cluster.Cluster // nil result: not clustered
+}
 
 func (h bundleHomes) Home(name string) (bundle.Home, error) {
 	w, ok := h.sup.Worker(name)
 	if !ok {
 		return bundle.Home{}, fmt.Errorf("instance %s: %w", name, supervisor.ErrUnknownInstance)
 	}
+	if c := h.cluster(); c != nil {
+		if err := held(c, name); err != nil {
+			return bundle.Home{}, err
+		}
+	}
 	return bundle.Home{Account: w.Account(), Username: w.Username(), WorkDir: w.WorkDir(),
 		LoggedOut: w.Status().State == supervisor.StateNeedsLogin}, nil
 }
 
-func (h bundleHomes) Restart(name string) error { return h.sup.Restart(name) }
+func (h bundleHomes) Restart(name string) error {
+	if c := h.cluster(); c != nil {
+		if err := held(c, name); err != nil {
+			return err
+		}
+	}
+	return h.sup.Restart(name)
+}
 
 // decodeBundle accepts a bundle as exported (the JSON of the export
 // endpoint) or as its bare base64.
@@ -266,6 +284,38 @@ func workerConfigs(cfg config.Config) ([]supervisor.WorkerConfig, error) {
 		})
 	}
 	return workers, nil
+}
+
+// adoptWorkDirs moves the work dir of an account the configuration names
+// no more (it was named after its username before names defaulted to
+// account-N) to the account's name now, so its credentials stay and it needs
+// no new login. Only a dir no configured account is named after is moved.
+func adoptWorkDirs(cfg config.Config, log *slog.Logger) {
+	named := map[string]bool{}
+	for _, acct := range cfg.Accounts {
+		named[acct.Name] = true
+	}
+	for _, acct := range cfg.Accounts {
+		if !acct.Unnamed || acct.Username == "" || named[acct.Username] || strings.ContainsAny(acct.Username, "/\\\x00") ||
+			acct.Username == "." || acct.Username == ".." {
+			continue
+		}
+		old := filepath.Join(cfg.DataDir, "workers", acct.Username)
+		dir := filepath.Join(cfg.DataDir, "workers", acct.Name)
+		if _, err := os.Stat(old); err != nil {
+			continue
+		}
+		if _, err := os.Stat(dir); err == nil {
+			continue
+		}
+		if err := os.Rename(old, dir); err != nil {
+			log.Warn("account work dir not moved: its account may need a new login", "account", acct.Name, "from", old,
+				"to", dir, "err", err)
+			continue
+		}
+		log.Info("account without a name is now named after its place; its work dir moved with it (set name: to choose one)",
+			"account", acct.Name, "from", old, "to", dir)
+	}
 }
 
 // poolAccount converts a configured account. Its process gets the account's

@@ -13,6 +13,7 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/tokens"
@@ -80,7 +81,7 @@ func newClient(t *testing.T, h *anthropic.Handler) sdk.Client {
 	mux.HandleFunc("POST /v1/messages", h.Messages)
 	mux.HandleFunc("POST /v1/messages/count_tokens", h.CountTokens)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := apikey.WithCaller(httpx.WithRequestID(r.Context(), "req-1"), &apikey.Key{Secret: r.Header.Get("X-Api-Key")})
+		ctx := access.WithCaller(httpx.WithRequestID(r.Context(), "req-1"), access.Caller{Key: &apikey.Key{Secret: r.Header.Get("X-Api-Key")}})
 		mux.ServeHTTP(w, r.WithContext(ctx))
 	}))
 	t.Cleanup(srv.Close)

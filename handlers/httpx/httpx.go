@@ -14,7 +14,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/poolgate/poolgate/internal/apikey"
+	"github.com/poolgate/poolgate/internal/access"
 )
 
 type ctxKey int
@@ -37,7 +37,7 @@ func RequestID(ctx context.Context) string {
 // APIKey returns the secret the caller presented (used only to keep
 // callers' conversations apart; never logged), "" when none.
 func APIKey(ctx context.Context) string {
-	if k := apikey.Caller(ctx); k != nil {
+	if k := access.From(ctx).Key; k != nil {
 		return k.Secret
 	}
 	return ""

@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
@@ -41,7 +42,7 @@ func newTestHandler(t *testing.T, fake relay.Chatter, cfg Config) *Handler {
 func serve(h *Handler, body string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
 	ctx := httpx.WithRequestID(r.Context(), "req-1")
-	ctx = apikey.WithCaller(ctx, &apikey.Key{Secret: "sk-test"})
+	ctx = access.WithCaller(ctx, access.Caller{Key: &apikey.Key{Secret: "sk-test"}})
 	rec := httptest.NewRecorder()
 	h.Completions(rec, r.WithContext(ctx))
 	return rec

@@ -15,6 +15,7 @@ import (
 	"github.com/poolgate/poolgate/handlers/httpx"
 	rsp "github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/handlers/responses/responsestest"
+	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/pool/pooltest"
@@ -49,7 +50,7 @@ func newServer(t *testing.T, h *rsp.Handler) *httptest.Server {
 	mux.HandleFunc("GET /v1/responses/{id}/input_items", h.InputItems)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := httpx.WithRequestID(r.Context(), "req-1")
-		ctx = apikey.WithCaller(ctx, &apikey.Key{Secret: strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")})
+		ctx = access.WithCaller(ctx, access.Caller{Key: &apikey.Key{Secret: strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")}})
 		mux.ServeHTTP(w, r.WithContext(ctx))
 	}))
 	t.Cleanup(srv.Close)

@@ -1,8 +1,8 @@
 // Package apikey owns how a caller's key is read from a request and checked
 // against the accepted keys: a Bearer token, else an X-Api-Key header,
 // compared in constant time. It holds the keys in force (a Registry a reload
-// swaps; each Key with its name and limits) and carries the key a request
-// was admitted with in its context. It knows nothing of routes, protocols,
+// swaps; each Key with its name, role and limits). Who may call what is
+// decided in internal/access. It knows nothing of routes, protocols,
 // limits' state or error shapes; whoever refuses a caller writes the refusal
 // in its own shape.
 package apikey

@@ -1,17 +1,17 @@
 package apikey
 
 import (
-	"context"
 	"crypto/subtle"
 	"sync/atomic"
 )
 
 // Key is one accepted key: its secret, the name everything else shows
-// (logs, metrics, usage, the dashboard; never the secret), and its limits
-// (0: none).
+// (logs, metrics, usage, the dashboard; never the secret), its role ("user",
+// "viewer" or "admin"; "" is a user) and its limits (0: none).
 type Key struct {
 	Name         string
 	Secret       string
+	Role         string
 	RPM          int
 	Concurrency  int
 	TokensPerDay int64
@@ -39,6 +39,15 @@ func (s *Set) Names() []string {
 	out := make([]string, len(s.keys))
 	for i := range s.keys {
 		out[i] = s.keys[i].Name
+	}
+	return out
+}
+
+// Roles are the keys' roles, in order.
+func (s *Set) Roles() []string {
+	out := make([]string, len(s.keys))
+	for i := range s.keys {
+		out[i] = s.keys[i].Role
 	}
 	return out
 }
@@ -79,25 +88,3 @@ func (r *Registry) Load() *Set { return r.p.Load() }
 
 // Store puts keys in force.
 func (r *Registry) Store(keys []Key) { r.p.Store(NewSet(keys)) }
-
-type callerKey struct{}
-
-// WithCaller returns ctx carrying the key a request was admitted with.
-func WithCaller(ctx context.Context, k *Key) context.Context {
-	return context.WithValue(ctx, callerKey{}, k)
-}
-
-// Caller returns the key ctx's request was admitted with, nil when auth is
-// off.
-func Caller(ctx context.Context) *Key {
-	k, _ := ctx.Value(callerKey{}).(*Key)
-	return k
-}
-
-// CallerName is Caller's name, "" when auth is off.
-func CallerName(ctx context.Context) string {
-	if k := Caller(ctx); k != nil {
-		return k.Name
-	}
-	return ""
-}

@@ -38,6 +38,9 @@ type Account struct {
 	SessionBundleFile string `yaml:"session_bundle_file" json:"session_bundle_file"`
 	// Recipe names the login recipe for this account (default by driver).
 	Recipe string `yaml:"recipe" json:"recipe"`
+	// Unnamed: the configuration gave no name, so it is account-N by the
+	// account's place (never its username, which API callers would see).
+	Unnamed bool `yaml:"-" json:"-"`
 }
 
 // Config is every setting. The yaml tag is the key; the environment variable
@@ -46,7 +49,7 @@ type Config struct {
 	Listen        string        `yaml:"listen"`         // API listen address (127.0.0.1:8080)
 	AdminListen   string        `yaml:"admin_listen"`   // separate admin listener ("" = same as API)
 	APIKeys       APIKeys       `yaml:"api_keys"`       // keys of the API, bare or named with limits (none = loopback only)
-	AdminToken    string        `yaml:"admin_token"`    // Bearer token for /internal/* ("" = API keys, with a warning)
+	AdminToken    string        `yaml:"admin_token"`    // Bearer token of the admin API ("" = only keys with role admin)
 	MetricsToken  string        `yaml:"metrics_token"`  // Bearer token for /metrics
 	MetricsPublic bool          `yaml:"metrics_public"` // serve /metrics without a token (false)
 	Insecure      bool          `yaml:"insecure"`       // allow a non-loopback listen without API keys (false)
@@ -236,16 +239,14 @@ func loadAccountsFile(cfg *Config) error {
 }
 
 // resolveAccounts fills passwords from password_env / password_file and
-// defaults account names.
+// defaults account names to account-N: a name shows in every answer's
+// X-Poolgate-Instance header, so it never defaults to the username.
 func (c *Config) resolveAccounts(environ []string) error {
 	env := envMap(environ)
 	for i := range c.Accounts {
 		a := &c.Accounts[i]
 		if a.Name == "" {
-			a.Name = a.Username
-		}
-		if a.Name == "" {
-			a.Name = "account-" + strconv.Itoa(i+1)
+			a.Name, a.Unnamed = "account-"+strconv.Itoa(i+1), true
 		}
 		switch {
 		case a.Password != "":
@@ -296,7 +297,7 @@ func (c *Config) Validate() error {
 	// The admin API drains, restarts and exports accounts: it never runs
 	// open on a network, whatever insecure says about the public API.
 	if admin := c.adminListener(); !IsLoopback(admin) && c.AdminToken == "" && len(c.APIKeys) == 0 {
-		errs = append(errs, fmt.Errorf("the admin API would listen on %q, which is not a loopback address, with no credentials: set POOLGATE_ADMIN_TOKEN (or POOLGATE_API_KEYS), or put it on a loopback POOLGATE_ADMIN_LISTEN", admin))
+		errs = append(errs, fmt.Errorf("the admin API would listen on %q, which is not a loopback address, with no credentials: set POOLGATE_ADMIN_TOKEN (or POOLGATE_API_KEYS with a key of role admin), or put it on a loopback POOLGATE_ADMIN_LISTEN", admin))
 	}
 	errs = append(errs, c.validateKeys()...)
 	seen := map[string]bool{}

@@ -20,6 +20,11 @@ type APIKey struct {
 	Key     string `yaml:"key" json:"key"`
 	KeyEnv  string `yaml:"key_env" json:"key_env"`
 	KeyFile string `yaml:"key_file" json:"key_file"`
+	// Role is what the key may do besides the API: user (the default: the
+	// API, and its own usage and request log), viewer (also reads the
+	// admin API: pool, cluster, everyone's usage and log without prompts)
+	// or admin (the whole admin API).
+	Role string `yaml:"role" json:"role"`
 	// RPM, Concurrency and TokensPerDay limit the key across every replica
 	// (0: no limit): requests per minute, requests at once, and input plus
 	// output tokens per UTC day.
@@ -82,7 +87,7 @@ func (k *APIKeys) UnmarshalJSON(b []byte) error {
 		return errors.New("api_keys is a JSON list of keys or {name, key, ...} objects")
 	}
 	out := make(APIKeys, 0, len(items))
-	for _, raw := range items {
+	for i, raw := range items {
 		var s string
 		if json.Unmarshal(raw, &s) == nil {
 			out = append(out, APIKey{Key: s})
@@ -92,7 +97,8 @@ func (k *APIKeys) UnmarshalJSON(b []byte) error {
 		dec := json.NewDecoder(strings.NewReader(string(raw)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&key); err != nil {
-			return fmt.Errorf("api_keys item %s: %w", raw, err)
+			// Never the item itself: it holds the secret.
+			return fmt.Errorf("api_keys item %d: %w", i+1, err)
 		}
 		out = append(out, key)
 	}
@@ -154,7 +160,17 @@ func (c *Config) resolveKeys(env map[string]string) error {
 	return errors.Join(errs...)
 }
 
-// validateKeys checks names, secrets and limits.
+// AdminKeys reports whether any key has role admin.
+func (k APIKeys) AdminKeys() bool {
+	for i := range k {
+		if k[i].Role == "admin" {
+			return true
+		}
+	}
+	return false
+}
+
+// validateKeys checks names, secrets, roles and limits.
 func (c *Config) validateKeys() []error {
 	var errs []error
 	names, secrets := map[string]bool{}, map[string]string{}
@@ -173,6 +189,11 @@ func (c *Config) validateKeys() []error {
 			errs = append(errs, fmt.Errorf("api keys %s and %s are the same key", secrets[k.Key], k.Name))
 		default:
 			secrets[k.Key] = k.Name
+		}
+		switch k.Role {
+		case "", "user", "viewer", "admin":
+		default:
+			errs = append(errs, fmt.Errorf("api key %s: role %q: use user, viewer or admin", k.Name, k.Role))
 		}
 		if k.RPM < 0 || k.Concurrency < 0 || k.TokensPerDay < 0 {
 			errs = append(errs, fmt.Errorf("api key %s: limits must be >= 0", k.Name))

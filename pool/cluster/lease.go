@@ -43,6 +43,10 @@ import (
 // caller's: it expired, was released, or another holder or token holds it.
 var ErrLeaseLost = errors.New("lease lost")
 
+// ErrNotHolder: this replica does not hold the account's lease, so it may
+// not start, restart or change the account's worker.
+var ErrNotHolder = errors.New("this replica does not hold the account's lease")
+
 // Lease is one account's ownership record.
 //
 // For a lease the caller itself holds (AcquireLease with ok=true,

@@ -135,6 +135,9 @@ type Log interface {
 	Add(ctx context.Context, es []Entry) error
 	// List returns the matching entries, newest first.
 	List(ctx context.Context, f Filter) ([]Entry, error)
+	// Scrub removes every prompt and answer the log keeps (captured while
+	// the debug switch was on) and reports how many entries held one.
+	Scrub(ctx context.Context) (int, error)
 }
 
 // Memory is the Log of a single replica without Redis.
@@ -183,6 +186,20 @@ func (m *Memory) List(_ context.Context, f Filter) ([]Entry, error) {
 		}
 	}
 	return out, nil
+}
+
+// Scrub implements Log.
+func (m *Memory) Scrub(context.Context) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for i := range m.ring {
+		if e := &m.ring[i]; e.Prompt != "" || e.Answer != "" {
+			e.Prompt, e.Answer = "", ""
+			n++
+		}
+	}
+	return n, nil
 }
 
 // Redis is the Log every replica shares: a list "<prefix>requests", newest
@@ -241,4 +258,31 @@ func (r *Redis) List(ctx context.Context, f Filter) ([]Entry, error) {
 		}
 	}
 	return out, nil
+}
+
+// scrubScript rewrites, in place and in one step, every entry of the list
+// KEYS[1] that holds a prompt or an answer, without them.
+var scrubScript = redis.NewScript(`
+local n = 0
+local items = redis.call('LRANGE', KEYS[1], 0, -1)
+for i, v in ipairs(items) do
+  if string.find(v, '"prompt":', 1, true) or string.find(v, '"answer":', 1, true) then
+    local ok, e = pcall(cjson.decode, v)
+    if ok and type(e) == 'table' then
+      e.prompt = nil
+      e.answer = nil
+      redis.call('LSET', KEYS[1], i - 1, cjson.encode(e))
+      n = n + 1
+    end
+  end
+end
+return n
+`)
+
+// Scrub implements Log.
+func (r *Redis) Scrub(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*r.timeout)
+	defer cancel()
+	n, err := scrubScript.Run(ctx, r.rdb, []string{r.key}).Int()
+	return n, err
 }

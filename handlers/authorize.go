@@ -1,0 +1,46 @@
+package handlers
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/poolgate/poolgate/internal/access"
+)
+
+// AdminErrorFunc writes a refusal in the admin API's error shape.
+type AdminErrorFunc func(w http.ResponseWriter, status int, code, message string)
+
+// Authorize is the one place that decides who may call a route, on every
+// listener: it names the caller from the credentials the request presents
+// (internal/access), removes the replica headers so nothing behind it sees
+// them, and admits the caller only if the route's entry in access.Routes
+// does. A route the table does not list is refused: a new route is closed
+// until it is given its callers. A request that matches no route passes on
+// to the 404 or 405, which reveal nothing. Refusals come in the caller's
+// protocol, or in the admin API's shape on the admin surface.
+func Authorize(cr *access.Credentials, adminErr AdminErrorFunc) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		path := c.FullPath()
+		caller, v, ok := cr.Identify(c.Request)
+		access.StripHop(c.Request)
+		if ok && path != "" {
+			need, known := access.NeedOf(c.Request.Method, path)
+			if !known {
+				need = 0 // Decide refuses it
+			}
+			v, ok = cr.Decide(need, caller)
+		}
+		if !ok {
+			if access.IsAdminPath(c.Request.URL.Path) && adminErr != nil {
+				adminErr(c.Writer, v.Status, v.Code, v.Message)
+			} else {
+				WriteError(c.Writer, c.Request, v.Status, v.Message)
+			}
+			c.Abort()
+			return
+		}
+		c.Request = c.Request.WithContext(access.WithCaller(c.Request.Context(), caller))
+		c.Next()
+	}
+}

@@ -1,0 +1,90 @@
+package access
+
+// Need is the set of callers a route admits.
+type Need int
+
+// What a route needs. Each is a set of callers; docs/security.md shows the
+// table of routes and callers these make.
+const (
+	// Public admits everyone: the probes and the dashboard's page, which
+	// holds no data.
+	Public Need = iota + 1
+	// APIUser admits any API key in force, whatever its role; everyone on
+	// an open gateway.
+	APIUser
+	// Own admits any API key, which then reads only its own records;
+	// viewers and admins read everyone's.
+	Own
+	// Viewer admits viewers and admins: the admin API's reads.
+	Viewer
+	// Admin admits admins only: everything that changes or reveals an
+	// account (restarts, logins, bundles, reloads).
+	Admin
+	// Metrics admits the metrics token, everyone when metrics are public,
+	// and else viewers and admins.
+	Metrics
+)
+
+// Route is one route of the HTTP surface and the callers it admits.
+type Route struct {
+	// Method and Path as the router matches them (":name" for a parameter).
+	Method, Path string
+	Need         Need
+	// Clustered: the route exists only on a replica of a cluster.
+	Clustered bool
+}
+
+// Routes is every route poolgate serves, public API and admin API, on
+// whichever listener carries it. The edge refuses a route that is not here.
+var Routes = []Route{
+	{"POST", "/v1/chat/completions", APIUser, false},
+	{"POST", "/chat/completions", APIUser, false},
+	{"POST", "/v1/responses", APIUser, false},
+	{"POST", "/responses", APIUser, false},
+	{"POST", "/v1/responses/compact", APIUser, false},
+	{"GET", "/v1/responses/:id", APIUser, false},
+	{"DELETE", "/v1/responses/:id", APIUser, false},
+	{"GET", "/v1/responses/:id/input_items", APIUser, false},
+	{"POST", "/v1/messages", APIUser, false},
+	{"POST", "/v1/messages/count_tokens", APIUser, false},
+	{"GET", "/v1/models", APIUser, false},
+
+	{"GET", "/healthz", Public, false},
+	{"GET", "/readyz", Public, false},
+	{"GET", "/admin", Public, false},
+	{"HEAD", "/admin", Public, false},
+	{"GET", "/metrics", Metrics, false},
+
+	{"GET", "/internal/usage", Own, false},
+	{"GET", "/internal/requests", Own, false},
+
+	{"GET", "/internal/pool", Viewer, false},
+	{"GET", "/internal/stats", Viewer, false},
+	{"GET", "/internal/cluster", Viewer, true},
+	{"GET", "/internal/auto-login/status", Viewer, false},
+
+	{"POST", "/internal/pool/:instance/restart", Admin, false},
+	{"POST", "/internal/pool/:instance/drain", Admin, false},
+	{"POST", "/internal/pool/:instance/cooldown/clear", Admin, false},
+	{"POST", "/internal/pool/:instance/probe", Admin, false},
+	{"GET", "/internal/models/raw", Admin, false},
+	{"DELETE", "/internal/session/affinity", Admin, false},
+	{"POST", "/internal/auto-login/start", Admin, false},
+	{"GET", "/internal/auto-login/url", Admin, false},
+	{"GET", "/internal/auto-login/:instance/screenshot", Admin, false},
+	{"GET", "/internal/auto-login/:instance/callback", Admin, false},
+	{"POST", "/internal/session/export", Admin, false},
+	{"POST", "/internal/session/import", Admin, false},
+	{"POST", "/internal/reload", Admin, false},
+}
+
+// NeedOf returns what the route method path (as the router matched it)
+// needs; false for a route the table does not list.
+func NeedOf(method, path string) (Need, bool) {
+	for i := range Routes {
+		if Routes[i].Method == method && Routes[i].Path == path {
+			return Routes[i].Need, true
+		}
+	}
+	return 0, false
+}
