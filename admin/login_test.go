@@ -187,7 +187,9 @@ func TestLoginCallbackProxy(t *testing.T) {
 
 	query := "state=abc&auth=c0de&token=t%2Fk"
 	code, ctype, body := do(t, "GET", srv.URL+"/internal/auto-login/acct-1/callback?"+query,
-		map[string]string{"Authorization": "Bearer admin-secret", "Cookie": "sid=1", "Accept": "text/html"})
+		map[string]string{"Authorization": "Bearer admin-secret", "Cookie": "sid=1", "Accept": "text/html",
+			"X-Poolgate-Cluster-Token": "ct", "X-Poolgate-Forwarded-By": "r2", "X-Api-Key": "sk-1",
+			"Proxy-Authorization": "Basic eA==", "X-Custom": "anything", "User-Agent": "browser/1"})
 	if code != 200 || ctype != "text/html" || !strings.Contains(body, "Login successful") {
 		t.Fatalf("got %d %s %s, want the worker's page", code, ctype, body)
 	}
@@ -196,8 +198,17 @@ func TestLoginCallbackProxy(t *testing.T) {
 	if got.URL.Path != "/auth/callback" || got.URL.RawQuery != query {
 		t.Errorf("got upstream %s?%s, want /auth/callback?%s", got.URL.Path, got.URL.RawQuery, query)
 	}
-	if got.Header.Get("Authorization") != "" || got.Header.Get("Cookie") != "" || got.Header.Get("Accept") != "text/html" {
-		t.Errorf("got upstream headers %v, want Accept kept, credentials dropped", got.Header)
+	// The worker sees what a browser's redirect carries, nothing of
+	// poolgate's: an allowlist, not a list of what to drop.
+	for k := range got.Header {
+		switch k {
+		case "Accept", "User-Agent", "Accept-Encoding":
+		default:
+			t.Errorf("the worker saw header %s: %v", k, got.Header[k])
+		}
+	}
+	if got.Header.Get("Accept") != "text/html" || got.Header.Get("User-Agent") != "browser/1" {
+		t.Errorf("got upstream headers %v, want Accept and User-Agent kept", got.Header)
 	}
 }
 

@@ -84,12 +84,38 @@ func TestAdminActionsFollowTheLease(t *testing.T) {
 		t.Errorf("import on a non-holder: %d %s, want the holder's 400 about the bundle", code, body)
 	}
 
+	// An import that names its instance only in its body (the export's
+	// answer sent back as it is) is held to that instance's lease as well:
+	// the holder imports it and restarts its own worker; the replica it was
+	// sent to starts none (the sampler sees no second owner).
+	code, exported := postAdmin(t, s.live()[holder].URL+"/internal/session/export?instance=acct-1", nil, "")
+	if code != http.StatusOK || !strings.Contains(exported, `"instance":"acct-1"`) {
+		t.Fatalf("export on the holder: %d %s", code, exported)
+	}
+	before = restarts(holder)
+	code, body = postAdmin(t, s.live()[other].URL+"/internal/session/import", nil, exported)
+	if code != http.StatusOK || !strings.Contains(body, `"imported":true`) {
+		t.Errorf("body-named import on a non-holder: %d %s, want the holder's 200", code, body)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the holder to restart acct-1 on the import", func() bool { return restarts(holder) > before })
+	var snap pool.Snapshot
+	s.live()[other].GetJSON(t, "/internal/pool", "", &snap)
+	if in, _ := snap.Instance("acct-1"); in.PID != 0 {
+		t.Errorf("the non-holder runs acct-1 (pid %d, %s) after an import sent to it", in.PID, in.State)
+	}
+
 	// A replica that receives an already forwarded action it does not hold
-	// refuses it: one hop, and never an action without the lease.
+	// refuses it: one hop, and never an action without the lease. A
+	// forwarded-by header without the cluster token is no replica's.
 	code, body = postAdmin(t, s.live()[other].URL+"/internal/pool/acct-1/drain",
-		map[string]string{"X-Poolgate-Forwarded-By": "r9"}, "")
+		map[string]string{"X-Poolgate-Forwarded-By": "r9", "X-Poolgate-Cluster-Token": "ct"}, "")
 	if code != http.StatusConflict || !strings.Contains(body, "acct-1") {
 		t.Errorf("forwarded drain on a non-holder: %d %s, want 409 naming acct-1", code, body)
+	}
+	code, body = postAdmin(t, s.live()[other].URL+"/internal/pool/acct-1/drain",
+		map[string]string{"X-Poolgate-Forwarded-By": "r9"}, "")
+	if code != http.StatusUnauthorized {
+		t.Errorf("a drain with a forged forwarded-by header: %d %s, want 401", code, body)
 	}
 	s.waitSpread(10 * time.Second)
 	if violations.Load() > 0 {

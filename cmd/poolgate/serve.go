@@ -484,7 +484,8 @@ func servePprof(addr string) (func(), error) {
 	// cross-origin request), which could otherwise read the profiles.
 	guard := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !handlers.LoopbackHost(r.Host) || r.Header.Get("Origin") != "" || !handlers.SameOrigin(r) {
-			http.Error(w, "the profiler answers only loopback host names, and no web page", http.StatusForbidden)
+			admin.WriteError(w, http.StatusForbidden, admin.CodeForbidden,
+				"the profiler answers only loopback host names, and no web page")
 			return
 		}
 		mux.ServeHTTP(w, r)

@@ -198,11 +198,8 @@ func (cr *Credentials) Decide(n Need, c Caller) (Verdict, bool) {
 	case Admin:
 		return cr.needRole(c, RoleAdmin)
 	case Metrics:
-		switch {
-		case cr.MetricsPublic, c.Token == "metrics-token":
+		if cr.MetricsPublic || c.Token == "metrics-token" {
 			return Verdict{}, true
-		case cr.MetricsToken != "":
-			return unauthorized("metrics token required (POOLGATE_METRICS_TOKEN)"), false
 		}
 		return cr.needRole(c, RoleViewer)
 	}

@@ -20,8 +20,8 @@ const (
 	// Admin admits admins only: everything that changes or reveals an
 	// account (restarts, logins, bundles, reloads).
 	Admin
-	// Metrics admits the metrics token, everyone when metrics are public,
-	// and else viewers and admins.
+	// Metrics admits the metrics token, viewers and admins; everyone when
+	// metrics are public.
 	Metrics
 )
 

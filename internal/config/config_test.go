@@ -123,3 +123,18 @@ func TestREADMEDocumentsEveryKey(t *testing.T) {
 		}
 	}
 }
+
+// An account without a name is named by its place, never after its
+// username: the name goes out to every API caller.
+func TestUnnamedAccountsAreNotNamedAfterTheirUsername(t *testing.T) {
+	cfg, _, err := Load("", []string{`POOLGATE_ACCOUNTS=[{"username":"dev1@example.com","password":"p"},{"name":"w2","username":"dev2@example.com","password":"p"}]`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := cfg.Accounts[0]; a.Name != "account-1" || !a.Unnamed {
+		t.Errorf("unnamed account: %+v, want account-1", a)
+	}
+	if a := cfg.Accounts[1]; a.Name != "w2" || a.Unnamed {
+		t.Errorf("named account: %+v", a)
+	}
+}

@@ -65,6 +65,7 @@ func TestNamedKeysRefused(t *testing.T) {
 		{`[{"name":"a","key":"x","burst":3}]`, "unknown field"},
 		{`[{"name":"a","key_env":"NOPE"}]`, "key_env NOPE is empty"},
 		{`[1]`, "api_keys item"},
+		{`[{"name":"a","key":"x","role":"root"}]`, `role "root": use user, viewer or admin`},
 	}
 	for _, tt := range tests {
 		_, _, err := Load("", []string{"POOLGATE_API_KEYS=" + tt.give})
@@ -77,5 +78,24 @@ func TestNamedKeysRefused(t *testing.T) {
 	_ = os.WriteFile(yml, []byte("api_keys:\n  - name: a\n    key: x\n    burst: 2\n"), 0o600)
 	if _, _, err := Load(yml, nil); err == nil || !strings.Contains(err.Error(), "burst") {
 		t.Errorf("unknown YAML field in a key: %v", err)
+	}
+}
+
+// A typo in a named key's JSON is reported by the item's place: the error
+// never carries the item, which holds the secret.
+func TestKeyErrorsHoldNoSecret(t *testing.T) {
+	for _, give := range []string{
+		`[{"name":"a","key":"sk-very-secret","rpn":3}]`,
+		`[{"name":"a","key":"sk-very-secret","rpm":"3"}]`,
+		`[{"name":"a","key":"sk-very-secret"},{"name":"b","key":"sk-very-secret"}]`,
+	} {
+		_, _, err := Load("", []string{"POOLGATE_API_KEYS=" + give})
+		if err == nil || strings.Contains(err.Error(), "sk-very-secret") {
+			t.Errorf("%s: %v, want an error without the key", give, err)
+		}
+	}
+	cfg, _, err := Load("", []string{`POOLGATE_API_KEYS=[{"name":"a","key":"x","role":"admin"},{"name":"b","key":"y","role":"viewer"},{"name":"c","key":"z"}]`})
+	if err != nil || !cfg.APIKeys.AdminKeys() || cfg.APIKeys[1].Role != "viewer" || cfg.APIKeys[2].Role != "" {
+		t.Errorf("roles: %v %+v", err, cfg.APIKeys)
 	}
 }
