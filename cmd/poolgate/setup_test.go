@@ -3,6 +3,8 @@ package main
 import (
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -39,5 +41,29 @@ func TestSimulatorCredentialsReachOnlyTheSimulator(t *testing.T) {
 				t.Errorf("env %q lacks the account's own MINE=a1", env)
 			}
 		})
+	}
+}
+
+// An account that was named after its username before names defaulted to
+// account-N keeps its work dir (and its login): the dir moves with it, and
+// only when nothing else claims either name.
+func TestUnnamedAccountKeepsItsWorkDir(t *testing.T) {
+	data := t.TempDir()
+	for _, dir := range []string{"dev1@example.com", "taken@example.com", "account-3"} {
+		if err := os.MkdirAll(filepath.Join(data, "workers", dir, "cache"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := config.Config{DataDir: data, Accounts: []config.Account{
+		{Name: "account-1", Username: "dev1@example.com", Unnamed: true},
+		{Name: "taken@example.com", Username: "someone"},
+		{Name: "account-3", Username: "taken@example.com", Unnamed: true},
+	}}
+	adoptWorkDirs(cfg, slog.New(slog.DiscardHandler))
+	if _, err := os.Stat(filepath.Join(data, "workers", "account-1", "cache")); err != nil {
+		t.Errorf("account-1 did not get its old work dir: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "workers", "taken@example.com")); err != nil {
+		t.Errorf("the dir of an account named taken@example.com was moved: %v", err)
 	}
 }

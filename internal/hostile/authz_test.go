@@ -228,6 +228,35 @@ func TestAuthorizationMatrix(t *testing.T) {
 		d := testenv.StartDaemon(t, matrixKeys, matrixAccounts, "POOLGATE_ADMIN_TOKEN="+matrixAdmin,
 			"POOLGATE_METRICS_TOKEN="+metricsToken, "POOLGATE_PPROF_LISTEN="+pprof)
 		runMatrix(t, target{api: d.URL, pprof: "http://" + pprof}, keyed)
+		// The admin log names who acted, never a secret.
+		testenv.WaitFor(t, 5*time.Second, "the admin log to name the key that reloaded", func() bool {
+			return strings.Contains(d.Log(), "action=reload by=key:ops") && strings.Contains(d.Log(), "action=reload by=admin-token")
+		})
+		if strings.Contains(d.Log(), opsKey) || strings.Contains(d.Log(), matrixAdmin) {
+			t.Error("the daemon logged a secret")
+		}
+	})
+	t.Run("keys without an admin credential", func(t *testing.T) {
+		d := testenv.StartDaemon(t, matrixKeys[:strings.Index(matrixKeys, `,{"name":"vic"`)]+"]", matrixAccounts)
+		for _, r := range access.Routes {
+			if r.Need != access.Admin && r.Need != access.Viewer || r.Clustered {
+				continue
+			}
+			res, err := matrixClient.Do(matrixRequest(t, target{api: d.URL}, authzRow{method: r.Method, path: r.Path},
+				callerHeaders("user")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusForbidden || !bytes.Contains(body, []byte("POOLGATE_ADMIN_TOKEN")) ||
+				!bytes.Contains(body, []byte("role: admin")) {
+				t.Errorf("%s %s: %d %s, want 403 naming the settings that make an admin", r.Method, r.Path, res.StatusCode, clip(body))
+			}
+		}
+		testenv.WaitFor(t, 5*time.Second, "the start-up warning", func() bool {
+			return strings.Contains(d.Log(), "no admin credential")
+		})
 	})
 	t.Run("two replicas", func(t *testing.T) {
 		env := []string{matrixKeys, matrixAccounts, "POOLGATE_ADMIN_TOKEN=" + matrixAdmin,
