@@ -272,11 +272,11 @@ var fixedMetrics = []string{
 }
 
 func TestMetricsContract(t *testing.T) {
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_METRICS_TOKEN=mt")
+	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_METRICS_TOKEN=mt", "POOLGATE_ADMIN_TOKEN=adm")
 	testenv.WaitFor(t, 15*time.Second, "two ready instances", func() bool {
 		var s pool.Snapshot
 		req, _ := http.NewRequest(http.MethodGet, d.URL+"/internal/pool", nil)
-		req.Header.Set("Authorization", "Bearer sk-1")
+		req.Header.Set("Authorization", "Bearer adm")
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			_ = json.NewDecoder(resp.Body).Decode(&s)
@@ -300,8 +300,8 @@ func TestMetricsContract(t *testing.T) {
 		}
 		return resp.StatusCode, string(b)
 	}
-	if code, _ := get("sk-1"); code != http.StatusUnauthorized {
-		t.Errorf("API key on /metrics: %d, want 401", code)
+	if code, _ := get("sk-1"); code != http.StatusForbidden {
+		t.Errorf("a user key on /metrics: %d, want 403", code)
 	}
 	if code, _ := get(""); code != http.StatusUnauthorized {
 		t.Errorf("no token on /metrics: %d, want 401", code)

@@ -139,7 +139,9 @@ func TestBadInputGetsItsStatusAndShape(t *testing.T) {
 		{"unknown route", "GET", "/v1/nothing", "sk-1", "", 404},
 		{"no key", "POST", "/v1/chat/completions", "", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, 401},
 		{"wrong key", "POST", "/v1/chat/completions", "sk-2", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, 401},
-		{"admin without token", "GET", "/internal/pool", "", "", 401},
+		// No admin credential is configured: the admin API is no one's.
+		{"admin without a credential", "GET", "/internal/pool", "", "", 403},
+		{"admin with a user key", "GET", "/internal/pool", "sk-1", "", 403},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -239,8 +241,8 @@ func TestStatsAndRawModels(t *testing.T) {
 	if stats.Requests.ByAPI["chat"] != 3 || stats.Tokens["output"] == 0 || stats.Concurrency["max_queue"] != 256 || len(stats.Pool) != 2 {
 		t.Errorf("stats %+v", stats)
 	}
-	if code := d.GetJSON(t, "/internal/stats", "sk-1", nil); code != http.StatusUnauthorized {
-		t.Errorf("API key on admin with an admin token set: %d, want 401", code)
+	if code := d.GetJSON(t, "/internal/stats", "sk-1", nil); code != http.StatusForbidden {
+		t.Errorf("a user key on admin: %d, want 403", code)
 	}
 	var raw struct {
 		Models []chat.Model `json:"models"`

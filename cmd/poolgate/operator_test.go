@@ -384,8 +384,8 @@ func TestCooldownClearAndProbe(t *testing.T) {
 	if code, _ := post(t, d.URL+"/internal/pool/nope/probe", "adm", nil); code != http.StatusNotFound {
 		t.Errorf("probe of an unknown instance: %d", code)
 	}
-	if code, _ := post(t, d.URL+"/internal/pool/sim-1/probe", "sk-1", nil); code != http.StatusUnauthorized {
-		t.Errorf("probe with an API key: %d", code)
+	if code, _ := post(t, d.URL+"/internal/pool/sim-1/probe", "sk-1", nil); code != http.StatusForbidden {
+		t.Errorf("probe with a user key: %d, want 403", code)
 	}
 	for i := range 2 {
 		if got := send(t, d, "/v1/chat/completions", "sk-1", chatBody("m", "back", nil)); got.code != http.StatusOK {

@@ -27,7 +27,7 @@ import (
 
 // reloadConfig is a config file's reloadable part plus a few other keys.
 type reloadConfig struct {
-	keys     map[string]string // name -> secret
+	keys     map[string]string // name -> secret; the key named alpha has role admin
 	accounts []string          // names; each logs in as u-<name>
 	password string            // every account's ("pw" when empty)
 	extra    string            // more YAML, verbatim
@@ -44,7 +44,11 @@ func (c reloadConfig) write(t *testing.T, path string) {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		fmt.Fprintf(&b, "  - {name: %s, key: %s}\n", name, c.keys[name])
+		role := "user"
+		if name == "alpha" {
+			role = "admin" // the operator's key: it reads the pool and reloads
+		}
+		fmt.Fprintf(&b, "  - {name: %s, key: %s, role: %s}\n", name, c.keys[name], role)
 	}
 	pw := c.password
 	if pw == "" {
