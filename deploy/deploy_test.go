@@ -16,6 +16,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 
 	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 // repoRoot is the repository root (this file is in deploy/).
@@ -443,22 +444,8 @@ func dockerInstructions(src string) []string {
 // The YAML example loads as it stands, its secrets taken from the
 // environment and files it names.
 func TestYAMLExampleLoads(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "poolgate.example.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	secrets := t.TempDir()
-	for name, v := range map[string]string{"bob-key": "sk-bob\n", "ops-key": "sk-ops\n", "work-2-password": "pw2\n"} {
-		if err := os.WriteFile(filepath.Join(secrets, name), []byte(v), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	path := filepath.Join(t.TempDir(), "poolgate.yaml")
-	if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(b), "/run/secrets", secrets)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, warnings, err := config.Load(path, []string{"ALICE_KEY=sk-alice", "CI_KEY=sk-ci", "GRAFANA_KEY=sk-grafana",
-		"WORK1_PASSWORD=pw1"})
+	path, env := testenv.ExampleConfig(t)
+	cfg, warnings, err := config.Load(path, env)
 	if err != nil || len(warnings) > 0 {
 		t.Fatalf("the example does not load: %v %v", err, warnings)
 	}

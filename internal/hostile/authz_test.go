@@ -427,24 +427,10 @@ func TestCallersSeeTheirOwn(t *testing.T) {
 // The shipped example configuration is the secure one: loaded as it stands,
 // a user key gets 403 on every admin route, and its admin key gets in.
 func TestExampleConfigGivesUsersNoAdmin(t *testing.T) {
-	b, err := os.ReadFile(repoFile(t, "deploy/poolgate.example.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	secrets := t.TempDir()
-	for name, v := range map[string]string{"bob-key": "sk-bob", "ops-key": "sk-ops", "work-2-password": "pw2"} {
-		if err := os.WriteFile(filepath.Join(secrets, name), []byte(v), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	path := filepath.Join(t.TempDir(), "poolgate.yaml")
-	if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(b), "/run/secrets", secrets)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path, env := testenv.ExampleConfig(t)
 	// Loopback and memory instead of the compose network's names: the rest
 	// of the file as shipped.
-	d := testenv.StartDaemonArgs(t, []string{"-config", path}, "ALICE_KEY=sk-alice", "CI_KEY=sk-ci",
-		"GRAFANA_KEY=sk-grafana", "WORK1_PASSWORD=pw1", "POOLGATE_REDIS_URL=")
+	d := testenv.StartDaemonArgs(t, []string{"-config", path}, append(env, "POOLGATE_REDIS_URL=")...)
 	tg := target{api: d.URL}
 	for _, r := range access.Routes {
 		if r.Need != access.Admin && r.Need != access.Viewer || r.Clustered {

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -68,4 +69,29 @@ func TreeHash(t testing.TB, dir string) string {
 	}
 	sort.Strings(lines)
 	return strings.Join(lines, "\n")
+}
+
+// ExampleConfig writes deploy/poolgate.example.yaml as it ships, its
+// secret files (/run/secrets/...) made in a temp dir, and returns its path
+// and the environment its key_env and password_env entries read:
+// alice, bob, ci and grafana are keys sk-<name>, ops (role admin) is
+// sk-ops; the accounts' passwords are pw1 and pw2.
+func ExampleConfig(t testing.TB) (path string, env []string) {
+	t.Helper()
+	_, self, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "deploy", "poolgate.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := t.TempDir()
+	for name, v := range map[string]string{"bob-key": "sk-bob\n", "ops-key": "sk-ops\n", "work-2-password": "pw2\n"} {
+		if err := os.WriteFile(filepath.Join(secrets, name), []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path = filepath.Join(t.TempDir(), "poolgate.yaml")
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(b), "/run/secrets", secrets)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, []string{"ALICE_KEY=sk-alice", "CI_KEY=sk-ci", "GRAFANA_KEY=sk-grafana", "WORK1_PASSWORD=pw1"}
 }
