@@ -19,9 +19,6 @@ import (
 // value of one of those is reported as needing a restart and left as it is.
 // A configuration that does not load or validate is refused whole.
 
-// reloadable are the config keys a reload applies.
-var reloadable = map[string]bool{"accounts": true, "accounts_file": true, "api_keys": true}
-
 var _ admin.Reloader = (*app)(nil)
 
 // Reload re-reads the configuration and applies its reloadable part
@@ -111,7 +108,7 @@ func restartOnly(cur, next config.Config) []string {
 	t := cv.Type()
 	for i := range t.NumField() {
 		key := t.Field(i).Tag.Get("yaml")
-		if reloadable[key] {
+		if config.Reloadable(key) {
 			continue
 		}
 		if !reflect.DeepEqual(cv.Field(i).Interface(), nv.Field(i).Interface()) {

@@ -64,7 +64,7 @@ type Config struct {
 	DataDir      string    `yaml:"data_dir"`       // parent of the per-account work dirs
 	WorkerBin    string    `yaml:"worker_bin"`     // worker binary ("" = this executable's simworker)
 	WorkerArgs   []string  `yaml:"worker_args"`    // extra worker arguments
-	Accounts     []Account `yaml:"accounts"`       // accounts (JSON list in the environment)
+	Accounts     []Account `yaml:"accounts"`       // the accounts, one worker each; a JSON list in the environment (none = two simulated accounts)
 	AccountsFile string    `yaml:"accounts_file"`  // YAML or JSON file with the account list
 
 	InstanceMaxInFlight int           `yaml:"instance_max_in_flight"` // turns at once per instance (1)
@@ -94,7 +94,7 @@ type Config struct {
 	SessionCacheTTL  time.Duration `yaml:"session_cache_ttl"`  // life of an affinity entry after its last turn (30m)
 
 	DefaultModel string            `yaml:"default_model"` // model for unknown names ("" = first listed)
-	ModelAliases map[string]string `yaml:"model_aliases"` // client name -> pool model (JSON object in the environment)
+	ModelAliases map[string]string `yaml:"model_aliases"` // client model name -> pool model; a JSON object in the environment
 
 	BundleKey   string `yaml:"bundle_key"`   // base64 of 32 bytes sealing session bundles ("" = bundles off)
 	RedisURL    string `yaml:"redis_url"`    // Redis URL ("" = in-memory store)
@@ -122,7 +122,7 @@ type Config struct {
 
 	AdvertiseURL          string        `yaml:"advertise_url"`            // this replica's URL for the others ("" = no cluster)
 	ClusterToken          string        `yaml:"cluster_token"`            // shared secret of forwarded requests
-	ReplicaID             string        `yaml:"replica_id"`               // replica name (hostname); a per-start suffix is added
+	ReplicaID             string        `yaml:"replica_id"`               // replica name in /internal/cluster; a per-start suffix is added ("" = the host name)
 	LeaseTTL              time.Duration `yaml:"lease_ttl"`                // account lease lifetime (15s)
 	MaxAccountsPerReplica int           `yaml:"max_accounts_per_replica"` // accounts one replica holds (0 = fair share)
 }
@@ -398,6 +398,18 @@ func Keys() []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// Reloadable reports whether a live reload (SIGHUP, POST /internal/reload)
+// applies a new value of the key. Every other key is wired into a
+// listener, a store, the driver or the pool's limits at start, so a reload
+// reports it as needing a restart and leaves it as it is.
+func Reloadable(key string) bool {
+	switch key {
+	case "accounts", "accounts_file", "api_keys":
+		return true
+	}
+	return false
 }
 
 // EnvName returns the environment variable for a key.

@@ -111,19 +111,6 @@ func TestPasswordSources(t *testing.T) {
 	}
 }
 
-// The README's configuration table documents every key.
-func TestREADMEDocumentsEveryKey(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range Keys() {
-		if !strings.Contains(string(b), "| `"+k+"` |") {
-			t.Errorf("README configuration table lacks %q", k)
-		}
-	}
-}
-
 // An account without a name is named by its place, never after its
 // username: the name goes out to every API caller.
 func TestUnnamedAccountsAreNotNamedAfterTheirUsername(t *testing.T) {
