@@ -44,7 +44,7 @@ import (
 func serve(ctx context.Context, args []string, environ func() []string, hup <-chan os.Signal, stderr io.Writer) error {
 	fs := flag.NewFlagSet("poolgate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "YAML config file (keys as in the README; env POOLGATE_* overrides)")
+	cfgPath := fs.String("config", "", "YAML config file (keys in docs/configuration.md; env POOLGATE_* overrides)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -75,7 +75,7 @@ func Dir() string {
 func (c Client) Path() (string, error) {
 	p := filepath.Join(Dir(), "node_modules", ".bin", c.Bin)
 	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("%s %s is not installed in %s: run `make agents` (needs Node.js 20+ with npm; see README)", c.Package, c.Version, Dir())
+		return "", fmt.Errorf("%s %s is not installed in %s: run `make agents` (needs Node.js 20+ with npm; see docs/development.md)", c.Package, c.Version, Dir())
 	}
 	return p, nil
 }
