@@ -419,3 +419,24 @@ func anchors(text string) []string {
 	}
 	return out
 }
+
+// The README is the front door: short, and the two commands a newcomer
+// runs are its first shell block.
+func TestREADMEIsAFrontDoor(t *testing.T) {
+	p := pages(t)[0]
+	if len(p.text) > 12<<10 {
+		t.Errorf("README.md is %d bytes; keep it under 12 KiB and move reference material into docs/", len(p.text))
+	}
+	for _, b := range blocks(p) {
+		if !isShell(b.lang) {
+			continue
+		}
+		for _, cmd := range []string{"go run ./cmd/poolgate", "make test"} {
+			if !strings.Contains(b.body, cmd) {
+				t.Errorf("README.md's first shell block (%s) lacks %q", b, cmd)
+			}
+		}
+		return
+	}
+	t.Error("README.md has no shell block")
+}
