@@ -168,6 +168,11 @@ func TestRunnableBlocks(t *testing.T) {
 	if len(run) == 0 {
 		t.Fatal("no runnable blocks found in README.md and docs/")
 	}
+	for _, tool := range []string{"bash", "curl", "jq"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("the docs' runnable examples need %s: install it (make deps, or apt-get install %s)", tool, tool)
+		}
+	}
 	// One daemon per set of settings, living as long as the whole test.
 	daemons := map[string]*testenv.Daemon{}
 	for _, b := range run {

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs the services the tests use, when missing: redis-server, chromium,
-# nginx (Debian packages). Needs root for apt-get; otherwise it says what to
+# nginx, and curl and jq for the runnable examples of the docs (Debian
+# packages). Needs root for apt-get; otherwise it says what to
 # install and fails, so a test never skips silently.
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v chromium >/dev/null || command -v chromium-browser >/dev/null || need+=(chromium)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx)
+command -v curl >/dev/null || need+=(curl)
+command -v jq >/dev/null || need+=(jq)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "missing: ${need[*]}; install them with: sudo apt-get install -y ${need[*]}" >&2
