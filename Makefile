@@ -9,7 +9,7 @@ STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 # The pinned coding agents (internal/agents/npm) live in a cache, not the repo.
 AGENTS_DIR ?= $(or $(POOLGATE_AGENTS_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/poolgate/agents)
 
-.PHONY: build run test deps agents agents-capture lint go-test fuzz bench bench-full clean
+.PHONY: build run test deps agents agents-capture lint go-test fuzz bench bench-full docs clean
 
 build: ## build bin/poolgate (the daemon; also the bundled simworker)
 	$(GO) build -o $(BIN)/poolgate ./cmd/poolgate
@@ -51,6 +51,10 @@ bench: build ## short benchmark (< 2 min): writes docs/benchmarks.md
 
 bench-full: build ## every benchmark scenario
 	$(GO) run ./bench -bin $(BIN)/poolgate
+
+docs: ## regenerate docs/configuration.md from the config struct, then run the docs' tests (examples, settings, links)
+	$(GO) test ./internal/config -run TestConfigDoc -count=1 -update
+	$(GO) test ./docs ./internal/config -count=1
 
 clean:
 	rm -rf $(BIN)

@@ -47,7 +47,7 @@ func TestConfigDoc(t *testing.T) {
 		return
 	}
 	if want != page {
-		t.Errorf("docs/configuration.md does not match the Config struct (%s); run\n\t%s\nand commit the page", firstDiff(page, want), regenerate)
+		t.Errorf("docs/configuration.md does not match the Config struct (%s); run\n\t%s\n(or make docs) and commit the page", firstDiff(page, want), regenerate)
 	}
 }
 
