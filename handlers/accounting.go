@@ -17,6 +17,7 @@ import (
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/served"
+	"github.com/poolgate/poolgate/internal/telemetry"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/session/limits"
 	"github.com/poolgate/poolgate/session/reqlog"
@@ -33,6 +34,8 @@ type Accounting struct {
 	// Capture keeps each request's prompt and answer for the request log
 	// (a debug switch).
 	Capture bool
+
+	tracer telemetry.Tracer // New sets it from Config.Tracing
 }
 
 // observe wraps a protocol's handler: admission under the caller's key's
@@ -96,8 +99,10 @@ func admit(m *metrics.Metrics, acct *Accounting, log *slog.Logger, c *gin.Contex
 	if key == nil || !key.Limited() || acct.Limiter == nil || Forwarded(c.Request) {
 		return nil, nil
 	}
-	t, err := acct.Limiter.Acquire(c.Request.Context(), key.Name, limits.Limits{RPM: key.RPM,
+	lctx, span := acct.tracer.Start(c.Request.Context(), telemetry.SpanKeyLimits)
+	t, err := acct.Limiter.Acquire(lctx, key.Name, limits.Limits{RPM: key.RPM,
 		Concurrency: key.Concurrency, TokensPerDay: key.TokensPerDay})
+	endLimitSpan(span, key.Name, err)
 	var denied *limits.Denied
 	switch {
 	case errors.As(err, &denied):
@@ -151,7 +156,8 @@ func finish(m *metrics.Metrics, series *metrics.API, acct *Accounting, api strin
 			OutputTokens: int64(info.Usage.OutputTokens), Error: failed, Reused: info.Reused})
 	}
 	if acct.Log != nil {
-		acct.Log(reqlog.Entry{Time: start, RequestID: httpx.RequestID(c.Request.Context()), Key: name,
+		acct.Log(reqlog.Entry{Time: start, RequestID: httpx.RequestID(c.Request.Context()),
+			TraceID: telemetry.TraceID(c.Request.Context()), Key: name,
 			Account: info.Account, Instance: info.Instance, Model: info.Model, Protocol: api, Status: status,
 			LatencyMS: elapsed.Milliseconds(), InputTokens: int64(info.Usage.InputTokens),
 			OutputTokens: int64(info.Usage.OutputTokens), Reused: info.Reused, Error: info.Error,

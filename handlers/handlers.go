@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/apierr"
@@ -29,6 +30,7 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/served"
+	"github.com/poolgate/poolgate/internal/telemetry"
 )
 
 // Config configures the public API.
@@ -55,6 +57,9 @@ type Config struct {
 	// (empty on a single node).
 	ReplicaID    string
 	ClusterToken string
+	// Tracing traces each request (nil or a no-op provider: off, at no
+	// cost).
+	Tracing trace.TracerProvider
 }
 
 // ModelLister lists the pool's models.
@@ -81,6 +86,9 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	}
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
+	if telemetry.Enabled(cfg.Tracing) {
+		e.Use(Trace(cfg.Tracing))
+	}
 	e.Use(RequestID(log), Recover(log))
 	if cfg.Credentials == nil {
 		cfg.Credentials = &access.Credentials{Keys: apikey.NewRegistry(nil)}
@@ -88,6 +96,7 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	if cfg.Accounting == nil {
 		cfg.Accounting = &Accounting{}
 	}
+	cfg.Accounting.tracer = telemetry.New(cfg.Tracing, tracerScope)
 	keys := cfg.Credentials.Keys
 	e.Use(BrowserGuard(cfg.Insecure, func() bool { return keys.Load().Len() == 0 }),
 		Authorize(cfg.Credentials, cfg.AdminError))
@@ -96,8 +105,7 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 
 	api := e.Group("", BodyCap(cfg.MaxBodyBytes, cfg.BodyTimeout))
 	if cfg.ClusterToken != "" {
-		api.Use(ClusterHop(cfg.ReplicaID, cfg.ClusterToken, &http.Client{Transport: &http.Transport{
-			MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second, ResponseHeaderTimeout: 0}}))
+		api.Use(ClusterHop(cfg.ReplicaID, cfg.ClusterToken, hopClient(cfg.Tracing)))
 	}
 	chat := observe(m, cfg.Accounting, log, "chat", p.Chat.Completions)
 	api.POST("/v1/chat/completions", chat)
@@ -177,26 +185,36 @@ func NewAdmin(cr *access.Credentials, adminErr AdminErrorFunc, log *slog.Logger,
 	return e
 }
 
-// RequestID takes the client's x-request-id (when sane) or mints one, puts it
-// on the response before anything else is written, into the request context,
-// and logs one access line per request.
+// RequestID takes the client's x-request-id (when sane) or mints one (from
+// the trace id when the request is traced, so one id finds the trace too),
+// puts it on the response before anything else is written, into the request
+// context, and logs one access line per request.
 func RequestID(log *slog.Logger) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		id := c.GetHeader("X-Request-Id")
+		traceID := telemetry.TraceID(c.Request.Context())
 		if !saneID(id) {
-			var b [12]byte
-			_, _ = rand.Read(b[:])
-			id = "req_" + hex.EncodeToString(b[:])
+			if traceID != "" {
+				id = "req_" + traceID
+			} else {
+				var b [12]byte
+				_, _ = rand.Read(b[:])
+				id = "req_" + hex.EncodeToString(b[:])
+			}
 		}
 		c.Header("X-Request-Id", id)
 		c.Request = c.Request.WithContext(httpx.WithRequestID(c.Request.Context(), id))
 		start := time.Now()
 		c.Next()
 		// The key's name, never the key: "" when auth is off or refused.
-		log.LogAttrs(c.Request.Context(), slog.LevelInfo, "request",
-			slog.String("request_id", id), slog.String("method", c.Request.Method),
+		var buf [7]slog.Attr
+		attrs := append(buf[:0], slog.String("request_id", id), slog.String("method", c.Request.Method),
 			slog.String("path", c.Request.URL.Path), slog.Int("status", c.Writer.Status()),
 			slog.Duration("duration", time.Since(start)), slog.String("key", access.From(c.Request.Context()).KeyName()))
+		if traceID != "" {
+			attrs = append(attrs, slog.String("trace_id", traceID))
+		}
+		log.LogAttrs(c.Request.Context(), slog.LevelInfo, "request", attrs...)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/poolgate/poolgate/internal/metrics"
 )
 
@@ -66,6 +68,8 @@ type Config struct {
 	// Metrics records poolgate_login_attempts_total{result} and
 	// poolgate_login_duration_seconds per attempt. Default nil: nothing.
 	Metrics *metrics.Metrics
+	// Tracing makes each attempt a span (nil: off).
+	Tracing trace.TracerProvider
 }
 
 // Default values of Config.

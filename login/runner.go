@@ -21,6 +21,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/poolgate/poolgate/internal/telemetry"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -72,6 +77,7 @@ type Runner struct {
 	log     *slog.Logger
 	recipes map[string]*Recipe
 	slots   chan struct{} // one token per browser allowed at once
+	tracer  telemetry.Tracer
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -114,7 +120,8 @@ func NewRunner(cfg Config, log *slog.Logger) (*Runner, error) {
 		cfg: cfg, log: log, recipes: recipes,
 		slots: make(chan struct{}, cfg.Concurrency),
 		ctx:   ctx, cancel: cancel,
-		insts: map[string]*instance{},
+		insts:  map[string]*instance{},
+		tracer: telemetry.New(cfg.Tracing, "github.com/poolgate/poolgate/login"),
 	}, nil
 }
 
@@ -212,7 +219,9 @@ func (r *Runner) login(t supervisor.LoginTarget) {
 	for n := 1; ; n++ {
 		r.update(t.Instance, func(in *instance) { in.status.Attempts = n })
 		begin := time.Now()
-		c, err := r.attempt(ctx, t)
+		actx, span := r.tracer.Start(ctx, telemetry.SpanLogin, trace.WithNewRoot())
+		c, err := r.attempt(actx, t)
+		endLoginSpan(span, t, n, err)
 		if r.ctx.Err() != nil { // closing: whatever happened is not the login's fault
 			r.finish(t.Instance, StateFailed, errClosed, capture{}, red)
 			return
@@ -434,4 +443,22 @@ func (r *Runner) awaitConfirm(ctx context.Context, t supervisor.LoginTarget) err
 		case <-tick.C:
 		}
 	}
+}
+
+// endLoginSpan ends the span of a login attempt: the instance, its account,
+// the attempt's number and whether it succeeded (never the error's text,
+// which is the page's).
+func endLoginSpan(span trace.Span, t supervisor.LoginTarget, n int, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	result := "success"
+	if err != nil {
+		result = "failure"
+		span.SetStatus(codes.Error, "login attempt failed")
+	}
+	span.SetAttributes(attribute.String(telemetry.AttrInstance, t.Instance),
+		attribute.String(telemetry.AttrAccount, t.Account.Name), attribute.Int(telemetry.AttrAttempt, n),
+		attribute.String(telemetry.AttrLoginStage, result))
+	span.End()
 }

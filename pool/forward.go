@@ -3,6 +3,8 @@ package pool
 import (
 	"context"
 	"errors"
+
+	"github.com/poolgate/poolgate/internal/telemetry"
 )
 
 // Remote locates other replicas; pool/cluster's Cluster implements it.
@@ -59,7 +61,10 @@ func (r *Router) forwardRemote(ctx context.Context, rq *request) bool {
 		// The owner looks the conversation up again: give the entry back.
 		_ = r.store.PutAffinity(context.WithoutCancel(ctx), rq.key, rq.hit)
 	}
-	if err := fw(ctx, target); err != nil {
+	fctx, span := r.tracer.Start(ctx, telemetry.SpanForward)
+	err := fw(fctx, target)
+	endForwardSpan(span, target, err)
+	if err != nil {
 		r.log.Warn("forward to replica failed, serving here", "target", target, "err", err, "request_id", rq.RequestID)
 		return false
 	}

@@ -8,9 +8,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/served"
+	"github.com/poolgate/poolgate/internal/telemetry"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -46,6 +49,9 @@ type RouterConfig struct {
 	Count func(string) int
 	// Tools is the operator's tool policy (default: every tool is offered).
 	Tools ToolPolicy
+	// Tracing traces affinity lookups, admission, each attempt and the
+	// hop to another replica (nil: off).
+	Tracing trace.TracerProvider
 }
 
 // Router runs one request on the pool: affinity, admission, retries,
@@ -58,12 +64,14 @@ type Router struct {
 	log     *slog.Logger
 	wg      sync.WaitGroup
 	remote  Remote
+	tracer  telemetry.Tracer
 }
 
 // NewRouter returns a router over p. store may be nil (no affinity).
 func NewRouter(cfg RouterConfig, p *Pool, store AffinityStore, m *metrics.Metrics, log *slog.Logger) *Router {
 	cfg.Retries = max(cfg.Retries, 0)
-	return &Router{cfg: cfg, pool: p, store: store, metrics: m, log: log}
+	return &Router{cfg: cfg, pool: p, store: store, metrics: m, log: log,
+		tracer: telemetry.New(cfg.Tracing, "github.com/poolgate/poolgate/pool")}
 }
 
 // Wait waits for the router's background work (upstream session deletes).
@@ -91,6 +99,9 @@ type request struct {
 	reused   bool
 	excluded []string
 	served   *served.Record
+	tries    int        // attempts started
+	span     trace.Span // the attempt in progress, nil while tracing is off
+	began    time.Time  // when it started
 }
 
 // Chat runs req. An error returned here happened before any event reached
@@ -132,7 +143,7 @@ func (r *Router) Pull(ctx context.Context, req *chat.Request) (*Stream, error) {
 		if len(rq.excluded) > 0 && r.metrics != nil {
 			r.metrics.Retries.Inc()
 		}
-		slot, err := r.pool.Acquire(ctx, Want{Prefer: rq.hit.Instance, Hint: affinityHint(req), Exclude: rq.excluded})
+		slot, err := r.acquire(ctx, rq)
 		if err != nil {
 			r.dropHit(rq)
 			if lastErr != nil && errors.Is(err, chat.ErrNoInstance) {
@@ -186,7 +197,9 @@ func (r *Router) lookup(ctx context.Context, rq *request) {
 		return
 	}
 	key := conversationKey(rq.owner, rq.model, rq.Messages[:rq.split+1], nil)
-	a, err := r.store.TakeAffinity(ctx, key)
+	lctx, span := r.tracer.Start(ctx, telemetry.SpanAffinity)
+	a, err := r.store.TakeAffinity(lctx, key)
+	endAffinitySpan(span, a, err)
 	if err != nil {
 		if r.metrics != nil {
 			r.metrics.CacheMisses.Inc()
@@ -247,11 +260,13 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream,
 		}
 	}
 	rq.served.Turn(slot.Instance(), slot.m.account, rq.model, rq.reused)
+	r.startAttempt(ctx, rq, slot)
 	tctx, cancel := context.WithCancel(ctx)
 	src, err := open(tctx, slot.Backend, turn)
 	if err != nil {
 		cancel()
 		r.failed(rq, slot, err)
+		r.endAttempt(rq, failureOutcome(err), err)
 		return nil, false, err
 	}
 	var head []chat.Event
@@ -261,10 +276,14 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream,
 			src.close()
 			cancel()
 			r.failed(rq, slot, ev.Err)
+			r.endAttempt(rq, failureOutcome(ev.Err), ev.Err)
 			return nil, true, ev.Err
 		}
-		if len(head) == 0 && r.metrics != nil && rq.api != "" {
-			r.metrics.ForAPI(rq.api).TTFT.Observe(time.Since(rq.start).Seconds())
+		if len(head) == 0 {
+			if r.metrics != nil && rq.api != "" {
+				r.metrics.ForAPI(rq.api).TTFT.Observe(time.Since(rq.start).Seconds())
+			}
+			firstEvent(rq)
 		}
 		head = append(head, ev)
 		if rq.Stream || ev.Type == chat.EventDone {

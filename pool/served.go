@@ -10,6 +10,7 @@ import (
 // instance, its account, the model, whether the upstream session was
 // continued, the latency and how the turn ended.
 func (r *Router) logTurn(rq *request, slot *Slot, outcome string, err error) {
+	defer r.endAttempt(rq, outcome, err)
 	level := slog.LevelInfo
 	if err != nil {
 		level = slog.LevelWarn
@@ -29,6 +30,9 @@ func (r *Router) logTurn(rq *request, slot *Slot, outcome string, err error) {
 	}
 	if err != nil {
 		attrs = append(attrs, slog.Any("err", err))
+	}
+	if rq.span != nil {
+		attrs = append(attrs, slog.String("trace_id", rq.span.SpanContext().TraceID().String()))
 	}
 	r.log.LogAttrs(context.Background(), level, "turn", attrs...)
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -31,6 +32,7 @@ type scale struct {
 	ports    []int
 	replicas []*testenv.Daemon
 	env      []string
+	extra    func(i int) []string // replica i's variables on top of env
 	nginxURL string
 }
 
@@ -45,8 +47,12 @@ func newScale(t *testing.T) *scale {
 
 // startReplicas seals the four accounts' bundles into a new Redis (one node
 // logs them in), then starts the three replicas, which can only restore.
-func startReplicas(t *testing.T) *scale {
-	s := &scale{t: t, redis: testenv.Redis(t)}
+func startReplicas(t *testing.T) *scale { return startCluster(t, 3, nil) }
+
+// startCluster is startReplicas with n replicas, each started with the
+// variables env(i) returns on top.
+func startCluster(t *testing.T, n int, env func(i int) []string) *scale {
+	s := &scale{t: t, redis: testenv.Redis(t), extra: env}
 	key := newBundleKey(t)
 	// The operator's first login: one node logs the accounts in (here the
 	// simulator starts logged in) and seals their bundles into Redis.
@@ -65,11 +71,11 @@ func startReplicas(t *testing.T) *scale {
 	s.env = []string{"POOLGATE_REDIS_URL=" + s.redis.URL(), "POOLGATE_BUNDLE_KEY=" + key, clusterAccounts,
 		"POOLGATE_AUTO_LOGIN=false", "POOLGATE_CLUSTER_TOKEN=ct", "POOLGATE_LEASE_TTL=3s",
 		"POOLGATE_HEALTH_INTERVAL=300ms", "POOLGATE_METRICS_PUBLIC=true"}
-	for range 3 {
+	for range n {
 		s.ports = append(s.ports, testenv.FreePort(t))
 	}
-	s.replicas = make([]*testenv.Daemon, 3)
-	for i := range 3 {
+	s.replicas = make([]*testenv.Daemon, n)
+	for i := range n {
 		s.start(i)
 	}
 	return s
@@ -77,8 +83,12 @@ func startReplicas(t *testing.T) *scale {
 
 func (s *scale) start(i int) {
 	addr := fmt.Sprintf("127.0.0.1:%d", s.ports[i])
-	d := testenv.StartDaemon(s.t, append(s.env, "POOLGATE_LISTEN="+addr, "POOLGATE_ADVERTISE_URL=http://"+addr,
-		fmt.Sprintf("POOLGATE_REPLICA_ID=r%d", i+1))...)
+	env := append(slices.Clone(s.env), "POOLGATE_LISTEN="+addr, "POOLGATE_ADVERTISE_URL=http://"+addr,
+		fmt.Sprintf("POOLGATE_REPLICA_ID=r%d", i+1))
+	if s.extra != nil {
+		env = append(env, s.extra(i)...)
+	}
+	d := testenv.StartDaemon(s.t, env...)
 	s.mu.Lock()
 	s.replicas[i] = d
 	s.mu.Unlock()

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/poolgate/poolgate/admin"
 	"github.com/poolgate/poolgate/handlers"
@@ -101,6 +102,8 @@ type app struct {
 	keys        *apikey.Registry
 	acct        *accounting
 	metrics     *metrics.Metrics
+	tracing     trace.TracerProvider        // a no-op one when tracing is off
+	stopTracing func(context.Context) error // flushes the spans not yet exported
 
 	// Reloads (reload.go): the config file and the environment to read
 	// again, and the configuration in force, which only a reload changes.
@@ -132,8 +135,13 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	if err != nil {
 		return nil, err
 	}
+	tp, stopTracing, err := tracing(lookup, log)
+	if err != nil {
+		return nil, err
+	}
 	clustered := cfg.AdvertiseURL != ""
-	a := &app{cfg: cfg, applied: cfg, metrics: m, log: log, launcher: &supervisor.ExecLauncher{Env: childEnv(environ)}}
+	a := &app{cfg: cfg, applied: cfg, metrics: m, log: log, launcher: &supervisor.ExecLauncher{Env: childEnv(environ)},
+		tracing: tp, stopTracing: stopTracing}
 	a.sup = supervisor.New(supervisor.Config{}, workers, driver, a.launcher, m, log)
 	a.pool = pool.New(pool.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
 		a.sup, m, log)
@@ -141,6 +149,11 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	var redisClient *redis.Client
 	if a.store, a.bundleStore, redisClient, err = openStores(cfg, m, onEvict, log); err != nil {
 		return nil, err
+	}
+	if redisClient != nil {
+		if err := traceRedis(redisClient, tp); err != nil {
+			return nil, fmt.Errorf("redis tracing: %w", err)
+		}
 	}
 	a.acct = newAccounting(cfg, redisClient, m, log)
 	a.keys = apikey.NewRegistry(keysOf(cfg))
@@ -150,7 +163,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 		affinity = nil // every turn starts an upstream session of its own
 	}
 	a.router = pool.NewRouter(pool.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
-		Retries: cfg.Retries, Count: tokens.NewMemo().Count, Tools: toolPolicy(cfg)}, a.pool, affinity, m, log)
+		Retries: cfg.Retries, Count: tokens.NewMemo().Count, Tools: toolPolicy(cfg), Tracing: tp}, a.pool, affinity, m, log)
 	if err := a.setupLogin(m, lookup, childEnv(environ)); err != nil {
 		return nil, err
 	}
@@ -219,7 +232,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		MetricsPublic: cfg.MetricsPublic}
 	hcfg := handlers.Config{Credentials: creds, AdminError: admin.WriteError,
 		Accounting: a.acct.forHTTP(cfg.RequestLogDebug), MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout,
-		Insecure: cfg.Insecure}
+		Insecure: cfg.Insecure, Tracing: a.tracing}
 	var workers admin.Workers = a.sup
 	if a.cluster != nil {
 		creds.ClusterToken = cfg.ClusterToken
@@ -457,6 +470,11 @@ func (a *app) run(ctx context.Context) error {
 	}
 	a.router.Wait()
 	a.acct.close() // every request is over: flush its records
+	tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := a.stopTracing(tctx); err != nil {
+		a.log.Warn("tracing: spans not exported at shutdown", "err", err)
+	}
+	tcancel()
 	_ = a.store.Close()
 	a.log.Info("stopped")
 	if errors.Is(serveErr, http.ErrServerClosed) {

@@ -165,7 +165,7 @@ func (a *app) setupLogin(m *metrics.Metrics, getenv func(string) string, env []s
 	r, err := login.NewRunner(login.Config{Chromium: cfg.Chromium, Concurrency: cfg.LoginConcurrency,
 		RecipeFile: cfg.LoginRecipes, DefaultRecipe: recipe, Stealth: cfg.LoginStealth, Getenv: getenv, Env: env,
 		LoginTimeout: cfg.LoginTimeout, MaxAttempts: cfg.LoginAttempts, Headless: &cfg.LoginHeadless,
-		TempDir: filepath.Join(cfg.DataDir, "login-profiles"), Metrics: m}, a.log.With("component", "login"))
+		TempDir: filepath.Join(cfg.DataDir, "login-profiles"), Metrics: m, Tracing: a.tracing}, a.log.With("component", "login"))
 	switch {
 	case errors.Is(err, login.ErrNoChromium):
 		a.log.Warn("automatic login is off: no Chromium found (set POOLGATE_CHROMIUM or install chromium); use the admin API's manual login", "err", err)

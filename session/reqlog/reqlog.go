@@ -23,19 +23,21 @@ import (
 
 // Entry is one served request.
 type Entry struct {
-	Time         time.Time `json:"time"`
-	RequestID    string    `json:"request_id"`
-	Key          string    `json:"key"`
-	Account      string    `json:"account"`
-	Instance     string    `json:"instance"`
-	Model        string    `json:"model"`
-	Protocol     string    `json:"protocol"`
-	Status       int       `json:"status"`
-	LatencyMS    int64     `json:"latency_ms"`
-	InputTokens  int64     `json:"input_tokens"`
-	OutputTokens int64     `json:"output_tokens"`
-	Reused       bool      `json:"reused"`
-	Error        string    `json:"error,omitempty"`
+	Time      time.Time `json:"time"`
+	RequestID string    `json:"request_id"`
+	// TraceID is the request's trace when it was traced.
+	TraceID      string `json:"trace_id,omitempty"`
+	Key          string `json:"key"`
+	Account      string `json:"account"`
+	Instance     string `json:"instance"`
+	Model        string `json:"model"`
+	Protocol     string `json:"protocol"`
+	Status       int    `json:"status"`
+	LatencyMS    int64  `json:"latency_ms"`
+	InputTokens  int64  `json:"input_tokens"`
+	OutputTokens int64  `json:"output_tokens"`
+	Reused       bool   `json:"reused"`
+	Error        string `json:"error,omitempty"`
 	// Prompt and Answer are set only with the debug switch on.
 	Prompt string `json:"prompt,omitempty"`
 	Answer string `json:"answer,omitempty"`

@@ -1,0 +1,92 @@
+package handlers
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/internal/access"
+	"github.com/poolgate/poolgate/internal/telemetry"
+	"github.com/poolgate/poolgate/session/limits"
+)
+
+const tracerScope = "github.com/poolgate/poolgate/handlers"
+
+// Trace starts the request's server span: a child of the caller's
+// traceparent when it sends one (a client, or the replica that forwarded
+// the request here), else a new trace. The span is named after the route,
+// never the raw path, and carries the request id, the key's name (never the
+// key) and the status. Install it only when tracing is on: New does.
+func Trace(tp trace.TracerProvider) gin.HandlerFunc {
+	tr := telemetry.New(tp, tracerScope)
+	return func(c *gin.Context) {
+		r := c.Request
+		ctx := telemetry.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		route := c.FullPath()
+		name := r.Method + " " + route
+		if route == "" {
+			name = r.Method // an unknown route: its path is the client's text
+		}
+		attrs := []attribute.KeyValue{attribute.String("http.request.method", r.Method)}
+		if route != "" {
+			attrs = append(attrs, attribute.String("http.route", route))
+		}
+		if by := r.Header.Get(access.HopHeader); by != "" {
+			attrs = append(attrs, attribute.String(telemetry.AttrForwarded, by))
+		}
+		ctx, span := tr.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+		c.Request = r.WithContext(ctx)
+		c.Next()
+		status := c.Writer.Status()
+		span.SetAttributes(attribute.Int("http.response.status_code", status),
+			attribute.String(telemetry.AttrRequestID, httpx.RequestID(c.Request.Context())))
+		if name := access.From(c.Request.Context()).KeyName(); name != "" {
+			span.SetAttributes(attribute.String(telemetry.AttrKey, name))
+		}
+		if status >= 500 {
+			span.SetStatus(codes.Error, strconv.Itoa(status))
+		}
+		span.End()
+	}
+}
+
+// hopClient is the client one replica forwards requests with; with
+// tracing on, each forward is a client span whose traceparent goes with the
+// request, so the trace goes on at the holder.
+func hopClient(tp trace.TracerProvider) *http.Client {
+	var rt http.RoundTripper = &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
+	if telemetry.Enabled(tp) {
+		rt = otelhttp.NewTransport(rt, otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(telemetry.Propagator),
+			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "forward " + r.Method }))
+	}
+	return &http.Client{Transport: rt}
+}
+
+// endLimitSpan ends the key-limits span: the key's name, and the limit that
+// refused the request, if one did.
+func endLimitSpan(span trace.Span, key string, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(attribute.String(telemetry.AttrKey, key))
+	var denied *limits.Denied
+	switch {
+	case errors.As(err, &denied):
+		span.SetAttributes(attribute.String(telemetry.AttrLimit, denied.Limit), attribute.String(telemetry.AttrOutcome, "denied"))
+	case err != nil:
+		span.SetAttributes(attribute.String(telemetry.AttrOutcome, "unavailable"))
+		span.SetStatus(codes.Error, "key limits unavailable")
+	default:
+		span.SetAttributes(attribute.String(telemetry.AttrOutcome, "admitted"))
+	}
+	span.End()
+}
