@@ -15,6 +15,7 @@ import (
 	"github.com/poolgate/poolgate/handlers/openaierr"
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
+	"github.com/poolgate/poolgate/internal/live"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/served"
 	"github.com/poolgate/poolgate/internal/telemetry"
@@ -34,6 +35,9 @@ type Accounting struct {
 	// Capture keeps each request's prompt and answer for the request log
 	// (a debug switch).
 	Capture bool
+
+	// Live keeps the last hour's traffic for the dashboard (nil: none).
+	Live *live.Recorder
 
 	tracer telemetry.Tracer // New sets it from Config.Tracing
 }
@@ -151,6 +155,9 @@ func finish(m *metrics.Metrics, series *metrics.API, acct *Accounting, api strin
 		return info // the replica that served it keeps its record
 	}
 	failed := status >= 400 || info.Error != ""
+	if acct.Live != nil {
+		acct.Live.Observe(start.Add(elapsed), info.Account, live.Outcome(status, info.Error != ""), elapsed, info.TTFT)
+	}
 	if acct.Usage != nil {
 		acct.Usage(usage.Record{Time: start, Key: name, Account: info.Account, InputTokens: int64(info.Usage.InputTokens),
 			OutputTokens: int64(info.Usage.OutputTokens), Error: failed, Reused: info.Reused})

@@ -280,9 +280,11 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream,
 			return nil, true, ev.Err
 		}
 		if len(head) == 0 {
+			ttft := time.Since(rq.start)
 			if r.metrics != nil && rq.api != "" {
-				r.metrics.ForAPI(rq.api).TTFT.Observe(time.Since(rq.start).Seconds())
+				r.metrics.ForAPI(rq.api).TTFT.Observe(ttft.Seconds())
 			}
+			rq.served.First(ttft)
 			firstEvent(rq)
 		}
 		head = append(head, ev)

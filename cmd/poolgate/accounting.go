@@ -11,6 +11,7 @@ import (
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/batch"
 	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/internal/live"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/session/limits"
 	"github.com/poolgate/poolgate/session/reqlog"
@@ -70,8 +71,8 @@ func newAccounting(cfg config.Config, rdb *redis.Client, m *metrics.Metrics, log
 }
 
 // forHTTP is the HTTP layer's view.
-func (a *accounting) forHTTP(capture bool) *handlers.Accounting {
-	return &handlers.Accounting{Limiter: a.limiter, Capture: capture,
+func (a *accounting) forHTTP(capture bool, rec *live.Recorder) *handlers.Accounting {
+	return &handlers.Accounting{Limiter: a.limiter, Capture: capture, Live: rec,
 		Usage: func(r usage.Record) { a.usageW.Add(r) },
 		Log:   func(e reqlog.Entry) { a.logW.Add(e) }}
 }

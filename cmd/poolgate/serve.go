@@ -30,6 +30,7 @@ import (
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/internal/live"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/tokens"
 	"github.com/poolgate/poolgate/login"
@@ -102,6 +103,7 @@ type app struct {
 	keys        *apikey.Registry
 	acct        *accounting
 	metrics     *metrics.Metrics
+	live        *live.Recorder              // the dashboard's last hour
 	tracing     trace.TracerProvider        // a no-op one when tracing is off
 	stopTracing func(context.Context) error // flushes the spans not yet exported
 
@@ -141,7 +143,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	}
 	clustered := cfg.AdvertiseURL != ""
 	a := &app{cfg: cfg, applied: cfg, metrics: m, log: log, launcher: &supervisor.ExecLauncher{Env: childEnv(environ)},
-		tracing: tp, stopTracing: stopTracing}
+		tracing: tp, stopTracing: stopTracing, live: live.New(liveStep, liveSteps, liveAccounts)}
 	a.sup = supervisor.New(supervisor.Config{}, workers, driver, a.launcher, m, log)
 	a.pool = pool.New(pool.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
 		a.sup, m, log)
@@ -231,7 +233,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	creds := &access.Credentials{Keys: a.keys, AdminToken: cfg.AdminToken, MetricsToken: cfg.MetricsToken,
 		MetricsPublic: cfg.MetricsPublic}
 	hcfg := handlers.Config{Credentials: creds, AdminError: admin.WriteError,
-		Accounting: a.acct.forHTTP(cfg.RequestLogDebug), MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout,
+		Accounting: a.acct.forHTTP(cfg.RequestLogDebug, a.live), MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout,
 		Insecure: cfg.Insecure, Tracing: a.tracing}
 	var workers admin.Workers = a.sup
 	if a.cluster != nil {
@@ -274,6 +276,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	admin.RegisterLogin(internal, svc, a.sup, log)
 	adm.RegisterBundles(internal, a.bundles)
 	adm.RegisterUsage(internal, a.acct.usage, a.acct.requests)
+	adm.RegisterLive(internal, a.live)
 	adm.RegisterReload(internal, a)
 	adm.RegisterDashboard(adminEngine)
 }
@@ -424,6 +427,7 @@ func (a *app) run(ctx context.Context) error {
 	if a.cluster != nil {
 		bg.Go(func() { a.cluster.Run(runCtx) })
 	}
+	bg.Go(func() { a.sampleLive(runCtx) })
 	if a.cfg.PprofListen != "" {
 		stopProf, err := servePprof(a.cfg.PprofListen)
 		if err != nil {

@@ -10,6 +10,7 @@ package served
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
 )
@@ -26,6 +27,9 @@ type Info struct {
 	Error string
 	// Forwarded says another replica served the request.
 	Forwarded bool
+	// TTFT is the time from the request to its answer's first event, 0
+	// before one.
+	TTFT time.Duration
 	// Prompt and Answer are the newest prompt message and the answer's
 	// text, kept only when the Record captures them (a debug switch).
 	Prompt, Answer string
@@ -89,6 +93,16 @@ func (r *Record) Turn(instance, account, model string, reused bool) {
 	}
 	r.mu.Lock()
 	r.info.Instance, r.info.Account, r.info.Model, r.info.Reused = instance, account, model, reused
+	r.mu.Unlock()
+}
+
+// First notes the time to the answer's first event.
+func (r *Record) First(d time.Duration) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.info.TTFT = d
 	r.mu.Unlock()
 }
 

@@ -85,11 +85,15 @@ type Cluster struct {
 	store   Store
 	log     *slog.Logger
 
-	mu        sync.Mutex
-	held      map[string]*heldLease
-	leases    map[string]Lease // last view of every account's lease
-	replicas  map[string]Replica
-	releasing map[string]bool
+	mu     sync.Mutex
+	held   map[string]*heldLease
+	leases map[string]Lease // last view of every account's lease
+	seen   map[string]seenLease
+	// quarantine is the end of the lease store's quarantine, as the last
+	// acquisition refused during one said.
+	quarantine time.Time
+	replicas   map[string]Replica
+	releasing  map[string]bool
 	// settled: the last balance found nothing to give away, so the accounts
 	// held now are kept (automatic logins wait for it: gate.go).
 	settled bool
@@ -300,8 +304,13 @@ func (c *Cluster) refresh(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.leases = map[string]Lease{}
+	if c.seen == nil {
+		c.seen = map[string]seenLease{}
+	}
+	now := time.Now()
 	for i, l := range leases {
 		c.leases[names[i]] = l
+		c.noteLease(names[i], l, now)
 	}
 	c.replicas = map[string]Replica{}
 	for _, r := range reps {
@@ -313,6 +322,11 @@ func (c *Cluster) refresh(ctx context.Context) error {
 func (c *Cluster) acquire(ctx context.Context, name string) {
 	start := time.Now()
 	l, ok, err := c.store.AcquireLease(ctx, name, c.cfg.ID, c.cfg.LeaseTTL)
+	if err == nil && !ok && l.Holder == "" && time.Now().Before(l.Expires) {
+		c.mu.Lock()
+		c.quarantine = l.Expires
+		c.mu.Unlock()
+	}
 	if err != nil || !ok {
 		return
 	}
@@ -393,13 +407,57 @@ type Status struct {
 	Replicas []Replica        `json:"replicas"`
 	Leases   []Lease          `json:"leases"`
 	Held     map[string]int64 `json:"held"`
+	// LeaseSince is when this replica first saw each account's current
+	// holder and token (the lease's age, to within one refresh).
+	LeaseSince map[string]time.Time `json:"lease_since"`
+	// Handovers counts the changes of each account's holder this replica
+	// has seen since it started.
+	Handovers map[string]int `json:"handovers"`
+	// QuarantineUntil is the end of the lease store's quarantine (after
+	// Redis lost its data, or at a cluster's first start) while it lasts.
+	QuarantineUntil *time.Time `json:"quarantine_until,omitempty"`
+}
+
+// seenLease is an account's holder as this replica last saw it.
+type seenLease struct {
+	holder    string
+	token     int64
+	since     time.Time
+	handovers int
+}
+
+// noteLease records a refreshed view of account's lease; c.mu is held.
+func (c *Cluster) noteLease(account string, l Lease, now time.Time) {
+	prev, ok := c.seen[account]
+	if ok && prev.holder == l.Holder && prev.token == l.Token {
+		return
+	}
+	next := seenLease{holder: l.Holder, token: l.Token, since: now, handovers: prev.handovers}
+	if ok && prev.holder != "" && l.Holder != "" && prev.holder != l.Holder {
+		next.handovers++
+	}
+	if l.Holder == "" && prev.holder != "" {
+		next.holder = prev.holder // a free lease between two holders: the hand-over counts when the next takes it
+		next.token = prev.token
+	}
+	c.seen[account] = next
 }
 
 // Status returns this replica's view of the cluster.
 func (c *Cluster) Status() Status {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Status{Self: c.cfg.ID, Held: map[string]int64{}}
+	s := Status{Self: c.cfg.ID, Held: map[string]int64{}, LeaseSince: map[string]time.Time{}, Handovers: map[string]int{}}
+	for name, seen := range c.seen {
+		s.Handovers[name] = seen.handovers
+		if l := c.leases[name]; l.Holder != "" && l.Holder == seen.holder {
+			s.LeaseSince[name] = seen.since
+		}
+	}
+	if time.Now().Before(c.quarantine) {
+		q := c.quarantine
+		s.QuarantineUntil = &q
+	}
 	for _, r := range c.replicas {
 		s.Replicas = append(s.Replicas, r)
 	}
