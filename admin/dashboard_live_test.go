@@ -130,6 +130,9 @@ func TestDashboardAtScale(t *testing.T) {
 			r.querySelector("svg.spark polyline").getAttribute("points").split(" ").length === 60;
 	}`)
 	saveScreenshot(t, page, "dashboard-scale.png")
+	page.MustSetViewport(1280, 1000, 1, false)
+	page.MustElement("body").MustScrollIntoView()
+	browser.ViewportScreenshot(t, page, "dashboard-scale-top.png")
 	viewShots(t, page, "scale")
 
 	// One account alone: the charts redraw with its series.

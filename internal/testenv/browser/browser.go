@@ -94,6 +94,17 @@ func Screenshot(t testing.TB, page *rod.Page, name string) {
 	keep(t, name, png)
 }
 
+// ViewportScreenshot writes what the page's viewport shows as name, as
+// Screenshot does the whole page.
+func ViewportScreenshot(t testing.TB, page *rod.Page, name string) {
+	t.Helper()
+	png, err := page.Screenshot(false, &proto.PageCaptureScreenshot{Format: proto.PageCaptureScreenshotFormatPng})
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	keep(t, name, png)
+}
+
 // ElementScreenshot writes the element selector finds as name, as
 // Screenshot does the page.
 func ElementScreenshot(t testing.TB, page *rod.Page, selector, name string) {
