@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"bufio"
 	"context"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -34,8 +35,16 @@ func repoRoot(t *testing.T) string {
 // COMPOSE_PROFILES of .env.example). No Docker engine is needed.
 func loadCompose(t *testing.T, profiles ...string) *types.Project {
 	t.Helper()
+	return loadComposeEnv(t, nil, profiles...)
+}
+
+// loadComposeEnv is loadCompose with env (KEY=VALUE) set in the shell that
+// runs docker compose.
+func loadComposeEnv(t *testing.T, env []string, profiles ...string) *types.Project {
+	t.Helper()
 	root := repoRoot(t)
 	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
+		cli.WithEnv(env),
 		cli.WithWorkingDirectory(root),
 		cli.WithEnvFiles(filepath.Join(root, ".env.example")),
 		cli.WithDotEnv,
@@ -61,9 +70,9 @@ func TestComposeProfiles(t *testing.T) {
 		want []string
 	}{
 		{"default", nil, []string{"poolgate", "redis"}},
-		{"monitoring", []string{"single", "monitoring"}, []string{"grafana", "poolgate", "prometheus", "redis"}},
+		{"monitoring", []string{"single", "monitoring"}, []string{"grafana", "jaeger", "poolgate", "prometheus", "redis"}},
 		{"scale", []string{"scale"}, []string{"nginx", "poolgate-1", "poolgate-2", "redis"}},
-		{"scale+monitoring", []string{"scale", "monitoring"}, []string{"grafana", "nginx", "poolgate-1", "poolgate-2", "prometheus", "redis"}},
+		{"scale+monitoring", []string{"scale", "monitoring"}, []string{"grafana", "jaeger", "nginx", "poolgate-1", "poolgate-2", "prometheus", "redis"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -264,6 +273,47 @@ func TestComposeMonitoringProfile(t *testing.T) {
 	for _, tt := range tests {
 		if got := mounts[tt.give]; got != tt.want {
 			t.Errorf("grafana mounts %q at %s, want %q", got, tt.give, tt.want)
+		}
+	}
+}
+
+// TestComposeTraceBackend: the monitoring profile's Jaeger takes OTLP over
+// HTTP on the compose network at the endpoint .env.example tells poolgate
+// to export to, publishes only its UI and only on loopback, and Grafana
+// has it as a datasource.
+func TestComposeTraceBackend(t *testing.T) {
+	p := loadCompose(t, "single", "monitoring")
+	j, err := p.GetService("jaeger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := readEnvExample(t)["OTEL_EXPORTER_OTLP_ENDPOINT"].defaultValue
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Scheme != "http" || u.Hostname() != j.Name || u.Port() != "4318" {
+		t.Fatalf(".env.example's OTEL_EXPORTER_OTLP_ENDPOINT=%q, want http://%s:4318 (OTLP over HTTP)", endpoint, j.Name)
+	}
+	if !slices.Contains(j.Command, "--set=receivers.otlp.protocols.http.endpoint=0.0.0.0:4318") {
+		t.Errorf("jaeger command %v: its OTLP/HTTP receiver must listen beyond the container's loopback", j.Command)
+	}
+	if !slices.Equal(j.Profiles, []string{"monitoring"}) {
+		t.Errorf("jaeger profiles %v, want monitoring only", j.Profiles)
+	}
+	if len(j.Ports) != 1 || j.Ports[0].Target != 16686 || j.Ports[0].HostIP != "127.0.0.1" {
+		t.Errorf("jaeger ports %+v, want the UI (16686) on 127.0.0.1 only", j.Ports)
+	}
+	var ds struct {
+		Datasources []struct{ Type, UID, URL string } `yaml:"datasources"`
+	}
+	readYAML(t, filepath.Join(repoRoot(t), "deploy", "grafana", "provisioning", "datasources", "jaeger.yml"), &ds)
+	if len(ds.Datasources) != 1 || ds.Datasources[0].Type != "jaeger" || ds.Datasources[0].URL != "http://"+j.Name+":16686" {
+		t.Errorf("grafana's jaeger datasource %+v, want http://%s:16686", ds.Datasources, j.Name)
+	}
+	// With the endpoint set, every gateway container exports there.
+	for _, s := range loadComposeEnv(t, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint}, "scale", "monitoring").Services {
+		if strings.HasPrefix(s.Name, "poolgate") {
+			if v := s.Environment["OTEL_EXPORTER_OTLP_ENDPOINT"]; v == nil || *v != endpoint {
+				t.Errorf("%s exports traces to %v, want %s", s.Name, v, endpoint)
+			}
 		}
 	}
 }

@@ -159,6 +159,9 @@ func TestGrafanaDashboardQueriesExportedMetrics(t *testing.T) {
 		"poolgate_instances", "poolgate_instance_in_flight", "poolgate_instance_restarts_total",
 		"poolgate_cooldowns_total", "poolgate_session_cache_hits_total", "poolgate_tokens_total",
 		"poolgate_store_errors_total", "poolgate_login_attempts_total",
+		// Per key, per account and the cluster.
+		"poolgate_key_requests_total", "poolgate_key_tokens_total", "poolgate_key_limited_total",
+		"poolgate_cluster_handovers_total",
 	} {
 		if !used[want] {
 			t.Errorf("no panel shows %s", want)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -99,6 +100,11 @@ func tracing(getenv func(string) string, log *slog.Logger) (trace.TracerProvider
 		attrs["service.name"] = name
 	} else if attrs["service.name"] == "" {
 		attrs["service.name"] = "poolgate"
+	}
+	if _, ok := attrs["host.name"]; !ok {
+		if h, err := os.Hostname(); err == nil {
+			attrs["host.name"] = h // tells replicas apart
+		}
 	}
 	var kvs []attribute.KeyValue
 	for k, v := range attrs {
