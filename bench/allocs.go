@@ -26,6 +26,9 @@ type allocBudget struct {
 var allocBudgets = map[string][2]int64{ // allocs, bytes
 	"non-stream":        {200, 28 << 10},
 	"stream 100 events": {330, 36 << 10},
+	// With tracing on (spans exported to a loopback OTLP receiver).
+	"non-stream traced":        {300, 40 << 10},
+	"stream 100 events traced": {420, 48 << 10},
 }
 
 // runAllocBudget runs BenchmarkRequestPath with -benchmem against bin.

@@ -139,7 +139,9 @@ func (res *results) markdown(svgName string) string {
 			"`main` wires it (engine, key check, accounting with usage and the request log, protocol decode and encode, " +
 			"relay, router with affinity in memory, pool, openai driver) against the same simulated worker process, " +
 			"with only the inbound connection left out. Allocations and bytes are per request (per stream of 100 " +
-			"events for the streaming row); time per request includes the worker's answer.\n\n")
+			"events for the streaming row); time per request includes the worker's answer. The rows named *traced* run " +
+			"with OpenTelemetry tracing on, every span exported over OTLP/HTTP to a receiver on loopback that discards " +
+			"them; the others with tracing off, the default.\n\n")
 		var rows [][]string
 		for _, a := range res.allocs {
 			v := "missed"

@@ -25,8 +25,10 @@ import (
 // figures). Run it with
 //
 //	make build && POOLGATE_TEST_BIN=$PWD/bin/poolgate go test ./cmd/poolgate -run '^$' -bench RequestPath -benchmem
+//
+// The rows named "traced" run with tracing on: every span exported over
+// OTLP/HTTP to a receiver on loopback that discards them.
 func BenchmarkRequestPath(b *testing.B) {
-	h := benchGateway(b)
 	tests := []struct {
 		name string
 		body string
@@ -34,31 +36,52 @@ func BenchmarkRequestPath(b *testing.B) {
 		{"non-stream", `{"model":"m","messages":[{"role":"user","content":"bench"}]}`},
 		{"stream 100 events", `{"model":"m","stream":true,"messages":[{"role":"user","content":"bench [[sim:chunks=100]]"}]}`},
 	}
-	for _, tt := range tests {
-		b.Run(tt.name, func(b *testing.B) {
-			body := []byte(tt.body)
-			b.ReportAllocs()
-			for b.Loop() {
-				req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(body))
-				req.Host = "127.0.0.1:8080" // this gateway by a loopback name, as the guard without keys wants
-				req.Header.Set("Content-Type", "application/json")
-				w := &benchWriter{h: http.Header{}}
-				h.ServeHTTP(w, req)
-				if w.code != http.StatusOK {
-					b.Fatalf("status %d", w.code)
+	for _, traced := range []bool{false, true} {
+		var env []string
+		suffix := ""
+		if traced {
+			env, suffix = []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + otlpSink(b)}, " traced"
+		}
+		h := benchGateway(b, env...)
+		for _, tt := range tests {
+			b.Run(tt.name+suffix, func(b *testing.B) {
+				body := []byte(tt.body)
+				b.ReportAllocs()
+				for b.Loop() {
+					req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(body))
+					req.Host = "127.0.0.1:8080" // this gateway by a loopback name, as the guard without keys wants
+					req.Header.Set("Content-Type", "application/json")
+					w := &benchWriter{h: http.Header{}}
+					h.ServeHTTP(w, req)
+					if w.code != http.StatusOK {
+						b.Fatalf("status %d", w.code)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
+}
+
+// otlpSink is an OTLP/HTTP endpoint on loopback that takes every export
+// and keeps nothing; it returns its URL.
+func otlpSink(b *testing.B) string {
+	b.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.WriteHeader(http.StatusOK) // an empty body is an empty ExportTraceServiceResponse
+	}))
+	b.Cleanup(srv.Close)
+	return srv.URL
 }
 
 // benchGateway builds the daemon with one openai-driver account on the
 // simulator and waits until it is ready.
-func benchGateway(b *testing.B) http.Handler {
+func benchGateway(b *testing.B, env ...string) http.Handler {
 	b.Helper()
 	bin := testenv.PoolgateBin(b)
-	environ := []string{"POOLGATE_DRIVER=openai", "POOLGATE_DATA_DIR=" + b.TempDir(), "POOLGATE_LOG_LEVEL=warn",
-		"POOLGATE_INSTANCE_MAX_IN_FLIGHT=64", `POOLGATE_ACCOUNTS=[{"name":"bench-1","username":"u","password":"p"}]`}
+	environ := append([]string{"POOLGATE_DRIVER=openai", "POOLGATE_DATA_DIR=" + b.TempDir(), "POOLGATE_LOG_LEVEL=warn",
+		"POOLGATE_INSTANCE_MAX_IN_FLIGHT=64", `POOLGATE_ACCOUNTS=[{"name":"bench-1","username":"u","password":"p"}]`}, env...)
 	cfg, _, err := config.Load("", environ)
 	if err != nil {
 		b.Fatal(err)
@@ -81,6 +104,7 @@ func benchGateway(b *testing.B) http.Handler {
 		cancel()
 		a.router.Wait()
 		_ = a.store.Close()
+		_ = a.stopTracing(grace)
 	})
 	testenv.WaitFor(b, 20*time.Second, "the simulated worker to be ready", func() bool {
 		ok, _ := a.pool.Ready()
