@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -25,21 +26,21 @@ const tracerScope = "github.com/poolgate/poolgate/handlers"
 // traceparent when it sends one (a client, or the replica that forwarded
 // the request here), else a new trace. The span is named after the route,
 // never the raw path, and carries the request id, the key's name (never the
-// key) and the status. Install it only when tracing is on: New does.
+// key) and the status. Only the public API is traced: probes, scrapes and
+// the dashboard's polling would each be a trace every few seconds. Install
+// it only when tracing is on: New does.
 func Trace(tp trace.TracerProvider) gin.HandlerFunc {
 	tr := telemetry.New(tp, tracerScope)
 	return func(c *gin.Context) {
+		route := c.FullPath()
+		if !apiRoute(route) {
+			c.Next()
+			return
+		}
 		r := c.Request
 		ctx := telemetry.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		route := c.FullPath()
 		name := r.Method + " " + route
-		if route == "" {
-			name = r.Method // an unknown route: its path is the client's text
-		}
-		attrs := []attribute.KeyValue{attribute.String("http.request.method", r.Method)}
-		if route != "" {
-			attrs = append(attrs, attribute.String("http.route", route))
-		}
+		attrs := []attribute.KeyValue{attribute.String("http.request.method", r.Method), attribute.String("http.route", route)}
 		if by := r.Header.Get(access.HopHeader); by != "" {
 			attrs = append(attrs, attribute.String(telemetry.AttrForwarded, by))
 		}
@@ -57,6 +58,11 @@ func Trace(tp trace.TracerProvider) gin.HandlerFunc {
 		}
 		span.End()
 	}
+}
+
+// apiRoute says whether a matched route is the public API's.
+func apiRoute(route string) bool {
+	return strings.HasPrefix(route, "/v1/") || route == "/chat/completions" || route == "/responses"
 }
 
 // hopClient is the client one replica forwards requests with; with
