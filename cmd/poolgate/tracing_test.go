@@ -429,3 +429,27 @@ func sseText(t *testing.T, body string) string {
 	}
 	return out.String()
 }
+
+// A login is a trace of its own: one span per attempt naming the instance,
+// the account and the result, and never the password.
+func TestTracingLogin(t *testing.T) {
+	rcv := newOTLPReceiver(t)
+	const password = "pw-login-trace-7713"
+	env := append(tracingEnv(rcv, "solo"), `POOLGATE_ACCOUNTS=[{"name":"acct-1","username":"alice","password":"`+password+`"}]`,
+		"POOLGATE_HEALTH_INTERVAL=300ms")
+	d := testenv.StartDaemon(t, env...)
+	waitAllReady(t, d, 1, 90*time.Second) // logged out at start: Chromium logs it in
+	var logins []span
+	testenv.WaitForNoError(t, 15*time.Second, "the login's span", func() error {
+		if logins = named(rcv.all(), "poolgate.login"); len(logins) > 0 {
+			return nil
+		}
+		return fmt.Errorf("no login span among %d", len(rcv.all()))
+	})
+	l := logins[len(logins)-1]
+	if l.parent != "" || l.attrs["poolgate.instance"] != "acct-1" || l.attrs["poolgate.account"] != "acct-1" ||
+		l.attrs["poolgate.login.result"] != "success" || l.attrs["poolgate.attempt"] == "" {
+		t.Errorf("login span %+v, want a root naming acct-1 and its success", l)
+	}
+	noSecrets(t, rcv.all(), password, "alice")
+}
