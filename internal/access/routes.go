@@ -60,6 +60,7 @@ var Routes = []Route{
 
 	{"GET", "/internal/pool", Viewer, false},
 	{"GET", "/internal/stats", Viewer, false},
+	{"GET", "/internal/live", Viewer, false},
 	{"GET", "/internal/cluster", Viewer, true},
 	{"GET", "/internal/auto-login/status", Viewer, false},
 
