@@ -275,4 +275,12 @@ func TestWriteError(t *testing.T) {
 			t.Errorf("%s %d: got %d %s, want %s", tt.path, tt.status, rec.Code, rec.Body, tt.want)
 		}
 	}
+	// Anthropic's error body names the request, as its API does: the id of
+	// the response's X-Request-Id (with tracing on, the trace's).
+	rec := httptest.NewRecorder()
+	rec.Header().Set("X-Request-Id", "req_0af7651916cd43dd8448eb211c80319c")
+	handlers.WriteError(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", nil), 401, "m")
+	if want := `{"type":"error","error":{"type":"authentication_error","message":"m"},"request_id":"req_0af7651916cd43dd8448eb211c80319c"}`; rec.Body.String() != want {
+		t.Errorf("got %s, want %s", rec.Body, want)
+	}
 }

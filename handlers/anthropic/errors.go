@@ -42,9 +42,17 @@ var types = [...]string{
 }
 
 // WriteError writes an error in Anthropic's shape,
-// {"type":"error","error":{"type":typ,"message":message}}, with status.
+// {"type":"error","error":{"type":typ,"message":message},"request_id":id},
+// with status. The request id is the one the response's X-Request-Id
+// header carries (with tracing on, it holds the trace id), left out when
+// there is none.
 func WriteError(w http.ResponseWriter, status int, typ, message string) {
-	httpx.WriteJSON(w, status, appendErrorBody(make([]byte, 0, 64+len(message)), typ, message))
+	b := appendErrorBody(make([]byte, 0, 96+len(message)), typ, message)
+	if id := w.Header().Get("X-Request-Id"); id != "" {
+		b = append(b[:len(b)-1], `,"request_id":`...)
+		b = append(jsonx.AppendString(b, id), '}')
+	}
+	httpx.WriteJSON(w, status, b)
 }
 
 // WriteProblem answers p in Anthropic's shape, with Retry-After when p has a
