@@ -11,8 +11,9 @@ import (
 
 // One owner (one API key) can't fill Redis with stored responses: beyond its
 // count or byte quota its oldest are dropped, and nobody else's are touched.
-func TestResponseQuotaPerOwner(t *testing.T) {
-	srv := testenv.Redis(t)
+func TestResponseQuotaPerOwner(t *testing.T) { quotaSuite(t, testenv.Redis(t)) }
+
+func quotaSuite(t *testing.T, srv testenv.RedisTarget) {
 	tests := []struct {
 		name      string
 		cfg       RedisConfig
@@ -28,7 +29,7 @@ func TestResponseQuotaPerOwner(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := openTestRedis(t, srv, tt.cfg)
-			raw := srv.Client(t)
+			raw := srv.Universal(t)
 			ctx := context.Background()
 			if err := r.SaveResponse(ctx, "other", "resp_other", make([]byte, tt.size), time.Hour); err != nil {
 				t.Fatal(err)
@@ -56,10 +57,11 @@ func TestResponseQuotaPerOwner(t *testing.T) {
 
 // The records a chained response builds on live as long as it: saving the
 // newest extends them.
-func TestSaveKeepsTheChainAlive(t *testing.T) {
-	srv := testenv.Redis(t)
+func TestSaveKeepsTheChainAlive(t *testing.T) { chainSuite(t, testenv.Redis(t)) }
+
+func chainSuite(t *testing.T, srv testenv.RedisTarget) {
 	r := openTestRedis(t, srv, RedisConfig{})
-	raw := srv.Client(t)
+	raw := srv.Universal(t)
 	ctx := context.Background()
 	for _, id := range []string{"resp_a", "resp_b"} {
 		if err := r.SaveResponse(ctx, "o", id, []byte("x"), 2*time.Second); err != nil {

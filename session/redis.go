@@ -14,9 +14,11 @@ import (
 
 // RedisConfig configures the Redis store. Zero values take the defaults.
 type RedisConfig struct {
-	// URL locates the server, as redis://[[user]:password@]host:port[/db]
-	// (rediss:// for TLS). Required by OpenRedis; ignored by NewRedis.
+	// URL locates Redis in Mode's form (see internal/redisconn). Required by
+	// OpenRedis; ignored by NewRedis.
 	URL string
+	// Mode is how URL reaches Redis: single (default), sentinel or cluster.
+	Mode redisconn.Mode
 	// Prefix starts every key the store writes. Default "poolgate:".
 	Prefix string
 	// AffinityTimeout bounds each affinity call to Redis, so a hung server
@@ -95,20 +97,22 @@ func (c RedisConfig) withDefaults() RedisConfig {
 	return c
 }
 
-// RedisClient is the part of a go-redis client the store uses; *redis.Client
-// satisfies it.
+// RedisClient is the part of a go-redis client the store uses; every
+// redis.UniversalClient (one server, Sentinel, Cluster) satisfies it.
 type RedisClient interface {
 	redis.Scripter
 	Get(ctx context.Context, key string) *redis.StringCmd
 	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
-	Del(ctx context.Context, keys ...string) *redis.IntCmd
-	MGet(ctx context.Context, keys ...string) *redis.SliceCmd
-	ZRangeByScore(ctx context.Context, key string, opt *redis.ZRangeBy) *redis.StringSliceCmd
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 	Ping(ctx context.Context) *redis.StatusCmd
 	Close() error
 }
 
-var _ RedisClient = (*redis.Client)(nil)
+var (
+	_ RedisClient = (*redis.Client)(nil)
+	_ RedisClient = (*redis.ClusterClient)(nil)
+	_ RedisClient = (redis.UniversalClient)(nil)
+)
 
 // Redis is the shared store for several replicas. It keeps an in-process
 // Memory as a local tier: affinity puts and response saves go to both, reads
@@ -126,7 +130,7 @@ type Redis struct {
 // the server at cfg.URL.
 func OpenRedis(cfg RedisConfig) (*Redis, error) {
 	cfg = cfg.withDefaults()
-	client, err := redisconn.Dial(cfg.URL, cfg.ResponseTimeout)
+	client, err := redisconn.Dial(cfg.Mode, cfg.URL, cfg.ResponseTimeout)
 	if err != nil {
 		return nil, err
 	}

@@ -12,11 +12,39 @@ import (
 )
 
 // Key families. Every Redis key the store touches is built by one of these.
-func (r *Redis) affinityKey(key string) string { return r.cfg.Prefix + "aff:" + key }
+//
+// Keys a script touches together share a hash tag (the part in braces), so
+// that in a Redis Cluster they live in one slot: an affinity entry with its
+// shard of the expiry index, an owner's response index with its sizes. A
+// prefix that holds a hash tag of its own puts every key in one slot, which
+// is still correct.
 
-// affinityIndexKey is a sorted set of affinity keys (without prefix) scored by
-// expiry in Unix milliseconds; the sweeper reads it to report expired entries.
-func (r *Redis) affinityIndexKey() string { return r.cfg.Prefix + "affidx" }
+// affinityShards is how many expiry indexes the affinity entries are spread
+// over, so that in a Redis Cluster they spread over the primaries instead of
+// all living beside one index.
+const affinityShards = 16
+
+// affinityShard is the index shard of an affinity key: FNV-1a, fixed
+// forever, because it names where existing entries live.
+func affinityShard(key string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return int(h % affinityShards)
+}
+
+func (r *Redis) affinityTag(shard int) string {
+	return r.cfg.Prefix + "{aff:" + strconv.Itoa(shard) + "}:"
+}
+
+func (r *Redis) affinityKey(key string) string { return r.affinityTag(affinityShard(key)) + key }
+
+// affinityIndexKey is a sorted set of the shard's affinity keys (without
+// prefix) scored by expiry in Unix milliseconds; the sweeper reads it to
+// report expired entries.
+func (r *Redis) affinityIndexKey(shard int) string { return r.affinityTag(shard) + "idx" }
 
 func (r *Redis) responseKey(id string) string { return r.cfg.Prefix + "resp:" + id }
 
@@ -110,7 +138,7 @@ func (r *Redis) putRemote(ctx context.Context, key string, a Affinity) (old *Aff
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.AffinityTimeout)
 	defer cancel()
 	res, err := putAffinityScript.Run(ctx, r.client,
-		[]string{r.affinityKey(key), r.affinityIndexKey()},
+		[]string{r.affinityKey(key), r.affinityIndexKey(affinityShard(key))},
 		encodeAffinity(a), r.cfg.Memory.AffinityTTL.Milliseconds(), r.cfg.EvictGrace.Milliseconds(), key).Text()
 	if err = remoteErr(err); err != nil {
 		if errors.Is(err, ErrNotFound) {
@@ -129,7 +157,7 @@ func (r *Redis) takeRemote(ctx context.Context, key string) (a Affinity, expired
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.AffinityTimeout)
 	defer cancel()
 	res, err := takeAffinityScript.Run(ctx, r.client,
-		[]string{r.affinityKey(key), r.affinityIndexKey()}, key).Slice()
+		[]string{r.affinityKey(key), r.affinityIndexKey(affinityShard(key))}, key).Slice()
 	if err != nil {
 		return Affinity{}, false, remoteErr(err)
 	}
@@ -146,84 +174,118 @@ func (r *Redis) takeRemote(ctx context.Context, key string) (a Affinity, expired
 	return a, flag == 1, nil
 }
 
-// removeRemote runs removeAffinityScript over members in batches and returns
-// the values it removed.
+// removeRemote runs removeAffinityScript over members, one batch of one
+// index shard at a time, and returns the values it removed.
 func (r *Redis) removeRemote(ctx context.Context, mode string, members []string) ([]Affinity, error) {
+	var byShard [affinityShards][]string
+	for _, m := range members {
+		sh := affinityShard(m)
+		byShard[sh] = append(byShard[sh], m)
+	}
 	var removed []Affinity
-	for len(members) > 0 {
-		batch := members[:min(removeBatch, len(members))]
-		members = members[len(batch):]
-		keys := make([]string, 0, len(batch)+1)
-		args := make([]any, 0, len(batch)+1)
-		keys = append(keys, r.affinityIndexKey())
-		args = append(args, mode)
-		for _, m := range batch {
-			keys = append(keys, r.affinityKey(m))
-			args = append(args, m)
-		}
-		cctx, cancel := context.WithTimeout(ctx, r.cfg.ResponseTimeout)
-		vals, err := removeAffinityScript.Run(cctx, r.client, keys, args...).StringSlice()
-		cancel()
-		if err != nil {
-			return removed, err
-		}
-		for _, v := range vals {
-			if a, err := decodeAffinity(v); err == nil {
-				removed = append(removed, a)
+	for sh, members := range byShard {
+		for len(members) > 0 {
+			batch := members[:min(removeBatch, len(members))]
+			members = members[len(batch):]
+			vals, err := r.removeBatch(ctx, mode, sh, batch)
+			if err != nil {
+				return removed, err
 			}
+			removed = append(removed, vals...)
 		}
 	}
 	return removed, nil
 }
 
-// indexMembers lists affinity index members: those due by the local clock
-// (the script re-checks against the server's) when due is true, else all.
+func (r *Redis) removeBatch(ctx context.Context, mode string, shard int, batch []string) ([]Affinity, error) {
+	keys := make([]string, 0, len(batch)+1)
+	args := make([]any, 0, len(batch)+1)
+	keys = append(keys, r.affinityIndexKey(shard))
+	args = append(args, mode)
+	for _, m := range batch {
+		keys = append(keys, r.affinityKey(m))
+		args = append(args, m)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.ResponseTimeout)
+	defer cancel()
+	vals, err := removeAffinityScript.Run(ctx, r.client, keys, args...).StringSlice()
+	if err != nil {
+		return nil, err
+	}
+	var removed []Affinity
+	for _, v := range vals {
+		if a, err := decodeAffinity(v); err == nil {
+			removed = append(removed, a)
+		}
+	}
+	return removed, nil
+}
+
+// indexMembers lists affinity index members of every shard: those due by
+// the local clock (the script re-checks against the server's) when due is
+// true, else all. The shards are read in one pipeline.
 func (r *Redis) indexMembers(ctx context.Context, due bool) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.ResponseTimeout)
 	defer cancel()
 	by := &redis.ZRangeBy{Min: "-inf", Max: "+inf"}
 	if due {
-		// One sweep handles a bounded batch; the next tick takes the rest.
-		by.Max, by.Count = strconv.FormatInt(r.cfg.Memory.Now().UnixMilli(), 10), 4*removeBatch
+		// One sweep handles a bounded batch per shard; the next tick takes
+		// the rest.
+		by.Max, by.Count = strconv.FormatInt(r.cfg.Memory.Now().UnixMilli(), 10), removeBatch
 	}
-	return r.client.ZRangeByScore(ctx, r.affinityIndexKey(), by).Result()
+	cmds := make([]*redis.StringSliceCmd, affinityShards)
+	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for sh := range affinityShards {
+			cmds[sh] = p.ZRangeByScore(ctx, r.affinityIndexKey(sh), by)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, c := range cmds {
+		out = append(out, c.Val()...)
+	}
+	return out, nil
 }
 
 // responseIndexKey orders an owner's responses by save time;
 // responseSizesKey holds their sizes and, under the field bytesField, their
 // total. Both live as long as the owner's newest response.
-func (r *Redis) responseIndexKey(owner string) string { return r.cfg.Prefix + "respidx:" + owner }
-func (r *Redis) responseSizesKey(owner string) string { return r.cfg.Prefix + "respsz:" + owner }
+func (r *Redis) responseIndexKey(owner string) string {
+	return r.cfg.Prefix + "{respq:" + owner + "}:idx"
+}
+func (r *Redis) responseSizesKey(owner string) string {
+	return r.cfg.Prefix + "{respq:" + owner + "}:sz"
+}
 
-// saveResponseScript stores a response, extends the life of the responses
-// it builds on, and enforces the owner's quota: while the owner keeps more
-// responses or bytes than allowed, its oldest are unindexed. It returns
-// their ids; the caller deletes them (keys the script may not name).
+// quotaScript records a saved response in its owner's index and enforces
+// the owner's quota: while the owner keeps more responses or bytes than
+// allowed, its oldest are unindexed. It returns their ids; the caller
+// deletes them (their keys live in other slots of a cluster).
 //
-// KEYS[1] response, KEYS[2] owner index, KEYS[3] owner sizes, KEYS[4..]
-// responses to keep; ARGV[1] data, ARGV[2] ttl ms, ARGV[3] id, ARGV[4] max
-// count, ARGV[5] max bytes.
-var saveResponseScript = redis.NewScript(redisNowMs + `
-local ttl, id, size = tonumber(ARGV[2]), ARGV[3], string.len(ARGV[1])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
-for i = 4, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl) end
-local old = tonumber(redis.call('HGET', KEYS[3], id) or '0')
-redis.call('HSET', KEYS[3], id, size)
-local total = redis.call('HINCRBY', KEYS[3], '` + bytesField + `', size - old)
-redis.call('ZADD', KEYS[2], now, id)
+// KEYS[1] owner index, KEYS[2] owner sizes; ARGV[1] size, ARGV[2] ttl ms,
+// ARGV[3] id, ARGV[4] max count, ARGV[5] max bytes.
+var quotaScript = redis.NewScript(redisNowMs + `
+local size, ttl, id = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local old = tonumber(redis.call('HGET', KEYS[2], id) or '0')
+redis.call('HSET', KEYS[2], id, size)
+local total = redis.call('HINCRBY', KEYS[2], '` + bytesField + `', size - old)
+redis.call('ZADD', KEYS[1], now, id)
+redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('PEXPIRE', KEYS[2], ttl)
-redis.call('PEXPIRE', KEYS[3], ttl)
 local evicted = {}
-while redis.call('ZCARD', KEYS[2]) > tonumber(ARGV[4]) or total > tonumber(ARGV[5]) do
-  local v = redis.call('ZPOPMIN', KEYS[2])
+while redis.call('ZCARD', KEYS[1]) > tonumber(ARGV[4]) or total > tonumber(ARGV[5]) do
+  local v = redis.call('ZPOPMIN', KEYS[1])
   if #v == 0 then break end
   if v[1] == id then
-    redis.call('ZADD', KEYS[2], now, id) -- alone over the byte cap: it stays
+    redis.call('ZADD', KEYS[1], now, id) -- alone over the byte cap: it stays
     break
   end
-  local sz = tonumber(redis.call('HGET', KEYS[3], v[1]) or '0')
-  redis.call('HDEL', KEYS[3], v[1])
-  total = redis.call('HINCRBY', KEYS[3], '` + bytesField + `', -sz)
+  local sz = tonumber(redis.call('HGET', KEYS[2], v[1]) or '0')
+  redis.call('HDEL', KEYS[2], v[1])
+  total = redis.call('HINCRBY', KEYS[2], '` + bytesField + `', -sz)
   evicted[#evicted + 1] = v[1]
 end
 return evicted
@@ -232,16 +294,26 @@ return evicted
 // bytesField is the owner-sizes field holding the total; it cannot be an id.
 const bytesField = "#total"
 
+// saveRemote stores a response and extends the life of the responses it
+// builds on (one pipeline: in a cluster their keys spread over the
+// primaries), then counts it against the owner's quota and deletes what the
+// quota evicted. A crash between the two steps leaves a response that is not
+// counted, which its TTL removes.
 func (r *Redis) saveRemote(ctx context.Context, owner, id string, data []byte, ttl time.Duration, keep []string) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.ResponseTimeout)
 	defer cancel()
-	keys := make([]string, 0, 3+len(keep))
-	keys = append(keys, r.responseKey(id), r.responseIndexKey(owner), r.responseSizesKey(owner))
-	for _, k := range keep {
-		keys = append(keys, r.responseKey(k))
+	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, r.responseKey(id), data, ttl)
+		for _, k := range keep {
+			p.PExpire(ctx, r.responseKey(k), ttl)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	evicted, err := saveResponseScript.Run(ctx, r.client, keys, data, ttl.Milliseconds(), id,
-		r.cfg.OwnerMaxResponses, r.cfg.OwnerMaxResponseBytes).StringSlice()
+	evicted, err := quotaScript.Run(ctx, r.client, []string{r.responseIndexKey(owner), r.responseSizesKey(owner)},
+		len(data), ttl.Milliseconds(), id, r.cfg.OwnerMaxResponses, r.cfg.OwnerMaxResponseBytes).StringSlice()
 	if err != nil || len(evicted) == 0 {
 		return err
 	}
@@ -259,22 +331,50 @@ func (r *Redis) loadRemote(ctx context.Context, id string) ([]byte, error) {
 	return b, remoteErr(err)
 }
 
+// loadManyRemote reads several responses in one pipeline of GETs (not an
+// MGET, whose keys would have to share a slot); a missing one is nil.
 func (r *Redis) loadManyRemote(ctx context.Context, ids []string) ([]any, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.ResponseTimeout)
 	defer cancel()
-	keys := make([]string, len(ids))
-	for i, id := range ids {
-		keys[i] = r.responseKey(id)
+	cmds := make([]*redis.StringCmd, len(ids))
+	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.Get(ctx, r.responseKey(id))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
 	}
-	return r.client.MGet(ctx, keys...).Result()
+	out := make([]any, len(ids))
+	for i, c := range cmds {
+		if v, err := c.Result(); err == nil {
+			out[i] = v
+		} else if !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
+// deleteRemote deletes responses, one DEL each in one pipeline, and returns
+// how many existed.
 func (r *Redis) deleteRemote(ctx context.Context, ids ...string) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.ResponseTimeout)
 	defer cancel()
-	keys := make([]string, len(ids))
-	for i, id := range ids {
-		keys[i] = r.responseKey(id)
+	cmds := make([]*redis.IntCmd, len(ids))
+	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.Del(ctx, r.responseKey(id))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
-	return r.client.Del(ctx, keys...).Result()
+	var n int64
+	for _, c := range cmds {
+		n += c.Val()
+	}
+	return n, nil
 }

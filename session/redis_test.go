@@ -14,14 +14,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 // openTestRedis opens a store on srv under a prefix of its own, so tests can
 // share one server.
-func openTestRedis(t *testing.T, srv *testenv.RedisServer, cfg RedisConfig) *Redis {
+func openTestRedis(t *testing.T, srv testenv.RedisTarget, cfg RedisConfig) *Redis {
 	t.Helper()
-	cfg.URL = srv.URL()
+	cfg.URL, cfg.Mode = srv.URL(), redisconn.Mode(srv.Mode())
 	cfg.Prefix = testenv.KeyPrefix(t)
 	r, err := OpenRedis(cfg)
 	if err != nil {
@@ -38,6 +39,19 @@ func TestRedisStore(t *testing.T) {
 	})
 }
 
+// Every suite of the store passes on a three-primary Redis Cluster: each
+// script's keys share a slot, and reads and deletes of several responses
+// cross slots without MGET or multi-key DEL.
+func TestRedisStoreOnCluster(t *testing.T) {
+	cl := testenv.RedisCluster(t, 3, 0, 5*time.Second)
+	storeSuite(t, func(t *testing.T, cfg MemoryConfig) store {
+		return openTestRedis(t, cl, RedisConfig{Memory: cfg})
+	})
+	t.Run("Quota", func(t *testing.T) { quotaSuite(t, cl) })
+	t.Run("Chain", func(t *testing.T) { chainSuite(t, cl) })
+	t.Run("Expiry", func(t *testing.T) { expirySuite(t, cl) })
+}
+
 func TestRedisKeys(t *testing.T) {
 	r := NewRedis(RedisConfig{Prefix: "p:"}, redis.NewClient(&redis.Options{}))
 	tests := []struct {
@@ -45,9 +59,11 @@ func TestRedisKeys(t *testing.T) {
 		give string
 		want string
 	}{
-		{name: "affinity", give: r.affinityKey("own:conv"), want: "p:aff:own:conv"},
-		{name: "affinity index", give: r.affinityIndexKey(), want: "p:affidx"},
+		{name: "affinity", give: r.affinityKey("own:conv"), want: "p:{aff:1}:own:conv"},
+		{name: "affinity index", give: r.affinityIndexKey(15), want: "p:{aff:15}:idx"},
 		{name: "response", give: r.responseKey("resp_1"), want: "p:resp:resp_1"},
+		{name: "owner index", give: r.responseIndexKey("k1"), want: "p:{respq:k1}:idx"},
+		{name: "owner sizes", give: r.responseSizesKey("k1"), want: "p:{respq:k1}:sz"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -224,8 +240,9 @@ func silentListener(t *testing.T) string {
 	return "redis://" + l.Addr().String()
 }
 
-func TestRedisExpiryReported(t *testing.T) {
-	srv := testenv.Redis(t)
+func TestRedisExpiryReported(t *testing.T) { expirySuite(t, testenv.Redis(t)) }
+
+func expirySuite(t *testing.T, srv testenv.RedisTarget) {
 	var ev evictLog
 	r := openTestRedis(t, srv, RedisConfig{Memory: MemoryConfig{AffinityTTL: 100 * time.Millisecond, OnEvict: ev.add}})
 	ctx := context.Background()
@@ -242,8 +259,11 @@ func TestRedisExpiryReported(t *testing.T) {
 	if len(got) != 2 || got[0] != aff(1) || got[1] != aff(2) {
 		t.Errorf("evicted %v, want [%v %v]", got, aff(1), aff(2))
 	}
-	if n := srv.Client(t).ZCard(ctx, r.affinityIndexKey()).Val(); n != 0 {
-		t.Errorf("index holds %d members after the sweep, want 0", n)
+	raw := srv.Universal(t)
+	for sh := range affinityShards {
+		if n := raw.ZCard(ctx, r.affinityIndexKey(sh)).Val(); n != 0 {
+			t.Errorf("index shard %d holds %d members after the sweep, want 0", sh, n)
+		}
 	}
 }
 

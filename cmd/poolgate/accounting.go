@@ -41,7 +41,7 @@ type accounting struct {
 	wait     func() // waits for the limiter's renewals to end
 }
 
-func newAccounting(cfg config.Config, rdb *redis.Client, m *metrics.Metrics, log *slog.Logger) *accounting {
+func newAccounting(cfg config.Config, rdb redis.UniversalClient, m *metrics.Metrics, log *slog.Logger) *accounting {
 	retention := time.Duration(cfg.UsageRetentionDays) * 24 * time.Hour
 	lcfg := reqlog.Config{MaxEntries: cfg.RequestLogSize, MaxBytes: cfg.RequestLogBytes, Debug: cfg.RequestLogDebug}
 	a := &accounting{wait: func() {}}

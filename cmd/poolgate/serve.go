@@ -148,7 +148,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	a.pool = pool.New(pool.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
 		a.sup, m, log)
 	onEvict := func(s session.Affinity) { a.router.DeleteSession(pool.Affinity(s)) }
-	var redisClient *redis.Client
+	var redisClient redis.UniversalClient
 	if a.store, a.bundleStore, redisClient, err = openStores(cfg, m, onEvict, log); err != nil {
 		return nil, err
 	}

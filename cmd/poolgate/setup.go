@@ -187,12 +187,12 @@ func (a *app) setupLogin(m *metrics.Metrics, getenv func(string) string, env []s
 // in memory, or both on Redis, whose connection is also returned for the
 // cluster's lease store to share (nil without Redis). Closing the session
 // store closes the connection.
-func openStores(cfg config.Config, m *metrics.Metrics, onEvict func(session.Affinity), log *slog.Logger) (store, bundle.Store, *redis.Client, error) {
+func openStores(cfg config.Config, m *metrics.Metrics, onEvict func(session.Affinity), log *slog.Logger) (store, bundle.Store, redis.UniversalClient, error) {
 	mem := session.MemoryConfig{OnEvict: onEvict, MaxAffinity: cfg.SessionCacheSize, AffinityTTL: cfg.SessionCacheTTL}
 	if cfg.RedisURL == "" {
 		return session.NewMemory(mem), bundle.NewMemoryStore(), nil, nil
 	}
-	client, err := redisconn.Dial(cfg.RedisURL, 0)
+	client, err := redisconn.Dial(redisconn.Mode(cfg.RedisMode), cfg.RedisURL, 0)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("redis: %w", err)
 	}

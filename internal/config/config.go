@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/poolgate/poolgate/internal/redisconn"
 )
 
 // Account is one upstream account.
@@ -97,7 +99,8 @@ type Config struct {
 	ModelAliases map[string]string `yaml:"model_aliases"` // client model name -> pool model; a JSON object in the environment
 
 	BundleKey   string `yaml:"bundle_key"`   // base64 of 32 bytes sealing session bundles ("" = bundles off)
-	RedisURL    string `yaml:"redis_url"`    // Redis URL ("" = in-memory store)
+	RedisURL    string `yaml:"redis_url"`    // Redis URL ("" = in-memory store), in redis_mode's form
+	RedisMode   string `yaml:"redis_mode"`   // single, sentinel or cluster (single); docs/redis.md
 	RedisPrefix string `yaml:"redis_prefix"` // Redis key prefix (poolgate:)
 
 	UsageRetentionDays int  `yaml:"usage_retention_days"` // days of per-key, per-account usage kept (90)
@@ -148,6 +151,7 @@ func Defaults() Config {
 		BackoffMax:                30 * time.Second,
 		ShutdownGrace:             30 * time.Second,
 		RedisPrefix:               "poolgate:",
+		RedisMode:                 string(redisconn.Single),
 		StoredResponsesPerKey:     1000,
 		UsageRetentionDays:        90,
 		RequestLogSize:            1000,
@@ -319,6 +323,11 @@ func (c *Config) Validate() error {
 	for k, v := range positive {
 		if v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %d", k, v))
+		}
+	}
+	if c.RedisURL != "" || (c.RedisMode != "" && c.RedisMode != string(redisconn.Single)) {
+		if err := redisconn.Check(redisconn.Mode(c.RedisMode), c.RedisURL); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if c.AdvertiseURL != "" {

@@ -1,40 +1,114 @@
 // Package redisconn owns how poolgate connects to Redis: one go-redis client
 // set up the way its stores rely on (deadlines from the callers' contexts,
-// failing fast when the server is gone), shared by the session store and the
-// cluster's lease store. It holds no data and knows no key.
+// failing fast when the server is gone), shared by the session store, the
+// accounting stores and the cluster's lease store. It speaks to one server,
+// to a Sentinel-managed primary, or to a Redis Cluster, and hands every store
+// the same redis.UniversalClient. It holds no data and knows no key.
 package redisconn
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Dial returns a client for the server at url, as
-// redis://[[user]:password@]host:port[/db] (rediss:// for TLS). It connects
-// lazily: an unreachable server is not an error here. dialTimeout bounds one
-// connection attempt (default 1s).
-func Dial(url string, dialTimeout time.Duration) (*redis.Client, error) {
-	opts, err := redis.ParseURL(url)
+// Mode is how poolgate reaches Redis.
+type Mode string
+
+// The modes, as redis_mode spells them.
+const (
+	// Single is one server (or a proxy in front of several), redis_url in
+	// redis.ParseURL's form.
+	Single Mode = "single"
+	// Sentinel is a primary with replicas watched by Redis Sentinel, which
+	// promotes a replica when the primary fails; redis_url names the
+	// sentinels in redis.ParseFailoverURL's form.
+	Sentinel Mode = "sentinel"
+	// Cluster is a Redis Cluster; redis_url names seed nodes in
+	// redis.ParseClusterURL's form.
+	Cluster Mode = "cluster"
+)
+
+// Modes lists the valid modes, for error messages.
+var Modes = []Mode{Single, Sentinel, Cluster}
+
+// Check parses url for mode without connecting, so a bad setting is found at
+// start with an error that says what each mode expects.
+func Check(mode Mode, url string) error {
+	_, err := parse(mode, url)
+	return err
+}
+
+// Dial returns a client for url in mode's form (see Mode; an empty mode is
+// Single). It connects lazily: an unreachable server is not an error here.
+// dialTimeout bounds one connection attempt (default 1s).
+//
+// Every mode gets the same behaviour: per-call contexts carry the deadlines
+// (without ContextTimeoutEnabled go-redis would use its own 3 s read
+// timeout), and a server that is gone fails fast: one immediate retry (for a
+// pooled connection that died with a restart, or a cluster redirect after a
+// failover) and one dial attempt, instead of go-redis's backoffs that would
+// spend the whole deadline on a refused port. The stores do their own
+// backing off.
+func Dial(mode Mode, url string, dialTimeout time.Duration) (redis.UniversalClient, error) {
+	o, err := parse(mode, url)
 	if err != nil {
-		return nil, fmt.Errorf("redis url: %w", err)
+		return nil, err
 	}
 	if dialTimeout <= 0 {
 		dialTimeout = time.Second
 	}
-	// Per-call contexts carry the deadlines; without this go-redis would use
-	// its own 3 s read timeout instead.
-	opts.ContextTimeoutEnabled = true
-	opts.DialTimeout = dialTimeout
-	// Fail fast when the server is gone: one immediate retry (for a pooled
-	// connection that died with a restart) and one dial attempt, instead of
-	// go-redis's backoffs that would spend the whole deadline on a refused
-	// port. The stores do their own backing off.
-	opts.MaxRetries = 1
-	opts.MinRetryBackoff, opts.MaxRetryBackoff = -1, -1
-	opts.DialerRetries = 1
-	opts.DialerRetryTimeout = time.Millisecond
-	opts.DisableIdentity = true
-	return redis.NewClient(opts), nil
+	switch o := o.(type) {
+	case *redis.Options:
+		o.ContextTimeoutEnabled, o.DialTimeout, o.DisableIdentity = true, dialTimeout, true
+		o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff = 1, -1, -1
+		o.DialerRetries, o.DialerRetryTimeout = 1, time.Millisecond
+		return redis.NewClient(o), nil
+	case *redis.FailoverOptions:
+		o.ContextTimeoutEnabled, o.DialTimeout, o.DisableIdentity = true, dialTimeout, true
+		o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff = 1, -1, -1
+		o.DialerRetries, o.DialerRetryTimeout = 1, time.Millisecond
+		return redis.NewFailoverClient(o), nil
+	case *redis.ClusterOptions:
+		o.ContextTimeoutEnabled, o.DialTimeout, o.DisableIdentity = true, dialTimeout, true
+		o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff = 1, -1, -1
+		o.DialerRetries, o.DialerRetryTimeout = 1, time.Millisecond
+		return redis.NewClusterClient(o), nil
+	}
+	return nil, fmt.Errorf("redis_mode %q: no client for it", mode)
+}
+
+// parse parses url with the parser of mode's URL form: *redis.Options,
+// *redis.FailoverOptions or *redis.ClusterOptions.
+func parse(mode Mode, url string) (any, error) {
+	if url == "" {
+		return nil, errors.New("redis_url is empty")
+	}
+	switch mode {
+	case "", Single:
+		o, err := redis.ParseURL(url)
+		if err != nil {
+			return nil, fmt.Errorf("redis_url for redis_mode single (redis://[[user]:password@]host:port[/db], rediss:// for TLS): %w", err)
+		}
+		return o, nil
+	case Sentinel:
+		o, err := redis.ParseFailoverURL(url)
+		if err != nil {
+			return nil, fmt.Errorf("redis_url for redis_mode sentinel (redis://[sentinel-user:sentinel-password@]sentinel1:port[/db]?master_name=NAME&addr=sentinel2:port&addr=sentinel3:port[&password=PRIMARY-PASSWORD], rediss:// for TLS): %w", err)
+		}
+		if o.MasterName == "" {
+			return nil, errors.New("redis_url for redis_mode sentinel needs master_name=NAME, the name the sentinels monitor the primary under")
+		}
+		return o, nil
+	case Cluster:
+		o, err := redis.ParseClusterURL(url)
+		if err != nil {
+			return nil, fmt.Errorf("redis_url for redis_mode cluster (redis://[[user]:password@]node1:port?addr=node2:port&addr=node3:port, rediss:// for TLS): %w", err)
+		}
+		return o, nil
+	default:
+		return nil, fmt.Errorf("redis_mode %q: use single, sentinel or cluster", mode)
+	}
 }

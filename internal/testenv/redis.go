@@ -27,6 +27,11 @@ type RedisServer struct {
 	dir  string
 	port int
 
+	// conf, when set, is a config file passed first (a sentinel's, which
+	// Sentinel rewrites); args follow the common arguments.
+	conf string
+	args []string
+
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
@@ -37,11 +42,20 @@ type RedisServer struct {
 // test when redis-server is not installed.
 func Redis(t testing.TB) *RedisServer {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server not found on PATH: install it with 'apt-get install redis-server' or run 'make test', which installs it")
+	return startRedis(t, "", nil)
+}
+
+// startRedis starts a redis-server with conf (a config file, or "") and
+// args, like Redis.
+func startRedis(t testing.TB, conf string, args []string) *RedisServer {
+	t.Helper()
+	s := &RedisServer{t: t, bin: redisBin(t, "redis-server"), dir: t.TempDir(), args: args}
+	if conf != "" {
+		s.conf = filepath.Join(s.dir, "redis.conf")
+		if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
+			t.Fatalf("write redis config: %v", err)
+		}
 	}
-	s := &RedisServer{t: t, bin: bin, dir: t.TempDir()}
 	t.Cleanup(s.Kill)
 	// Another process may grab the free port before redis binds it; try a
 	// few ports before giving up.
@@ -56,6 +70,20 @@ func Redis(t testing.TB) *RedisServer {
 		}
 	}
 }
+
+// redisBin finds a program of the redis-server package or fails the test
+// saying how to install it.
+func redisBin(t testing.TB, name string) string {
+	t.Helper()
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("%s not found on PATH: install it with 'apt-get install redis-server' or run 'make test', which installs it", name)
+	}
+	return bin
+}
+
+// Port returns the server's port.
+func (s *RedisServer) Port() int { return s.port }
 
 // Addr returns the server's host:port.
 func (s *RedisServer) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
@@ -75,6 +103,12 @@ func KeyPrefix(t testing.TB) string { return "t:" + strings.ReplaceAll(t.Name(),
 
 // URL returns the server's address as a redis:// URL for database 0.
 func (s *RedisServer) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Log returns the end of the server's log file, for failure messages.
+func (s *RedisServer) Log() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	return tail(string(b), 3000)
+}
 
 // Kill stops the server with SIGKILL and waits for it to exit. Killing a
 // stopped server does nothing.
@@ -120,9 +154,13 @@ func (s *RedisServer) signal(sig syscall.Signal) {
 
 func (s *RedisServer) start() error {
 	logFile := filepath.Join(s.dir, "redis.log")
-	cmd := exec.Command(s.bin,
-		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf)
+	}
+	args = append(args, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir, "--logfile", logFile)
+	cmd := exec.Command(s.bin, append(args, s.args...)...)
 	// Take the server down with the test binary if it dies without cleanup.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

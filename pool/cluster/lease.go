@@ -88,18 +88,20 @@ type Lease struct {
 	Expires time.Time `json:"expires"`
 }
 
-// Key families of leases.
-func (r *RedisStore) leaseKey(account string) string { return r.cfg.Prefix + "lease:" + account }
+// Key families of leases. The lease table (leases, tokens, the epoch) and the
+// replica registry share the hash tag {cluster}, so that in a Redis Cluster
+// they live in one slot and every script sees all of them.
+func (r *RedisStore) tableKey(name string) string { return r.cfg.Prefix + "{cluster}:" + name }
+
+func (r *RedisStore) leaseKey(account string) string { return r.tableKey("lease:" + account) }
 
 // leaseTokenKey is the account's fencing counter; it never expires.
-func (r *RedisStore) leaseTokenKey(account string) string {
-	return r.cfg.Prefix + "leasetok:" + account
-}
+func (r *RedisStore) leaseTokenKey(account string) string { return r.tableKey("leasetok:" + account) }
 
 // leaseEpochKey holds, without expiry, the server time (Unix ms) at which the
 // quarantine that followed its creation ends; its absence means Redis lost
 // its data (or never had any).
-func (r *RedisStore) leaseEpochKey() string { return r.cfg.Prefix + "leaseepoch" }
+func (r *RedisStore) leaseEpochKey() string { return r.tableKey("leaseepoch") }
 
 // leaseEpochLua sets qend to the end of the current quarantine, starting one
 // of ttl ms when the epoch key is missing. It needs now and ttl, and the
@@ -223,8 +225,10 @@ func checkLeaseArgs(account, holder string, ttl time.Duration) error {
 // If holder already holds it, it is renewed and keeps its token. If another
 // holder's lease is live, or Redis is in its quarantine after losing its data,
 // ok is false and the returned Lease is the current one (empty Holder during
-// the quarantine, with Expires at its end). Any Redis failure is returned as
-// an error within RedisConfig.Timeout; the caller must then assume nothing.
+// the quarantine, with Expires at its end). Any Redis failure, and a write
+// that no replica acknowledged in time when the primary has replicas
+// (ErrNotReplicated), is returned as an error within RedisConfig.Timeout;
+// the caller must then assume nothing.
 func (r *RedisStore) AcquireLease(ctx context.Context, account, holder string, ttl time.Duration) (Lease, bool, error) {
 	if err := checkLeaseArgs(account, holder, ttl); err != nil {
 		return Lease{}, false, fmt.Errorf("acquire lease %s: %w", account, err)
@@ -232,7 +236,7 @@ func (r *RedisStore) AcquireLease(ctx context.Context, account, holder string, t
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	start := time.Now() // before the request: Expires must not overstate
-	res, err := acquireLeaseScript.Run(ctx, r.client,
+	res, err := r.runDurable(ctx, acquireLeaseScript,
 		[]string{r.leaseKey(account), r.leaseTokenKey(account), r.leaseEpochKey()},
 		holder, ttl.Milliseconds()).Slice()
 	if err != nil {
@@ -257,9 +261,10 @@ func (r *RedisStore) AcquireLease(ctx context.Context, account, holder string, t
 
 // RenewLease extends holder's lease on account by ttl if holder still holds it
 // with token, and returns it with Expires = callStart + ttl. Otherwise it
-// returns ErrLeaseLost. Any Redis failure is returned as another error within
-// RedisConfig.Timeout; the renewal may or may not have landed, so the caller keeps
-// its previous deadline.
+// returns ErrLeaseLost. Any Redis failure, and a renewal no replica
+// acknowledged (ErrNotReplicated), is returned as another error within
+// RedisConfig.Timeout; the renewal may or may not have landed, so the caller
+// keeps its previous deadline.
 func (r *RedisStore) RenewLease(ctx context.Context, account, holder string, token int64, ttl time.Duration) (Lease, error) {
 	if err := checkLeaseArgs(account, holder, ttl); err != nil {
 		return Lease{}, fmt.Errorf("renew lease %s: %w", account, err)
@@ -267,7 +272,7 @@ func (r *RedisStore) RenewLease(ctx context.Context, account, holder string, tok
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
-	err := renewLeaseScript.Run(ctx, r.client,
+	err := r.runDurable(ctx, renewLeaseScript,
 		[]string{r.leaseKey(account), r.leaseTokenKey(account), r.leaseEpochKey()},
 		holder, token, ttl.Milliseconds()).Err()
 	if errors.Is(err, redis.Nil) {

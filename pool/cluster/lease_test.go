@@ -17,9 +17,9 @@ import (
 
 // openStore opens a lease store on srv under a prefix of its own (so tests
 // can share one server), connected as the daemon connects.
-func openStore(t *testing.T, srv *testenv.RedisServer, cfg RedisConfig) *RedisStore {
+func openStore(t *testing.T, srv testenv.RedisTarget, cfg RedisConfig) *RedisStore {
 	t.Helper()
-	client, err := redisconn.Dial(srv.URL(), 0)
+	client, err := redisconn.Dial(redisconn.Mode(srv.Mode()), srv.URL(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,16 +30,16 @@ func openStore(t *testing.T, srv *testenv.RedisServer, cfg RedisConfig) *RedisSt
 
 // openLeaseRedis opens a store on srv whose lease quarantine is already over,
 // as in a cluster that has been up for a while, and a raw client beside it.
-func openLeaseRedis(t *testing.T, srv *testenv.RedisServer, cfg RedisConfig) (*RedisStore, *redis.Client) {
+func openLeaseRedis(t *testing.T, srv testenv.RedisTarget, cfg RedisConfig) (*RedisStore, redis.UniversalClient) {
 	t.Helper()
 	r := openStore(t, srv, cfg)
-	raw := srv.Client(t)
+	raw := srv.Universal(t)
 	endQuarantine(t, r, raw)
 	return r, raw
 }
 
 // endQuarantine moves the end of the lease quarantine into the past.
-func endQuarantine(t *testing.T, r *RedisStore, raw *redis.Client) {
+func endQuarantine(t *testing.T, r *RedisStore, raw redis.UniversalClient) {
 	t.Helper()
 	if err := raw.Set(context.Background(), r.leaseEpochKey(), "0", 0).Err(); err != nil {
 		t.Fatalf("end quarantine: %v", err)
@@ -48,12 +48,24 @@ func endQuarantine(t *testing.T, r *RedisStore, raw *redis.Client) {
 
 // loseData deletes every key of r's prefix, like a Redis that restarted
 // empty.
-func loseData(t *testing.T, r *RedisStore, raw *redis.Client) {
+func loseData(t *testing.T, r *RedisStore, raw redis.UniversalClient) {
 	t.Helper()
 	ctx := context.Background()
-	keys, err := raw.Keys(ctx, r.cfg.Prefix+"*").Result()
-	if err == nil && len(keys) > 0 {
-		err = raw.Del(ctx, keys...).Err()
+	del := func(ctx context.Context, c *redis.Client) error {
+		keys, err := c.Keys(ctx, r.cfg.Prefix+"*").Result()
+		for _, k := range keys {
+			if err == nil {
+				err = c.Del(ctx, k).Err()
+			}
+		}
+		return err
+	}
+	var err error
+	switch c := raw.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, del)
+	case *redis.Client:
+		err = del(ctx, c)
 	}
 	if err != nil {
 		t.Fatalf("lose data: %v", err)
@@ -93,7 +105,7 @@ func runLeaseSteps(t *testing.T, tests []leaseStep) {
 // leaseOps builds lease steps against one store and one account.
 type leaseOps struct {
 	r       *RedisStore
-	raw     *redis.Client
+	raw     redis.UniversalClient
 	account string
 	ttl     time.Duration
 }
@@ -128,8 +140,9 @@ func (o leaseOps) expire() func(*testing.T) leaseResult {
 	}
 }
 
-func TestLeaseLifecycle(t *testing.T) {
-	srv := testenv.Redis(t)
+func TestLeaseLifecycle(t *testing.T) { leaseLifecycle(t, testenv.Redis(t)) }
+
+func leaseLifecycle(t *testing.T, srv testenv.RedisTarget) {
 	r, raw := openLeaseRedis(t, srv, RedisConfig{})
 	o := leaseOps{r: r, raw: raw, account: "acct-1", ttl: 10 * time.Second}
 	runLeaseSteps(t, []leaseStep{
@@ -157,10 +170,11 @@ func TestLeaseLifecycle(t *testing.T) {
 
 // TestLeaseQuarantine covers a Redis that lost its data while replicas held
 // leases: no new owner until the holders could have re-established theirs.
-func TestLeaseQuarantine(t *testing.T) {
-	srv := testenv.Redis(t)
+func TestLeaseQuarantine(t *testing.T) { leaseQuarantine(t, testenv.Redis(t)) }
+
+func leaseQuarantine(t *testing.T, srv testenv.RedisTarget) {
 	r := openStore(t, srv, RedisConfig{})
-	raw := srv.Client(t)
+	raw := srv.Universal(t)
 	o := leaseOps{r: r, raw: raw, account: "acct-1", ttl: 10 * time.Second}
 	runLeaseSteps(t, []leaseStep{
 		{name: "first start is quarantined", give: o.acquire("a"), want: leaseResult{}},
@@ -247,8 +261,9 @@ func TestLeaseExpiry(t *testing.T) {
 	}
 }
 
-func TestLeaseConcurrentAcquire(t *testing.T) {
-	srv := testenv.Redis(t)
+func TestLeaseConcurrentAcquire(t *testing.T) { leaseConcurrentAcquire(t, testenv.Redis(t)) }
+
+func leaseConcurrentAcquire(t *testing.T, srv testenv.RedisTarget) {
 	r, _ := openLeaseRedis(t, srv, RedisConfig{})
 	const holders = 10
 	for round := range 20 {
@@ -489,11 +504,11 @@ func TestLeaseKeys(t *testing.T) {
 		give string
 		want string
 	}{
-		{name: "lease", give: r.leaseKey("acct-1"), want: "p:lease:acct-1"},
-		{name: "lease token", give: r.leaseTokenKey("acct-1"), want: "p:leasetok:acct-1"},
-		{name: "lease epoch", give: r.leaseEpochKey(), want: "p:leaseepoch"},
-		{name: "replica", give: r.replicaKey("r1"), want: "p:replica:r1"},
-		{name: "replica index", give: r.replicaIndexKey(), want: "p:replicas"},
+		{name: "lease", give: r.leaseKey("acct-1"), want: "p:{cluster}:lease:acct-1"},
+		{name: "lease token", give: r.leaseTokenKey("acct-1"), want: "p:{cluster}:leasetok:acct-1"},
+		{name: "lease epoch", give: r.leaseEpochKey(), want: "p:{cluster}:leaseepoch"},
+		{name: "replica", give: r.replicaKey("r1"), want: "p:{cluster}:replica:r1"},
+		{name: "replica index", give: r.replicaIndexKey(), want: "p:{cluster}:replicas"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,6 +2,10 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,15 +20,20 @@ type RedisConfig struct {
 	Timeout time.Duration
 }
 
-// RedisClient is the part of a go-redis client the store uses;
-// *redis.Client satisfies it. It should honour context deadlines (see
-// internal/redisconn).
+// RedisClient is the part of a go-redis client the store uses; every
+// redis.UniversalClient satisfies it. It should honour context deadlines
+// (see internal/redisconn). Lease writes are made durable (see runDurable)
+// on a *redis.Client (one server, or Sentinel's failover client) and a
+// *redis.ClusterClient; on another client they are plain script calls.
 type RedisClient interface {
 	redis.Scripter
 	ZRangeByScore(ctx context.Context, key string, opt *redis.ZRangeBy) *redis.StringSliceCmd
 }
 
-var _ RedisClient = (*redis.Client)(nil)
+var (
+	_ RedisClient = (*redis.Client)(nil)
+	_ RedisClient = (*redis.ClusterClient)(nil)
+)
 
 // RedisStore keeps the accounts' leases and the replica registry in Redis
 // (lease.go, registry.go). Unlike the session store it has no local tier:
@@ -53,3 +62,85 @@ func NewRedisStore(cfg RedisConfig, client RedisClient) *RedisStore {
 const redisNowMs = `local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
+
+// ErrNotReplicated is returned (wrapped) by AcquireLease and RenewLease when
+// the primary has replicas and none acknowledged the lease write in time: a
+// failover could promote a replica without it, so the lease does not count.
+var ErrNotReplicated = errors.New("lease write not acknowledged by a replica")
+
+// runDurable runs a lease-writing script on the primary that serves
+// keys[0], over one connection, and then, when that primary has replicas,
+// WAITs on the same connection until one of them has every write the
+// connection made. Replication is asynchronous: a lease that only the
+// primary knows would be lost if a replica were promoted now, and another
+// replica could take the account while its holder still serves it. Sentinel
+// promotes the replica with the most replicated data, so one
+// acknowledgement is enough when the primary has one replica, and the usual
+// case with more (docs/cluster.md). A primary without replicas has nothing
+// to fail over to and is not waited on.
+func (r *RedisStore) runDurable(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	var node *redis.Client
+	switch c := r.client.(type) {
+	case *redis.Client:
+		node = c
+	case *redis.ClusterClient:
+		var err error
+		if node, err = c.MasterForKey(ctx, keys[0]); err != nil {
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd
+		}
+	default:
+		return script.Run(ctx, r.client, keys, args...)
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	cmd := script.Run(ctx, conn, keys, args...)
+	if cmd.Err() != nil {
+		if c, ok := r.client.(*redis.ClusterClient); ok && !errors.Is(cmd.Err(), redis.Nil) {
+			c.ReloadState(ctx) // the slot's primary may have moved
+		}
+		return cmd
+	}
+	if err := awaitReplica(ctx, conn); err != nil {
+		cmd.SetErr(err)
+	}
+	return cmd
+}
+
+// awaitReplica waits, within ctx, until a replica of conn's server has
+// every write conn made, if the server has replicas.
+func awaitReplica(ctx context.Context, conn *redis.Conn) error {
+	info, err := conn.Info(ctx, "replication").Result()
+	if err != nil {
+		return fmt.Errorf("replication info: %w", err)
+	}
+	if connectedReplicas(info) == 0 {
+		return nil
+	}
+	wait := 200 * time.Millisecond
+	if dl, ok := ctx.Deadline(); ok {
+		// Leave the reply time to come back before the call's deadline.
+		left := time.Until(dl)
+		wait = max(min(left-left/4, left-50*time.Millisecond), time.Millisecond)
+	}
+	n, err := conn.Wait(ctx, 1, wait).Result()
+	if err != nil {
+		return fmt.Errorf("wait for a replica: %w", err)
+	}
+	if n < 1 {
+		return fmt.Errorf("%w within %s", ErrNotReplicated, wait)
+	}
+	return nil
+}
+
+// connectedReplicas reads connected_slaves from INFO replication.
+func connectedReplicas(info string) int {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
+}

@@ -33,11 +33,11 @@ type Replica struct {
 }
 
 // Key families of the replica registry.
-func (r *RedisStore) replicaKey(id string) string { return r.cfg.Prefix + "replica:" + id }
+func (r *RedisStore) replicaKey(id string) string { return r.tableKey("replica:" + id) }
 
 // replicaIndexKey is a sorted set of replica ids scored by the expiry of
 // their heartbeat in server Unix milliseconds.
-func (r *RedisStore) replicaIndexKey() string { return r.cfg.Prefix + "replicas" }
+func (r *RedisStore) replicaIndexKey() string { return r.tableKey("replicas") }
 
 // heartbeatScript stores a replica's record with its expiry, indexes it, and
 // prunes index entries whose heartbeat expired, so the index stays bounded.

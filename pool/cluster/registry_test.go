@@ -11,10 +11,11 @@ import (
 	"github.com/poolgate/poolgate/internal/testenv"
 )
 
-func TestReplicaRegistry(t *testing.T) {
-	srv := testenv.Redis(t)
+func TestReplicaRegistry(t *testing.T) { replicaRegistry(t, testenv.Redis(t)) }
+
+func replicaRegistry(t *testing.T, srv testenv.RedisTarget) {
 	r := openStore(t, srv, RedisConfig{})
-	raw := srv.Client(t)
+	raw := srv.Universal(t)
 	ctx := context.Background()
 	seen := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	rep := func(id string, inFlight int) Replica {

@@ -139,9 +139,17 @@ type RedisStore struct {
 func NewRedisStore(tier Tier) *RedisStore { return &RedisStore{tier: tier, local: NewMemoryStore()} }
 
 // key is the key of account's sealed bundle; versionKey holds its version
-// ("token:created ns").
-func (r *RedisStore) key(account string) string        { return r.tier.Key("bundle:" + account) }
-func (r *RedisStore) versionKey(account string) string { return r.tier.Key("bundlever:" + account) }
+// ("token:created ns"). They share a hash tag, so that in a Redis Cluster
+// saveScript finds both in one slot.
+func (r *RedisStore) key(account string) string { return r.tier.Key("{bundle:" + account + "}") }
+func (r *RedisStore) versionKey(account string) string {
+	return r.tier.Key("{bundle:" + account + "}:ver")
+}
+
+// legacyKey is where versions before the hash tags kept account's bundle:
+// read when the current key is missing, so an upgrade does not lose the
+// logins a Redis kept. Never written.
+func (r *RedisStore) legacyKey(account string) string { return r.tier.Key("bundle:" + account) }
 
 // saveScript stores a bundle unless the stored one is newer (higher token,
 // or the same token and created later); it returns 1 when it stored.
@@ -197,6 +205,9 @@ func (r *RedisStore) LoadBundle(ctx context.Context, account string) ([]byte, er
 		defer cancel()
 		var err error
 		data, err = c.Get(ctx, r.key(account)).Bytes()
+		if errors.Is(err, redis.Nil) {
+			data, err = c.Get(ctx, r.legacyKey(account)).Bytes()
+		}
 		if errors.Is(err, redis.Nil) {
 			missing, err = true, nil
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/session"
 )
@@ -67,9 +68,9 @@ func TestMemoryStore(t *testing.T) { storeSuite(t, NewMemoryStore()) }
 
 // sessionRedis opens a session store on srv under a prefix of its own, for
 // the bundle store to share.
-func sessionRedis(t *testing.T, srv *testenv.RedisServer, cfg session.RedisConfig) *session.Redis {
+func sessionRedis(t *testing.T, srv testenv.RedisTarget, cfg session.RedisConfig) *session.Redis {
 	t.Helper()
-	cfg.URL = srv.URL()
+	cfg.URL, cfg.Mode = srv.URL(), redisconn.Mode(srv.Mode())
 	cfg.Prefix = testenv.KeyPrefix(t)
 	r, err := session.OpenRedis(cfg)
 	if err != nil {
@@ -88,7 +89,7 @@ func TestRedisStore(t *testing.T) {
 	// Stored in Redis without TTL, and visible to another replica.
 	raw := srv.Client(t)
 	ctx := context.Background()
-	if ttl, err := raw.TTL(ctx, tier.Key("bundle:acct-a")).Result(); err != nil || ttl != -1 {
+	if ttl, err := raw.TTL(ctx, r.key("acct-a")).Result(); err != nil || ttl != -1 {
 		t.Errorf("TTL(bundle) = %v, %v; want -1 (no expiry)", ttl, err)
 	}
 	other := NewRedisStore(tier)
@@ -96,7 +97,7 @@ func TestRedisStore(t *testing.T) {
 		t.Errorf("other replica LoadBundle(b) = %q, %v; want %q, nil", got, err, "sealed-b")
 	}
 	// A bundle removed from Redis is gone for the replica holding a mirror.
-	if err := raw.Del(ctx, tier.Key("bundle:acct-b")).Err(); err != nil {
+	if err := raw.Del(ctx, r.key("acct-b")).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.LoadBundle(ctx, "acct-b"); !errors.Is(err, session.ErrNotFound) {
@@ -104,18 +105,48 @@ func TestRedisStore(t *testing.T) {
 	}
 }
 
-// The keys are those the versions before this package wrote: data in a
-// Redis that outlived an upgrade is still read.
+// A bundle and its version share a hash tag (one slot of a Redis Cluster),
+// and the key the versions before the tags wrote is still read: data in a
+// Redis that outlived an upgrade is not lost.
 func TestRedisStoreKeys(t *testing.T) {
 	client := redis.NewClient(&redis.Options{})
 	r := NewRedisStore(session.NewRedis(session.RedisConfig{Prefix: "p:"}, client))
 	defer client.Close()
-	if got, want := r.key("acct-1"), "p:bundle:acct-1"; got != want {
-		t.Errorf("key() = %q, want %q", got, want)
+	tests := []struct {
+		name string
+		give string
+		want string
+	}{
+		{name: "bundle", give: r.key("acct-1"), want: "p:{bundle:acct-1}"},
+		{name: "version", give: r.versionKey("acct-1"), want: "p:{bundle:acct-1}:ver"},
+		{name: "legacy", give: r.legacyKey("acct-1"), want: "p:bundle:acct-1"},
 	}
-	if got, want := r.versionKey("acct-1"), "p:bundlever:acct-1"; got != want {
-		t.Errorf("versionKey() = %q, want %q", got, want)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.give != tt.want {
+				t.Errorf("key = %q, want %q", tt.give, tt.want)
+			}
+		})
 	}
+}
+
+func TestRedisStoreReadsLegacyKey(t *testing.T) {
+	srv := testenv.Redis(t)
+	tier := sessionRedis(t, srv, session.RedisConfig{})
+	r := NewRedisStore(tier)
+	ctx := context.Background()
+	if err := srv.Client(t).Set(ctx, r.legacyKey("acct-old"), "sealed-old", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.LoadBundle(ctx, "acct-old"); err != nil || string(got) != "sealed-old" {
+		t.Errorf("LoadBundle(legacy) = %q, %v; want %q, nil", got, err, "sealed-old")
+	}
+}
+
+// The suite passes on a three-primary Redis Cluster.
+func TestRedisStoreOnCluster(t *testing.T) {
+	cl := testenv.RedisCluster(t, 3, 0, 5*time.Second)
+	storeSuite(t, NewRedisStore(sessionRedis(t, cl, session.RedisConfig{})))
 }
 
 func TestRedisStoreOutage(t *testing.T) {
@@ -152,7 +183,7 @@ func TestRedisStoreOutage(t *testing.T) {
 	if got, err := r.LoadBundle(ctx, "acct-down"); err != nil || string(got) != "saved while down" {
 		t.Errorf("LoadBundle(acct-down) after thaw = %q, %v", got, err)
 	}
-	if got, err := srv.Client(t).Get(ctx, tier.Key("bundle:acct-down")).Result(); err != nil || got != "saved while down" {
+	if got, err := srv.Client(t).Get(ctx, r.key("acct-down")).Result(); err != nil || got != "saved while down" {
 		t.Errorf("Redis copy of acct-down = %q, %v; want it pushed back", got, err)
 	}
 }

@@ -12,27 +12,33 @@ import (
 )
 
 // both runs f against the memory limiter and against two Redis limiters
-// (two replicas) sharing one real redis-server, alternating between them.
+// (two replicas) sharing one real redis-server, and then a three-primary
+// Redis Cluster, alternating between them.
 func both(t *testing.T, f func(t *testing.T, acquire func(Limits) (*Ticket, error))) {
 	t.Run("memory", func(t *testing.T) {
 		m := NewMemory(nil)
 		f(t, func(l Limits) (*Ticket, error) { return m.Acquire(context.Background(), "alice", l) })
 	})
-	t.Run("redis", func(t *testing.T) {
-		srv := testenv.Redis(t)
-		var reps []*Redis
-		for range 2 {
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-			r := NewRedis(rdb, RedisConfig{Prefix: "pg:"})
-			t.Cleanup(func() { r.Wait(); rdb.Close() })
-			reps = append(reps, r)
-		}
-		n := 0
-		f(t, func(l Limits) (*Ticket, error) {
-			n++
-			return reps[n%2].Acquire(context.Background(), "alice", l)
+	targets := map[string]func(t *testing.T) testenv.RedisTarget{
+		"redis":   func(t *testing.T) testenv.RedisTarget { return testenv.Redis(t) },
+		"cluster": func(t *testing.T) testenv.RedisTarget { return testenv.RedisCluster(t, 3, 0, 5*time.Second) },
+	}
+	for name, start := range targets {
+		t.Run(name, func(t *testing.T) {
+			srv := start(t)
+			var reps []*Redis
+			for range 2 {
+				r := NewRedis(srv.Universal(t), RedisConfig{Prefix: "pg:"})
+				t.Cleanup(r.Wait)
+				reps = append(reps, r)
+			}
+			n := 0
+			f(t, func(l Limits) (*Ticket, error) {
+				n++
+				return reps[n%2].Acquire(context.Background(), "alice", l)
+			})
 		})
-	})
+	}
 }
 
 func deniedBy(t *testing.T, err error, limit string) *Denied {

@@ -11,8 +11,10 @@ import (
 )
 
 // Redis is the Limiter every replica shares. A key's state is under
-// "<prefix>limit:<key name>": ":rpm:<minute>" counters, a ":conc" sorted
+// "<prefix>limit:{<key name>}": ":rpm:<minute>" counters, a ":conc" sorted
 // set of slots scored with their expiry, and ":tok:<day>" counters. The
+// scripts build the windowed names from KEYS[1], the base; the hash tag
+// keeps all of one key's limits in one slot of a Redis Cluster. The
 // clock is Redis's (TIME), so replicas whose clocks differ still share one
 // minute and one day.
 type Redis struct {
@@ -128,7 +130,7 @@ func (r *Redis) Acquire(ctx context.Context, key string, l Limits) (*Ticket, err
 	if l.None() {
 		return &Ticket{}, nil
 	}
-	base := r.prefix + "limit:" + key
+	base := r.base(key)
 	slot := ""
 	if l.Concurrency > 0 {
 		slot = rand.Text()
@@ -160,6 +162,9 @@ func (r *Redis) Acquire(ctx context.Context, key string, l Limits) (*Ticket, err
 	}}, nil
 }
 
+// base is the start of every key of name's limits.
+func (r *Redis) base(name string) string { return r.prefix + "limit:{" + name + "}" }
+
 // Charge implements Limiter.
 func (r *Redis) Charge(ctx context.Context, key string, tokens int64) error {
 	if tokens <= 0 {
@@ -167,7 +172,7 @@ func (r *Redis) Charge(ctx context.Context, key string, tokens int64) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	if err := doneScript.Run(cctx, r.rdb, []string{r.prefix + "limit:" + key}, "", tokens).Err(); err != nil {
+	if err := doneScript.Run(cctx, r.rdb, []string{r.base(key)}, "", tokens).Err(); err != nil {
 		return fmt.Errorf("limits: charge %s: %w", key, err)
 	}
 	return nil

@@ -8,18 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 func logs(t *testing.T, cfg Config, f func(t *testing.T, l Log)) {
 	t.Run("memory", func(t *testing.T) { f(t, NewMemory(cfg)) })
-	t.Run("redis", func(t *testing.T) {
-		srv := testenv.Redis(t)
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-		t.Cleanup(func() { rdb.Close() })
-		f(t, NewRedis(rdb, "pg:", cfg))
+	t.Run("redis", func(t *testing.T) { f(t, NewRedis(testenv.Redis(t).Universal(t), "pg:", cfg)) })
+	t.Run("cluster", func(t *testing.T) {
+		f(t, NewRedis(testenv.RedisCluster(t, 3, 0, 5*time.Second).Universal(t), "pg:", cfg))
 	})
 }
 

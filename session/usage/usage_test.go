@@ -12,8 +12,9 @@ import (
 
 var t0 = time.Date(2026, 11, 20, 22, 30, 0, 0, time.UTC)
 
-// stores runs f on the memory store and on two Redis stores sharing one
-// real redis-server (two replicas), whose writes must add up.
+// stores runs f on the memory store and on two Redis stores (two replicas)
+// sharing one real redis-server, then a three-primary Redis Cluster, whose
+// writes must add up.
 func stores(t *testing.T, now func() time.Time, f func(t *testing.T, add func(...Record), s Store)) {
 	t.Run("memory", func(t *testing.T) {
 		m := NewMemory(30*24*time.Hour, now)
@@ -23,22 +24,26 @@ func stores(t *testing.T, now func() time.Time, f func(t *testing.T, add func(..
 			}
 		}, m)
 	})
-	t.Run("redis", func(t *testing.T) {
-		srv := testenv.Redis(t)
-		var replicas []*Redis
-		for range 2 {
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-			t.Cleanup(func() { rdb.Close() })
-			replicas = append(replicas, NewRedis(rdb, RedisConfig{Prefix: "pg:", Retention: 30 * 24 * time.Hour, Now: now}))
-		}
-		n := 0
-		f(t, func(rs ...Record) {
-			n++
-			if err := replicas[n%2].Add(context.Background(), rs); err != nil {
-				t.Fatal(err)
+	targets := map[string]func(t *testing.T) testenv.RedisTarget{
+		"redis":   func(t *testing.T) testenv.RedisTarget { return testenv.Redis(t) },
+		"cluster": func(t *testing.T) testenv.RedisTarget { return testenv.RedisCluster(t, 3, 0, 5*time.Second) },
+	}
+	for name, start := range targets {
+		t.Run(name, func(t *testing.T) {
+			srv := start(t)
+			var replicas []*Redis
+			for range 2 {
+				replicas = append(replicas, NewRedis(srv.Universal(t), RedisConfig{Prefix: "pg:", Retention: 30 * 24 * time.Hour, Now: now}))
 			}
-		}, replicas[0])
-	})
+			n := 0
+			f(t, func(rs ...Record) {
+				n++
+				if err := replicas[n%2].Add(context.Background(), rs); err != nil {
+					t.Fatal(err)
+				}
+			}, replicas[0])
+		})
+	}
 }
 
 func TestCountsByKeyAccountHourAndDay(t *testing.T) {
