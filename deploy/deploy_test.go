@@ -17,6 +17,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 
 	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/internal/testenv"
 )
 
@@ -73,6 +74,8 @@ func TestComposeProfiles(t *testing.T) {
 		{"monitoring", []string{"single", "monitoring"}, []string{"grafana", "jaeger", "poolgate", "prometheus", "redis"}},
 		{"scale", []string{"scale"}, []string{"nginx", "poolgate-1", "poolgate-2", "redis"}},
 		{"scale+monitoring", []string{"scale", "monitoring"}, []string{"grafana", "jaeger", "nginx", "poolgate-1", "poolgate-2", "prometheus", "redis"}},
+		{"scale+sentinel", []string{"scale", "sentinel"}, []string{"nginx", "poolgate-1", "poolgate-2", "redis", "redis-replica",
+			"sentinel-1", "sentinel-2", "sentinel-3"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -148,6 +151,7 @@ func checkGateway(t *testing.T, p *types.Project, s types.ServiceConfig) {
 		{"POOLGATE_LISTEN", "0.0.0.0:8080"},
 		{"POOLGATE_DATA_DIR", "/data"},
 		{"POOLGATE_REDIS_URL", "redis://redis:6379/0"},
+		{"POOLGATE_REDIS_MODE", "single"},
 	}
 	for _, tt := range tests {
 		if got := env(tt.give); got != tt.want {
@@ -239,6 +243,61 @@ func TestComposeScaleProfile(t *testing.T) {
 		}
 		if _, ok := ng.DependsOn[name]; !ok {
 			t.Errorf("nginx does not depend on %s", name)
+		}
+	}
+}
+
+// The sentinel profile is Redis as Sentinel runs it: the compose Redis as
+// the first primary, a replica of it with its own volume, and three
+// sentinels that watch it under the name .env.example's sentinel URL uses,
+// with a quorum of two; the URL is one redis_mode sentinel accepts.
+func TestComposeSentinelProfile(t *testing.T) {
+	p := loadCompose(t, "scale", "sentinel")
+	rep, err := p.GetService("redis-replica")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmd := strings.Join(rep.Command, " "); !strings.Contains(cmd, "--replicaof redis 6379") || !strings.Contains(cmd, "--appendonly yes") {
+		t.Errorf("redis-replica command %q: want --replicaof redis 6379 and --appendonly yes", cmd)
+	}
+	if !hasVolume(rep, "/data") || hasVolumeSource(rep, "redis-data") {
+		t.Errorf("redis-replica volumes %+v: want a /data volume of its own", rep.Volumes)
+	}
+	for _, name := range []string{"sentinel-1", "sentinel-2", "sentinel-3"} {
+		s, err := p.GetService(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := strings.Join(s.Command, " ")
+		for _, want := range []string{`sentinel monitor poolgate redis 6379 2\n`, "port 26379", "--sentinel"} {
+			if !strings.Contains(cmd, want) {
+				t.Errorf("%s command %q lacks %q", name, cmd, want)
+			}
+		}
+		if len(s.Ports) != 0 {
+			t.Errorf("%s publishes %+v: only the gateway talks to the sentinels", name, s.Ports)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), ".env.example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "#   POOLGATE_REDIS_URL: "
+	var url string
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok && strings.Contains(v, "master_name=poolgate") {
+			url = v
+		}
+	}
+	if url == "" {
+		t.Fatalf(".env.example shows no sentinel POOLGATE_REDIS_URL for the profile")
+	}
+	if err := redisconn.Check(redisconn.Sentinel, url); err != nil {
+		t.Errorf(".env.example's sentinel URL: %v", err)
+	}
+	for _, want := range []string{"sentinel-1:26379", "addr=sentinel-2:26379", "addr=sentinel-3:26379"} {
+		if !strings.Contains(url, want) {
+			t.Errorf(".env.example's sentinel URL %q lacks %s", url, want)
 		}
 	}
 }

@@ -51,7 +51,7 @@ func TestBundleFromRedisStartsAFreshReplicaLoggedIn(t *testing.T) {
 	rc := redis.NewClient(&redis.Options{Addr: r.Addr()})
 	defer rc.Close()
 	testenv.WaitFor(t, 10*time.Second, "sealed bundles in Redis after the accounts became ready", func() bool {
-		return rc.Exists(context.Background(), "poolgate:bundle:sim-1", "poolgate:bundle:sim-2").Val() == 2
+		return rc.Exists(context.Background(), "poolgate:{bundle:sim-1}", "poolgate:{bundle:sim-2}").Val() == 2
 	})
 	a.Stop(t, 15*time.Second)
 

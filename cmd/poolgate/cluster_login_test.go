@@ -15,7 +15,7 @@ import (
 // keeps it, and no attempt fails.
 func TestClusterFreshStartLogsInOnce(t *testing.T) {
 	s := &scale{t: t, redis: testenv.Redis(t)}
-	s.env = []string{"POOLGATE_REDIS_URL=" + s.redis.URL(), "POOLGATE_BUNDLE_KEY=" + newBundleKey(t), clusterAccounts,
+	s.env = []string{"POOLGATE_REDIS_URL=" + s.redis.URL(), "POOLGATE_REDIS_MODE=" + s.redis.Mode(), "POOLGATE_BUNDLE_KEY=" + newBundleKey(t), clusterAccounts,
 		"POOLGATE_CLUSTER_TOKEN=ct", "POOLGATE_LEASE_TTL=5s", "POOLGATE_HEALTH_INTERVAL=300ms",
 		"POOLGATE_METRICS_PUBLIC=true"}
 	for range 3 {

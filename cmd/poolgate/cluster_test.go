@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/poolgate/poolgate/deploy"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
@@ -23,12 +21,13 @@ import (
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
-// scale is three replicas sharing four accounts and one Redis, behind
-// Debian's nginx with deploy/nginx.conf.
+// scale is three replicas sharing four accounts and one Redis deployment
+// (one server, a Sentinel set or a Cluster), behind Debian's nginx with
+// deploy/nginx.conf.
 type scale struct {
 	t        *testing.T
 	mu       sync.Mutex // guards replicas
-	redis    *testenv.RedisServer
+	redis    testenv.RedisTarget
 	ports    []int
 	replicas []*testenv.Daemon
 	env      []string
@@ -40,37 +39,48 @@ const clusterAccounts = `POOLGATE_ACCOUNTS=[{"name":"acct-1","username":"u1","pa
 	`{"name":"acct-3","username":"u3","password":"pw"},{"name":"acct-4","username":"u4","password":"pw"}]`
 
 func newScale(t *testing.T) *scale {
-	s := startReplicas(t)
+	s := startReplicas(t, testenv.Redis(t))
 	s.startNginx()
 	return s
 }
 
-// startReplicas seals the four accounts' bundles into a new Redis (one node
+// startReplicas seals the four accounts' bundles into target (one node
 // logs them in), then starts the three replicas, which can only restore.
-func startReplicas(t *testing.T) *scale { return startCluster(t, 3, nil) }
+func startReplicas(t *testing.T, target testenv.RedisTarget) *scale {
+	return startClusterOn(t, target, 3, nil)
+}
 
-// startCluster is startReplicas with n replicas, each started with the
-// variables env(i) returns on top.
+// startCluster is startReplicas with n replicas on a redis-server of their
+// own, each started with the variables env(i) returns on top.
 func startCluster(t *testing.T, n int, env func(i int) []string) *scale {
-	s := &scale{t: t, redis: testenv.Redis(t), extra: env}
+	return startClusterOn(t, testenv.Redis(t), n, env)
+}
+
+// startClusterOn is startCluster on target.
+func startClusterOn(t *testing.T, target testenv.RedisTarget, n int, env func(i int) []string) *scale {
+	s := &scale{t: t, redis: target, extra: env}
 	key := newBundleKey(t)
+	redisEnv := []string{"POOLGATE_REDIS_URL=" + s.redis.URL(), "POOLGATE_REDIS_MODE=" + s.redis.Mode()}
 	// The operator's first login: one node logs the accounts in (here the
 	// simulator starts logged in) and seals their bundles into Redis.
-	first := testenv.StartDaemon(t, "POOLGATE_REDIS_URL="+s.redis.URL(), "POOLGATE_BUNDLE_KEY="+key, clusterAccounts,
-		"POOLGATE_WORKER_ARGS=--logged-in")
+	first := testenv.StartDaemon(t, append(redisEnv, "POOLGATE_BUNDLE_KEY="+key, clusterAccounts,
+		"POOLGATE_WORKER_ARGS=--logged-in")...)
 	waitAllReady(t, first, 4, 20*time.Second)
-	rc := redis.NewClient(&redis.Options{Addr: s.redis.Addr()})
-	defer rc.Close()
+	rc := target.Universal(t)
 	testenv.WaitFor(t, 10*time.Second, "the four bundles saved in Redis", func() bool {
-		return rc.Exists(context.Background(),
-			"poolgate:bundle:acct-1", "poolgate:bundle:acct-2", "poolgate:bundle:acct-3", "poolgate:bundle:acct-4").Val() == 4
+		for _, a := range []string{"acct-1", "acct-2", "acct-3", "acct-4"} {
+			if rc.Exists(context.Background(), "poolgate:{bundle:"+a+"}").Val() != 1 {
+				return false
+			}
+		}
+		return true
 	})
 	first.Stop(t, 15*time.Second)
 
 	// From now on no replica can log in: every start is from a bundle.
-	s.env = []string{"POOLGATE_REDIS_URL=" + s.redis.URL(), "POOLGATE_BUNDLE_KEY=" + key, clusterAccounts,
+	s.env = append(redisEnv, "POOLGATE_BUNDLE_KEY="+key, clusterAccounts,
 		"POOLGATE_AUTO_LOGIN=false", "POOLGATE_CLUSTER_TOKEN=ct", "POOLGATE_LEASE_TTL=3s",
-		"POOLGATE_HEALTH_INTERVAL=300ms", "POOLGATE_METRICS_PUBLIC=true"}
+		"POOLGATE_HEALTH_INTERVAL=300ms", "POOLGATE_METRICS_PUBLIC=true")
 	for range n {
 		s.ports = append(s.ports, testenv.FreePort(t))
 	}
@@ -322,9 +332,10 @@ func TestScaleOut(t *testing.T) {
 	s.waitSpread(30 * time.Second)
 
 	// Redis restarts (losing its data): replicas keep their accounts.
-	s.redis.Kill()
+	srv := s.redis.(*testenv.RedisServer)
+	srv.Kill()
 	time.Sleep(500 * time.Millisecond)
-	s.redis.Restart()
+	srv.Restart()
 	time.Sleep(5 * time.Second)
 	s.waitSpread(20 * time.Second)
 

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 // rejoinCycles is how many kill / rejoin cycles TestRejoinSoak runs; raise
@@ -31,7 +33,7 @@ const soakTTL = 3 * time.Second
 // + 2 s of the rejoin, still be spread two ticks later, and have handed no
 // account over more than once.
 func TestRejoinSoak(t *testing.T) {
-	s := startReplicas(t)
+	s := startReplicas(t, testenv.Redis(t))
 	s.waitSpread(30 * time.Second)
 	var stats soakStats
 	for cycle := 1; cycle <= *rejoinCycles; cycle++ {
