@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"hash/fnv"
+	"slices"
 	"sync"
 	"time"
 
@@ -179,6 +180,25 @@ func (p *Pool) anyReadyLocked() bool {
 	return false
 }
 
+// allUsableExcludedLocked reports whether some instance is usable and every
+// usable one is in exclude; p.mu held.
+func (p *Pool) allUsableExcludedLocked(exclude []string) bool {
+	if len(exclude) == 0 {
+		return false
+	}
+	found := false
+	for _, m := range p.members {
+		if !m.usable() {
+			continue
+		}
+		if !slices.Contains(exclude, m.name) {
+			return false
+		}
+		found = true
+	}
+	return found
+}
+
 // Serves reports whether the named instance takes new turns on this
 // replica now: it is ready, not cooling down and not fenced.
 func (p *Pool) Serves(name string) bool {
@@ -194,11 +214,19 @@ func (p *Pool) tryPick(want Want, giveUpPrefer bool) *Slot {
 	if p.closing || p.inFlight >= p.cfg.MaxInFlight {
 		return nil
 	}
+	exclude := want.Exclude
+	if p.allUsableExcludedLocked(exclude) {
+		// Every instance that serves here now was tried: the ones usable
+		// again are new processes (after a restart or a lease taken back),
+		// or the only ones there are. Waiting for another would wait for
+		// ever when this replica leases fewer accounts than the pool has.
+		exclude = nil
+	}
 	free := func(m *member) bool {
 		if !m.usable() || m.inFlight >= m.max {
 			return false
 		}
-		for _, x := range want.Exclude {
+		for _, x := range exclude {
 			if x == m.name {
 				return false
 			}

@@ -143,6 +143,12 @@ func (r *Router) Pull(ctx context.Context, req *chat.Request) (*Stream, error) {
 		if len(rq.excluded) > 0 && r.metrics != nil {
 			r.metrics.Retries.Inc()
 		}
+		if len(rq.excluded) > 0 && r.forwardRemote(ctx, rq) {
+			// The instances tried here went away (their leases lapsed,
+			// say): another replica serves the retry.
+			rq.served.Forward()
+			return nil, ErrForwarded
+		}
 		slot, err := r.acquire(ctx, rq)
 		if err != nil {
 			r.dropHit(rq)
