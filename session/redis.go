@@ -56,6 +56,11 @@ type RedisConfig struct {
 	// counter. It is called from many goroutines and must not block.
 	// Default: none.
 	OnError func(op string, err error)
+	// OnRecover is called by Run, in Run's goroutine, after Redis answers
+	// again following an outage (when a call failed, the store marked it
+	// down, and a later call succeeded): the moment to put back what a Redis
+	// that returned empty lost (session/bundle's Republish). Default none.
+	OnRecover func(ctx context.Context)
 	// Logger receives one warning when Redis becomes unreachable and one info
 	// line when it is back. Default slog.Default().
 	Logger *slog.Logger

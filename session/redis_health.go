@@ -22,6 +22,9 @@ type health struct {
 	mu      sync.Mutex
 	down    bool
 	retryAt time.Time
+	// recovered is set when Redis answers after being marked down, and
+	// cleared by Run when it has called OnRecover.
+	recovered bool
 	// Deletes that could not reach Redis, replayed by Run once it is back:
 	// affinity keys taken from the local tier and response ids deleted.
 	pendingAff  map[string]struct{}
@@ -65,6 +68,7 @@ func (h *health) success() {
 	h.mu.Lock()
 	was := h.down
 	h.down = false
+	h.recovered = h.recovered || was
 	h.mu.Unlock()
 	if was {
 		h.log.Info("redis reachable again; session store recovered")
@@ -86,6 +90,15 @@ func (h *health) queue(set *map[string]struct{}, s string) {
 	}
 }
 
+// takeRecovered reports whether Redis recovered since the last call.
+func (h *health) takeRecovered() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.recovered
+	h.recovered = false
+	return r
+}
+
 // takePending empties the queues and returns their contents.
 func (h *health) takePending() (aff, resp []string) {
 	h.mu.Lock()
@@ -101,8 +114,8 @@ func (h *health) takePending() (aff, resp []string) {
 }
 
 // Run keeps the store tidy until ctx is done: every RetryInterval it probes
-// Redis while it is marked down (so the store recovers without traffic) and
-// replays deletes queued during an outage; every SweepInterval it reports and
+// Redis (so the store notices an outage and recovers without traffic),
+// replays deletes queued during an outage and, after one, calls OnRecover; every SweepInterval it reports and
 // removes expired affinity entries in Redis and drops expired local ones.
 func (r *Redis) Run(ctx context.Context) {
 	probe := time.NewTicker(r.cfg.RetryInterval)
@@ -114,11 +127,16 @@ func (r *Redis) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-probe.C:
-			if !r.Healthy() && r.health.allow() {
+			// Probe also while healthy: an outage without traffic is still
+			// noticed, and so is the recovery after it.
+			if r.health.allow() {
 				_ = r.Ping(ctx) // Ping records the outcome
 			}
 			if r.Healthy() {
 				r.replay(ctx)
+				if r.health.takeRecovered() && r.cfg.OnRecover != nil {
+					r.cfg.OnRecover(ctx)
+				}
 			}
 		case <-sweep.C:
 			r.local.sweep()

@@ -196,10 +196,22 @@ func openStores(cfg config.Config, m *metrics.Metrics, onEvict func(session.Affi
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("redis: %w", err)
 	}
+	var bundles *bundle.RedisStore
+	// A Redis that comes back from an outage may have come back empty: put
+	// the bundles this replica has back, so that whichever replica leases
+	// an account next can start it without a login.
+	republish := func(ctx context.Context) {
+		if n, err := bundles.Republish(ctx); err != nil {
+			log.Warn("put session bundles back into redis", "err", err)
+		} else if n > 0 {
+			log.Info("session bundles put back into redis, which had lost them", "bundles", n)
+		}
+	}
 	r := session.NewRedis(session.RedisConfig{Prefix: cfg.RedisPrefix, Memory: mem, Logger: log,
 		OwnerMaxResponses: cfg.StoredResponsesPerKey, OwnerMaxResponseBytes: cfg.StoredResponseBytesPerKey,
-		OnError: func(op string, _ error) { m.StoreErrors.WithLabelValues(op).Inc() }}, client)
-	return r, bundle.NewRedisStore(r), client, nil
+		OnError: func(op string, _ error) { m.StoreErrors.WithLabelValues(op).Inc() }, OnRecover: republish}, client)
+	bundles = bundle.NewRedisStore(r)
+	return r, bundles, client, nil
 }
 
 // toolPolicy is the router's tool policy from the configuration.

@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"fmt"
 	"context"
 	"errors"
 	"sync"
@@ -105,6 +106,18 @@ func (m *MemoryStore) drop(account string) {
 	delete(m.bundles, account)
 }
 
+// all returns copies of every bundle, by account.
+func (m *MemoryStore) all() map[string]stored {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]stored, len(m.bundles))
+	for a, e := range m.bundles {
+		e.data = append([]byte(nil), e.data...)
+		out[a] = e
+	}
+	return out
+}
+
 // mirror replaces the local copy with what Redis holds.
 func (m *MemoryStore) mirror(account string, sealed []byte, v Version) {
 	m.drop(account)
@@ -170,6 +183,40 @@ redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[2] .. ':' .. ARGV[3])
 return 1
 `)
+
+// fillScript stores a bundle only where Redis has none of the account's.
+//
+// KEYS[1] bundle, KEYS[2] version; ARGV[1] sealed, ARGV[2] version.
+var fillScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[2])
+return 1
+`)
+
+// Republish puts this replica's copies of bundles back into Redis where
+// Redis has none, and returns how many it put back. Call it when Redis is
+// reachable again after an outage: a Redis that came back empty (restarted
+// without persistence, or a promoted replica that lacked them) has lost the
+// bundles, and the replica that leases an account next may never have run
+// it. A bundle Redis still has is left alone, whatever its version.
+func (r *RedisStore) Republish(ctx context.Context) (int, error) {
+	n := 0
+	for account, e := range r.local.all() {
+		err := r.tier.Do(ctx, "save_bundle", func(ctx context.Context, c session.RedisClient) error {
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			put, err := fillScript.Run(ctx, c, []string{r.key(account), r.versionKey(account)},
+				e.data, fmt.Sprintf("%d:%d", e.version.Token, e.version.Created.UnixNano())).Int()
+			n += put
+			return err
+		})
+		if err != nil {
+			return n, fmt.Errorf("republish session bundle of %s: %w", account, err)
+		}
+	}
+	return n, nil
+}
 
 // SaveBundle stores account's sealed bundle in Redis and keeps a local
 // copy. When Redis fails the local copy alone is kept; the call still

@@ -187,3 +187,33 @@ func TestRedisStoreOutage(t *testing.T) {
 		t.Errorf("Redis copy of acct-down = %q, %v; want it pushed back", got, err)
 	}
 }
+
+// A Redis that came back empty gets this replica's bundles back, and a
+// bundle Redis still has is left as it is.
+func TestRedisStoreRepublish(t *testing.T) {
+	srv := testenv.Redis(t)
+	tier := sessionRedis(t, srv, session.RedisConfig{})
+	r := NewRedisStore(tier)
+	ctx := context.Background()
+	for _, a := range []string{"acct-a", "acct-b"} {
+		if err := r.SaveBundle(ctx, a, []byte("sealed-"+a), Version{Token: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw := srv.Client(t)
+	if err := raw.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Set(ctx, r.key("acct-b"), "newer-b", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.Republish(ctx); err != nil || n != 1 {
+		t.Fatalf("Republish() = %d, %v; want 1 put back", n, err)
+	}
+	other := NewRedisStore(tier) // another replica, with no copies of its own
+	for acct, want := range map[string]string{"acct-a": "sealed-acct-a", "acct-b": "newer-b"} {
+		if got, err := other.LoadBundle(ctx, acct); err != nil || string(got) != want {
+			t.Errorf("LoadBundle(%s) after Republish = %q, %v; want %q", acct, got, err, want)
+		}
+	}
+}
