@@ -1,9 +1,9 @@
 package bundle
 
 import (
-	"fmt"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
