@@ -217,6 +217,19 @@ func (r *Redis) Do(ctx context.Context, op string, fn func(ctx context.Context, 
 	return nil
 }
 
+// DoNow is Do for a call that must not be skipped while Redis is marked
+// down, because going without costs more than a short wait: reading an
+// account's bundle before its worker starts, where a skip means starting it
+// logged out. It always calls fn, and records the outcome like Do.
+func (r *Redis) DoNow(ctx context.Context, op string, fn func(ctx context.Context, c RedisClient) error) error {
+	if err := fn(ctx, r.client); err != nil {
+		r.failed(ctx, op, err)
+		return err
+	}
+	r.health.success()
+	return nil
+}
+
 func (r *Redis) report(a Affinity) {
 	if r.cfg.Memory.OnEvict != nil {
 		r.cfg.Memory.OnEvict(a)

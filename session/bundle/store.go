@@ -130,6 +130,7 @@ func (m *MemoryStore) mirror(account string, sealed []byte, v Version) {
 type Tier interface {
 	Key(name string) string
 	Do(ctx context.Context, op string, fn func(ctx context.Context, c session.RedisClient) error) error
+	DoNow(ctx context.Context, op string, fn func(ctx context.Context, c session.RedisClient) error) error
 }
 
 var _ Tier = (*session.Redis)(nil)
@@ -247,7 +248,9 @@ func (r *RedisStore) SaveBundle(ctx context.Context, account string, sealed []by
 func (r *RedisStore) LoadBundle(ctx context.Context, account string) ([]byte, error) {
 	var data []byte
 	missing := false
-	err := r.tier.Do(ctx, "load_bundle", func(ctx context.Context, c session.RedisClient) error {
+	// Asked also while Redis is marked down: a worker about to start
+	// without its bundle would need a login.
+	err := r.tier.DoNow(ctx, "load_bundle", func(ctx context.Context, c session.RedisClient) error {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		var err error

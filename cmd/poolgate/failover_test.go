@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/poolgate/poolgate/internal/testenv"
+)
+
+// failoverTTL is POOLGATE_LEASE_TTL of the replicas startReplicas starts.
+const failoverTTL = 3 * time.Second
+
+// followUps counts what the follow-up turns of failoverLoad's conversations
+// got: the upstream session continued, a new session given the whole
+// transcript (a clean fall-back), or neither (a turn served from a session
+// that lost the conversation without saying so).
+type followUps struct {
+	reused, fellBack, wrong atomic.Int32
+}
+
+// failoverLoad runs three-turn conversations through nginx until stop and
+// counts failed requests (not a test failure: the failover window may cost
+// some) and how each follow-up was served.
+func (s *scale) failoverLoad(stop <-chan struct{}, failed *atomic.Int32, fu *followUps, wg *sync.WaitGroup) {
+	for c := range 3 {
+		wg.Go(func() {
+			client := sdkURL(s.nginxURL)
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				conv := &conversation{client: client}
+				var first string
+				base := 0 // turns before the session that serves now
+				for turn := 1; turn <= 3; turn++ {
+					a, err := conv.say(ctx, fmt.Sprintf("[[sim:whoami]] client %d conv %d turn %d", c, n, turn))
+					if err != nil {
+						failed.Add(1)
+						s.t.Logf("request through nginx failed: %v", err)
+						break
+					}
+					w, ok := whoamiOf(a)
+					switch {
+					case !ok:
+						fu.wrong.Add(1)
+						s.t.Errorf("turn %d: not a whoami answer: %q", turn, a)
+					case turn == 1:
+						first = w.session
+					case w.reply && w.session == first && w.turn == turn-base:
+						fu.reused.Add(1)
+					case !w.reply && w.sections > 1:
+						fu.fellBack.Add(1)
+						first, base = w.session, turn-1
+					default:
+						fu.wrong.Add(1)
+						s.t.Errorf("follow-up turn %d: %+v, want session %s continued or a new one given the transcript", turn, w, first)
+					}
+				}
+				cancel()
+			}
+		})
+	}
+}
+
+// TestRedisFailover runs three replicas with four accounts on Redis as
+// Sentinel runs it (a primary, one replica, three sentinels) and as a
+// three-primary Cluster with a replica each, under steady conversations
+// through nginx, then kills with SIGKILL the primary that holds the lease
+// table. No account is ever ready on two replicas (sampled from their own
+// pools), every account serves again within the failover plus one lease
+// TTL (and a worker start), every follow-up reuses its session or falls
+// back to the whole transcript, and the requests the failover costs are
+// counted and bounded.
+func TestRedisFailover(t *testing.T) {
+	tests := []struct {
+		name string
+		// start returns the deployment, the server to kill, and a check
+		// that the failover is done (another server serves the lease table).
+		start func(t *testing.T) (testenv.RedisTarget, *testenv.RedisServer, func() bool)
+	}{
+		{name: "sentinel", start: func(t *testing.T) (testenv.RedisTarget, *testenv.RedisServer, func() bool) {
+			set := testenv.RedisSentinel(t, time.Second)
+			old := set.Primary.Addr()
+			return set, set.Primary, func() bool {
+				addr, err := set.PrimaryAddr(t)
+				return err == nil && addr != old
+			}
+		}},
+		{name: "cluster", start: func(t *testing.T) (testenv.RedisTarget, *testenv.RedisServer, func() bool) {
+			set := testenv.RedisCluster(t, 3, 1, 2*time.Second)
+			const tableKey = "poolgate:{cluster}:leaseepoch"
+			victim := set.PrimaryOf(t, tableKey)
+			return set, victim, func() bool { return set.PrimaryOf(t, tableKey) != victim }
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			target, victim, failedOver := tt.start(t)
+			s := startReplicas(t, target)
+			s.startNginx()
+			s.waitSpread(60 * time.Second)
+
+			var violations, failed atomic.Int32
+			var fu followUps
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			end := sync.OnceFunc(func() {
+				close(stop)
+				wg.Wait()
+			})
+			defer end()
+			s.sample(stop, &violations, &wg)
+			s.failoverLoad(stop, &failed, &fu, &wg)
+			time.Sleep(2 * time.Second) // steady conversations before the kill
+
+			killedAt := time.Now()
+			victim.Kill()
+			testenv.WaitFor(t, 60*time.Second, "another Redis server to take over", failedOver)
+			failover := time.Since(killedAt)
+			// Spread again, and stable: within the failover, one lease TTL
+			// and a worker start (generous on a loaded machine).
+			s.waitSpread(failover + failoverTTL + 30*time.Second)
+			serving := time.Since(killedAt)
+			time.Sleep(2 * time.Second) // conversations on the new primary
+			end()
+
+			t.Logf("%s: failover %s, all accounts spread and serving %s after the kill; %d failed requests; follow-ups: %d reused, %d fell back",
+				tt.name, failover.Round(100*time.Millisecond), serving.Round(100*time.Millisecond), failed.Load(), fu.reused.Load(), fu.fellBack.Load())
+			if violations.Load() > 0 {
+				t.Errorf("%d samples with an account ready on two replicas", violations.Load())
+			}
+			if fu.wrong.Load() > 0 {
+				t.Errorf("%d follow-ups neither reused their session nor fell back to the transcript", fu.wrong.Load())
+			}
+			if fu.reused.Load() == 0 {
+				t.Errorf("no follow-up reused its session")
+			}
+			// Three clients, each with at most one request in flight: a
+			// failed request costs a client at least a second, so the window
+			// bounds them.
+			if limit := int32(3 * (serving / time.Second)); failed.Load() > limit {
+				t.Errorf("%d failed requests, want at most %d (three clients over %s)", failed.Load(), limit, serving.Round(time.Second))
+			}
+		})
+	}
+}
+
+// TestRedisOutageLongerThanALease takes the one Redis away for longer than
+// a lease TTL, so that every replica fences its accounts, and brings it
+// back empty. No account is ever ready on two replicas, all are leased and
+// serving again (their bundles put back by the replicas that had them), and
+// no follow-up is served from a conversation Redis lost without falling back
+// to its transcript.
+func TestRedisOutageLongerThanALease(t *testing.T) {
+	srv := testenv.Redis(t)
+	s := startReplicas(t, srv)
+	s.startNginx()
+	s.waitSpread(60 * time.Second)
+
+	var violations, failed atomic.Int32
+	var fu followUps
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	end := sync.OnceFunc(func() {
+		close(stop)
+		wg.Wait()
+	})
+	defer end()
+	s.sample(stop, &violations, &wg)
+	s.failoverLoad(stop, &failed, &fu, &wg)
+	time.Sleep(2 * time.Second)
+
+	srv.Kill()
+	testenv.WaitFor(t, 30*time.Second, "every account fenced while Redis is away", func() bool {
+		return len(s.readyOn()) == 0
+	})
+	time.Sleep(failoverTTL - failoverTTL/5) // well past every lease's end
+	srv.Restart()
+	back := time.Now()
+	s.waitSpread(failoverTTL + 60*time.Second)
+	t.Logf("all accounts spread and serving %s after Redis came back empty; %d failed requests; follow-ups: %d reused, %d fell back",
+		time.Since(back).Round(100*time.Millisecond), failed.Load(), fu.reused.Load(), fu.fellBack.Load())
+	time.Sleep(2 * time.Second)
+	end()
+	if violations.Load() > 0 {
+		t.Errorf("%d samples with an account ready on two replicas", violations.Load())
+	}
+	if fu.wrong.Load() > 0 {
+		t.Errorf("%d follow-ups neither reused their session nor fell back to the transcript", fu.wrong.Load())
+	}
+}
+
+// whoamiOf parses a [[sim:whoami]] answer, like parseWhoami, for callers
+// that count a bad answer instead of stopping the test.
+func whoamiOf(s string) (whoami, bool) {
+	m := whoamiRE.FindStringSubmatch(s)
+	if m == nil {
+		return whoami{}, false
+	}
+	turn, _ := strconv.Atoi(m[2])
+	sections, _ := strconv.Atoi(m[4])
+	return whoami{session: m[1], turn: turn, reply: m[3] == "true", sections: sections}, true
+}
