@@ -75,6 +75,14 @@ func Dial(mode Mode, url string, dialTimeout time.Duration) (redis.UniversalClie
 		o.ContextTimeoutEnabled, o.DialTimeout, o.DisableIdentity = true, dialTimeout, true
 		o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff = 1, -1, -1
 		o.DialerRetries, o.DialerRetryTimeout = 1, time.Millisecond
+		// go-redis re-reads the slot map on a redirect but not when a
+		// primary stops answering, and by default only every minute: after a
+		// failover the client would keep dialing the dead primary. A
+		// command run more than a second after the last reload starts one
+		// (CLUSTER SLOTS, in the background).
+		if o.ClusterStateReloadInterval <= 0 || o.ClusterStateReloadInterval > time.Second {
+			o.ClusterStateReloadInterval = time.Second
+		}
 		return redis.NewClusterClient(o), nil
 	}
 	return nil, fmt.Errorf("redis_mode %q: no client for it", mode)
