@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -245,15 +246,21 @@ func (set *RedisClusterSet) PrimaryOf(t testing.TB, key string) *RedisServer {
 		t.Fatalf("CLUSTER KEYSLOT %s: %v", key, err)
 	}
 	for _, s := range set.Nodes {
-		slots, err := s.Client(t).ClusterSlots(ctx).Result()
+		shards, err := s.Client(t).ClusterShards(ctx).Result()
 		if err != nil {
 			continue // a node that is down
 		}
-		for _, r := range slots {
-			if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
-				for _, n := range set.Nodes {
-					if n.Addr() == r.Nodes[0].Addr {
-						return n
+		for _, sh := range shards {
+			if !slices.ContainsFunc(sh.Slots, func(r redis.SlotRange) bool { return r.Start <= slot && slot <= r.End }) {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				if n.Role != "master" || n.Health != "online" {
+					continue
+				}
+				for _, node := range set.Nodes {
+					if node.Port() == int(n.Port) {
+						return node
 					}
 				}
 			}
