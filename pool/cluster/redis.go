@@ -69,15 +69,16 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 var ErrNotReplicated = errors.New("lease write not acknowledged by a replica")
 
 // runDurable runs a lease-writing script on the primary that serves
-// keys[0], over one connection, and then, when that primary has replicas,
-// WAITs on the same connection until one of them has every write the
-// connection made. Replication is asynchronous: a lease that only the
-// primary knows would be lost if a replica were promoted now, and another
-// replica could take the account while its holder still serves it. Sentinel
-// promotes the replica with the most replicated data, so one
-// acknowledgement is enough when the primary has one replica, and the usual
-// case with more (docs/cluster.md). A primary without replicas has nothing
-// to fail over to and is not waited on.
+// keys[0] and then, when that primary has replicas, WAITs until one of them
+// has every write made before the WAIT on the same connection (script and
+// WAIT go in one pipeline, which go-redis sends over one connection).
+// Replication is asynchronous: a lease that only the primary knows would be
+// lost if a replica were promoted now, and another replica could take the
+// account while its holder still serves it. Sentinel promotes the replica
+// with the most replicated data, so one acknowledgement is enough when the
+// primary has one replica, and the usual case with more (docs/cluster.md).
+// A primary without replicas has nothing to fail over to and is not waited
+// on.
 func (r *RedisStore) runDurable(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	var node *redis.Client
 	switch c := r.client.(type) {
@@ -93,30 +94,24 @@ func (r *RedisStore) runDurable(ctx context.Context, script *redis.Script, keys 
 	default:
 		return script.Run(ctx, r.client, keys, args...)
 	}
-	conn := node.Conn()
-	defer conn.Close()
-	cmd := script.Run(ctx, conn, keys, args...)
-	if cmd.Err() != nil {
-		if c, ok := r.client.(*redis.ClusterClient); ok && !errors.Is(cmd.Err(), redis.Nil) {
-			c.ReloadState(ctx) // the slot's primary may have moved
-		}
-		return cmd
-	}
-	if err := awaitReplica(ctx, conn); err != nil {
-		cmd.SetErr(err)
+	cmd := runAndWait(ctx, node, script, keys, args)
+	if c, ok := r.client.(*redis.ClusterClient); ok && cmd.Err() != nil && !errors.Is(cmd.Err(), redis.Nil) {
+		c.ReloadState(ctx) // the slot's primary may have moved
 	}
 	return cmd
 }
 
-// awaitReplica waits, within ctx, until a replica of conn's server has
-// every write conn made, if the server has replicas.
-func awaitReplica(ctx context.Context, conn *redis.Conn) error {
-	info, err := conn.Info(ctx, "replication").Result()
+// runAndWait runs script on node and, if node has replicas, waits within
+// ctx for one to acknowledge it.
+func runAndWait(ctx context.Context, node *redis.Client, script *redis.Script, keys []string, args []any) *redis.Cmd {
+	info, err := node.Info(ctx, "replication").Result()
 	if err != nil {
-		return fmt.Errorf("replication info: %w", err)
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(fmt.Errorf("replication info: %w", err))
+		return cmd
 	}
 	if connectedReplicas(info) == 0 {
-		return nil
+		return script.Run(ctx, node, keys, args...)
 	}
 	wait := 200 * time.Millisecond
 	if dl, ok := ctx.Deadline(); ok {
@@ -124,14 +119,28 @@ func awaitReplica(ctx context.Context, conn *redis.Conn) error {
 		left := time.Until(dl)
 		wait = max(min(left-left/4, left-50*time.Millisecond), time.Millisecond)
 	}
-	n, err := conn.Wait(ctx, 1, wait).Result()
-	if err != nil {
-		return fmt.Errorf("wait for a replica: %w", err)
+	cmd, acked := pipelineWithWait(ctx, node, script, keys, args, wait)
+	n, err := acked.Int64()
+	switch {
+	case cmd.Err() != nil:
+	case err != nil:
+		cmd.SetErr(fmt.Errorf("wait for a replica: %w", err))
+	case n < 1:
+		cmd.SetErr(fmt.Errorf("%w within %s", ErrNotReplicated, wait))
 	}
-	if n < 1 {
-		return fmt.Errorf("%w within %s", ErrNotReplicated, wait)
-	}
-	return nil
+	return cmd
+}
+
+// pipelineWithWait sends the script and a WAIT for one replica in one
+// pipeline. The script goes whole (EVAL), not by hash: a NOSCRIPT answer
+// would come with the WAIT already spent.
+func pipelineWithWait(ctx context.Context, node *redis.Client, script *redis.Script, keys []string, args []any, wait time.Duration) (cmd, acked *redis.Cmd) {
+	_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmd = script.Eval(ctx, p, keys, args...)
+		acked = p.Do(ctx, "WAIT", 1, max(wait.Milliseconds(), 1))
+		return nil
+	})
+	return cmd, acked
 }
 
 // connectedReplicas reads connected_slaves from INFO replication.
