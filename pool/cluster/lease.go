@@ -36,6 +36,13 @@ import (
 // the very first start of a cluster: new owners wait one TTL after the first
 // lease call, which gives every replica time to register before the spread.
 //
+// Failover. With Sentinel or a Redis Cluster a replica can be promoted
+// without the newest writes (replication is asynchronous). An acquire or
+// renew therefore counts only once a replica of the primary acknowledged it
+// (runDurable, WAIT): the promoted replica holds every lease a replica serves
+// under, with an expiry no earlier than its holder's deadline. The argument
+// and its limits are in docs/cluster.md.
+//
 // Redis must run with maxmemory-policy noeviction: evicting a live lease or the
 // epoch key would let two replicas hold one account.
 
