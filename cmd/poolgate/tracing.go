@@ -214,7 +214,7 @@ func batchOptions(getenv func(string) string) ([]sdktrace.BatchSpanProcessorOpti
 // logins that make them (never a trace per background tick). Commands'
 // arguments are never recorded: they hold conversation keys and stored
 // answers.
-func traceRedis(client *redis.Client, tp trace.TracerProvider) error {
+func traceRedis(client redis.UniversalClient, tp trace.TracerProvider) error {
 	if !telemetry.Enabled(tp) {
 		return nil
 	}
