@@ -341,9 +341,17 @@ func fromCapture(err error, c capture, red redactor) (string, string, string) {
 // attempt is one try: ask the worker for a URL, drive a browser through the
 // recipe, then wait until the worker confirms. It returns what the page
 // showed when it failed.
-func (r *Runner) attempt(lctx context.Context, t supervisor.LoginTarget) (capture, error) {
+func (r *Runner) attempt(lctx context.Context, t supervisor.LoginTarget) (_ capture, err error) {
 	ctx, cancel := context.WithTimeout(lctx, r.cfg.LoginTimeout)
 	defer cancel()
+	defer func() {
+		// A step cut by the attempt's deadline may only see its own context
+		// cancelled (a browser still starting, say): name the deadline.
+		if err != nil && lctx.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) &&
+			!errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("the attempt's deadline (login_timeout %s) passed: %w", r.cfg.LoginTimeout, err)
+		}
+	}()
 	if ok, _ := r.confirmOnce(ctx, t); ok {
 		return capture{}, nil // logged in already (e.g. by hand): no browser needed
 	}
