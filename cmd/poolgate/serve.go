@@ -15,6 +15,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -114,6 +115,11 @@ type app struct {
 	hup      <-chan os.Signal // SIGHUP; nil: reloads only by the admin API
 	reloadMu sync.Mutex
 	applied  config.Config
+
+	// plainBundles are the accounts' plain session bundles, by account
+	// name, installed before a start into an empty work dir; a reload
+	// replaces the map.
+	plainBundles atomic.Pointer[map[string]*bundle.Bundle]
 }
 
 // store is what main needs of a session store beyond what its users need.
@@ -441,7 +447,7 @@ func (a *app) run(ctx context.Context) error {
 		go func() { errc <- a.admin.Serve(adminLis) }()
 	}
 	a.log.Info("poolgate listening", "addr", lis.Addr().String(), "accounts", a.pool.Size(),
-		"store", storeName(a.cfg), "admin", strings.TrimSpace(a.cfg.AdminListen))
+		"store", storeName(a.cfg), "admin", strings.TrimSpace(a.cfg.AdminListen), "simulated", a.cfg.Simulated())
 	serveErr := a.serveUntil(ctx, errc)
 	a.log.Info("shutting down", "grace", a.cfg.ShutdownGrace)
 	grace, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownGrace)
