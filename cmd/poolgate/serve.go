@@ -48,8 +48,17 @@ func serve(ctx context.Context, args []string, environ func() []string, hup <-ch
 	fs := flag.NewFlagSet("poolgate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "YAML config file (keys in docs/configuration.md; env POOLGATE_* overrides)")
+	envFile := fs.String("env-file", "", ".env file of KEY=VALUE lines read once at start, below the environment (the Python gateway's .env works)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *envFile != "" {
+		vars, err := config.ReadEnvFile(*envFile)
+		if err != nil {
+			return err
+		}
+		base := environ
+		environ = func() []string { return append(append([]string(nil), vars...), base()...) }
 	}
 	cfg, warnings, err := config.Load(*cfgPath, environ())
 	if err != nil {
