@@ -28,7 +28,7 @@ var pythonSettings = map[string]string{
 	"session_cache_max_entries": "SESSION_CACHE_MAX_ENTRIES", "session_cache_ttl_sec": "SESSION_CACHE_TTL_SEC",
 	"session_reuse_enabled": "SESSION_REUSE_ENABLED", "tool_allowlist": "TOOL_ALLOWLIST",
 	"tool_forward_enabled": "TOOL_FORWARD_ENABLED",
-	"": "LINGMA_SESSION_BUNDLE", // read by the operator's deployment, not a settings field
+	"":                     "LINGMA_SESSION_BUNDLE", // read by the operator's deployment, not a settings field
 }
 
 func TestLegacyTableCoversEveryPythonSetting(t *testing.T) {
