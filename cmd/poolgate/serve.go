@@ -116,6 +116,7 @@ type app struct {
 	live        *live.Recorder              // the dashboard's last hour
 	tracing     trace.TracerProvider        // a no-op one when tracing is off
 	stopTracing func(context.Context) error // flushes the spans not yet exported
+	count       *tokens.Memo                // the token counter of the router and the handlers
 
 	// Reloads (reload.go): the config file and the environment to read
 	// again, and the configuration in force, which only a reload changes.
@@ -158,7 +159,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	}
 	clustered := cfg.AdvertiseURL != ""
 	a := &app{cfg: cfg, applied: cfg, metrics: m, log: log, launcher: &supervisor.ExecLauncher{Env: childEnv(environ)},
-		tracing: tp, stopTracing: stopTracing, live: live.New(liveStep, liveSteps, liveAccounts)}
+		tracing: tp, stopTracing: stopTracing, live: live.New(liveStep, liveSteps, liveAccounts), count: tokens.NewMemo()}
 	a.sup = supervisor.New(supervisor.Config{}, workers, driver, a.launcher, m, log)
 	a.pool = pool.New(pool.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
 		a.sup, m, log)
@@ -180,7 +181,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 		affinity = nil // every turn starts an upstream session of its own
 	}
 	a.router = pool.NewRouter(pool.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
-		Retries: cfg.Retries, Count: tokens.NewMemo().Count, Tools: toolPolicy(cfg), Tracing: tp}, a.pool, affinity, m, log)
+		Retries: cfg.Retries, Count: a.count.Count, Tools: toolPolicy(cfg), Tracing: tp}, a.pool, affinity, m, log)
 	if err := a.setupLogin(m, lookup, childEnv(environ)); err != nil {
 		return nil, err
 	}
@@ -235,12 +236,12 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	m.InitFieldsIgnored("messages", anthropic.DroppedFields)
 	m.InitFieldsIgnored("responses", responses.DroppedFields)
 	protocols := handlers.Protocols{
-		Chat: openaichat.New(openaichat.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive},
-			a.router, log),
+		Chat: openaichat.New(openaichat.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive,
+			PythonCompat: cfg.PythonCompat}, a.router, log),
 		Responses: responses.New(responses.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive},
 			a.router, responseStore{a.store}, log),
-		Messages: anthropic.New(anthropic.Config{CountDropped: m.CountFieldIgnored, PingInterval: cfg.StreamKeepAlive},
-			a.router, log),
+		Messages: anthropic.New(anthropic.Config{CountDropped: m.CountFieldIgnored, PingInterval: cfg.StreamKeepAlive,
+			Count: a.count.Count}, a.router, log),
 		Models: a.router,
 	}
 	// Who may call what: decided once, at the edge of every listener, from
