@@ -53,6 +53,9 @@ type bundleJSON struct {
 	// Config.BundleImportPlain).
 	BundleB64 string `json:"bundle_b64,omitempty"`
 	RawBytes  *int   `json:"raw_bytes,omitempty"`
+	// Picked: the export request named no instance, so this one was
+	// picked (the first ready one).
+	Picked bool `json:"picked,omitempty"`
 }
 
 // RegisterBundles adds the session bundle endpoints to r, the authenticated
@@ -66,7 +69,7 @@ func (a *Admin) RegisterBundles(r gin.IRouter, svc BundleService) {
 }
 
 func (a *Admin) exportBundle(c *gin.Context, svc BundleService) {
-	name := instanceParam(c)
+	name, picked := instanceParam(c), pickedInstance(c)
 	if name == "" {
 		writeError(c, http.StatusBadRequest, CodeBadRequest, "instance is required (?instance=NAME)")
 		return
@@ -80,7 +83,7 @@ func (a *Admin) exportBundle(c *gin.Context, svc BundleService) {
 	n := len(sealed)
 	a.log.Info("admin action", "action", "session_export", "instance", name, "account", account, "bytes", n, "by", who(c))
 	c.Header("Cache-Control", "no-store")
-	c.JSON(http.StatusOK, bundleJSON{Instance: name, Account: account, Bundle: base64.StdEncoding.EncodeToString(sealed), Bytes: &n})
+	c.JSON(http.StatusOK, bundleJSON{Instance: name, Account: account, Bundle: base64.StdEncoding.EncodeToString(sealed), Bytes: &n, Picked: picked})
 }
 
 func (a *Admin) importBundle(c *gin.Context, svc BundleService) {
