@@ -258,8 +258,8 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		workers = leasedWorkers{a.sup, a.cluster}
 	}
 	engine := handlers.New(hcfg, protocols, m, log)
-	adm := admin.New(admin.Config{BodyTimeout: cfg.BodyTimeout, BundleImportPlain: cfg.BundleImportPlain},
-		adminPool{a.pool, ready}, workers, reg, log)
+	adm := admin.New(admin.Config{BodyTimeout: cfg.BodyTimeout, BundleImportPlain: cfg.BundleImportPlain,
+		Simulated: cfg.Simulated()}, adminPool{a.pool, ready}, workers, reg, log)
 	adm.RegisterProbes(engine)
 	a.api = httpServer(cfg.Listen, engine)
 	adminEngine := engine
