@@ -79,7 +79,7 @@ func LegacySettings() []Legacy {
 		}
 	}
 	return []Legacy{
-		{"api_keys", "API_KEYS", "api_keys", "the same comma-separated keys", func(c *Config, v string, _ *legacyPending) error {
+		{"api_keys", "API_KEYS", "api_keys", "the same comma-separated keys, as users: unlike the Python gateway, they do not open the admin API (ADMIN_TOKEN does)", func(c *Config, v string, _ *legacyPending) error {
 			return c.APIKeys.parseEnv(v)
 		}},
 		{"admin_token", "ADMIN_TOKEN", "admin_token", "the same token; the API keys are no longer admin credentials", str(func(c *Config, v string) { c.AdminToken = v })},
