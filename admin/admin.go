@@ -38,8 +38,19 @@ type Config struct {
 	Simulated bool
 }
 
-// maxAdminBody caps admin request bodies (a bundle import is the largest).
+// maxAdminBody caps admin request bodies but a streamed plain import's.
 const maxAdminBody = 4 << 20
+
+// bodyCap is a request's body cap: a plain bundle imported into the
+// instance the query names may be as large as a plain bundle may be
+// (importstream.go).
+func (a *Admin) bodyCap(c *gin.Context) int64 {
+	if a.cfg.BundleImportPlain && c.Request.Method == http.MethodPost && c.FullPath() == "/internal/session/import" &&
+		c.Query("instance") != "" {
+		return maxPlainImportBody
+	}
+	return maxAdminBody
+}
 
 // Pool is what admin reads of the admission room (*pool.Pool).
 type Pool interface {
@@ -139,7 +150,7 @@ func (a *Admin) Register(r gin.IRouter) gin.IRouter {
 	if timeout <= 0 {
 		timeout = 60 * time.Second
 	}
-	in := r.Group("/internal", bodyLimit(maxAdminBody, timeout), a.pickInstance(), a.leased())
+	in := r.Group("/internal", bodyLimit(a.bodyCap, timeout), a.pickInstance(), a.leased())
 	in.GET("/pool", func(c *gin.Context) { c.JSON(http.StatusOK, a.pool.Snapshot()) })
 	in.POST("/pool/:instance/restart", a.poolAction("restart", a.workers.Restart))
 	in.POST("/pool/:instance/drain", a.poolAction("drain", a.workers.Drain))

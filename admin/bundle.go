@@ -32,7 +32,7 @@ type BundleService interface {
 	// ImportPlain installs an unsealed bundle (a tar.gz of a work dir, as
 	// the Python gateway exported it) after the same checks. Errors:
 	// supervisor.ErrUnknownInstance, bundle.ErrMalformed, bundle.ErrWrongAccount.
-	ImportPlain(ctx context.Context, instance, account string, payload []byte) error
+	ImportPlain(ctx context.Context, instance, account string, payload io.Reader) error
 }
 
 // maxBundleBody caps an import request body, in bytes: a sealed bundle is at
@@ -87,43 +87,51 @@ func (a *Admin) exportBundle(c *gin.Context, svc BundleService) {
 }
 
 func (a *Admin) importBundle(c *gin.Context, svc BundleService) {
-	body, raw, sealed, ok := decodeImport(c, a.cfg.BundleImportPlain)
+	// The operator names the target in the query, which the lease gate
+	// already checked; a bundle's own instance field names only where it
+	// came from. Such an import streams (importstream.go).
+	if name := instanceParam(c); name != "" {
+		a.importNamed(c, svc, name)
+		return
+	}
+	// Without a query the body names the target (small: the admin body
+	// cap), and the lease is checked for that name here, with the body put
+	// back should the action go to the holder.
+	body, raw, payload, ok := decodeImport(c, a.cfg.BundleImportPlain)
 	if !ok {
 		return
 	}
-	// The operator names the target in the query, which the lease gate
-	// already checked; a bundle's own instance field names only where it
-	// came from. Without a query the body names the target, and the lease
-	// is checked for that name here, with the body put back should the
-	// action go to the holder.
-	name := instanceParam(c)
+	name := body.Instance
 	if name == "" {
-		if name = body.Instance; name == "" {
-			writeError(c, http.StatusBadRequest, CodeBadRequest, "instance is required (?instance=NAME)")
-			return
-		}
-		c.Request.Body, c.Request.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
-		if !a.onHolder(c, name) {
-			return
-		}
+		writeError(c, http.StatusBadRequest, CodeBadRequest, "instance is required (?instance=NAME)")
+		return
+	}
+	c.Request.Body, c.Request.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
+	if !a.onHolder(c, name) {
+		return
 	}
 	action, format := "session_import", "sealed"
 	var err error
 	if body.BundleB64 != "" {
 		action, format = "session_import_plain", "plain"
-		err = svc.ImportPlain(c.Request.Context(), name, body.Account, sealed)
+		err = svc.ImportPlain(c.Request.Context(), name, body.Account, bytes.NewReader(payload))
 	} else {
-		err = svc.Import(c.Request.Context(), name, sealed)
+		err = svc.Import(c.Request.Context(), name, payload)
 	}
+	a.imported(c, name, body, action, format, int64(len(payload)), err)
+}
+
+// imported logs an import and answers it.
+func (a *Admin) imported(c *gin.Context, name string, body bundleJSON, action, format string, n int64, err error) {
 	if err != nil {
 		a.log.Warn("admin action failed", "action", action, "instance", name, "from_instance", body.Instance,
-			"bytes", len(sealed), "by", who(c), "err", err)
+			"bytes", n, "by", who(c), "err", err)
 		writeBundleError(c, name, err)
 		return
 	}
 	account := instanceAccount(a.pool, name)
 	a.log.Info("admin action", "action", action, "instance", name, "from_instance", body.Instance, "account", account,
-		"bytes", len(sealed), "by", who(c))
+		"bytes", n, "by", who(c))
 	c.JSON(http.StatusOK, gin.H{"instance": name, "account": account, "imported": true, "format": format})
 }
 
