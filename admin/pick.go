@@ -66,4 +66,3 @@ func pick(snap pool.Snapshot, prefer supervisor.State) (string, bool) {
 	}
 	return snap.Instances[0].Name, true
 }
-
