@@ -110,15 +110,15 @@ const stateLoggedIn login.State = "already_logged_in"
 
 // start starts a login of ?instance= (whatever its state: an operator may
 // log a ready instance in again), or of an instance it picks: the first
-// that needs a login; when none does, it answers already_logged_in for the
-// first and starts nothing.
+// that needs a login, else the first, which when it is ready is answered
+// already_logged_in, with no login started.
 func (h *loginAPI) start(c *gin.Context) {
 	name, picked := instanceParam(c), pickedInstance(c)
 	t, ok := h.target(c, name)
 	if !ok {
 		return
 	}
-	if st, err := h.targets.State(name); picked && err == nil && st != supervisor.StateNeedsLogin {
+	if st, err := h.targets.State(name); picked && err == nil && st == supervisor.StateReady {
 		c.JSON(http.StatusOK, startAnswer{Status: login.Status{Name: name, State: stateLoggedIn}, OK: true, Instance: name, Picked: picked})
 		return
 	}

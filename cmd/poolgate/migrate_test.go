@@ -27,6 +27,7 @@ import (
 // from another host).
 type oldTree struct {
 	root, env, workDir, lingmaBin string
+	vars                          []string // the .env's settings, KEY=VALUE
 }
 
 // pythonAccounts are the two accounts of the old deployment.
@@ -36,8 +37,13 @@ func newOldTree(t *testing.T) oldTree {
 	t.Helper()
 	root := t.TempDir()
 	o := oldTree{root: root, env: filepath.Join(root, ".env"), workDir: filepath.Join(root, "lingma-work")}
-	// The simulator, started the way a real Lingma binary is.
-	o.lingmaBin = dumpEnv(t, filepath.Join(t.TempDir(), "worker.env"), testenv.PoolgateBin(t), "simworker")
+	// The simulator, started the way a real Lingma binary is; it lets the
+	// two accounts' passwords log in on its login page.
+	o.lingmaBin = filepath.Join(t.TempDir(), "lingma")
+	script := "#!/bin/sh\nSIMWORKER_ACCOUNTS=u1:pw1,u2:pw2 exec '" + testenv.PoolgateBin(t) + "' simworker \"$@\"\n"
+	if err := os.WriteFile(o.lingmaBin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	writeLoggedIn(t, filepath.Join(o.workDir, "acct-1"), "u1")
 	exported := filepath.Join(t.TempDir(), "exported")
 	writeLoggedIn(t, exported, "u2")
@@ -45,8 +51,7 @@ func newOldTree(t *testing.T) oldTree {
 		{"name": "acct-1", "username": "u1", "password": "pw1"},
 		{"name": "acct-2", "username": "u2", "password": "pw2", "session_bundle": packWorkDir(t, exported)},
 	})
-	env := strings.Join([]string{
-		"# the Python gateway's settings",
+	o.vars = []string{
 		"API_KEYS=" + pythonAPIKey,
 		"ADMIN_TOKEN=" + pythonAdminToken,
 		"METRICS_PUBLIC=true",
@@ -60,7 +65,8 @@ func newOldTree(t *testing.T) oldTree {
 		"SESSION_CACHE_TTL_SEC=1800",
 		"AUTO_LOGIN_ENABLED=false",
 		"LOG_LEVEL=INFO",
-	}, "\n") + "\n"
+	}
+	env := "# the Python gateway's settings\n" + strings.Join(o.vars, "\n") + "\n"
 	if err := os.WriteFile(o.env, []byte(env), 0o600); err != nil {
 		t.Fatal(err)
 	}
