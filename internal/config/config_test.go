@@ -118,7 +118,7 @@ func TestPasswordSources(t *testing.T) {
 // An account without a name is named by its place, never after its
 // username: the name goes out to every API caller.
 func TestUnnamedAccountsAreNotNamedAfterTheirUsername(t *testing.T) {
-	cfg, _, err := Load("", []string{`POOLGATE_ACCOUNTS=[{"username":"dev1@example.com","password":"p"},{"name":"w2","username":"dev2@example.com","password":"p"}]`})
+	cfg, _, err := Load("", []string{`POOLGATE_ACCOUNTS=[{"username":"dev1@example.com","password":"p"},{"name":"w2","username":"dev2@example.com","password":"p"}]`, sim})
 	if err != nil {
 		t.Fatal(err)
 	}

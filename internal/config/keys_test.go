@@ -94,7 +94,7 @@ func TestKeyErrorsHoldNoSecret(t *testing.T) {
 			t.Errorf("%s: %v, want an error without the key", give, err)
 		}
 	}
-	cfg, _, err := Load("", []string{`POOLGATE_API_KEYS=[{"name":"a","key":"x","role":"admin"},{"name":"b","key":"y","role":"viewer"},{"name":"c","key":"z"}]`})
+	cfg, _, err := Load("", []string{`POOLGATE_API_KEYS=[{"name":"a","key":"x","role":"admin"},{"name":"b","key":"y","role":"viewer"},{"name":"c","key":"z"}]`, sim})
 	if err != nil || !cfg.APIKeys.AdminKeys() || cfg.APIKeys[1].Role != "viewer" || cfg.APIKeys[2].Role != "" {
 		t.Errorf("roles: %v %+v", err, cfg.APIKeys)
 	}
