@@ -205,7 +205,7 @@ func checkPythonTurns(t *testing.T, d *testenv.Daemon) {
 	if !ok || json.Unmarshal([]byte(start), &ms) != nil || ms.Message.Usage.InputTokens != counted.InputTokens {
 		t.Errorf("message_start %s: input_tokens, want %d (count_tokens)\n%s", start, counted.InputTokens, stream.body)
 	}
-	if got := sseText(stream.body); got != "You said: hello anthropic clients" {
+	if got := messagesText(stream.body); got != "You said: hello anthropic clients" {
 		t.Errorf("messages stream text %q:\n%s", got, stream.body)
 	}
 }
@@ -221,8 +221,8 @@ func sseEvent(body, name string) (string, bool) {
 	return "", false
 }
 
-// sseText joins the text deltas of a Messages stream.
-func sseText(body string) string {
+// messagesText joins the text deltas of a Messages stream.
+func messagesText(body string) string {
 	var out strings.Builder
 	sc := bufio.NewScanner(strings.NewReader(body))
 	for sc.Scan() {
