@@ -33,10 +33,24 @@ type Config struct {
 	// BundleImportPlain accepts unsealed bundles on import (the Python
 	// gateway's exports). Default off.
 	BundleImportPlain bool
+	// Simulated says the bundled simulator serves the pool: /healthz,
+	// /internal/stats and the dashboard say so.
+	Simulated bool
 }
 
-// maxAdminBody caps admin request bodies (a bundle import is the largest).
+// maxAdminBody caps admin request bodies but a streamed plain import's.
 const maxAdminBody = 4 << 20
+
+// bodyCap is a request's body cap: a plain bundle imported into the
+// instance the query names may be as large as a plain bundle may be
+// (importstream.go).
+func (a *Admin) bodyCap(c *gin.Context) int64 {
+	if a.cfg.BundleImportPlain && c.Request.Method == http.MethodPost && c.FullPath() == "/internal/session/import" &&
+		c.Query("instance") != "" {
+		return maxPlainImportBody
+	}
+	return maxAdminBody
+}
 
 // Pool is what admin reads of the admission room (*pool.Pool).
 type Pool interface {
@@ -73,9 +87,50 @@ func New(cfg Config, p Pool, w Workers, reg *prometheus.Registry, log *slog.Logg
 	return &Admin{cfg: cfg, pool: p, workers: w, reg: reg, log: log}
 }
 
+// health is the answer of /healthz: the process is alive (always 200), with
+// the Python gateway's pool summary beside it.
+type health struct {
+	Status string `json:"status"`
+	// OK: some instance is ready (the Python gateway's field; /readyz
+	// answers the same with its status code).
+	OK        bool  `json:"ok"`
+	Time      int64 `json:"time"`
+	PoolSize  int   `json:"pool_size"`
+	PoolReady int   `json:"pool_ready"`
+	// Simulated: the bundled simulator serves the pool, not a real model.
+	Simulated bool `json:"simulated"`
+	// Instances are shown to admin callers only (their names may be
+	// account names): a probe needs no credentials.
+	Instances []healthInstance `json:"instances,omitempty"`
+}
+
+type healthInstance struct {
+	Name     string           `json:"name"`
+	State    supervisor.State `json:"state"`
+	InFlight int              `json:"in_flight"`
+}
+
+func (a *Admin) health(c *gin.Context) {
+	snap := a.pool.Snapshot()
+	h := health{Status: "ok", Time: time.Now().Unix(), PoolSize: len(snap.Instances), Simulated: a.cfg.Simulated}
+	for _, in := range snap.Instances {
+		if in.State == supervisor.StateReady {
+			h.PoolReady++
+		}
+	}
+	h.OK = h.PoolReady > 0
+	if access.From(c.Request.Context()).SeesAll() {
+		h.Instances = make([]healthInstance, 0, len(snap.Instances))
+		for _, in := range snap.Instances {
+			h.Instances = append(h.Instances, healthInstance{Name: in.Name, State: in.State, InFlight: in.InFlight})
+		}
+	}
+	c.JSON(http.StatusOK, h)
+}
+
 // RegisterProbes adds /healthz and /readyz (no credentials) to r.
 func (a *Admin) RegisterProbes(r gin.IRouter) {
-	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	r.GET("/healthz", a.health)
 	r.GET("/readyz", func(c *gin.Context) {
 		if ok, why := a.pool.Ready(); !ok {
 			c.JSON(http.StatusServiceUnavailable, gin.H{"status": "unavailable", "reason": why})
@@ -95,7 +150,7 @@ func (a *Admin) Register(r gin.IRouter) gin.IRouter {
 	if timeout <= 0 {
 		timeout = 60 * time.Second
 	}
-	in := r.Group("/internal", bodyLimit(maxAdminBody, timeout), a.leased())
+	in := r.Group("/internal", bodyLimit(a.bodyCap, timeout), a.pickInstance(), a.leased())
 	in.GET("/pool", func(c *gin.Context) { c.JSON(http.StatusOK, a.pool.Snapshot()) })
 	in.POST("/pool/:instance/restart", a.poolAction("restart", a.workers.Restart))
 	in.POST("/pool/:instance/drain", a.poolAction("drain", a.workers.Drain))

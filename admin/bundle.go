@@ -32,7 +32,7 @@ type BundleService interface {
 	// ImportPlain installs an unsealed bundle (a tar.gz of a work dir, as
 	// the Python gateway exported it) after the same checks. Errors:
 	// supervisor.ErrUnknownInstance, bundle.ErrMalformed, bundle.ErrWrongAccount.
-	ImportPlain(ctx context.Context, instance, account string, payload []byte) error
+	ImportPlain(ctx context.Context, instance, account string, payload io.Reader) error
 }
 
 // maxBundleBody caps an import request body, in bytes: a sealed bundle is at
@@ -53,6 +53,9 @@ type bundleJSON struct {
 	// Config.BundleImportPlain).
 	BundleB64 string `json:"bundle_b64,omitempty"`
 	RawBytes  *int   `json:"raw_bytes,omitempty"`
+	// Picked: the export request named no instance, so this one was
+	// picked (the first ready one).
+	Picked bool `json:"picked,omitempty"`
 }
 
 // RegisterBundles adds the session bundle endpoints to r, the authenticated
@@ -66,7 +69,7 @@ func (a *Admin) RegisterBundles(r gin.IRouter, svc BundleService) {
 }
 
 func (a *Admin) exportBundle(c *gin.Context, svc BundleService) {
-	name := instanceParam(c)
+	name, picked := instanceParam(c), pickedInstance(c)
 	if name == "" {
 		writeError(c, http.StatusBadRequest, CodeBadRequest, "instance is required (?instance=NAME)")
 		return
@@ -80,47 +83,55 @@ func (a *Admin) exportBundle(c *gin.Context, svc BundleService) {
 	n := len(sealed)
 	a.log.Info("admin action", "action", "session_export", "instance", name, "account", account, "bytes", n, "by", who(c))
 	c.Header("Cache-Control", "no-store")
-	c.JSON(http.StatusOK, bundleJSON{Instance: name, Account: account, Bundle: base64.StdEncoding.EncodeToString(sealed), Bytes: &n})
+	c.JSON(http.StatusOK, bundleJSON{Instance: name, Account: account, Bundle: base64.StdEncoding.EncodeToString(sealed), Bytes: &n, Picked: picked})
 }
 
 func (a *Admin) importBundle(c *gin.Context, svc BundleService) {
-	body, raw, sealed, ok := decodeImport(c, a.cfg.BundleImportPlain)
+	// The operator names the target in the query, which the lease gate
+	// already checked; a bundle's own instance field names only where it
+	// came from. Such an import streams (importstream.go).
+	if name := instanceParam(c); name != "" {
+		a.importNamed(c, svc, name)
+		return
+	}
+	// Without a query the body names the target (small: the admin body
+	// cap), and the lease is checked for that name here, with the body put
+	// back should the action go to the holder.
+	body, raw, payload, ok := decodeImport(c, a.cfg.BundleImportPlain)
 	if !ok {
 		return
 	}
-	// The operator names the target in the query, which the lease gate
-	// already checked; a bundle's own instance field names only where it
-	// came from. Without a query the body names the target, and the lease
-	// is checked for that name here, with the body put back should the
-	// action go to the holder.
-	name := instanceParam(c)
+	name := body.Instance
 	if name == "" {
-		if name = body.Instance; name == "" {
-			writeError(c, http.StatusBadRequest, CodeBadRequest, "instance is required (?instance=NAME)")
-			return
-		}
-		c.Request.Body, c.Request.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
-		if !a.onHolder(c, name) {
-			return
-		}
+		writeError(c, http.StatusBadRequest, CodeBadRequest, "instance is required (?instance=NAME)")
+		return
+	}
+	c.Request.Body, c.Request.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
+	if !a.onHolder(c, name) {
+		return
 	}
 	action, format := "session_import", "sealed"
 	var err error
 	if body.BundleB64 != "" {
 		action, format = "session_import_plain", "plain"
-		err = svc.ImportPlain(c.Request.Context(), name, body.Account, sealed)
+		err = svc.ImportPlain(c.Request.Context(), name, body.Account, bytes.NewReader(payload))
 	} else {
-		err = svc.Import(c.Request.Context(), name, sealed)
+		err = svc.Import(c.Request.Context(), name, payload)
 	}
+	a.imported(c, name, body, action, format, int64(len(payload)), err)
+}
+
+// imported logs an import and answers it.
+func (a *Admin) imported(c *gin.Context, name string, body bundleJSON, action, format string, n int64, err error) {
 	if err != nil {
 		a.log.Warn("admin action failed", "action", action, "instance", name, "from_instance", body.Instance,
-			"bytes", len(sealed), "by", who(c), "err", err)
+			"bytes", n, "by", who(c), "err", err)
 		writeBundleError(c, name, err)
 		return
 	}
 	account := instanceAccount(a.pool, name)
 	a.log.Info("admin action", "action", action, "instance", name, "from_instance", body.Instance, "account", account,
-		"bytes", len(sealed), "by", who(c))
+		"bytes", n, "by", who(c))
 	c.JSON(http.StatusOK, gin.H{"instance": name, "account": account, "imported": true, "format": format})
 }
 

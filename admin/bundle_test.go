@@ -317,7 +317,7 @@ func TestBundleImportRejectsBadBundlesAndLeavesTheWorkerAlone(t *testing.T) {
 		{name: "unknown instance", path: "/internal/session/import", give: []byte(`{"instance":"nope","bundle":"AAAA"}`), want: http.StatusNotFound, wantMsg: "unknown instance nope"},
 		{name: "export not logged in", path: "/internal/session/export?instance=w1", want: http.StatusConflict, wantMsg: "not logged in"},
 		{name: "export unknown", path: "/internal/session/export?instance=nope", want: http.StatusNotFound, wantMsg: "unknown instance nope"},
-		{name: "export no instance", path: "/internal/session/export", want: http.StatusBadRequest, wantMsg: "instance is required"},
+		{name: "export no instance picks the first", path: "/internal/session/export", want: http.StatusConflict, wantMsg: "instance w1 is not logged in"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -78,9 +78,9 @@ func WriteError(w http.ResponseWriter, status int, code, message string) {
 // within timeout is a 408. A request without a body gets no read deadline
 // (a probe may run longer than the body timeout), and one with a body has
 // it lifted once the body is read, so a long action after it is not cut.
-func bodyLimit(max int64, timeout time.Duration) gin.HandlerFunc {
+func bodyLimit(capOf func(*gin.Context) int64, timeout time.Duration) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		r := c.Request
+		r, max := c.Request, capOf(c)
 		if r.ContentLength > max {
 			abortWith(c, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "request body over "+strconv.FormatInt(max, 10)+" bytes")
 			return

@@ -59,7 +59,7 @@ func (f *fakePool) Import(_ context.Context, instance string, _ []byte) error {
 	return nil
 }
 
-func (f *fakePool) ImportPlain(_ context.Context, instance, _ string, _ []byte) error {
+func (f *fakePool) ImportPlain(_ context.Context, instance, _ string, _ io.Reader) error {
 	f.imported = append(f.imported, instance)
 	return nil
 }

@@ -61,11 +61,14 @@ func (a *Admin) leased() gin.HandlerFunc {
 	}
 }
 
-// instanceParam is the instance a request names in its path or query:
-// what every instance-scoped handler acts on, and what the lease is checked
-// for.
+// instanceParam is the instance a request names in its path or query, or
+// the one picked for it (pick.go): what every instance-scoped handler acts
+// on, and what the lease is checked for.
 func instanceParam(c *gin.Context) string {
 	if name := c.Param("instance"); name != "" {
+		return name
+	}
+	if name := c.GetString(pickedKey); name != "" {
 		return name
 	}
 	return c.Query("instance")

@@ -41,6 +41,9 @@ type LoginTargets interface {
 	LoginPort(name string) (int, error)
 	// Names lists every instance, in config order.
 	Names() []string
+	// State returns the named instance's state, or
+	// supervisor.ErrUnknownInstance.
+	State(name string) (supervisor.State, error)
 }
 
 // loginURLTimeout bounds the worker's answer to a login URL request.
@@ -90,10 +93,33 @@ func writeInstanceError(c *gin.Context, name string, err error) {
 	writeError(c, http.StatusInternalServerError, CodeInternal, "instance "+name+": "+err.Error())
 }
 
+// startAnswer is the answer of a login start: the login's status, with the
+// Python gateway's fields beside it (ok, instance, the login's status as
+// auto_login) and whether the instance was picked.
+type startAnswer struct {
+	login.Status
+	OK        bool          `json:"ok"`
+	Instance  string        `json:"instance"`
+	Picked    bool          `json:"picked,omitempty"`
+	AutoLogin *login.Status `json:"auto_login,omitempty"`
+}
+
+// stateLoggedIn is a start's answer for an instance that is ready: no
+// login runs (the Python gateway's word).
+const stateLoggedIn login.State = "already_logged_in"
+
+// start starts a login of ?instance= (whatever its state: an operator may
+// log a ready instance in again), or of an instance it picks: the first
+// that needs a login, else the first, which when it is ready is answered
+// already_logged_in, with no login started.
 func (h *loginAPI) start(c *gin.Context) {
-	name := instanceParam(c)
+	name, picked := instanceParam(c), pickedInstance(c)
 	t, ok := h.target(c, name)
 	if !ok {
+		return
+	}
+	if st, err := h.targets.State(name); picked && err == nil && st == supervisor.StateReady {
+		c.JSON(http.StatusOK, startAnswer{Status: login.Status{Name: name, State: stateLoggedIn}, OK: true, Instance: name, Picked: picked})
 		return
 	}
 	if h.svc == nil {
@@ -102,8 +128,8 @@ func (h *loginAPI) start(c *gin.Context) {
 		return
 	}
 	st := h.svc.Start(t)
-	h.log.Info("admin action", "action", "auto_login_start", "instance", name, "by", who(c))
-	c.JSON(http.StatusAccepted, st)
+	h.log.Info("admin action", "action", "auto_login_start", "instance", name, "picked", picked, "by", who(c))
+	c.JSON(http.StatusAccepted, startAnswer{Status: st, OK: true, Instance: name, Picked: picked, AutoLogin: &st})
 }
 
 // status lists every instance's login, in config order: those no login ran

@@ -83,6 +83,17 @@ func (f *fakeTargets) LoginPort(name string) (int, error) {
 
 func (f *fakeTargets) Names() []string { return slices.Sorted(maps.Keys(f.ports)) }
 
+// State: every instance needs a login but "ready".
+func (f *fakeTargets) State(name string) (supervisor.State, error) {
+	if _, ok := f.ports[name]; !ok {
+		return "", supervisor.ErrUnknownInstance
+	}
+	if name == "ready" {
+		return supervisor.StateReady, nil
+	}
+	return supervisor.StateNeedsLogin, nil
+}
+
 // loginServer serves RegisterLogin under /internal, as main wires it.
 func loginServer(t *testing.T, svc LoginService, targets LoginTargets) *httptest.Server {
 	t.Helper()
@@ -108,7 +119,7 @@ func TestLoginEndpoints(t *testing.T) {
 		{"start", "POST", "/internal/auto-login/start?instance=acct-1", 202, "application/json",
 			`{"name":"acct-1","state":"running","attempts":0,"last_error":"","started_at":"2026-01-02T03:04:05Z","finished_at":null,"page_url":"","page_snippet":""}`},
 		{"start unknown", "POST", "/internal/auto-login/start?instance=ghost", 404, "application/json", "unknown instance ghost"},
-		{"start unnamed", "POST", "/internal/auto-login/start", 400, "application/json", "instance is required"},
+		{"start unnamed", "POST", "/internal/auto-login/start", 400, "application/json", "instance is required"}, // the picking is Admin's, before the handler
 		// Every instance, in order; acct-2 never tried a login.
 		{"status", "GET", "/internal/auto-login/status", 200, "application/json", `{"browser":true,"instances":[{"name":"acct-1","state":"succeeded","attempts":1,`},
 		{"status lists idle", "GET", "/internal/auto-login/status", 200, "application/json", `{"name":"acct-2","state":"idle","attempts":0,`},

@@ -25,11 +25,25 @@ type Limits struct {
 	MaxQueue    int `json:"max_queue"`
 }
 
+// rawModels is the answer of /internal/models/raw: poolgate's parsed list
+// and the worker's own answer, with the Python gateway's keys beside them.
+type rawModels struct {
+	Instance string `json:"instance"`
+	// Picked: the request named no instance, so this one was picked.
+	Picked bool            `json:"picked,omitempty"`
+	Models []chat.Model    `json:"models"`
+	Raw    json.RawMessage `json:"raw"`
+	// ExtractedNameMap (model key -> display name) and ExposedKeys (the
+	// keys /v1/models lists) are the Python gateway's names for the same.
+	ExtractedNameMap map[string]string `json:"extracted_name_map"`
+	ExposedKeys      []string          `json:"exposed_keys"`
+}
+
 // RegisterStats adds /stats and /models/raw to the /internal group.
 func (a *Admin) RegisterStats(r gin.IRouter, limits Limits, models ModelSource) {
 	r.GET("/stats", func(c *gin.Context) { c.JSON(http.StatusOK, a.stats(limits)) })
 	r.GET("/models/raw", func(c *gin.Context) {
-		name := instanceParam(c)
+		name, picked := instanceParam(c), pickedInstance(c)
 		ctx, cancel := context.WithTimeout(c.Request.Context(), 5*time.Second)
 		defer cancel()
 		raw, ms, err := models.InstanceModels(ctx, name)
@@ -44,7 +58,16 @@ func (a *Admin) RegisterStats(r gin.IRouter, limits Limits, models ModelSource) 
 			if raw == nil {
 				raw = json.RawMessage("null")
 			}
-			c.JSON(http.StatusOK, gin.H{"instance": name, "models": ms, "raw": raw})
+			ans := rawModels{Instance: name, Picked: picked, Models: ms, Raw: raw,
+				ExtractedNameMap: make(map[string]string, len(ms)), ExposedKeys: make([]string, 0, len(ms))}
+			if ans.Models == nil {
+				ans.Models = []chat.Model{}
+			}
+			for _, m := range ms {
+				ans.ExtractedNameMap[m.ID] = m.Name
+				ans.ExposedKeys = append(ans.ExposedKeys, m.ID)
+			}
+			c.JSON(http.StatusOK, ans)
 		}
 	})
 }
@@ -78,6 +101,8 @@ func (a *Admin) stats(limits Limits) gin.H {
 	}
 	snap := a.pool.Snapshot()
 	return gin.H{
+		"ok":        true, // the Python gateway's scripts check it
+		"simulated": a.cfg.Simulated,
 		"requests": gin.H{"total": sum["poolgate_requests_total"], "by_api": byLabel["poolgate_requests_total/api"],
 			"by_code": byLabel["poolgate_requests_total/code"]},
 		"tokens": gin.H{"input": byLabel["poolgate_tokens_total/direction"]["input"],

@@ -81,7 +81,8 @@ func benchGateway(b *testing.B, env ...string) http.Handler {
 	b.Helper()
 	bin := testenv.PoolgateBin(b)
 	environ := append([]string{"POOLGATE_DRIVER=openai", "POOLGATE_DATA_DIR=" + b.TempDir(), "POOLGATE_LOG_LEVEL=warn",
-		"POOLGATE_INSTANCE_MAX_IN_FLIGHT=64", `POOLGATE_ACCOUNTS=[{"name":"bench-1","username":"u","password":"p"}]`}, env...)
+		"POOLGATE_INSTANCE_MAX_IN_FLIGHT=64", `POOLGATE_ACCOUNTS=[{"name":"bench-1","username":"u","password":"p"}]`,
+		"POOLGATE_WORKER_BIN=" + bin}, env...)
 	cfg, _, err := config.Load("", environ)
 	if err != nil {
 		b.Fatal(err)

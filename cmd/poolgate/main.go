@@ -3,7 +3,8 @@
 // together, serves until SIGINT/SIGTERM and shuts down gracefully; SIGHUP
 // reloads the accounts and API keys. With the argument "simworker" it runs
 // the bundled reference worker instead, so the default pool needs no second
-// binary.
+// binary; with "migrate" it moves a Python gateway deployment over
+// (migrate.go).
 package main
 
 import (
@@ -36,6 +37,9 @@ func main() {
 func run(ctx context.Context, args []string, environ func() []string, hup <-chan os.Signal, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "simworker" {
 		return sim.Main(ctx, args[1:], getenv(environ()), stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "migrate" {
+		return migrate(args[1:], environ(), stdout, stderr)
 	}
 	return serve(ctx, args, environ, hup, stderr)
 }

@@ -46,6 +46,10 @@ func (a *app) Reload() (admin.ReloadReport, error) {
 	if err != nil {
 		return admin.ReloadReport{}, a.refuse(err)
 	}
+	plain, err := plainBundles(merged)
+	if err != nil {
+		return admin.ReloadReport{}, a.refuse(err)
+	}
 	workers, err := workerConfigs(merged)
 	if err != nil {
 		return admin.ReloadReport{}, a.refuse(err)
@@ -58,6 +62,7 @@ func (a *app) Reload() (admin.ReloadReport, error) {
 	a.keys.Store(keysOf(merged))
 	a.metrics.InitKeys(a.keys.Load().Names())
 	a.bundles.SetConfigured(bundles)
+	a.plainBundles.Store(&plain)
 	ch, err := a.sup.Apply(workers)
 	if err != nil {
 		// Only a shutdown under way: the keys are in force, the accounts

@@ -15,6 +15,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,8 +48,17 @@ func serve(ctx context.Context, args []string, environ func() []string, hup <-ch
 	fs := flag.NewFlagSet("poolgate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "YAML config file (keys in docs/configuration.md; env POOLGATE_* overrides)")
+	envFile := fs.String("env-file", "", ".env file of KEY=VALUE lines read once at start, below the environment (the Python gateway's .env works)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *envFile != "" {
+		vars, err := config.ReadEnvFile(*envFile)
+		if err != nil {
+			return err
+		}
+		base := environ
+		environ = func() []string { return append(append([]string(nil), vars...), base()...) }
 	}
 	cfg, warnings, err := config.Load(*cfgPath, environ())
 	if err != nil {
@@ -106,6 +116,7 @@ type app struct {
 	live        *live.Recorder              // the dashboard's last hour
 	tracing     trace.TracerProvider        // a no-op one when tracing is off
 	stopTracing func(context.Context) error // flushes the spans not yet exported
+	count       *tokens.Memo                // the token counter of the router and the handlers
 
 	// Reloads (reload.go): the config file and the environment to read
 	// again, and the configuration in force, which only a reload changes.
@@ -114,6 +125,11 @@ type app struct {
 	hup      <-chan os.Signal // SIGHUP; nil: reloads only by the admin API
 	reloadMu sync.Mutex
 	applied  config.Config
+
+	// plainBundles are the accounts' plain session bundles, by account
+	// name, installed before a start into an empty work dir; a reload
+	// replaces the map.
+	plainBundles atomic.Pointer[map[string]*bundle.Bundle]
 }
 
 // store is what main needs of a session store beyond what its users need.
@@ -143,7 +159,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	}
 	clustered := cfg.AdvertiseURL != ""
 	a := &app{cfg: cfg, applied: cfg, metrics: m, log: log, launcher: &supervisor.ExecLauncher{Env: childEnv(environ)},
-		tracing: tp, stopTracing: stopTracing, live: live.New(liveStep, liveSteps, liveAccounts)}
+		tracing: tp, stopTracing: stopTracing, live: live.New(liveStep, liveSteps, liveAccounts), count: tokens.NewMemo()}
 	a.sup = supervisor.New(supervisor.Config{}, workers, driver, a.launcher, m, log)
 	a.pool = pool.New(pool.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
 		a.sup, m, log)
@@ -165,7 +181,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 		affinity = nil // every turn starts an upstream session of its own
 	}
 	a.router = pool.NewRouter(pool.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
-		Retries: cfg.Retries, Count: tokens.NewMemo().Count, Tools: toolPolicy(cfg), Tracing: tp}, a.pool, affinity, m, log)
+		Retries: cfg.Retries, Count: a.count.Count, Tools: toolPolicy(cfg), Tracing: tp}, a.pool, affinity, m, log)
 	if err := a.setupLogin(m, lookup, childEnv(environ)); err != nil {
 		return nil, err
 	}
@@ -220,12 +236,12 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	m.InitFieldsIgnored("messages", anthropic.DroppedFields)
 	m.InitFieldsIgnored("responses", responses.DroppedFields)
 	protocols := handlers.Protocols{
-		Chat: openaichat.New(openaichat.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive},
-			a.router, log),
+		Chat: openaichat.New(openaichat.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive,
+			PythonCompat: cfg.PythonCompat}, a.router, log),
 		Responses: responses.New(responses.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive},
 			a.router, responseStore{a.store}, log),
-		Messages: anthropic.New(anthropic.Config{CountDropped: m.CountFieldIgnored, PingInterval: cfg.StreamKeepAlive},
-			a.router, log),
+		Messages: anthropic.New(anthropic.Config{CountDropped: m.CountFieldIgnored, PingInterval: cfg.StreamKeepAlive,
+			Count: a.count.Count}, a.router, log),
 		Models: a.router,
 	}
 	// Who may call what: decided once, at the edge of every listener, from
@@ -242,8 +258,8 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		workers = leasedWorkers{a.sup, a.cluster}
 	}
 	engine := handlers.New(hcfg, protocols, m, log)
-	adm := admin.New(admin.Config{BodyTimeout: cfg.BodyTimeout, BundleImportPlain: cfg.BundleImportPlain},
-		adminPool{a.pool, ready}, workers, reg, log)
+	adm := admin.New(admin.Config{BodyTimeout: cfg.BodyTimeout, BundleImportPlain: cfg.BundleImportPlain,
+		Simulated: cfg.Simulated()}, adminPool{a.pool, ready}, workers, reg, log)
 	adm.RegisterProbes(engine)
 	a.api = httpServer(cfg.Listen, engine)
 	adminEngine := engine
@@ -441,7 +457,7 @@ func (a *app) run(ctx context.Context) error {
 		go func() { errc <- a.admin.Serve(adminLis) }()
 	}
 	a.log.Info("poolgate listening", "addr", lis.Addr().String(), "accounts", a.pool.Size(),
-		"store", storeName(a.cfg), "admin", strings.TrimSpace(a.cfg.AdminListen))
+		"store", storeName(a.cfg), "admin", strings.TrimSpace(a.cfg.AdminListen), "simulated", a.cfg.Simulated())
 	serveErr := a.serveUntil(ctx, errc)
 	a.log.Info("shutting down", "grace", a.cfg.ShutdownGrace)
 	grace, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownGrace)

@@ -47,6 +47,11 @@ func (a *app) setupBundles() error {
 	if err != nil {
 		return err
 	}
+	plain, err := plainBundles(a.cfg)
+	if err != nil {
+		return err
+	}
+	a.plainBundles.Store(&plain)
 	bcfg := bundle.Config{Key: key, Configured: configured}
 	if a.cfg.AdvertiseURL != "" {
 		// The cluster is made after the bundles; it is there before any
@@ -56,7 +61,14 @@ func (a *app) setupBundles() error {
 	a.bundles = bundle.New(bcfg, bundleHomes{sup: a.sup, cluster: func() *cluster.Cluster { return a.cluster }}, a.bundleStore, a.log.With("component", "bundles"))
 	a.sup.SetHooks(supervisor.Hooks{
 		PreStart: func(ctx context.Context, t supervisor.LoginTarget) error {
-			_, err := a.bundles.Restore(ctx, t.Account.Name, t.WorkDir)
+			installed, err := installPlain((*a.plainBundles.Load())[t.Account.Name], t.WorkDir)
+			if err != nil {
+				return fmt.Errorf("install the configured plain session bundle: %w", err)
+			}
+			if installed {
+				a.log.Info("configured plain session bundle installed", "instance", t.Instance, "account", t.Account.Name)
+			}
+			_, err = a.bundles.Restore(ctx, t.Account.Name, t.WorkDir)
 			return err
 		},
 		Ready: func(ctx context.Context, t supervisor.LoginTarget) {
@@ -246,7 +258,10 @@ func workerSetup(cfg config.Config, log *slog.Logger) (supervisor.Driver, []supe
 			if cfg.Driver == "lingma" {
 				extra = append(extra, "--logged-in")
 			}
-			log.Info("no accounts configured: serving two simulated accounts (set POOLGATE_ACCOUNTS and POOLGATE_WORKER_BIN for real ones)")
+			log.Warn("SIMULATED POOL: nothing is configured, so poolgate serves two simulated accounts whose answers come from no model (set POOLGATE_ACCOUNTS and POOLGATE_WORKER_BIN for real ones)",
+				"simulate", cfg.Simulate)
+		} else {
+			log.Warn("SIMULATED POOL: the configured accounts are served by the bundled simulator (simulate=true), not by a real worker")
 		}
 	}
 	workers, err := workerConfigs(cfg)

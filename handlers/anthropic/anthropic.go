@@ -16,6 +16,7 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/relay"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // Config tunes the Messages handler.
@@ -33,6 +34,11 @@ type Config struct {
 	// CountWait is how long a count_tokens request waits for its turn
 	// before a 429 (default 5s).
 	CountWait time.Duration
+	// Count counts a text's tokens; when set, message_start's usage
+	// carries the prompt's input tokens counted with it (as count_tokens
+	// counts them), which Anthropic's clients read there. Default nil: 0
+	// there, the count comes in message_delta.
+	Count func(string) int
 }
 
 // protocol is this package's label in metrics and logs.
@@ -82,7 +88,11 @@ func (h *Handler) Messages(w http.ResponseWriter, r *http.Request) {
 	req.APIKey = httpx.APIKey(ctx)
 	if req.Stream {
 		sse := h.relay.NewSSE(w)
-		h.relay.Stream(ctx, cancel, sse, req, newStreamEncoder(sse, d.wire.Model))
+		enc := newStreamEncoder(sse, d.wire.Model)
+		if h.cfg.Count != nil {
+			enc.inputTokens = chat.PromptTokens(req.Messages, h.cfg.Count)
+		}
+		h.relay.Stream(ctx, cancel, sse, req, enc)
 		return
 	}
 	h.relay.Reply(ctx, w, req, &reply{model: d.wire.Model})

@@ -141,6 +141,8 @@ type streamEncoder struct {
 	inText bool // a text block is open at index next-1
 	pinged bool
 	calls  int
+	// inputTokens is message_start's input token count (0: not counted).
+	inputTokens int
 }
 
 func newStreamEncoder(w eventWriter, model string) *streamEncoder {
@@ -149,14 +151,17 @@ func newStreamEncoder(w eventWriter, model string) *streamEncoder {
 
 var _ relay.Stream = (*streamEncoder)(nil)
 
-// Open writes message_start. Input tokens are not known before the worker
-// finishes, so they are reported in message_delta's usage.
+// Open writes message_start, with the prompt's input tokens as the gateway
+// counts them (Config.Count); message_delta's usage carries the final
+// counts, the worker's own when it reports them.
 func (e *streamEncoder) Open() error {
 	b := append(e.buf[:0], `{"type":"message_start","message":{"id":`...)
 	b = jsonx.AppendString(b, e.id)
 	b = append(b, `,"type":"message","role":"assistant","model":`...)
 	b = jsonx.AppendString(b, e.model)
-	b = append(b, `,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}}`...)
+	b = append(b, `,"content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":`...)
+	b = strconv.AppendInt(b, int64(e.inputTokens), 10)
+	b = append(b, `,"output_tokens":0}}}`...)
 	return e.emit("message_start", b)
 }
 

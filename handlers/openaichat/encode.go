@@ -1,14 +1,17 @@
 package openaichat
 
 import (
+	"context"
 	"encoding/json"
 	"strconv"
+	"time"
 
 	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/openaierr"
 	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/jsonx"
+	"github.com/poolgate/poolgate/internal/served"
 )
 
 // completion is the non-streaming response body.
@@ -248,8 +251,35 @@ func (s *stream) KeepAlive() error { return s.w.Comment("keep-alive") }
 // reply folds a whole answer into one chat.completion body.
 type reply struct {
 	relay.Answer
-	c     completion
-	newID func(prefix string) string
+	c      completion
+	newID  func(prefix string) string
+	compat *pythonCompat // nil: OpenAI's shape only
+}
+
+// pythonCompat adds the Python gateway's fields to a non-stream body.
+type pythonCompat struct {
+	ctx          context.Context // carries the served record: the instance
+	start, first time.Time
+}
+
+// compatCompletion is a completion with the Python gateway's fields.
+type compatCompletion struct {
+	*completion
+	ServedBy string        `json:"served_by"`
+	Latency  compatLatency `json:"latency"`
+}
+
+type compatLatency struct {
+	FirstTokenMS int64 `json:"first_token_ms"`
+	TotalMS      int64 `json:"total_ms"`
+}
+
+// Text notes when the first text came, for the Python gateway's latency.
+func (r *reply) Text(s string) error {
+	if r.compat != nil && r.compat.first.IsZero() {
+		r.compat.first = time.Now()
+	}
+	return r.Answer.Text(s)
 }
 
 func (r *reply) Body(done chat.Event) ([]byte, error) {
@@ -266,6 +296,15 @@ func (r *reply) Body(done chat.Event) ([]byte, error) {
 	}
 	r.c.Choices = []choice{{Message: msg, FinishReason: finishReason(done.Finish, len(calls) > 0)}}
 	r.c.Usage = usageOf(done.Usage)
+	if p := r.compat; p != nil {
+		now := time.Now()
+		first := p.first
+		if first.IsZero() {
+			first = now // tool calls only: the answer came at the end
+		}
+		return json.Marshal(compatCompletion{completion: &r.c, ServedBy: served.From(p.ctx).Instance(),
+			Latency: compatLatency{FirstTokenMS: first.Sub(p.start).Milliseconds(), TotalMS: now.Sub(p.start).Milliseconds()}})
+	}
 	return json.Marshal(&r.c)
 }
 

@@ -38,6 +38,11 @@ type Config struct {
 	// CountDropped counts request fields that were accepted but dropped
 	// (nil: not counted).
 	CountDropped httpx.FieldCounter
+	// PythonCompat adds the Python gateway's "served_by" (the instance) and
+	// "latency" ({first_token_ms, total_ms}) to non-stream bodies, for the
+	// clients of that gateway that read them. Default off: they are not in
+	// OpenAI's shape (the X-Poolgate-Instance header names the instance).
+	PythonCompat bool
 }
 
 // protocol is this package's label in metrics and logs.
@@ -101,5 +106,9 @@ func (h *Handler) Completions(w http.ResponseWriter, r *http.Request) {
 		h.relay.Stream(ctx, cancel, sse, req, st)
 		return
 	}
-	h.relay.Reply(ctx, w, req, &reply{c: completion{ID: id, Object: "chat.completion", Created: created, Model: req.Model}, newID: h.newID})
+	rp := &reply{c: completion{ID: id, Object: "chat.completion", Created: created, Model: req.Model}, newID: h.newID}
+	if h.cfg.PythonCompat {
+		rp.compat = &pythonCompat{ctx: ctx, start: time.Now()}
+	}
+	h.relay.Reply(ctx, w, req, rp)
 }

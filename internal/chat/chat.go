@@ -154,8 +154,8 @@ type Event struct {
 
 // Model is one model a worker serves.
 type Model struct {
-	ID   string
-	Name string
+	ID   string `json:"id"`
+	Name string `json:"name"`
 }
 
 // Turn is what the router asks of one worker: the neutral request narrowed to

@@ -38,6 +38,11 @@ type Account struct {
 	// SessionBundle is a sealed session bundle (base64) restored at start.
 	SessionBundle     string `yaml:"session_bundle" json:"session_bundle"`
 	SessionBundleFile string `yaml:"session_bundle_file" json:"session_bundle_file"`
+	// SessionBundlePlain is an unsealed bundle, the Python gateway's format
+	// (base64 of a tar.gz of a work dir, or its export's JSON): its
+	// credential files are installed into an empty work dir at start, with
+	// no bundle_key needed.
+	SessionBundlePlain string `yaml:"session_bundle_plain" json:"session_bundle_plain"`
 	// Recipe names the login recipe for this account (default by driver).
 	Recipe string `yaml:"recipe" json:"recipe"`
 	// Unnamed: the configuration gave no name, so it is account-N by the
@@ -64,7 +69,8 @@ type Config struct {
 	Driver       string    `yaml:"driver"`         // worker protocol: lingma or openai (lingma)
 	WorkerAPIKey string    `yaml:"worker_api_key"` // Bearer key sent to openai-driver workers
 	DataDir      string    `yaml:"data_dir"`       // parent of the per-account work dirs
-	WorkerBin    string    `yaml:"worker_bin"`     // worker binary ("" = this executable's simworker)
+	WorkerBin    string    `yaml:"worker_bin"`     // worker binary ("" = this executable's simworker, see simulate)
+	Simulate     string    `yaml:"simulate"`       // the bundled simulator serves the pool: auto, true or false (auto)
 	WorkerArgs   []string  `yaml:"worker_args"`    // extra worker arguments
 	Accounts     []Account `yaml:"accounts"`       // the accounts, one worker each; a JSON list in the environment (none = two simulated accounts)
 	AccountsFile string    `yaml:"accounts_file"`  // YAML or JSON file with the account list
@@ -122,6 +128,7 @@ type Config struct {
 	LoginHeadless    bool          `yaml:"login_headless"`    // run the login browser without a window (true)
 
 	BundleImportPlain bool `yaml:"bundle_import_plain"` // accept unsealed base64 tar.gz bundles on import (false)
+	PythonCompat      bool `yaml:"python_compat"`       // add the Python gateway's served_by and latency to non-stream chat bodies (false)
 
 	AdvertiseURL          string        `yaml:"advertise_url"`            // this replica's URL for the others ("" = no cluster)
 	ClusterToken          string        `yaml:"cluster_token"`            // shared secret of forwarded requests
@@ -139,6 +146,7 @@ func Defaults() Config {
 		LogLevel:                  "info",
 		LogFormat:                 "text",
 		Driver:                    "lingma",
+		Simulate:                  "auto",
 		DataDir:                   defaultDataDir(),
 		InstanceMaxInFlight:       1,
 		MaxInFlight:               64,
@@ -199,17 +207,17 @@ const envPrefix = "POOLGATE_"
 func Load(path string, environ []string) (Config, []string, error) {
 	cfg := Defaults()
 	if path != "" {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return cfg, nil, fmt.Errorf("read config: %w", err)
-		}
-		dec := yaml.NewDecoder(bytes.NewReader(b))
-		dec.KnownFields(true)
-		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) { // an empty file is fine
-			return cfg, nil, fmt.Errorf("config %s: %w", path, err)
+		if err := decodeFile(&cfg, path); err != nil {
+			return cfg, nil, err
 		}
 	}
+	env := envMap(environ)
+	notes, pending, err := applyLegacy(&cfg, env)
+	if err != nil {
+		return cfg, notes, err
+	}
 	warnings, err := applyEnv(&cfg, environ)
+	warnings = append(notes, warnings...)
 	if err != nil {
 		return cfg, warnings, err
 	}
@@ -221,10 +229,60 @@ func Load(path string, environ []string) (Config, []string, error) {
 	if err := cfg.resolveAccounts(environ); err != nil {
 		return cfg, warnings, err
 	}
-	if err := cfg.resolveKeys(envMap(environ)); err != nil {
+	if err := pending.finish(&cfg); err != nil {
+		return cfg, warnings, err
+	}
+	if err := cfg.resolveKeys(env); err != nil {
 		return cfg, warnings, err
 	}
 	return cfg, warnings, cfg.Validate()
+}
+
+// decodeFile decodes the YAML file strictly into cfg. A bare number given
+// for a duration is seconds (yaml would take it as nanoseconds).
+func decodeFile(cfg *Config, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read config: %w", err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if len(doc.Content) == 0 {
+		return nil // an empty file is fine
+	}
+	secondsInYAML(doc.Content[0])
+	if b, err = yaml.Marshal(&doc); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// secondsInYAML rewrites the bare numbers of duration keys in a config
+// mapping as seconds ("1800" -> "1800s").
+func secondsInYAML(m *yaml.Node) {
+	if m.Kind != yaml.MappingNode {
+		return
+	}
+	durations := map[string]bool{}
+	t := reflect.TypeOf(Config{})
+	for i := range t.NumField() {
+		if t.Field(i).Type == reflect.TypeOf(time.Duration(0)) {
+			durations[t.Field(i).Tag.Get("yaml")] = true
+		}
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		if durations[k.Value] && v.Kind == yaml.ScalarNode && (v.Tag == "!!int" || v.Tag == "!!float") {
+			v.Value, v.Tag, v.Style = v.Value+"s", "!!str", 0
+		}
+	}
 }
 
 func loadAccountsFile(cfg *Config) error {
@@ -304,6 +362,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("the admin API would listen on %q, which is not a loopback address, with no credentials: set POOLGATE_ADMIN_TOKEN (or POOLGATE_API_KEYS with a key of role admin), or put it on a loopback POOLGATE_ADMIN_LISTEN", admin))
 	}
 	errs = append(errs, c.validateKeys()...)
+	if err := c.validateSimulate(); err != nil {
+		errs = append(errs, err)
+	}
 	seen := map[string]bool{}
 	for _, a := range c.Accounts {
 		if seen[a.Name] {
@@ -479,9 +540,9 @@ func setField(f reflect.Value, val string) error {
 		}
 		f.SetInt(n)
 	case time.Duration:
-		d, err := time.ParseDuration(strings.TrimSpace(val))
+		d, err := ParseDuration(val)
 		if err != nil {
-			return fmt.Errorf("want a duration like 30s, got %q", val)
+			return err
 		}
 		f.SetInt(int64(d))
 	case []string:

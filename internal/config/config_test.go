@@ -9,12 +9,16 @@ import (
 	"time"
 )
 
+// sim lets a test that is not about the simulated pool configure keys or
+// accounts without a worker binary.
+const sim = "POOLGATE_SIMULATE=true"
+
 func TestLoadEnvOverridesFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.yaml")
 	if err := os.WriteFile(path, []byte("listen: 127.0.0.1:9000\nmax_queue: 5\napi_keys: [a, b]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, warnings, err := Load(path, []string{"POOLGATE_MAX_QUEUE=7", "POOLGATE_QUEUE_TIMEOUT=2s", "HOME=/x"})
+	cfg, warnings, err := Load(path, []string{"POOLGATE_MAX_QUEUE=7", "POOLGATE_QUEUE_TIMEOUT=2s", "HOME=/x", sim})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +91,7 @@ func TestPublicListenersWithCredentials(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, _, err := Load("", tt.give); err != nil {
+			if _, _, err := Load("", append(tt.give, sim)); err != nil {
 				t.Errorf("got %v, want the configuration accepted", err)
 			}
 		})
@@ -101,7 +105,7 @@ func TestPasswordSources(t *testing.T) {
 	}
 	cfg, _, err := Load("", []string{
 		`POOLGATE_ACCOUNTS=[{"name":"a","password_env":"A_PW"},{"name":"b","password_file":"` + pw + `"}]`,
-		"A_PW=fromenv",
+		"A_PW=fromenv", sim,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +118,7 @@ func TestPasswordSources(t *testing.T) {
 // An account without a name is named by its place, never after its
 // username: the name goes out to every API caller.
 func TestUnnamedAccountsAreNotNamedAfterTheirUsername(t *testing.T) {
-	cfg, _, err := Load("", []string{`POOLGATE_ACCOUNTS=[{"username":"dev1@example.com","password":"p"},{"name":"w2","username":"dev2@example.com","password":"p"}]`})
+	cfg, _, err := Load("", []string{`POOLGATE_ACCOUNTS=[{"username":"dev1@example.com","password":"p"},{"name":"w2","username":"dev2@example.com","password":"p"}]`, sim})
 	if err != nil {
 		t.Fatal(err)
 	}

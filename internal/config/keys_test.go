@@ -29,7 +29,7 @@ func TestNamedKeys(t *testing.T) {
 	if err := os.WriteFile(yml, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, _, err := Load(yml, []string{"CAROL_KEY=sk-carol"})
+	cfg, _, err := Load(yml, []string{"CAROL_KEY=sk-carol", sim})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,11 +45,11 @@ func TestNamedKeys(t *testing.T) {
 	}
 
 	// The environment: bare keys, or the same list as JSON.
-	cfg, _, err = Load("", []string{"POOLGATE_API_KEYS=sk-a, sk-b"})
+	cfg, _, err = Load("", []string{"POOLGATE_API_KEYS=sk-a, sk-b", sim})
 	if err != nil || len(cfg.APIKeys) != 2 || cfg.APIKeys[1] != (APIKey{Name: "key-2", Key: "sk-b"}) {
 		t.Errorf("bare env keys %+v %v", cfg.APIKeys, err)
 	}
-	cfg, _, err = Load("", []string{`POOLGATE_API_KEYS=["sk-a",{"name":"ci","key":"sk-ci","rpm":10}]`})
+	cfg, _, err = Load("", []string{`POOLGATE_API_KEYS=["sk-a",{"name":"ci","key":"sk-ci","rpm":10}]`, sim})
 	if err != nil || len(cfg.APIKeys) != 2 || cfg.APIKeys[1] != (APIKey{Name: "ci", Key: "sk-ci", RPM: 10}) {
 		t.Errorf("JSON env keys %+v %v", cfg.APIKeys, err)
 	}
@@ -94,7 +94,7 @@ func TestKeyErrorsHoldNoSecret(t *testing.T) {
 			t.Errorf("%s: %v, want an error without the key", give, err)
 		}
 	}
-	cfg, _, err := Load("", []string{`POOLGATE_API_KEYS=[{"name":"a","key":"x","role":"admin"},{"name":"b","key":"y","role":"viewer"},{"name":"c","key":"z"}]`})
+	cfg, _, err := Load("", []string{`POOLGATE_API_KEYS=[{"name":"a","key":"x","role":"admin"},{"name":"b","key":"y","role":"viewer"},{"name":"c","key":"z"}]`, sim})
 	if err != nil || !cfg.APIKeys.AdminKeys() || cfg.APIKeys[1].Role != "viewer" || cfg.APIKeys[2].Role != "" {
 		t.Errorf("roles: %v %+v", err, cfg.APIKeys)
 	}

@@ -430,7 +430,8 @@ func TestExampleConfigGivesUsersNoAdmin(t *testing.T) {
 	path, env := testenv.ExampleConfig(t)
 	// Loopback and memory instead of the compose network's names: the rest
 	// of the file as shipped.
-	d := testenv.StartDaemonArgs(t, []string{"-config", path}, append(env, "POOLGATE_REDIS_URL=")...)
+	// The file names its worker_bin: no simulator, and no worker is needed here.
+	d := testenv.StartDaemonArgs(t, []string{"-config", path}, append(env, "POOLGATE_REDIS_URL=", "POOLGATE_SIMULATE=auto")...)
 	tg := target{api: d.URL}
 	for _, r := range access.Routes {
 		if r.Need != access.Admin && r.Need != access.Viewer || r.Clustered {

@@ -25,7 +25,11 @@ type Daemon struct {
 
 // StartDaemon runs the poolgate binary with env (KEY=VALUE; a free loopback
 // POOLGATE_LISTEN and a temp POOLGATE_DATA_DIR are added unless given) and
-// waits until /healthz answers. The process is stopped (SIGTERM, then
+// waits until /healthz answers. Unless env names a worker binary
+// (POOLGATE_WORKER_BIN, or the Python gateway's LINGMA_BIN) or a simulate
+// setting of its own, POOLGATE_SIMULATE=true is added: most tests configure
+// keys or accounts on the bundled simulator, which the daemon's default
+// (auto) refuses; the tests of that default pass POOLGATE_SIMULATE=auto. The process is stopped (SIGTERM, then
 // SIGKILL) at cleanup; its log is printed if the test failed.
 func StartDaemon(t testing.TB, env ...string) *Daemon {
 	t.Helper()
@@ -49,6 +53,9 @@ func StartDaemonArgs(t testing.TB, args []string, env ...string) *Daemon {
 	}
 	if !has("POOLGATE_DATA_DIR") {
 		env = append(env, "POOLGATE_DATA_DIR="+t.TempDir())
+	}
+	if !has("POOLGATE_SIMULATE") && !has("POOLGATE_WORKER_BIN") && !has("LINGMA_BIN") {
+		env = append(env, "POOLGATE_SIMULATE=true")
 	}
 	d := &Daemon{log: &Buffer{}, done: make(chan struct{})}
 	for _, kv := range env {

@@ -190,6 +190,15 @@ func (s *Supervisor) Names() []string {
 	return out
 }
 
+// State returns the named instance's state, or ErrUnknownInstance.
+func (s *Supervisor) State(name string) (State, error) {
+	w, ok := s.Worker(name)
+	if !ok {
+		return "", ErrUnknownInstance
+	}
+	return w.Status().State, nil
+}
+
 // do runs a command on the named worker.
 func (s *Supervisor) do(name string, cmd func(*Worker)) error {
 	w, ok := s.Worker(name)

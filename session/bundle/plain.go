@@ -16,7 +16,11 @@ import (
 // maxPlainUnpacked caps everything a plain bundle decompresses to: it is a
 // whole work dir (logs and caches too), of which only the credential files
 // are kept.
-const maxPlainUnpacked = 64 << 20
+const maxPlainUnpacked = MaxPlain
+
+// MaxPlain is the most a plain bundle may hold, compressed or unpacked
+// (64 MiB): the cap of its import too.
+const MaxPlain = 64 << 20
 
 // OpenPlain reads an unsealed bundle: a tar.gz of a whole work dir, as the
 // Python gateway exported it (no manifest, no seal). It keeps the regular
@@ -26,11 +30,19 @@ const maxPlainUnpacked = 64 << 20
 // present and non-empty) and bounds the decompression. The bundle is
 // described for account; nothing is written.
 func OpenPlain(payload []byte, spec Spec, limits Limits, account string, now time.Time) (*Bundle, error) {
+	return OpenPlainReader(bytes.NewReader(payload), spec, limits, account, now)
+}
+
+// OpenPlainReader is OpenPlain reading the tar.gz from r as it comes: only
+// the credential files are kept in memory, so a whole work dir of up to
+// 64 MiB unpacked streams through (from a request body, or a file it was
+// spooled to).
+func OpenPlainReader(r io.Reader, spec Spec, limits Limits, account string, now time.Time) (*Bundle, error) {
 	if err := spec.validate(); err != nil {
 		return nil, err
 	}
 	lim := limits.withDefaults()
-	gz, err := gzip.NewReader(bytes.NewReader(payload))
+	gz, err := gzip.NewReader(r)
 	if err != nil {
 		return nil, fmt.Errorf("%w: not gzip: %v", ErrMalformed, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -178,7 +179,7 @@ func (s *Service) Import(ctx context.Context, instance string, sealed []byte) er
 // written unless all pass; once the worker confirms its login, the Ready
 // hook saves them sealed (with a key). Errors: supervisor.ErrUnknownInstance,
 // ErrMalformed, ErrWrongAccount.
-func (s *Service) ImportPlain(_ context.Context, instance, account string, payload []byte) error {
+func (s *Service) ImportPlain(_ context.Context, instance, account string, payload io.Reader) error {
 	h, err := s.home(instance)
 	if err != nil {
 		return err
@@ -187,7 +188,7 @@ func (s *Service) ImportPlain(_ context.Context, instance, account string, paylo
 		return fmt.Errorf("import into instance %s: the bundle is for account %q, the instance runs %q: %w",
 			instance, account, h.Account, ErrWrongAccount)
 	}
-	b, err := OpenPlain(payload, s.cfg.Spec, s.cfg.Limits, h.Account, s.cfg.Now())
+	b, err := OpenPlainReader(payload, s.cfg.Spec, s.cfg.Limits, h.Account, s.cfg.Now())
 	if err != nil {
 		return fmt.Errorf("import into instance %s: %w", instance, err)
 	}

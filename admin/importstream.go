@@ -1,0 +1,269 @@
+package admin
+
+import (
+	"bufio"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/poolgate/poolgate/session/bundle"
+)
+
+// A plain bundle (the Python gateway's export of a whole work dir) may be
+// up to bundle.MaxPlain (64 MiB) as a tar.gz, a third more in base64. An
+// import that names its target with ?instance= streams: the body's JSON is
+// read token by token, the bundle's base64 is decoded as it arrives into a
+// temp file, and the tar.gz is then read from there keeping only the
+// credential files. Nothing the size of the bundle is held in memory.
+
+// maxPlainImportBody caps the body of a plain import: the base64 of the
+// largest plain bundle, plus room for the other fields.
+const maxPlainImportBody = bundle.MaxPlain/3*4 + 8 + 64<<10
+
+// maxSealedB64 caps the base64 of a sealed bundle (at most 1 MiB decoded).
+const maxSealedB64 = maxBundleBody
+
+// streamedImport is an import body read as a stream: the fields, the
+// sealed bundle (small, in memory) or the plain one (in a temp file).
+type streamedImport struct {
+	body     bundleJSON
+	sealed   []byte
+	plain    *os.File // nil: no bundle_b64; removed by close
+	plainLen int64
+}
+
+func (s *streamedImport) close() {
+	if s.plain != nil {
+		_ = s.plain.Close()
+		_ = os.Remove(s.plain.Name())
+	}
+}
+
+// errBadBody marks an import body that is not the export's JSON.
+var errBadBody = errors.New("bad import body")
+
+// readStreamed reads an import body from r. A plain bundle is refused
+// before anything is written when plain is false.
+func readStreamed(r io.Reader, plain bool) (*streamedImport, error) {
+	s := &streamedImport{}
+	dec := json.NewDecoder(r)
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return s, fmt.Errorf("%w: want a JSON object", errBadBody)
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return s, fmt.Errorf("%w: %w", errBadBody, err)
+		}
+		key, _ := tok.(string)
+		switch key {
+		case "instance":
+			err = dec.Decode(&s.body.Instance)
+		case "account":
+			err = dec.Decode(&s.body.Account)
+		case "bytes":
+			err = dec.Decode(&s.body.Bytes)
+		case "raw_bytes":
+			err = dec.Decode(&s.body.RawBytes)
+		case "picked":
+			err = dec.Decode(&s.body.Picked)
+		case "bundle", "bundle_b64":
+			if key == "bundle_b64" && !plain {
+				return s, errPlainOff
+			}
+			// The value is read straight from what follows the key; the
+			// decoder then goes on from after it, as inside an object.
+			rest := bufio.NewReader(io.MultiReader(dec.Buffered(), r))
+			if key == "bundle" {
+				var b strings.Builder
+				_, err = copyBase64(rest, &b, maxSealedB64)
+				s.sealed = []byte(b.String())
+			} else {
+				err = s.spoolPlain(rest)
+			}
+			r = rest
+			dec = json.NewDecoder(io.MultiReader(strings.NewReader(`{"_":0`), rest))
+			for range 3 { // {, "_", 0
+				if _, terr := dec.Token(); terr != nil && err == nil {
+					err = terr
+				}
+			}
+		default:
+			return s, fmt.Errorf("%w: unknown field %q", errBadBody, key)
+		}
+		if err != nil {
+			return s, fmt.Errorf("%w: %s: %w", errBadBody, key, err)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing }
+		return s, fmt.Errorf("%w: %w", errBadBody, err)
+	}
+	return s, nil
+}
+
+// spoolPlain decodes the plain bundle's base64 into a temp file.
+func (s *streamedImport) spoolPlain(r *bufio.Reader) error {
+	f, err := os.CreateTemp("", "poolgate-import-*.tar.gz")
+	if err != nil {
+		return err
+	}
+	s.plain = f
+	n, err := copyBase64(r, f, bundle.MaxPlain)
+	s.plainLen = n
+	if err != nil {
+		return err
+	}
+	_, err = f.Seek(0, io.SeekStart)
+	return err
+}
+
+var (
+	errPlainOff = errors.New("plain bundles are off")
+	errTooLarge = errors.New("bundle over its cap")
+)
+
+// copyBase64 reads `: "BASE64"` from r and writes the decoded bytes to w,
+// at most max of them. JSON's escapes of base64 text (\/, and \n or \r of a
+// wrapped encoding) are undone.
+func copyBase64(r *bufio.Reader, w io.Writer, max int64) (int64, error) {
+	if err := expectByte(r, ':'); err != nil {
+		return 0, err
+	}
+	if err := expectByte(r, '"'); err != nil {
+		return 0, err
+	}
+	dec := base64.NewDecoder(base64.StdEncoding, &b64String{r: r})
+	n, err := io.Copy(w, io.LimitReader(dec, max+1))
+	switch {
+	case err != nil:
+		return n, err
+	case n > max:
+		return n, errTooLarge
+	}
+	return n, nil
+}
+
+func expectByte(r *bufio.Reader, want byte) error {
+	for {
+		b, err := r.ReadByte()
+		if err != nil {
+			return err
+		}
+		switch {
+		case b == want:
+			return nil
+		case b == ' ' || b == '\t' || b == '\n' || b == '\r':
+		default:
+			return fmt.Errorf("want %q, got %q", want, b)
+		}
+	}
+}
+
+// b64String reads the characters of a JSON string up to its closing quote,
+// then EOF.
+type b64String struct {
+	r    *bufio.Reader
+	done bool
+}
+
+func (s *b64String) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) && !s.done {
+		b, err := s.r.ReadByte()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return n, err
+		}
+		switch b {
+		case '"':
+			s.done = true
+		case '\\':
+			e, err := s.r.ReadByte()
+			if err != nil {
+				return n, io.ErrUnexpectedEOF
+			}
+			switch e {
+			case '/':
+				p[n] = '/'
+				n++
+			case 'n', 'r':
+			default:
+				return n, fmt.Errorf("escape \\%c in base64", e)
+			}
+		default:
+			p[n] = b
+			n++
+		}
+	}
+	if n == 0 && s.done {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// importNamed imports into the instance the query names, streaming the
+// body (importstream.go).
+func (a *Admin) importNamed(c *gin.Context, svc BundleService, name string) {
+	s, err := readStreamed(c.Request.Body, a.cfg.BundleImportPlain)
+	defer s.close()
+	if err != nil {
+		writeImportReadError(c, err)
+		return
+	}
+	plain := s.plain != nil
+	switch {
+	case plain && s.sealed != nil:
+		writeError(c, http.StatusBadRequest, CodeBadRequest, `send either "bundle" (sealed) or "bundle_b64" (plain), not both`)
+		return
+	case !plain && s.body.RawBytes != nil:
+		writeError(c, http.StatusBadRequest, CodeBadRequest, `"raw_bytes" goes with "bundle_b64" (a plain bundle); a sealed "bundle" has "bytes"`)
+		return
+	case !plain && len(s.sealed) == 0:
+		writeError(c, http.StatusBadRequest, CodeBadRequest, `"bundle" is required (standard base64 of the sealed bundle)`)
+		return
+	case plain && s.body.RawBytes != nil && int64(*s.body.RawBytes) != s.plainLen:
+		writeError(c, http.StatusBadRequest, CodeBadRequest, `"raw_bytes" says `+strconv.Itoa(*s.body.RawBytes)+
+			" but the bundle decodes to "+strconv.FormatInt(s.plainLen, 10)+" bytes (truncated copy?)")
+		return
+	case !plain && s.body.Bytes != nil && *s.body.Bytes != len(s.sealed):
+		writeError(c, http.StatusBadRequest, CodeBadRequest, `"bytes" says `+strconv.Itoa(*s.body.Bytes)+
+			" but the bundle decodes to "+strconv.Itoa(len(s.sealed))+" bytes (truncated copy?)")
+		return
+	}
+	action, format, n := "session_import", "sealed", int64(len(s.sealed))
+	if plain {
+		action, format, n = "session_import_plain", "plain", s.plainLen
+		err = svc.ImportPlain(c.Request.Context(), name, s.body.Account, s.plain)
+	} else {
+		err = svc.Import(c.Request.Context(), name, s.sealed)
+	}
+	a.imported(c, name, s.body, action, format, n, err)
+}
+
+// writeImportReadError answers a body that could not be read.
+func writeImportReadError(c *gin.Context, err error) {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.Is(err, errPlainOff):
+		writeError(c, http.StatusForbidden, CodeForbidden,
+			"unsealed bundles (bundle_b64) are not accepted: set POOLGATE_BUNDLE_IMPORT_PLAIN=true to import the Python gateway's exports")
+	case errors.As(err, &mbe), errors.Is(err, errTooLarge):
+		writeError(c, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "body over its cap: a sealed bundle is at most 1 MiB, "+
+			"a plain one (bundle_b64, with POOLGATE_BUNDLE_IMPORT_PLAIN) 64 MiB")
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		writeError(c, http.StatusRequestTimeout, CodeBodyTimeout, "the request body did not arrive in time")
+	default:
+		writeError(c, http.StatusBadRequest, CodeBadRequest,
+			`body must be the export's JSON {"instance", "account", "bundle": "<base64>", "bytes"} (or the Python gateway's, with "bundle_b64"): `+err.Error())
+	}
+}

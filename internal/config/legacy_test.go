@@ -1,0 +1,151 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pythonSettings are the fields of the Python gateway's settings object,
+// every one its main module reads (settings.<field>), with the environment
+// variable each came from: its own messages name API_KEYS, ADMIN_TOKEN,
+// METRICS_PUBLIC, LINGMA_ACCOUNTS and LINGMA_SESSION_BUNDLE; the others
+// are the field's name in upper case.
+var pythonSettings = map[string]string{
+	"accounts": "LINGMA_ACCOUNTS", "admin_token": "ADMIN_TOKEN", "api_keys": "API_KEYS",
+	"auto_login_enabled": "AUTO_LOGIN_ENABLED", "auto_login_headless": "AUTO_LOGIN_HEADLESS",
+	"auto_login_max_retry": "AUTO_LOGIN_MAX_RETRY", "auto_login_timeout": "AUTO_LOGIN_TIMEOUT",
+	"dedicated_domain_url": "DEDICATED_DOMAIN_URL", "default_ask_mode": "DEFAULT_ASK_MODE",
+	"default_model": "DEFAULT_MODEL", "gateway_max_in_flight": "GATEWAY_MAX_IN_FLIGHT",
+	"gateway_queue_timeout_sec": "GATEWAY_QUEUE_TIMEOUT_SEC", "instance_count": "INSTANCE_COUNT",
+	"lingma_bin": "LINGMA_BIN", "lingma_rpc_timeout": "LINGMA_RPC_TIMEOUT", "lingma_socket_port": "LINGMA_SOCKET_PORT",
+	"lingma_startup_timeout": "LINGMA_STARTUP_TIMEOUT", "lingma_work_dir": "LINGMA_WORK_DIR",
+	"log_level": "LOG_LEVEL", "metrics_public": "METRICS_PUBLIC", "metrics_token": "METRICS_TOKEN",
+	"session_cache_max_entries": "SESSION_CACHE_MAX_ENTRIES", "session_cache_ttl_sec": "SESSION_CACHE_TTL_SEC",
+	"session_reuse_enabled": "SESSION_REUSE_ENABLED", "tool_allowlist": "TOOL_ALLOWLIST",
+	"tool_forward_enabled": "TOOL_FORWARD_ENABLED",
+	"":                     "LINGMA_SESSION_BUNDLE", // read by the operator's deployment, not a settings field
+}
+
+func TestLegacyTableCoversEveryPythonSetting(t *testing.T) {
+	table := map[string]Legacy{}
+	for _, l := range LegacySettings() {
+		table[l.Env] = l
+	}
+	for field, env := range pythonSettings {
+		l, ok := table[env]
+		if !ok {
+			t.Errorf("setting %q (%s) is not in the legacy table", field, env)
+			continue
+		}
+		if l.Field != field {
+			t.Errorf("%s: field %q, want %q", env, l.Field, field)
+		}
+		if l.What == "" {
+			t.Errorf("%s: says nothing about what poolgate does with it", env)
+		}
+		if l.Key != "" && !strings.Contains(l.Key, ".") && !slices.Contains(Keys(), l.Key) {
+			t.Errorf("%s names poolgate key %q, which does not exist", env, l.Key)
+		}
+	}
+	if len(table) != len(pythonSettings) {
+		t.Errorf("the legacy table has %d settings, the Python gateway %d", len(table), len(pythonSettings))
+	}
+}
+
+// base is a Python gateway environment that loads: one account on a
+// worker binary.
+var legacyBase = []string{`LINGMA_ACCOUNTS=[{"name":"acct-1","username":"u1","password":"pw"}]`, "LINGMA_BIN=/opt/lingma/bin/lingma"}
+
+func TestLegacySettingsAreRead(t *testing.T) {
+	tests := []struct {
+		give string
+		want func(Config) any
+		val  any
+	}{
+		{"API_KEYS=sk-a,sk-b", func(c Config) any { return c.APIKeys.Secrets() }, []string{"sk-a", "sk-b"}},
+		{"ADMIN_TOKEN=adm", func(c Config) any { return c.AdminToken }, "adm"},
+		{"METRICS_TOKEN=mt", func(c Config) any { return c.MetricsToken }, "mt"},
+		{"METRICS_PUBLIC=True", func(c Config) any { return c.MetricsPublic }, true},
+		{"LOG_LEVEL=WARNING", func(c Config) any { return c.LogLevel }, "warn"},
+		{"INSTANCE_COUNT=1", func(c Config) any { return len(c.Accounts) }, 1},
+		{"LINGMA_SOCKET_PORT=36510", func(c Config) any { return c.WorkerBin }, "/opt/lingma/bin/lingma"},
+		{"LINGMA_STARTUP_TIMEOUT=45", func(c Config) any { return c.StartTimeout }, 45 * time.Second},
+		{"LINGMA_RPC_TIMEOUT=7.5", func(c Config) any { return c.LingmaRPCTimeout }, 7500 * time.Millisecond},
+		{"DEFAULT_MODEL=qwen3-coder", func(c Config) any { return c.DefaultModel }, "qwen3-coder"},
+		{"DEFAULT_ASK_MODE=agent", func(c Config) any { return c.LingmaAskMode }, "agent"},
+		{`TOOL_ALLOWLIST=["read","write"]`, func(c Config) any { return c.ToolAllowlist }, []string{"read", "write"}},
+		{"TOOL_ALLOWLIST=read, write", func(c Config) any { return c.ToolAllowlist }, []string{"read", "write"}},
+		{"TOOL_FORWARD_ENABLED=false", func(c Config) any { return c.ToolForwarding }, false},
+		{"DEDICATED_DOMAIN_URL=https://lingma.example.com", func(c Config) any { return c.LingmaDedicatedDomain }, "https://lingma.example.com"},
+		{"SESSION_REUSE_ENABLED=0", func(c Config) any { return c.SessionReuse }, false},
+		{"SESSION_CACHE_MAX_ENTRIES=500", func(c Config) any { return c.SessionCacheSize }, 500},
+		{"SESSION_CACHE_MAX_ENTRIES=0", func(c Config) any { return c.SessionReuse }, false},
+		{"SESSION_CACHE_TTL_SEC=1800", func(c Config) any { return c.SessionCacheTTL }, 30 * time.Minute},
+		{"GATEWAY_MAX_IN_FLIGHT=8", func(c Config) any { return c.MaxInFlight }, 8},
+		{"GATEWAY_QUEUE_TIMEOUT_SEC=15", func(c Config) any { return c.QueueTimeout }, 15 * time.Second},
+		{"AUTO_LOGIN_ENABLED=no", func(c Config) any { return c.AutoLogin }, false},
+		{"AUTO_LOGIN_HEADLESS=false", func(c Config) any { return c.LoginHeadless }, false},
+		{"AUTO_LOGIN_TIMEOUT=120", func(c Config) any { return c.LoginTimeout }, 2 * time.Minute},
+		{"AUTO_LOGIN_MAX_RETRY=2", func(c Config) any { return c.LoginAttempts }, 3},
+		{"LINGMA_SESSION_BUNDLE=H4sI", func(c Config) any { return c.Accounts[0].SessionBundlePlain }, "H4sI"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.give, func(t *testing.T) {
+			cfg, notes, err := Load("", append(slices.Clone(legacyBase), tt.give))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tt.want(cfg); !reflect.DeepEqual(got, tt.val) {
+				t.Errorf("got %v, want %v", got, tt.val)
+			}
+			name, _, _ := strings.Cut(tt.give, "=")
+			if !slices.ContainsFunc(notes, func(n string) bool { return strings.HasPrefix(n, name+" (Python gateway setting) read") }) {
+				t.Errorf("start-up lines %q: none says how %s was read", notes, name)
+			}
+		})
+	}
+}
+
+func TestLegacySettingsRefusedNameTheReplacement(t *testing.T) {
+	tests := []struct {
+		give []string
+		want string
+	}{
+		{[]string{"LINGMA_WORK_DIR=/srv/lingma"}, "poolgate migrate"},
+		{[]string{"INSTANCE_COUNT=3"}, "POOLGATE_ACCOUNTS"},
+		{[]string{"API_KEYS=a", "POOLGATE_API_KEYS=b"}, "keep POOLGATE_API_KEYS and remove API_KEYS"},
+		{[]string{"GATEWAY_QUEUE_TIMEOUT_SEC=soon"}, "GATEWAY_QUEUE_TIMEOUT_SEC (Python gateway setting, poolgate's queue_timeout)"},
+		{[]string{"METRICS_PUBLIC=maybe"}, "METRICS_PUBLIC"},
+		{[]string{`LINGMA_ACCOUNTS=[{"name":"a","work_dir":"/x"}]`}, `unknown field "work_dir"`},
+		{[]string{`LINGMA_ACCOUNTS=[{"name":"a"},{"name":"b"}]`, "LINGMA_BIN=/bin/lingma", "LINGMA_SESSION_BUNDLE=H4sI"}, "session_bundle_plain"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
+			_, _, err := Load("", append(slices.Clone(legacyBase), tt.give...))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v, want an error mentioning %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestBareNumbersAreSeconds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, []byte("session_cache_ttl: 1800\nqueue_timeout: 2.5\nstart_timeout: 1m\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := Load(path, []string{"POOLGATE_HEALTH_INTERVAL=3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []time.Duration{cfg.SessionCacheTTL, cfg.QueueTimeout, cfg.StartTimeout, cfg.HealthInterval}
+	want := []time.Duration{1800 * time.Second, 2500 * time.Millisecond, time.Minute, 3 * time.Second}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
