@@ -70,6 +70,46 @@ func (s *scale) failoverLoad(stop <-chan struct{}, failed *atomic.Int32, fu *fol
 	}
 }
 
+// underLoad is a failover scenario's sampler of the replicas' pools and
+// its conversations through nginx, with what they counted.
+type underLoad struct {
+	violations, failed atomic.Int32
+	fu                 followUps
+	// end stops both and waits for them (safe to call twice; also at the
+	// test's cleanup).
+	end func()
+}
+
+// startLoad starts the sampler and the conversations, and returns after two
+// seconds of steady conversations.
+func (s *scale) startLoad(t *testing.T) *underLoad {
+	l := &underLoad{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	l.end = sync.OnceFunc(func() {
+		close(stop)
+		wg.Wait()
+	})
+	t.Cleanup(l.end)
+	s.sample(stop, &l.violations, &wg)
+	s.failoverLoad(stop, &l.failed, &l.fu, &wg)
+	time.Sleep(2 * time.Second)
+	return l
+}
+
+// check fails t for any moment with an account ready on two replicas, and
+// any follow-up that neither continued its session nor fell back to the
+// whole transcript.
+func (l *underLoad) check(t *testing.T) {
+	t.Helper()
+	if l.violations.Load() > 0 {
+		t.Errorf("%d samples with an account ready on two replicas", l.violations.Load())
+	}
+	if l.fu.wrong.Load() > 0 {
+		t.Errorf("%d follow-ups neither reused their session nor fell back to the transcript", l.fu.wrong.Load())
+	}
+}
+
 // TestRedisFailover runs three replicas with four accounts on Redis as
 // Sentinel runs it (a primary, one replica, three sentinels) and as a
 // three-primary Cluster with a replica each, under steady conversations
@@ -108,18 +148,7 @@ func TestRedisFailover(t *testing.T) {
 			s.startNginx()
 			s.waitSpread(60 * time.Second)
 
-			var violations, failed atomic.Int32
-			var fu followUps
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			end := sync.OnceFunc(func() {
-				close(stop)
-				wg.Wait()
-			})
-			defer end()
-			s.sample(stop, &violations, &wg)
-			s.failoverLoad(stop, &failed, &fu, &wg)
-			time.Sleep(2 * time.Second) // steady conversations before the kill
+			l := s.startLoad(t)
 
 			killedAt := time.Now()
 			victim.Kill()
@@ -130,24 +159,20 @@ func TestRedisFailover(t *testing.T) {
 			s.waitSpread(failover + failoverTTL + 30*time.Second)
 			serving := time.Since(killedAt)
 			time.Sleep(2 * time.Second) // conversations on the new primary
-			end()
+			l.end()
 
 			t.Logf("%s: failover %s, all accounts spread and serving %s after the kill; %d failed requests; follow-ups: %d reused, %d fell back",
-				tt.name, failover.Round(100*time.Millisecond), serving.Round(100*time.Millisecond), failed.Load(), fu.reused.Load(), fu.fellBack.Load())
-			if violations.Load() > 0 {
-				t.Errorf("%d samples with an account ready on two replicas", violations.Load())
-			}
-			if fu.wrong.Load() > 0 {
-				t.Errorf("%d follow-ups neither reused their session nor fell back to the transcript", fu.wrong.Load())
-			}
-			if fu.reused.Load() == 0 {
+				tt.name, failover.Round(100*time.Millisecond), serving.Round(100*time.Millisecond), l.failed.Load(),
+				l.fu.reused.Load(), l.fu.fellBack.Load())
+			l.check(t)
+			if l.fu.reused.Load() == 0 {
 				t.Errorf("no follow-up reused its session")
 			}
 			// Three clients, each with at most one request in flight: a
 			// failed request costs a client at least a second, so the window
 			// bounds them.
-			if limit := int32(3 * (serving / time.Second)); failed.Load() > limit {
-				t.Errorf("%d failed requests, want at most %d (three clients over %s)", failed.Load(), limit, serving.Round(time.Second))
+			if limit := int32(3 * (serving / time.Second)); l.failed.Load() > limit {
+				t.Errorf("%d failed requests, want at most %d (three clients over %s)", l.failed.Load(), limit, serving.Round(time.Second))
 			}
 		})
 	}
@@ -165,18 +190,7 @@ func TestRedisOutageLongerThanALease(t *testing.T) {
 	s.startNginx()
 	s.waitSpread(60 * time.Second)
 
-	var violations, failed atomic.Int32
-	var fu followUps
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	end := sync.OnceFunc(func() {
-		close(stop)
-		wg.Wait()
-	})
-	defer end()
-	s.sample(stop, &violations, &wg)
-	s.failoverLoad(stop, &failed, &fu, &wg)
-	time.Sleep(2 * time.Second)
+	l := s.startLoad(t)
 
 	srv.Kill()
 	testenv.WaitFor(t, 30*time.Second, "every account fenced while Redis is away", func() bool {
@@ -187,15 +201,10 @@ func TestRedisOutageLongerThanALease(t *testing.T) {
 	back := time.Now()
 	s.waitSpread(failoverTTL + 60*time.Second)
 	t.Logf("all accounts spread and serving %s after Redis came back empty; %d failed requests; follow-ups: %d reused, %d fell back",
-		time.Since(back).Round(100*time.Millisecond), failed.Load(), fu.reused.Load(), fu.fellBack.Load())
+		time.Since(back).Round(100*time.Millisecond), l.failed.Load(), l.fu.reused.Load(), l.fu.fellBack.Load())
 	time.Sleep(2 * time.Second)
-	end()
-	if violations.Load() > 0 {
-		t.Errorf("%d samples with an account ready on two replicas", violations.Load())
-	}
-	if fu.wrong.Load() > 0 {
-		t.Errorf("%d follow-ups neither reused their session nor fell back to the transcript", fu.wrong.Load())
-	}
+	l.end()
+	l.check(t)
 }
 
 // whoamiOf parses a [[sim:whoami]] answer, like parseWhoami, for callers

@@ -269,3 +269,13 @@ func (set *RedisClusterSet) PrimaryOf(t testing.TB, key string) *RedisServer {
 	t.Fatalf("no node serves the slot of %s", key)
 	return nil
 }
+
+// StoreTargets are the deployments every Redis store's suite runs on: one
+// server, and a three-primary cluster (whose scripts must keep their keys in
+// one slot). Each starts its own servers for the test that asks.
+func StoreTargets() map[string]func(t *testing.T) RedisTarget {
+	return map[string]func(t *testing.T) RedisTarget{
+		"redis":   func(t *testing.T) RedisTarget { return Redis(t) },
+		"cluster": func(t *testing.T) RedisTarget { return RedisCluster(t, 3, 0, 5*time.Second) },
+	}
+}

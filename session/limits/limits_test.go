@@ -19,11 +19,7 @@ func both(t *testing.T, f func(t *testing.T, acquire func(Limits) (*Ticket, erro
 		m := NewMemory(nil)
 		f(t, func(l Limits) (*Ticket, error) { return m.Acquire(context.Background(), "alice", l) })
 	})
-	targets := map[string]func(t *testing.T) testenv.RedisTarget{
-		"redis":   func(t *testing.T) testenv.RedisTarget { return testenv.Redis(t) },
-		"cluster": func(t *testing.T) testenv.RedisTarget { return testenv.RedisCluster(t, 3, 0, 5*time.Second) },
-	}
-	for name, start := range targets {
+	for name, start := range testenv.StoreTargets() {
 		t.Run(name, func(t *testing.T) {
 			srv := start(t)
 			var reps []*Redis

@@ -24,11 +24,7 @@ func stores(t *testing.T, now func() time.Time, f func(t *testing.T, add func(..
 			}
 		}, m)
 	})
-	targets := map[string]func(t *testing.T) testenv.RedisTarget{
-		"redis":   func(t *testing.T) testenv.RedisTarget { return testenv.Redis(t) },
-		"cluster": func(t *testing.T) testenv.RedisTarget { return testenv.RedisCluster(t, 3, 0, 5*time.Second) },
-	}
-	for name, start := range targets {
+	for name, start := range testenv.StoreTargets() {
 		t.Run(name, func(t *testing.T) {
 			srv := start(t)
 			var replicas []*Redis
