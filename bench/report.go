@@ -265,9 +265,9 @@ func (res *results) printTable(w io.Writer) error {
 	return tw.Flush()
 }
 
-// Targets of issue 17 ("halve the gateway's cost per request, and get its
-// added latency close to the wire"), with the figures measured before the
-// work began on the same kind of machine.
+// The gateway's targets for its cost per request and its added latency,
+// with the figures measured before the work on them began, on the same kind
+// of machine.
 const (
 	targetCPU50         = 90 * time.Microsecond  // was 210 µs
 	targetAdded1        = 200 * time.Microsecond // was +0.46 ms
