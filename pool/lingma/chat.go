@@ -12,7 +12,6 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/lsp"
-	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/pool/textchat"
 )
 
@@ -134,23 +133,16 @@ func nativeTools(t *chat.Turn) (*toolConfig, map[string]bool) {
 	return tc, offered
 }
 
-// Chat starts one turn with chat/ask and streams its answer. The returned
-// channel is owned and closed by a goroutine that ends with the turn, when
-// ctx ends, or at TurnTimeout, whichever comes first.
-func (c *Client) Chat(ctx context.Context, t *chat.Turn) (<-chan chat.Event, error) {
+// Start starts one turn with chat/ask. The caller reads the answer on its
+// own goroutine: the worker's messages go from the connection's reader
+// straight to it. The turn ends with its answer, when ctx ends, or at
+// TurnTimeout, whichever comes first.
+func (c *Client) Start(ctx context.Context, t *chat.Turn) (chat.Answer, error) {
 	a, err := c.ask(ctx, t)
 	if err != nil {
 		return nil, err
 	}
-	// The answer ends by itself when the connection drops: no stop.
-	return supervisor.Pump(ctx, nil, a), nil
-}
-
-// ChatPull starts the turn like Chat, but the caller reads the answer in
-// its own goroutine: the worker's messages go from the connection's reader
-// straight to it, with no goroutine and channel of the turn's own between.
-func (c *Client) ChatPull(ctx context.Context, t *chat.Turn) (supervisor.Answer, error) {
-	return c.ask(ctx, t)
+	return a, nil
 }
 
 // ask sends chat/ask and returns the turn's answer, ready to be read.
@@ -249,9 +241,8 @@ func (c *Client) stop(reqID string) {
 	_ = c.write(frame, c.cfg.StopTimeout) // best effort
 }
 
-// turnAnswer is one running turn's answer, read event by event by whoever holds
-// it: the router through ChatPull, or Chat's goroutine. It always ends with
-// one EventDone or EventError.
+// turnAnswer is one running turn's answer, read event by event by the
+// router. It always ends with one EventDone or EventError.
 type turnAnswer struct {
 	c     *Client
 	reqID string
@@ -272,7 +263,7 @@ type turnAnswer struct {
 	ended, stopped, closed bool
 }
 
-var _ supervisor.Answer = (*turnAnswer)(nil)
+var _ chat.Answer = (*turnAnswer)(nil)
 
 func (c *Client) newAnswer(ctx context.Context, t *chat.Turn, reqID string, tr *turn) *turnAnswer {
 	a := &turnAnswer{c: c, reqID: reqID, tr: tr, ctx: ctx,
@@ -284,9 +275,8 @@ func (c *Client) newAnswer(ctx context.Context, t *chat.Turn, reqID string, tr *
 	return a
 }
 
-// Next returns the answer's next event; past the closing one, an
-// EventError with chat.ErrWorkerGone.
-func (a *turnAnswer) Next() chat.Event { return a.s.events.Next(&a.ended, a.step) }
+// Next returns the answer's next event; false past the closing one.
+func (a *turnAnswer) Next() (chat.Event, bool) { return a.s.events.Next(&a.ended, a.step) }
 
 // Buffered says whether events made from the worker's messages wait to be
 // returned.
@@ -367,7 +357,7 @@ type stream struct {
 	// fail is set when the turn is abandoned for a reason other than ctx.
 	fail error
 	// events are queued for next.
-	events supervisor.Events
+	events chat.Queue
 }
 
 func (s *stream) emit(ev chat.Event) { s.events.Push(ev) }

@@ -12,34 +12,25 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // drainWait bounds reading the end of a finished stream (after [DONE]) so
 // its connection can be reused; a server that holds it open longer loses it.
 const drainWait = 200 * time.Millisecond
 
-// Chat posts the turn to /v1/chat/completions, streamed (or, for a Whole
+// Start posts the turn to /v1/chat/completions, streamed (or, for a Whole
 // turn, as one body), with the whole transcript (t.SessionID is ignored:
-// these servers keep no sessions). Errors before the answer's first byte are
-// returned: a connection failure wraps chat.ErrWorkerGone, a 429 is a
-// *chat.RateLimitedError and any other status a *chat.UpstreamError.
-// Otherwise a goroutine owns the returned channel and closes it after
-// EventDone or EventError, or as soon as ctx ends. The turn is bounded by
-// RequestTimeout.
-func (c *Client) Chat(ctx context.Context, t *chat.Turn) (<-chan chat.Event, error) {
+// these servers keep no sessions), and returns its answer, which the
+// caller reads on its own goroutine. Errors before the answer's first byte
+// are returned: a connection failure wraps chat.ErrWorkerGone, a 429 is a
+// *chat.RateLimitedError and any other status a *chat.UpstreamError. The
+// turn is bounded by RequestTimeout.
+func (c *Client) Start(ctx context.Context, t *chat.Turn) (chat.Answer, error) {
 	a, err := c.open(ctx, t)
 	if err != nil {
 		return nil, err
 	}
-	return supervisor.Pump(ctx, c.ctx.Done(), a), nil
-}
-
-// ChatPull starts the turn like Chat, but the caller reads the answer
-// itself, in its own goroutine: no goroutine and no channel stand between
-// the worker's connection and the router.
-func (c *Client) ChatPull(ctx context.Context, t *chat.Turn) (supervisor.Answer, error) {
-	return c.open(ctx, t)
+	return a, nil
 }
 
 // open sends the turn and returns its answer, ready to be read.
@@ -92,25 +83,24 @@ type stream struct {
 	acc  accumulator
 }
 
-// reader is one turn's answer, read event by event by whoever holds it:
-// Chat's goroutine, or the router itself through ChatPull.
+// reader is one turn's answer, read event by event by the router.
 type reader struct {
 	stream
 	resp   *http.Response
 	w      *wconn // the connection the answer is read from
 	r      *sseReader
-	events supervisor.Events // parsed and not yet returned
+	events chat.Queue // parsed and not yet returned
 	// json is set once the body turned out to be one JSON answer; started
 	// once that was looked at; ended once the closing event is queued.
 	json, started, ended bool
 	closed               bool
 }
 
-var _ supervisor.Answer = (*reader)(nil)
+var _ chat.Answer = (*reader)(nil)
 
-// Next returns the answer's next event. After the closing event (EventDone
-// or EventError) it returns an EventError with chat.ErrWorkerGone.
-func (a *reader) Next() chat.Event { return a.events.Next(&a.ended, a.step) }
+// Next returns the answer's next event; false after the closing event
+// (EventDone or EventError).
+func (a *reader) Next() (chat.Event, bool) { return a.events.Next(&a.ended, a.step) }
 
 // Buffered says whether an event is at hand. Whole stream events already
 // read from the connection are parsed to find out, never waiting for more.

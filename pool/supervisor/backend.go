@@ -18,40 +18,13 @@ type Backend interface {
 	// Status reports the worker's login state; it doubles as the health probe,
 	// so it must answer within ctx's deadline.
 	Status(ctx context.Context) (AuthState, error)
-	// Chat starts one turn. An error returned here happened before anything
-	// was sent upstream. Otherwise the channel carries the answer and always
-	// ends with one EventDone or EventError, then is closed by the backend.
-	// Cancelling ctx stops the upstream turn.
-	Chat(ctx context.Context, t *chat.Turn) (<-chan chat.Event, error)
+	// Start starts one turn and returns its answer, read on the caller's
+	// goroutine. An error returned here happened before anything was sent
+	// upstream. Cancelling ctx stops the upstream turn: the answer then
+	// ends with an EventError.
+	Start(ctx context.Context, t *chat.Turn) (chat.Answer, error)
 	// Close drops the connection.
 	Close() error
-}
-
-// Puller is implemented by backends whose answer the caller can read in its
-// own goroutine, with no goroutine and channel between the worker's
-// connection and the reader.
-type Puller interface {
-	// ChatPull starts one turn as Chat does, with the same errors.
-	ChatPull(ctx context.Context, t *chat.Turn) (Answer, error)
-}
-
-// Answer is a turn's answer read event by event.
-type Answer interface {
-	// Next blocks for the next event. The answer ends with one EventDone
-	// or EventError; when ctx ends it ends early, with an EventError. Past
-	// the end, Next returns an EventError.
-	Next() chat.Event
-	// Close ends the turn, aborting it if its answer is not over. It must
-	// be called once the reader is done, and may be called twice.
-	Close()
-}
-
-// Buffered is implemented by answers that can tell whether Next has an
-// event without waiting for the worker (a stream's writer holds an event
-// back while another one is at hand, to write them together). Buffered
-// itself never waits.
-type Buffered interface {
-	Buffered() bool
 }
 
 // ModelLister is implemented by backends that can list their models.

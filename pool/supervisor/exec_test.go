@@ -128,7 +128,7 @@ func (b *lineBackend) Status(ctx context.Context) (supervisor.AuthState, error) 
 	return supervisor.AuthState{LoggedIn: strings.TrimSpace(line) == "logged-in"}, nil
 }
 
-func (b *lineBackend) Chat(context.Context, *chat.Turn) (<-chan chat.Event, error) {
+func (b *lineBackend) Start(context.Context, *chat.Turn) (chat.Answer, error) {
 	return nil, errors.New("the helper worker takes no turns")
 }
 

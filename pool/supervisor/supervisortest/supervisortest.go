@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/chat/chattest"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -36,9 +37,9 @@ func Configs(t testing.TB, held bool, names ...string) []supervisor.WorkerConfig
 // Workers is a fake Launcher and Driver: one fake process per start, one
 // backend per connect, keyed by instance name.
 type Workers struct {
-	// Chat answers a turn on the named instance; nil answers every turn
+	// Start answers a turn on the named instance; nil answers every turn
 	// with the text "ok".
-	Chat func(ctx context.Context, instance string, t *chat.Turn) (<-chan chat.Event, error)
+	Start func(ctx context.Context, instance string, t *chat.Turn) (chat.Answer, error)
 	// Models is what every backend lists (nil: the backends list none).
 	Models []chat.Model
 
@@ -160,12 +161,13 @@ func (b *Backend) Status(context.Context) (supervisor.AuthState, error) {
 	return supervisor.AuthState{LoggedIn: !b.f.loggedOut[b.name]}, nil
 }
 
-// Chat answers with the test's Chat, or "ok".
-func (b *Backend) Chat(ctx context.Context, t *chat.Turn) (<-chan chat.Event, error) {
-	if b.f.Chat != nil {
-		return b.f.Chat(ctx, b.name, t)
+// Start answers with the test's Start, or "ok".
+func (b *Backend) Start(ctx context.Context, t *chat.Turn) (chat.Answer, error) {
+	if b.f.Start != nil {
+		return b.f.Start(ctx, b.name, t)
 	}
-	return Answer("ok"), nil
+	return chattest.Script(ctx, chat.Event{Type: chat.EventText, Text: "ok"},
+		chat.Event{Type: chat.EventDone, Finish: chat.FinishStop}), nil
 }
 
 // Models lists the fakes' Models.
@@ -178,15 +180,6 @@ func (b *Backend) LoginURL(context.Context) (string, error) {
 
 // Close does nothing.
 func (b *Backend) Close() error { return nil }
-
-// Answer is a finished turn that says text.
-func Answer(text string) <-chan chat.Event {
-	ch := make(chan chat.Event, 2)
-	ch <- chat.Event{Type: chat.EventText, Text: text}
-	ch <- chat.Event{Type: chat.EventDone, Finish: chat.FinishStop}
-	close(ch)
-	return ch
-}
 
 // Loginer records every login the supervisor asks for.
 type Loginer struct {
