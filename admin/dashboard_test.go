@@ -353,7 +353,7 @@ func coolDown(t *testing.T, p *pool.Pool) string {
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := r.Chat(ctx, &chat.Request{Messages: []chat.Message{{Role: chat.RoleUser, Content: "[[sim:ratelimit=10m]]"}}})
+	_, err := r.Open(ctx, pool.Call{Request: &chat.Request{Messages: []chat.Message{{Role: chat.RoleUser, Content: "[[sim:ratelimit=10m]]"}}}})
 	var rl *chat.RateLimitedError
 	if !errors.As(err, &rl) {
 		t.Fatalf("rate-limited turn: %v", err)

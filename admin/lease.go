@@ -2,16 +2,14 @@ package admin
 
 import (
 	"context"
-	"log"
-	"log/slog"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/poolgate/poolgate/internal/access"
+	"github.com/poolgate/poolgate/pool/cluster"
 )
 
 // Holders says which replica drives an account (clustered only).
@@ -26,11 +24,9 @@ type Holders interface {
 
 // leaseGate carries what the lease check needs.
 type leaseGate struct {
-	holders   Holders
-	token     string // the cluster token, sent with a forwarded action
-	forward   bool   // the holder's advertised URL serves the admin API too
-	transport http.RoundTripper
-	errorLog  *log.Logger // what the relay could not copy, at debug level
+	holders Holders
+	forward bool // the holder's advertised URL serves the admin API too
+	hop     *cluster.Proxy
 }
 
 // SetCluster makes every action on an instance follow its lease: the lease
@@ -40,8 +36,7 @@ type leaseGate struct {
 // replicas' advertised URLs serve the admin API (no separate admin
 // listener); else the action is refused.
 func (a *Admin) SetCluster(h Holders, clusterToken string, forward bool) {
-	a.lease = &leaseGate{holders: h, token: clusterToken, forward: forward, transport: http.DefaultTransport,
-		errorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelDebug)}
+	a.lease = &leaseGate{holders: h, forward: forward, hop: &cluster.Proxy{From: h.ID(), Token: clusterToken}}
 }
 
 // forwardTimeout bounds a forwarded action, the holder's answer included.
@@ -96,51 +91,27 @@ func (a *Admin) onHolder(c *gin.Context, name string) bool {
 		a.refuse(c, name, "it is held by the replica at "+holder+"; send the action to that replica's admin API")
 		return false
 	}
-	target, err := url.Parse(holder)
-	if err != nil {
+	if _, err := url.Parse(holder); err != nil {
 		a.refuse(c, name, "its holder's address "+holder+" is not a URL: "+err.Error())
 		return false
 	}
 	a.log.Info("admin action forwarded to the lease holder", "instance", name, "path", c.Request.URL.Path,
 		"holder", holder, "by", who(c))
-	g.forwardTo(c, target, func(err error) {
+	g.forwardTo(c, holder, func(err error) {
 		a.refuse(c, name, "its holder at "+holder+" could not be reached: "+err.Error())
 	})
 	return false
 }
 
-// forwardTo relays the action to the replica at target, marked as forwarded
-// by this one, and streams its answer back; unreachable, when nothing was
-// written yet, says why.
-func (g *leaseGate) forwardTo(c *gin.Context, target *url.URL, unreachable func(error)) {
-	requestID := c.Writer.Header().Get("X-Request-Id") // one id across the hop
-	var failed error
-	proxy := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(target)
-			pr.Out.Header.Set(access.HopHeader, g.holders.ID())
-			pr.Out.Header.Set(access.TokenHeader, g.token)
-			if requestID != "" {
-				pr.Out.Header.Set("X-Request-Id", requestID)
-			}
-		},
-		ModifyResponse: func(resp *http.Response) error {
-			resp.Header.Del("X-Request-Id") // this replica's is set already: the same id
-			return nil
-		},
-		Transport:     g.transport,
-		FlushInterval: -1,
-		ErrorLog:      g.errorLog,
-		ErrorHandler:  func(_ http.ResponseWriter, _ *http.Request, err error) { failed = err },
-	}
-	// A context of its own (ended with the request's): a client that goes
-	// away mid-answer ends the relay quietly instead of panicking the handler.
-	ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
+// forwardTo relays the action to the replica at holder, marked as
+// forwarded by this one, and streams its answer back; unreachable, when
+// nothing was written yet, says why.
+func (g *leaseGate) forwardTo(c *gin.Context, holder string, unreachable func(error)) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), forwardTimeout)
 	defer cancel()
-	defer context.AfterFunc(c.Request.Context(), cancel)()
-	proxy.ServeHTTP(c.Writer, c.Request.WithContext(ctx))
-	if failed != nil && !c.Writer.Written() {
-		unreachable(failed)
+	err := g.hop.Forward(ctx, c.Writer, c.Request, c.Request.Body, holder)
+	if err != nil && !c.Writer.Written() {
+		unreachable(err)
 	}
 }
 

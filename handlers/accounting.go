@@ -13,13 +13,14 @@ import (
 	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/openaierr"
+	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/live"
 	"github.com/poolgate/poolgate/internal/metrics"
-	"github.com/poolgate/poolgate/internal/served"
 	"github.com/poolgate/poolgate/internal/telemetry"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/cluster"
 	"github.com/poolgate/poolgate/session/limits"
 	"github.com/poolgate/poolgate/session/reqlog"
 	"github.com/poolgate/poolgate/session/usage"
@@ -42,33 +43,67 @@ type Accounting struct {
 	tracer telemetry.Tracer // New sets it from Config.Tracing
 }
 
-// observe wraps a protocol's handler: admission under the caller's key's
-// limits, then the request's record once it is over (metrics, usage, the
-// request log). A request another replica forwarded here was admitted
-// there, so only its record is kept here; a request this replica forwarded
-// is recorded by the replica that served it.
-func observe(m *metrics.Metrics, acct *Accounting, log *slog.Logger, api string, h http.HandlerFunc) gin.HandlerFunc {
+// Protocol serves one answer API's request (a protocol package's
+// handler): the edge hands it the body, read once, and the pool's way to
+// the answer, and it says how the request ended.
+type Protocol func(w http.ResponseWriter, r *http.Request, c relay.Call) relay.Outcome
+
+// answers is what the answer routes share: the router, and the hop to
+// another replica (nil on a single node).
+type answers struct {
+	router Router
+	hop    *cluster.Proxy
+	tracer telemetry.Tracer
+}
+
+// record is one request's record once it is over.
+type record struct {
+	pool.Served
+	// Error is the error told to the caller, "" when none.
+	Error string
+	// Forwarded says another replica served the request.
+	Forwarded bool
+}
+
+// observe serves an answer API's route with its protocol: admission under
+// the caller's key's limits, the body read once, the protocol on its
+// exchange with the pool, then the request's record once it is over
+// (metrics, usage, the request log). A request another replica forwarded
+// here was admitted there, so only its record is kept here; a request this
+// replica forwarded is recorded by the replica that served it.
+func observe(m *metrics.Metrics, acct *Accounting, log *slog.Logger, api string, an *answers, h Protocol) gin.HandlerFunc {
 	var series *metrics.API // the API's own series, looked up once
 	if m != nil {
 		series = m.ForAPI(api)
 	}
 	return func(c *gin.Context) {
 		start := time.Now()
-		ctx, rec := served.With(pool.WithAPI(c.Request.Context(), api))
-		if acct.Capture {
-			rec.Capture()
-		}
-		c.Request = c.Request.WithContext(ctx)
+		ctx := c.Request.Context()
 		key := access.From(ctx).Key
 		ticket, denied := admit(m, acct, log, c, key)
 		if denied != nil {
-			rec.Fail(denied.Error())
-			finish(m, series, acct, api, c, key, rec, start)
+			finish(m, series, acct, api, c, key, record{Error: denied.Error()}, start)
 			return
 		}
-		h(&servedWriter{ResponseWriter: c.Writer, served: rec}, c.Request)
-		info := finish(m, series, acct, api, c, key, rec, start)
-		tokens := int64(info.Usage.InputTokens + info.Usage.OutputTokens)
+		x := &exchange{router: an.router, api: api, capture: acct.Capture, tracer: an.tracer, r: c.Request,
+			id: httpx.RequestID(ctx)}
+		if key != nil {
+			x.key = key.Secret
+		}
+		if !Forwarded(c.Request) {
+			x.hop = an.hop
+		}
+		x.w = &servedWriter{ResponseWriter: c.Writer, x: x}
+		var rec record
+		if body, err := httpx.ReadBody(c.Request); err != nil {
+			rec.Error = readFailed(x.w, c.Request, err)
+		} else {
+			x.body = body
+			out := h(x.w, c.Request, relay.Call{Body: body, Pool: x})
+			rec = record{Served: x.record(), Error: out.Told, Forwarded: x.forwarded}
+		}
+		finish(m, series, acct, api, c, key, rec, start)
+		tokens := int64(rec.Usage.InputTokens + rec.Usage.OutputTokens)
 		ticket.Done(tokens)
 		if ticket == nil && key != nil && key.TokensPerDay > 0 && acct.Limiter != nil && Forwarded(c.Request) {
 			// Admitted by the replica that forwarded it; its tokens are
@@ -78,6 +113,21 @@ func observe(m *metrics.Metrics, acct *Accounting, log *slog.Logger, api string,
 			}
 		}
 	}
+}
+
+// readFailed answers a body that could not be read (over its cap, late, or
+// cut off) in the request's protocol shape and returns what it told.
+func readFailed(w http.ResponseWriter, r *http.Request, err error) string {
+	if apierr.Gone(r.Context(), err) {
+		w.WriteHeader(apierr.StatusClientClosed)
+		return "the client closed the request"
+	}
+	p := apierr.Classify(err)
+	if !errors.Is(err, httpx.ErrBodyTooLarge) && !errors.Is(err, httpx.ErrBodyTimeout) {
+		p = apierr.ForStatus(http.StatusBadRequest, "could not read the request body: "+err.Error())
+	}
+	writeProblem(w, r, &p)
+	return p.Message
 }
 
 // limited admits a request that costs the gateway work but serves no turn
@@ -124,14 +174,13 @@ func admit(m *metrics.Metrics, acct *Accounting, log *slog.Logger, c *gin.Contex
 
 // finish records a request that is over and returns its record.
 func finish(m *metrics.Metrics, series *metrics.API, acct *Accounting, api string, c *gin.Context, key *apikey.Key,
-	rec *served.Record, start time.Time) served.Info {
+	info record, start time.Time) {
 	status := c.Writer.Status()
 	code := "200"
 	if status != http.StatusOK {
 		code = itoa(status)
 	}
 	elapsed := time.Since(start)
-	info := rec.Info()
 	name := ""
 	if key != nil {
 		name = key.Name
@@ -152,7 +201,7 @@ func finish(m *metrics.Metrics, series *metrics.API, acct *Accounting, api strin
 		}
 	}
 	if info.Forwarded {
-		return info // the replica that served it keeps its record
+		return // the replica that served it keeps its record
 	}
 	failed := status >= 400 || info.Error != ""
 	if acct.Live != nil {
@@ -170,7 +219,6 @@ func finish(m *metrics.Metrics, series *metrics.API, acct *Accounting, api strin
 			OutputTokens: int64(info.Usage.OutputTokens), Reused: info.Reused, Error: info.Error,
 			Prompt: info.Prompt, Answer: info.Answer})
 	}
-	return info
 }
 
 // writeDenied answers a request over its key's limit: 429 in the caller's

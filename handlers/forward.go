@@ -3,17 +3,18 @@ package handlers
 import (
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"io"
 	"net/http"
-	"strings"
+	"sync/atomic"
 
-	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 
-	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/internal/access"
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/telemetry"
 	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/cluster"
 )
 
 // Forwarded reports whether another replica forwarded r, as the edge
@@ -21,88 +22,81 @@ import (
 // most).
 func Forwarded(r *http.Request) bool { return access.From(r.Context()).Replica != "" }
 
-// hopByHop headers describe one connection, not the request, so they are
-// not forwarded (nor is the length, which the proxied body sets again).
-var hopByHop = map[string]bool{"Connection": true, "Keep-Alive": true, "Proxy-Connection": true,
-	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Content-Length": true}
-
-// ClusterHop lets the router forward a client's request to the replica that
-// holds its conversation: it keeps the body for a second send and installs
-// the forwarder. A request that is itself forwarded (the edge checked its
-// cluster token) is never forwarded again: one hop at most.
-func ClusterHop(replicaID, token string, client *http.Client) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		if Forwarded(c.Request) {
-			c.Next()
-			return
-		}
-		body, err := io.ReadAll(c.Request.Body)
-		if err != nil {
-			// Over the cap: let the protocol answer 413 in its shape.
-			c.Request.Body = io.NopCloser(errReader{err})
-			c.Next()
-			return
-		}
-		c.Request.Body = io.NopCloser(bytes.NewReader(body))
-		r, w := c.Request, c.Writer
-		fw := func(ctx context.Context, url string) error {
-			if !httpx.Claim(ctx, httpx.Forward) {
-				return errAnsweringHere
-			}
-			return Proxy(ctx, client, w, r, strings.TrimRight(url, "/"), body, replicaID, token)
-		}
-		c.Request = r.WithContext(pool.WithForwarder(httpx.WithClaim(r.Context()), fw))
-		c.Next()
-	}
+// Router runs requests on the pool (*pool.Router).
+type Router interface {
+	Open(ctx context.Context, c pool.Call) (pool.Opened, error)
 }
 
-// errAnsweringHere refuses a forward once this replica's stream has started
-// (a keep-alive went out while the request waited here).
-var errAnsweringHere = errors.New("the answer already started on this replica")
+// exchange is one API request's way to its answer, the relay.Pool its
+// protocol is handed: the router, and, for a client's request on a
+// clustered replica, the hop to the replica that holds its turn. It keeps
+// what the router said about the request, for the request's record.
+type exchange struct {
+	router  Router
+	api     string
+	capture bool
+	// hop carries the request to another replica; nil when it may not hop
+	// (a single node, or a request another replica forwarded here).
+	hop     *cluster.Proxy
+	tracer  telemetry.Tracer
+	w       http.ResponseWriter
+	r       *http.Request
+	body    []byte
+	id, key string // the request id and the caller's secret
 
-type errReader struct{ err error }
+	// instance is the instance that took the turn, once Open returned
+	// (read by the response writer, maybe from the keep-alive's goroutine).
+	instance  atomic.Pointer[string]
+	served    pool.Served
+	answer    pool.Answer
+	forwarded bool
+}
 
-func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+var _ relay.Pool = (*exchange)(nil)
 
-// Proxy sends the request (with body) to the replica at base, marked as
-// forwarded by replicaID with the cluster token, and streams the answer back
-// unbuffered. It returns an error only if nothing was written.
-func Proxy(ctx context.Context, client *http.Client, w http.ResponseWriter, r *http.Request, base string, body []byte, replicaID, token string) error {
-	req, err := http.NewRequestWithContext(ctx, r.Method, base+r.URL.RequestURI(), bytes.NewReader(body))
-	if err != nil {
-		return err
+// Open runs req on the router as this request.
+func (x *exchange) Open(ctx context.Context, req *chat.Request, mayHop bool) (chat.Answer, string, error) {
+	req.RequestID, req.APIKey = x.id, x.key
+	o, err := x.router.Open(ctx, pool.Call{API: x.api, Request: req, MayHop: mayHop && x.hop != nil, Capture: x.capture})
+	x.served, x.answer = o.Served, o.Answer
+	x.instance.Store(&o.Served.Instance)
+	if o.Answer == nil {
+		return nil, o.Holder, err
 	}
-	for k, vs := range r.Header {
-		if !hopByHop[k] {
-			req.Header[k] = vs
+	return o.Answer, "", nil
+}
+
+// Hop carries the request to the replica at holder, traced as the hop's
+// span (which the holder's spans continue).
+func (x *exchange) Hop(ctx context.Context, holder string) error {
+	ctx, span := x.tracer.Start(ctx, telemetry.SpanForward)
+	err := x.hop.Forward(ctx, x.w, x.r, bytes.NewReader(x.body), holder)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String(telemetry.AttrTarget, holder))
+		if err != nil {
+			span.SetAttributes(attribute.String(telemetry.AttrOutcome, "unreachable"))
+			span.SetStatus(codes.Error, "the replica could not be reached")
+		} else {
+			span.SetAttributes(attribute.String(telemetry.AttrOutcome, "forwarded"))
 		}
+		span.End()
 	}
-	req.Header.Set("X-Request-Id", httpx.RequestID(ctx)) // one id across the hop
-	req.Header.Set(access.HopHeader, replicaID)
-	req.Header.Set(access.TokenHeader, token)
-	resp, err := client.Do(req)
-	if err != nil {
-		return fmt.Errorf("forward to %s: %w", base, err)
+	x.forwarded = err == nil
+	return err
+}
+
+// Instance names the instance that took the turn, "" before one did.
+func (x *exchange) Instance() string {
+	if p := x.instance.Load(); p != nil {
+		return *p
 	}
-	defer resp.Body.Close()
-	for k, vs := range resp.Header {
-		if !hopByHop[k] && k != "X-Request-Id" { // keep this replica's (the same id, set by the middleware)
-			w.Header()[k] = vs
-		}
+	return ""
+}
+
+// record is what the router said about the request, once it is over.
+func (x *exchange) record() pool.Served {
+	if x.answer != nil {
+		return x.answer.Served()
 	}
-	w.WriteHeader(resp.StatusCode)
-	rc := http.NewResponseController(w)
-	buf := make([]byte, 32<<10)
-	for {
-		n, rerr := resp.Body.Read(buf)
-		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return nil // the client went away; the context ends the rest
-			}
-			_ = rc.Flush()
-		}
-		if rerr != nil {
-			return nil
-		}
-	}
+	return x.served
 }

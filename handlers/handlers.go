@@ -29,8 +29,8 @@ import (
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
-	"github.com/poolgate/poolgate/internal/served"
 	"github.com/poolgate/poolgate/internal/telemetry"
+	"github.com/poolgate/poolgate/pool/cluster"
 )
 
 // Config configures the public API.
@@ -67,8 +67,10 @@ type ModelLister interface {
 	Models() []chat.Model
 }
 
-// Protocols are the protocol handlers the routes call.
+// Protocols are the protocol handlers the routes call, and the router that
+// answers them.
 type Protocols struct {
+	Router    Router
 	Chat      *openaichat.Handler
 	Responses *responses.Handler
 	Messages  *anthropic.Handler
@@ -104,13 +106,14 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	e.NoMethod(notAllowed)
 
 	api := e.Group("", BodyCap(cfg.MaxBodyBytes, cfg.BodyTimeout))
+	an := &answers{router: p.Router, tracer: cfg.Accounting.tracer}
 	if cfg.ClusterToken != "" {
-		api.Use(ClusterHop(cfg.ReplicaID, cfg.ClusterToken, hopClient(cfg.Tracing)))
+		an.hop = &cluster.Proxy{From: cfg.ReplicaID, Token: cfg.ClusterToken, Client: hopClient(cfg.Tracing)}
 	}
-	chat := observe(m, cfg.Accounting, log, "chat", p.Chat.Completions)
+	chat := observe(m, cfg.Accounting, log, "chat", an, p.Chat.Completions)
 	api.POST("/v1/chat/completions", chat)
 	api.POST("/chat/completions", chat)
-	create := observe(m, cfg.Accounting, log, "responses", p.Responses.Create)
+	create := observe(m, cfg.Accounting, log, "responses", an, p.Responses.Create)
 	api.POST("/v1/responses", create)
 	api.POST("/responses", create)
 	// Remote compaction is an OpenAI-only service: an encrypted summary only
@@ -120,7 +123,7 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	api.GET("/v1/responses/:id", withID(p.Responses.Get))
 	api.DELETE("/v1/responses/:id", withID(p.Responses.Delete))
 	api.GET("/v1/responses/:id/input_items", withID(p.Responses.InputItems))
-	api.POST("/v1/messages", observe(m, cfg.Accounting, log, "messages", p.Messages.Messages))
+	api.POST("/v1/messages", observe(m, cfg.Accounting, log, "messages", an, p.Messages.Messages))
 	api.POST("/v1/messages/count_tokens", limited(m, cfg.Accounting, log, p.Messages.CountTokens))
 	api.GET("/v1/models", models(p.Models))
 	return e
@@ -290,12 +293,12 @@ func formatBytes(n int64) string {
 // InstanceHeader names the instance that served a request.
 const InstanceHeader = "X-Poolgate-Instance"
 
-// servedWriter sets InstanceHeader from the request's record when the
+// servedWriter sets InstanceHeader from the request's exchange when the
 // response headers go out: by then the router has picked the worker (a
 // stream that had to open before any worker took its turn goes without).
 type servedWriter struct {
 	http.ResponseWriter
-	served  *served.Record
+	x       *exchange
 	stamped bool
 }
 
@@ -304,7 +307,7 @@ func (w *servedWriter) stamp() {
 		return
 	}
 	w.stamped = true
-	if in := w.served.Instance(); in != "" && w.Header().Get(InstanceHeader) == "" {
+	if in := w.x.Instance(); in != "" && w.Header().Get(InstanceHeader) == "" {
 		w.Header().Set(InstanceHeader, in)
 	}
 }

@@ -108,30 +108,28 @@ func probeTurn(ctx context.Context, slot *Slot, model string) error {
 	defer cancel()
 	t := &chat.Turn{RequestID: "probe-" + strconv.FormatInt(time.Now().UnixNano(), 36), Model: model, MaxTokens: 16,
 		Messages: []chat.Message{{Role: chat.RoleUser, Content: probePrompt}}}
-	events, err := slot.Backend.Chat(ctx, t)
+	a, err := slot.Backend.Start(ctx, t)
 	if err != nil {
 		return err
 	}
-	for ev := range events {
-		switch ev.Type {
-		case chat.EventError:
-			cancel()
-			for range events { // the stream ends once the turn has stopped
+	defer a.Close()
+	for {
+		ev, ok := a.Next()
+		switch {
+		case !ok:
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
+			return chat.ErrWorkerGone
+		case ev.Type == chat.EventError:
 			return ev.Err
-		case chat.EventDone:
+		case ev.Type == chat.EventDone:
 			if del, ok := slot.Backend.(supervisor.SessionDeleter); ok && ev.SessionID != "" {
 				dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 				_ = del.DeleteSession(dctx, ev.SessionID) // best effort
 				dcancel()
 			}
-			for range events {
-			}
 			return nil
 		}
 	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return chat.ErrWorkerGone
 }

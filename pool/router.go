@@ -12,7 +12,6 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
-	"github.com/poolgate/poolgate/internal/served"
 	"github.com/poolgate/poolgate/internal/telemetry"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
@@ -77,60 +76,104 @@ func NewRouter(cfg RouterConfig, p *Pool, store AffinityStore, m *metrics.Metric
 // Wait waits for the router's background work (upstream session deletes).
 func (r *Router) Wait() { r.wg.Wait() }
 
-type apiKey struct{}
-
-// WithAPI labels ctx with the public API a request came in on ("chat",
-// "responses", "messages"), for the router's per-API metrics.
-func WithAPI(ctx context.Context, api string) context.Context {
-	return context.WithValue(ctx, apiKey{}, api)
+// Call is one request as the router takes it: everything the router needs
+// to know about it is here, none of it in the context.
+type Call struct {
+	// API names the public API the request came in on ("chat",
+	// "responses", "messages"), for the per-API metrics and the turn log.
+	API     string
+	Request *chat.Request
+	// MayHop says another replica may serve the request: set on a
+	// client's request on a clustered replica, never on one another
+	// replica forwarded here (one hop at most).
+	MayHop bool
+	// Capture keeps the newest prompt message and the answer's text in
+	// Served (the request log's debug switch).
+	Capture bool
 }
 
-// request is one Chat call's routing state.
+// Served says how a request was served: the worker that took its turn (the
+// last one tried, when every try failed), then the turn's usage.
+type Served struct {
+	Instance string
+	Account  string
+	Model    string
+	// Reused says the turn continued an upstream session.
+	Reused bool
+	Usage  chat.Usage
+	// TTFT is the time from the request to its answer's first event, 0
+	// before one.
+	TTFT time.Duration
+	// Prompt and Answer are the newest prompt message and the answer's
+	// text, kept only when the Call asked to capture them.
+	Prompt, Answer string
+}
+
+// Answer is a started answer as Open hands it on: a chat.Answer that says,
+// once it is over, how its request was served (*Stream is the one).
+type Answer interface {
+	chat.Answer
+	Served() Served
+}
+
+// Opened is what Open did with a request: the answer it started here, or
+// the replica the turn belongs to, and where it ran so far.
+type Opened struct {
+	// Answer is the started answer, nil when the turn is another
+	// replica's or Open failed.
+	Answer Answer
+	// Holder is the URL of the replica that serves the turn instead;
+	// nothing was admitted here.
+	Holder string
+	// Served says where the turn ran so far (after a failure: the last
+	// instance tried). A started answer's Served says the rest once it
+	// is over.
+	Served Served
+}
+
+// request is one Open call's routing state.
 type request struct {
 	*chat.Request
 	start    time.Time
 	api      string
 	model    string
 	owner    string
+	mayHop   bool
+	capture  bool
 	split    int    // index of the newest assistant message, -1 if none
 	key      string // the affinity entry taken, if any
 	hit      Affinity
 	hasHit   bool
 	reused   bool
 	excluded []string
-	served   *served.Record
+	served   Served
 	tries    int        // attempts started
 	span     trace.Span // the attempt in progress, nil while tracing is off
 	began    time.Time  // when it started
 }
 
-// Chat runs req. An error returned here happened before any event reached
-// the caller (after retries). Otherwise the channel carries the answer and
-// ends with one EventDone or EventError; it is closed when the turn is over
-// and its slot freed. Cancelling ctx cancels the upstream turn.
-func (r *Router) Chat(ctx context.Context, req *chat.Request) (<-chan chat.Event, error) {
-	s, err := r.Pull(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return s.channel(ctx, &r.wg), nil
-}
-
-// Pull runs req like Chat, but the caller reads the answer itself, in its
-// own goroutine, through the returned Stream: no goroutine or channel
-// stands between the worker's connection and the caller. The caller must
-// Close the stream.
-func (r *Router) Pull(ctx context.Context, req *chat.Request) (*Stream, error) {
-	api, _ := ctx.Value(apiKey{}).(string)
+// Open runs c's request on the pool: affinity, admission, the turn and its
+// retries. It returns the answer once it has started (a non-streaming
+// answer: once it is whole); the caller reads it on its own goroutine,
+// with no goroutine or channel between the worker's connection and the
+// caller, and must Close it. An error returned here happened before any
+// event reached the caller, after retries.
+//
+// When c.MayHop and the turn belongs to another replica (that replica
+// holds the conversation's upstream session, or no instance here is ready
+// while another replica has room), Open returns that replica's URL as
+// Opened.Holder, with nothing admitted here: the caller carries the
+// request there, and calls Open again without MayHop if it cannot.
+func (r *Router) Open(ctx context.Context, c Call) (Opened, error) {
+	req := c.Request
 	if err := r.toolPolicy(req); err != nil {
-		return nil, err
+		return Opened{}, err
 	}
-	rq := &request{Request: req, start: time.Now(), api: api, model: r.ResolveModel(req.Model),
-		owner: OwnerKey(req.APIKey), split: lastAssistant(req.Messages), served: served.From(ctx)}
+	rq := &request{Request: req, start: time.Now(), api: c.API, model: r.ResolveModel(req.Model),
+		owner: OwnerKey(req.APIKey), split: lastAssistant(req.Messages), mayHop: c.MayHop, capture: c.Capture}
 	r.lookup(ctx, rq)
-	if r.forwardRemote(ctx, rq) {
-		rq.served.Forward()
-		return nil, ErrForwarded
+	if holder := r.holder(ctx, rq); holder != "" {
+		return Opened{Holder: holder}, nil
 	}
 	var lastErr error
 	// attempts counts turns a worker took; a turn refused by an instance
@@ -143,27 +186,28 @@ func (r *Router) Pull(ctx context.Context, req *chat.Request) (*Stream, error) {
 		if len(rq.excluded) > 0 && r.metrics != nil {
 			r.metrics.Retries.Inc()
 		}
-		if len(rq.excluded) > 0 && r.forwardRemote(ctx, rq) {
+		if len(rq.excluded) > 0 {
 			// The instances tried here went away (their leases lapsed,
-			// say): another replica serves the retry.
-			rq.served.Forward()
-			return nil, ErrForwarded
+			// say): another replica may serve the retry.
+			if holder := r.holder(ctx, rq); holder != "" {
+				return Opened{Holder: holder, Served: rq.served}, nil
+			}
 		}
 		slot, err := r.acquire(ctx, rq)
 		if err != nil {
 			r.dropHit(rq)
 			if lastErr != nil && errors.Is(err, chat.ErrNoInstance) {
-				return nil, lastErr
+				return Opened{Served: rq.served}, lastErr
 			}
-			return nil, err
+			return Opened{Served: rq.served}, err
 		}
 		out, started, err := r.attempt(ctx, rq, slot)
 		if err == nil {
-			return out, nil
+			return Opened{Answer: out, Served: rq.served}, nil
 		}
 		lastErr = err
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return Opened{Served: rq.served}, ctx.Err()
 		}
 		if started || !(errors.Is(err, chat.ErrWorkerGone) || errors.Is(err, chat.ErrNotLoggedIn)) {
 			attempts++
@@ -177,7 +221,7 @@ func (r *Router) Pull(ctx context.Context, req *chat.Request) (*Stream, error) {
 			rq.excluded = rq.excluded[:0]
 		}
 	}
-	return nil, lastErr
+	return Opened{Served: rq.served}, lastErr
 }
 
 // toolPolicy applies the operator's tool policy to req.
@@ -265,10 +309,10 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream,
 			rq.reused = true
 		}
 	}
-	rq.served.Turn(slot.Instance(), slot.m.account, rq.model, rq.reused)
+	rq.served = Served{Instance: slot.Instance(), Account: slot.m.account, Model: rq.model, Reused: rq.reused}
 	r.startAttempt(ctx, rq, slot)
 	tctx, cancel := context.WithCancel(ctx)
-	src, err := open(tctx, slot.Backend, turn)
+	src, err := slot.Backend.Start(tctx, turn)
 	if err != nil {
 		cancel()
 		r.failed(rq, slot, err)
@@ -277,9 +321,12 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream,
 	}
 	var head []chat.Event
 	for {
-		ev := src.first()
+		ev, ok := src.Next()
+		if !ok {
+			ev = chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}
+		}
 		if ev.Type == chat.EventError {
-			src.close()
+			src.Close()
 			cancel()
 			r.failed(rq, slot, ev.Err)
 			r.endAttempt(rq, failureOutcome(ev.Err), ev.Err)
@@ -290,7 +337,7 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream,
 			if r.metrics != nil && rq.api != "" {
 				r.metrics.ForAPI(rq.api).TTFT.Observe(ttft.Seconds())
 			}
-			rq.served.First(ttft)
+			rq.served.TTFT = ttft
 			firstEvent(rq)
 		}
 		head = append(head, ev)
@@ -305,7 +352,7 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream,
 	// then complete, and a stream's first event waits for the caller, who
 	// reads the rest.
 	st := &Stream{src: src, cancel: cancel}
-	st.q = supervisor.EventsIn(st.qbuf[:])
+	st.q = chat.QueueIn(st.qbuf[:])
 	st.f = forwarding{r: r, ctx: tctx, rq: rq, slot: slot, q: &st.q, lim: newLimiter(rq.Stop, rq.MaxTokens, r.cfg.Count)}
 	if st.f.head(head) {
 		st.end()
@@ -340,7 +387,7 @@ type forwarding struct {
 	ctx   context.Context
 	rq    *request
 	slot  *Slot
-	q     *supervisor.Events // what the caller has yet to take
+	q     *chat.Queue // what the caller has yet to take
 	lim   *limiter
 	text  strings.Builder
 	calls []chat.ToolCall
@@ -419,9 +466,9 @@ func (r *Router) finish(rq *request, slot *Slot, done chat.Event, text string, c
 			done.Finish = chat.FinishToolCalls
 		}
 	}
-	rq.served.Done(done.Usage)
-	if rq.served.Capturing() && len(rq.Messages) > 0 {
-		rq.served.Text(rq.Messages[len(rq.Messages)-1].Content, text)
+	rq.served.Usage = done.Usage
+	if rq.capture && len(rq.Messages) > 0 {
+		rq.served.Prompt, rq.served.Answer = rq.Messages[len(rq.Messages)-1].Content, text
 	}
 	if r.metrics != nil {
 		r.metrics.CountTokens(done.Usage.InputTokens, done.Usage.OutputTokens)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/chat/chattest"
 	"github.com/poolgate/poolgate/pool/supervisor/supervisortest"
 )
 
@@ -18,20 +19,20 @@ type refusing struct {
 	n       int
 }
 
-func (r *refusing) chat(_ context.Context, instance string, _ *chat.Turn) (<-chan chat.Event, error) {
+func (r *refusing) start(ctx context.Context, instance string, _ *chat.Turn) (chat.Answer, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.refused[instance] < r.n {
 		r.refused[instance]++
 		return nil, chat.ErrWorkerGone
 	}
-	return supervisortest.Answer("ok"), nil
+	return chattest.Text(ctx, "ok"), nil
 }
 
 // refusingPool is a pool of ready fake workers that each refuse n turns.
 func refusingPool(t *testing.T, n int, names ...string) *Pool {
 	f := supervisortest.New()
-	f.Chat = (&refusing{refused: map[string]int{}, n: n}).chat
+	f.Start = (&refusing{refused: map[string]int{}, n: n}).start
 	p, _ := startFake(t, Config{QueueTimeout: 5 * time.Second}, f, supervisortest.Configs(t, false, names...), nil)
 	waitReady(t, p, names...)
 	return p
@@ -42,12 +43,12 @@ func TestEveryInstanceRefusingOnceStillServes(t *testing.T) {
 	r := NewRouter(RouterConfig{Retries: 0}, p, nil, nil, p.log)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	ch, err := r.Chat(ctx, &chat.Request{Messages: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}})
+	s, err := open(ctx, r, &chat.Request{Messages: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}})
 	if err != nil {
 		t.Fatalf("every instance refused once, then the request failed: %v", err)
 	}
 	var text string
-	for ev := range ch {
+	for _, ev := range chattest.Collect(s) {
 		text += ev.Text
 	}
 	if text != "ok" {
@@ -61,7 +62,16 @@ func TestRefusalsAreBounded(t *testing.T) {
 	r := NewRouter(RouterConfig{Retries: 1}, p, nil, nil, p.log)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if _, err := r.Chat(ctx, &chat.Request{Messages: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}}); err == nil || ctx.Err() != nil {
+	if _, err := open(ctx, r, &chat.Request{Messages: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}}); err == nil || ctx.Err() != nil {
 		t.Fatalf("got %v (ctx %v), want the refusal returned well before the deadline", err, ctx.Err())
 	}
+}
+
+// open runs req through r as a client's request on a single replica.
+func open(ctx context.Context, r *Router, req *chat.Request) (*Stream, error) {
+	o, err := r.Open(ctx, Call{Request: req})
+	if err != nil {
+		return nil, err
+	}
+	return o.Answer.(*Stream), nil
 }

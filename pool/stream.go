@@ -2,31 +2,34 @@ package pool
 
 import (
 	"context"
-	"sync"
 
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
-// Stream is an answer the caller reads on its own goroutine (Router.Pull):
-// each Next reads from the worker only when no event waits. It is not safe
+// Stream is a started answer as the router hands it on (Router.Open): a
+// chat.Answer whose every Next reads from the worker only when no event
+// waits, with stop sequences, the token cap and the affinity write-back
+// applied on the way. It is read on the caller's goroutine and is not safe
 // for concurrent use.
 type Stream struct {
 	f forwarding
-	q supervisor.Events // handled, not yet taken
+	q chat.Queue // handled, not yet taken
 	// qbuf is q's first storage: a whole non-streaming answer (its text
 	// and its closing event) fits.
 	qbuf   [2]chat.Event
-	src    answer
+	src    chat.Answer
 	cancel context.CancelFunc
 	// over is set once the answer ended (its closing event is queued) or
 	// its caller went away; the turn is then released.
 	over bool
 }
 
-// Next returns the answer's next event; it is false once the answer is
-// over: after the closing event (EventDone or EventError), or once the
-// request's context ended, with or without one.
+var _ chat.Answer = (*Stream)(nil)
+
+// Next returns the answer's next event; false once the answer is over,
+// after its closing event (EventDone or EventError). When the request's
+// context ends first, the answer ends with an EventError carrying the
+// context's error.
 func (s *Stream) Next() (chat.Event, bool) {
 	for {
 		if ev, ok := s.q.Pop(); ok {
@@ -41,20 +44,26 @@ func (s *Stream) Next() (chat.Event, bool) {
 
 // step reads and handles the worker's next event.
 func (s *Stream) step() {
-	ev, ok := s.src.next(s.f.ctx)
+	ev, ok := s.src.Next()
 	switch {
-	case !ok:
+	case s.f.ctx.Err() != nil:
+		// The caller went away: what the worker said last is moot.
 		s.f.cancelled()
+		s.q.Push(chat.Event{Type: chat.EventError, Err: s.f.ctx.Err()})
+		s.end()
+	case !ok:
+		// An answer that ended without its closing event lost its worker.
+		s.f.handle(chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone})
 		s.end()
 	case s.f.handle(ev):
 		s.end()
 	}
 }
 
-// Pending says whether Next has an event without waiting for the worker:
+// Buffered says whether Next has an event without waiting for the worker:
 // events the worker already sent are handled to find out.
-func (s *Stream) Pending() bool {
-	for s.q.Len() == 0 && !s.over && s.src.pending() {
+func (s *Stream) Buffered() bool {
+	for s.q.Len() == 0 && !s.over && s.src.Buffered() {
 		s.step()
 	}
 	return s.q.Len() > 0
@@ -64,8 +73,12 @@ func (s *Stream) Pending() bool {
 // taken yet are dropped. Safe to call more than once.
 func (s *Stream) Close() {
 	s.end()
-	s.q = supervisor.Events{}
+	s.q = chat.Queue{}
 }
+
+// Served says how the request was served; once the answer is over, with
+// its usage.
+func (s *Stream) Served() Served { return s.f.rq.served }
 
 // end releases the turn once.
 func (s *Stream) end() {
@@ -73,43 +86,8 @@ func (s *Stream) end() {
 		return
 	}
 	s.over = true
-	s.src.close()
+	s.src.Close()
 	s.f.slot.Release()
 	s.cancel()
 	s.src = nil
-}
-
-// channel serves the stream on a channel, as Chat hands answers out: at
-// once when the answer is complete, else from a goroutine (tracked by wg)
-// that closes the stream and the channel at its end, or once ctx ends.
-func (s *Stream) channel(ctx context.Context, wg *sync.WaitGroup) <-chan chat.Event {
-	if s.over {
-		out := make(chan chat.Event, s.q.Len())
-		for {
-			ev, ok := s.q.Pop()
-			if !ok {
-				break
-			}
-			out <- ev
-		}
-		close(out)
-		return out
-	}
-	out := make(chan chat.Event, 16)
-	wg.Go(func() {
-		defer close(out)
-		defer s.Close()
-		for {
-			ev, ok := s.Next()
-			if !ok {
-				return
-			}
-			select {
-			case out <- ev:
-			case <-ctx.Done():
-				return
-			}
-		}
-	})
-	return out
 }

@@ -2,31 +2,37 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/chat/chattest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor/supervisortest"
 )
 
-// scripted is one fake worker whose answer the test sends event by event;
-// turn is the context of the turn it was given.
+// scripted is one fake worker whose answer the test hands over event by
+// event (its first event is "a"); turn is the context of the turn it was
+// given, feed its answer.
 type scripted struct {
-	events chan chat.Event
-	turn   chan context.Context
+	turn chan context.Context
+	feed chan *chattest.Feed
 }
 
-func (s *scripted) chat(ctx context.Context, _ string, _ *chat.Turn) (<-chan chat.Event, error) {
+func (s *scripted) start(ctx context.Context, _ string, _ *chat.Turn) (chat.Answer, error) {
+	f := chattest.NewFeed(ctx, 8)
+	f.Send(chat.Event{Type: chat.EventText, Text: "a"})
 	s.turn <- ctx
-	return s.events, nil
+	s.feed <- f
+	return f, nil
 }
 
 func pullPool(t *testing.T) (*Router, *Pool, *scripted) {
 	t.Helper()
-	w := &scripted{events: make(chan chat.Event, 8), turn: make(chan context.Context, 1)}
+	w := &scripted{turn: make(chan context.Context, 1), feed: make(chan *chattest.Feed, 1)}
 	f := supervisortest.New()
-	f.Chat = w.chat
+	f.Start = w.start
 	p, _ := startFake(t, Config{QueueTimeout: 5 * time.Second}, f, supervisortest.Configs(t, false, "a"), nil)
 	waitReady(t, p, "a")
 	return NewRouter(RouterConfig{}, p, nil, nil, p.log), p, w
@@ -37,33 +43,33 @@ func inFlight(p *Pool) int { return p.Snapshot().InFlight }
 // pullStream starts a streamed turn whose worker has sent "a".
 func pullStream(t *testing.T, ctx context.Context, r *Router, w *scripted) *Stream {
 	t.Helper()
-	w.events <- chat.Event{Type: chat.EventText, Text: "a"}
-	s, err := r.Pull(ctx, &chat.Request{Stream: true, Messages: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}})
+	s, err := open(ctx, r, &chat.Request{Stream: true, Messages: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-func TestPullReadsTheStreamOnTheCallersGoroutine(t *testing.T) {
+func TestOpenReadsTheStreamOnTheCallersGoroutine(t *testing.T) {
 	r, p, w := pullPool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	s := pullStream(t, ctx, r, w)
 	defer s.Close()
 	// The first event was read before Pull returned.
-	if !s.Pending() {
+	if !s.Buffered() {
 		t.Fatal("the first event is not at hand")
 	}
 	if ev, ok := s.Next(); !ok || ev.Text != "a" {
 		t.Fatalf("first event %+v, %v", ev, ok)
 	}
-	if s.Pending() {
+	if s.Buffered() {
 		t.Fatal("pending with nothing sent")
 	}
-	w.events <- chat.Event{Type: chat.EventText, Text: "b"}
-	w.events <- chat.Event{Type: chat.EventDone, Finish: chat.FinishStop}
-	if !s.Pending() {
+	feed := <-w.feed
+	feed.Send(chat.Event{Type: chat.EventText, Text: "b"})
+	feed.Send(chat.Event{Type: chat.EventDone, Finish: chat.FinishStop})
+	if !s.Buffered() {
 		t.Fatal("an event sent is not at hand")
 	}
 	if ev, ok := s.Next(); !ok || ev.Text != "b" {
@@ -81,7 +87,7 @@ func TestPullReadsTheStreamOnTheCallersGoroutine(t *testing.T) {
 	}
 }
 
-func TestPullClosedMidStreamEndsTheTurn(t *testing.T) {
+func TestOpenClosedMidStreamEndsTheTurn(t *testing.T) {
 	r, p, w := pullPool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -105,7 +111,7 @@ func TestPullClosedMidStreamEndsTheTurn(t *testing.T) {
 	}
 }
 
-func TestPullEndsWhenTheRequestDoes(t *testing.T) {
+func TestOpenEndsWhenTheRequestDoes(t *testing.T) {
 	r, p, w := pullPool(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	s := pullStream(t, ctx, r, w)
@@ -113,14 +119,15 @@ func TestPullEndsWhenTheRequestDoes(t *testing.T) {
 	s.Next()
 	done := make(chan bool)
 	go func() {
-		_, ok := s.Next() // waits for the worker, which sends nothing more
-		done <- ok
+		ev, _ := s.Next() // waits for the worker, which sends nothing more
+		_, more := s.Next()
+		done <- ev.Type == chat.EventError && errors.Is(ev.Err, context.Canceled) && !more
 	}()
 	cancel()
 	select {
 	case ok := <-done:
-		if ok {
-			t.Error("an event after the request ended")
+		if !ok {
+			t.Error("the answer did not end with the request's cancellation")
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("Next still waits after the request ended")

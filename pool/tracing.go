@@ -115,18 +115,3 @@ func failureOutcome(err error) string {
 	}
 	return "error"
 }
-
-// endForwardSpan ends the span of the hop to another replica.
-func endForwardSpan(span trace.Span, target string, err error) {
-	if !span.IsRecording() {
-		return
-	}
-	span.SetAttributes(attribute.String(telemetry.AttrTarget, target))
-	if err != nil {
-		span.SetAttributes(attribute.String(telemetry.AttrOutcome, "unreachable"))
-		span.SetStatus(codes.Error, "the replica could not be reached")
-	} else {
-		span.SetAttributes(attribute.String(telemetry.AttrOutcome, "forwarded"))
-	}
-	span.End()
-}

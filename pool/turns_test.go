@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/chat/chattest"
 	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/pool/supervisor/supervisortest"
 )
@@ -18,13 +19,12 @@ import (
 // slowWords is a fake worker script: each turn says "You said: <prompt>"
 // a word every 100 ms, and ends with chat.ErrWorkerGone when its worker's
 // process exits first.
-func slowWords(f *supervisortest.Workers) func(ctx context.Context, instance string, t *chat.Turn) (<-chan chat.Event, error) {
-	return func(ctx context.Context, instance string, t *chat.Turn) (<-chan chat.Event, error) {
+func slowWords(f *supervisortest.Workers) func(ctx context.Context, instance string, t *chat.Turn) (chat.Answer, error) {
+	return func(ctx context.Context, instance string, t *chat.Turn) (chat.Answer, error) {
 		exited := f.Exited(instance)
 		words := strings.Fields("You said: " + t.Messages[len(t.Messages)-1].Content)
-		ch := make(chan chat.Event)
+		feed := chattest.NewFeed(ctx, 0)
 		go func() {
-			defer close(ch)
 			for i, w := range words {
 				if i > 0 {
 					w = " " + w
@@ -32,20 +32,18 @@ func slowWords(f *supervisortest.Workers) func(ctx context.Context, instance str
 				select {
 				case <-time.After(100 * time.Millisecond):
 				case <-exited:
-					ch <- chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}
+					feed.Send(chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone})
 					return
 				case <-ctx.Done():
 					return
 				}
-				select {
-				case ch <- chat.Event{Type: chat.EventText, Text: w}:
-				case <-ctx.Done():
+				if !feed.Send(chat.Event{Type: chat.EventText, Text: w}) {
 					return
 				}
 			}
-			ch <- chat.Event{Type: chat.EventDone, Finish: chat.FinishStop}
+			feed.Send(chat.Event{Type: chat.EventDone, Finish: chat.FinishStop})
 		}()
-		return ch, nil
+		return feed, nil
 	}
 }
 
@@ -53,12 +51,12 @@ func slowWords(f *supervisortest.Workers) func(ctx context.Context, instance str
 func ask(r *Router, prompt string, stream bool) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ch, err := r.Chat(ctx, &chat.Request{Messages: []chat.Message{{Role: chat.RoleUser, Content: prompt}}, Stream: stream})
+	s, err := open(ctx, r, &chat.Request{Messages: []chat.Message{{Role: chat.RoleUser, Content: prompt}}, Stream: stream})
 	if err != nil {
 		return "", err
 	}
 	var b strings.Builder
-	for ev := range ch {
+	for _, ev := range chattest.Collect(s) {
 		switch ev.Type {
 		case chat.EventText:
 			b.WriteString(ev.Text)
@@ -84,7 +82,7 @@ func busy(p *Pool) string {
 func TestNonStreamTurnSurvivesAWorkerKilledMidTurn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := supervisortest.New()
-		f.Chat = slowWords(f)
+		f.Start = slowWords(f)
 		p, _ := startFake(t, Config{}, f, supervisortest.Configs(t, false, "w1", "w2"), nil)
 		waitReady(t, p, "w1", "w2")
 		r := NewRouter(RouterConfig{Retries: 2}, p, nil, nil, quiet())
@@ -117,7 +115,7 @@ func TestNonStreamTurnSurvivesAWorkerKilledMidTurn(t *testing.T) {
 func TestStopDuringDrainIsNotLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := supervisortest.New()
-		f.Chat = slowWords(f)
+		f.Start = slowWords(f)
 		sup := supervisor.New(supervisor.Config{DrainTimeout: time.Minute}, supervisortest.Configs(t, false, "w1"), f, f, nil, quiet())
 		p := New(Config{}, sup, nil, quiet())
 		ctx, cancel := context.WithCancel(context.Background())

@@ -236,12 +236,13 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	m.InitFieldsIgnored("messages", anthropic.DroppedFields)
 	m.InitFieldsIgnored("responses", responses.DroppedFields)
 	protocols := handlers.Protocols{
+		Router: a.router,
 		Chat: openaichat.New(openaichat.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive,
-			PythonCompat: cfg.PythonCompat}, a.router, log),
+			PythonCompat: cfg.PythonCompat}, log),
 		Responses: responses.New(responses.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive},
-			a.router, responseStore{a.store}, log),
+			responseStore{a.store}, log),
 		Messages: anthropic.New(anthropic.Config{CountDropped: m.CountFieldIgnored, PingInterval: cfg.StreamKeepAlive,
-			Count: a.count.Count}, a.router, log),
+			Count: a.count.Count}, log),
 		Models: a.router,
 	}
 	// Who may call what: decided once, at the edge of every listener, from

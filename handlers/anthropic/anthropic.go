@@ -52,8 +52,8 @@ type Handler struct {
 	counts chan struct{} // count_tokens slots
 }
 
-// New returns a Handler that sends requests to chat. A nil log discards.
-func New(cfg Config, chat relay.Chatter, log *slog.Logger) *Handler {
+// New returns a Handler. A nil log discards.
+func New(cfg Config, log *slog.Logger) *Handler {
 	if cfg.CountConcurrency <= 0 {
 		cfg.CountConcurrency = runtime.GOMAXPROCS(0)
 	}
@@ -63,39 +63,30 @@ func New(cfg Config, chat relay.Chatter, log *slog.Logger) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	rl := relay.New(relay.Config{Protocol: protocol, KeepAlive: cfg.PingInterval, WriteError: WriteProblem}, chat, log)
+	rl := relay.New(relay.Config{Protocol: protocol, KeepAlive: cfg.PingInterval, WriteError: WriteProblem}, log)
 	return &Handler{cfg: cfg, relay: rl, log: log, counts: make(chan struct{}, cfg.CountConcurrency)}
 }
 
 // Messages serves POST /v1/messages, streaming when the body says stream.
-func (h *Handler) Messages(w http.ResponseWriter, r *http.Request) {
-	body, err := httpx.ReadBody(r)
+func (h *Handler) Messages(w http.ResponseWriter, r *http.Request, c relay.Call) relay.Outcome {
+	d, err := h.decode(r, c.Body, false)
 	if err != nil {
-		h.relay.Fail(r.Context(), w, err)
-		return
-	}
-	d, err := h.decode(r, body, false)
-	if err != nil {
-		h.relay.Fail(r.Context(), w, err)
-		return
+		return h.relay.Fail(r.Context(), w, err)
 	}
 	req := &d.chat
 	// The router's goroutines select on this ctx; cancelling it on return
 	// frees them even when we stop reading early (a failed client write).
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	req.RequestID = httpx.RequestID(ctx)
-	req.APIKey = httpx.APIKey(ctx)
 	if req.Stream {
 		sse := h.relay.NewSSE(w)
 		enc := newStreamEncoder(sse, d.wire.Model)
 		if h.cfg.Count != nil {
 			enc.inputTokens = chat.PromptTokens(req.Messages, h.cfg.Count)
 		}
-		h.relay.Stream(ctx, cancel, sse, req, enc)
-		return
+		return h.relay.Stream(ctx, cancel, sse, c.Pool, req, enc)
 	}
-	h.relay.Reply(ctx, w, req, &reply{model: d.wire.Model})
+	return h.relay.Reply(ctx, w, c.Pool, req, &reply{model: d.wire.Model})
 }
 
 // decode decodes a body and reports what it dropped. Claude Code names its

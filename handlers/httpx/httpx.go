@@ -1,6 +1,6 @@
 // Package httpx holds the plain HTTP plumbing shared by the handlers: the
-// request-scoped values the gin middleware puts into the request context
-// (request id, API key, who may write a response), bounded body reading,
+// request id the gin middleware puts into the request context, the
+// caller's key as the edge identified it, bounded body reading,
 // JSON answers and the record of request fields a decoder dropped. It
 // imports no web framework, so protocol packages stay on plain net/http.
 package httpx
@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"sync"
 
 	"github.com/poolgate/poolgate/internal/access"
 )
@@ -93,42 +92,6 @@ func readAll(r io.Reader, n int64) ([]byte, error) {
 			b = append(b, 0)[:len(b)] // the body is longer than declared
 		}
 	}
-}
-
-// Claimants of a response (see Claim).
-const (
-	Local   = "local"
-	Forward = "forward"
-)
-
-type claimKey struct{}
-
-// claim records who writes a response that two goroutines could start: the
-// handler's keep-alives and a forwarder proxying another replica's answer.
-type claim struct {
-	mu sync.Mutex
-	by string
-}
-
-// WithClaim returns ctx whose response is written by whoever claims it first.
-func WithClaim(ctx context.Context) context.Context {
-	return context.WithValue(ctx, claimKey{}, &claim{})
-}
-
-// Claim reports whether who may write the response of the request in ctx:
-// the first claimant wins, later ones must leave the response alone. Without
-// WithClaim, there is only one writer and Claim is always true.
-func Claim(ctx context.Context, who string) bool {
-	c, ok := ctx.Value(claimKey{}).(*claim)
-	if !ok {
-		return true
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.by == "" {
-		c.by = who
-	}
-	return c.by == who
 }
 
 // WriteJSON answers with a complete JSON body and its length.

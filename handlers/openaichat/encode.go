@@ -1,7 +1,6 @@
 package openaichat
 
 import (
-	"context"
 	"encoding/json"
 	"strconv"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/jsonx"
-	"github.com/poolgate/poolgate/internal/served"
 )
 
 // completion is the non-streaming response body.
@@ -258,7 +256,7 @@ type reply struct {
 
 // pythonCompat adds the Python gateway's fields to a non-stream body.
 type pythonCompat struct {
-	ctx          context.Context // carries the served record: the instance
+	pool         relay.Pool // names the instance
 	start, first time.Time
 }
 
@@ -302,7 +300,7 @@ func (r *reply) Body(done chat.Event) ([]byte, error) {
 		if first.IsZero() {
 			first = now // tool calls only: the answer came at the end
 		}
-		return json.Marshal(compatCompletion{completion: &r.c, ServedBy: served.From(p.ctx).Instance(),
+		return json.Marshal(compatCompletion{completion: &r.c, ServedBy: p.pool.Instance(),
 			Latency: compatLatency{FirstTokenMS: first.Sub(p.start).Milliseconds(), TotalMS: now.Sub(p.start).Milliseconds()}})
 	}
 	return json.Marshal(&r.c)

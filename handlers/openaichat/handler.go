@@ -58,13 +58,13 @@ type Handler struct {
 	newID func(prefix string) string
 }
 
-// New returns a handler that answers with chat. A nil log discards logs.
-func New(cfg Config, chat relay.Chatter, log *slog.Logger) *Handler {
+// New returns a handler. A nil log discards logs.
+func New(cfg Config, log *slog.Logger) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	rl := relay.New(relay.Config{Protocol: protocol, KeepAlive: cfg.KeepAlive, WriteTimeout: cfg.WriteTimeout,
-		WriteError: openaierr.Write}, chat, log)
+		WriteError: openaierr.Write}, log)
 	return &Handler{cfg: cfg, relay: rl, log: log, now: time.Now, newID: randomID}
 }
 
@@ -82,33 +82,24 @@ func randomID(prefix string) string {
 }
 
 // Completions serves POST /v1/chat/completions.
-func (h *Handler) Completions(w http.ResponseWriter, r *http.Request) {
-	body, err := httpx.ReadBody(r)
+func (h *Handler) Completions(w http.ResponseWriter, r *http.Request, c relay.Call) relay.Outcome {
+	req, opt, err := decodeRequest(c.Body)
 	if err != nil {
-		h.relay.Fail(r.Context(), w, readError(err))
-		return
-	}
-	req, opt, err := decodeRequest(body)
-	if err != nil {
-		h.relay.Fail(r.Context(), w, err)
-		return
+		return h.relay.Fail(r.Context(), w, err)
 	}
 	opt.dropped.Report(r.Context(), h.log, h.cfg.CountDropped, protocol)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel() // ends the worker call if we stop reading early
-	req.RequestID = httpx.RequestID(ctx)
-	req.APIKey = httpx.APIKey(ctx)
 
 	id, created := h.newID("chatcmpl-"), h.now().Unix()
 	if opt.stream {
 		sse := h.relay.NewSSE(w)
 		st := &stream{w: sse, enc: newStreamEncoder(id, req.Model, created, opt.includeUsage), newID: h.newID}
-		h.relay.Stream(ctx, cancel, sse, req, st)
-		return
+		return h.relay.Stream(ctx, cancel, sse, c.Pool, req, st)
 	}
 	rp := &reply{c: completion{ID: id, Object: "chat.completion", Created: created, Model: req.Model}, newID: h.newID}
 	if h.cfg.PythonCompat {
-		rp.compat = &pythonCompat{ctx: ctx, start: time.Now()}
+		rp.compat = &pythonCompat{pool: c.Pool, start: time.Now()}
 	}
-	h.relay.Reply(ctx, w, req, rp)
+	return h.relay.Reply(ctx, w, c.Pool, req, rp)
 }

@@ -11,7 +11,6 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -21,64 +20,33 @@ import (
 	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/internal/served"
-	"github.com/poolgate/poolgate/pool"
 )
 
-// Chatter is the router as the protocols use it. An error from Chat happened
-// before any event (and was already retried); pool.ErrForwarded means
-// another replica answered. Otherwise the channel yields EventText and
-// EventToolCall events, ends with exactly one EventDone or EventError and
-// is then closed; the router has already applied Stop and MaxTokens. When
-// ctx ends, the answer stops and the channel is closed, with or without its
-// closing event.
-type Chatter interface {
-	Chat(ctx context.Context, req *chat.Request) (<-chan chat.Event, error)
+// Pool is the way to one request's answer. The HTTP edge builds one for
+// each request, over the router and the cluster; the relay knows neither.
+type Pool interface {
+	// Open runs req on the pool and returns its answer once it has started
+	// (it has already applied Stop and MaxTokens). An error happened before
+	// any event, and was already retried. When mayHop and the turn belongs
+	// to another replica, Open returns no answer and that replica's URL,
+	// having admitted nothing here.
+	Open(ctx context.Context, req *chat.Request, mayHop bool) (ans chat.Answer, holder string, err error)
+	// Hop carries the request to the replica at holder and copies its
+	// answer to the client. An error means nothing was written: the
+	// request is then served here.
+	Hop(ctx context.Context, holder string) error
+	// Instance names the instance that took the turn, "" before one did
+	// (the Python gateway's served_by).
+	Instance() string
 }
 
-// Puller is a Chatter whose answers can also be read on the caller's own
-// goroutine (the router): no goroutine or channel between the worker's
-// connection and the client. The relay prefers it.
-type Puller interface {
-	Pull(ctx context.Context, req *chat.Request) (*pool.Stream, error)
+// Call is one request as the edge hands it to a protocol: its body, read
+// once (and kept for a hop to another replica), and the pool that answers
+// it.
+type Call struct {
+	Body []byte
+	Pool Pool
 }
-
-// eventSource is an answer as the relay reads it: Next is false once it is over
-// (its closing event returned, or ctx ended), Pending says whether Next has
-// an event without waiting, Close ends it.
-type eventSource interface {
-	Next() (chat.Event, bool)
-	Pending() bool
-	Close()
-}
-
-// open asks for req's answer.
-func (rl *Relay) open(ctx context.Context, req *chat.Request) (eventSource, error) {
-	if p, ok := rl.chat.(Puller); ok {
-		s, err := p.Pull(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		return s, nil
-	}
-	c, err := rl.chat.Chat(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return chanEvents(c), nil
-}
-
-// chanEvents reads a Chatter's channel, which its producer closes when the
-// answer or ctx ends.
-type chanEvents <-chan chat.Event
-
-func (c chanEvents) Next() (chat.Event, bool) {
-	ev, ok := <-c
-	return ev, ok
-}
-
-func (c chanEvents) Pending() bool { return len(c) > 0 }
-func (c chanEvents) Close()        {}
 
 // Stream is a protocol's encoder of a streamed answer. A method's error
 // means the client can no longer be written to.
@@ -128,10 +96,13 @@ func (a *Answer) ToolCall(tc chat.ToolCall) error {
 // Content is the text so far.
 func (a *Answer) Content() string { return a.text.String() }
 
-// Outcome is how a relayed answer ended.
+// Outcome is how a request a protocol served ended.
 type Outcome struct {
 	// Err is nil when the answer completed, else what ended it.
 	Err error
+	// Told is the error told to the caller ("" when none), for the
+	// request log.
+	Told string
 	// Started says whether the stream had started (so a failure was told
 	// in-stream, if at all).
 	Started bool
@@ -158,13 +129,12 @@ type Config struct {
 
 // Relay relays answers of one protocol. It is safe for concurrent use.
 type Relay struct {
-	cfg  Config
-	chat Chatter
-	log  *slog.Logger
+	cfg Config
+	log *slog.Logger
 }
 
-// New returns a relay that asks chat for answers. A nil log discards.
-func New(cfg Config, chat Chatter, log *slog.Logger) *Relay {
+// New returns a relay. A nil log discards.
+func New(cfg Config, log *slog.Logger) *Relay {
 	if cfg.KeepAlive == 0 {
 		cfg.KeepAlive = 15 * time.Second
 	}
@@ -174,7 +144,7 @@ func New(cfg Config, chat Chatter, log *slog.Logger) *Relay {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Relay{cfg: cfg, chat: chat, log: log}
+	return &Relay{cfg: cfg, log: log}
 }
 
 // NewSSE returns the event stream a Stream encoder writes to on w.
@@ -186,26 +156,24 @@ func (rl *Relay) NewSSE(w http.ResponseWriter) *SSE {
 
 // Fail answers err before anything else was sent: the protocol's JSON error
 // with its status, or, when the client has gone, only the status 499 for
-// the logs. It returns the problem told (nil when the client was gone).
-func (rl *Relay) Fail(ctx context.Context, w http.ResponseWriter, err error) *apierr.Problem {
+// the logs.
+func (rl *Relay) Fail(ctx context.Context, w http.ResponseWriter, err error) Outcome {
 	if apierr.Gone(ctx, err) {
 		rl.log.LogAttrs(ctx, slog.LevelDebug, "request abandoned by the client", slog.String("protocol", rl.cfg.Protocol),
 			slog.String("request_id", httpx.RequestID(ctx)), slog.Any("err", err))
-		served.From(ctx).Fail(clientGone)
 		w.WriteHeader(apierr.StatusClientClosed)
-		return nil
+		return Outcome{Err: err, Told: clientGone}
 	}
 	p := apierr.Classify(err)
 	rl.logFailure(ctx, &p, false)
 	rl.cfg.WriteError(w, &p)
-	return &p
+	return Outcome{Err: err, Told: p.Message}
 }
 
 // clientGone is the request log's error for a request its client left.
 const clientGone = "the client closed the request"
 
 func (rl *Relay) logFailure(ctx context.Context, p *apierr.Problem, midStream bool) {
-	served.From(ctx).Fail(p.Message)
 	level := slog.LevelDebug
 	if p.Status >= 500 {
 		level = slog.LevelWarn
@@ -215,11 +183,33 @@ func (rl *Relay) logFailure(ctx context.Context, p *apierr.Problem, midStream bo
 		slog.Bool("mid_stream", midStream), slog.Any("err", p.Err))
 }
 
+// open asks p for req's answer. A turn another replica holds is carried
+// there when hop says the response is still untouched (it is asked under
+// the stream's lock, so no keep-alive starts the response meanwhile); when
+// the hop cannot be made, or the response has started, the turn is served
+// here.
+func (rl *Relay) open(ctx context.Context, p Pool, req *chat.Request, hop func(func() error) bool) (chat.Answer, bool, error) {
+	ans, holder, err := p.Open(ctx, req, true)
+	if holder == "" {
+		return ans, false, err
+	}
+	var herr error
+	if hop(func() error { herr = p.Hop(ctx, holder); return herr }) && herr == nil {
+		return nil, true, nil
+	}
+	if herr != nil {
+		rl.log.LogAttrs(ctx, slog.LevelWarn, "hop to the replica that holds the turn failed, serving here",
+			slog.String("holder", holder), slog.String("request_id", httpx.RequestID(ctx)), slog.Any("err", herr))
+	}
+	ans, _, err = p.Open(ctx, req, false)
+	return ans, false, err
+}
+
 // Reply answers req with one JSON body: the whole answer is collected into
 // reply, then encoded. Any failure is a JSON error with its status.
-func (rl *Relay) Reply(ctx context.Context, w http.ResponseWriter, req *chat.Request, reply Reply) Outcome {
-	events, err := rl.open(ctx, req)
-	if errors.Is(err, pool.ErrForwarded) {
+func (rl *Relay) Reply(ctx context.Context, w http.ResponseWriter, p Pool, req *chat.Request, reply Reply) Outcome {
+	events, hopped, err := rl.open(ctx, p, req, func(hop func() error) bool { return hop() == nil })
+	if hopped {
 		return Outcome{Forwarded: true}
 	}
 	if err == nil {
@@ -246,8 +236,7 @@ func (rl *Relay) Reply(ctx context.Context, w http.ResponseWriter, req *chat.Req
 			}
 		}
 	}
-	rl.Fail(ctx, w, err)
-	return Outcome{Err: err}
+	return rl.Fail(ctx, w, err)
 }
 
 // received checks one event. A stream that ends without a closing event (the
@@ -264,13 +253,13 @@ func received(ctx context.Context, ev chat.Event, ok bool) (chat.Event, error) {
 	return ev, nil
 }
 
-// Stream relays a streamed answer to req through enc, which writes on sse
+// Stream relays a streamed answer to req, from p, through enc, which writes on sse
 // (from rl.NewSSE). Headers go out with the first thing written, so a failure
 // before it is a JSON error with its status; after it, the failure is told
 // through enc.Fail. A stream that started ends with exactly one Done or
 // Fail, unless the client went away. cancel ends the request's context: the
 // relay calls it when the client stops reading.
-func (rl *Relay) Stream(ctx context.Context, cancel context.CancelFunc, sse *SSE, req *chat.Request, enc Stream) Outcome {
+func (rl *Relay) Stream(ctx context.Context, cancel context.CancelFunc, sse *SSE, p Pool, req *chat.Request, enc Stream) Outcome {
 	s := &streamer{rl: rl, ctx: ctx, cancel: cancel, sse: sse, enc: enc}
 	// One timer writes the keep-alives, from the request's start to its
 	// end, whenever nothing was written for a whole interval: a long wait
@@ -286,14 +275,16 @@ func (rl *Relay) Stream(ctx context.Context, cancel context.CancelFunc, sse *SSE
 		s.mu.Unlock()
 		defer s.stopTicks()
 	}
-	// The router's Pull returns once the answer has started; it runs on
+	// The pool's Open returns once the answer has started; it runs on
 	// this goroutine, and so does the reading of the answer.
-	events, err := rl.open(ctx, req)
+	events, hopped, err := rl.open(ctx, p, req, s.hop)
+	if hopped {
+		return Outcome{Forwarded: true}
+	}
 	if events != nil {
 		defer events.Close()
 	}
 	s.mu.Lock()
-	s.answering = true
 	s.lastWrite = time.Now()
 	if s.tickErr != nil {
 		err = s.tickErr // the client went away while the answer was awaited
@@ -302,10 +293,7 @@ func (rl *Relay) Stream(ctx context.Context, cancel context.CancelFunc, sse *SSE
 		s.over = true // no keep-alive after the error's answer
 	}
 	s.mu.Unlock()
-	switch {
-	case errors.Is(err, pool.ErrForwarded):
-		return Outcome{Forwarded: true}
-	case err != nil:
+	if err != nil {
 		return s.fail(err)
 	}
 	for {
@@ -324,7 +312,7 @@ func (rl *Relay) Stream(ctx context.Context, cancel context.CancelFunc, sse *SSE
 
 // relay writes one event read from the answer (ok false: it is over) and
 // says whether the stream ended, and how. Called with s.mu held.
-func (s *streamer) relay(events eventSource, ev chat.Event, ok bool) (Outcome, bool) {
+func (s *streamer) relay(events chat.Answer, ev chat.Event, ok bool) (Outcome, bool) {
 	if s.tickErr != nil {
 		return s.writeFailed(s.tickErr), true
 	}
@@ -336,7 +324,7 @@ func (s *streamer) relay(events eventSource, ev chat.Event, ok bool) (Outcome, b
 	// Another event already at hand: leave this one in the buffer for the
 	// write of the last of them. Not the answer's first: the client sees it
 	// at once, however fast the rest follows.
-	s.sse.Hold(s.flowing && (ev.Type == chat.EventText || ev.Type == chat.EventToolCall) && events.Pending())
+	s.sse.Hold(s.flowing && (ev.Type == chat.EventText || ev.Type == chat.EventToolCall) && events.Buffered())
 	done, werr := s.write(ev)
 	s.lastWrite = time.Now()
 	switch {
@@ -353,9 +341,8 @@ func (s *streamer) relay(events eventSource, ev chat.Event, ok bool) (Outcome, b
 // written for a whole interval. The timer, armed for a whole interval, is
 // moved on when it fires early rather than on every event. A failed write
 // cancels the request, which ends the answer, awaited or being read. While
-// the answer is awaited, a forwarded request may have another replica's
-// answer written here instead: the two take turns through httpx.Claim, and
-// once the forwarder has the response the keep-alives stop.
+// another replica's answer is being copied here (a hop), the keep-alives
+// pause.
 func (s *streamer) tick(every time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -366,7 +353,8 @@ func (s *streamer) tick(every time.Duration) {
 		s.timer.Reset(every - quiet)
 		return
 	}
-	if !s.answering && !httpx.Claim(s.ctx, httpx.Local) {
+	if s.hopping {
+		s.timer.Reset(every)
 		return
 	}
 	s.sse.Hold(false)
@@ -377,6 +365,29 @@ func (s *streamer) tick(every time.Duration) {
 	}
 	s.lastWrite = time.Now()
 	s.timer.Reset(every)
+}
+
+// hop carries the request to another replica when the response is still
+// untouched, pausing the keep-alives meanwhile; it reports whether the hop
+// was tried (made says whether it wrote the response). After a hop that
+// wrote nothing, the keep-alives go on.
+func (s *streamer) hop(carry func() error) bool {
+	s.mu.Lock()
+	if s.sse.Started() || s.tickErr != nil {
+		s.mu.Unlock()
+		return false
+	}
+	s.hopping = true
+	s.mu.Unlock()
+	err := carry()
+	s.mu.Lock()
+	s.hopping = false
+	if err == nil {
+		s.over = true
+	}
+	s.lastWrite = time.Now()
+	s.mu.Unlock()
+	return true
 }
 
 // stopTicks ends the keep-alives; no tick writes after it returns.
@@ -402,11 +413,11 @@ type streamer struct {
 	mu        sync.Mutex
 	timer     *time.Timer
 	lastWrite time.Time
-	// answering is set once the router handed the answer over (or
-	// failed): from then on only this request writes the response.
-	answering bool
 	// over is set once the stream ended: no more keep-alives.
 	over bool
+	// hopping is set while another replica's answer is copied to the
+	// client: the response is the hop's.
+	hopping bool
 	// tickErr is a keep-alive's failed write.
 	tickErr error
 }
@@ -464,15 +475,17 @@ func (s *streamer) writeFailed(err error) Outcome {
 func (s *streamer) fail(err error) Outcome {
 	out := Outcome{Err: err, Started: s.sse.Started()}
 	if !out.Started {
-		s.rl.Fail(s.ctx, s.sse.w, err)
-		return out
+		failed := s.rl.Fail(s.ctx, s.sse.w, err)
+		failed.Started = false
+		return failed
 	}
 	if apierr.Gone(s.ctx, err) {
-		served.From(s.ctx).Fail(clientGone)
+		out.Told = clientGone
 		return out
 	}
 	p := apierr.Classify(err)
 	s.rl.logFailure(s.ctx, &p, true)
 	_ = s.enc.Fail(&p) // best effort: the client may be gone
+	out.Told = p.Message
 	return out
 }

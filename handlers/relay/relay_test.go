@@ -15,14 +15,12 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/chat/chattest"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool"
-	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
-var _ Chatter = (*pooltest.Chatter)(nil)
+var _ Pool = (*chattest.Pool)(nil)
 
 // fakeStream is a protocol encoder that writes one event per call, named
 // after the call, so a transcript shows what the relay asked for.
@@ -42,15 +40,15 @@ func writeError(w http.ResponseWriter, p *apierr.Problem) {
 	httpx.WriteJSON(w, p.Status, []byte(`{"code":"`+p.Code+`"}`))
 }
 
-// runStream relays one streamed answer of chatter and returns the status,
-// the body and the outcome.
-func runStream(ctx context.Context, chatter Chatter, keepAlive time.Duration) (int, string, Outcome) {
-	rl := New(Config{Protocol: "test", KeepAlive: keepAlive, WriteError: writeError}, chatter, nil)
+// runStream relays one streamed answer from p and returns the status, the
+// body and the outcome.
+func runStream(ctx context.Context, p Pool, keepAlive time.Duration) (int, string, Outcome) {
+	rl := New(Config{Protocol: "test", KeepAlive: keepAlive, WriteError: writeError}, nil)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	rec := httptest.NewRecorder()
 	sse := rl.NewSSE(rec)
-	out := rl.Stream(ctx, cancel, sse, &chat.Request{Stream: true}, &fakeStream{w: sse})
+	out := rl.Stream(ctx, cancel, sse, p, &chat.Request{Stream: true}, &fakeStream{w: sse})
 	return rec.Code, rec.Body.String(), out
 }
 
@@ -62,7 +60,7 @@ func TestStream(t *testing.T) {
 	upstream := &chat.UpstreamError{Status: 500, Message: "crashed"}
 	tests := []struct {
 		name       string
-		give       Chatter
+		give       Pool
 		keepAlive  time.Duration
 		deadline   time.Duration // of the request; 0 for none
 		wantStatus int
@@ -70,31 +68,36 @@ func TestStream(t *testing.T) {
 		wantErr    error
 		wantStart  bool
 	}{
-		{name: "answer", give: &pooltest.Chatter{Events: []chat.Event{text("a"), {Type: chat.EventToolCall, ToolCall: chat.ToolCall{Name: "f"}}, done}},
+		{name: "answer", give: &chattest.Pool{Events: []chat.Event{text("a"), {Type: chat.EventToolCall, ToolCall: chat.ToolCall{Name: "f"}}, done}},
 			wantStatus: 200, want: "open| text a| call f| done stop|", wantStart: true},
-		{name: "empty answer opens the stream", give: &pooltest.Chatter{Events: []chat.Event{done}},
+		{name: "empty answer opens the stream", give: &chattest.Pool{Events: []chat.Event{done}},
 			wantStatus: 200, want: "open| done stop|", wantStart: true},
-		{name: "slow start opens early and keeps alive", give: &pooltest.Chatter{Delay: 25 * time.Second, Events: []chat.Event{text("a"), done}},
+		{name: "slow start opens early and keeps alive", give: &chattest.Pool{Delay: 25 * time.Second, Events: []chat.Event{text("a"), done}},
 			keepAlive: 10 * time.Second, wantStatus: 200, want: "open| : ka| : ka| text a| done stop|", wantStart: true},
-		{name: "quiet stream keeps alive", give: relaytest.Pausing{Pause: 25 * time.Second}, keepAlive: 10 * time.Second,
+		{name: "quiet stream keeps alive", give: &chattest.Pool{Events: []chat.Event{text("a"), done}, Pause: 25 * time.Second}, keepAlive: 10 * time.Second,
 			wantStatus: 200, want: "open| text a| : ka| : ka| done stop|", wantStart: true},
-		{name: "keep-alives off", give: &pooltest.Chatter{Delay: 25 * time.Second, Events: []chat.Event{text("a"), done}},
+		{name: "keep-alives off", give: &chattest.Pool{Delay: 25 * time.Second, Events: []chat.Event{text("a"), done}},
 			keepAlive: -1, wantStatus: 200, want: "open| text a| done stop|", wantStart: true},
-		{name: "error before the start is a JSON status", give: &pooltest.Chatter{Err: chat.ErrNoInstance},
+		{name: "error before the start is a JSON status", give: &chattest.Pool{Err: chat.ErrNoInstance},
 			wantStatus: 503, want: `{"code":"no_instance"}`, wantErr: chat.ErrNoInstance},
-		{name: "error as the first event is a JSON status", give: &pooltest.Chatter{Events: []chat.Event{{Type: chat.EventError, Err: upstream}}},
+		{name: "error as the first event is a JSON status", give: &chattest.Pool{Events: []chat.Event{{Type: chat.EventError, Err: upstream}}},
 			wantStatus: 502, want: `{"code":"upstream_error"}`, wantErr: upstream},
-		{name: "error after a slow start is in-stream", give: &pooltest.Chatter{Delay: 15 * time.Second, Err: &chat.OverloadedError{}},
+		{name: "error after a slow start is in-stream", give: &chattest.Pool{Delay: 15 * time.Second, Err: &chat.OverloadedError{}},
 			keepAlive: 10 * time.Second, wantStatus: 200, want: "open| : ka| fail 429 overloaded|", wantErr: &chat.OverloadedError{}, wantStart: true},
-		{name: "error mid-stream", give: &pooltest.Chatter{Events: []chat.Event{text("a"), {Type: chat.EventError, Err: upstream}}},
+		{name: "error mid-stream", give: &chattest.Pool{Events: []chat.Event{text("a"), {Type: chat.EventError, Err: upstream}}},
 			wantStatus: 200, want: "open| text a| fail 502 upstream_error|", wantErr: upstream, wantStart: true},
-		{name: "an error event without an error is a lost worker", give: &pooltest.Chatter{Events: []chat.Event{text("a"), {Type: chat.EventError}}},
+		{name: "an error event without an error is a lost worker", give: &chattest.Pool{Events: []chat.Event{text("a"), {Type: chat.EventError}}},
 			wantStatus: 200, want: "open| text a| fail 502 worker_gone|", wantErr: chat.ErrWorkerGone, wantStart: true},
-		{name: "a stream closed without an ending is a lost worker", give: &pooltest.Chatter{Events: []chat.Event{text("a")}},
+		{name: "a stream closed without an ending is a lost worker", give: &chattest.Pool{Events: []chat.Event{text("a")}},
 			wantStatus: 200, want: "open| text a| fail 502 worker_gone|", wantErr: chat.ErrWorkerGone, wantStart: true},
-		{name: "a deadline mid-stream is told", give: relaytest.Pausing{Pause: time.Hour}, deadline: time.Minute, keepAlive: -1,
+		{name: "a deadline mid-stream is told", give: &chattest.Pool{Events: []chat.Event{text("a"), done}, Pause: time.Hour}, deadline: time.Minute, keepAlive: -1,
 			wantStatus: 200, want: "open| text a| fail 504 timeout|", wantErr: context.DeadlineExceeded, wantStart: true},
-		{name: "a forwarded request writes nothing", give: &pooltest.Chatter{Err: pool.ErrForwarded}, wantStatus: 200, want: ""},
+		{name: "a turn another replica holds is carried there", give: &chattest.Pool{Holder: "http://b", Events: []chat.Event{text("a"), done}},
+			wantStatus: 200, want: ""},
+		{name: "a hop that fails is served here", give: &chattest.Pool{Holder: "http://b", HopErr: errors.New("refused"), Events: []chat.Event{text("a"), done}},
+			wantStatus: 200, want: "open| text a| done stop|", wantStart: true},
+		{name: "no hop once keep-alives started the response", give: &chattest.Pool{Delay: 15 * time.Second, Holder: "http://b", Events: []chat.Event{text("a"), done}},
+			keepAlive: 10 * time.Second, wantStatus: 200, want: "open| : ka| : ka| : ka| text a| done stop|", wantStart: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -143,18 +146,14 @@ func flat(body string) string {
 	return strings.TrimSuffix(b.String(), " ")
 }
 
-// A replica that forwards a slow request takes the response first: the
-// relay's keep-alives then write nothing, and the forwarder's answer is the
-// only one.
-func TestKeepAliveLeavesAClaimedResponseAlone(t *testing.T) {
+// While another replica's answer is copied to the client, the relay's
+// keep-alives write nothing: the response is the hop's.
+func TestKeepAlivesPauseWhileAHopCopiesTheAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ctx := httpx.WithClaim(context.Background())
-		if !httpx.Claim(ctx, httpx.Forward) {
-			t.Fatal("the forwarder could not claim a fresh response")
-		}
-		status, body, out := runStream(ctx, &pooltest.Chatter{Delay: 25 * time.Second, Err: pool.ErrForwarded}, 10*time.Second)
-		if status != 200 || body != "" || !out.Forwarded {
-			t.Errorf("got %d %q %+v, want nothing written by the relay", status, body, out)
+		p := &chattest.Pool{Holder: "http://b", HopTime: 35 * time.Second}
+		status, body, out := runStream(context.Background(), p, 10*time.Second)
+		if status != 200 || body != "" || !out.Forwarded || len(p.Hops()) != 1 {
+			t.Errorf("got %d %q %+v after %d hops, want nothing written by the relay", status, body, out, len(p.Hops()))
 		}
 	})
 }
@@ -162,21 +161,21 @@ func TestKeepAliveLeavesAClaimedResponseAlone(t *testing.T) {
 func TestReply(t *testing.T) {
 	tests := []struct {
 		name       string
-		give       *pooltest.Chatter
+		give       *chattest.Pool
 		wantStatus int
 		wantBody   string
 	}{
-		{"answer", &pooltest.Chatter{Events: []chat.Event{text("a"), {Type: chat.EventToolCall, ToolCall: chat.ToolCall{Name: "f"}}, text("b"), done}},
+		{"answer", &chattest.Pool{Events: []chat.Event{text("a"), {Type: chat.EventToolCall, ToolCall: chat.ToolCall{Name: "f"}}, text("b"), done}},
 			200, `{"text":"ab","calls":1,"finish":"stop"}`},
-		{"error before the answer", &pooltest.Chatter{Err: &chat.RateLimitedError{RetryAfter: time.Second}}, 429, `{"code":"rate_limit_exceeded"}`},
-		{"error in the answer", &pooltest.Chatter{Events: []chat.Event{text("a"), {Type: chat.EventError, Err: chat.ErrNotLoggedIn}}}, 503, `{"code":"not_logged_in"}`},
-		{"answer without an ending", &pooltest.Chatter{Events: []chat.Event{text("a")}}, 502, `{"code":"worker_gone"}`},
+		{"error before the answer", &chattest.Pool{Err: &chat.RateLimitedError{RetryAfter: time.Second}}, 429, `{"code":"rate_limit_exceeded"}`},
+		{"error in the answer", &chattest.Pool{Events: []chat.Event{text("a"), {Type: chat.EventError, Err: chat.ErrNotLoggedIn}}}, 503, `{"code":"not_logged_in"}`},
+		{"answer without an ending", &chattest.Pool{Events: []chat.Event{text("a")}}, 502, `{"code":"worker_gone"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rl := New(Config{WriteError: writeError}, tt.give, nil)
+			rl := New(Config{WriteError: writeError}, nil)
 			rec := httptest.NewRecorder()
-			rl.Reply(context.Background(), rec, &chat.Request{}, &fakeReply{})
+			rl.Reply(context.Background(), rec, tt.give, &chat.Request{}, &fakeReply{})
 			if rec.Code != tt.wantStatus || rec.Body.String() != tt.wantBody {
 				t.Errorf("got %d %s, want %d %s", rec.Code, rec.Body, tt.wantStatus, tt.wantBody)
 			}
@@ -193,7 +192,7 @@ func (f *fakeReply) Body(done chat.Event) ([]byte, error) {
 // A client that went away is told nothing; the status left for the access
 // log and the metrics is 499.
 func TestFailWhenTheClientIsGone(t *testing.T) {
-	rl := New(Config{WriteError: writeError}, &pooltest.Chatter{}, nil)
+	rl := New(Config{WriteError: writeError}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	tests := []struct {
@@ -218,14 +217,16 @@ func TestFailWhenTheClientIsGone(t *testing.T) {
 // Through a real server: the client reads the first event and hangs up; the
 // worker's turn ends and the stream gets no ending after it.
 func TestClientHangsUpMidStream(t *testing.T) {
-	chatter := relaytest.NewBlocking()
+	// The answer says "partial", then waits for the request to end, as a
+	// worker does that is cut off.
+	p := &chattest.Pool{Events: []chat.Event{text("partial")}, Hang: true}
 	outcomes := make(chan Outcome, 1)
-	rl := New(Config{Protocol: "test", KeepAlive: 50 * time.Millisecond, WriteError: writeError}, chatter, nil)
+	rl := New(Config{Protocol: "test", KeepAlive: 50 * time.Millisecond, WriteError: writeError}, nil)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
 		sse := rl.NewSSE(w)
-		outcomes <- rl.Stream(ctx, cancel, sse, &chat.Request{Stream: true}, &fakeStream{w: sse})
+		outcomes <- rl.Stream(ctx, cancel, sse, p, &chat.Request{Stream: true}, &fakeStream{w: sse})
 	}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)
@@ -248,7 +249,7 @@ func TestClientHangsUpMidStream(t *testing.T) {
 	resp.Body.Close()
 	testenv.WaitFor(t, 5*time.Second, "the worker's turn to end", func() bool {
 		select {
-		case <-chatter.Ended():
+		case <-p.Answers()[0].Closed():
 			return true
 		default:
 			return false
@@ -267,13 +268,13 @@ func TestClientHangsUpMidStream(t *testing.T) {
 // Through a real server, a slow answer reaches the client after keep-alive
 // comments, and the stream ends with the protocol's ending.
 func TestSlowAnswerThroughAServer(t *testing.T) {
-	rl := New(Config{Protocol: "test", KeepAlive: 20 * time.Millisecond, WriteError: writeError},
-		&pooltest.Chatter{Delay: 70 * time.Millisecond, Events: []chat.Event{text("late"), done}}, nil)
+	rl := New(Config{Protocol: "test", KeepAlive: 20 * time.Millisecond, WriteError: writeError}, nil)
+	p := &chattest.Pool{Delay: 70 * time.Millisecond, Events: []chat.Event{text("late"), done}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
 		sse := rl.NewSSE(w)
-		rl.Stream(ctx, cancel, sse, &chat.Request{Stream: true}, &fakeStream{w: sse})
+		rl.Stream(ctx, cancel, sse, p, &chat.Request{Stream: true}, &fakeStream{w: sse})
 	}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)
@@ -285,19 +286,6 @@ func TestSlowAnswerThroughAServer(t *testing.T) {
 	if got := flat(string(b)); !testenv.InOrder(got, []string{"open|", ": ka|", "text late|", "done stop|"}) || !strings.HasSuffix(got, "done stop|") {
 		t.Errorf("got %q, want open, keep-alives, the text and done last", got)
 	}
-}
-
-// burst is a Chatter whose whole answer is at hand at once, as when a
-// worker sends its events faster than they are written.
-type burst []chat.Event
-
-func (b burst) Chat(context.Context, *chat.Request) (<-chan chat.Event, error) {
-	ch := make(chan chat.Event, len(b))
-	for _, ev := range b {
-		ch <- ev
-	}
-	close(ch)
-	return ch, nil
 }
 
 // flushes records what each flush sent.
@@ -318,12 +306,15 @@ func (f *flushes) Flush() {
 }
 
 func TestBurstWritesTheFirstEventAtOnce(t *testing.T) {
-	rl := New(Config{Protocol: "test", KeepAlive: -1, WriteError: writeError}, burst{text("a"), text("b"), text("c"), done}, nil)
+	// The whole answer is at hand at once, as when a worker sends its
+	// events faster than they are written.
+	rl := New(Config{Protocol: "test", KeepAlive: -1, WriteError: writeError}, nil)
+	p := &chattest.Pool{Events: []chat.Event{text("a"), text("b"), text("c"), done}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w := &flushes{h: http.Header{}}
 	sse := rl.NewSSE(w)
-	if out := rl.Stream(ctx, cancel, sse, &chat.Request{Stream: true}, &fakeStream{w: sse}); out.Err != nil {
+	if out := rl.Stream(ctx, cancel, sse, p, &chat.Request{Stream: true}, &fakeStream{w: sse}); out.Err != nil {
 		t.Fatal(out.Err)
 	}
 	// The opening goes out with the first event, alone; the events behind
@@ -359,8 +350,8 @@ func TestKeepAliveWhileTheAnswerIsAwaited(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				chatter := &pooltest.Chatter{Delay: tt.wait, Events: []chat.Event{text("late"), done}}
-				status, body, out := runStream(context.Background(), chatter, 10*time.Second)
+				p := &chattest.Pool{Delay: tt.wait, Events: []chat.Event{text("late"), done}}
+				status, body, out := runStream(context.Background(), p, 10*time.Second)
 				if n := strings.Count(body, ": ka\n"); status != 200 || out.Err != nil || n != tt.wantTicks ||
 					!strings.HasSuffix(flat(body), "text late| done stop|") {
 					t.Errorf("got %d, %d keep-alives, %+v:\n%s\nwant %d keep-alives and the answer", status, n, out, body, tt.wantTicks)
@@ -370,13 +361,13 @@ func TestKeepAliveWhileTheAnswerIsAwaited(t *testing.T) {
 	}
 	t.Run("a failed keep-alive ends the wait", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			rl := New(Config{Protocol: "test", KeepAlive: 10 * time.Second, WriteError: writeError},
-				&pooltest.Chatter{Delay: time.Hour}, nil)
+			rl := New(Config{Protocol: "test", KeepAlive: 10 * time.Second, WriteError: writeError}, nil)
+			p := &chattest.Pool{Delay: time.Hour}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			sse := rl.NewSSE(&goneWriter{h: http.Header{}})
 			start := time.Now()
-			out := rl.Stream(ctx, cancel, sse, &chat.Request{Stream: true}, &fakeStream{w: sse})
+			out := rl.Stream(ctx, cancel, sse, p, &chat.Request{Stream: true}, &fakeStream{w: sse})
 			if took := time.Since(start); !errors.Is(out.Err, errClientGone) || took != 10*time.Second || ctx.Err() == nil {
 				t.Errorf("outcome %+v after %s (request %v), want the write's error at the first keep-alive, the request cancelled",
 					out, took, ctx.Err())

@@ -64,9 +64,8 @@ type Handler struct {
 	now   func() time.Time
 }
 
-// New returns a Handler that answers through chat and keeps responses in
-// store. A nil log discards.
-func New(cfg Config, chat relay.Chatter, store Store, log *slog.Logger) *Handler {
+// New returns a Handler that keeps responses in store. A nil log discards.
+func New(cfg Config, store Store, log *slog.Logger) *Handler {
 	if cfg.TTL == 0 {
 		cfg.TTL = 24 * time.Hour
 	}
@@ -76,26 +75,24 @@ func New(cfg Config, chat relay.Chatter, store Store, log *slog.Logger) *Handler
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	rl := relay.New(relay.Config{Protocol: protocol, KeepAlive: cfg.KeepAlive, WriteError: openaierr.Write}, chat, log)
+	rl := relay.New(relay.Config{Protocol: protocol, KeepAlive: cfg.KeepAlive, WriteError: openaierr.Write}, log)
 	return &Handler{cfg: cfg, relay: rl, store: store, log: log, now: time.Now}
 }
 
 // Create serves POST /v1/responses.
-func (h *Handler) Create(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) Create(w http.ResponseWriter, r *http.Request, c relay.Call) relay.Outcome {
 	// The router's goroutines select on this ctx; cancelling it on return
 	// frees them even when we stop reading early (a failed client write).
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	t, err := h.prepare(ctx, r)
+	t, err := h.prepare(ctx, r, c.Body)
 	if err != nil {
-		h.relay.Fail(ctx, w, err)
-		return
+		return h.relay.Fail(ctx, w, err)
 	}
 	if t.d.chat.Stream {
-		h.stream(ctx, cancel, w, t)
-		return
+		return h.stream(ctx, cancel, w, c.Pool, t)
 	}
-	h.relay.Reply(ctx, w, &t.d.chat, &reply{enc: newStreamEncoder(discard{}, t.resp, t.d.refs), h: h, ctx: ctx, t: t})
+	return h.relay.Reply(ctx, w, c.Pool, &t.d.chat, &reply{enc: newStreamEncoder(discard{}, t.resp, t.d.refs), h: h, ctx: ctx, t: t})
 }
 
 // turn is one create request on its way: the decoded body, the history it
@@ -110,11 +107,7 @@ type turn struct {
 
 // prepare decodes the body, loads the conversation it continues and builds
 // the neutral request: instructions, history, then this turn's input.
-func (h *Handler) prepare(ctx context.Context, r *http.Request) (*turn, error) {
-	body, err := httpx.ReadBody(r)
-	if err != nil {
-		return nil, err
-	}
+func (h *Handler) prepare(ctx context.Context, r *http.Request, body []byte) (*turn, error) {
 	d, err := decodeCreate(body)
 	if err != nil {
 		return nil, err
@@ -146,8 +139,6 @@ func (h *Handler) prepare(ctx context.Context, r *http.Request) (*turn, error) {
 	nameToolResults(t.history, d.input)
 	c := &d.chat
 	c.Model = model
-	c.RequestID = httpx.RequestID(ctx)
-	c.APIKey = httpx.APIKey(ctx)
 	msgs := make([]chat.Message, 0, 1+len(t.history)+len(d.input))
 	if d.wire.Instructions != nil && *d.wire.Instructions != "" {
 		msgs = append(msgs, chat.Message{Role: chat.RoleSystem, Content: *d.wire.Instructions})
@@ -192,13 +183,13 @@ func (r *reply) Body(done chat.Event) ([]byte, error) {
 // answer held back until it is clear it is not a tool call), the stream
 // opens early with response.created, as OpenAI's own API does. A response
 // that ended, completed or failed, is stored, even when the client has gone.
-func (h *Handler) stream(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, t *turn) {
+func (h *Handler) stream(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, p relay.Pool, t *turn) relay.Outcome {
 	sse := h.relay.NewSSE(w)
 	enc := newStreamEncoder(sse, t.resp, t.d.refs)
-	out := h.relay.Stream(ctx, cancel, sse, &t.d.chat, enc)
+	out := h.relay.Stream(ctx, cancel, sse, p, &t.d.chat, enc)
 	switch {
 	case out.Forwarded, out.Err != nil && !out.Started:
-		return // another replica answered, or a JSON error did
+		return out // another replica answered, or a JSON error did
 	case out.Err != nil && enc.final == nil:
 		// The stream ended without response.failed (the client went away):
 		// the stored response says how it ended all the same.
@@ -206,4 +197,5 @@ func (h *Handler) stream(ctx context.Context, cancel context.CancelFunc, w http.
 		enc.final = enc.failedObject(&p)
 	}
 	h.save(ctx, t, enc, enc.final)
+	return out
 }

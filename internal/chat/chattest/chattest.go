@@ -116,3 +116,160 @@ func Collect(a chat.Answer) []chat.Event {
 		evs = append(evs, ev)
 	}
 }
+
+// Feed is a chat.Answer whose events the test hands over as it goes, the
+// way a worker's connection delivers them: Next waits for the next one.
+// The answer ends after a closing event, with an EventError when its
+// context ends first, and as a worker that went away after End.
+type Feed struct {
+	ctx    context.Context
+	ch     chan chat.Event
+	ended  bool
+	closed chan struct{}
+	once   sync.Once
+}
+
+var _ chat.Answer = (*Feed)(nil)
+
+// NewFeed returns a feed that holds up to size events not yet read.
+func NewFeed(ctx context.Context, size int) *Feed {
+	return &Feed{ctx: ctx, ch: make(chan chat.Event, size), closed: make(chan struct{})}
+}
+
+// Send hands ev over, waiting while size events wait to be read; false
+// when the context ended first.
+func (f *Feed) Send(ev chat.Event) bool {
+	select {
+	case f.ch <- ev:
+		return true
+	case <-f.ctx.Done():
+		return false
+	}
+}
+
+// End says no more events come.
+func (f *Feed) End() { close(f.ch) }
+
+// Next waits for the next event.
+func (f *Feed) Next() (chat.Event, bool) {
+	if f.ended {
+		return chat.Event{}, false
+	}
+	select {
+	case ev, ok := <-f.ch:
+		if !ok {
+			f.ended = true
+			return chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}, true
+		}
+		f.ended = ev.Type == chat.EventDone || ev.Type == chat.EventError
+		return ev, true
+	case <-f.ctx.Done():
+		f.ended = true
+		return chat.Event{Type: chat.EventError, Err: f.ctx.Err()}, true
+	}
+}
+
+// Buffered says whether an event waits to be read.
+func (f *Feed) Buffered() bool { return !f.ended && len(f.ch) > 0 }
+
+// Close records that the reader is done.
+func (f *Feed) Close() { f.once.Do(func() { close(f.closed) }) }
+
+// Closed is closed once Close was called.
+func (f *Feed) Closed() <-chan struct{} { return f.closed }
+
+// Pool is a scripted fake of the pool as the HTTP edge hands it to the
+// protocols (relay.Pool). Each Open records its request and answers with
+// Holder (when it may hop), Err (before any event), or a scripted Answer
+// of Events (or of what Script says for the request).
+type Pool struct {
+	// Err, when set, is returned before any event.
+	Err error
+	// Events are the answer's; the fake adds no closing event, so a script
+	// decides how its answer ends.
+	Events []chat.Event
+	// Script, when set, overrides Err and Events per request.
+	Script func(req *chat.Request) ([]chat.Event, error)
+	// Delay holds Open before it answers, as the router holds a request
+	// that waits in the queue or whose answer has not started.
+	Delay time.Duration
+	// Pause and Hang are the answers' (see Answer's Pause and Open).
+	Pause time.Duration
+	Hang  bool
+	// Holder, when set, is the replica an Open that may hop names.
+	Holder string
+	// HopErr is what Hop returns (nil: the hop wrote the response), after
+	// HopTime (as long as copying another replica's answer takes).
+	HopErr  error
+	HopTime time.Duration
+
+	mu      sync.Mutex
+	reqs    []*chat.Request
+	answers []*Answer
+	hops    []string
+}
+
+// Open records req and answers as scripted.
+func (p *Pool) Open(ctx context.Context, req *chat.Request, mayHop bool) (chat.Answer, string, error) {
+	p.mu.Lock()
+	p.reqs = append(p.reqs, req)
+	p.mu.Unlock()
+	if p.Delay > 0 {
+		t := time.NewTimer(p.Delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, "", ctx.Err()
+		}
+	}
+	if mayHop && p.Holder != "" {
+		return nil, p.Holder, nil
+	}
+	events, err := p.Events, p.Err
+	if p.Script != nil {
+		events, err = p.Script(req)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	a := Script(ctx, events...)
+	a.Pause, a.Open = p.Pause, p.Hang
+	p.mu.Lock()
+	p.answers = append(p.answers, a)
+	p.mu.Unlock()
+	return a, "", nil
+}
+
+// Hop records the holder and returns HopErr.
+func (p *Pool) Hop(_ context.Context, holder string) error {
+	p.mu.Lock()
+	p.hops = append(p.hops, holder)
+	p.mu.Unlock()
+	time.Sleep(p.HopTime)
+	return p.HopErr
+}
+
+// Instance names no instance: the fake has none.
+func (p *Pool) Instance() string { return "" }
+
+// Requests returns the requests seen so far.
+func (p *Pool) Requests() []*chat.Request {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*chat.Request(nil), p.reqs...)
+}
+
+// Answers returns the answers handed out so far.
+func (p *Pool) Answers() []*Answer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*Answer(nil), p.answers...)
+}
+
+// Hops returns the holders Hop was asked to carry requests to.
+func (p *Pool) Hops() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.hops...)
+}
