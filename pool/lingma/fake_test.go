@@ -257,11 +257,11 @@ func TestStopOnSilence(t *testing.T) {
 			c := fakeClient(t, f, tt.cfg)
 			ctx, cancel := tt.ctx()
 			defer cancel()
-			ch, err := c.Chat(ctx, &chat.Turn{Messages: user("hi")})
+			ans, err := c.Start(ctx, &chat.Turn{Messages: user("hi")})
 			if err != nil {
-				t.Fatalf("Chat: %v", err)
+				t.Fatalf("Start: %v", err)
 			}
-			if a := collect(t, ch); !errors.Is(a.err, tt.want) {
+			if a := collect(t, ans); !errors.Is(a.err, tt.want) {
 				t.Errorf("silent turn: %v, want %v", a.err, tt.want)
 			}
 			waitStop(t, f)
@@ -287,9 +287,9 @@ func TestAskRefused(t *testing.T) {
 			fc.reply(m.ID, tt.give)
 		})
 		c := fakeClient(t, f, Config{})
-		_, err := c.Chat(context.Background(), &chat.Turn{Messages: user("hi")})
+		_, err := c.Start(context.Background(), &chat.Turn{Messages: user("hi")})
 		if err == nil || tt.wantIs != nil && !errors.Is(err, tt.wantIs) {
-			t.Errorf("Chat() refused with %v = %v, want an error matching %v", tt.give, err, tt.wantIs)
+			t.Errorf("Start() refused with %v = %v, want an error matching %v", tt.give, err, tt.wantIs)
 		}
 	}
 }
@@ -335,8 +335,9 @@ func TestFinishError(t *testing.T) {
 	}
 }
 
-// ChatPull hands the router the same events Chat's channel carries, read in
-// the router's goroutine, and a finished turn needs no chat/stop.
+// A turn's answer is read event by event on the reader's goroutine, ends
+// with its closing event (Next then returns false), and a finished turn
+// needs no chat/stop.
 func TestPulledTurn(t *testing.T) {
 	f := newFake(t, askThen(func(fc *fakeConn, reqID string) {
 		fc.notify(``, "chat/answer", map[string]string{"requestId": reqID, "text": "hel"})
@@ -344,13 +345,17 @@ func TestPulledTurn(t *testing.T) {
 		fc.notify(``, "chat/finish", map[string]any{"requestId": reqID, "sessionId": "s-1", "statusCode": 200})
 	}))
 	c := fakeClient(t, f, Config{})
-	a, err := c.ChatPull(context.Background(), &chat.Turn{Messages: user("hi")})
+	a, err := c.Start(context.Background(), &chat.Turn{Messages: user("hi")})
 	if err != nil {
-		t.Fatalf("ChatPull: %v", err)
+		t.Fatalf("Start: %v", err)
 	}
 	var text strings.Builder
 	var done chat.Event
-	for ev := a.Next(); done.Type == 0; ev = a.Next() {
+	for done.Type == 0 {
+		ev, ok := a.Next()
+		if !ok {
+			t.Fatalf("Next = false before the closing event")
+		}
 		switch ev.Type {
 		case chat.EventText:
 			text.WriteString(ev.Text)
@@ -360,8 +365,8 @@ func TestPulledTurn(t *testing.T) {
 			t.Fatalf("answer: %v", ev.Err)
 		}
 	}
-	if ev := a.Next(); ev.Type != chat.EventError || !errors.Is(ev.Err, chat.ErrWorkerGone) {
-		t.Errorf("Next past the end = %+v, want an EventError with ErrWorkerGone", ev)
+	if ev, ok := a.Next(); ok {
+		t.Errorf("Next past the end = %+v, true; want false", ev)
 	}
 	a.Close()
 	a.Close()
@@ -379,14 +384,17 @@ func TestPulledTurnClosedEarly(t *testing.T) {
 		fc.notify(``, "chat/answer", map[string]string{"requestId": reqID, "text": "par"})
 	}))
 	c := fakeClient(t, f, Config{})
-	a, err := c.ChatPull(context.Background(), &chat.Turn{Messages: user("hi")})
+	a, err := c.Start(context.Background(), &chat.Turn{Messages: user("hi")})
 	if err != nil {
-		t.Fatalf("ChatPull: %v", err)
+		t.Fatalf("Start: %v", err)
 	}
-	if ev := a.Next(); ev.Type != chat.EventText || ev.Text != "par" {
-		t.Fatalf("first event = %+v, want the text", ev)
+	if ev, ok := a.Next(); !ok || ev.Type != chat.EventText || ev.Text != "par" {
+		t.Fatalf("first event = %+v, %v; want the text", ev, ok)
 	}
 	a.Close()
+	if n := openTurns(c); n != 0 {
+		t.Errorf("%d turns still registered after Close", n)
+	}
 	waitStop(t, f)
 }
 

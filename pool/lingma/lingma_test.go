@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/chat/chattest"
 	"github.com/poolgate/poolgate/internal/sim/simtest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor"
@@ -70,47 +71,58 @@ type answer struct {
 	err   error
 }
 
-func collect(t *testing.T, ch <-chan chat.Event) answer {
+// collect reads a to its end, within wait, and closes it, checking that
+// it ends with exactly one EventDone or EventError, after which Next
+// returns false. It reads on a goroutine of its own so that an answer that
+// never ends fails the test instead of hanging it.
+func collect(t *testing.T, a chat.Answer) answer {
 	t.Helper()
-	var a answer
+	got := make(chan []chat.Event, 1)
+	go func() { got <- chattest.Collect(a) }()
+	var evs []chat.Event
+	select {
+	case evs = <-got:
+	case <-time.After(wait):
+		t.Fatalf("the answer did not end within %s", wait)
+	}
+	var res answer
 	var text strings.Builder
-	timeout := time.After(wait)
-	for {
-		select {
-		case ev, ok := <-ch:
-			if !ok {
-				a.text = text.String()
-				if a.done == nil && a.err == nil {
-					t.Fatalf("stream closed without EventDone or EventError")
-				}
-				return a
-			}
-			if a.done != nil || a.err != nil {
-				t.Fatalf("event %+v after the end of the stream", ev)
-			}
-			switch ev.Type {
-			case chat.EventText:
-				text.WriteString(ev.Text)
-			case chat.EventToolCall:
-				a.calls = append(a.calls, ev.ToolCall)
-			case chat.EventDone:
-				a.done = &ev
-			case chat.EventError:
-				a.err = ev.Err
-			}
-		case <-timeout:
-			t.Fatalf("stream did not end")
+	for _, ev := range evs {
+		if res.done != nil || res.err != nil {
+			t.Fatalf("event %+v after the end of the answer", ev)
+		}
+		switch ev.Type {
+		case chat.EventText:
+			text.WriteString(ev.Text)
+		case chat.EventToolCall:
+			res.calls = append(res.calls, ev.ToolCall)
+		case chat.EventDone:
+			res.done = &ev
+		case chat.EventError:
+			res.err = ev.Err
 		}
 	}
+	if res.done == nil && res.err == nil {
+		t.Fatalf("the answer ended without EventDone or EventError")
+	}
+	res.text = text.String()
+	return res
 }
 
 func runTurn(t *testing.T, c *Client, turn *chat.Turn) answer {
 	t.Helper()
-	ch, err := c.Chat(context.Background(), turn)
+	a, err := c.Start(context.Background(), turn)
 	if err != nil {
-		t.Fatalf("Chat: %v", err)
+		t.Fatalf("Start: %v", err)
 	}
-	return collect(t, ch)
+	return collect(t, a)
+}
+
+// openTurns is the number of turns the client still routes messages to.
+func openTurns(c *Client) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.turns)
 }
 
 func user(text string) []chat.Message { return []chat.Message{{Role: chat.RoleUser, Content: text}} }
@@ -147,8 +159,8 @@ func TestStatus(t *testing.T) {
 	if err != nil || st.LoggedIn {
 		t.Errorf("Status() = %+v, %v; want logged out", st, err)
 	}
-	if _, err := out.Chat(context.Background(), &chat.Turn{Messages: user("hi")}); !errors.Is(err, chat.ErrNotLoggedIn) {
-		t.Errorf("Chat() logged out = %v, want ErrNotLoggedIn", err)
+	if _, err := out.Start(context.Background(), &chat.Turn{Messages: user("hi")}); !errors.Is(err, chat.ErrNotLoggedIn) {
+		t.Errorf("Start() logged out = %v, want ErrNotLoggedIn", err)
 	}
 	u, err := out.LoginURL(context.Background())
 	if err != nil || !strings.Contains(u, "port="+strconv.Itoa(w.ep.AuxPort)) {
@@ -257,15 +269,18 @@ func TestCancelSendsStop(t *testing.T) {
 	_, c := newSim(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	turn := &chat.Turn{RequestID: "req-hang", Messages: user("wait [[sim:hang]]")}
-	ch, err := c.Chat(ctx, turn)
+	ans, err := c.Start(ctx, turn)
 	if err != nil {
-		t.Fatalf("Chat: %v", err)
+		t.Fatalf("Start: %v", err)
 	}
 	cancel()
 	start := time.Now()
-	a := collect(t, ch)
+	a := collect(t, ans)
 	if !errors.Is(a.err, context.Canceled) || time.Since(start) > time.Second {
 		t.Errorf("cancelled turn ended with %v after %s, want context.Canceled at once", a.err, time.Since(start))
+	}
+	if n := openTurns(c); n != 0 {
+		t.Errorf("%d turns still registered after the cancelled answer was closed", n)
 	}
 	// The same gateway request id again (a retry on this worker) must not
 	// see the stopped turn's late chat/finish.
@@ -289,19 +304,19 @@ func TestTurnTimeout(t *testing.T) {
 
 func TestWorkerGone(t *testing.T) {
 	w, c := newSim(t)
-	ch, err := c.Chat(context.Background(), &chat.Turn{Messages: user("[[sim:hang]]")})
+	ans, err := c.Start(context.Background(), &chat.Turn{Messages: user("[[sim:hang]]")})
 	if err != nil {
-		t.Fatalf("Chat: %v", err)
+		t.Fatalf("Start: %v", err)
 	}
 	w.stop()
-	if a := collect(t, ch); !errors.Is(a.err, chat.ErrWorkerGone) {
+	if a := collect(t, ans); !errors.Is(a.err, chat.ErrWorkerGone) {
 		t.Errorf("turn on a stopped worker: %v, want ErrWorkerGone", a.err)
 	}
 	if _, err := c.Status(context.Background()); !errors.Is(err, chat.ErrWorkerGone) {
 		t.Errorf("Status() after the drop = %v, want ErrWorkerGone", err)
 	}
-	if _, err := c.Chat(context.Background(), &chat.Turn{Messages: user("hi")}); !errors.Is(err, chat.ErrWorkerGone) {
-		t.Errorf("Chat() after the drop = %v, want ErrWorkerGone", err)
+	if _, err := c.Start(context.Background(), &chat.Turn{Messages: user("hi")}); !errors.Is(err, chat.ErrWorkerGone) {
+		t.Errorf("Start() after the drop = %v, want ErrWorkerGone", err)
 	}
 }
 

@@ -55,14 +55,15 @@ func BenchmarkChat100(b *testing.B) {
 	turn := userTurn("hello")
 	b.ReportAllocs()
 	for b.Loop() {
-		ch, err := c.Chat(context.Background(), turn)
+		a, err := c.Start(context.Background(), turn)
 		if err != nil {
 			b.Fatal(err)
 		}
 		n := 0
-		for range ch {
+		for _, ok := a.Next(); ok; _, ok = a.Next() {
 			n++
 		}
+		a.Close()
 		if n != 101 {
 			b.Fatalf("events = %d, want 101", n)
 		}

@@ -159,8 +159,14 @@ func (a *reader) step() {
 
 // end queues the answer's closing events after the stream ended with err.
 func (a *reader) end(err error) {
-	if errors.Is(err, errListenerGone) || a.ctx.Err() != nil {
+	if errors.Is(err, errListenerGone) {
 		return // nobody listens any more
+	}
+	if err != nil && a.ctx.Err() != nil {
+		// The caller gave up (its context ended, which aborted the read):
+		// the answer ends with the context's error.
+		a.emit(chat.Event{Type: chat.EventError, Err: fmt.Errorf("openai %s: chat: %w", a.c.name, a.ctx.Err())})
+		return
 	}
 	if err == nil && a.acc.sawDone {
 		// Read the end of the body so the connection is reused; a server

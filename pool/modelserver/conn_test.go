@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/internal/chat/chattest"
 )
 
 // A worker that drops idle keep-alive connections costs the next turn
@@ -22,21 +22,18 @@ import (
 func TestIdleConnectionsClosedByWorker(t *testing.T) {
 	f := startFake(t, sseReply, func(s *http.Server) { s.IdleTimeout = 50 * time.Millisecond })
 	c := connect(t, newDriver(t, Config{}), f.ep)
-	var open []supervisor.Answer // four answers at once: four pooled connections
+	var open []chat.Answer // four answers at once: four pooled connections
 	for range 4 {
-		a, err := c.ChatPull(context.Background(), userTurn("x"))
+		a, err := c.Start(context.Background(), userTurn("x"))
 		if err != nil {
-			t.Fatalf("ChatPull: %v", err)
+			t.Fatalf("Start: %v", err)
 		}
 		open = append(open, a)
 	}
 	for _, a := range open {
-		for ev := a.Next(); ev.Type != chat.EventDone; ev = a.Next() {
-			if ev.Type == chat.EventError {
-				t.Fatalf("answer: %v", ev.Err)
-			}
+		if got := collect(t, a); got.err != nil {
+			t.Fatalf("answer: %v", got.err)
 		}
-		a.Close()
 	}
 	before := f.conns.n.Load()
 	time.Sleep(300 * time.Millisecond) // the worker closes the idle connections
@@ -54,24 +51,22 @@ func TestIdleConnectionsClosedByWorker(t *testing.T) {
 	}
 }
 
-// pullTurn runs a turn through ChatPull, from any goroutine.
+// pullTurn runs a turn and reads its answer, from any goroutine.
 func pullTurn(c *Client) (string, error) {
-	a, err := c.ChatPull(context.Background(), userTurn("x"))
+	a, err := c.Start(context.Background(), userTurn("x"))
 	if err != nil {
 		return "", err
 	}
-	defer a.Close()
 	var text strings.Builder
-	for {
-		switch ev := a.Next(); ev.Type {
+	for _, ev := range chattest.Collect(a) {
+		switch ev.Type {
 		case chat.EventText:
 			text.WriteString(ev.Text)
-		case chat.EventDone:
-			return text.String(), nil
 		case chat.EventError:
 			return text.String(), ev.Err
 		}
 	}
+	return text.String(), nil
 }
 
 // alive tells an idle connection the worker closed, or that carries bytes
@@ -126,12 +121,12 @@ func TestHeaderTimeout(t *testing.T) {
 	})
 	c := connect(t, newDriver(t, Config{HeaderTimeout: 200 * time.Millisecond}), f.ep)
 	start := time.Now()
-	_, err := c.Chat(context.Background(), userTurn("x"))
+	_, err := c.Start(context.Background(), userTurn("x"))
 	if !errors.Is(err, chat.ErrWorkerGone) || !strings.Contains(err.Error(), "no response headers in time (200ms)") {
-		t.Errorf("Chat = %v, want ErrWorkerGone saying no headers came in time", err)
+		t.Errorf("Start = %v, want ErrWorkerGone saying no headers came in time", err)
 	}
 	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("Chat took %s with a 200ms header timeout", d)
+		t.Errorf("Start took %s with a 200ms header timeout", d)
 	}
 }
 
@@ -149,23 +144,30 @@ func TestMaxConnsPerHost(t *testing.T) {
 	})
 	c := connect(t, newDriver(t, Config{MaxConnsPerHost: 1}), f.ep)
 	before := f.conns.n.Load()
-	first := make(chan answer, 1)
+	type started struct {
+		a   chat.Answer
+		err error
+	}
+	first := make(chan started, 1)
 	go func() {
-		ch, err := c.Chat(context.Background(), userTurn("x"))
-		if err != nil {
-			first <- answer{err: err}
-			return
-		}
-		first <- collect(t, ch)
+		a, err := c.Start(context.Background(), userTurn("x"))
+		first <- started{a, err}
 	}()
 	<-entered
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if _, err := c.Chat(ctx, userTurn("x")); !errors.Is(err, context.DeadlineExceeded) {
+	if a, err := c.Start(ctx, userTurn("x")); !errors.Is(err, context.DeadlineExceeded) {
+		if a != nil {
+			a.Close()
+		}
 		t.Errorf("second turn while the only connection is busy = %v, want the context's deadline", err)
 	}
 	close(release)
-	if a := <-first; a.err != nil {
+	s := <-first
+	if s.err != nil {
+		t.Fatalf("first turn: %v", s.err)
+	}
+	if a := collect(t, s.a); a.err != nil {
 		t.Fatalf("first turn: %v", a.err)
 	}
 	if a := runTurn(t, c, userTurn("x")); a.err != nil {
@@ -210,14 +212,18 @@ func TestAbandonedAnswerNotReused(t *testing.T) {
 		}
 	})
 	c := connect(t, newDriver(t, Config{}), f.ep)
-	a, err := c.ChatPull(context.Background(), userTurn("x"))
+	a, err := c.Start(context.Background(), userTurn("x"))
 	if err != nil {
-		t.Fatalf("ChatPull: %v", err)
+		t.Fatalf("Start: %v", err)
 	}
-	if ev := a.Next(); ev.Type != chat.EventText || ev.Text != "partial" {
-		t.Fatalf("first event = %+v, want the partial text", ev)
+	if ev, ok := a.Next(); !ok || ev.Type != chat.EventText || ev.Text != "partial" {
+		a.Close()
+		t.Fatalf("first event = %+v, %v; want the partial text", ev, ok)
 	}
 	a.Close()
+	if n := busyConns(c); n != 0 {
+		t.Errorf("%d connections still busy after the answer was closed", n)
+	}
 	select {
 	case <-gone:
 	case <-time.After(2 * time.Second):
@@ -255,12 +261,12 @@ func TestRequestTimeoutBeforeHeaders(t *testing.T) {
 	})
 	c := connect(t, newDriver(t, Config{RequestTimeout: 200 * time.Millisecond}), f.ep)
 	start := time.Now()
-	_, err := c.Chat(context.Background(), userTurn("x"))
+	_, err := c.Start(context.Background(), userTurn("x"))
 	if !errors.Is(err, chat.ErrWorkerGone) || !strings.Contains(err.Error(), "no answer within 200ms") {
-		t.Errorf("Chat = %v, want ErrWorkerGone saying no answer came within 200ms", err)
+		t.Errorf("Start = %v, want ErrWorkerGone saying no answer came within 200ms", err)
 	}
 	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("Chat took %s with a 200ms request timeout", d)
+		t.Errorf("Start took %s with a 200ms request timeout", d)
 	}
 }
 
@@ -272,17 +278,20 @@ func TestCloseAbortsWaitForConnection(t *testing.T) {
 		<-r.Context().Done()
 	})
 	c := connect(t, newDriver(t, Config{MaxConnsPerHost: 1}), f.ep)
+	// start runs a turn that should never get an answer; one it gets
+	// anyway is closed at once, so that Close is not kept waiting.
+	start := func(errs chan<- error) {
+		a, err := c.Start(context.Background(), userTurn("x"))
+		if a != nil {
+			a.Close()
+		}
+		errs <- err
+	}
 	first := make(chan error, 1)
-	go func() {
-		_, err := c.Chat(context.Background(), userTurn("x"))
-		first <- err
-	}()
+	go start(first)
 	<-entered
 	second := make(chan error, 1)
-	go func() {
-		_, err := c.Chat(context.Background(), userTurn("x"))
-		second <- err
-	}()
+	go start(second)
 	time.Sleep(50 * time.Millisecond) // the second turn waits for the connection
 	closed := make(chan struct{})
 	go func() { _ = c.Close(); close(closed) }()

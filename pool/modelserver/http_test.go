@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/chat/chattest"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -149,7 +150,10 @@ func TestStatusErrors(t *testing.T) {
 				_, _ = io.WriteString(w, tt.body)
 			})
 			c := connect(t, newDriver(t, Config{}), f.ep)
-			_, err := c.Chat(context.Background(), userTurn("x"))
+			a, err := c.Start(context.Background(), userTurn("x"))
+			if a != nil {
+				a.Close()
+			}
 			var rl *chat.RateLimitedError
 			retry := time.Duration(0)
 			if errors.As(err, &rl) {
@@ -219,13 +223,12 @@ func TestConnectionReuse(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 8 {
 			wg.Go(func() {
-				ch, err := c.Chat(context.Background(), userTurn("x"))
+				a, err := c.Start(context.Background(), userTurn("x"))
 				if err != nil {
-					t.Errorf("Chat: %v", err)
+					t.Errorf("Start: %v", err)
 					return
 				}
-				for range ch {
-				}
+				chattest.Collect(a)
 			})
 		}
 		wg.Wait()
@@ -249,8 +252,8 @@ func TestConnectionDroppedMidStream(t *testing.T) {
 	}
 }
 
-// A whole turn asks for one JSON body, and ChatPull reads the same events
-// from it in the caller's goroutine as Chat's channel carries.
+// A whole turn asks for one JSON body, whose answer is read as the same
+// events a stream makes; Next returns false past the closing one.
 func TestWholeTurnPulled(t *testing.T) {
 	f := startFake(t, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -258,15 +261,18 @@ func TestWholeTurnPulled(t *testing.T) {
 			`"usage":{"prompt_tokens":3,"completion_tokens":1}}`)
 	})
 	c := connect(t, newDriver(t, Config{}), f.ep)
-	a, err := c.ChatPull(context.Background(), &chat.Turn{Model: "m", Whole: true,
+	a, err := c.Start(context.Background(), &chat.Turn{Model: "m", Whole: true,
 		Messages: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}})
 	if err != nil {
-		t.Fatalf("ChatPull: %v", err)
+		t.Fatalf("Start: %v", err)
 	}
 	defer a.Close()
 	var got []chat.Event
 	for {
-		ev := a.Next()
+		ev, ok := a.Next()
+		if !ok {
+			t.Fatalf("Next = false before the closing event (after %v)", got)
+		}
 		got = append(got, ev)
 		if ev.Type == chat.EventDone || ev.Type == chat.EventError {
 			break
@@ -277,8 +283,8 @@ func TestWholeTurnPulled(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("events = %v, want %v", got, want)
 	}
-	if ev := a.Next(); ev.Type != chat.EventError || !errors.Is(ev.Err, chat.ErrWorkerGone) {
-		t.Errorf("Next past the end = %v, want an EventError with ErrWorkerGone", ev)
+	if ev, ok := a.Next(); ok {
+		t.Errorf("Next past the end = %v, true; want false", ev)
 	}
 	f.mu.Lock()
 	body := string(bytes.TrimSpace(f.body))

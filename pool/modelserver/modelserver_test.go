@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/chat/chattest"
 	"github.com/poolgate/poolgate/internal/sim/simtest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor"
@@ -77,41 +78,43 @@ type answer struct {
 	err    error
 }
 
-// collect reads ch to its close, checking that it ends with exactly one
-// EventDone or EventError.
-func collect(t testing.TB, ch <-chan chat.Event) answer {
+// collect reads a to its end, within wait, and closes it, checking that
+// it ends with exactly one EventDone or EventError, after which Next
+// returns false. It reads on a goroutine of its own so that an answer that
+// never ends fails the test instead of hanging it.
+func collect(t testing.TB, a chat.Answer) answer {
 	t.Helper()
-	var a answer
+	got := make(chan []chat.Event, 1)
+	go func() { got <- chattest.Collect(a) }()
+	var evs []chat.Event
+	select {
+	case evs = <-got:
+	case <-time.After(wait):
+		t.Fatalf("the answer did not end within %s", wait)
+	}
+	var res answer
 	var text strings.Builder
-	timeout := time.After(wait)
-	for {
-		select {
-		case ev, ok := <-ch:
-			if !ok {
-				a.text = text.String()
-				if a.done == nil && a.err == nil {
-					t.Fatalf("stream closed without EventDone or EventError")
-				}
-				return a
-			}
-			if a.done != nil || a.err != nil {
-				t.Fatalf("event %+v after the end of the stream", ev)
-			}
-			switch ev.Type {
-			case chat.EventText:
-				text.WriteString(ev.Text)
-				a.deltas++
-			case chat.EventToolCall:
-				a.calls = append(a.calls, ev.ToolCall)
-			case chat.EventDone:
-				a.done = &ev
-			case chat.EventError:
-				a.err = ev.Err
-			}
-		case <-timeout:
-			t.Fatalf("stream did not end within %s", wait)
+	for _, ev := range evs {
+		if res.done != nil || res.err != nil {
+			t.Fatalf("event %+v after the end of the answer", ev)
+		}
+		switch ev.Type {
+		case chat.EventText:
+			text.WriteString(ev.Text)
+			res.deltas++
+		case chat.EventToolCall:
+			res.calls = append(res.calls, ev.ToolCall)
+		case chat.EventDone:
+			res.done = &ev
+		case chat.EventError:
+			res.err = ev.Err
 		}
 	}
+	if res.done == nil && res.err == nil {
+		t.Fatalf("the answer ended without EventDone or EventError")
+	}
+	res.text = text.String()
+	return res
 }
 
 func userTurn(text string) *chat.Turn {
@@ -120,11 +123,11 @@ func userTurn(text string) *chat.Turn {
 
 func runTurn(t testing.TB, c *Client, turn *chat.Turn) answer {
 	t.Helper()
-	ch, err := c.Chat(context.Background(), turn)
+	a, err := c.Start(context.Background(), turn)
 	if err != nil {
-		t.Fatalf("Chat: %v", err)
+		t.Fatalf("Start: %v", err)
 	}
-	return collect(t, ch)
+	return collect(t, a)
 }
 
 var weather = []chat.Tool{{Name: "get_weather", Description: "Weather in a city",
@@ -229,9 +232,10 @@ func TestChatErrorsBeforeFirstByte(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ch, err := c.Chat(context.Background(), userTurn(tt.give))
-			if ch != nil {
-				t.Fatalf("Chat returned a stream, want an error")
+			a, err := c.Start(context.Background(), userTurn(tt.give))
+			if a != nil {
+				a.Close()
+				t.Fatalf("Start returned an answer, want an error")
 			}
 			var rl *chat.RateLimitedError
 			var up *chat.UpstreamError
@@ -270,35 +274,52 @@ func TestChatCancel(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		_, err := c.Chat(ctx, userTurn("[[sim:hang]]"))
+		a, err := c.Start(ctx, userTurn("[[sim:hang]]"))
+		if a != nil {
+			a.Close()
+		}
 		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 2*time.Second {
-			t.Errorf("Chat = %v after %s, want the context's error promptly", err, time.Since(start))
+			t.Errorf("Start = %v after %s, want the context's error promptly", err, time.Since(start))
 		}
 	})
 
 	t.Run("mid stream", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		ch, err := c.Chat(ctx, userTurn("a b c [[sim:chunk-delay=1h]]"))
+		a, err := c.Start(ctx, userTurn("a b c [[sim:chunk-delay=1h]]"))
 		if err != nil {
-			t.Fatalf("Chat: %v", err)
+			t.Fatalf("Start: %v", err)
 		}
-		if ev := <-ch; ev.Type != chat.EventText {
-			t.Fatalf("first event = %+v, want text", ev)
+		if ev, ok := a.Next(); !ok || ev.Type != chat.EventText {
+			a.Close()
+			t.Fatalf("first event = %+v, %v; want text", ev, ok)
 		}
 		cancel()
-		closed := time.After(2 * time.Second)
-		for {
-			select {
-			case _, ok := <-ch:
-				if !ok {
-					return
-				}
-			case <-closed:
-				t.Fatal("channel still open 2s after cancel")
-			}
+		start := time.Now()
+		rest := collect(t, a)
+		if !errors.Is(rest.err, context.Canceled) || rest.deltas != 0 || time.Since(start) > 2*time.Second {
+			t.Errorf("after cancel the answer went on with %+v for %s, want the context's error at once", rest, time.Since(start))
+		}
+		if n := busyConns(c); n != 0 {
+			t.Errorf("%d connections still busy after the cancelled answer was closed", n)
 		}
 	})
+
+	// Close waits for the turns in flight: none is left.
+	closed := make(chan struct{})
+	go func() { _ = c.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Close did not return: a cancelled turn is still registered")
+	}
+}
+
+// busyConns is the number of the client's connections carrying a turn.
+func busyConns(c *Client) int {
+	c.conns.mu.Lock()
+	defer c.conns.mu.Unlock()
+	return len(c.conns.busy)
 }
 
 func TestChatRequestTimeout(t *testing.T) {
@@ -311,33 +332,39 @@ func TestChatRequestTimeout(t *testing.T) {
 
 func TestCloseAbortsTurns(t *testing.T) {
 	_, c := newSim(t, Config{})
-	ch, err := c.Chat(context.Background(), userTurn("a b c [[sim:chunk-delay=1h]]"))
+	a, err := c.Start(context.Background(), userTurn("a b c [[sim:chunk-delay=1h]]"))
 	if err != nil {
-		t.Fatalf("Chat: %v", err)
+		t.Fatalf("Start: %v", err)
 	}
-	<-ch
+	if ev, ok := a.Next(); !ok || ev.Type != chat.EventText {
+		a.Close()
+		t.Fatalf("first event = %+v, %v; want text", ev, ok)
+	}
+	// Close aborts the answer being read, and returns once its reader
+	// closed it.
 	done := make(chan struct{})
 	go func() { _ = c.Close(); close(done) }()
+	if rest := collect(t, a); !errors.Is(rest.err, chat.ErrWorkerGone) {
+		t.Errorf("answer after Close = %+v, want it cut with ErrWorkerGone", rest)
+	}
 	select {
 	case <-done:
 	case <-time.After(2 * time.Second):
 		t.Fatal("Close did not return")
 	}
-	for ev := range ch {
-		if ev.Type == chat.EventError && !errors.Is(ev.Err, chat.ErrWorkerGone) {
-			t.Errorf("error after Close = %v, want ErrWorkerGone", ev.Err)
-		}
+	if busyConns(c) != 0 {
+		t.Errorf("connections still busy after Close")
 	}
-	if _, err := c.Chat(context.Background(), userTurn("hi")); !errors.Is(err, chat.ErrWorkerGone) {
-		t.Errorf("Chat after Close = %v, want ErrWorkerGone", err)
+	if _, err := c.Start(context.Background(), userTurn("hi")); !errors.Is(err, chat.ErrWorkerGone) {
+		t.Errorf("Start after Close = %v, want ErrWorkerGone", err)
 	}
 }
 
 func TestWorkerGone(t *testing.T) {
 	w, c := newSim(t, Config{})
 	w.stop()
-	if _, err := c.Chat(context.Background(), userTurn("hi")); !errors.Is(err, chat.ErrWorkerGone) {
-		t.Errorf("Chat to a stopped worker = %v, want ErrWorkerGone", err)
+	if _, err := c.Start(context.Background(), userTurn("hi")); !errors.Is(err, chat.ErrWorkerGone) {
+		t.Errorf("Start to a stopped worker = %v, want ErrWorkerGone", err)
 	}
 	if _, err := c.Status(context.Background()); !errors.Is(err, chat.ErrWorkerGone) {
 		t.Errorf("Status of a stopped worker = %v, want ErrWorkerGone", err)

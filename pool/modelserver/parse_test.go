@@ -25,7 +25,7 @@ func parseBody(d *Driver, contentType string, body io.Reader, emit func(chat.Eve
 	a := &reader{stream: stream{c: c, ctx: context.Background()}}
 	w := &wconn{p: c.conns, nc: nc, body: body}
 	a.attach(&http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {contentType}}, Body: w}, w)
-	for ev := a.Next(); emit(ev) && ev.Type != chat.EventDone && ev.Type != chat.EventError; ev = a.Next() {
+	for ev, ok := a.Next(); ok && emit(ev); ev, ok = a.Next() {
 	}
 	a.closeBody()
 }
