@@ -29,6 +29,7 @@ import (
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/lingma"
 	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 	"github.com/poolgate/poolgate/session/bundle"
 )
 
@@ -71,7 +72,7 @@ func newBundleEnv(t *testing.T, key []byte, cfg admin.Config, edge gin.HandlerFu
 	if start {
 		cmd = []string{testenv.PoolgateBin(t), "simworker"}
 	}
-	wc := supervisor.WorkerConfig{Name: "w1", Account: supervisor.Account{Name: "acct", Env: []string{"SIMWORKER_ACCOUNTS=u-acct:pw"}},
+	wc := supervisor.WorkerConfig{Name: "w1", Account: worker.Account{Name: "acct", Env: []string{"SIMWORKER_ACCOUNTS=u-acct:pw"}},
 		WorkDir: t.TempDir(), StartTimeout: 10 * time.Second, HealthInterval: 200 * time.Millisecond,
 		HealthTimeout: time.Second, BackoffMin: 100 * time.Millisecond, BackoffMax: time.Second, StopGrace: 2 * time.Second}
 	launcher := &supervisor.ExecLauncher{}

@@ -28,6 +28,7 @@ import (
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/lingma"
 	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 const adminToken = "adm-dashboard-token"
@@ -158,7 +159,7 @@ func startAdmin(t *testing.T) (*pool.Pool, *supervisor.Supervisor, *httptest.Ser
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	drv := lingma.New(lingma.Config{Command: []string{testenv.PoolgateBin(t), "simworker"}, ExtraArgs: []string{"--logged-in"}})
 	launcher := &supervisor.ExecLauncher{}
-	sup := supervisor.New(supervisor.Config{}, []supervisor.WorkerConfig{worker(t, "w1"), worker(t, "w2")}, drv, launcher, nil, log)
+	sup := supervisor.New(supervisor.Config{}, []supervisor.WorkerConfig{workerConfig(t, "w1"), workerConfig(t, "w2")}, drv, launcher, nil, log)
 	p := pool.New(pool.Config{}, sup, nil, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	sup.Start(ctx)
@@ -207,8 +208,8 @@ func startAdmin(t *testing.T) (*pool.Pool, *supervisor.Supervisor, *httptest.Ser
 	return p, sup, srv, logins
 }
 
-func worker(t *testing.T, name string) supervisor.WorkerConfig {
-	return supervisor.WorkerConfig{Name: name, Account: supervisor.Account{Name: name, Env: []string{"SIMWORKER_ACCOUNTS=u-" + name + ":pw"}},
+func workerConfig(t *testing.T, name string) supervisor.WorkerConfig {
+	return supervisor.WorkerConfig{Name: name, Account: worker.Account{Name: name, Env: []string{"SIMWORKER_ACCOUNTS=u-" + name + ":pw"}},
 		WorkDir: t.TempDir(), StartTimeout: 10 * time.Second, HealthInterval: 200 * time.Millisecond,
 		HealthTimeout: time.Second, BackoffMin: 100 * time.Millisecond, BackoffMax: time.Second, StopGrace: 2 * time.Second}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // TestBackoffAndCooloff: attempts are spaced by the doubling backoff; after
@@ -37,7 +38,7 @@ func TestBackoffAndCooloff(t *testing.T) {
 		begin := time.Now()
 		tg := supervisor.LoginTarget{
 			Instance: "acct-1",
-			Account:  supervisor.Account{Username: "user", Password: "pass-word"},
+			Account:  worker.Account{Username: "user", Password: "pass-word"},
 			LoginURL: func(context.Context) (string, error) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -98,7 +99,7 @@ func TestReleasedWorkerLeavesNoBackoff(t *testing.T) {
 				released := make(chan struct{})
 				tg := supervisor.LoginTarget{
 					Instance: "acct-1",
-					Account:  supervisor.Account{Username: "user", Password: "pass-word"},
+					Account:  worker.Account{Username: "user", Password: "pass-word"},
 					LoginURL: tt.give,
 					Confirm:  func(context.Context) (bool, error) { return false, nil },
 					Released: released,

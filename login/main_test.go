@@ -20,6 +20,7 @@ import (
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/lingma"
 	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -40,16 +41,16 @@ func chromium(t *testing.T) string {
 
 // worker is one in-process simulator, logged out, reached with the Lingma
 // driver as the pool would.
-type worker struct {
-	ep     supervisor.Endpoint
+type simWorker struct {
+	ep     worker.Endpoint
 	client *lingma.Client
 }
 
 // startSim runs the simulator with the given login page variant; valid
 // accounts come from SIMWORKER_ACCOUNTS (via getenv), as in production.
-func startSim(t *testing.T, variant, accounts string) *worker {
+func startSim(t *testing.T, variant, accounts string) *simWorker {
 	t.Helper()
-	ep := supervisor.Endpoint{Name: "acct", WorkDir: t.TempDir(), Port: testenv.FreePort(t), AuxPort: testenv.FreePort(t)}
+	ep := worker.Endpoint{Name: "acct", WorkDir: t.TempDir(), Port: testenv.FreePort(t), AuxPort: testenv.FreePort(t)}
 	args := []string{"start", "--transportType=websocket", "--workDir", ep.WorkDir,
 		"--socketPort", strconv.Itoa(ep.Port), "--httpPort", strconv.Itoa(ep.AuxPort), "--login-page", variant}
 	getenv := func(k string) string {
@@ -69,14 +70,14 @@ func startSim(t *testing.T, variant, accounts string) *worker {
 		return err
 	})
 	t.Cleanup(func() { _ = c.Close() })
-	return &worker{ep: ep, client: c}
+	return &simWorker{ep: ep, client: c}
 }
 
 // target is the login target of w for an account.
-func (w *worker) target(name, user, pass string) supervisor.LoginTarget {
+func (w *simWorker) target(name, user, pass string) supervisor.LoginTarget {
 	return supervisor.LoginTarget{
 		Instance: name,
-		Account:  supervisor.Account{Name: name, Username: user, Password: pass},
+		Account:  worker.Account{Name: name, Username: user, Password: pass},
 		WorkDir:  w.ep.WorkDir,
 		LoginURL: w.client.LoginURL,
 		Confirm: func(ctx context.Context) (bool, error) {
@@ -87,7 +88,7 @@ func (w *worker) target(name, user, pass string) supervisor.LoginTarget {
 }
 
 // stats reads the simulator's counters.
-func (w *worker) stats(t *testing.T) sim.Stats {
+func (w *simWorker) stats(t *testing.T) sim.Stats {
 	t.Helper()
 	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(w.ep.AuxPort) + "/sim/stats")
 	if err != nil {

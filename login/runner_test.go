@@ -26,7 +26,7 @@ func TestVariants(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	r, logs := newTestRunner(t, Config{Concurrency: 2, Metrics: m})
 	variants := []string{"plain", "twostep", "delayed", "org"}
-	workers := make([]*worker, len(variants))
+	workers := make([]*simWorker, len(variants))
 	for i, v := range variants {
 		workers[i] = startSim(t, v, "alice:s3cret-pw,bob:other")
 		r.Ensure(workers[i].target("acct-"+v, "alice", "s3cret-pw"))

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // Admission and picking: a turn waits, bounded, for a slot on a usable
@@ -28,7 +28,7 @@ type Want struct {
 // Slot is one admitted turn on one worker. Release it exactly once.
 type Slot struct {
 	// Backend is the connection of the worker the turn runs on.
-	Backend supervisor.Backend
+	Backend worker.Backend
 	m       *member
 	pool    *Pool
 	start   time.Time
@@ -283,7 +283,7 @@ func rendezvous(key, node string) uint64 {
 }
 
 // backend returns the named instance's current connection (nil when none).
-func (p *Pool) backend(name string) supervisor.Backend {
+func (p *Pool) backend(name string) worker.Backend {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if m, ok := p.byName[name]; ok {

@@ -124,9 +124,9 @@ func probeTurn(ctx context.Context, slot *Slot, model string) error {
 		case ev.Type == chat.EventError:
 			return ev.Err
 		case ev.Type == chat.EventDone:
-			if del, ok := slot.Backend.(supervisor.SessionDeleter); ok && ev.SessionID != "" {
+			if slot.Backend.Capabilities().Sessions && ev.SessionID != "" {
 				dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
-				_ = del.DeleteSession(dctx, ev.SessionID) // best effort
+				_ = slot.Backend.DeleteSession(dctx, ev.SessionID) // best effort
 				dcancel()
 			}
 			return nil

@@ -13,7 +13,6 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/telemetry"
-	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // Affinity says where a conversation's upstream session lives: the instance
@@ -279,8 +278,8 @@ func (r *Router) DeleteSession(a Affinity) {
 	if a.SessionID == "" {
 		return
 	}
-	del, ok := r.pool.backend(a.Instance).(supervisor.SessionDeleter)
-	if !ok {
+	del := r.pool.backend(a.Instance)
+	if del == nil || !del.Capabilities().Sessions {
 		return
 	}
 	r.wg.Go(func() {

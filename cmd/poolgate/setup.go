@@ -24,6 +24,7 @@ import (
 	"github.com/poolgate/poolgate/pool/lingma"
 	"github.com/poolgate/poolgate/pool/modelserver"
 	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 	"github.com/poolgate/poolgate/session"
 	"github.com/poolgate/poolgate/session/bundle"
 )
@@ -241,7 +242,7 @@ func toolPolicy(cfg config.Config) pool.ToolPolicy {
 // workerSetup builds the driver and one worker config per account. With no
 // worker binary configured, the pool runs this executable's simworker; with
 // no accounts either, two simulated accounts that start logged in.
-func workerSetup(cfg config.Config, log *slog.Logger) (supervisor.Driver, []supervisor.WorkerConfig, error) {
+func workerSetup(cfg config.Config, log *slog.Logger) (worker.Driver, []supervisor.WorkerConfig, error) {
 	// prefix starts the worker binary; extra follows the driver's own
 	// arguments (for the openai driver, the whole template is prefix+extra).
 	prefix, extra := []string{cfg.WorkerBin}, cfg.WorkerArgs
@@ -268,7 +269,7 @@ func workerSetup(cfg config.Config, log *slog.Logger) (supervisor.Driver, []supe
 	if err != nil {
 		return nil, nil, err
 	}
-	var driver supervisor.Driver
+	var driver worker.Driver
 	switch cfg.Driver {
 	case "openai":
 		template := append(append([]string(nil), prefix...), extra...)
@@ -348,7 +349,7 @@ func adoptWorkDirs(cfg config.Config, log *slog.Logger) {
 // poolAccount converts a configured account. Its process gets the account's
 // own env entries, and the bundled simulator (only it) its credentials in
 // SIMWORKER_ACCOUNTS, which is how it knows whom to let log in.
-func poolAccount(acct config.Account, sim bool) supervisor.Account {
+func poolAccount(acct config.Account, sim bool) worker.Account {
 	var env []string
 	if sim {
 		env = append(env, "SIMWORKER_ACCOUNTS="+acct.Username+":"+acct.Password)
@@ -361,5 +362,5 @@ func poolAccount(acct config.Account, sim bool) supervisor.Account {
 	for _, k := range keys {
 		env = append(env, k+"="+acct.Env[k])
 	}
-	return supervisor.Account{Name: acct.Name, Username: acct.Username, Password: acct.Password, Env: env, Args: acct.Args}
+	return worker.Account{Name: acct.Name, Username: acct.Username, Password: acct.Password, Env: env, Args: acct.Args}
 }

@@ -20,8 +20,8 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/lsp"
-	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/pool/textchat"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // Client is a connection to one running Lingma worker. Its one reader
@@ -58,13 +58,12 @@ type Client struct {
 	closeOnce sync.Once
 }
 
-var (
-	_ supervisor.Backend        = (*Client)(nil)
-	_ supervisor.ModelLister    = (*Client)(nil)
-	_ supervisor.RawModelLister = (*Client)(nil)
-	_ supervisor.LoginURLer     = (*Client)(nil)
-	_ supervisor.SessionDeleter = (*Client)(nil)
-)
+var _ worker.Backend = (*Client)(nil)
+
+// Capabilities: a Lingma worker has them all.
+func (c *Client) Capabilities() worker.Capabilities {
+	return worker.Capabilities{Models: true, RawModels: true, BrowserLogin: true, Sessions: true}
+}
 
 func newClient(conn *websocket.Conn, cfg Config, name string) *Client {
 	conn.SetReadLimit(readLimit)
@@ -94,7 +93,7 @@ func (c *Client) Close() error {
 }
 
 // Status asks auth/status. Logged in means status 2 and a non-empty id.
-func (c *Client) Status(ctx context.Context) (supervisor.AuthState, error) {
+func (c *Client) Status(ctx context.Context) (worker.AuthState, error) {
 	var r struct {
 		Status    flexInt    `json:"status"`
 		ID        flexString `json:"id"`
@@ -102,13 +101,13 @@ func (c *Client) Status(ctx context.Context) (supervisor.AuthState, error) {
 		AccountID flexString `json:"accountId"`
 	}
 	if err := c.call(ctx, "auth/status", struct{}{}, &r); err != nil {
-		return supervisor.AuthState{}, err
+		return worker.AuthState{}, err
 	}
 	if r.Status != 2 || r.ID == "" {
-		return supervisor.AuthState{}, nil
+		return worker.AuthState{}, nil
 	}
 	acct := cmp.Or(string(r.Name), string(r.AccountID), string(r.ID))
-	return supervisor.AuthState{LoggedIn: true, Account: acct}, nil
+	return worker.AuthState{LoggedIn: true, Account: acct}, nil
 }
 
 // Models asks config/queryModels and flattens its scenes into one list,

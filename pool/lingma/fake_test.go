@@ -19,7 +19,7 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/lsp"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // fake is a scripted Lingma worker for the edge cases the simulator does not
@@ -137,7 +137,7 @@ func requestID(m *lsp.Message) string {
 
 func fakeClient(t *testing.T, f *fake, cfg Config) *Client {
 	t.Helper()
-	b, err := New(cfg).Connect(context.Background(), supervisor.Endpoint{Name: "fake", Port: f.port})
+	b, err := New(cfg).Connect(context.Background(), worker.Endpoint{Name: "fake", Port: f.port})
 	if err != nil {
 		t.Fatalf("Connect: %v", err)
 	}

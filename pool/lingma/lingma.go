@@ -6,7 +6,7 @@
 //
 // The supervisor (pool/supervisor) starts the worker with Driver.Command
 // and calls Driver.Connect until it answers; the Client it gets back is the
-// supervisor.Backend of that worker. Chat turns are rendered into one prompt
+// worker.Backend of that worker. Chat turns are rendered into one prompt
 // and parsed back by pool/textchat, since the worker's chat mode is text in,
 // text out. The driver owns one worker's connection; it must not decide
 // which worker takes a turn, nor restart one.
@@ -27,7 +27,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/poolgate/poolgate/internal/lsp"
-	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // Modes of chat/ask.
@@ -132,7 +132,7 @@ type Driver struct {
 	cfg Config
 }
 
-var _ supervisor.Driver = (*Driver)(nil)
+var _ worker.Driver = (*Driver)(nil)
 
 // New returns a driver with cfg's defaults filled.
 func New(cfg Config) *Driver {
@@ -142,7 +142,7 @@ func New(cfg Config) *Driver {
 
 // Command returns the worker's argv for ep: Command, the standard start
 // arguments, then ExtraArgs.
-func (d *Driver) Command(ep supervisor.Endpoint) []string {
+func (d *Driver) Command(ep worker.Endpoint) []string {
 	argv := make([]string, 0, len(d.cfg.Command)+6+len(d.cfg.ExtraArgs))
 	argv = append(argv, d.cfg.Command...)
 	argv = append(argv,
@@ -157,7 +157,7 @@ func (d *Driver) Command(ep supervisor.Endpoint) []string {
 
 // Connect dials the worker at ep once (within DialTimeout) and sends
 // initialize. The supervisor calls it in a loop until the worker is ready.
-func (d *Driver) Connect(ctx context.Context, ep supervisor.Endpoint) (supervisor.Backend, error) {
+func (d *Driver) Connect(ctx context.Context, ep worker.Endpoint) (worker.Backend, error) {
 	u := "ws://127.0.0.1:" + strconv.Itoa(ep.Port)
 	dctx, cancel := context.WithTimeout(ctx, d.cfg.DialTimeout)
 	conn, _, err := websocket.Dial(dctx, u, nil)

@@ -17,7 +17,7 @@ import (
 	"github.com/poolgate/poolgate/internal/chat/chattest"
 	"github.com/poolgate/poolgate/internal/sim/simtest"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -26,23 +26,23 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const wait = 10 * time.Second
 
 // worker is one in-process simulator and the endpoint the driver sees.
-type worker struct {
-	ep   supervisor.Endpoint
+type simWorker struct {
+	ep   worker.Endpoint
 	stop func() // shuts the simulator down and waits for it
 }
 
 // startSim runs sim.Main with the driver's own command line (minus the
 // binary) plus extra args, until the test ends.
-func startSim(t *testing.T, extra ...string) *worker {
+func startSim(t *testing.T, extra ...string) *simWorker {
 	t.Helper()
-	ep := supervisor.Endpoint{Name: "acct-1", WorkDir: t.TempDir(), Port: testenv.FreePort(t), AuxPort: testenv.FreePort(t)}
+	ep := worker.Endpoint{Name: "acct-1", WorkDir: t.TempDir(), Port: testenv.FreePort(t), AuxPort: testenv.FreePort(t)}
 	argv := New(Config{Command: []string{"sim"}, ExtraArgs: extra}).Command(ep)[1:]
 	stop := simtest.Run(t, argv, nil, &testenv.Buffer{}, wait)
-	return &worker{ep: ep, stop: stop}
+	return &simWorker{ep: ep, stop: stop}
 }
 
 // connect retries Connect as the supervisor does, until the worker answers.
-func connect(t *testing.T, w *worker, cfg Config) *Client {
+func connect(t *testing.T, w *simWorker, cfg Config) *Client {
 	t.Helper()
 	d := New(cfg)
 	var c *Client
@@ -57,7 +57,7 @@ func connect(t *testing.T, w *worker, cfg Config) *Client {
 	return c
 }
 
-func newSim(t *testing.T, extra ...string) (*worker, *Client) {
+func newSim(t *testing.T, extra ...string) (*simWorker, *Client) {
 	t.Helper()
 	w := startSim(t, append([]string{"--logged-in"}, extra...)...)
 	return w, connect(t, w, Config{})
@@ -128,7 +128,7 @@ func openTurns(c *Client) int {
 func user(text string) []chat.Message { return []chat.Message{{Role: chat.RoleUser, Content: text}} }
 
 func TestCommand(t *testing.T) {
-	ep := supervisor.Endpoint{WorkDir: "/w/a", Port: 7001, AuxPort: 7002}
+	ep := worker.Endpoint{WorkDir: "/w/a", Port: 7001, AuxPort: 7002}
 	tests := []struct {
 		give Config
 		want []string

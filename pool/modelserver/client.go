@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // errBodyLimit caps how much of an error or /v1/models body is read (1 MiB).
 const errBodyLimit = 1 << 20
 
-// Client is the supervisor.Backend of one running OpenAI-compatible worker.
+// Client is the worker.Backend of one running OpenAI-compatible worker.
 type Client struct {
 	d        *Driver
 	name     string
@@ -37,10 +37,19 @@ type Client struct {
 	turns  sync.WaitGroup // turn goroutines; Add only under mu while open
 }
 
-var (
-	_ supervisor.Backend     = (*Client)(nil)
-	_ supervisor.ModelLister = (*Client)(nil)
-)
+var _ worker.Backend = (*Client)(nil)
+
+// Capabilities: an OpenAI-compatible server lists its models; it keeps no
+// sessions and needs no browser login.
+func (c *Client) Capabilities() worker.Capabilities {
+	return worker.Capabilities{Models: true, RawModels: true}
+}
+
+// LoginURL is unsupported: these servers take a key, not a login.
+func (c *Client) LoginURL(context.Context) (string, error) { return "", worker.ErrUnsupported }
+
+// DeleteSession is unsupported: these servers keep no sessions.
+func (c *Client) DeleteSession(context.Context, string) error { return worker.ErrUnsupported }
 
 func newClient(d *Driver, name, addr string) *Client {
 	c := &Client{d: d, name: name, modelURL: "http://" + addr + "/v1/models",
@@ -74,16 +83,16 @@ func (c *Client) begin() bool {
 
 // Status reports the worker as logged in when GET /v1/models answers 200:
 // OpenAI-compatible workers have no login, so this is the health probe.
-func (c *Client) Status(ctx context.Context) (supervisor.AuthState, error) {
+func (c *Client) Status(ctx context.Context) (worker.AuthState, error) {
 	resp, err := c.get(ctx)
 	if err != nil {
-		return supervisor.AuthState{}, err
+		return worker.AuthState{}, err
 	}
 	drain(resp.Body)
 	if !c.ready(resp.StatusCode) {
-		return supervisor.AuthState{}, fmt.Errorf("openai %s: GET /v1/models: %w", c.name, statusError(resp, nil))
+		return worker.AuthState{}, fmt.Errorf("openai %s: GET /v1/models: %w", c.name, statusError(resp, nil))
 	}
-	return supervisor.AuthState{LoggedIn: true}, nil
+	return worker.AuthState{LoggedIn: true}, nil
 }
 
 // ready says whether a /v1/models status means the worker serves.

@@ -17,7 +17,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
-	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // countingListener counts the TCP connections a server accepts.
@@ -36,7 +36,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 
 // fake is an httptest worker whose chat handler a test supplies.
 type fake struct {
-	ep    supervisor.Endpoint
+	ep    worker.Endpoint
 	conns *countingListener
 
 	mu      sync.Mutex
@@ -67,7 +67,7 @@ func startFake(t testing.TB, chat http.HandlerFunc, opts ...func(*http.Server)) 
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	f.ep = supervisor.Endpoint{Name: "fake", Port: srv.Listener.Addr().(*net.TCPAddr).Port}
+	f.ep = worker.Endpoint{Name: "fake", Port: srv.Listener.Addr().(*net.TCPAddr).Port}
 	return f
 }
 
@@ -173,7 +173,7 @@ func TestStaticModels(t *testing.T) {
 	mux.HandleFunc("/v1/models", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(int(status.Load())) })
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	ep := supervisor.Endpoint{Name: "odd", Port: srv.Listener.Addr().(*net.TCPAddr).Port}
+	ep := worker.Endpoint{Name: "odd", Port: srv.Listener.Addr().(*net.TCPAddr).Port}
 
 	if _, err := newDriver(t, Config{}).Connect(context.Background(), ep); err == nil {
 		t.Errorf("Connect with a 404 /v1/models and no static list = nil error, want one")

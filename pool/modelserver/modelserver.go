@@ -4,7 +4,7 @@
 //
 // The supervisor (pool/supervisor) starts a worker with Driver.Command and
 // calls Driver.Connect until its GET /v1/models answers; the Client it gets
-// back is the supervisor.Backend of that worker. A chat turn is one POST
+// back is the worker.Backend of that worker. A chat turn is one POST
 // /v1/chat/completions (streamed, or one JSON answer for a non-streaming
 // request) carrying the whole transcript (these servers keep no sessions),
 // with native tool calls passed through. The answer is parsed
@@ -28,7 +28,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // Config is the driver's configuration. New fills the defaults of zero
@@ -101,7 +101,7 @@ type Driver struct {
 	readers  sync.Pool // *sseReader: response scanners
 }
 
-var _ supervisor.Driver = (*Driver)(nil)
+var _ worker.Driver = (*Driver)(nil)
 
 // New returns a driver with cfg's defaults filled.
 func New(cfg Config) *Driver {
@@ -136,7 +136,7 @@ func (d *Driver) Close() {
 
 // Command returns the worker's argv for ep: Command with its placeholders
 // expanded.
-func (d *Driver) Command(ep supervisor.Endpoint) []string {
+func (d *Driver) Command(ep worker.Endpoint) []string {
 	if len(d.cfg.Command) == 0 {
 		return nil
 	}
@@ -157,7 +157,7 @@ func (d *Driver) Command(ep supervisor.Endpoint) []string {
 // Connect probes the worker at ep once with GET /v1/models (within
 // ProbeTimeout) and returns its client when it answers. The supervisor calls
 // it in a loop until the worker is ready.
-func (d *Driver) Connect(ctx context.Context, ep supervisor.Endpoint) (supervisor.Backend, error) {
+func (d *Driver) Connect(ctx context.Context, ep worker.Endpoint) (worker.Backend, error) {
 	c := newClient(d, ep.Name, "127.0.0.1:"+strconv.Itoa(ep.Port))
 	if _, err := c.Status(ctx); err != nil {
 		_ = c.Close()

@@ -16,7 +16,7 @@ import (
 	"github.com/poolgate/poolgate/internal/chat/chattest"
 	"github.com/poolgate/poolgate/internal/sim/simtest"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -25,19 +25,19 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const wait = 10 * time.Second
 
 // worker is one in-process simulator speaking the OpenAI API.
-type worker struct {
-	ep   supervisor.Endpoint
+type simWorker struct {
+	ep   worker.Endpoint
 	stop func() // shuts the simulator down and waits for it
 }
 
 // startSim runs sim.Main with --protocol=openai on a free port until the
 // test ends. [[sim:crash]] is not used: in process it would exit the test.
-func startSim(t *testing.T, extra ...string) *worker {
+func startSim(t *testing.T, extra ...string) *simWorker {
 	t.Helper()
-	ep := supervisor.Endpoint{Name: "acct-1", WorkDir: t.TempDir(), Port: testenv.FreePort(t)}
+	ep := worker.Endpoint{Name: "acct-1", WorkDir: t.TempDir(), Port: testenv.FreePort(t)}
 	args := append([]string{"start", "--protocol=openai", "--httpPort", strconv.Itoa(ep.Port), "--workDir", ep.WorkDir}, extra...)
 	stop := simtest.Run(t, args, nil, nil, wait)
-	return &worker{ep: ep, stop: stop}
+	return &simWorker{ep: ep, stop: stop}
 }
 
 // newDriver returns a driver whose idle connections are dropped at cleanup.
@@ -49,7 +49,7 @@ func newDriver(t testing.TB, cfg Config) *Driver {
 }
 
 // connect retries Connect as the supervisor does, until the worker answers.
-func connect(t testing.TB, d *Driver, ep supervisor.Endpoint) *Client {
+func connect(t testing.TB, d *Driver, ep worker.Endpoint) *Client {
 	t.Helper()
 	var c *Client
 	testenv.WaitForNoError(t, wait, "the worker to answer Connect", func() error {
@@ -63,7 +63,7 @@ func connect(t testing.TB, d *Driver, ep supervisor.Endpoint) *Client {
 	return c
 }
 
-func newSim(t *testing.T, cfg Config, extra ...string) (*worker, *Client) {
+func newSim(t *testing.T, cfg Config, extra ...string) (*simWorker, *Client) {
 	t.Helper()
 	w := startSim(t, extra...)
 	return w, connect(t, newDriver(t, cfg), w.ep)
@@ -370,7 +370,7 @@ func TestWorkerGone(t *testing.T) {
 		t.Errorf("Status of a stopped worker = %v, want ErrWorkerGone", err)
 	}
 	d := newDriver(t, Config{})
-	if _, err := d.Connect(context.Background(), supervisor.Endpoint{Name: "x", Port: testenv.FreePort(t)}); !errors.Is(err, chat.ErrWorkerGone) {
+	if _, err := d.Connect(context.Background(), worker.Endpoint{Name: "x", Port: testenv.FreePort(t)}); !errors.Is(err, chat.ErrWorkerGone) {
 		t.Errorf("Connect to a closed port = %v, want ErrWorkerGone", err)
 	}
 }
@@ -378,14 +378,14 @@ func TestWorkerGone(t *testing.T) {
 func TestCommand(t *testing.T) {
 	d := New(Config{Command: []string{"llama-server", "--port", "{port}", "--slot-save-path={workdir}/slots",
 		"--alias", "{account.name}", "--user={account.username}", "--aux={auxport}", "{unknown}"}})
-	got := d.Command(supervisor.Endpoint{Name: "acct-2", WorkDir: "/w/2", Port: 7001, AuxPort: 7002,
-		Account: supervisor.Account{Name: "acct-2", Username: "me@example.com"}})
+	got := d.Command(worker.Endpoint{Name: "acct-2", WorkDir: "/w/2", Port: 7001, AuxPort: 7002,
+		Account: worker.Account{Name: "acct-2", Username: "me@example.com"}})
 	want := []string{"llama-server", "--port", "7001", "--slot-save-path=/w/2/slots",
 		"--alias", "acct-2", "--user=me@example.com", "--aux=7002", "{unknown}"}
 	if !slices.Equal(got, want) {
 		t.Errorf("Command = %q, want %q", got, want)
 	}
-	if got := New(Config{}).Command(supervisor.Endpoint{Port: 1}); got != nil {
+	if got := New(Config{}).Command(worker.Endpoint{Port: 1}); got != nil {
 		t.Errorf("Command without a template = %q, want nil", got)
 	}
 }

@@ -3,6 +3,7 @@ package supervisor_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // The supervisor against real processes: the ExecLauncher starts this test
@@ -84,7 +86,7 @@ type helperDriver struct {
 	bin  string
 }
 
-func (d helperDriver) Command(ep supervisor.Endpoint) []string {
+func (d helperDriver) Command(ep worker.Endpoint) []string {
 	bin := d.bin
 	if bin == "" {
 		bin = os.Args[0]
@@ -96,7 +98,7 @@ func (d helperDriver) Command(ep supervisor.Endpoint) []string {
 	return argv
 }
 
-func (d helperDriver) Connect(ctx context.Context, ep supervisor.Endpoint) (supervisor.Backend, error) {
+func (d helperDriver) Connect(ctx context.Context, ep worker.Endpoint) (worker.Backend, error) {
 	var dialer net.Dialer
 	c, err := dialer.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(ep.Port)))
 	if err != nil {
@@ -112,31 +114,40 @@ type lineBackend struct {
 	r    *bufio.Reader
 }
 
-func (b *lineBackend) Status(ctx context.Context) (supervisor.AuthState, error) {
+func (b *lineBackend) Status(ctx context.Context) (worker.AuthState, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if d, ok := ctx.Deadline(); ok {
 		_ = b.conn.SetDeadline(d)
 	}
 	if _, err := fmt.Fprintln(b.conn, "status"); err != nil {
-		return supervisor.AuthState{}, err
+		return worker.AuthState{}, err
 	}
 	line, err := b.r.ReadString('\n')
 	if err != nil {
-		return supervisor.AuthState{}, err
+		return worker.AuthState{}, err
 	}
-	return supervisor.AuthState{LoggedIn: strings.TrimSpace(line) == "logged-in"}, nil
+	return worker.AuthState{LoggedIn: strings.TrimSpace(line) == "logged-in"}, nil
 }
 
 func (b *lineBackend) Start(context.Context, *chat.Turn) (chat.Answer, error) {
 	return nil, errors.New("the helper worker takes no turns")
 }
 
-func (b *lineBackend) Close() error { return b.conn.Close() }
+func (b *lineBackend) Capabilities() worker.Capabilities { return worker.Capabilities{} }
+func (b *lineBackend) Models(context.Context) ([]chat.Model, error) {
+	return nil, worker.ErrUnsupported
+}
+func (b *lineBackend) RawModels(context.Context) (json.RawMessage, []chat.Model, error) {
+	return nil, nil, worker.ErrUnsupported
+}
+func (b *lineBackend) LoginURL(context.Context) (string, error)    { return "", worker.ErrUnsupported }
+func (b *lineBackend) DeleteSession(context.Context, string) error { return worker.ErrUnsupported }
+func (b *lineBackend) Close() error                                { return b.conn.Close() }
 
 // execWorker is a worker config with test-speed timings.
 func execWorker(t *testing.T, name string) supervisor.WorkerConfig {
-	return supervisor.WorkerConfig{Name: name, Account: supervisor.Account{Name: name}, WorkDir: t.TempDir(),
+	return supervisor.WorkerConfig{Name: name, Account: worker.Account{Name: name}, WorkDir: t.TempDir(),
 		StartTimeout: 10 * time.Second, HealthInterval: 200 * time.Millisecond, HealthTimeout: time.Second,
 		BackoffMin: 100 * time.Millisecond, BackoffMax: time.Second, StopGrace: 2 * time.Second}
 }

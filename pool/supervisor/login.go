@@ -5,12 +5,13 @@ import (
 	"errors"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // LoginTarget is what a login runner needs to log one instance in.
 type LoginTarget struct {
 	Instance string
-	Account  Account
+	Account  worker.Account
 	// WorkDir is the instance's work dir (for screenshots of failures).
 	WorkDir string
 	// Recipe names the login recipe ("" = the driver's default).
@@ -38,7 +39,7 @@ type Loginer interface {
 // LoginTarget describes the worker for a login runner; its functions use
 // whatever backend is current when they run.
 func (w *Worker) LoginTarget() LoginTarget {
-	current := func() (Backend, error) {
+	current := func() (worker.Backend, error) {
 		be := w.Status().Backend
 		if be == nil {
 			return nil, chat.ErrWorkerGone
@@ -55,11 +56,10 @@ func (w *Worker) LoginTarget() LoginTarget {
 			if err != nil {
 				return "", err
 			}
-			lu, ok := be.(LoginURLer)
-			if !ok {
+			if !be.Capabilities().BrowserLogin {
 				return "", errors.New("this worker has no browser login")
 			}
-			return lu.LoginURL(ctx)
+			return be.LoginURL(ctx)
 		},
 		Confirm: func(ctx context.Context) (bool, error) {
 			be, err := current()

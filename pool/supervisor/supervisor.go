@@ -24,6 +24,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // ErrUnknownInstance: no instance has that name.
@@ -58,7 +59,7 @@ type Hooks struct {
 // through Apply (members.go); mu guards it.
 type Supervisor struct {
 	env     *env
-	driver  Driver
+	driver  worker.Driver
 	launch  Launcher
 	log     *slog.Logger
 	applyMu sync.Mutex // one Apply at a time
@@ -93,7 +94,7 @@ func (e *env) notify(st Status) {
 }
 
 // New makes one worker per config; nothing starts until Start.
-func New(cfg Config, workers []WorkerConfig, driver Driver, launcher Launcher, m *metrics.Metrics, log *slog.Logger) *Supervisor {
+func New(cfg Config, workers []WorkerConfig, driver worker.Driver, launcher Launcher, m *metrics.Metrics, log *slog.Logger) *Supervisor {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 15 * time.Second
 	}
@@ -262,15 +263,14 @@ func (s *Supervisor) InstanceModels(ctx context.Context, name string) (json.RawM
 	if be == nil {
 		return nil, nil, chat.ErrNoInstance
 	}
-	if rl, ok := be.(RawModelLister); ok {
-		return rl.RawModels(ctx)
+	switch caps := be.Capabilities(); {
+	case caps.RawModels:
+		return be.RawModels(ctx)
+	case caps.Models:
+		ms, err := be.Models(ctx)
+		return nil, ms, err
 	}
-	ml, ok := be.(ModelLister)
-	if !ok {
-		return nil, nil, errors.New("this worker cannot list models")
-	}
-	ms, err := ml.Models(ctx)
-	return nil, ms, err
+	return nil, nil, errors.New("this worker cannot list models")
 }
 
 // WaitStopped waits until the named instance is stopped, or until deadline,

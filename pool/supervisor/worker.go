@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // State is an instance's life-cycle state as users see it.
@@ -35,7 +36,7 @@ var States = []State{StateStarting, StateReady, StateUnhealthy, StateNeedsLogin,
 type WorkerConfig struct {
 	// Name is the instance name (default: the account name).
 	Name    string
-	Account Account
+	Account worker.Account
 	// WorkDir is the worker's own directory (required).
 	WorkDir string
 	// MaxInFlight is the per-instance cap on concurrent turns (default 1:
@@ -109,7 +110,7 @@ type Status struct {
 	StartedAt time.Time
 	// Backend is the connected worker to run turns on; nil unless a
 	// process runs and answered.
-	Backend Backend
+	Backend worker.Backend
 	// Models is the worker's model list (fetched once, on its first ready).
 	Models []chat.Model
 	// LoginPending: the worker is logged out and a login runner will log it
@@ -125,7 +126,7 @@ type Status struct {
 // after it.
 type Worker struct {
 	cfg      WorkerConfig
-	driver   Driver
+	driver   worker.Driver
 	launcher Launcher
 	env      *env
 	log      *slog.Logger
@@ -138,16 +139,16 @@ type Worker struct {
 	pid       int
 	restarts  int
 	lastErr   string
-	backend   Backend
+	backend   worker.Backend
 	coolUntil time.Time // zero: not cooling down
 	coolCount int       // consecutive cooldowns, for exponential backoff
 	startedAt time.Time
-	ep        Endpoint
+	ep        worker.Endpoint
 	models    []chat.Model
 	released  chan struct{} // closed when this run is ended on purpose (LoginTarget.Released)
 }
 
-func newWorker(wc WorkerConfig, driver Driver, launcher Launcher, e *env, log *slog.Logger) *Worker {
+func newWorker(wc WorkerConfig, driver worker.Driver, launcher Launcher, e *env, log *slog.Logger) *Worker {
 	wc.fill()
 	return &Worker{cfg: wc, driver: driver, launcher: launcher, env: e, log: log.With("instance", wc.Name),
 		box: newMailbox(), state: StateStopped, changed: make(chan struct{})}
@@ -327,7 +328,7 @@ func (w *Worker) life(ctx context.Context) (command, error) {
 	return next, err
 }
 
-func (w *Worker) serve(ctx context.Context, proc Process, be Backend) (command, error) {
+func (w *Worker) serve(ctx context.Context, proc Process, be worker.Backend) (command, error) {
 	failures := 0
 	check := func() error {
 		cctx, cancel := context.WithTimeout(ctx, w.cfg.HealthTimeout)
@@ -451,7 +452,7 @@ func (w *Worker) drain(ctx context.Context, proc Process) command {
 
 // start launches the process and waits for it to answer, bounded by
 // StartTimeout, failing fast if it exits.
-func (w *Worker) start(ctx context.Context) (Process, Backend, error) {
+func (w *Worker) start(ctx context.Context) (Process, worker.Backend, error) {
 	if err := os.MkdirAll(w.cfg.WorkDir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)
 	}
@@ -499,16 +500,16 @@ func (w *Worker) start(ctx context.Context) (Process, Backend, error) {
 }
 
 // endpoint picks free loopback ports for this start.
-func (w *Worker) endpoint() (Endpoint, error) {
+func (w *Worker) endpoint() (worker.Endpoint, error) {
 	p1, err := freePort()
 	if err != nil {
-		return Endpoint{}, err
+		return worker.Endpoint{}, err
 	}
 	p2, err := freePort()
 	if err != nil {
-		return Endpoint{}, err
+		return worker.Endpoint{}, err
 	}
-	return Endpoint{Name: w.cfg.Name, WorkDir: w.cfg.WorkDir, Port: p1, AuxPort: p2, Account: w.cfg.Account}, nil
+	return worker.Endpoint{Name: w.cfg.Name, WorkDir: w.cfg.WorkDir, Port: p1, AuxPort: p2, Account: w.cfg.Account}, nil
 }
 
 func freePort() (int, error) {
@@ -577,14 +578,13 @@ func (w *Worker) set(s State, err error) bool {
 
 // fetchModels caches the worker's model list (once per worker: every
 // account of a pool serves the same models).
-func (w *Worker) fetchModels(ctx context.Context, be Backend) {
-	ml, ok := be.(ModelLister)
-	if !ok {
+func (w *Worker) fetchModels(ctx context.Context, be worker.Backend) {
+	if !be.Capabilities().Models {
 		return
 	}
 	mctx, cancel := context.WithTimeout(ctx, w.cfg.HealthTimeout)
 	defer cancel()
-	ms, err := ml.Models(mctx)
+	ms, err := be.Models(mctx)
 	if err != nil {
 		w.log.Warn("list models", "err", err)
 		return

@@ -7,6 +7,7 @@ package supervisortest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
 	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // Configs returns a worker config per name for the fakes, at test speed
@@ -28,7 +30,7 @@ func Configs(t testing.TB, held bool, names ...string) []supervisor.WorkerConfig
 	dir := t.TempDir()
 	var wcs []supervisor.WorkerConfig
 	for _, n := range names {
-		wcs = append(wcs, supervisor.WorkerConfig{Name: n, Account: supervisor.Account{Name: n}, WorkDir: dir + "/" + n,
+		wcs = append(wcs, supervisor.WorkerConfig{Name: n, Account: worker.Account{Name: n}, WorkDir: dir + "/" + n,
 			Held: held, AutoLogin: true, HealthInterval: 300 * time.Millisecond, StopGrace: time.Second})
 	}
 	return wcs
@@ -52,7 +54,7 @@ type Workers struct {
 
 var (
 	_ supervisor.Launcher = (*Workers)(nil)
-	_ supervisor.Driver   = (*Workers)(nil)
+	_ worker.Driver       = (*Workers)(nil)
 )
 
 // New returns fakes whose workers start logged in, except those named.
@@ -65,7 +67,7 @@ func New(loggedOut ...string) *Workers {
 }
 
 // Command names the instance, which Launch reads back.
-func (f *Workers) Command(ep supervisor.Endpoint) []string { return []string{"fake-worker", ep.Name} }
+func (f *Workers) Command(ep worker.Endpoint) []string { return []string{"fake-worker", ep.Name} }
 
 // ErrLaunch is what Launch returns for an instance set to fail.
 var ErrLaunch = errors.New("fake launch refused")
@@ -85,7 +87,7 @@ func (f *Workers) Launch(spec supervisor.ProcSpec) (supervisor.Process, error) {
 }
 
 // Connect returns the instance's backend at once.
-func (f *Workers) Connect(_ context.Context, ep supervisor.Endpoint) (supervisor.Backend, error) {
+func (f *Workers) Connect(_ context.Context, ep worker.Endpoint) (worker.Backend, error) {
 	return &Backend{f: f, name: ep.Name}, nil
 }
 
@@ -155,10 +157,10 @@ type Backend struct {
 }
 
 // Status reports the instance logged in unless the test logged it out.
-func (b *Backend) Status(context.Context) (supervisor.AuthState, error) {
+func (b *Backend) Status(context.Context) (worker.AuthState, error) {
 	b.f.mu.Lock()
 	defer b.f.mu.Unlock()
-	return supervisor.AuthState{LoggedIn: !b.f.loggedOut[b.name]}, nil
+	return worker.AuthState{LoggedIn: !b.f.loggedOut[b.name]}, nil
 }
 
 // Start answers with the test's Start, or "ok".
@@ -169,6 +171,19 @@ func (b *Backend) Start(ctx context.Context, t *chat.Turn) (chat.Answer, error) 
 	return chattest.Script(ctx, chat.Event{Type: chat.EventText, Text: "ok"},
 		chat.Event{Type: chat.EventDone, Finish: chat.FinishStop}), nil
 }
+
+// Capabilities: the fakes list models and log in through a (fake) page.
+func (b *Backend) Capabilities() worker.Capabilities {
+	return worker.Capabilities{Models: true, BrowserLogin: true}
+}
+
+// RawModels is unsupported.
+func (b *Backend) RawModels(context.Context) (json.RawMessage, []chat.Model, error) {
+	return nil, nil, worker.ErrUnsupported
+}
+
+// DeleteSession is unsupported: the fakes keep no sessions.
+func (b *Backend) DeleteSession(context.Context, string) error { return worker.ErrUnsupported }
 
 // Models lists the fakes' Models.
 func (b *Backend) Models(context.Context) ([]chat.Model, error) { return b.f.Models, nil }

@@ -1,19 +1,24 @@
-package supervisor
+// Package worker is the seam between poolgate and one kind of backend
+// worker: the Driver a kind of worker implements (how to start a process
+// and connect to it) and the Backend it connects (health, turns, and the
+// optional operations its Capabilities name). Drivers live beside it, in
+// pool/lingma and pool/modelserver; pool/supervisor runs the processes and
+// the admission room and router above it use the backends. It holds no
+// process, no state and no goroutine.
+package worker
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 
 	"github.com/poolgate/poolgate/internal/chat"
 )
 
-// The seams between the supervisor and a concrete kind of worker: a Driver
-// starts and connects to one, its Backend answers health checks and runs
-// turns. Drivers live in pool/lingma and pool/modelserver.
-
 // Backend is a connected client of one running worker process. A driver's
 // Connect returns one once the worker is ready; the supervisor closes it when
-// the process goes away.
+// the process goes away. Every backend has every method: those its
+// Capabilities do not name answer ErrUnsupported.
 type Backend interface {
 	// Status reports the worker's login state; it doubles as the health probe,
 	// so it must answer within ctx's deadline.
@@ -23,31 +28,39 @@ type Backend interface {
 	// upstream. Cancelling ctx stops the upstream turn: the answer then
 	// ends with an EventError.
 	Start(ctx context.Context, t *chat.Turn) (chat.Answer, error)
+	// Capabilities says which optional operations the worker has.
+	Capabilities() Capabilities
+	// Models lists the models the worker serves (Capabilities.Models).
+	Models(ctx context.Context) ([]chat.Model, error)
+	// RawModels shows the worker's own model payload beside the parsed
+	// list, for operators: display names, capability flags the pool does
+	// not read (Capabilities.RawModels).
+	RawModels(ctx context.Context) (raw json.RawMessage, models []chat.Model, err error)
+	// LoginURL is the page a browser logs the worker in on
+	// (Capabilities.BrowserLogin).
+	LoginURL(ctx context.Context) (string, error)
+	// DeleteSession frees an upstream session the worker keeps for a
+	// conversation (Capabilities.Sessions).
+	DeleteSession(ctx context.Context, sessionID string) error
 	// Close drops the connection.
 	Close() error
 }
 
-// ModelLister is implemented by backends that can list their models.
-type ModelLister interface {
-	Models(ctx context.Context) ([]chat.Model, error)
+// Capabilities are the optional operations of a Backend.
+type Capabilities struct {
+	// Models: the worker lists its models; RawModels: it shows its own
+	// payload of them too.
+	Models, RawModels bool
+	// BrowserLogin: the worker logs in through a browser page.
+	BrowserLogin bool
+	// Sessions: the worker keeps upstream sessions a follow-up turn
+	// continues, and frees them on request.
+	Sessions bool
 }
 
-// RawModelLister is implemented by backends that can show the worker's own
-// model payload beside the parsed list (for operators: display names,
-// capability flags the pool does not read).
-type RawModelLister interface {
-	RawModels(ctx context.Context) (raw json.RawMessage, models []chat.Model, err error)
-}
-
-// LoginURLer is implemented by backends that log in through a browser.
-type LoginURLer interface {
-	LoginURL(ctx context.Context) (string, error)
-}
-
-// SessionDeleter is implemented by backends with upstream sessions.
-type SessionDeleter interface {
-	DeleteSession(ctx context.Context, sessionID string) error
-}
+// ErrUnsupported is the answer of an operation a backend's Capabilities do
+// not name.
+var ErrUnsupported = errors.New("the worker does not support this operation")
 
 // Endpoint is where a started worker listens.
 type Endpoint struct {
