@@ -40,7 +40,6 @@ func (c *Client) open(ctx context.Context, t *chat.Turn) (*reader, error) {
 	}
 	p, err := c.d.encode(t, c.head)
 	if err != nil {
-		c.turns.Done()
 		return nil, fmt.Errorf("openai %s: encode request: %w", c.name, err)
 	}
 	// The turn's deadline lives on its connection: no timer or context of
@@ -194,13 +193,12 @@ func (a *reader) closeBody() {
 	a.resp, a.w, a.r = nil, nil, nil
 }
 
-// endTurn releases the turn's registration.
+// endTurn marks the answer closed.
 func (a *reader) endTurn() {
 	if a.closed {
 		return
 	}
 	a.closed = true
-	a.c.turns.Done()
 }
 
 // finish emits the accumulated tool calls and the closing event.

@@ -34,7 +34,6 @@ type Client struct {
 
 	mu     sync.Mutex
 	closed bool
-	turns  sync.WaitGroup // turn goroutines; Add only under mu while open
 }
 
 var _ worker.Backend = (*Client)(nil)
@@ -58,27 +57,24 @@ func newClient(d *Driver, name, addr string) *Client {
 	return c
 }
 
-// Close aborts the turns in flight, waits for their goroutines and makes
-// later calls fail with chat.ErrWorkerGone. It is safe to call twice.
+// Close aborts the turns in flight (their answers end with an error at
+// their next read, whoever holds them) and makes later calls fail with
+// chat.ErrWorkerGone. It does not wait for the answers' readers. It is safe
+// to call twice.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
 	c.cancel()
 	c.conns.close() // aborts the exchanges in flight
-	c.turns.Wait()
 	return nil
 }
 
-// begin registers a turn; false once the client is closed.
+// begin says whether a turn may start: false once the client is closed.
 func (c *Client) begin() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return false
-	}
-	c.turns.Add(1)
-	return true
+	return !c.closed
 }
 
 // Status reports the worker as logged in when GET /v1/models answers 200:
