@@ -1,17 +1,18 @@
 // Package pool admits turns onto the supervisor's workers and routes each
-// chat.Request: the admission queue and slots, picking (affinity, spread,
+// request: the admission room and its slots, picking (affinity, spread,
 // least busy), the Router with its retries, conversation affinity keys,
-// stop sequences and token caps, the operator's tool policy, probes, and
-// the request-scoped helpers the protocol handlers use (WithAPI,
-// WithForwarder, ErrForwarded). It notes in the request's served record
-// (internal/served) the worker that took the turn, then the turn's usage.
-// Worker processes belong to pool/supervisor:
-// the pool knows a worker only from the reports it subscribes to and asks
-// it for changes (a cooldown, a check) through its methods. Drivers for
-// concrete workers live in pool/lingma and pool/modelserver.
+// stop sequences and token caps, the operator's tool policy and probes.
+// Its entry is Router.Open: a Call in (the request, its API, whether it may
+// hop to another replica), an Opened out (the started answer, a chat.Answer
+// read on the caller's goroutine; or the replica that holds the turn), and,
+// once the answer is over, what was Served. Nothing travels in the context.
+// Worker processes belong to pool/supervisor: the pool knows a worker only
+// from the reports it subscribes to and asks it for changes (a cooldown, a
+// check) through its methods; it talks to a worker through the
+// pool/worker seam, implemented by pool/lingma and pool/modelserver.
 //
-// pool knows nothing about HTTP frameworks; handlers translate wire JSON into
-// chat values and back.
+// pool knows nothing about HTTP; handlers translate wire JSON into chat
+// values and back.
 package pool
 
 import (

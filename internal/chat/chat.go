@@ -1,8 +1,9 @@
 // Package chat is poolgate's neutral chat model: the request every protocol
 // decodes into (Request, Message, Tool) and the checks every such request
 // must pass (Request.Validate), the events every answer streams back
-// (Event), what the router asks of one worker (Turn), the errors a turn can
-// end in, and how a transcript's prompt tokens are counted (PromptTokens).
+// (Event) and the one interface every answer is read through (Answer), what
+// the router asks of one worker (Turn), the errors a turn can end in, and
+// how a transcript's prompt tokens are counted (PromptTokens).
 // It is a leaf: it imports nothing of poolgate's, so the protocols, the
 // router and the drivers all speak it without importing each other.
 package chat
