@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/poolgate/poolgate/internal/redisconn"
+	"github.com/poolgate/poolgate/pool"
 )
 
 // RedisConfig configures the Redis store. Zero values take the defaults.
@@ -230,7 +231,7 @@ func (r *Redis) DoNow(ctx context.Context, op string, fn func(ctx context.Contex
 	return nil
 }
 
-func (r *Redis) report(a Affinity) {
+func (r *Redis) report(a pool.Affinity) {
 	if r.cfg.Memory.OnEvict != nil {
 		r.cfg.Memory.OnEvict(a)
 	}
@@ -238,7 +239,7 @@ func (r *Redis) report(a Affinity) {
 
 // TakeAffinity removes and returns the entry under key, or ErrNotFound. When
 // Redis fails it takes from the local tier.
-func (r *Redis) TakeAffinity(ctx context.Context, key string) (Affinity, error) {
+func (r *Redis) TakeAffinity(ctx context.Context, key string) (pool.Affinity, error) {
 	const op = "take_affinity"
 	if !r.health.allow() {
 		r.skipped(op)
@@ -251,7 +252,7 @@ func (r *Redis) TakeAffinity(ctx context.Context, key string) (Affinity, error) 
 		r.local.discardAffinity(key)
 		if expired {
 			r.report(a)
-			return Affinity{}, ErrNotFound
+			return pool.Affinity{}, ErrNotFound
 		}
 		return a, nil
 	case errors.Is(err, ErrNotFound):
@@ -260,12 +261,12 @@ func (r *Redis) TakeAffinity(ctx context.Context, key string) (Affinity, error) 
 		// was taken from Redis by another replica since, so it is stale.
 		a, mirrored, err := r.local.takeAffinity(key)
 		if err != nil || mirrored {
-			return Affinity{}, ErrNotFound
+			return pool.Affinity{}, ErrNotFound
 		}
 		return a, nil
 	default:
 		if !r.failed(ctx, op, err) {
-			return Affinity{}, ctx.Err()
+			return pool.Affinity{}, ctx.Err()
 		}
 	}
 	return r.takeLocal(key)
@@ -274,7 +275,7 @@ func (r *Redis) TakeAffinity(ctx context.Context, key string) (Affinity, error) 
 // takeLocal serves a take from the local tier while Redis is away. Taking a
 // mirrored entry leaves its Redis copy behind; it is queued for deletion so
 // that no later turn reuses the session once Redis is back.
-func (r *Redis) takeLocal(key string) (Affinity, error) {
+func (r *Redis) takeLocal(key string) (pool.Affinity, error) {
 	a, mirrored, err := r.local.takeAffinity(key)
 	if err == nil && mirrored {
 		r.health.queueAffinity(key)
@@ -284,7 +285,7 @@ func (r *Redis) takeLocal(key string) (Affinity, error) {
 
 // PutAffinity stores a under key in Redis and locally. It fails only when ctx
 // is already done; a Redis failure leaves the entry in the local tier alone.
-func (r *Redis) PutAffinity(ctx context.Context, key string, a Affinity) error {
+func (r *Redis) PutAffinity(ctx context.Context, key string, a pool.Affinity) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -327,7 +328,7 @@ func (r *Redis) FlushAffinity(ctx context.Context, owner string) (int, error) {
 				mine = append(mine, m)
 			}
 		}
-		var removed []Affinity
+		var removed []pool.Affinity
 		removed, err = r.removeRemote(ctx, "all", mine)
 		for _, a := range removed {
 			r.report(a)

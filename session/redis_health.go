@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/poolgate/poolgate/pool"
 )
 
 // maxPending bounds the deletes queued while Redis is away; beyond it they
@@ -170,7 +172,7 @@ func (r *Redis) replay(ctx context.Context) {
 func (r *Redis) sweepRemote(ctx context.Context) {
 	due, err := r.indexMembers(ctx, true)
 	if err == nil {
-		var removed []Affinity
+		var removed []pool.Affinity
 		removed, err = r.removeRemote(ctx, "due", due)
 		for _, a := range removed {
 			r.report(a)
