@@ -4,10 +4,12 @@
 // objects (previous_response_id chains, bounded per owner). Memory is the
 // in-process store (bounded LRU caches with TTLs; a single node's store);
 // Redis is shared by the replicas, with a Memory as its local tier for while
-// Redis is away, and its health tracked and logged once. Both are the
-// router's pool.AffinityStore and satisfy the Responses handler's small
-// interface. Stores sit above routing: session knows the router's affinity
-// value, but not workers, leases or HTTP.
+// Redis is away, and its health tracked and logged once by its
+// redisconn.Conn, which it lends to the stores kept beside it (Conn:
+// session/bundle's sealed bundles). Both are the router's pool.AffinityStore
+// and satisfy the Responses handler's small interface. Stores sit above
+// routing: session knows the router's affinity value, but not workers,
+// leases or HTTP.
 package session
 
 import (

@@ -222,7 +222,7 @@ func openStores(cfg config.Config, m *metrics.Metrics, onEvict func(pool.Affinit
 	r := session.NewRedis(session.RedisConfig{Prefix: cfg.RedisPrefix, Memory: mem, Logger: log,
 		OwnerMaxResponses: cfg.StoredResponsesPerKey, OwnerMaxResponseBytes: cfg.StoredResponseBytesPerKey,
 		OnError: func(op string, _ error) { m.StoreErrors.WithLabelValues(op).Inc() }, OnRecover: republish}, client)
-	bundles = bundle.NewRedisStore(r)
+	bundles = bundle.NewRedisStore(r.Conn())
 	return r, bundles, client, nil
 }
 
