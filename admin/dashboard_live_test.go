@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poolgate/poolgate/admin"
+	"github.com/poolgate/poolgate/internal/browsertest"
 	"github.com/poolgate/poolgate/internal/live"
-	"github.com/poolgate/poolgate/internal/testenv/browser"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/cluster"
 	"github.com/poolgate/poolgate/pool/supervisor"
@@ -132,7 +132,7 @@ func TestDashboardAtScale(t *testing.T) {
 	saveScreenshot(t, page, "dashboard-scale.png")
 	page.MustSetViewport(1280, 1000, 1, false)
 	page.MustElement("body").MustScrollIntoView()
-	browser.ViewportScreenshot(t, page, "dashboard-scale-top.png")
+	browsertest.ViewportScreenshot(t, page, "dashboard-scale-top.png")
 	viewShots(t, page, "scale")
 
 	// One account alone: the charts redraw with its series.
@@ -167,7 +167,7 @@ func viewShots(t *testing.T, page *rod.Page, prefix string) {
 	t.Helper()
 	page.MustSetViewport(1400, 4000, 1, false) // each view whole
 	defer page.MustSetViewport(1400, 900, 1, false)
-	browser.ElementScreenshot(t, page, "#live-charts", "dashboard-"+prefix+"-live.png")
-	browser.ElementScreenshot(t, page, "#live", "dashboard-"+prefix+"-accounts.png")
-	browser.ElementScreenshot(t, page, "#cluster", "dashboard-"+prefix+"-cluster.png")
+	browsertest.ElementScreenshot(t, page, "#live-charts", "dashboard-"+prefix+"-live.png")
+	browsertest.ElementScreenshot(t, page, "#live", "dashboard-"+prefix+"-accounts.png")
+	browsertest.ElementScreenshot(t, page, "#cluster", "dashboard-"+prefix+"-cluster.png")
 }

@@ -21,9 +21,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poolgate/poolgate/admin"
+	"github.com/poolgate/poolgate/internal/browsertest"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/internal/testenv/browser"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/lingma"
@@ -268,11 +268,11 @@ func checkPageHeaders(t *testing.T, base string) {
 
 // The browser helpers, shared with cmd/poolgate's dashboard tests.
 var (
-	findChromium   = browser.Chromium
-	openPage       = browser.Open
-	click          = browser.Click
-	waitJS         = browser.WaitJS
-	saveScreenshot = browser.Screenshot
+	findChromium   = browsertest.Chromium
+	openPage       = browsertest.Open
+	click          = browsertest.Click
+	waitJS         = browsertest.WaitJS
+	saveScreenshot = browsertest.Screenshot
 )
 
 func typeToken(t *testing.T, page *rod.Page, token string) {

@@ -13,10 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poolgate/poolgate/admin"
+	"github.com/poolgate/poolgate/internal/requestlog"
+	"github.com/poolgate/poolgate/internal/usage"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/supervisor"
-	"github.com/poolgate/poolgate/session/reqlog"
-	"github.com/poolgate/poolgate/session/usage"
 )
 
 // Names an operator or a user chose, written to break out of the page if
@@ -51,17 +51,17 @@ func TestDashboardUsage(t *testing.T) {
 		usage.Record{Time: ago(0), Key: hostileKey, Account: hostileAccount, InputTokens: 1, OutputTokens: 1},
 		usage.Record{Time: ago(0), Error: true}, // refused before any account, on a gateway without keys
 	)
-	log := reqlog.NewMemory(reqlog.Config{Debug: true})
+	log := requestlog.NewMemory(requestlog.Config{Debug: true})
 	minute := func(n int) time.Time { return now.Add(-time.Duration(n) * time.Minute) }
 	addLog(t, log,
-		reqlog.Entry{Time: minute(5), RequestID: "r1", Key: "alice", Account: "sim-1", Instance: "sim-1", Model: "qwen",
+		requestlog.Entry{Time: minute(5), RequestID: "r1", Key: "alice", Account: "sim-1", Instance: "sim-1", Model: "qwen",
 			Protocol: "openai", Status: 200, LatencyMS: 120, InputTokens: 10, OutputTokens: 5},
-		reqlog.Entry{Time: minute(4), RequestID: "r2", Key: "bob", Account: "sim-2", Instance: "sim-2", Model: "qwen",
+		requestlog.Entry{Time: minute(4), RequestID: "r2", Key: "bob", Account: "sim-2", Instance: "sim-2", Model: "qwen",
 			Protocol: "anthropic", Status: 502, LatencyMS: 900, Error: "upstream failed"},
-		reqlog.Entry{Time: minute(3), RequestID: "r3", Key: hostileKey, Account: hostileAccount, Instance: "sim-1",
+		requestlog.Entry{Time: minute(3), RequestID: "r3", Key: hostileKey, Account: hostileAccount, Instance: "sim-1",
 			Model: "qwen", Protocol: "openai", Status: 200, Error: hostileError, Prompt: hostilePrompt, Answer: "<b>bold</b>"},
-		reqlog.Entry{Time: minute(2), RequestID: "r4", Protocol: "openai", Status: 429, Error: "over the key's limit"},
-		reqlog.Entry{Time: minute(1), RequestID: "r5", Key: "alice", Account: "sim-2", Instance: "sim-2", Model: "qwen",
+		requestlog.Entry{Time: minute(2), RequestID: "r4", Protocol: "openai", Status: 429, Error: "over the key's limit"},
+		requestlog.Entry{Time: minute(1), RequestID: "r5", Key: "alice", Account: "sim-2", Instance: "sim-2", Model: "qwen",
 			Protocol: "responses", Status: 200, LatencyMS: 80, InputTokens: 3, OutputTokens: 2, Reused: true},
 	)
 	srv := startUsageAdmin(t, counts, log)
@@ -147,7 +147,7 @@ func TestDashboardUsage(t *testing.T) {
 	waitStatuses(t, page, "bob's requests", []string{"502"})
 
 	// Both views refresh themselves.
-	addLog(t, log, reqlog.Entry{Time: now, RequestID: "r6", Key: "bob", Account: "sim-1", Protocol: "openai", Status: 503, Error: "no instance"})
+	addLog(t, log, requestlog.Entry{Time: now, RequestID: "r6", Key: "bob", Account: "sim-1", Protocol: "openai", Status: 503, Error: "no instance"})
 	waitStatuses(t, page, "bob's new request", []string{"503", "502"})
 	addUsage(t, counts, usage.Record{Time: now, Key: "bob", Account: "sim-1", InputTokens: 4, OutputTokens: 6})
 	waitRows(t, page, "the usage totals with bob's new request", "#usage-table tfoot", [][]string{{"Total", "10", "49", "32", "3", "1"}})
@@ -237,7 +237,7 @@ func addUsage(t *testing.T, m *usage.Memory, recs ...usage.Record) {
 	}
 }
 
-func addLog(t *testing.T, m *reqlog.Memory, es ...reqlog.Entry) {
+func addLog(t *testing.T, m *requestlog.Memory, es ...requestlog.Entry) {
 	t.Helper()
 	if err := m.Add(context.Background(), es); err != nil {
 		t.Fatal(err)
@@ -246,7 +246,7 @@ func addLog(t *testing.T, m *reqlog.Memory, es ...reqlog.Entry) {
 
 // startUsageAdmin serves the admin API, the page and the usage endpoints
 // over the given stores, with two idle instances.
-func startUsageAdmin(t *testing.T, u *usage.Memory, l *reqlog.Memory) *httptest.Server {
+func startUsageAdmin(t *testing.T, u *usage.Memory, l *requestlog.Memory) *httptest.Server {
 	t.Helper()
 	gin.SetMode(gin.TestMode)
 	eng := gin.New()

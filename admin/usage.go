@@ -11,8 +11,8 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/poolgate/poolgate/internal/access"
-	"github.com/poolgate/poolgate/session/reqlog"
-	"github.com/poolgate/poolgate/session/usage"
+	"github.com/poolgate/poolgate/internal/requestlog"
+	"github.com/poolgate/poolgate/internal/usage"
 )
 
 // UsageSource answers usage queries.
@@ -22,7 +22,7 @@ type UsageSource interface {
 
 // RequestSource lists the request log.
 type RequestSource interface {
-	List(ctx context.Context, f reqlog.Filter) ([]reqlog.Entry, error)
+	List(ctx context.Context, f requestlog.Filter) ([]requestlog.Entry, error)
 }
 
 // UsageAnswer is the body of GET /internal/usage.
@@ -39,7 +39,7 @@ type UsageAnswer struct {
 // RequestsAnswer is the body of GET /internal/requests.
 type RequestsAnswer struct {
 	// Requests are the matching entries, newest first.
-	Requests []reqlog.Entry `json:"requests"`
+	Requests []requestlog.Entry `json:"requests"`
 }
 
 // RegisterUsage serves the usage counters and the request log, each key's
@@ -93,7 +93,7 @@ func (a *Admin) RegisterUsage(r gin.IRouter, u UsageSource, l RequestSource) {
 		c.JSON(http.StatusOK, UsageAnswer{By: by, Rows: rows, Totals: usage.Sum(rows)})
 	})
 	r.GET("/requests", func(c *gin.Context) {
-		f := reqlog.Filter{Key: c.Query("key"), Account: c.Query("account")}
+		f := requestlog.Filter{Key: c.Query("key"), Account: c.Query("account")}
 		if !ownScope(c, &f.Key) {
 			return
 		}
@@ -117,7 +117,7 @@ func (a *Admin) RegisterUsage(r gin.IRouter, u UsageSource, l RequestSource) {
 			return
 		}
 		if es == nil {
-			es = []reqlog.Entry{}
+			es = []requestlog.Entry{}
 		}
 		if !access.From(c.Request.Context()).SeesContent() {
 			for i := range es {
@@ -172,7 +172,7 @@ func parseWhen(s string, end bool) (time.Time, error) {
 var errInvalidWhen = errors.New("want a day (2026-11-23), an hour (2026-11-23T19) or an RFC 3339 time")
 
 // parseStatus reads the request log's status filter into f.
-func parseStatus(s string, f *reqlog.Filter) error {
+func parseStatus(s string, f *requestlog.Filter) error {
 	switch {
 	case s == "":
 		return nil

@@ -15,8 +15,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/poolgate/poolgate/session/reqlog"
-	"github.com/poolgate/poolgate/session/usage"
+	"github.com/poolgate/poolgate/internal/requestlog"
+	"github.com/poolgate/poolgate/internal/usage"
 )
 
 func TestParseWhen(t *testing.T) {
@@ -52,17 +52,17 @@ func TestParseWhen(t *testing.T) {
 func TestParseStatus(t *testing.T) {
 	tests := []struct {
 		give    string
-		want    reqlog.Filter
+		want    requestlog.Filter
 		wantErr error
 	}{
-		{give: "", want: reqlog.Filter{}},
-		{give: "errors", want: reqlog.Filter{Errors: true}},
-		{give: "1xx", want: reqlog.Filter{Class: 1}},
-		{give: "4xx", want: reqlog.Filter{Class: 4}},
-		{give: "5xx", want: reqlog.Filter{Class: 5}},
-		{give: "100", want: reqlog.Filter{Status: 100}},
-		{give: "429", want: reqlog.Filter{Status: 429}},
-		{give: "599", want: reqlog.Filter{Status: 599}},
+		{give: "", want: requestlog.Filter{}},
+		{give: "errors", want: requestlog.Filter{Errors: true}},
+		{give: "1xx", want: requestlog.Filter{Class: 1}},
+		{give: "4xx", want: requestlog.Filter{Class: 4}},
+		{give: "5xx", want: requestlog.Filter{Class: 5}},
+		{give: "100", want: requestlog.Filter{Status: 100}},
+		{give: "429", want: requestlog.Filter{Status: 429}},
+		{give: "599", want: requestlog.Filter{Status: 599}},
 		{give: "0xx", wantErr: errInvalidStatus},
 		{give: "6xx", wantErr: errInvalidStatus},
 		{give: "4XX", wantErr: errInvalidStatus},
@@ -73,7 +73,7 @@ func TestParseStatus(t *testing.T) {
 		{give: "error", wantErr: errInvalidStatus},
 	}
 	for _, tt := range tests {
-		var got reqlog.Filter
+		var got requestlog.Filter
 		err := parseStatus(tt.give, &got)
 		if got != tt.want || !errors.Is(err, tt.wantErr) {
 			t.Errorf("parseStatus(%q) = %+v, %v; want %+v, %v", tt.give, got, err, tt.want, tt.wantErr)
@@ -85,12 +85,12 @@ func TestParseStatus(t *testing.T) {
 // err, and remembers what it was asked.
 type fakeStores struct {
 	rows    []usage.Row
-	entries []reqlog.Entry
+	entries []requestlog.Entry
 	err     error
 
 	mu      sync.Mutex
 	queries []usage.Query
-	filters []reqlog.Filter
+	filters []requestlog.Filter
 }
 
 var (
@@ -105,14 +105,14 @@ func (f *fakeStores) Query(_ context.Context, q usage.Query) ([]usage.Row, error
 	return f.rows, f.err
 }
 
-func (f *fakeStores) List(_ context.Context, flt reqlog.Filter) ([]reqlog.Entry, error) {
+func (f *fakeStores) List(_ context.Context, flt requestlog.Filter) ([]requestlog.Entry, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.filters = append(f.filters, flt)
 	return f.entries, f.err
 }
 
-func (f *fakeStores) asked() ([]usage.Query, []reqlog.Filter) {
+func (f *fakeStores) asked() ([]usage.Query, []requestlog.Filter) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.queries, f.filters
@@ -180,7 +180,7 @@ func TestUsageQueries(t *testing.T) {
 		{Bucket: "2026-11-23", Key: "alice", Account: "", Totals: usage.Totals{Requests: 1, Errors: 1, Reused: 0}},
 		{Bucket: "2026-11-23", Key: "alice", Account: "sim-2", Totals: usage.Totals{Requests: 3, InputTokens: 6, OutputTokens: 9, Reused: 2}},
 	}
-	entries := []reqlog.Entry{{RequestID: "r2", Key: "alice", Status: 429}, {RequestID: "r1", Key: "alice", Status: 200}}
+	entries := []requestlog.Entry{{RequestID: "r2", Key: "alice", Status: 429}, {RequestID: "r1", Key: "alice", Status: 200}}
 	f := &fakeStores{rows: rows, entries: entries}
 	srv := usageServer(t, f)
 	day := time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
@@ -211,7 +211,7 @@ func TestUsageQueries(t *testing.T) {
 	if !reflect.DeepEqual(qs, wantQs) {
 		t.Errorf("usage queries = %+v, want %+v", qs, wantQs)
 	}
-	wantFs := []reqlog.Filter{{Key: "alice", Account: "sim-1", Class: 4, Limit: 5}, {Errors: true}, {Status: 429}}
+	wantFs := []requestlog.Filter{{Key: "alice", Account: "sim-1", Class: 4, Limit: 5}, {Errors: true}, {Status: 429}}
 	if !reflect.DeepEqual(fs, wantFs) {
 		t.Errorf("request log filters = %+v, want %+v", fs, wantFs)
 	}

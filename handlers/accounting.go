@@ -16,23 +16,23 @@ import (
 	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
+	"github.com/poolgate/poolgate/internal/keylimits"
 	"github.com/poolgate/poolgate/internal/live"
 	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/internal/requestlog"
 	"github.com/poolgate/poolgate/internal/telemetry"
+	"github.com/poolgate/poolgate/internal/usage"
 	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/cluster"
-	"github.com/poolgate/poolgate/session/limits"
-	"github.com/poolgate/poolgate/session/reqlog"
-	"github.com/poolgate/poolgate/session/usage"
 )
 
 // Accounting says who used what: each key's limits at admission, the usage
 // counters, the request log and the per-key metrics. A nil field turns its
 // part off; the recorders must not block (they queue for a batch writer).
 type Accounting struct {
-	Limiter limits.Limiter
+	Limiter keylimits.Limiter
 	Usage   func(usage.Record)
-	Log     func(reqlog.Entry)
+	Log     func(requestlog.Entry)
 	// Capture keeps each request's prompt and answer for the request log
 	// (a debug switch).
 	Capture bool
@@ -149,15 +149,15 @@ func limited(m *metrics.Metrics, acct *Accounting, log *slog.Logger, h http.Hand
 // here (429 in the caller's protocol) and returned. A request another
 // replica forwarded was admitted there. The limits fail open: an outage of
 // their store must not stop the gateway.
-func admit(m *metrics.Metrics, acct *Accounting, log *slog.Logger, c *gin.Context, key *apikey.Key) (*limits.Ticket, *limits.Denied) {
+func admit(m *metrics.Metrics, acct *Accounting, log *slog.Logger, c *gin.Context, key *apikey.Key) (*keylimits.Ticket, *keylimits.Denied) {
 	if key == nil || !key.Limited() || acct.Limiter == nil || Forwarded(c.Request) {
 		return nil, nil
 	}
 	lctx, span := acct.tracer.Start(c.Request.Context(), telemetry.SpanKeyLimits)
-	t, err := acct.Limiter.Acquire(lctx, key.Name, limits.Limits{RPM: key.RPM,
+	t, err := acct.Limiter.Acquire(lctx, key.Name, keylimits.Limits{RPM: key.RPM,
 		Concurrency: key.Concurrency, TokensPerDay: key.TokensPerDay})
 	endLimitSpan(span, key.Name, err)
-	var denied *limits.Denied
+	var denied *keylimits.Denied
 	switch {
 	case errors.As(err, &denied):
 		writeDenied(c.Writer, c.Request, denied)
@@ -212,7 +212,7 @@ func finish(m *metrics.Metrics, series *metrics.API, acct *Accounting, api strin
 			OutputTokens: int64(info.Usage.OutputTokens), Error: failed, Reused: info.Reused})
 	}
 	if acct.Log != nil {
-		acct.Log(reqlog.Entry{Time: start, RequestID: httpx.RequestID(c.Request.Context()),
+		acct.Log(requestlog.Entry{Time: start, RequestID: httpx.RequestID(c.Request.Context()),
 			TraceID: telemetry.TraceID(c.Request.Context()), Key: name,
 			Account: info.Account, Instance: info.Instance, Model: info.Model, Protocol: api, Status: status,
 			LatencyMS: elapsed.Milliseconds(), InputTokens: int64(info.Usage.InputTokens),
@@ -223,10 +223,10 @@ func finish(m *metrics.Metrics, series *metrics.API, acct *Accounting, api strin
 
 // writeDenied answers a request over its key's limit: 429 in the caller's
 // protocol, naming the limit, with Retry-After.
-func writeDenied(w http.ResponseWriter, r *http.Request, d *limits.Denied) {
+func writeDenied(w http.ResponseWriter, r *http.Request, d *keylimits.Denied) {
 	p := apierr.Problem{Kind: apierr.RateLimited, Status: http.StatusTooManyRequests, Code: "rate_limit_exceeded",
 		Message: d.Error(), RetryAfter: d.RetryAfter, Err: d}
-	if d.Limit == limits.LimitTokensPerDay {
+	if d.Limit == keylimits.LimitTokensPerDay {
 		p.Code = "insufficient_quota"
 	}
 	w.Header().Set(LimitHeader, d.Limit)

@@ -16,22 +16,22 @@ import (
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/keylimits"
+	"github.com/poolgate/poolgate/internal/requestlog"
 	"github.com/poolgate/poolgate/internal/served"
-	"github.com/poolgate/poolgate/session/limits"
-	"github.com/poolgate/poolgate/session/reqlog"
-	"github.com/poolgate/poolgate/session/usage"
+	"github.com/poolgate/poolgate/internal/usage"
 )
 
 // fakeLimiter denies what deny names and counts the tickets it ended.
 type fakeLimiter struct {
 	mu      sync.Mutex
-	deny    *limits.Denied
+	deny    *keylimits.Denied
 	asked   int
 	tokens  []int64
 	charged []string
 }
 
-func (f *fakeLimiter) Acquire(_ context.Context, key string, l limits.Limits) (*limits.Ticket, error) {
+func (f *fakeLimiter) Acquire(_ context.Context, key string, l keylimits.Limits) (*keylimits.Ticket, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.asked++
@@ -40,7 +40,7 @@ func (f *fakeLimiter) Acquire(_ context.Context, key string, l limits.Limits) (*
 		d.Key = key
 		return nil, &d
 	}
-	return limits.NewTicket(func(n int64) { f.mu.Lock(); f.tokens = append(f.tokens, n); f.mu.Unlock() }), nil
+	return keylimits.NewTicket(func(n int64) { f.mu.Lock(); f.tokens = append(f.tokens, n); f.mu.Unlock() }), nil
 }
 
 func (f *fakeLimiter) Charge(_ context.Context, key string, tokens int64) error {
@@ -53,7 +53,7 @@ func (f *fakeLimiter) Charge(_ context.Context, key string, tokens int64) error 
 type recorded struct {
 	mu      sync.Mutex
 	usage   []usage.Record
-	entries []reqlog.Entry
+	entries []requestlog.Entry
 }
 
 func accountingEngine(t *testing.T, lim *fakeLimiter, rec *recorded, capture bool) *gin.Engine {
@@ -63,7 +63,7 @@ func accountingEngine(t *testing.T, lim *fakeLimiter, rec *recorded, capture boo
 		{Name: "carol", Secret: "sk-c", TokensPerDay: 1000}})
 	acct := &Accounting{Limiter: lim, Capture: capture,
 		Usage: func(r usage.Record) { rec.mu.Lock(); rec.usage = append(rec.usage, r); rec.mu.Unlock() },
-		Log:   func(e reqlog.Entry) { rec.mu.Lock(); rec.entries = append(rec.entries, e); rec.mu.Unlock() }}
+		Log:   func(e requestlog.Entry) { rec.mu.Lock(); rec.entries = append(rec.entries, e); rec.mu.Unlock() }}
 	e := gin.New()
 	e.Use(Authorize(&access.Credentials{Keys: keys, ClusterToken: "cluster-secret"}, nil))
 	// The protocol stand-in: the router's part of the record, then an answer.
@@ -137,7 +137,7 @@ func TestAccountingCapturesTextOnlyWhenAsked(t *testing.T) {
 }
 
 func TestAccountingRefusesOverALimit(t *testing.T) {
-	lim := &fakeLimiter{deny: &limits.Denied{Limit: limits.LimitRPM, Max: 1, RetryAfter: 1500 * time.Millisecond}}
+	lim := &fakeLimiter{deny: &keylimits.Denied{Limit: keylimits.LimitRPM, Max: 1, RetryAfter: 1500 * time.Millisecond}}
 	rec := &recorded{}
 	e := accountingEngine(t, lim, rec, false)
 	w := do(e, "sk-a")
@@ -205,7 +205,7 @@ func TestCountTokensIsUnderTheKeysLimits(t *testing.T) {
 	if got := count(e, "sk-c"); got != http.StatusOK || lim.asked != 1 || len(lim.tokens) != 1 || lim.tokens[0] != 0 {
 		t.Errorf("count_tokens: %d, limiter asked %d, tickets %v: want 200, asked once, ended with 0 tokens", got, lim.asked, lim.tokens)
 	}
-	lim.deny = &limits.Denied{Limit: limits.LimitTokensPerDay, Max: 1000, RetryAfter: time.Hour}
+	lim.deny = &keylimits.Denied{Limit: keylimits.LimitTokensPerDay, Max: 1000, RetryAfter: time.Hour}
 	if got := count(e, "sk-c"); got != http.StatusTooManyRequests {
 		t.Errorf("count_tokens over the daily quota: %d, want 429", got)
 	}

@@ -16,8 +16,8 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/internal/access"
+	"github.com/poolgate/poolgate/internal/keylimits"
 	"github.com/poolgate/poolgate/internal/telemetry"
-	"github.com/poolgate/poolgate/session/limits"
 )
 
 const tracerScope = "github.com/poolgate/poolgate/handlers"
@@ -84,7 +84,7 @@ func endLimitSpan(span trace.Span, key string, err error) {
 		return
 	}
 	span.SetAttributes(attribute.String(telemetry.AttrKey, key))
-	var denied *limits.Denied
+	var denied *keylimits.Denied
 	switch {
 	case errors.As(err, &denied):
 		span.SetAttributes(attribute.String(telemetry.AttrLimit, denied.Limit), attribute.String(telemetry.AttrOutcome, "denied"))

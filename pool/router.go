@@ -17,10 +17,12 @@ import (
 
 // Affinity says where a conversation's upstream session lives: the instance
 // that served its earlier turns and the session id that instance returned.
+// The affinity stores keep it as JSON; the short names keep Redis entries
+// small and must not change, or entries stored before an upgrade are lost.
 type Affinity struct {
-	Instance  string
-	SessionID string
-	Model     string
+	Instance  string `json:"i"`
+	SessionID string `json:"s"`
+	Model     string `json:"m,omitempty"`
 }
 
 // AffinityStore keeps conversation -> (instance, upstream session) entries.

@@ -3,13 +3,11 @@ package session
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/poolgate/poolgate/internal/redisconn"
+	"github.com/poolgate/poolgate/pool"
 )
 
 // RedisConfig configures the Redis store. Zero values take the defaults.
@@ -49,9 +47,9 @@ type RedisConfig struct {
 	Memory MemoryConfig
 	// OnError is called for every operation that could not use Redis,
 	// including those skipped while Redis is marked down (their error wraps
-	// ErrUnavailable), with op one of take_affinity, put_affinity,
+	// redisconn.ErrUnavailable), with op one of take_affinity, put_affinity,
 	// flush_affinity, save_response, load_response, delete_response, and
-	// the operations other stores run through Do (session/bundle's
+	// the operations other stores run on Conn (session/bundle's
 	// save_bundle, load_bundle): the poolgate_store_errors_total{op}
 	// counter. It is called from many goroutines and must not block.
 	// Default: none.
@@ -65,10 +63,6 @@ type RedisConfig struct {
 	// line when it is back. Default slog.Default().
 	Logger *slog.Logger
 }
-
-// ErrUnavailable is passed to OnError for calls that skipped Redis because a
-// recent call failed.
-var ErrUnavailable = errors.New("redis marked down")
 
 func (c RedisConfig) withDefaults() RedisConfig {
 	if c.Prefix == "" {
@@ -102,33 +96,17 @@ func (c RedisConfig) withDefaults() RedisConfig {
 	return c
 }
 
-// RedisClient is the part of a go-redis client the store uses; every
-// redis.UniversalClient (one server, Sentinel, Cluster) satisfies it.
-type RedisClient interface {
-	redis.Scripter
-	Get(ctx context.Context, key string) *redis.StringCmd
-	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
-	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
-	Ping(ctx context.Context) *redis.StatusCmd
-	Close() error
-}
-
-var (
-	_ RedisClient = (*redis.Client)(nil)
-	_ RedisClient = (*redis.ClusterClient)(nil)
-	_ RedisClient = (redis.UniversalClient)(nil)
-)
-
 // Redis is the shared store for several replicas. It keeps an in-process
 // Memory as a local tier: affinity puts and response saves go to both, reads
 // try Redis and fall back to the local tier when Redis fails, so a Redis that
 // is down, slow or restarting costs reuse but never fails a call. It is safe
 // for concurrent use.
 type Redis struct {
-	cfg    RedisConfig
-	client RedisClient
-	local  *Memory
-	health health
+	cfg     RedisConfig
+	conn    *redisconn.Conn
+	client  redisconn.Client // conn's
+	local   *Memory
+	pending pending
 }
 
 // OpenRedis connects (lazily: an unreachable server is not an error here) to
@@ -144,93 +122,28 @@ func OpenRedis(cfg RedisConfig) (*Redis, error) {
 
 // NewRedis returns a store on client, which it closes on Close. The client
 // should honour context deadlines (go-redis: ContextTimeoutEnabled).
-func NewRedis(cfg RedisConfig, client RedisClient) *Redis {
+func NewRedis(cfg RedisConfig, client redisconn.Client) *Redis {
 	cfg = cfg.withDefaults()
-	return &Redis{
-		cfg:    cfg,
-		client: client,
-		local:  NewMemory(cfg.Memory),
-		health: health{now: cfg.Memory.Now, retry: cfg.RetryInterval, log: cfg.Logger},
-	}
+	conn := redisconn.NewConn(redisconn.ConnConfig{Prefix: cfg.Prefix, RetryInterval: cfg.RetryInterval,
+		PingTimeout: cfg.AffinityTimeout, Now: cfg.Memory.Now, OnError: cfg.OnError, Logger: cfg.Logger}, client)
+	return &Redis{cfg: cfg, conn: conn, client: client, local: NewMemory(cfg.Memory)}
 }
 
 // Close closes the Redis client.
-func (r *Redis) Close() error { return r.client.Close() }
+func (r *Redis) Close() error { return r.conn.Close() }
 
 // Healthy reports whether Redis answered the last call.
-func (r *Redis) Healthy() bool { return r.health.healthy() }
+func (r *Redis) Healthy() bool { return r.conn.Healthy() }
 
 // Ping asks Redis directly (never skipped) and updates Healthy.
-func (r *Redis) Ping(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.AffinityTimeout)
-	defer cancel()
-	if err := r.client.Ping(ctx).Err(); err != nil {
-		r.health.failure(err)
-		return fmt.Errorf("redis ping: %w", err)
-	}
-	r.health.success()
-	return nil
-}
+func (r *Redis) Ping(ctx context.Context) error { return r.conn.Ping(ctx) }
 
-// failed records a call that could not use Redis. It returns false when the
-// caller's own context ended, which says nothing about Redis.
-func (r *Redis) failed(ctx context.Context, op string, err error) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	r.health.failure(err)
-	if r.cfg.OnError != nil {
-		r.cfg.OnError(op, err)
-	}
-	return true
-}
+// Conn returns the store's Redis connection and health, for the stores kept
+// beside the session state (session/bundle's sealed bundles): they share
+// its key prefix, and an outage is noticed and logged once for all.
+func (r *Redis) Conn() *redisconn.Conn { return r.conn }
 
-// skipped records a call that did not try Redis because it is marked down.
-func (r *Redis) skipped(op string) {
-	if r.cfg.OnError != nil {
-		r.cfg.OnError(op, ErrUnavailable)
-	}
-}
-
-// Key returns the Redis key of name under the store's prefix, for a store
-// that keeps its data beside the session state (Do).
-func (r *Redis) Key(name string) string { return r.cfg.Prefix + name }
-
-// Do lets a store that keeps its data beside the session state (the sealed
-// bundles of session/bundle) use this store's Redis connection and health:
-// while Redis is marked down it does not call fn, reports op to OnError as
-// skipped and returns ErrUnavailable; otherwise it calls fn with the client,
-// and a failure of fn marks Redis down and is reported under op (unless ctx
-// ended, which says nothing about Redis), a success marks it up. fn must
-// bound its calls by ctx and return only what Redis failed at: an answer
-// (a missing key, a refused write) is a success.
-func (r *Redis) Do(ctx context.Context, op string, fn func(ctx context.Context, c RedisClient) error) error {
-	if !r.health.allow() {
-		r.skipped(op)
-		return ErrUnavailable
-	}
-	if err := fn(ctx, r.client); err != nil {
-		r.failed(ctx, op, err)
-		return err
-	}
-	r.health.success()
-	return nil
-}
-
-// DoNow is Do for a call that must not be skipped while Redis is marked
-// down, because going without costs more than a short wait: reading an
-// account's bundle before its worker starts, where a skip means starting it
-// logged out. It always calls fn, and records the outcome like Do.
-func (r *Redis) DoNow(ctx context.Context, op string, fn func(ctx context.Context, c RedisClient) error) error {
-	if err := fn(ctx, r.client); err != nil {
-		r.failed(ctx, op, err)
-		return err
-	}
-	r.health.success()
-	return nil
-}
-
-func (r *Redis) report(a Affinity) {
+func (r *Redis) report(a pool.Affinity) {
 	if r.cfg.Memory.OnEvict != nil {
 		r.cfg.Memory.OnEvict(a)
 	}
@@ -238,34 +151,34 @@ func (r *Redis) report(a Affinity) {
 
 // TakeAffinity removes and returns the entry under key, or ErrNotFound. When
 // Redis fails it takes from the local tier.
-func (r *Redis) TakeAffinity(ctx context.Context, key string) (Affinity, error) {
+func (r *Redis) TakeAffinity(ctx context.Context, key string) (pool.Affinity, error) {
 	const op = "take_affinity"
-	if !r.health.allow() {
-		r.skipped(op)
+	if !r.conn.Allow() {
+		r.conn.Skipped(op)
 		return r.takeLocal(key)
 	}
 	a, expired, err := r.takeRemote(ctx, key)
 	switch {
 	case err == nil:
-		r.health.success()
+		r.conn.Succeeded()
 		r.local.discardAffinity(key)
 		if expired {
 			r.report(a)
-			return Affinity{}, ErrNotFound
+			return pool.Affinity{}, ErrNotFound
 		}
 		return a, nil
 	case errors.Is(err, ErrNotFound):
-		r.health.success()
+		r.conn.Succeeded()
 		// A local-only entry was put while Redis was down; a mirrored one
 		// was taken from Redis by another replica since, so it is stale.
 		a, mirrored, err := r.local.takeAffinity(key)
 		if err != nil || mirrored {
-			return Affinity{}, ErrNotFound
+			return pool.Affinity{}, ErrNotFound
 		}
 		return a, nil
 	default:
-		if !r.failed(ctx, op, err) {
-			return Affinity{}, ctx.Err()
+		if !r.conn.Failed(ctx, op, err) {
+			return pool.Affinity{}, ctx.Err()
 		}
 	}
 	return r.takeLocal(key)
@@ -274,36 +187,36 @@ func (r *Redis) TakeAffinity(ctx context.Context, key string) (Affinity, error) 
 // takeLocal serves a take from the local tier while Redis is away. Taking a
 // mirrored entry leaves its Redis copy behind; it is queued for deletion so
 // that no later turn reuses the session once Redis is back.
-func (r *Redis) takeLocal(key string) (Affinity, error) {
+func (r *Redis) takeLocal(key string) (pool.Affinity, error) {
 	a, mirrored, err := r.local.takeAffinity(key)
 	if err == nil && mirrored {
-		r.health.queueAffinity(key)
+		r.pending.queueAffinity(key)
 	}
 	return a, err
 }
 
 // PutAffinity stores a under key in Redis and locally. It fails only when ctx
 // is already done; a Redis failure leaves the entry in the local tier alone.
-func (r *Redis) PutAffinity(ctx context.Context, key string, a Affinity) error {
+func (r *Redis) PutAffinity(ctx context.Context, key string, a pool.Affinity) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	mirrored := false
-	if r.health.allow() {
+	if r.conn.Allow() {
 		// A write-back after a clean finish should land even if the client
 		// hangs up now; the deadline still bounds it.
 		old, err := r.putRemote(context.WithoutCancel(ctx), key, a)
 		if err == nil {
-			r.health.success()
+			r.conn.Succeeded()
 			mirrored = true
 			if old != nil {
 				r.report(*old)
 			}
 		} else {
-			r.failed(context.Background(), "put_affinity", err)
+			r.conn.Failed(context.Background(), "put_affinity", err)
 		}
 	} else {
-		r.skipped("put_affinity")
+		r.conn.Skipped("put_affinity")
 	}
 	r.local.putAffinity(key, a, mirrored)
 	return nil
@@ -315,8 +228,8 @@ func (r *Redis) PutAffinity(ctx context.Context, key string, a Affinity) error {
 func (r *Redis) FlushAffinity(ctx context.Context, owner string) (int, error) {
 	const op = "flush_affinity"
 	_, n := r.local.flushAffinity(owner) // mirrored copies are counted in Redis
-	if !r.health.allow() {
-		r.skipped(op)
+	if !r.conn.Allow() {
+		r.conn.Skipped(op)
 		return n, nil
 	}
 	members, err := r.indexMembers(ctx, false)
@@ -327,7 +240,7 @@ func (r *Redis) FlushAffinity(ctx context.Context, owner string) (int, error) {
 				mine = append(mine, m)
 			}
 		}
-		var removed []Affinity
+		var removed []pool.Affinity
 		removed, err = r.removeRemote(ctx, "all", mine)
 		for _, a := range removed {
 			r.report(a)
@@ -335,12 +248,12 @@ func (r *Redis) FlushAffinity(ctx context.Context, owner string) (int, error) {
 		n += len(removed)
 	}
 	if err != nil {
-		if !r.failed(ctx, op, err) {
+		if !r.conn.Failed(ctx, op, err) {
 			return n, ctx.Err()
 		}
 		return n, nil
 	}
-	r.health.success()
+	r.conn.Succeeded()
 	return n, nil
 }
 
@@ -355,16 +268,16 @@ func (r *Redis) SaveResponse(ctx context.Context, owner, id string, data []byte,
 	if ttl <= 0 {
 		ttl = r.cfg.Memory.ResponseTTL
 	}
-	var remoteErr error = ErrUnavailable
-	if r.health.allow() {
+	var remoteErr error = redisconn.ErrUnavailable
+	if r.conn.Allow() {
 		remoteErr = r.saveRemote(context.WithoutCancel(ctx), owner, id, data, ttl, keep)
 		if remoteErr == nil {
-			r.health.success()
+			r.conn.Succeeded()
 		} else {
-			r.failed(context.Background(), "save_response", remoteErr)
+			r.conn.Failed(context.Background(), "save_response", remoteErr)
 		}
 	} else {
-		r.skipped("save_response")
+		r.conn.Skipped("save_response")
 	}
 	err := r.local.saveResponse(id, data, ttl, remoteErr == nil, keep)
 	if remoteErr == nil {
@@ -377,21 +290,21 @@ func (r *Redis) SaveResponse(ctx context.Context, owner, id string, data []byte,
 // fails it answers from the local copy.
 func (r *Redis) LoadResponse(ctx context.Context, id string) ([]byte, error) {
 	const op = "load_response"
-	if !r.health.allow() {
-		r.skipped(op)
+	if !r.conn.Allow() {
+		r.conn.Skipped(op)
 		data, _, err := r.local.loadResponse(id)
 		return data, err
 	}
 	data, err := r.loadRemote(ctx, id)
 	switch {
 	case err == nil:
-		r.health.success()
+		r.conn.Succeeded()
 		return data, nil
 	case errors.Is(err, ErrNotFound):
-		r.health.success()
+		r.conn.Succeeded()
 		return r.localOnly(id)
 	default:
-		if !r.failed(ctx, op, err) {
+		if !r.conn.Failed(ctx, op, err) {
 			return nil, ctx.Err()
 		}
 	}
@@ -420,15 +333,15 @@ func (r *Redis) LoadResponses(ctx context.Context, ids []string) ([][]byte, erro
 		return out, nil
 	}
 	var vals []any
-	err := ErrUnavailable
-	if r.health.allow() {
+	err := redisconn.ErrUnavailable
+	if r.conn.Allow() {
 		vals, err = r.loadManyRemote(ctx, ids)
 	} else {
-		r.skipped(op)
+		r.conn.Skipped(op)
 	}
 	switch {
 	case err == nil:
-		r.health.success()
+		r.conn.Succeeded()
 		for i, v := range vals {
 			if s, ok := v.(string); ok {
 				out[i] = []byte(s)
@@ -437,7 +350,7 @@ func (r *Redis) LoadResponses(ctx context.Context, ids []string) ([][]byte, erro
 			}
 		}
 		return out, nil
-	case !errors.Is(err, ErrUnavailable) && !r.failed(ctx, op, err):
+	case !errors.Is(err, redisconn.ErrUnavailable) && !r.conn.Failed(ctx, op, err):
 		return nil, ctx.Err()
 	}
 	for i, id := range ids {
@@ -451,23 +364,23 @@ func (r *Redis) LoadResponses(ctx context.Context, ids []string) ([][]byte, erro
 // the Redis delete for when it is back, and reports success.
 func (r *Redis) DeleteResponse(ctx context.Context, id string) error {
 	const op = "delete_response"
-	if r.health.allow() {
+	if r.conn.Allow() {
 		n, err := r.deleteRemote(ctx, id)
 		if err == nil {
-			r.health.success()
+			r.conn.Succeeded()
 			mirrored, lerr := r.local.deleteResponse(id)
 			if n == 0 && (lerr != nil || mirrored) {
 				return ErrNotFound
 			}
 			return nil
 		}
-		if !r.failed(ctx, op, err) {
+		if !r.conn.Failed(ctx, op, err) {
 			return ctx.Err()
 		}
 	} else {
-		r.skipped(op)
+		r.conn.Skipped(op)
 	}
 	_, _ = r.local.deleteResponse(id)
-	r.health.queueResponse(id)
+	r.pending.queueResponse(id)
 	return nil
 }

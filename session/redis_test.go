@@ -16,6 +16,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/pool"
 )
 
 // openTestRedis opens a store on srv under a prefix of its own, so tests can
@@ -69,6 +70,33 @@ func TestRedisKeys(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.give != tt.want {
 				t.Errorf("key = %q, want %q", tt.give, tt.want)
+			}
+		})
+	}
+}
+
+// The affinity value's JSON is what Redis holds across upgrades: entries
+// written by an older version must still decode, and new ones must look
+// the same.
+func TestAffinityEncoding(t *testing.T) {
+	tests := []struct {
+		name string
+		give pool.Affinity
+		want string
+	}{
+		{name: "with model", give: pool.Affinity{Instance: "acct-1", SessionID: "s-9", Model: "qwen"},
+			want: `{"i":"acct-1","s":"s-9","m":"qwen"}`},
+		{name: "without model", give: pool.Affinity{Instance: "acct-1", SessionID: "s-9"},
+			want: `{"i":"acct-1","s":"s-9"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := encodeAffinity(tt.give); got != tt.want {
+				t.Errorf("encodeAffinity() = %s, want %s", got, tt.want)
+			}
+			got, err := decodeAffinity(tt.want)
+			if err != nil || got != tt.give {
+				t.Errorf("decodeAffinity(%s) = %+v, %v; want %+v", tt.want, got, err, tt.give)
 			}
 		})
 	}

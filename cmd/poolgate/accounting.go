@@ -11,11 +11,11 @@ import (
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/batch"
 	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/internal/keylimits"
 	"github.com/poolgate/poolgate/internal/live"
 	"github.com/poolgate/poolgate/internal/metrics"
-	"github.com/poolgate/poolgate/session/limits"
-	"github.com/poolgate/poolgate/session/reqlog"
-	"github.com/poolgate/poolgate/session/usage"
+	"github.com/poolgate/poolgate/internal/requestlog"
+	"github.com/poolgate/poolgate/internal/usage"
 )
 
 // keysOf is the configured API keys as the HTTP layer holds them.
@@ -33,31 +33,31 @@ func keysOf(cfg config.Config) []apikey.Key {
 // enforces the same numbers) and in memory otherwise. Usage and log entries
 // are written in batches off the request path.
 type accounting struct {
-	limiter  limits.Limiter
+	limiter  keylimits.Limiter
 	usage    usage.Store
-	requests reqlog.Log
+	requests requestlog.Log
 	usageW   *batch.Writer[usage.Record]
-	logW     *batch.Writer[reqlog.Entry]
+	logW     *batch.Writer[requestlog.Entry]
 	wait     func() // waits for the limiter's renewals to end
 }
 
 func newAccounting(cfg config.Config, rdb redis.UniversalClient, m *metrics.Metrics, log *slog.Logger) *accounting {
 	retention := time.Duration(cfg.UsageRetentionDays) * 24 * time.Hour
-	lcfg := reqlog.Config{MaxEntries: cfg.RequestLogSize, MaxBytes: cfg.RequestLogBytes, Debug: cfg.RequestLogDebug}
+	lcfg := requestlog.Config{MaxEntries: cfg.RequestLogSize, MaxBytes: cfg.RequestLogBytes, Debug: cfg.RequestLogDebug}
 	a := &accounting{wait: func() {}}
 	if rdb == nil {
-		a.limiter = limits.NewMemory(time.Now)
+		a.limiter = keylimits.NewMemory(time.Now)
 		a.usage = usage.NewMemory(retention, time.Now)
-		a.requests = reqlog.NewMemory(lcfg)
+		a.requests = requestlog.NewMemory(lcfg)
 	} else {
 		onError := func(op string, err error) {
 			m.StoreErrors.WithLabelValues("key_limits").Inc()
 			log.Debug("key limits store", "op", op, "err", err)
 		}
-		rl := limits.NewRedis(rdb, limits.RedisConfig{Prefix: cfg.RedisPrefix, OnError: onError})
+		rl := keylimits.NewRedis(rdb, keylimits.RedisConfig{Prefix: cfg.RedisPrefix, OnError: onError})
 		a.limiter, a.wait = rl, rl.Wait
 		a.usage = usage.NewRedis(rdb, usage.RedisConfig{Prefix: cfg.RedisPrefix, Retention: retention})
-		a.requests = reqlog.NewRedis(rdb, cfg.RedisPrefix, lcfg)
+		a.requests = requestlog.NewRedis(rdb, cfg.RedisPrefix, lcfg)
 	}
 	failed := func(op string) func(error, int) {
 		return func(err error, n int) {
@@ -74,7 +74,7 @@ func newAccounting(cfg config.Config, rdb redis.UniversalClient, m *metrics.Metr
 func (a *accounting) forHTTP(capture bool, rec *live.Recorder) *handlers.Accounting {
 	return &handlers.Accounting{Limiter: a.limiter, Capture: capture, Live: rec,
 		Usage: func(r usage.Record) { a.usageW.Add(r) },
-		Log:   func(e reqlog.Entry) { a.logW.Add(e) }}
+		Log:   func(e requestlog.Entry) { a.logW.Add(e) }}
 }
 
 // scrub removes the prompts and answers an earlier run kept in the

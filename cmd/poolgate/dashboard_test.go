@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolgate/poolgate/internal/testenv/browser"
+	"github.com/poolgate/poolgate/internal/browsertest"
 )
 
 // The dashboard on a real cluster of two keyless loopback replicas: the
@@ -15,7 +15,7 @@ import (
 // rows move as traffic flows. A screenshot of each view is written for
 // review (POOLGATE_SCREENSHOT_DIR keeps them).
 func TestDashboardLiveAndCluster(t *testing.T) {
-	chromium := browser.Chromium(t)
+	chromium := browsertest.Chromium(t)
 	s := startCluster(t, 2, nil)
 	on := s.waitSpread(60 * time.Second)
 	viewer := s.replicas[1]
@@ -29,17 +29,17 @@ func TestDashboardLiveAndCluster(t *testing.T) {
 		t.Fatalf("replica 1 holds no account: %v", on)
 	}
 
-	page := browser.Open(t, chromium)
+	page := browsertest.Open(t, chromium)
 	page.MustSetViewport(1400, 1000, 1, false)
 	page.Timeout(15 * time.Second).MustNavigate(viewer.URL + "/admin").MustWaitLoad()
 	for acct, rs := range on {
-		browser.WaitJS(t, page, "the holder of "+acct, `(acct, holder) => {
+		browsertest.WaitJS(t, page, "the holder of "+acct, `(acct, holder) => {
 			const r = document.querySelector('#leases tr[data-account="' + acct + '"]');
 			return r && r.querySelector("td.holder").textContent.startsWith(holder + "-") &&
 				document.getElementById("token-form").hidden;
 		}`, acct, fmt.Sprintf("r%d", rs[0]+1))
 	}
-	browser.WaitJS(t, page, "both replicas with the accounts they hold", `(count) => {
+	browsertest.WaitJS(t, page, "both replicas with the accounts they hold", `(count) => {
 		const rows = [...document.querySelectorAll("#replicas tbody tr")];
 		const held = rows.map(r => r.querySelectorAll(".held span").length);
 		return rows.length === 2 && held[0] + held[1] === count && rows.some(r => r.querySelector(".self"));
@@ -58,13 +58,13 @@ func TestDashboardLiveAndCluster(t *testing.T) {
 		}
 		served[h.Get("X-Poolgate-Instance")] = true
 	}
-	browser.WaitJS(t, page, "the requests-per-second chart moving", `(before) => {
+	browsertest.WaitJS(t, page, "the requests-per-second chart moving", `(before) => {
 		const now = [...document.querySelectorAll("#lv-rps polyline.c-ok, #lv-rps circle.c-ok")]
 			.map(p => p.getAttribute("points") || p.getAttribute("cy")).join("|");
 		return now !== "" && now !== before;
 	}`, before)
 	for acct := range served {
-		browser.WaitJS(t, page, "the row of "+acct+" counting its requests", `(acct) => {
+		browsertest.WaitJS(t, page, "the row of "+acct+" counting its requests", `(acct) => {
 			const r = document.querySelector('#accounts-live tr[data-account="' + acct + '"]');
 			return r && Number(r.querySelector("td.rps").textContent) > 0 && r.querySelector("td.p50").textContent !== "-";
 		}`, acct)
@@ -74,9 +74,9 @@ func TestDashboardLiveAndCluster(t *testing.T) {
 	}
 
 	page.MustSetViewport(1400, 3000, 1, false)
-	browser.ElementScreenshot(t, page, "#live-charts", "dashboard-live.png")
-	browser.ElementScreenshot(t, page, "#live", "dashboard-accounts.png")
-	browser.ElementScreenshot(t, page, "#cluster", "dashboard-cluster.png")
+	browsertest.ElementScreenshot(t, page, "#live-charts", "dashboard-live.png")
+	browsertest.ElementScreenshot(t, page, "#live", "dashboard-accounts.png")
+	browsertest.ElementScreenshot(t, page, "#cluster", "dashboard-cluster.png")
 	page.MustSetViewport(1280, 900, 1, false)
-	browser.Screenshot(t, page, "dashboard.png")
+	browsertest.Screenshot(t, page, "dashboard.png")
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/poolgate/poolgate/admin"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/session/usage"
+	"github.com/poolgate/poolgate/internal/usage"
 )
 
 // callAs sends one chat completion (or, with anthropic, one message) as key

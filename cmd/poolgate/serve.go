@@ -134,8 +134,7 @@ type app struct {
 
 // store is what main needs of a session store beyond what its users need.
 type store interface {
-	TakeAffinity(ctx context.Context, key string) (session.Affinity, error)
-	PutAffinity(ctx context.Context, key string, a session.Affinity) error
+	pool.AffinityStore
 	responses.Store
 	admin.AffinityFlusher
 	Run(ctx context.Context)
@@ -163,7 +162,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	a.sup = supervisor.New(supervisor.Config{}, workers, driver, a.launcher, m, log)
 	a.pool = pool.New(pool.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
 		a.sup, m, log)
-	onEvict := func(s session.Affinity) { a.router.DeleteSession(pool.Affinity(s)) }
+	onEvict := func(s pool.Affinity) { a.router.DeleteSession(s) }
 	var redisClient redis.UniversalClient
 	if a.store, a.bundleStore, redisClient, err = openStores(cfg, m, onEvict, log); err != nil {
 		return nil, err
@@ -176,7 +175,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	a.acct = newAccounting(cfg, redisClient, m, log)
 	a.keys = apikey.NewRegistry(keysOf(cfg))
 	m.InitKeys(a.keys.Load().Names())
-	var affinity pool.AffinityStore = affinityStore{a.store}
+	var affinity pool.AffinityStore = a.store
 	if !cfg.SessionReuse {
 		affinity = nil // every turn starts an upstream session of its own
 	}
@@ -323,19 +322,6 @@ func childEnv(environ []string) []string {
 		}
 	}
 	return out
-}
-
-// affinityStore keeps the router's affinity entries in the session store:
-// the same three fields, which the store encodes for Redis its own way.
-type affinityStore struct{ s store }
-
-func (a affinityStore) TakeAffinity(ctx context.Context, key string) (pool.Affinity, error) {
-	e, err := a.s.TakeAffinity(ctx, key)
-	return pool.Affinity(e), err
-}
-
-func (a affinityStore) PutAffinity(ctx context.Context, key string, e pool.Affinity) error {
-	return a.s.PutAffinity(ctx, key, session.Affinity(e))
 }
 
 // readiness answers /readyz.

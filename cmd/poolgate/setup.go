@@ -200,7 +200,7 @@ func (a *app) setupLogin(m *metrics.Metrics, getenv func(string) string, env []s
 // in memory, or both on Redis, whose connection is also returned for the
 // cluster's lease store to share (nil without Redis). Closing the session
 // store closes the connection.
-func openStores(cfg config.Config, m *metrics.Metrics, onEvict func(session.Affinity), log *slog.Logger) (store, bundle.Store, redis.UniversalClient, error) {
+func openStores(cfg config.Config, m *metrics.Metrics, onEvict func(pool.Affinity), log *slog.Logger) (store, bundle.Store, redis.UniversalClient, error) {
 	mem := session.MemoryConfig{OnEvict: onEvict, MaxAffinity: cfg.SessionCacheSize, AffinityTTL: cfg.SessionCacheTTL}
 	if cfg.RedisURL == "" {
 		return session.NewMemory(mem), bundle.NewMemoryStore(), nil, nil
@@ -223,7 +223,7 @@ func openStores(cfg config.Config, m *metrics.Metrics, onEvict func(session.Affi
 	r := session.NewRedis(session.RedisConfig{Prefix: cfg.RedisPrefix, Memory: mem, Logger: log,
 		OwnerMaxResponses: cfg.StoredResponsesPerKey, OwnerMaxResponseBytes: cfg.StoredResponseBytesPerKey,
 		OnError: func(op string, _ error) { m.StoreErrors.WithLabelValues(op).Inc() }, OnRecover: republish}, client)
-	bundles = bundle.NewRedisStore(r)
+	bundles = bundle.NewRedisStore(r.Conn())
 	return r, bundles, client, nil
 }
 

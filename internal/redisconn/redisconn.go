@@ -1,9 +1,12 @@
 // Package redisconn owns how poolgate connects to Redis: one go-redis client
 // set up the way its stores rely on (deadlines from the callers' contexts,
 // failing fast when the server is gone), shared by the session store, the
-// accounting stores and the cluster's lease store. It speaks to one server,
-// to a Sentinel-managed primary, or to a Redis Cluster, and hands every store
-// the same redis.UniversalClient. It holds no data and knows no key.
+// bundle store, the accounting stores and the cluster's lease store. It
+// speaks to one server, to a Sentinel-managed primary, or to a Redis
+// Cluster, and hands every store the same redis.UniversalClient. Conn adds
+// what the stores that fall back to an in-process copy share: a key prefix
+// and whether Redis is reachable, so an outage is noticed and logged once.
+// It holds no data; each store names its own keys.
 package redisconn
 
 import (

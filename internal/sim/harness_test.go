@@ -18,7 +18,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/poolgate/poolgate/internal/lsp"
+	"github.com/poolgate/poolgate/internal/lingmarpc"
 )
 
 // wait bounds every wait in these tests.
@@ -113,9 +113,9 @@ type client struct {
 	ws       *websocket.Conn
 	mu       sync.Mutex
 	nextID   int
-	pending  map[string]chan *lsp.Message
-	incoming chan *lsp.Message // server-to-client requests and notifications
-	closed   chan struct{}     // closed when the read loop ends
+	pending  map[string]chan *lingmarpc.Message
+	incoming chan *lingmarpc.Message // server-to-client requests and notifications
+	closed   chan struct{}           // closed when the read loop ends
 }
 
 func dial(t *testing.T, h *harness) *client {
@@ -126,8 +126,8 @@ func dial(t *testing.T, h *harness) *client {
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
-	ws.SetReadLimit(lsp.MaxFrame)
-	c := &client{t: t, ws: ws, pending: map[string]chan *lsp.Message{}, incoming: make(chan *lsp.Message, 256), closed: make(chan struct{})}
+	ws.SetReadLimit(lingmarpc.MaxFrame)
+	c := &client{t: t, ws: ws, pending: map[string]chan *lingmarpc.Message{}, incoming: make(chan *lingmarpc.Message, 256), closed: make(chan struct{})}
 	go c.readLoop()
 	t.Cleanup(func() { _ = ws.CloseNow() })
 	return c
@@ -143,12 +143,12 @@ func (c *client) readLoop() {
 		}
 		buf = append(buf, data...)
 		for {
-			body, rest, err := lsp.Split(buf)
+			body, rest, err := lingmarpc.Split(buf)
 			if err != nil {
 				break
 			}
 			buf = rest
-			m, err := lsp.Decode(body)
+			m, err := lingmarpc.Decode(body)
 			if err != nil {
 				c.t.Errorf("client decode: %v", err)
 				continue
@@ -176,7 +176,7 @@ func (c *client) sendRaw(b []byte) {
 }
 
 // frame encodes a request and registers for its response.
-func (c *client) frame(method string, params any) ([]byte, chan *lsp.Message) {
+func (c *client) frame(method string, params any) ([]byte, chan *lingmarpc.Message) {
 	c.t.Helper()
 	raw, err := json.Marshal(params)
 	if err != nil {
@@ -185,17 +185,17 @@ func (c *client) frame(method string, params any) ([]byte, chan *lsp.Message) {
 	c.mu.Lock()
 	c.nextID++
 	id := json.RawMessage(fmt.Sprintf(`"c%d"`, c.nextID))
-	ch := make(chan *lsp.Message, 1)
+	ch := make(chan *lingmarpc.Message, 1)
 	c.pending[string(id)] = ch
 	c.mu.Unlock()
-	b, err := lsp.Encode(&lsp.Message{ID: id, Method: method, Params: raw})
+	b, err := lingmarpc.Encode(&lingmarpc.Message{ID: id, Method: method, Params: raw})
 	if err != nil {
 		c.t.Fatalf("encode: %v", err)
 	}
 	return b, ch
 }
 
-func awaitMsg(t *testing.T, ch chan *lsp.Message, what string) *lsp.Message {
+func awaitMsg(t *testing.T, ch chan *lingmarpc.Message, what string) *lingmarpc.Message {
 	t.Helper()
 	select {
 	case m := <-ch:
@@ -207,7 +207,7 @@ func awaitMsg(t *testing.T, ch chan *lsp.Message, what string) *lsp.Message {
 }
 
 // call sends a request and returns the whole response message.
-func (c *client) call(method string, params any) *lsp.Message {
+func (c *client) call(method string, params any) *lingmarpc.Message {
 	c.t.Helper()
 	b, ch := c.frame(method, params)
 	c.sendRaw(b)
@@ -227,7 +227,7 @@ func (c *client) result(method string, params, v any) {
 }
 
 // next returns the next server-to-client message.
-func (c *client) next() *lsp.Message {
+func (c *client) next() *lingmarpc.Message {
 	c.t.Helper()
 	return awaitMsg(c.t, c.incoming, "a server request")
 }
@@ -242,9 +242,9 @@ func (c *client) quiet(d time.Duration) {
 	}
 }
 
-func (c *client) reply(m *lsp.Message) {
+func (c *client) reply(m *lingmarpc.Message) {
 	c.t.Helper()
-	b, err := lsp.Encode(&lsp.Message{ID: m.ID, Result: json.RawMessage(`{}`)})
+	b, err := lingmarpc.Encode(&lingmarpc.Message{ID: m.ID, Result: json.RawMessage(`{}`)})
 	if err != nil {
 		c.t.Fatalf("encode: %v", err)
 	}

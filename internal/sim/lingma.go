@@ -14,7 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/poolgate/poolgate/internal/lsp"
+	"github.com/poolgate/poolgate/internal/lingmarpc"
 )
 
 // version is what initialize reports.
@@ -42,7 +42,7 @@ type conn struct {
 
 	mu      sync.Mutex
 	nextID  int64
-	pending map[string]chan *lsp.Message // our request id -> its reply
+	pending map[string]chan *lingmarpc.Message // our request id -> its reply
 
 	turns sync.WaitGroup
 }
@@ -57,9 +57,9 @@ func (s *Sim) serveWS(w http.ResponseWriter, r *http.Request) {
 		s.log.Warn("websocket accept", "err", err)
 		return
 	}
-	ws.SetReadLimit(lsp.MaxFrame + 64<<10)
+	ws.SetReadLimit(lingmarpc.MaxFrame + 64<<10)
 	ctx, cancel := context.WithCancel(r.Context())
-	c := &conn{s: s, ws: ws, log: s.log.With("remote", r.RemoteAddr), ctx: ctx, pending: map[string]chan *lsp.Message{}}
+	c := &conn{s: s, ws: ws, log: s.log.With("remote", r.RemoteAddr), ctx: ctx, pending: map[string]chan *lingmarpc.Message{}}
 	c.readLoop()
 	cancel()
 	c.turns.Wait()
@@ -83,8 +83,8 @@ func (c *conn) readLoop() {
 			continue
 		}
 		for {
-			body, rest, err := lsp.Split(buf)
-			if errors.Is(err, lsp.ErrIncomplete) {
+			body, rest, err := lingmarpc.Split(buf)
+			if errors.Is(err, lingmarpc.ErrIncomplete) {
 				buf = rest
 				break
 			}
@@ -94,7 +94,7 @@ func (c *conn) readLoop() {
 				break
 			}
 			buf = rest
-			m, err := lsp.Decode(body)
+			m, err := lingmarpc.Decode(body)
 			if err != nil {
 				c.log.Error("bad message", "err", err)
 				continue
@@ -107,7 +107,7 @@ func (c *conn) readLoop() {
 	}
 }
 
-func (c *conn) handle(m *lsp.Message) {
+func (c *conn) handle(m *lingmarpc.Message) {
 	switch {
 	case m.IsResponse():
 		c.mu.Lock()
@@ -128,10 +128,10 @@ func (c *conn) handle(m *lsp.Message) {
 
 // dispatch answers one client request. It must not block: replies to our own
 // requests arrive on the same read loop.
-func (c *conn) dispatch(m *lsp.Message) {
+func (c *conn) dispatch(m *lingmarpc.Message) {
 	var (
 		result any
-		rpcErr *lsp.Error
+		rpcErr *lingmarpc.Error
 	)
 	switch m.Method {
 	case "initialize":
@@ -177,7 +177,7 @@ func (c *conn) dispatch(m *lsp.Message) {
 		c.s.deleteSession(p.SessionID)
 		result = map[string]any{"success": true}
 	default:
-		rpcErr = &lsp.Error{Code: codeMethodNotFound, Message: "method not found: " + m.Method}
+		rpcErr = &lingmarpc.Error{Code: codeMethodNotFound, Message: "method not found: " + m.Method}
 	}
 	c.respond(m.ID, result, rpcErr)
 }
@@ -191,8 +191,8 @@ func (s *Sim) authStatus() map[string]any {
 }
 
 // respond sends the response to request id.
-func (c *conn) respond(id json.RawMessage, result any, rpcErr *lsp.Error) {
-	m := &lsp.Message{ID: id, Error: rpcErr}
+func (c *conn) respond(id json.RawMessage, result any, rpcErr *lingmarpc.Error) {
+	m := &lingmarpc.Message{ID: id, Error: rpcErr}
 	if rpcErr == nil {
 		raw, err := json.Marshal(result)
 		if err != nil {
@@ -206,8 +206,8 @@ func (c *conn) respond(id json.RawMessage, result any, rpcErr *lsp.Error) {
 	}
 }
 
-func (c *conn) send(m *lsp.Message) error {
-	frame, err := lsp.Encode(m)
+func (c *conn) send(m *lingmarpc.Message) error {
+	frame, err := lingmarpc.Encode(m)
 	if err != nil {
 		return err
 	}
@@ -223,7 +223,7 @@ func (c *conn) call(ctx context.Context, method string, params any) error {
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", method, err)
 	}
-	ch := make(chan *lsp.Message, 1)
+	ch := make(chan *lingmarpc.Message, 1)
 	c.mu.Lock()
 	c.nextID++
 	id := json.RawMessage(strconv.FormatInt(c.nextID, 10))
@@ -234,7 +234,7 @@ func (c *conn) call(ctx context.Context, method string, params any) error {
 		delete(c.pending, string(id))
 		c.mu.Unlock()
 	}()
-	if err := c.send(&lsp.Message{ID: id, Method: method, Params: raw}); err != nil {
+	if err := c.send(&lingmarpc.Message{ID: id, Method: method, Params: raw}); err != nil {
 		return fmt.Errorf("send %s: %w", method, err)
 	}
 	t := time.NewTimer(c.s.cfg.ReplyTimeout)

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/poolgate/poolgate/internal/lsp"
+	"github.com/poolgate/poolgate/internal/lingmarpc"
 )
 
 // Finish reasons and status codes of chat/finish.
@@ -126,14 +126,14 @@ type turn struct {
 
 // ask handles chat/ask: it answers the request at once and streams the turn
 // from a goroutine the connection owns.
-func (c *conn) ask(m *lsp.Message) {
+func (c *conn) ask(m *lingmarpc.Message) {
 	var p askParams
 	if err := json.Unmarshal(m.Params, &p); err != nil || p.RequestID == "" {
-		c.respond(m.ID, nil, &lsp.Error{Code: codeInvalidParams, Message: "chat/ask needs params with a requestId"})
+		c.respond(m.ID, nil, &lingmarpc.Error{Code: codeInvalidParams, Message: "chat/ask needs params with a requestId"})
 		return
 	}
 	if _, _, ok := c.s.creds.status(); !ok {
-		c.respond(m.ID, nil, &lsp.Error{Code: codeNotLoggedIn, Message: "not logged in"})
+		c.respond(m.ID, nil, &lingmarpc.Error{Code: codeNotLoggedIn, Message: "not logged in"})
 		return
 	}
 	question := p.QuestionText
@@ -153,7 +153,7 @@ func (c *conn) ask(m *lsp.Message) {
 	ctx, stop := context.WithCancelCause(c.ctx)
 	if !c.s.startTurn(p.RequestID, stop) {
 		stop(nil)
-		c.respond(m.ID, nil, &lsp.Error{Code: codeInvalidParams, Message: "requestId already running: " + p.RequestID})
+		c.respond(m.ID, nil, &lingmarpc.Error{Code: codeInvalidParams, Message: "requestId already running: " + p.RequestID})
 		return
 	}
 	secs := parsePrompt(question)

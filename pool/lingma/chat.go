@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/internal/lsp"
+	"github.com/poolgate/poolgate/internal/lingmarpc"
 	"github.com/poolgate/poolgate/pool/textchat"
 )
 
@@ -202,7 +202,7 @@ func (c *Client) ask(ctx context.Context, t *chat.Turn) (*turnAnswer, error) {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			c.stop(reqID) // the ask may have reached the worker
 		}
-		var rpc *lsp.Error
+		var rpc *lingmarpc.Error
 		if errors.As(err, &rpc) && (rpc.Code == codeNotLoggedIn || loginMessage(rpc.Message)) {
 			err = fmt.Errorf("%w: %w", chat.ErrNotLoggedIn, err)
 		}

@@ -19,7 +19,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/internal/lsp"
+	"github.com/poolgate/poolgate/internal/lingmarpc"
 	"github.com/poolgate/poolgate/pool/textchat"
 	"github.com/poolgate/poolgate/pool/worker"
 )
@@ -51,7 +51,7 @@ type Client struct {
 	native bool
 
 	mu      sync.Mutex
-	pending map[int64]chan *lsp.Message
+	pending map[int64]chan *lingmarpc.Message
 	turns   map[string]*turn
 	err     error // why the connection ended; set before done is closed
 
@@ -72,7 +72,7 @@ func newClient(conn *websocket.Conn, cfg Config, name string) *Client {
 		cfg:      cfg,
 		name:     name,
 		done:     make(chan struct{}),
-		pending:  map[int64]chan *lsp.Message{},
+		pending:  map[int64]chan *lingmarpc.Message{},
 		turns:    map[string]*turn{},
 		watchdog: time.AfterFunc(time.Hour, func() { _ = conn.CloseNow() }),
 	}
@@ -241,7 +241,7 @@ func (r *result) message() string {
 func (c *Client) call(ctx context.Context, method string, params, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
-	ch := make(chan *lsp.Message, 1)
+	ch := make(chan *lingmarpc.Message, 1)
 	id := c.nextID.Add(1)
 	c.mu.Lock()
 	if c.err != nil {
@@ -321,16 +321,16 @@ func (c *Client) read() {
 		rest := buf
 		for {
 			var body []byte
-			body, rest, err = lsp.Split(rest)
-			if errors.Is(err, lsp.ErrIncomplete) {
+			body, rest, err = lingmarpc.Split(rest)
+			if errors.Is(err, lingmarpc.ErrIncomplete) {
 				err = nil
 				break
 			}
 			if err != nil {
 				break
 			}
-			m := new(lsp.Message)
-			if lsp.Read(body, m) != nil {
+			m := new(lingmarpc.Message)
+			if lingmarpc.Read(body, m) != nil {
 				continue // one bad message does not end the connection
 			}
 			c.dispatch(m)
@@ -377,7 +377,7 @@ func (c *Client) readMessage(buf []byte) ([]byte, error) {
 // dispatch handles one incoming message on the reader goroutine. It never
 // blocks on a consumer: responses go to 1-buffered channels and chat
 // messages to their turn's unbounded queue.
-func (c *Client) dispatch(m *lsp.Message) {
+func (c *Client) dispatch(m *lingmarpc.Message) {
 	if m.IsResponse() {
 		id, err := strconv.ParseInt(strings.Trim(string(m.ID), `"`), 10, 64)
 		if err != nil {
@@ -439,7 +439,7 @@ type invokeParams struct {
 // a tool the turn offered is acknowledged and becomes one of the turn's tool
 // calls, for the API caller to run; any other (the worker's own tools, a turn
 // that is over) is refused: the gateway runs no tool on the worker's behalf.
-func (c *Client) invoke(m *lsp.Message) {
+func (c *Client) invoke(m *lingmarpc.Message) {
 	var p invokeParams
 	_ = json.Unmarshal(m.Params, &p) // unreadable params name no tool and are refused below
 	name := cmp.Or(p.Name, p.ToolName)

@@ -17,7 +17,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/internal/lsp"
+	"github.com/poolgate/poolgate/internal/lingmarpc"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/worker"
 )
@@ -27,11 +27,11 @@ import (
 type fake struct {
 	t      *testing.T
 	port   int
-	script func(fc *fakeConn, m *lsp.Message)
+	script func(fc *fakeConn, m *lingmarpc.Message)
 
 	mu      sync.Mutex
 	methods []string
-	replies []*lsp.Message // the client's responses to our requests
+	replies []*lingmarpc.Message // the client's responses to our requests
 }
 
 type fakeConn struct {
@@ -41,7 +41,7 @@ type fakeConn struct {
 
 // newFake serves script, which sees every client request except initialize
 // (answered {}) and chat/stop (recorded, answered {}).
-func newFake(t *testing.T, script func(fc *fakeConn, m *lsp.Message)) *fake {
+func newFake(t *testing.T, script func(fc *fakeConn, m *lingmarpc.Message)) *fake {
 	t.Helper()
 	f := &fake{t: t, script: script}
 	srv := httptest.NewServer(http.HandlerFunc(f.serve))
@@ -66,12 +66,12 @@ func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		buf = append(buf, data...)
 		for {
-			body, rest, err := lsp.Split(buf)
+			body, rest, err := lingmarpc.Split(buf)
 			if err != nil {
 				break
 			}
 			buf = rest
-			m, err := lsp.Decode(body)
+			m, err := lingmarpc.Decode(body)
 			if err != nil {
 				f.t.Errorf("fake: %v", err)
 				continue
@@ -94,14 +94,14 @@ func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (f *fake) seen() ([]string, []*lsp.Message) {
+func (f *fake) seen() ([]string, []*lingmarpc.Message) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.methods), slices.Clone(f.replies)
 }
 
-func (fc *fakeConn) frame(m *lsp.Message) []byte {
-	b, err := lsp.Encode(m)
+func (fc *fakeConn) frame(m *lingmarpc.Message) []byte {
+	b, err := lingmarpc.Encode(m)
 	if err != nil {
 		fc.f.t.Errorf("fake encode: %v", err)
 	}
@@ -114,20 +114,20 @@ func (fc *fakeConn) write(b []byte) {
 
 func (fc *fakeConn) reply(id json.RawMessage, result any) {
 	raw, _ := json.Marshal(result)
-	fc.write(fc.frame(&lsp.Message{ID: id, Result: raw}))
+	fc.write(fc.frame(&lingmarpc.Message{ID: id, Result: raw}))
 }
 
 // notify sends a server-to-client request (id set) or notification.
 func (fc *fakeConn) notify(id, method string, params any) {
 	raw, _ := json.Marshal(params)
-	m := &lsp.Message{Method: method, Params: raw}
+	m := &lingmarpc.Message{Method: method, Params: raw}
 	if id != "" {
 		m.ID = json.RawMessage(id)
 	}
 	fc.write(fc.frame(m))
 }
 
-func requestID(m *lsp.Message) string {
+func requestID(m *lingmarpc.Message) string {
 	var p struct {
 		RequestID string `json:"requestId"`
 	}
@@ -147,12 +147,12 @@ func fakeClient(t *testing.T, f *fake, cfg Config) *Client {
 }
 
 func TestFraming(t *testing.T) {
-	f := newFake(t, func(fc *fakeConn, m *lsp.Message) {
+	f := newFake(t, func(fc *fakeConn, m *lingmarpc.Message) {
 		// A server request and the answer in one WebSocket message, the
 		// answer's frame split over two more.
-		b := fc.frame(&lsp.Message{ID: json.RawMessage(`"srv-1"`), Method: "session/title/update", Params: json.RawMessage(`{}`)})
+		b := fc.frame(&lingmarpc.Message{ID: json.RawMessage(`"srv-1"`), Method: "session/title/update", Params: json.RawMessage(`{}`)})
 		raw, _ := json.Marshal(map[string]any{"status": 2, "id": 42, "name": "neo"})
-		ans := fc.frame(&lsp.Message{ID: m.ID, Result: raw})
+		ans := fc.frame(&lingmarpc.Message{ID: m.ID, Result: raw})
 		fc.write(append(b, ans[:10]...))
 		fc.write(ans[10:])
 	})
@@ -161,7 +161,7 @@ func TestFraming(t *testing.T) {
 	if err != nil || !st.LoggedIn || st.Account != "neo" {
 		t.Fatalf("Status() = %+v, %v; want logged in as neo", st, err)
 	}
-	var replies []*lsp.Message
+	var replies []*lingmarpc.Message
 	testenv.WaitFor(t, wait, "the client to answer the server's request", func() bool {
 		_, replies = f.seen()
 		return len(replies) == 1
@@ -182,7 +182,7 @@ func waitStop(t *testing.T, f *fake) {
 }
 
 func TestCallTimeout(t *testing.T) {
-	f := newFake(t, func(fc *fakeConn, m *lsp.Message) {
+	f := newFake(t, func(fc *fakeConn, m *lingmarpc.Message) {
 		if m.Method == "config/queryModels" {
 			fc.reply(m.ID, []map[string]string{{"key": "a"}, {"key": "b", "displayName": "B"}, {"key": "a"}})
 		} // auth/status is never answered
@@ -199,8 +199,8 @@ func TestCallTimeout(t *testing.T) {
 }
 
 // askThen acknowledges chat/ask and runs then with the turn's requestId.
-func askThen(then func(fc *fakeConn, reqID string)) func(*fakeConn, *lsp.Message) {
-	return func(fc *fakeConn, m *lsp.Message) {
+func askThen(then func(fc *fakeConn, reqID string)) func(*fakeConn, *lingmarpc.Message) {
+	return func(fc *fakeConn, m *lingmarpc.Message) {
 		if m.Method != "chat/ask" {
 			fc.reply(m.ID, struct{}{})
 			return
@@ -271,17 +271,17 @@ func TestStopOnSilence(t *testing.T) {
 
 func TestAskRefused(t *testing.T) {
 	tests := []struct {
-		give   any // the result of chat/ask, or an *lsp.Error
+		give   any // the result of chat/ask, or an *lingmarpc.Error
 		wantIs error
 	}{
-		{give: &lsp.Error{Code: codeNotLoggedIn, Message: "not logged in"}, wantIs: chat.ErrNotLoggedIn},
+		{give: &lingmarpc.Error{Code: codeNotLoggedIn, Message: "not logged in"}, wantIs: chat.ErrNotLoggedIn},
 		{give: map[string]any{"success": false, "errorMsg": "User not login"}, wantIs: chat.ErrNotLoggedIn},
-		{give: &lsp.Error{Code: -32000, Message: "boom"}},
+		{give: &lingmarpc.Error{Code: -32000, Message: "boom"}},
 	}
 	for _, tt := range tests {
-		f := newFake(t, func(fc *fakeConn, m *lsp.Message) {
-			if e, ok := tt.give.(*lsp.Error); ok {
-				fc.write(fc.frame(&lsp.Message{ID: m.ID, Error: e}))
+		f := newFake(t, func(fc *fakeConn, m *lingmarpc.Message) {
+			if e, ok := tt.give.(*lingmarpc.Error); ok {
+				fc.write(fc.frame(&lingmarpc.Message{ID: m.ID, Error: e}))
 				return
 			}
 			fc.reply(m.ID, tt.give)
@@ -405,7 +405,7 @@ func TestWriteTimeout(t *testing.T) {
 	stalled := make(chan struct{})
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
-	f := newFake(t, func(fc *fakeConn, m *lsp.Message) {
+	f := newFake(t, func(fc *fakeConn, m *lingmarpc.Message) {
 		if m.Method == "auth/status" {
 			close(stalled)
 			<-release // the worker reads nothing more

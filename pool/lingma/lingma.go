@@ -26,7 +26,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/poolgate/poolgate/internal/lsp"
+	"github.com/poolgate/poolgate/internal/lingmarpc"
 	"github.com/poolgate/poolgate/pool/worker"
 )
 
@@ -234,4 +234,4 @@ func newRequestID() string {
 }
 
 // readLimit caps one WebSocket message: a frame plus its header.
-const readLimit = lsp.MaxFrame + 64<<10
+const readLimit = lingmarpc.MaxFrame + 64<<10

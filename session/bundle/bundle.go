@@ -3,7 +3,7 @@
 // or a wiped disk can start the account without a login. It holds the
 // format (Pack, Seal, Open, Install, and OpenPlain for the Python gateway's
 // unsealed exports), their storage (MemoryStore, or RedisStore beside the
-// session store, sharing its Redis tier), and the Service that exports,
+// session store, sharing its redisconn.Conn), and the Service that exports,
 // imports, saves and restores them for the workers. It must not run
 // workers (the supervisor does; the service reaches their work dirs through
 // Instances) nor hold leases (a lease's token comes in through

@@ -13,8 +13,6 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/poolgate/poolgate/session"
 )
 
 // Config configures the bundle service.
@@ -315,7 +313,7 @@ func (s *Service) Restore(ctx context.Context, account, workDir string) (bool, e
 		switch {
 		case err == nil:
 			consider("store", sealed)
-		case !errors.Is(err, session.ErrNotFound):
+		case !errors.Is(err, ErrNotFound):
 			s.log.Warn("session store did not answer for the bundle", "account", account, "err", err)
 		}
 	}

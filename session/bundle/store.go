@@ -9,12 +9,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/poolgate/poolgate/session"
+	"github.com/poolgate/poolgate/internal/redisconn"
 )
 
 // Store keeps one sealed bundle per account: MemoryStore on a single node,
 // RedisStore beside the session store on Redis. A save never replaces a
-// newer bundle (ErrStale); a missing bundle is session.ErrNotFound. Bundles
+// newer bundle (ErrStale); a missing bundle is ErrNotFound. Bundles
 // have no TTL: the manifest inside carries the expiry.
 type Store interface {
 	SaveBundle(ctx context.Context, account string, sealed []byte, v Version) error
@@ -47,6 +47,9 @@ func (v Version) newer(w Version) bool {
 // ErrStale: a newer bundle of the account is stored already.
 var ErrStale = errors.New("a newer session bundle of this account is stored")
 
+// ErrNotFound: no bundle of the account is stored.
+var ErrNotFound = errors.New("no session bundle of this account is stored")
+
 // MemoryStore keeps bundles in the process. Accounts are few, so it has no
 // cap. It is safe for concurrent use.
 type MemoryStore struct {
@@ -71,12 +74,11 @@ func (m *MemoryStore) SaveBundle(_ context.Context, account string, sealed []byt
 	return m.save(account, sealed, v, false)
 }
 
-// LoadBundle returns a copy of account's sealed bundle, or
-// session.ErrNotFound.
+// LoadBundle returns a copy of account's sealed bundle, or ErrNotFound.
 func (m *MemoryStore) LoadBundle(_ context.Context, account string) ([]byte, error) {
 	e, ok := m.get(account)
 	if !ok {
-		return nil, session.ErrNotFound
+		return nil, ErrNotFound
 	}
 	return e.data, nil
 }
@@ -124,16 +126,16 @@ func (m *MemoryStore) mirror(account string, sealed []byte, v Version) {
 	_ = m.save(account, sealed, v, true)
 }
 
-// Tier is the session store's Redis tier (*session.Redis) as the bundle
-// store shares it: its connection, key prefix and health tracking, so a
-// Redis outage is noticed and logged once for both.
+// Tier is the Redis connection the bundle store shares with the session
+// store (a *redisconn.Conn): its key prefix and health tracking, so a Redis
+// outage is noticed and logged once for both.
 type Tier interface {
 	Key(name string) string
-	Do(ctx context.Context, op string, fn func(ctx context.Context, c session.RedisClient) error) error
-	DoNow(ctx context.Context, op string, fn func(ctx context.Context, c session.RedisClient) error) error
+	Do(ctx context.Context, op string, fn func(ctx context.Context, c redisconn.Client) error) error
+	DoNow(ctx context.Context, op string, fn func(ctx context.Context, c redisconn.Client) error) error
 }
 
-var _ Tier = (*session.Redis)(nil)
+var _ Tier = (*redisconn.Conn)(nil)
 
 // timeout bounds each bundle call to Redis. Bundles are rare and larger
 // than affinity entries, and a worker start waits for one, so it is longer
@@ -204,7 +206,7 @@ return 1
 func (r *RedisStore) Republish(ctx context.Context) (int, error) {
 	n := 0
 	for account, e := range r.local.all() {
-		err := r.tier.Do(ctx, "save_bundle", func(ctx context.Context, c session.RedisClient) error {
+		err := r.tier.Do(ctx, "save_bundle", func(ctx context.Context, c redisconn.Client) error {
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			put, err := fillScript.Run(ctx, c, []string{r.key(account), r.versionKey(account)},
@@ -241,8 +243,7 @@ func (r *RedisStore) SaveBundle(ctx context.Context, account string, sealed []by
 	return nil
 }
 
-// LoadBundle returns account's sealed bundle from Redis, or
-// session.ErrNotFound. When Redis fails it answers from the local copy. A
+// LoadBundle returns account's sealed bundle from Redis, or ErrNotFound. When Redis fails it answers from the local copy. A
 // copy saved here while Redis was down is pushed to Redis when Redis answers
 // that it has none.
 func (r *RedisStore) LoadBundle(ctx context.Context, account string) ([]byte, error) {
@@ -250,7 +251,7 @@ func (r *RedisStore) LoadBundle(ctx context.Context, account string) ([]byte, er
 	missing := false
 	// Asked also while Redis is marked down: a worker about to start
 	// without its bundle would need a login.
-	err := r.tier.DoNow(ctx, "load_bundle", func(ctx context.Context, c session.RedisClient) error {
+	err := r.tier.DoNow(ctx, "load_bundle", func(ctx context.Context, c redisconn.Client) error {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		var err error
@@ -272,28 +273,28 @@ func (r *RedisStore) LoadBundle(ctx context.Context, account string) ([]byte, er
 		if !ok || e.mirrored {
 			// A mirrored copy whose original is gone was removed on purpose.
 			r.local.drop(account)
-			return nil, session.ErrNotFound
+			return nil, ErrNotFound
 		}
 		switch err := r.saveRemote(context.WithoutCancel(ctx), account, e.data, e.version); {
 		case err == nil, errors.Is(err, ErrStale):
 			r.local.mirror(account, e.data, e.version)
 		}
 		return e.data, nil
-	case !errors.Is(err, session.ErrUnavailable) && ctx.Err() != nil:
+	case !errors.Is(err, redisconn.ErrUnavailable) && ctx.Err() != nil:
 		return nil, ctx.Err()
 	}
 	e, ok := r.local.get(account)
 	if !ok {
-		return nil, session.ErrNotFound
+		return nil, ErrNotFound
 	}
 	return e.data, nil
 }
 
 // saveRemote stores the bundle in Redis: ErrStale when Redis holds a newer
-// one, session.ErrUnavailable when Redis is marked down.
+// one, redisconn.ErrUnavailable when Redis is marked down.
 func (r *RedisStore) saveRemote(ctx context.Context, account string, sealed []byte, v Version) error {
 	saved := 0
-	err := r.tier.Do(ctx, "save_bundle", func(ctx context.Context, c session.RedisClient) error {
+	err := r.tier.Do(ctx, "save_bundle", func(ctx context.Context, c redisconn.Client) error {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		var err error

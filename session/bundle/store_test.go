@@ -10,13 +10,12 @@ import (
 
 	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/session"
 )
 
 func storeSuite(t *testing.T, s Store) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := s.LoadBundle(ctx, "acct-a"); !errors.Is(err, session.ErrNotFound) {
+	if _, err := s.LoadBundle(ctx, "acct-a"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("LoadBundle(missing) error = %v, want ErrNotFound", err)
 	}
 	t0 := time.Unix(1_700_000_000, 0)
@@ -66,23 +65,23 @@ func storeSuite(t *testing.T, s Store) {
 
 func TestMemoryStore(t *testing.T) { storeSuite(t, NewMemoryStore()) }
 
-// sessionRedis opens a session store on srv under a prefix of its own, for
-// the bundle store to share.
-func sessionRedis(t *testing.T, srv testenv.RedisTarget, cfg session.RedisConfig) *session.Redis {
+// redisConn connects to srv under a key prefix of its own, as the session
+// store's connection the bundle store shares.
+func redisConn(t *testing.T, srv testenv.RedisTarget, cfg redisconn.ConnConfig) *redisconn.Conn {
 	t.Helper()
-	cfg.URL, cfg.Mode = srv.URL(), redisconn.Mode(srv.Mode())
-	cfg.Prefix = testenv.KeyPrefix(t)
-	r, err := session.OpenRedis(cfg)
+	client, err := redisconn.Dial(redisconn.Mode(srv.Mode()), srv.URL(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = r.Close() })
-	return r
+	cfg.Prefix = testenv.KeyPrefix(t)
+	c := redisconn.NewConn(cfg, client)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 func TestRedisStore(t *testing.T) {
 	srv := testenv.Redis(t)
-	tier := sessionRedis(t, srv, session.RedisConfig{})
+	tier := redisConn(t, srv, redisconn.ConnConfig{})
 	r := NewRedisStore(tier)
 	storeSuite(t, r)
 
@@ -100,7 +99,7 @@ func TestRedisStore(t *testing.T) {
 	if err := raw.Del(ctx, r.key("acct-b")).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.LoadBundle(ctx, "acct-b"); !errors.Is(err, session.ErrNotFound) {
+	if _, err := r.LoadBundle(ctx, "acct-b"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("LoadBundle(deleted in Redis) error = %v, want ErrNotFound", err)
 	}
 }
@@ -110,7 +109,7 @@ func TestRedisStore(t *testing.T) {
 // Redis that outlived an upgrade is not lost.
 func TestRedisStoreKeys(t *testing.T) {
 	client := redis.NewClient(&redis.Options{})
-	r := NewRedisStore(session.NewRedis(session.RedisConfig{Prefix: "p:"}, client))
+	r := NewRedisStore(redisconn.NewConn(redisconn.ConnConfig{Prefix: "p:"}, client))
 	defer client.Close()
 	tests := []struct {
 		name string
@@ -132,7 +131,7 @@ func TestRedisStoreKeys(t *testing.T) {
 
 func TestRedisStoreReadsLegacyKey(t *testing.T) {
 	srv := testenv.Redis(t)
-	tier := sessionRedis(t, srv, session.RedisConfig{})
+	tier := redisConn(t, srv, redisconn.ConnConfig{})
 	r := NewRedisStore(tier)
 	ctx := context.Background()
 	if err := srv.Client(t).Set(ctx, r.legacyKey("acct-old"), "sealed-old", 0).Err(); err != nil {
@@ -146,13 +145,13 @@ func TestRedisStoreReadsLegacyKey(t *testing.T) {
 // The suite passes on a three-primary Redis Cluster.
 func TestRedisStoreOnCluster(t *testing.T) {
 	cl := testenv.RedisCluster(t, 3, 0, 5*time.Second)
-	storeSuite(t, NewRedisStore(sessionRedis(t, cl, session.RedisConfig{})))
+	storeSuite(t, NewRedisStore(redisConn(t, cl, redisconn.ConnConfig{})))
 }
 
 func TestRedisStoreOutage(t *testing.T) {
 	srv := testenv.Redis(t)
 	var errs testenv.OpErrors
-	tier := sessionRedis(t, srv, session.RedisConfig{RetryInterval: 50 * time.Millisecond, OnError: errs.Add})
+	tier := redisConn(t, srv, redisconn.ConnConfig{RetryInterval: 50 * time.Millisecond, OnError: errs.Add})
 	r := NewRedisStore(tier)
 	ctx := context.Background()
 	if err := r.SaveBundle(ctx, "acct-up", []byte("saved while up"), Version{}); err != nil {
@@ -192,7 +191,7 @@ func TestRedisStoreOutage(t *testing.T) {
 // bundle Redis still has is left as it is.
 func TestRedisStoreRepublish(t *testing.T) {
 	srv := testenv.Redis(t)
-	tier := sessionRedis(t, srv, session.RedisConfig{})
+	tier := redisConn(t, srv, redisconn.ConnConfig{})
 	r := NewRedisStore(tier)
 	ctx := context.Background()
 	for _, a := range []string{"acct-a", "acct-b"} {

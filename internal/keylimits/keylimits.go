@@ -1,4 +1,4 @@
-// Package limits holds the state of per-key limits: requests per minute, a
+// Package keylimits holds the state of per-key limits: requests per minute, a
 // request's slot among a key's concurrent requests, and the tokens a key
 // used today (UTC). In Redis every replica enforces the same limits
 // together; in memory, one replica alone.
@@ -11,7 +11,7 @@
 // frees its slots within one slot TTL. The token quota is checked when a
 // request is admitted and charged when it ends, so the request that crosses
 // it completes and the next ones are refused.
-package limits
+package keylimits
 
 import (
 	"context"

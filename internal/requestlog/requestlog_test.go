@@ -1,4 +1,4 @@
-package reqlog
+package requestlog
 
 import (
 	"context"

@@ -1,8 +1,9 @@
-// Package lsp is the JSON-RPC 2.0 message shape and the LSP-style
-// Content-Length framing that the Lingma worker speaks over WebSocket. It is
-// shared by the pool/lingma driver and the bundled simulator, which must stay
+// Package lingmarpc is the Lingma worker's wire: JSON-RPC 2.0 messages, each
+// framed by a Content-Length header (the framing LSP uses, though the
+// methods are Lingma's own), sent over WebSocket. It is shared by the
+// pool/lingma driver and the bundled simulator, which must stay
 // wire-compatible.
-package lsp
+package lingmarpc
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-// Package reqlog keeps the last requests the gateway served: when, whose
+// Package requestlog keeps the last requests the gateway served: when, whose
 // key, which account and model, the protocol, the status, the latency, the
 // tokens, whether the upstream session was reused, and the error if any.
 // The prompt and the answer are kept only when the operator asks for them
@@ -9,7 +9,7 @@
 // MaxEntries) are kept, newest first. It lives in Redis when there is one,
 // so every replica writes to and reads the same log, and in memory
 // otherwise.
-package reqlog
+package requestlog
 
 import (
 	"context"

@@ -1,8 +1,8 @@
-// Package browser is the tests' headless Chromium (Debian's, never a
+// Package browsertest is the tests' headless Chromium (Debian's, never a
 // downloaded one) driven by go-rod: a fresh profile per page, checked to
 // leave no process behind, and the waits and screenshots the dashboard
 // tests share.
-package browser
+package browsertest
 
 import (
 	"fmt"
