@@ -13,12 +13,11 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/poolgate/poolgate/handlers/openaichat"
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
-	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/keylimits"
 	"github.com/poolgate/poolgate/internal/requestlog"
-	"github.com/poolgate/poolgate/internal/served"
 	"github.com/poolgate/poolgate/internal/usage"
 )
 
@@ -66,14 +65,9 @@ func accountingEngine(t *testing.T, lim *fakeLimiter, rec *recorded, capture boo
 		Log:   func(e requestlog.Entry) { rec.mu.Lock(); rec.entries = append(rec.entries, e); rec.mu.Unlock() }}
 	e := gin.New()
 	e.Use(Authorize(&access.Credentials{Keys: keys, ClusterToken: "cluster-secret"}, nil))
-	// The protocol stand-in: the router's part of the record, then an answer.
-	e.POST("/v1/chat/completions", observe(nil, acct, slog.New(slog.DiscardHandler), "chat", func(w http.ResponseWriter, r *http.Request) {
-		rec := served.From(r.Context())
-		rec.Turn("sim-1", "acct-1", "m", true)
-		rec.Text("the prompt", "the answer")
-		rec.Done(chat.Usage{InputTokens: 7, OutputTokens: 3})
-		w.WriteHeader(http.StatusOK)
-	}))
+	// The chat protocol, answered by a router that says what it served.
+	e.POST("/v1/chat/completions", observe(nil, acct, slog.New(slog.DiscardHandler), "chat", &answers{router: &fakeRouter{}},
+		openaichat.New(openaichat.Config{}, nil).Completions))
 	e.POST("/v1/messages/count_tokens", limited(nil, acct, slog.New(slog.DiscardHandler), func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 	}))
@@ -87,7 +81,7 @@ func hop(token string) []string {
 }
 
 func do(e http.Handler, key string, hdr ...string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader("{}"))
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(chatBody))
 	r.Header.Set("Authorization", "Bearer "+key)
 	for i := 0; i+1 < len(hdr); i += 2 {
 		r.Header.Set(hdr[i], hdr[i+1])

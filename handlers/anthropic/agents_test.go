@@ -101,7 +101,7 @@ func TestForcedDeferredToolIsOffered(t *testing.T) {
 // slot busy a request waits a moment, then gets a 429 in Anthropic's shape.
 func TestCountTokensIsAdmitted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := New(Config{CountConcurrency: 1, CountWait: 2 * time.Second}, nil, nil)
+		h := New(Config{CountConcurrency: 1, CountWait: 2 * time.Second}, nil)
 		h.counts <- struct{}{} // the one slot is busy
 		rec := httptest.NewRecorder()
 		body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`

@@ -8,11 +8,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/internal/testenv"
-
 	"github.com/poolgate/poolgate/handlers/anthropic"
-	"github.com/poolgate/poolgate/pool/pooltest"
+	"github.com/poolgate/poolgate/handlers/relay"
+	"github.com/poolgate/poolgate/handlers/relay/relaytest"
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/chat/chattest"
+	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 // volatile matches the random ids in a transcript.
@@ -22,6 +23,11 @@ func checkGolden(t *testing.T, name, got string) {
 	t.Helper()
 	got = volatile.ReplaceAllStringFunc(got, func(m string) string { return m[:strings.IndexByte(m, '_')] + "_X" })
 	testenv.Golden(t, name, []byte(got))
+}
+
+// messages returns the messages route of a handler with cfg, answered by p.
+func messages(cfg anthropic.Config, p relay.Pool) http.HandlerFunc {
+	return relaytest.Serve(anthropic.New(cfg, nil).Messages, p)
 }
 
 // call runs one handler call and returns status, content type and body.
@@ -45,7 +51,7 @@ func TestGoldenStreams(t *testing.T) {
 		give  []chat.Event
 		giveE error
 	}{
-		{name: "text", give: pooltest.TextAnswer("Hel", "lo \"wo", "rld\"\n")},
+		{name: "text", give: chattest.TextEvents("Hel", "lo \"wo", "rld\"\n")},
 		{name: "tool_use", give: []chat.Event{
 			text("Checking."),
 			{Type: chat.EventToolCall, ToolCall: chat.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
@@ -69,27 +75,27 @@ func TestGoldenStreams(t *testing.T) {
 			{Type: chat.EventError, Err: &chat.RateLimitedError{Message: "quota"}},
 		}},
 		{name: "ends_without_done", give: []chat.Event{text("cut")}},
-		{name: "empty_answer", give: pooltest.TextAnswer()},
+		{name: "empty_answer", give: chattest.TextEvents()},
 		{name: "error_before_first_event", giveE: chat.ErrNoInstance},
 		{name: "error_as_first_event", give: []chat.Event{{Type: chat.EventError, Err: &chat.OverloadedError{Reason: "queue full", RetryAfter: 1500e6}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := anthropic.New(anthropic.Config{}, &pooltest.Chatter{Events: tt.give, Err: tt.giveE}, nil)
-			checkGolden(t, "stream_"+tt.name, call(t, h.Messages, streamBody))
+			h := messages(anthropic.Config{}, &chattest.Pool{Events: tt.give, Err: tt.giveE})
+			checkGolden(t, "stream_"+tt.name, call(t, h, streamBody))
 		})
 	}
 }
 
 func TestGoldenNonStream(t *testing.T) {
-	h := anthropic.New(anthropic.Config{}, &pooltest.Chatter{Events: []chat.Event{
+	h := messages(anthropic.Config{}, &chattest.Pool{Events: []chat.Event{
 		{Type: chat.EventText, Text: "Let me look."},
 		{Type: chat.EventToolCall, ToolCall: chat.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
 		{Type: chat.EventDone, Finish: chat.FinishToolCalls, Usage: chat.Usage{InputTokens: 30, OutputTokens: 9}},
-	}}, nil)
+	}})
 	body := `{"model":"claude-x","max_tokens":50,"messages":[{"role":"user","content":"weather?"}],` +
 		`"tools":[{"name":"get_weather","input_schema":{"type":"object"}}],"tool_choice":{"type":"any"}}`
-	checkGolden(t, "nonstream_tool_use", call(t, h.Messages, body))
+	checkGolden(t, "nonstream_tool_use", call(t, h, body))
 }
 
 func TestValidationErrors(t *testing.T) {
@@ -126,11 +132,11 @@ func TestValidationErrors(t *testing.T) {
 		{"prefill", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}`, 400, "prefill"},
 		{"mcp", `{"model":"m","max_tokens":5,"mcp_servers":[{"type":"url"}],` + msgs + `}`, 400, "mcp_servers"},
 	}
-	h := anthropic.New(anthropic.Config{}, &pooltest.Chatter{Events: pooltest.TextAnswer("ok")}, nil)
+	h := messages(anthropic.Config{}, &chattest.Pool{Events: chattest.TextEvents("ok")})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			h.Messages(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(tt.give)))
+			h(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(tt.give)))
 			var body struct {
 				Type  string
 				Error struct{ Type, Message string }
@@ -159,9 +165,9 @@ func TestErrorMapping(t *testing.T) {
 		{chat.ErrWorkerGone, 502, "api_error"},
 	}
 	for _, tt := range tests {
-		h := anthropic.New(anthropic.Config{}, &pooltest.Chatter{Err: tt.give}, nil)
+		h := messages(anthropic.Config{}, &chattest.Pool{Err: tt.give})
 		rec := httptest.NewRecorder()
-		h.Messages(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
+		h(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
 		if rec.Code != tt.wantStatus || !strings.Contains(rec.Body.String(), `"type":"`+tt.wantType+`"`) {
 			t.Errorf("%v: got %d %s, want %d %s", tt.give, rec.Code, rec.Body.String(), tt.wantStatus, tt.wantType)
 		}

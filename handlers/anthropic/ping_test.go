@@ -10,17 +10,16 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
-	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/chat/chattest"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
 func TestQuietStreamGetsPings(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := anthropic.New(anthropic.Config{PingInterval: 10 * time.Second}, relaytest.Pausing{Pause: 25 * time.Second}, nil)
+		h := messages(anthropic.Config{PingInterval: 10 * time.Second}, &chattest.Pool{Events: []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventDone, Finish: chat.FinishStop}}, Pause: 25 * time.Second})
 		rec := httptest.NewRecorder()
-		h.Messages(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
+		h(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
 		// One ping after the first block start, two more during the pause.
 		if got := strings.Count(rec.Body.String(), "event: ping\n"); got != 3 {
 			t.Errorf("pings = %d, want 3:\n%s", got, rec.Body.String())
@@ -33,13 +32,13 @@ func TestQuietStreamGetsPings(t *testing.T) {
 
 func TestClientGoneStopsStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := anthropic.New(anthropic.Config{}, relaytest.Pausing{Pause: time.Hour}, nil)
+		h := messages(anthropic.Config{}, &chattest.Pool{Events: []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventDone, Finish: chat.FinishStop}}, Pause: time.Hour})
 		ctx, cancel := context.WithCancel(context.Background())
 		rec := httptest.NewRecorder()
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			h.Messages(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)).WithContext(ctx))
+			h(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)).WithContext(ctx))
 		}()
 		synctest.Wait()
 		cancel()
@@ -56,21 +55,21 @@ func TestClientGoneStopsStream(t *testing.T) {
 func TestSlowStartOpensTheStreamEarly(t *testing.T) {
 	tests := []struct {
 		name  string
-		give  *pooltest.Chatter
+		give  *chattest.Pool
 		want  []string // in order
 		avoid string
 	}{
-		{"answer after a wait", &pooltest.Chatter{Delay: 25 * time.Second, Events: pooltest.TextAnswer("hi")},
+		{"answer after a wait", &chattest.Pool{Delay: 25 * time.Second, Events: chattest.TextEvents("hi")},
 			[]string{"event: message_start\n", "event: ping\n", "event: ping\n", "event: content_block_start\n", "hi", "event: message_stop\n"}, "event: error"},
-		{"overloaded after a wait", &pooltest.Chatter{Delay: 25 * time.Second, Err: &chat.OverloadedError{RetryAfter: time.Second}},
+		{"overloaded after a wait", &chattest.Pool{Delay: 25 * time.Second, Err: &chat.OverloadedError{RetryAfter: time.Second}},
 			[]string{"event: message_start\n", "event: ping\n", "event: error\n", `"type":"overloaded_error"`}, "message_stop"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := anthropic.New(anthropic.Config{PingInterval: 10 * time.Second}, tt.give, nil)
+				h := messages(anthropic.Config{PingInterval: 10 * time.Second}, tt.give)
 				rec := httptest.NewRecorder()
-				h.Messages(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
+				h(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
 				body := rec.Body.String()
 				if rec.Code != http.StatusOK || !testenv.InOrder(body, tt.want) || strings.Contains(body, tt.avoid) {
 					t.Errorf("got %d\n%s\nwant 200 with %q in order and no %q", rec.Code, body, tt.want, tt.avoid)
@@ -83,10 +82,9 @@ func TestSlowStartOpensTheStreamEarly(t *testing.T) {
 // A quick failure is still a JSON error with its own status.
 func TestQuickFailureIsAStatus(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := anthropic.New(anthropic.Config{PingInterval: 10 * time.Second},
-			&pooltest.Chatter{Delay: time.Second, Err: &chat.OverloadedError{RetryAfter: 2 * time.Second}}, nil)
+		h := messages(anthropic.Config{PingInterval: 10 * time.Second}, &chattest.Pool{Delay: time.Second, Err: &chat.OverloadedError{RetryAfter: 2 * time.Second}})
 		rec := httptest.NewRecorder()
-		h.Messages(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
+		h(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
 		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "2" {
 			t.Errorf("got %d %v %s, want 429 with Retry-After 2", rec.Code, rec.Header(), rec.Body.String())
 		}

@@ -13,11 +13,13 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/handlers/relay"
+	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/chat/chattest"
 	"github.com/poolgate/poolgate/internal/tokens"
-	"github.com/poolgate/poolgate/pool/pooltest"
 )
 
 // routerScript answers like the router over a worker: a tool call when tools
@@ -27,7 +29,7 @@ func routerScript(req *chat.Request) ([]chat.Event, error) {
 	last := req.Messages[len(req.Messages)-1]
 	switch {
 	case last.Role == chat.RoleTool:
-		return pooltest.TextAnswer("It is ", last.Content, " in Paris."), nil
+		return chattest.TextEvents("It is ", last.Content, " in Paris."), nil
 	case len(req.Tools) > 0:
 		return []chat.Event{
 			{Type: chat.EventText, Text: "Let me check."},
@@ -75,10 +77,11 @@ func cutAtStop(chunks, stops []string) []chat.Event {
 	return append(evs, chat.Event{Type: chat.EventDone, Finish: chat.FinishStop, Usage: chat.Usage{InputTokens: 10, OutputTokens: 6}})
 }
 
-func newClient(t *testing.T, h *anthropic.Handler) sdk.Client {
+func newClient(t *testing.T, p relay.Pool) sdk.Client {
 	t.Helper()
+	h := anthropic.New(anthropic.Config{}, nil)
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/messages", h.Messages)
+	mux.HandleFunc("POST /v1/messages", relaytest.Serve(h.Messages, p))
 	mux.HandleFunc("POST /v1/messages/count_tokens", h.CountTokens)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := access.WithCaller(httpx.WithRequestID(r.Context(), "req-1"), access.Caller{Key: &apikey.Key{Secret: r.Header.Get("X-Api-Key")}})
@@ -119,7 +122,7 @@ func textOf(m sdk.Message) string {
 }
 
 func TestSDKStopSequenceStreamEqualsNonStream(t *testing.T) {
-	client := newClient(t, anthropic.New(anthropic.Config{}, &pooltest.Chatter{Script: routerScript}, nil))
+	client := newClient(t, &chattest.Pool{Script: routerScript})
 	plain, streamed := both(t, client, sdk.MessageNewParams{
 		Model: "claude-sonnet-4-5", MaxTokens: 100, StopSequences: []string{"STOP"},
 		Messages: []sdk.MessageParam{sdk.NewUserMessage(sdk.NewTextBlock("count"))},
@@ -138,7 +141,7 @@ func TestSDKStopSequenceStreamEqualsNonStream(t *testing.T) {
 }
 
 func TestSDKPlainStreamEqualsNonStream(t *testing.T) {
-	client := newClient(t, anthropic.New(anthropic.Config{}, &pooltest.Chatter{Script: routerScript}, nil))
+	client := newClient(t, &chattest.Pool{Script: routerScript})
 	plain, streamed := both(t, client, sdk.MessageNewParams{
 		Model: "claude-x", MaxTokens: 100,
 		System:   []sdk.TextBlockParam{{Text: "Be terse."}},
@@ -153,8 +156,8 @@ func TestSDKPlainStreamEqualsNonStream(t *testing.T) {
 }
 
 func TestSDKToolUseRoundTrip(t *testing.T) {
-	chat := &pooltest.Chatter{Script: routerScript}
-	client := newClient(t, anthropic.New(anthropic.Config{}, chat, nil))
+	chat := &chattest.Pool{Script: routerScript}
+	client := newClient(t, chat)
 	tools := []sdk.ToolUnionParam{{OfTool: &sdk.ToolParam{
 		Name: "get_weather", Description: sdk.String("Weather by city"),
 		InputSchema: sdk.ToolInputSchemaParam{Properties: map[string]any{"city": map[string]any{"type": "string"}}},
@@ -191,8 +194,8 @@ func TestSDKToolUseRoundTrip(t *testing.T) {
 // four tokens of framing (chat.PromptTokens); tool definitions are not
 // part of it, as they are not part of the router's count.
 func TestSDKCountTokens(t *testing.T) {
-	fake := &pooltest.Chatter{Events: pooltest.TextAnswer("ok")}
-	client := newClient(t, anthropic.New(anthropic.Config{}, fake, nil))
+	fake := &chattest.Pool{Events: chattest.TextEvents("ok")}
+	client := newClient(t, fake)
 	ctx := context.Background()
 	system := "You are a helpful assistant."
 	msgs := []sdk.MessageParam{sdk.NewUserMessage(sdk.NewTextBlock("Hello, world"))}
@@ -227,7 +230,7 @@ func TestSDKCountTokens(t *testing.T) {
 }
 
 func TestSDKErrorShape(t *testing.T) {
-	client := newClient(t, anthropic.New(anthropic.Config{}, &pooltest.Chatter{Err: chat.ErrNoInstance}, nil))
+	client := newClient(t, &chattest.Pool{Err: chat.ErrNoInstance})
 	_, err := client.Messages.New(context.Background(), sdk.MessageNewParams{
 		Model: "claude-x", MaxTokens: 10, Messages: []sdk.MessageParam{sdk.NewUserMessage(sdk.NewTextBlock("hi"))},
 	})

@@ -10,17 +10,6 @@ import (
 	"testing/iotest"
 )
 
-func TestClaim(t *testing.T) {
-	ctx := WithClaim(context.Background())
-	first, again, other := Claim(ctx, Local), Claim(ctx, Local), Claim(ctx, Forward)
-	if !first || !again || other {
-		t.Errorf("claims %v %v %v, want the first claimant to keep the response and the other refused", first, again, other)
-	}
-	if !Claim(context.Background(), Forward) {
-		t.Error("without WithClaim there is one writer, always allowed")
-	}
-}
-
 func TestDropped(t *testing.T) {
 	var d Dropped
 	d.Add("a")

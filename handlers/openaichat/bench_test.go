@@ -3,6 +3,7 @@ package openaichat
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,7 +11,9 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/chat/chattest"
 )
 
 // benchBody is a typical agent request: a system prompt, a few turns, a
@@ -60,20 +63,19 @@ func (d *discardWriter) Flush()                      {}
 // SetWriteDeadline is supported, as by net/http's own writer.
 func (d *discardWriter) SetWriteDeadline(time.Time) error { return nil }
 
-// sliceChatter replays prepared events over a buffered channel.
-type sliceChatter struct{ events []chat.Event }
+// replay answers every request with prepared events, recording nothing
+// (chattest.Pool keeps each request, which a benchmark would count).
+type replay struct{ events []chat.Event }
 
-func (s sliceChatter) Chat(_ context.Context, _ *chat.Request) (<-chan chat.Event, error) {
-	ch := make(chan chat.Event, len(s.events))
-	for _, ev := range s.events {
-		ch <- ev
-	}
-	close(ch)
-	return ch, nil
+func (p replay) Open(ctx context.Context, _ *chat.Request, _ bool) (chat.Answer, string, error) {
+	return chattest.Script(ctx, p.events...), "", nil
 }
 
+func (replay) Hop(context.Context, string) error { return errors.New("no other replica") }
+func (replay) Instance() string                  { return "" }
+
 // BenchmarkStreamEvent measures the handler's CPU per streamed text event:
-// channel receive, keep-alive timer reset, chunk encoding and the SSE write
+// reading the answer, keep-alive timer reset, chunk encoding and the SSE write
 // with its flush. ns/op is per event.
 func BenchmarkStreamEvent(b *testing.B) {
 	const perStream = 256
@@ -82,12 +84,12 @@ func BenchmarkStreamEvent(b *testing.B) {
 		events = append(events, chat.Event{Type: chat.EventText, Text: " token"})
 	}
 	events = append(events, chat.Event{Type: chat.EventDone, Finish: chat.FinishStop})
-	h := New(Config{}, sliceChatter{events}, nil)
+	h := relaytest.Serve(New(Config{}, nil).Completions, replay{events})
 	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 	b.ReportAllocs()
 	for i := 0; i < b.N; i += perStream {
 		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
-		h.Completions(&discardWriter{h: http.Header{}}, r)
+		h(&discardWriter{h: http.Header{}}, r)
 	}
 }
 
@@ -96,14 +98,14 @@ func BenchmarkNonStream(b *testing.B) {
 		{Type: chat.EventText, Text: "The default is three retries."},
 		{Type: chat.EventDone, Finish: chat.FinishStop, Usage: chat.Usage{InputTokens: 120, OutputTokens: 7}},
 	}
-	h := New(Config{}, sliceChatter{events}, nil)
+	h := relaytest.Serve(New(Config{}, nil).Completions, replay{events})
 	body := strings.Replace(benchBody, `"stream":true`, `"stream":false`, 1)
 	b.ReportAllocs()
 	for b.Loop() {
 		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
 		r = r.WithContext(httpx.WithRequestID(r.Context(), "req"))
 		w := &discardWriter{h: http.Header{}}
-		h.Completions(w, r)
+		h(w, r)
 	}
 }
 

@@ -4,12 +4,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/openaierr"
-	"github.com/poolgate/poolgate/pool/pooltest"
+	"github.com/poolgate/poolgate/internal/chat/chattest"
 )
 
 // errorFields is the error object of an error body.
@@ -141,7 +140,7 @@ func TestValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			chat := &pooltest.Chatter{Events: pooltest.TextAnswer("x")}
+			chat := &chattest.Pool{Events: chattest.TextEvents("x")}
 			rec := serve(newTestHandler(t, chat, Config{}), tt.give)
 			if rec.Code != http.StatusBadRequest {
 				t.Fatalf("got status %d (%s), want 400", rec.Code, rec.Body)
@@ -185,26 +184,13 @@ func TestAccepted(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			chat := &pooltest.Chatter{Events: pooltest.TextAnswer("x")}
+			chat := &chattest.Pool{Events: chattest.TextEvents("x")}
 			rec := serve(newTestHandler(t, chat, Config{}), tt.give)
 			if rec.Code != http.StatusOK {
 				t.Errorf("got status %d (%s), want 200", rec.Code, rec.Body)
 			}
 		})
 	}
-}
-
-func TestBodyTooLarge(t *testing.T) {
-	h := newTestHandler(t, &pooltest.Chatter{}, Config{})
-	body := withMsg(`{"role":"user","content":"`+strings.Repeat("x", 200)+`"}`, "")
-	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
-	rec := httptest.NewRecorder()
-	r.Body = http.MaxBytesReader(rec, r.Body, 100)
-	h.Completions(rec, r)
-	if rec.Code != http.StatusRequestEntityTooLarge {
-		t.Errorf("got status %d, want 413", rec.Code)
-	}
-	decodeErrorBody(t, rec)
 }
 
 func FuzzDecode(f *testing.F) {

@@ -1,12 +1,10 @@
 package openaichat
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/poolgate/poolgate/handlers/apierr"
-	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/internal/chat"
 )
 
@@ -27,15 +25,6 @@ func badRequest(param, code, format string, args ...any) error {
 		msg = param + ": " + msg
 	}
 	return &apierr.RequestError{Param: param, Code: code, Message: msg}
-}
-
-// readError is a body read failure as the client is told it: over the cap
-// and too slow keep their own statuses, anything else is a bad request.
-func readError(err error) error {
-	if errors.Is(err, httpx.ErrBodyTooLarge) || errors.Is(err, httpx.ErrBodyTimeout) {
-		return err
-	}
-	return badRequest("", "", "read body: %v", err)
 }
 
 // param is this protocol's name for a neutral field: the same path, except

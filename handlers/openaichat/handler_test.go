@@ -3,6 +3,7 @@ package openaichat
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -22,29 +23,27 @@ import (
 	"github.com/poolgate/poolgate/handlers/openaierr"
 	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
-	"github.com/poolgate/poolgate/pool/pooltest"
+	"github.com/poolgate/poolgate/internal/chat/chattest"
 )
 
-var _ relay.Chatter = (*pooltest.Chatter)(nil)
-
-// newTestHandler returns a handler with a fixed clock and counting ids, so
-// transcripts are stable.
-func newTestHandler(t *testing.T, fake relay.Chatter, cfg Config) *Handler {
+// newTestHandler returns the completions route answered by p, with a fixed
+// clock and counting ids, so transcripts are stable.
+func newTestHandler(t *testing.T, p relay.Pool, cfg Config) http.HandlerFunc {
 	t.Helper()
-	h := New(cfg, fake, nil)
+	h := New(cfg, nil)
 	h.now = func() time.Time { return time.Unix(1700000000, 0) }
 	var n atomic.Int64
 	h.newID = func(prefix string) string { return fmt.Sprintf("%stest%d", prefix, n.Add(1)) }
-	return h
+	return relaytest.Serve(h.Completions, p)
 }
 
 // serve runs one request through h the way the gin middleware would.
-func serve(h *Handler, body string) *httptest.ResponseRecorder {
+func serve(h http.HandlerFunc, body string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
 	ctx := httpx.WithRequestID(r.Context(), "req-1")
 	ctx = access.WithCaller(ctx, access.Caller{Key: &apikey.Key{Secret: "sk-test"}})
 	rec := httptest.NewRecorder()
-	h.Completions(rec, r.WithContext(ctx))
+	h(rec, r.WithContext(ctx))
 	return rec
 }
 
@@ -93,8 +92,8 @@ func TestGolden(t *testing.T) {
 		events []chat.Event
 		err    error
 	}{
-		{name: "stream_text", body: streamBody, events: pooltest.TextAnswer("Hello", ", \"world\"\n", "日本")},
-		{name: "stream_usage", body: usageBody, events: pooltest.TextAnswer("Hello", " there")},
+		{name: "stream_text", body: streamBody, events: chattest.TextEvents("Hello", ", \"world\"\n", "日本")},
+		{name: "stream_usage", body: usageBody, events: chattest.TextEvents("Hello", " there")},
 		{name: "stream_tool_calls", body: usageBody, events: toolAnswer()},
 		{name: "stream_stop_sequence", body: streamBody, events: []chat.Event{
 			{Type: chat.EventText, Text: "one two"},
@@ -106,14 +105,14 @@ func TestGolden(t *testing.T) {
 		{name: "stream_fails_before_first_event", body: streamBody, events: []chat.Event{
 			{Type: chat.EventError, Err: chat.ErrWorkerGone}}},
 		{name: "stream_overloaded", body: streamBody, err: &chat.OverloadedError{RetryAfter: 1500 * time.Millisecond, Reason: "queue full"}},
-		{name: "json_text", body: simpleBody, events: pooltest.TextAnswer("Hello", " there")},
+		{name: "json_text", body: simpleBody, events: chattest.TextEvents("Hello", " there")},
 		{name: "json_tool_calls", body: simpleBody, events: toolAnswer()},
 		{name: "json_fails", body: simpleBody, events: failingAnswer()},
 		{name: "json_no_instance", body: simpleBody, err: chat.ErrNoInstance},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fake := &pooltest.Chatter{Events: tt.events, Err: tt.err}
+			fake := &chattest.Pool{Events: tt.events, Err: tt.err}
 			rec := serve(newTestHandler(t, fake, Config{}), tt.body)
 			testenv.Golden(t, tt.name, transcript(rec))
 		})
@@ -136,7 +135,7 @@ func TestRequestMapping(t *testing.T) {
 			"parameters": {"type": "object"}}}],
 		"tool_choice": {"type": "function", "function": {"name": "weather"}}
 	}`
-	fake := &pooltest.Chatter{Events: pooltest.TextAnswer("ok")}
+	fake := &chattest.Pool{Events: chattest.TextEvents("ok")}
 	rec := serve(newTestHandler(t, fake, Config{}), body)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("got status %d (%s), want 200", rec.Code, rec.Body)
@@ -144,7 +143,8 @@ func TestRequestMapping(t *testing.T) {
 	got := fake.Requests()[0]
 	temp, topP := 0.5, 0.9
 	want := &chat.Request{
-		RequestID: "req-1", APIKey: "sk-test", AffinityHint: "conv-7",
+		AffinityHint: "conv-7", // the request id and the key are the edge's to set
+
 		Model: "qwen-max", MaxTokens: 100, Stop: []string{"END"}, Temperature: &temp, TopP: &topP, Stream: true,
 		Messages: []chat.Message{
 			{Role: chat.RoleSystem, Content: "Be brief."},
@@ -162,11 +162,7 @@ func TestRequestMapping(t *testing.T) {
 
 func TestKeepAlive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fake := &pooltest.Chatter{Script: func(*chat.Request) ([]chat.Event, error) {
-			time.Sleep(40 * time.Second) // a slow first token, in the bubble's fake time
-			return pooltest.TextAnswer("late"), nil
-		}}
-		rec := serve(newTestHandler(t, slowChatter{fake}, Config{KeepAlive: 15 * time.Second}), streamBody)
+		rec := serve(newTestHandler(t, thinkingPool{40 * time.Second}, Config{KeepAlive: 15 * time.Second}), streamBody)
 		if got, want := strings.Count(rec.Body.String(), ": keep-alive\n\n"), 2; got != want {
 			t.Errorf("got %d keep-alives, want %d in\n%s", got, want, rec.Body)
 		}
@@ -176,42 +172,49 @@ func TestKeepAlive(t *testing.T) {
 	})
 }
 
-// slowChatter runs its script inside the returned stream, so a delay in the
-// script is a silence on an open channel, like a worker thinking.
-type slowChatter struct{ c *pooltest.Chatter }
+// thinkingPool's answers start at once and say "late" after think, like a
+// worker thinking before its first token (chattest.Pool's Delay holds the
+// start instead).
+type thinkingPool struct{ think time.Duration }
 
-func (s slowChatter) Chat(ctx context.Context, req *chat.Request) (<-chan chat.Event, error) {
-	ch := make(chan chat.Event)
+func (p thinkingPool) Open(ctx context.Context, _ *chat.Request, _ bool) (chat.Answer, string, error) {
+	f := chattest.NewFeed(ctx, 2)
 	go func() {
-		defer close(ch)
-		events, _ := s.c.Script(req)
-		for _, ev := range events {
-			select {
-			case ch <- ev:
-			case <-ctx.Done():
+		t := time.NewTimer(p.think)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		for _, ev := range chattest.TextEvents("late") {
+			if !f.Send(ev) {
 				return
 			}
 		}
 	}()
-	return ch, nil
+	return f, "", nil
 }
+
+func (thinkingPool) Hop(context.Context, string) error { return errors.New("no other replica") }
+func (thinkingPool) Instance() string                  { return "" }
 
 func TestClientDisconnectCancelsWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fake := relaytest.NewBlocking()
+		fake := &chattest.Pool{Events: []chat.Event{{Type: chat.EventText, Text: "partial"}}, Hang: true}
 		h := newTestHandler(t, fake, Config{})
 		ctx, cancel := context.WithCancel(context.Background())
 		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(streamBody)).WithContext(ctx)
 		rec := httptest.NewRecorder()
 		done := make(chan struct{})
 		go func() {
-			h.Completions(rec, r)
+			h(rec, r)
 			close(done)
 		}()
 		synctest.Wait()
 		cancel()
 		<-done
-		<-fake.Ended()
+		<-fake.Answers()[0].Closed()
 		if strings.Contains(rec.Body.String(), "[DONE]") {
 			t.Errorf("got [DONE] after a disconnect, want none")
 		}
@@ -244,7 +247,7 @@ func TestErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.give.Error(), func(t *testing.T) {
-			rec := serve(newTestHandler(t, &pooltest.Chatter{Err: tt.give}, Config{}), simpleBody)
+			rec := serve(newTestHandler(t, &chattest.Pool{Err: tt.give}, Config{}), simpleBody)
 			e := decodeErrorBody(t, rec)
 			code := ""
 			if e.Code != nil {
@@ -272,12 +275,12 @@ func TestDeadline(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := newTestHandler(t, relaytest.NewBlocking(), Config{KeepAlive: -1})
+				h := newTestHandler(t, &chattest.Pool{Events: []chat.Event{{Type: chat.EventText, Text: "partial"}}, Hang: true}, Config{KeepAlive: -1})
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
 				r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(tt.give)).WithContext(ctx)
 				rec := httptest.NewRecorder()
-				h.Completions(rec, r)
+				h(rec, r)
 				if rec.Code != tt.wantStatus || !strings.Contains(rec.Body.String(), tt.wantBody) {
 					t.Errorf("got %d %s, want %d containing %s", rec.Code, rec.Body, tt.wantStatus, tt.wantBody)
 				}
@@ -292,16 +295,16 @@ func TestDeadline(t *testing.T) {
 func TestSlowStartKeepsAlive(t *testing.T) {
 	tests := []struct {
 		name       string
-		give       *pooltest.Chatter
+		give       *chattest.Pool
 		wantStatus int
 		want       []string // in order
 		avoid      string
 	}{
-		{"answer after a wait", &pooltest.Chatter{Delay: 35 * time.Second, Events: pooltest.TextAnswer("late")}, 200,
+		{"answer after a wait", &chattest.Pool{Delay: 35 * time.Second, Events: chattest.TextEvents("late")}, 200,
 			[]string{": keep-alive\n\n", ": keep-alive\n\n", `"content":"late"`, "data: [DONE]\n\n"}, "error"},
-		{"overloaded after a wait", &pooltest.Chatter{Delay: 35 * time.Second, Err: &chat.OverloadedError{RetryAfter: time.Second}}, 200,
+		{"overloaded after a wait", &chattest.Pool{Delay: 35 * time.Second, Err: &chat.OverloadedError{RetryAfter: time.Second}}, 200,
 			[]string{": keep-alive\n\n", `data: {"error":`, "rate_limit_error"}, "[DONE]"},
-		{"overloaded at once", &pooltest.Chatter{Err: &chat.OverloadedError{RetryAfter: time.Second}}, 429,
+		{"overloaded at once", &chattest.Pool{Err: &chat.OverloadedError{RetryAfter: time.Second}}, 429,
 			[]string{`{"error":`}, "keep-alive"},
 	}
 	for _, tt := range tests {

@@ -13,15 +13,15 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/pool/pooltest"
+	"github.com/poolgate/poolgate/internal/chat/chattest"
 )
 
 // sdkClient serves h over real loopback HTTP and returns an official SDK
 // client pointed at it.
-func sdkClient(t *testing.T, h *Handler) openai.Client {
+func sdkClient(t *testing.T, h http.HandlerFunc) openai.Client {
 	t.Helper()
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", h.Completions)
+	mux.HandleFunc("POST /v1/chat/completions", h)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return openai.NewClient(option.WithBaseURL(srv.URL+"/v1"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0))
@@ -43,8 +43,8 @@ func weatherParams() openai.ChatCompletionNewParams {
 }
 
 func TestSDKStreamMatchesNonStream(t *testing.T) {
-	answer := pooltest.TextAnswer("The ", "weather in \"Paris\"", " is\nmild ☀️", ".")
-	chat := &pooltest.Chatter{Events: answer}
+	answer := chattest.TextEvents("The ", "weather in \"Paris\"", " is\nmild ☀️", ".")
+	chat := &chattest.Pool{Events: answer}
 	client := sdkClient(t, newTestHandler(t, chat, Config{}))
 	ctx := context.Background()
 	params := weatherParams()
@@ -84,7 +84,7 @@ func TestSDKStreamMatchesNonStream(t *testing.T) {
 }
 
 func TestSDKToolCalls(t *testing.T) {
-	chat := &pooltest.Chatter{Events: toolAnswer()}
+	chat := &chattest.Pool{Events: toolAnswer()}
 	client := sdkClient(t, newTestHandler(t, chat, Config{}))
 	ctx := context.Background()
 
@@ -125,7 +125,7 @@ func TestSDKToolCalls(t *testing.T) {
 func TestSDKErrors(t *testing.T) {
 	ctx := context.Background()
 	t.Run("overloaded", func(t *testing.T) {
-		chat := &pooltest.Chatter{Err: &chat.OverloadedError{RetryAfter: 3e9}}
+		chat := &chattest.Pool{Err: &chat.OverloadedError{RetryAfter: 3e9}}
 		client := sdkClient(t, newTestHandler(t, chat, Config{}))
 		_, err := client.Chat.Completions.New(ctx, weatherParams())
 		var apiErr *openai.Error
@@ -136,7 +136,7 @@ func TestSDKErrors(t *testing.T) {
 	t.Run("bad request", func(t *testing.T) {
 		params := weatherParams()
 		params.N = openai.Int(3)
-		client := sdkClient(t, newTestHandler(t, &pooltest.Chatter{}, Config{}))
+		client := sdkClient(t, newTestHandler(t, &chattest.Pool{}, Config{}))
 		_, err := client.Chat.Completions.New(ctx, params)
 		var apiErr *openai.Error
 		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Param != "n" {
@@ -144,7 +144,7 @@ func TestSDKErrors(t *testing.T) {
 		}
 	})
 	t.Run("mid-stream", func(t *testing.T) {
-		chat := &pooltest.Chatter{Events: failingAnswer()}
+		chat := &chattest.Pool{Events: failingAnswer()}
 		client := sdkClient(t, newTestHandler(t, chat, Config{}))
 		stream := client.Chat.Completions.NewStreaming(ctx, weatherParams())
 		var acc openai.ChatCompletionAccumulator

@@ -11,11 +11,11 @@ import (
 	rsp "github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/handlers/responses/responsestest"
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/pool/pooltest"
+	"github.com/poolgate/poolgate/internal/chat/chattest"
 )
 
 // create posts one turn and returns the response id and status.
-func create(t *testing.T, h *rsp.Handler, body string) (string, int) {
+func create(t *testing.T, h handler, body string) (string, int) {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	h.Create(rec, httptest.NewRequest(http.MethodPost, "/v1/responses", strings.NewReader(body)))
@@ -29,12 +29,12 @@ func create(t *testing.T, h *rsp.Handler, body string) (string, int) {
 // reaches the worker with every earlier message.
 func TestChainsAreStoredByReference(t *testing.T) {
 	var seen []int
-	chat := &pooltest.Chatter{Script: func(req *chat.Request) ([]chat.Event, error) {
+	chat := &chattest.Pool{Script: func(req *chat.Request) ([]chat.Event, error) {
 		seen = append(seen, len(req.Messages))
-		return pooltest.TextAnswer(strings.Repeat("answer ", 50)), nil
+		return chattest.TextEvents(strings.Repeat("answer ", 50)), nil
 	}}
 	store := &responsestest.Store{}
-	h := rsp.New(rsp.Config{}, chat, store, nil)
+	h := newHandler(rsp.Config{}, chat, store)
 	turn := fmt.Sprintf(`"input":%q`, strings.Repeat("question ", 50))
 	prev, _ := create(t, h, `{"model":"m",`+turn+`}`)
 	bytesAt := map[int]int{}
@@ -61,7 +61,7 @@ func TestChainsAreStoredByReference(t *testing.T) {
 // continued: a 404 naming previous_response_id, not a silently shorter
 // conversation.
 func TestBrokenChainIsNotFound(t *testing.T) {
-	h := rsp.New(rsp.Config{}, &pooltest.Chatter{Events: pooltest.TextAnswer("ok")}, &responsestest.Store{}, nil)
+	h := newHandler(rsp.Config{}, &chattest.Pool{Events: chattest.TextEvents("ok")}, &responsestest.Store{})
 	first, _ := create(t, h, `{"model":"m","input":"one"}`)
 	second, _ := create(t, h, `{"model":"m","input":"two","previous_response_id":"`+first+`"}`)
 	rec := httptest.NewRecorder()

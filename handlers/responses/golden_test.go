@@ -12,9 +12,11 @@ import (
 	"github.com/poolgate/poolgate/internal/testenv"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/handlers/relay"
+	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	rsp "github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/handlers/responses/responsestest"
-	"github.com/poolgate/poolgate/pool/pooltest"
+	"github.com/poolgate/poolgate/internal/chat/chattest"
 )
 
 // volatile matches the random ids and the clock in a transcript.
@@ -34,8 +36,24 @@ func checkGolden(t *testing.T, name, got string) {
 	testenv.Golden(t, name, []byte(got))
 }
 
+// handler is a Responses handler whose Create is served as the edge serves
+// it, answered by its pool; its other routes are the handler's own.
+type handler struct {
+	*rsp.Handler
+	pool relay.Pool
+}
+
+func newHandler(cfg rsp.Config, p relay.Pool, store rsp.Store) handler {
+	return handler{Handler: rsp.New(cfg, store, nil), pool: p}
+}
+
+// Create reads the body and hands the request to the handler's Create.
+func (h handler) Create(w http.ResponseWriter, r *http.Request) {
+	relaytest.Serve(h.Handler.Create, h.pool)(w, r)
+}
+
 // record runs one create request and returns status, content type and body.
-func record(t *testing.T, h *rsp.Handler, body string) string {
+func record(t *testing.T, h handler, body string) string {
 	t.Helper()
 	req := httptest.NewRequest(http.MethodPost, "/v1/responses", strings.NewReader(body))
 	req = req.WithContext(httpx.WithRequestID(req.Context(), "req-1"))
@@ -56,7 +74,7 @@ func TestGoldenStreams(t *testing.T) {
 		giveFn error
 		body   string
 	}{
-		{name: "text", give: pooltest.TextAnswer("Hel", "lo \"wo", "rld\"\n")},
+		{name: "text", give: chattest.TextEvents("Hel", "lo \"wo", "rld\"\n")},
 		{name: "tool_call", give: []chat.Event{
 			text("Checking."),
 			{Type: chat.EventToolCall, ToolCall: chat.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
@@ -71,14 +89,14 @@ func TestGoldenStreams(t *testing.T) {
 			{Type: chat.EventError, Err: &chat.UpstreamError{Status: 500, Message: "worker crashed"}},
 		}},
 		{name: "ends_without_done", give: []chat.Event{text("cut")}},
-		{name: "empty_answer", give: pooltest.TextAnswer()},
+		{name: "empty_answer", give: chattest.TextEvents()},
 		{name: "error_before_first_event", giveFn: chat.ErrNoInstance},
 		{name: "error_as_first_event", give: []chat.Event{{Type: chat.EventError, Err: &chat.OverloadedError{Reason: "queue full", RetryAfter: 2e9}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			chat := &pooltest.Chatter{Events: tt.give, Err: tt.giveFn}
-			h := rsp.New(rsp.Config{}, chat, &responsestest.Store{}, nil)
+			chat := &chattest.Pool{Events: tt.give, Err: tt.giveFn}
+			h := newHandler(rsp.Config{}, chat, &responsestest.Store{})
 			body := tt.body
 			if body == "" {
 				body = `{"model":"m","input":"hi","stream":true}`
@@ -89,12 +107,12 @@ func TestGoldenStreams(t *testing.T) {
 }
 
 func TestGoldenNonStream(t *testing.T) {
-	chat := &pooltest.Chatter{Events: []chat.Event{
+	chat := &chattest.Pool{Events: []chat.Event{
 		{Type: chat.EventText, Text: "Let me look."},
 		{Type: chat.EventToolCall, ToolCall: chat.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
 		{Type: chat.EventDone, Finish: chat.FinishToolCalls, Usage: chat.Usage{InputTokens: 30, OutputTokens: 9}},
 	}}
-	h := rsp.New(rsp.Config{}, chat, &responsestest.Store{}, nil)
+	h := newHandler(rsp.Config{}, chat, &responsestest.Store{})
 	body := `{"model":"m","input":[{"role":"developer","content":"be brief"},{"role":"user","content":[{"type":"input_text","text":"weather?"}]}],` +
 		`"instructions":"You help.","metadata":{"k":"v"},"temperature":0.5,"tool_choice":"required",` +
 		`"tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}]}`
@@ -103,11 +121,11 @@ func TestGoldenNonStream(t *testing.T) {
 
 func TestStreamFailureIsStored(t *testing.T) {
 	store := &responsestest.Store{}
-	chat := &pooltest.Chatter{Events: []chat.Event{
+	chat := &chattest.Pool{Events: []chat.Event{
 		{Type: chat.EventText, Text: "Half"},
 		{Type: chat.EventError, Err: errors.New("boom")},
 	}}
-	h := rsp.New(rsp.Config{}, chat, store, nil)
+	h := newHandler(rsp.Config{}, chat, store)
 	record(t, h, `{"model":"m","input":"hi","stream":true}`)
 	if store.Saves() != 1 {
 		t.Errorf("saves = %d, want 1 (a failed response is retrievable)", store.Saves())

@@ -18,7 +18,7 @@ import (
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/pool/pooltest"
+	"github.com/poolgate/poolgate/internal/chat/chattest"
 )
 
 // weatherScript answers like a worker with tools: a call when tools are
@@ -28,20 +28,20 @@ func weatherScript(req *chat.Request) ([]chat.Event, error) {
 	last := req.Messages[len(req.Messages)-1]
 	switch {
 	case last.Role == chat.RoleTool:
-		return pooltest.TextAnswer("It is ", last.Content, " in Paris."), nil
+		return chattest.TextEvents("It is ", last.Content, " in Paris."), nil
 	case len(req.Tools) > 0:
 		return []chat.Event{
 			{Type: chat.EventToolCall, ToolCall: chat.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
 			{Type: chat.EventDone, Finish: chat.FinishToolCalls, Usage: chat.Usage{InputTokens: 20, OutputTokens: 7}},
 		}, nil
 	default:
-		return pooltest.TextAnswer("Hello", ", ", "wor", "ld!"), nil
+		return chattest.TextEvents("Hello", ", ", "wor", "ld!"), nil
 	}
 }
 
 // newServer serves h on the routes the gin wiring will use, with the
 // middleware's context values.
-func newServer(t *testing.T, h *rsp.Handler) *httptest.Server {
+func newServer(t *testing.T, h handler) *httptest.Server {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/responses", h.Create)
@@ -62,8 +62,8 @@ func newClient(srv *httptest.Server) openai.Client {
 }
 
 func TestSDKStreamEqualsNonStream(t *testing.T) {
-	fake := &pooltest.Chatter{Script: weatherScript}
-	client := newClient(newServer(t, rsp.New(rsp.Config{}, fake, &responsestest.Store{}, nil)))
+	fake := &chattest.Pool{Script: weatherScript}
+	client := newClient(newServer(t, newHandler(rsp.Config{}, fake, &responsestest.Store{})))
 	ctx := context.Background()
 	params := responses.ResponseNewParams{
 		Model: "gpt-test",
@@ -111,8 +111,8 @@ func TestSDKStreamEqualsNonStream(t *testing.T) {
 }
 
 func TestSDKToolRoundTripAndLifecycle(t *testing.T) {
-	fake := &pooltest.Chatter{Script: weatherScript}
-	client := newClient(newServer(t, rsp.New(rsp.Config{}, fake, &responsestest.Store{}, nil)))
+	fake := &chattest.Pool{Script: weatherScript}
+	client := newClient(newServer(t, newHandler(rsp.Config{}, fake, &responsestest.Store{})))
 	ctx := context.Background()
 	tool := responses.ToolUnionParam{OfFunction: &responses.FunctionToolParam{
 		Name: "get_weather", Strict: openai.Bool(true),
@@ -191,8 +191,8 @@ func wantNotFound(t *testing.T, what string, err error) {
 }
 
 func TestSDKUnknownPreviousResponse(t *testing.T) {
-	fake := &pooltest.Chatter{Script: weatherScript}
-	client := newClient(newServer(t, rsp.New(rsp.Config{}, fake, &responsestest.Store{}, nil)))
+	fake := &chattest.Pool{Script: weatherScript}
+	client := newClient(newServer(t, newHandler(rsp.Config{}, fake, &responsestest.Store{})))
 	_, err := client.Responses.New(context.Background(), responses.ResponseNewParams{
 		Model: "gpt-test", PreviousResponseID: openai.String("resp_nope"),
 		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")},
