@@ -591,7 +591,7 @@ func unmarshal(data []byte, v any, prefix string) error {
 	var te *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &se):
-		return badRequest("", "invalid_json", "the body is not valid JSON: %v", se)
+		return badRequest("", codeInvalidJSON, "the body is not valid JSON: %v", se)
 	case errors.As(err, &te):
 		param := joinParam(prefix, te.Field)
 		if param == "" {

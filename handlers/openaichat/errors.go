@@ -11,6 +11,7 @@ import (
 // Codes of request errors.
 const (
 	codeInvalidType = apierr.CodeInvalidType
+	codeInvalidJSON = apierr.CodeInvalidJSON
 	codeInvalidVal  = apierr.CodeInvalid
 	codeMissing     = apierr.CodeMissing
 	codeUnsupported = apierr.CodeUnsupported

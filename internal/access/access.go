@@ -34,17 +34,6 @@ const (
 	RoleAdmin Role = "admin"
 )
 
-// ParseRole reads a role as written in the configuration ("" is a user).
-func ParseRole(s string) (Role, bool) {
-	switch Role(s) {
-	case "", RoleUser:
-		return RoleUser, true
-	case RoleViewer, RoleAdmin:
-		return Role(s), true
-	}
-	return "", false
-}
-
 // Headers of a request one replica forwards to another (a client's turn to
 // the replica that holds its conversation, an admin action to the holder of
 // an instance's lease). A forwarded request names the replica that sent it

@@ -8,7 +8,6 @@
 package apikey
 
 import (
-	"crypto/subtle"
 	"net/http"
 	"strings"
 )
@@ -21,18 +20,4 @@ func FromRequest(r *http.Request) string {
 		return strings.TrimSpace(token)
 	}
 	return strings.TrimSpace(r.Header.Get("X-Api-Key"))
-}
-
-// Match reports whether key is one of accepted. Every accepted key is
-// compared, each in constant time, so the answer's timing says nothing about
-// which key came close. The empty key matches nothing.
-func Match(key string, accepted []string) bool {
-	if key == "" {
-		return false
-	}
-	found := 0
-	for _, k := range accepted {
-		found |= subtle.ConstantTimeCompare([]byte(key), []byte(k))
-	}
-	return found == 1
 }

@@ -35,24 +35,3 @@ func TestFromRequest(t *testing.T) {
 	}
 }
 
-func TestMatch(t *testing.T) {
-	keys := []string{"sk-one", "sk-two"}
-	tests := []struct {
-		key      string
-		accepted []string
-		want     bool
-	}{
-		{"sk-one", keys, true},
-		{"sk-two", keys, true},
-		{"sk-on", keys, false},
-		{"sk-one-more", keys, false},
-		{"", keys, false},
-		{"", []string{""}, false},
-		{"sk-one", nil, false},
-	}
-	for _, tt := range tests {
-		if got := Match(tt.key, tt.accepted); got != tt.want {
-			t.Errorf("Match(%q, %q) = %v, want %v", tt.key, tt.accepted, got, tt.want)
-		}
-	}
-}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -289,14 +288,4 @@ func ParseDuration(v string) (time.Duration, error) {
 		return 0, fmt.Errorf("want a duration like 30s or a number of seconds, got %q", v)
 	}
 	return d, nil
-}
-
-// LegacyEnvNames lists the Python gateway's variables, sorted.
-func LegacyEnvNames() []string {
-	var out []string
-	for _, l := range LegacySettings() {
-		out = append(out, l.Env)
-	}
-	sort.Strings(out)
-	return out
 }

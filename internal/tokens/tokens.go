@@ -41,14 +41,6 @@ var ranks = sync.OnceValues(func() (map[string]int, error) {
 	return r, nil
 })
 
-// Load parses the embedded encoding now instead of on the first Count, so a
-// server can pay the one-time cost (a few hundred milliseconds) at startup.
-// It is safe to call many times.
-func Load() error {
-	_, err := ranks()
-	return err
-}
-
 // Count returns the number of cl100k_base tokens in s. Special-token text
 // such as "<|endoftext|>" counts as ordinary text; invalid UTF-8 counts as
 // U+FFFD. If the embedded table cannot be loaded (a corrupt build), Count
@@ -132,23 +124,3 @@ func bpeCount(ranks map[string]int, piece string) int {
 }
 
 const noRank = int(^uint(0) >> 1)
-
-// Message is the part of a chat message that costs prompt tokens.
-type Message struct {
-	Role    string
-	Content string
-	// Extra is other text the model sees for the message (tool call names
-	// and arguments, a tool's name).
-	Extra string
-}
-
-// CountMessages estimates the prompt tokens of a chat transcript the way
-// OpenAI documents it for its chat models: each message costs its text plus
-// three tokens of framing, and the reply is primed with three more.
-func CountMessages(msgs []Message) int {
-	n := 3
-	for _, m := range msgs {
-		n += 3 + Count(m.Role) + Count(m.Content) + Count(m.Extra)
-	}
-	return n
-}

@@ -52,25 +52,8 @@ func TestCountConcurrent(t *testing.T) {
 	wg.Wait()
 }
 
-func TestLoad(t *testing.T) {
-	if err := Load(); err != nil {
-		t.Fatalf("Load: %v", err)
-	}
-}
-
-func TestCountMessages(t *testing.T) {
-	msgs := []Message{
-		{Role: "system", Content: "You are terse."},
-		{Role: "user", Content: "hello world"},
-	}
-	want := 3 + (3 + Count("system") + Count("You are terse.")) + (3 + Count("user") + 2)
-	if got := CountMessages(msgs); got != want {
-		t.Errorf("CountMessages = %d, want %d", got, want)
-	}
-}
-
 func BenchmarkCount(b *testing.B) {
-	if err := Load(); err != nil {
+	if _, err := ranks(); err != nil {
 		b.Fatal(err)
 	}
 	b.Run("delta", func(b *testing.B) {
