@@ -382,7 +382,7 @@ func TestComposeTraceBackend(t *testing.T) {
 // is the real default.
 func TestEnvExampleDocumentsEverySetting(t *testing.T) {
 	vars := readEnvExample(t)
-	keys := config.Keys()
+	keys := testenv.ConfigKeys()
 	for _, k := range keys {
 		name := config.EnvName(k)
 		v, ok := vars[name]
@@ -407,7 +407,7 @@ func TestEnvExampleDocumentsEverySetting(t *testing.T) {
 }
 
 // pendingKeys are settings the issues in flight add; .env.example documents
-// them already. Remove a key once config.Keys() has it.
+// them already. Remove a key once testenv.ConfigKeys() has it.
 var pendingKeys = []string{"bundle_key"}
 
 // containerDefaults are the keys whose value in .env.example is what the
@@ -417,7 +417,7 @@ var containerDefaults = map[string]bool{"data_dir": true}
 func checkDocumentedDefaults(t *testing.T, vars map[string]envVar) {
 	t.Helper()
 	def := config.Defaults()
-	for _, k := range config.Keys() {
+	for _, k := range testenv.ConfigKeys() {
 		v, ok := vars[config.EnvName(k)]
 		if !ok || v.defaultValue == "" || containerDefaults[k] {
 			continue

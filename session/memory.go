@@ -314,10 +314,3 @@ func (m *Memory) sweep() {
 	m.mu.Unlock()
 	m.report(evicted)
 }
-
-// lens returns the number of affinity entries and response objects held.
-func (m *Memory) lens() (affinity, responses int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.aff.len(), m.resp.len()
-}

@@ -239,3 +239,10 @@ func BenchmarkMemoryPutFull(b *testing.B) {
 		i++
 	}
 }
+
+// lens returns the number of affinity entries and response objects held.
+func (m *Memory) lens() (affinity, responses int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.aff.len(), m.resp.len()
+}

@@ -12,11 +12,6 @@ import (
 
 // RedisConfig configures the Redis store. Zero values take the defaults.
 type RedisConfig struct {
-	// URL locates Redis in Mode's form (see internal/redisconn). Required by
-	// OpenRedis; ignored by NewRedis.
-	URL string
-	// Mode is how URL reaches Redis: single (default), sentinel or cluster.
-	Mode redisconn.Mode
 	// Prefix starts every key the store writes. Default "poolgate:".
 	Prefix string
 	// AffinityTimeout bounds each affinity call to Redis, so a hung server
@@ -107,17 +102,6 @@ type Redis struct {
 	client  redisconn.Client // conn's
 	local   *Memory
 	pending pending
-}
-
-// OpenRedis connects (lazily: an unreachable server is not an error here) to
-// the server at cfg.URL.
-func OpenRedis(cfg RedisConfig) (*Redis, error) {
-	cfg = cfg.withDefaults()
-	client, err := redisconn.Dial(cfg.Mode, cfg.URL, cfg.ResponseTimeout)
-	if err != nil {
-		return nil, err
-	}
-	return NewRedis(cfg, client), nil
 }
 
 // NewRedis returns a store on client, which it closes on Close. The client

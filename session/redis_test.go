@@ -14,7 +14,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool"
 )
@@ -23,14 +22,8 @@ import (
 // share one server.
 func openTestRedis(t *testing.T, srv testenv.RedisTarget, cfg RedisConfig) *Redis {
 	t.Helper()
-	cfg.URL, cfg.Mode = srv.URL(), redisconn.Mode(srv.Mode())
 	cfg.Prefix = testenv.KeyPrefix(t)
-	r, err := OpenRedis(cfg)
-	if err != nil {
-		t.Fatalf("OpenRedis() = %v", err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	return r
+	return NewRedis(cfg, testenv.Dial(t, srv.Mode(), srv.URL()))
 }
 
 func TestRedisStore(t *testing.T) {
@@ -206,11 +199,7 @@ func TestRedisHungCallsReturnInTime(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := OpenRedis(RedisConfig{URL: tt.give(t), RetryInterval: time.Minute})
-			if err != nil {
-				t.Fatalf("OpenRedis() = %v", err)
-			}
-			defer r.Close()
+			r := NewRedis(RedisConfig{RetryInterval: time.Minute}, testenv.Dial(t, "single", tt.give(t)))
 			ctx := context.Background()
 			calls := []struct {
 				name  string

@@ -459,17 +459,6 @@ func IsLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// Keys returns every configuration key, sorted.
-func Keys() []string {
-	t := reflect.TypeOf(Config{})
-	keys := make([]string, 0, t.NumField())
-	for i := range t.NumField() {
-		keys = append(keys, t.Field(i).Tag.Get("yaml"))
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 // Reloadable reports whether a live reload (SIGHUP, POST /internal/reload)
 // applies a new value of the key. Every other key is wired into a
 // listener, a store, the driver or the pool's limits at start, so a reload

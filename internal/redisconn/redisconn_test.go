@@ -1,4 +1,4 @@
-package redisconn
+package redisconn_test
 
 import (
 	"context"
@@ -6,31 +6,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 func TestCheck(t *testing.T) {
 	tests := []struct {
 		name string
-		mode Mode
+		mode redisconn.Mode
 		url  string
 		want string // in the error; "" for none
 	}{
-		{name: "single", mode: Single, url: "redis://127.0.0.1:6379/0"},
+		{name: "single", mode: redisconn.Single, url: "redis://127.0.0.1:6379/0"},
 		{name: "single, empty mode", url: "rediss://user:pw@redis.example:6380/2"},
-		{name: "single with sentinel parameters", mode: Single, url: "redis://s1:26379?master_name=m", want: "redis_mode single"},
-		{name: "sentinel", mode: Sentinel, url: "redis://s1:26379/0?master_name=m&addr=s2:26379&addr=s3:26379&password=pw"},
-		{name: "sentinel without master_name", mode: Sentinel, url: "redis://s1:26379?addr=s2:26379", want: "master_name"},
-		{name: "sentinel, bad addr", mode: Sentinel, url: "redis://s1:26379?master_name=m&addr=s2", want: "addr"},
-		{name: "cluster", mode: Cluster, url: "redis://n1:6379?addr=n2:6379&addr=n3:6379"},
-		{name: "cluster, unknown parameter", mode: Cluster, url: "redis://n1:6379?nodes=n2:6379", want: "redis_mode cluster"},
+		{name: "single with sentinel parameters", mode: redisconn.Single, url: "redis://s1:26379?master_name=m", want: "redis_mode single"},
+		{name: "sentinel", mode: redisconn.Sentinel, url: "redis://s1:26379/0?master_name=m&addr=s2:26379&addr=s3:26379&password=pw"},
+		{name: "sentinel without master_name", mode: redisconn.Sentinel, url: "redis://s1:26379?addr=s2:26379", want: "master_name"},
+		{name: "sentinel, bad addr", mode: redisconn.Sentinel, url: "redis://s1:26379?master_name=m&addr=s2", want: "addr"},
+		{name: "cluster", mode: redisconn.Cluster, url: "redis://n1:6379?addr=n2:6379&addr=n3:6379"},
+		{name: "cluster, unknown parameter", mode: redisconn.Cluster, url: "redis://n1:6379?nodes=n2:6379", want: "redis_mode cluster"},
 		{name: "unknown mode", mode: "replicated", url: "redis://n1:6379", want: "use single, sentinel or cluster"},
-		{name: "empty url", mode: Cluster, want: "redis_url is empty"},
-		{name: "bad scheme", mode: Single, url: "http://n1:6379", want: "redis_mode single"},
+		{name: "empty url", mode: redisconn.Cluster, want: "redis_url is empty"},
+		{name: "bad scheme", mode: redisconn.Single, url: "http://n1:6379", want: "redis_mode single"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := Check(tt.mode, tt.url)
+			err := redisconn.Check(tt.mode, tt.url)
 			switch {
 			case tt.want == "" && err != nil:
 				t.Errorf("Check() = %v, want nil", err)
@@ -46,7 +47,7 @@ func TestCheck(t *testing.T) {
 // primary until its next periodic reload of the slot map.
 func TestClusterClientFollowsAFailover(t *testing.T) {
 	set := testenv.RedisCluster(t, 3, 1, 2*time.Second)
-	c, err := Dial(Cluster, set.URL(), 0)
+	c, err := redisconn.Dial(redisconn.Cluster, set.URL(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

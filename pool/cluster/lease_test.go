@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/internal/testenv"
 )
 
@@ -19,13 +18,8 @@ import (
 // can share one server), connected as the daemon connects.
 func openStore(t *testing.T, srv testenv.RedisTarget, cfg RedisConfig) *RedisStore {
 	t.Helper()
-	client, err := redisconn.Dial(redisconn.Mode(srv.Mode()), srv.URL(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
 	cfg.Prefix = testenv.KeyPrefix(t)
-	return NewRedisStore(cfg, client)
+	return NewRedisStore(cfg, testenv.Dial(t, srv.Mode(), srv.URL()))
 }
 
 // openLeaseRedis opens a store on srv whose lease quarantine is already over,

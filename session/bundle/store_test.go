@@ -69,12 +69,8 @@ func TestMemoryStore(t *testing.T) { storeSuite(t, NewMemoryStore()) }
 // store's connection the bundle store shares.
 func redisConn(t *testing.T, srv testenv.RedisTarget, cfg redisconn.ConnConfig) *redisconn.Conn {
 	t.Helper()
-	client, err := redisconn.Dial(redisconn.Mode(srv.Mode()), srv.URL(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg.Prefix = testenv.KeyPrefix(t)
-	c := redisconn.NewConn(cfg, client)
+	c := redisconn.NewConn(cfg, testenv.Dial(t, srv.Mode(), srv.URL()))
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
