@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -21,25 +22,59 @@ import (
 	"github.com/poolgate/poolgate/internal/usage"
 )
 
-// fakeLimiter denies what deny names and counts the tickets it ended.
+// fakeLimiter admits through the real in-memory limiter (so its tickets are
+// real ones), denies what deny names, and counts what it was asked.
 type fakeLimiter struct {
 	mu      sync.Mutex
+	mem     *keylimits.Memory // made on first use
 	deny    *keylimits.Denied
 	asked   int
-	tokens  []int64
 	charged []string
 }
 
-func (f *fakeLimiter) Acquire(_ context.Context, key string, l keylimits.Limits) (*keylimits.Ticket, error) {
+func (f *fakeLimiter) Acquire(ctx context.Context, key string, l keylimits.Limits) (*keylimits.Ticket, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.asked++
 	if f.deny != nil {
 		d := *f.deny
 		d.Key = key
+		f.mu.Unlock()
 		return nil, &d
 	}
-	return keylimits.NewTicket(func(n int64) { f.mu.Lock(); f.tokens = append(f.tokens, n); f.mu.Unlock() }), nil
+	mem := f.memory()
+	f.mu.Unlock()
+	return mem.Acquire(ctx, key, l)
+}
+
+// memory is the real limiter behind f; f.mu must be held.
+func (f *fakeLimiter) memory() *keylimits.Memory {
+	if f.mem == nil {
+		f.mem = keylimits.NewMemory(nil)
+	}
+	return f.mem
+}
+
+// spent reports whether the tickets of key ended with n tokens in all
+// today, as the limiter holds them: a daily quota of n+1 admits the key and
+// (for n > 0) one of n refuses it.
+func (f *fakeLimiter) spent(t *testing.T, key string, n int64) bool {
+	t.Helper()
+	f.mu.Lock()
+	mem := f.memory()
+	f.mu.Unlock()
+	ctx := context.Background()
+	under, err := mem.Acquire(ctx, key, keylimits.Limits{TokensPerDay: n + 1})
+	if err != nil {
+		return false
+	}
+	under.Done(0)
+	if n == 0 {
+		return true
+	}
+	at, err := mem.Acquire(ctx, key, keylimits.Limits{TokensPerDay: n})
+	at.Done(0)
+	var d *keylimits.Denied
+	return errors.As(err, &d) && d.Limit == keylimits.LimitTokensPerDay
 }
 
 func (f *fakeLimiter) Charge(_ context.Context, key string, tokens int64) error {
@@ -103,8 +138,8 @@ func TestAccountingRecordsEachRequest(t *testing.T) {
 	if w := do(e, "sk-nobody"); w.Code != http.StatusUnauthorized {
 		t.Fatalf("an unknown key: %d", w.Code)
 	}
-	if lim.asked != 1 || len(lim.tokens) != 1 || lim.tokens[0] != 10 {
-		t.Errorf("limiter asked %d times, tickets ended with %v: want once (only alice has limits), 10 tokens", lim.asked, lim.tokens)
+	if lim.asked != 1 || !lim.spent(t, "alice", 10) {
+		t.Errorf("limiter asked %d times, or alice's ticket did not end with the turn's tokens: want once (only alice has limits), 10 tokens", lim.asked)
 	}
 	want := usage.Record{Key: "alice", Account: "acct-1", InputTokens: 7, OutputTokens: 3, Reused: true}
 	if len(rec.usage) != 2 {
@@ -196,8 +231,8 @@ func TestCountTokensIsUnderTheKeysLimits(t *testing.T) {
 	}
 	lim := &fakeLimiter{}
 	e := accountingEngine(t, lim, &recorded{}, false)
-	if got := count(e, "sk-c"); got != http.StatusOK || lim.asked != 1 || len(lim.tokens) != 1 || lim.tokens[0] != 0 {
-		t.Errorf("count_tokens: %d, limiter asked %d, tickets %v: want 200, asked once, ended with 0 tokens", got, lim.asked, lim.tokens)
+	if got := count(e, "sk-c"); got != http.StatusOK || lim.asked != 1 || !lim.spent(t, "carol", 0) {
+		t.Errorf("count_tokens: %d, limiter asked %d times: want 200, asked once, no tokens spent", got, lim.asked)
 	}
 	lim.deny = &keylimits.Denied{Limit: keylimits.LimitTokensPerDay, Max: 1000, RetryAfter: time.Hour}
 	if got := count(e, "sk-c"); got != http.StatusTooManyRequests {

@@ -78,10 +78,6 @@ type Ticket struct {
 	done func(tokens int64)
 }
 
-// NewTicket returns a ticket whose Done calls done once (for Limiter
-// implementations outside this package).
-func NewTicket(done func(tokens int64)) *Ticket { return &Ticket{done: done} }
-
 // Done ends the request: its concurrency slot is freed and the tokens it
 // used count against today's quota. It is safe to call twice (the second
 // call does nothing) and on a nil Ticket.
