@@ -36,13 +36,6 @@ func (h *hist) quantile(q float64) time.Duration {
 	return time.Duration(h.h.ValueAtQuantile(q)) * time.Microsecond
 }
 
-// count returns how many latencies were recorded.
-func (h *hist) count() int64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.h.TotalCount()
-}
-
 // merge adds every value of o to h.
 func (h *hist) merge(o *hist) {
 	o.mu.Lock()

@@ -183,3 +183,10 @@ func TestRecorderCountsErrors(t *testing.T) {
 		t.Errorf("first error %v, want boom", rec.firstErr)
 	}
 }
+
+// count returns how many latencies were recorded.
+func (h *hist) count() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.h.TotalCount()
+}

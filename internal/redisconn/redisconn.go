@@ -34,9 +34,6 @@ const (
 	Cluster Mode = "cluster"
 )
 
-// Modes lists the valid modes, for error messages.
-var Modes = []Mode{Single, Sentinel, Cluster}
-
 // Check parses url for mode without connecting, so a bad setting is found at
 // start with an error that says what each mode expects.
 func Check(mode Mode, url string) error {

@@ -27,7 +27,6 @@ const (
 
 // Attribute keys.
 const (
-	AttrAPI        = "poolgate.api"
 	AttrRequestID  = "poolgate.request_id"
 	AttrKey        = "poolgate.key" // the key's name, never the key
 	AttrInstance   = "poolgate.instance"
@@ -41,7 +40,6 @@ const (
 	AttrQueueMS    = "poolgate.queue_ms"
 	AttrLimit      = "poolgate.limit"
 	AttrTarget     = "poolgate.target"
-	AttrReplica    = "poolgate.replica"
 	AttrForwarded  = "poolgate.forwarded_by"
 	AttrLoginStage = "poolgate.login.result"
 )
