@@ -92,7 +92,7 @@ func (res *results) markdown(svgName string) string {
 		{"load average (1 min) before / after", fmt.Sprintf("%.2f / %.2f", res.loadBefore, res.loadAfter)},
 	})
 	b.WriteString("## Targets\n\n")
-	b.WriteString("Issue 17's targets, each against the figure measured before that work on the same kind of machine. " +
+	b.WriteString("The speed and memory targets, each beside the figure measured on the same kind of machine before the work to meet them (*was*). " +
 		"For scale: the best Go gateway measured on this kind of machine spends about 180 µs of CPU per request and " +
 		"adds about 0.4 ms at concurrency 1.\n\n")
 	mdTable(&b, []string{"target", "measured", "result"}, res.targets())
