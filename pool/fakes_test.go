@@ -2,7 +2,6 @@ package pool
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -17,14 +16,12 @@ import (
 // (supervisortest): the pool sees its workers only through their reports,
 // as in production.
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
 // startFake runs a pool over the real supervisor with f's workers until the
 // test ends.
 func startFake(t testing.TB, cfg Config, f *supervisortest.Workers, wcs []supervisor.WorkerConfig, m *metrics.Metrics) (*Pool, *supervisor.Supervisor) {
 	t.Helper()
-	sup := supervisor.New(supervisor.Config{}, wcs, f, f, m, quiet())
-	p := New(cfg, sup, m, quiet())
+	sup := supervisor.New(supervisor.Config{}, wcs, f, f, m, slog.New(slog.DiscardHandler))
+	p := New(cfg, sup, m, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	sup.Start(ctx)
 	t.Cleanup(func() {

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -85,7 +86,7 @@ func TestNonStreamTurnSurvivesAWorkerKilledMidTurn(t *testing.T) {
 		f.Start = slowWords(f)
 		p, _ := startFake(t, Config{}, f, supervisortest.Configs(t, false, "w1", "w2"), nil)
 		waitReady(t, p, "w1", "w2")
-		r := NewRouter(RouterConfig{Retries: 2}, p, nil, nil, quiet())
+		r := NewRouter(RouterConfig{Retries: 2}, p, nil, nil, slog.New(slog.DiscardHandler))
 		defer r.Wait()
 		done := make(chan error, 1)
 		var got string
@@ -116,13 +117,13 @@ func TestStopDuringDrainIsNotLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := supervisortest.New()
 		f.Start = slowWords(f)
-		sup := supervisor.New(supervisor.Config{DrainTimeout: time.Minute}, supervisortest.Configs(t, false, "w1"), f, f, nil, quiet())
-		p := New(Config{}, sup, nil, quiet())
+		sup := supervisor.New(supervisor.Config{DrainTimeout: time.Minute}, supervisortest.Configs(t, false, "w1"), f, f, nil, slog.New(slog.DiscardHandler))
+		p := New(Config{}, sup, nil, slog.New(slog.DiscardHandler))
 		ctx, cancel := context.WithCancel(context.Background())
 		sup.Start(ctx)
 		defer func() { cancel(); sup.Shutdown() }()
 		waitReady(t, p, "w1")
-		r := NewRouter(RouterConfig{}, p, nil, nil, quiet())
+		r := NewRouter(RouterConfig{}, p, nil, nil, slog.New(slog.DiscardHandler))
 		defer r.Wait()
 		turn := make(chan error, 1)
 		go func() {

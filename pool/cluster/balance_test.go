@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"testing"
@@ -36,10 +37,10 @@ type replica struct {
 
 func startReplica(t *testing.T, store Store, f *supervisortest.Workers, id string, accounts ...string) *replica {
 	m := newMetrics()
-	sup := supervisor.New(supervisor.Config{}, supervisortest.Configs(t, true, accounts...), f, f, m, quiet())
-	p := pool.New(pool.Config{}, sup, m, quiet())
+	sup := supervisor.New(supervisor.Config{}, supervisortest.Configs(t, true, accounts...), f, f, m, slog.New(slog.DiscardHandler))
+	p := pool.New(pool.Config{}, sup, m, slog.New(slog.DiscardHandler))
 	c := New(Config{ID: id, URL: "http://" + id, LeaseTTL: balanceTTL, DrainTimeout: time.Second},
-		sup, p, store, m, quiet())
+		sup, p, store, m, slog.New(slog.DiscardHandler))
 	r := &replica{id: id, sup: sup, pool: p, m: m, cluster: c, logins: &supervisortest.Loginer{}, done: make(chan struct{})}
 	sup.SetLoginer(c.GateLogins(r.logins))
 	sup.SubscribeMembers(c)

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -130,7 +131,7 @@ func TestClusterFencesWhenTheStoreIsGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p, sup := readyPool(t, "a", "b")
 		store := newFakeCluster()
-		c := New(Config{ID: "r1", LeaseTTL: 5 * time.Second}, sup, p, store, nil, quiet())
+		c := New(Config{ID: "r1", LeaseTTL: 5 * time.Second}, sup, p, store, nil, slog.New(slog.DiscardHandler))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { c.Run(ctx); close(done) }()
@@ -161,7 +162,7 @@ func TestClusterHandsAnAccountToALateReplica(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p, sup := readyPool(t, "a", "b")
 		store := newFakeCluster()
-		c := New(Config{ID: "r1", LeaseTTL: 5 * time.Second, DrainTimeout: time.Second}, sup, p, store, nil, quiet())
+		c := New(Config{ID: "r1", LeaseTTL: 5 * time.Second, DrainTimeout: time.Second}, sup, p, store, nil, slog.New(slog.DiscardHandler))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { c.Run(ctx); close(done) }()

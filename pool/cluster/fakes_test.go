@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -20,15 +19,13 @@ import (
 // The cluster's tests run it over the real supervisor and admission room,
 // whose workers are fakes (supervisortest).
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
 // readyPool runs ready fake workers under the supervisor and a pool over
 // them until the test ends.
 func readyPool(t *testing.T, names ...string) (*pool.Pool, *supervisor.Supervisor) {
 	t.Helper()
 	f := supervisortest.New()
-	sup := supervisor.New(supervisor.Config{}, supervisortest.Configs(t, false, names...), f, f, nil, quiet())
-	p := pool.New(pool.Config{}, sup, nil, quiet())
+	sup := supervisor.New(supervisor.Config{}, supervisortest.Configs(t, false, names...), f, f, nil, slog.New(slog.DiscardHandler))
+	p := pool.New(pool.Config{}, sup, nil, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	sup.Start(ctx)
 	t.Cleanup(func() {

@@ -2,7 +2,6 @@ package supervisor_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -17,13 +16,11 @@ import (
 // The supervisor's life cycle against fake workers (supervisortest), in a
 // synctest bubble: every wait is on the fake clock.
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
 // fakeSupervisor runs the real supervisor over f's workers until the test
 // ends; set, when given, installs what must be there before Start.
 func fakeSupervisor(t *testing.T, f *supervisortest.Workers, set func(*supervisor.Supervisor), names ...string) *supervisor.Supervisor {
 	t.Helper()
-	s := supervisor.New(supervisor.Config{}, supervisortest.Configs(t, false, names...), f, f, nil, quiet())
+	s := supervisor.New(supervisor.Config{}, supervisortest.Configs(t, false, names...), f, f, nil, slog.New(slog.DiscardHandler))
 	if set != nil {
 		set(s)
 	}

@@ -2,6 +2,7 @@ package supervisor_test
 
 import (
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -119,7 +120,7 @@ func TestApplyChangesTheSetWhileItRuns(t *testing.T) {
 func TestApplyAfterShutdownStartsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := supervisortest.New()
-		s := supervisor.New(supervisor.Config{}, supervisortest.Configs(t, false, "w1"), f, f, nil, quiet())
+		s := supervisor.New(supervisor.Config{}, supervisortest.Configs(t, false, "w1"), f, f, nil, slog.New(slog.DiscardHandler))
 		s.Start(t.Context())
 		time.Sleep(time.Second)
 		s.Shutdown()
