@@ -34,4 +34,3 @@ func TestFromRequest(t *testing.T) {
 		})
 	}
 }
-
