@@ -35,11 +35,7 @@ func call(t *testing.T, hf http.HandlerFunc, body string) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	hf(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(body)))
-	head := rec.Result().Status + "\n" + rec.Header().Get("Content-Type") + "\n"
-	if ra := rec.Header().Get("Retry-After"); ra != "" {
-		head += "Retry-After: " + ra + "\n"
-	}
-	return head + "\n" + rec.Body.String()
+	return testenv.Transcript(rec)
 }
 
 const streamBody = `{"model":"claude-x","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"hi"}]}`

@@ -59,11 +59,7 @@ func record(t *testing.T, h handler, body string) string {
 	req = req.WithContext(httpx.WithRequestID(req.Context(), "req-1"))
 	rec := httptest.NewRecorder()
 	h.Create(rec, req)
-	head := rec.Result().Status + "\n" + rec.Header().Get("Content-Type") + "\n"
-	if ra := rec.Header().Get("Retry-After"); ra != "" {
-		head += "Retry-After: " + ra + "\n"
-	}
-	return head + "\n" + normalize(rec.Body.String())
+	return normalize(testenv.Transcript(rec))
 }
 
 func TestGoldenStreams(t *testing.T) {

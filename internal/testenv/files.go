@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -36,6 +37,17 @@ func Golden(t testing.TB, name string, got []byte) {
 	if !bytes.Equal(got, want) {
 		t.Errorf("%s differs from the golden file:\n--- got\n%s\n--- want\n%s", path, got, want)
 	}
+}
+
+// Transcript is what a golden file keeps of one handler call: the status
+// line, the Content-Type, the Retry-After when there is one, a blank line and
+// the body.
+func Transcript(rec *httptest.ResponseRecorder) string {
+	head := rec.Result().Status + "\n" + rec.Header().Get("Content-Type") + "\n"
+	if ra := rec.Header().Get("Retry-After"); ra != "" {
+		head += "Retry-After: " + ra + "\n"
+	}
+	return head + "\n" + rec.Body.String()
 }
 
 // TreeHash fingerprints every path (relative to dir), mode and content
