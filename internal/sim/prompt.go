@@ -139,11 +139,14 @@ func stripDirectives(s string) string {
 // -1 and durations < 0 when the prompt does not set them.
 type directives struct {
 	// calls are the tool calls [[sim:call=NAME {args}]] asks for, in order.
-	calls                   []directedCall
-	whoami, ask             bool
-	toolCode, think         bool
-	crash, hang, logout     bool
-	ratelimit               bool
+	calls               []directedCall
+	whoami, ask         bool
+	toolCode, think     bool
+	crash, hang, logout bool
+	ratelimit           bool
+	// awaitResults keeps a native tool turn open after its tool/invoke
+	// requests instead of finishing it.
+	awaitResults            bool
 	retryAfter              time.Duration
 	words, chunks, errAfter int
 	delay, chunkDelay       time.Duration
@@ -173,6 +176,8 @@ func parseDirectives(text string) directives {
 			d.crash = true
 		case "hang":
 			d.hang = true
+		case "await-results":
+			d.awaitResults = true
 		case "logout":
 			d.logout = true
 		case "error":

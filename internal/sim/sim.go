@@ -33,7 +33,8 @@
 //   - With --native-tools, initialize advertises capabilities.toolInvoke and
 //     an agent-mode ask with extra.toolConfig answers a tool call as a
 //     tool/invoke request {requestId, sessionId, toolCallId, name,
-//     parameters} per call, then a successful chat/finish with no text.
+//     parameters} per call, then a successful chat/finish with no text
+//     (with [[sim:await-results]], no finish: the turn waits for chat/stop).
 //   - [[sim:logout]] deletes cache/id and cache/user and still answers the
 //     turn normally; the next auth/status reports status 1.
 //
@@ -65,6 +66,7 @@
 //	[[sim:ratelimit]]       fail with 429, retry after 1s; [[sim:ratelimit=2s]] sets it
 //	[[sim:crash]]           the process exits (status 3) right after the first delta
 //	[[sim:hang]]            accept and never answer until stopped or disconnected
+//	[[sim:await-results]]   after native tool/invoke calls, wait until stopped instead of finishing (lingma)
 //	[[sim:logout]]          delete the credentials, then answer normally (lingma)
 //
 // In openai mode an error after N deltas is an in-stream {"error": ...} event

@@ -256,7 +256,9 @@ func (c *conn) runTurn(ctx context.Context, t *turn) {
 
 // invokeTools answers with native tool calls: one tool/invoke per call,
 // each waiting for the client's acknowledgement, then a successful finish
-// with no text (the results come with the next ask).
+// with no text (the results come with the next ask). [[sim:await-results]]
+// leaves the turn open instead, until chat/stop or a disconnect, as a worker
+// that waits for the results would.
 func (c *conn) invokeTools(ctx context.Context, t *turn, fin finishParams, calls []*toolCall) {
 	for i, call := range calls {
 		inv := toolInvoke{RequestID: t.reqID, SessionID: t.sid, Name: call.name, Parameters: call.args,
@@ -265,6 +267,11 @@ func (c *conn) invokeTools(ctx context.Context, t *turn, fin finishParams, calls
 			c.abort(t, fin, "", err)
 			return
 		}
+	}
+	if t.d.awaitResults {
+		<-ctx.Done()
+		c.abort(t, fin, "", context.Cause(ctx))
+		return
 	}
 	full := renderJSONCalls(calls)
 	c.s.recordAnswer(t.sid, t.n, full)

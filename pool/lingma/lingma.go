@@ -78,9 +78,13 @@ type Config struct {
 	// is generated the worker's endpoint is read (config/getEndpoint) and
 	// switched to it (config/updateEndpoint) when it differs. Default none.
 	DedicatedDomain string
-	// ToolSettle is how long a turn waits for chat/finish after the worker
-	// invoked a tool natively; a worker that waits for the result instead of
-	// finishing is then stopped and the turn ends with its calls. Default 3s.
+	// ToolSettle is how long a turn waits, without a message, for
+	// chat/finish after the worker invoked a tool natively; a worker that
+	// waits for the result instead of finishing is then stopped and the turn
+	// ends with its calls. A chat/finish ends the turn at once; no other
+	// message says a call is complete. The wait exists because what the real
+	// binary does after an acknowledged tool/invoke is not publicly
+	// documented (the bundled simulator finishes at once). Default 3s.
 	ToolSettle time.Duration
 	// Logger receives the driver's warnings (refused tool calls). Default
 	// slog.Default().

@@ -167,3 +167,34 @@ func TestDedicatedDomain(t *testing.T) {
 		t.Errorf("second LoginURL: %v", err)
 	}
 }
+
+// TestNativeTurnEnds: a turn whose tool calls the worker follows with
+// chat/finish ends at that finish (with an hour's settle wait it would
+// otherwise outlast collect's bound); one whose worker waits for the results
+// instead ends after the configured wait, with its calls.
+func TestNativeTurnEnds(t *testing.T) {
+	tests := []struct {
+		name    string
+		give    string
+		settle  time.Duration
+		minTook time.Duration
+	}{
+		{name: "chat/finish ends it", give: "Paris", settle: time.Hour},
+		{name: "the wait ends it", give: "Paris [[sim:await-results]]", settle: 300 * time.Millisecond,
+			minTook: 300 * time.Millisecond},
+	}
+	w := startSim(t, "--logged-in", "--native-tools")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := connect(t, w, Config{ToolMode: ToolsNative, ToolSettle: tt.settle})
+			start := time.Now()
+			a := runTurn(t, c, &chat.Turn{Messages: user(tt.give), Agent: true, Tools: []chat.Tool{weatherTool}})
+			if took := time.Since(start); took < tt.minTook {
+				t.Errorf("the turn took %s, want at least %s", took, tt.minTook)
+			}
+			if a.err != nil || len(a.calls) != 1 || a.done == nil || a.done.Finish != chat.FinishToolCalls {
+				t.Fatalf("answer = %+v %+v %v; want one call and finish tool_calls", a.calls, a.done, a.err)
+			}
+		})
+	}
+}
