@@ -277,8 +277,8 @@ func workerSetup(cfg config.Config, log *slog.Logger) (worker.Driver, []supervis
 	default:
 		driver = lingma.New(lingma.Config{Command: prefix, ExtraArgs: extra,
 			TurnTimeout: cfg.LingmaTurnTimeout, ReplyTimeout: cfg.LingmaIdleTimeout, CallTimeout: cfg.LingmaRPCTimeout,
-			Mode: cfg.LingmaAskMode, ToolMode: cfg.LingmaToolMode, DedicatedDomain: cfg.LingmaDedicatedDomain,
-			Logger: log.With("component", "lingma")})
+			Mode: cfg.LingmaAskMode, ToolMode: cfg.LingmaToolMode, ToolSettle: cfg.LingmaToolSettle,
+			DedicatedDomain: cfg.LingmaDedicatedDomain, Logger: log.With("component", "lingma")})
 	}
 	return driver, workers, nil
 }

@@ -93,6 +93,11 @@ type Config struct {
 	LingmaAskMode         string        `yaml:"lingma_ask_mode"`         // chat or agent, for requests without tools (chat)
 	LingmaToolMode        string        `yaml:"lingma_tool_mode"`        // emulated, native or auto (emulated)
 	LingmaDedicatedDomain string        `yaml:"lingma_dedicated_domain"` // enterprise endpoint set before a login ("" = none)
+	// LingmaToolSettle exists because how the real worker ends a turn after
+	// an acknowledged tool/invoke is not publicly documented: it may send
+	// chat/finish at once (the bundled simulator does, and the turn then
+	// ends at once) or wait for the results, which the gateway never runs.
+	LingmaToolSettle time.Duration `yaml:"lingma_tool_settle"` // after a native tool call, longest silence before the turn ends with its calls and the worker is stopped (3s)
 
 	ToolAllowlist  []string `yaml:"tool_allowlist"`  // tools that may be offered to workers (none = all)
 	ToolForwarding bool     `yaml:"tool_forwarding"` // offer the request's tools to workers at all (true)
@@ -172,6 +177,7 @@ func Defaults() Config {
 		LingmaRPCTimeout:          5 * time.Second,
 		LingmaAskMode:             "chat",
 		LingmaToolMode:            "emulated",
+		LingmaToolSettle:          3 * time.Second,
 		ToolForwarding:            true,
 		SessionReuse:              true,
 		SessionCacheSize:          10000,
@@ -403,7 +409,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	for k, d := range map[string]time.Duration{"body_timeout": c.BodyTimeout, "lingma_turn_timeout": c.LingmaTurnTimeout,
-		"lingma_idle_timeout": c.LingmaIdleTimeout, "lingma_rpc_timeout": c.LingmaRPCTimeout,
+		"lingma_idle_timeout": c.LingmaIdleTimeout, "lingma_rpc_timeout": c.LingmaRPCTimeout, "lingma_tool_settle": c.LingmaToolSettle,
 		"session_cache_ttl": c.SessionCacheTTL, "login_timeout": c.LoginTimeout, "stream_keepalive": c.StreamKeepAlive} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %s", k, d))
