@@ -50,26 +50,18 @@ type simWorker struct {
 // accounts come from SIMWORKER_ACCOUNTS (via getenv), as in production.
 func startSim(t *testing.T, variant, accounts string) *simWorker {
 	t.Helper()
-	ep := worker.Endpoint{Name: "acct", WorkDir: t.TempDir(), Port: testenv.FreePort(t), AuxPort: testenv.FreePort(t)}
-	args := []string{"start", "--transportType=websocket", "--workDir", ep.WorkDir,
-		"--socketPort", strconv.Itoa(ep.Port), "--httpPort", strconv.Itoa(ep.AuxPort), "--login-page", variant}
+	args := func(ep worker.Endpoint) []string {
+		return []string{"start", "--transportType=websocket", "--workDir", ep.WorkDir,
+			"--socketPort", strconv.Itoa(ep.Port), "--httpPort", strconv.Itoa(ep.AuxPort), "--login-page", variant}
+	}
 	getenv := func(k string) string {
 		if k == "SIMWORKER_ACCOUNTS" {
 			return accounts
 		}
 		return ""
 	}
-	simtest.Run(t, args, getenv, nil, wait)
-	d := lingma.New(lingma.Config{})
-	var c *lingma.Client
-	testenv.WaitForNoError(t, wait, "the simulator to answer Connect", func() error {
-		b, err := d.Connect(context.Background(), ep)
-		if err == nil {
-			c = b.(*lingma.Client)
-		}
-		return err
-	})
-	t.Cleanup(func() { _ = c.Close() })
+	ep := simtest.Start(t, "acct", args, getenv, nil, wait).Endpoint
+	c := simtest.Connect[*lingma.Client](t, lingma.New(lingma.Config{}), ep, wait)
 	return &simWorker{ep: ep, client: c}
 }
 

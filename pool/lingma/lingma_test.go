@@ -25,39 +25,23 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // wait bounds every wait in these tests.
 const wait = 10 * time.Second
 
-// worker is one in-process simulator and the endpoint the driver sees.
-type simWorker struct {
-	ep   worker.Endpoint
-	stop func() // shuts the simulator down and waits for it
-}
-
 // startSim runs sim.Main with the driver's own command line (minus the
 // binary) plus extra args, until the test ends.
-func startSim(t *testing.T, extra ...string) *simWorker {
+func startSim(t *testing.T, extra ...string) *simtest.Worker {
 	t.Helper()
-	ep := worker.Endpoint{Name: "acct-1", WorkDir: t.TempDir(), Port: testenv.FreePort(t), AuxPort: testenv.FreePort(t)}
-	argv := New(Config{Command: []string{"sim"}, ExtraArgs: extra}).Command(ep)[1:]
-	stop := simtest.Run(t, argv, nil, &testenv.Buffer{}, wait)
-	return &simWorker{ep: ep, stop: stop}
+	argv := func(ep worker.Endpoint) []string {
+		return New(Config{Command: []string{"sim"}, ExtraArgs: extra}).Command(ep)[1:]
+	}
+	return simtest.Start(t, "acct-1", argv, nil, &testenv.Buffer{}, wait)
 }
 
-// connect retries Connect as the supervisor does, until the worker answers.
-func connect(t *testing.T, w *simWorker, cfg Config) *Client {
+// connect connects a driver of cfg to w as the supervisor does.
+func connect(t *testing.T, w *simtest.Worker, cfg Config) *Client {
 	t.Helper()
-	d := New(cfg)
-	var c *Client
-	testenv.WaitForNoError(t, wait, "the worker to answer Connect", func() error {
-		b, err := d.Connect(context.Background(), w.ep)
-		if err == nil {
-			c = b.(*Client)
-		}
-		return err
-	})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return simtest.Connect[*Client](t, New(cfg), w.Endpoint, wait)
 }
 
-func newSim(t *testing.T, extra ...string) (*simWorker, *Client) {
+func newSim(t *testing.T, extra ...string) (*simtest.Worker, *Client) {
 	t.Helper()
 	w := startSim(t, append([]string{"--logged-in"}, extra...)...)
 	return w, connect(t, w, Config{})
@@ -163,7 +147,7 @@ func TestStatus(t *testing.T) {
 		t.Errorf("Start() logged out = %v, want ErrNotLoggedIn", err)
 	}
 	u, err := out.LoginURL(context.Background())
-	if err != nil || !strings.Contains(u, "port="+strconv.Itoa(w.ep.AuxPort)) {
+	if err != nil || !strings.Contains(u, "port="+strconv.Itoa(w.Endpoint.AuxPort)) {
 		t.Errorf("LoginURL() = %q, %v; want a URL with the callback port", u, err)
 	}
 }
@@ -308,7 +292,7 @@ func TestWorkerGone(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	w.stop()
+	w.Stop()
 	if a := collect(t, ans); !errors.Is(a.err, chat.ErrWorkerGone) {
 		t.Errorf("turn on a stopped worker: %v, want ErrWorkerGone", a.err)
 	}

@@ -24,20 +24,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // wait bounds every wait in these tests.
 const wait = 10 * time.Second
 
-// worker is one in-process simulator speaking the OpenAI API.
-type simWorker struct {
-	ep   worker.Endpoint
-	stop func() // shuts the simulator down and waits for it
-}
-
 // startSim runs sim.Main with --protocol=openai on a free port until the
 // test ends. [[sim:crash]] is not used: in process it would exit the test.
-func startSim(t *testing.T, extra ...string) *simWorker {
+func startSim(t *testing.T, extra ...string) *simtest.Worker {
 	t.Helper()
-	ep := worker.Endpoint{Name: "acct-1", WorkDir: t.TempDir(), Port: testenv.FreePort(t)}
-	args := append([]string{"start", "--protocol=openai", "--httpPort", strconv.Itoa(ep.Port), "--workDir", ep.WorkDir}, extra...)
-	stop := simtest.Run(t, args, nil, nil, wait)
-	return &simWorker{ep: ep, stop: stop}
+	args := func(ep worker.Endpoint) []string {
+		return append([]string{"start", "--protocol=openai", "--httpPort", strconv.Itoa(ep.Port), "--workDir", ep.WorkDir}, extra...)
+	}
+	return simtest.Start(t, "acct-1", args, nil, nil, wait)
 }
 
 // newDriver returns a driver whose idle connections are dropped at cleanup.
@@ -48,25 +42,16 @@ func newDriver(t testing.TB, cfg Config) *Driver {
 	return d
 }
 
-// connect retries Connect as the supervisor does, until the worker answers.
+// connect connects d to the worker at ep as the supervisor does.
 func connect(t testing.TB, d *Driver, ep worker.Endpoint) *Client {
 	t.Helper()
-	var c *Client
-	testenv.WaitForNoError(t, wait, "the worker to answer Connect", func() error {
-		b, err := d.Connect(context.Background(), ep)
-		if err == nil {
-			c = b.(*Client)
-		}
-		return err
-	})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return simtest.Connect[*Client](t, d, ep, wait)
 }
 
-func newSim(t *testing.T, cfg Config, extra ...string) (*simWorker, *Client) {
+func newSim(t *testing.T, cfg Config, extra ...string) (*simtest.Worker, *Client) {
 	t.Helper()
 	w := startSim(t, extra...)
-	return w, connect(t, newDriver(t, cfg), w.ep)
+	return w, connect(t, newDriver(t, cfg), w.Endpoint)
 }
 
 // answer is a whole collected stream.
@@ -362,7 +347,7 @@ func TestCloseAbortsTurns(t *testing.T) {
 
 func TestWorkerGone(t *testing.T) {
 	w, c := newSim(t, Config{})
-	w.stop()
+	w.Stop()
 	if _, err := c.Start(context.Background(), userTurn("hi")); !errors.Is(err, chat.ErrWorkerGone) {
 		t.Errorf("Start to a stopped worker = %v, want ErrWorkerGone", err)
 	}
