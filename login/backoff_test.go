@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/poolgate/poolgate/internal/browsertest"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/pool/worker"
@@ -22,7 +23,7 @@ import (
 // giving up, Ensure waits out the cool-off, then starts again. Each attempt
 // is counted in the metrics.
 func TestBackoffAndCooloff(t *testing.T) {
-	bin := chromium(t)
+	bin := browsertest.Chromium(t)
 	synctest.Test(t, func(t *testing.T) {
 		m := metrics.New(prometheus.NewRegistry())
 		r, err := NewRunner(Config{Chromium: bin, Backoff: 5 * time.Second, Cooloff: time.Minute, Metrics: m},
@@ -78,7 +79,7 @@ func TestBackoffAndCooloff(t *testing.T) {
 // counted as a failure, and when the account comes back logged out, Ensure
 // starts a login at once instead of cooling off.
 func TestReleasedWorkerLeavesNoBackoff(t *testing.T) {
-	bin := chromium(t)
+	bin := browsertest.Chromium(t)
 	tests := []struct {
 		name         string
 		give         func(ctx context.Context) (string, error) // the worker's login URL answer

@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/poolgate/poolgate/internal/browsertest"
 	"github.com/poolgate/poolgate/internal/sim"
 	"github.com/poolgate/poolgate/internal/sim/simtest"
 	"github.com/poolgate/poolgate/internal/testenv"
@@ -27,17 +28,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // wait bounds every wait in these tests.
 const wait = 30 * time.Second
-
-// chromium fails the test when no browser is installed: these tests are
-// about the real browser and never skip.
-func chromium(t *testing.T) string {
-	t.Helper()
-	p, err := findChromium("")
-	if err != nil {
-		t.Fatalf("no chromium: install chromium with 'apt-get install chromium' or run 'make test' (%v)", err)
-	}
-	return p
-}
 
 // worker is one in-process simulator, logged out, reached with the Lingma
 // driver as the pool would.
@@ -99,7 +89,7 @@ func (w *simWorker) stats(t *testing.T) sim.Stats {
 // the test if any process still mentions that dir (a leaked Chromium).
 func newTestRunner(t *testing.T, cfg Config) (*Runner, *testenv.Buffer) {
 	t.Helper()
-	cfg.Chromium = chromium(t)
+	cfg.Chromium = browsertest.Chromium(t)
 	cfg.TempDir = t.TempDir()
 	if cfg.StepTimeout == 0 {
 		cfg.StepTimeout = 20 * time.Second // generous: CI machines can be very busy

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/poolgate/poolgate/internal/browsertest"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
@@ -270,7 +271,7 @@ func TestNewRunnerErrors(t *testing.T) {
 		{"unknown default recipe", Config{DefaultRecipe: "nope"}, "unknown login recipe"},
 		{"missing recipe file", Config{RecipeFile: "/nonexistent.yaml"}, "recipe file"},
 	}
-	bin := chromium(t)
+	bin := browsertest.Chromium(t)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := tt.give
