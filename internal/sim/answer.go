@@ -345,5 +345,8 @@ func whoamiText(sid string, turn int, reply bool, sections, chars int) string {
 	return fmt.Sprintf("session=%s turn=%d reply=%t sections=%d chars=%d", sid, turn, reply, sections, chars)
 }
 
-// wordCount is the simulator's token estimate.
+// wordCount is the simulated server's own token count, one per word, for
+// the usage it reports: a real server counts with its model's tokenizer and
+// the gateway passes that number on, so this stands for the upstream's count,
+// not for the gateway's estimate (internal/tokens).
 func wordCount(s string) int { return len(strings.Fields(s)) }
