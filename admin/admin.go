@@ -18,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/poolgate/poolgate/internal/access"
-	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/cluster"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -52,13 +52,13 @@ func (a *Admin) bodyCap(c *gin.Context) int64 {
 	return maxAdminBody
 }
 
-// Pool is what admin reads of the admission room (*pool.Pool).
+// Pool is what admin reads of the admission room (*route.Pool).
 type Pool interface {
-	Snapshot() pool.Snapshot
+	Snapshot() route.Snapshot
 	Ready() (bool, string)
 	// Probe sends the instance one short turn, cooldown or not, and acts on
-	// the answer (pool.ErrBusy when it cannot take one now).
-	Probe(ctx context.Context, name string) (pool.ProbeResult, error)
+	// the answer (route.ErrBusy when it cannot take one now).
+	Probe(ctx context.Context, name string) (route.ProbeResult, error)
 }
 
 // Workers is what admin steers of the supervisor (*supervisor.Supervisor);
@@ -193,7 +193,7 @@ func writePoolError(c *gin.Context, name string, err error) {
 	switch {
 	case errors.Is(err, supervisor.ErrUnknownInstance):
 		writeError(c, http.StatusNotFound, CodeUnknownInstance, "unknown instance "+name)
-	case errors.Is(err, pool.ErrBusy):
+	case errors.Is(err, route.ErrBusy):
 		writeError(c, http.StatusConflict, CodeBusy, err.Error())
 	case errors.Is(err, cluster.ErrNotHolder):
 		writeError(c, http.StatusConflict, CodeNotLeaseHolder, err.Error())

@@ -26,8 +26,8 @@ import (
 	"github.com/poolgate/poolgate/admin"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/lingma"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/pool/worker"
 	"github.com/poolgate/poolgate/session/bundle"
@@ -37,7 +37,7 @@ import (
 // account "acct") and a bundle service on an in-memory store.
 type bundleEnv struct {
 	sup     *supervisor.Supervisor
-	pool    *pool.Pool
+	pool    *route.Pool
 	store   *bundle.MemoryStore
 	handler http.Handler
 	workDir string
@@ -77,7 +77,7 @@ func newBundleEnv(t *testing.T, key []byte, cfg admin.Config, edge gin.HandlerFu
 		HealthTimeout: time.Second, BackoffMin: 100 * time.Millisecond, BackoffMax: time.Second, StopGrace: 2 * time.Second}
 	launcher := &supervisor.ExecLauncher{}
 	sup := supervisor.New(supervisor.Config{}, []supervisor.WorkerConfig{wc}, lingma.New(lingma.Config{Command: cmd, ExtraArgs: extra}), launcher, nil, bundleLog())
-	p := pool.New(pool.Config{}, sup, nil, bundleLog())
+	p := route.New(route.Config{}, sup, nil, bundleLog())
 	if start {
 		ctx, cancel := context.WithCancel(context.Background())
 		sup.Start(ctx)
@@ -110,7 +110,7 @@ func (h homes) Home(name string) (bundle.Home, error) {
 	return bundle.Home{}, supervisor.ErrUnknownInstance
 }
 
-func (e *bundleEnv) status(t *testing.T) pool.InstanceStatus {
+func (e *bundleEnv) status(t *testing.T) route.InstanceStatus {
 	t.Helper()
 	for _, in := range e.pool.Snapshot().Instances {
 		if in.Name == "w1" {
@@ -118,12 +118,12 @@ func (e *bundleEnv) status(t *testing.T) pool.InstanceStatus {
 		}
 	}
 	t.Fatal("instance w1 missing from the snapshot")
-	return pool.InstanceStatus{}
+	return route.InstanceStatus{}
 }
 
-func (e *bundleEnv) waitState(t *testing.T, want supervisor.State, cond func(pool.InstanceStatus) bool) pool.InstanceStatus {
+func (e *bundleEnv) waitState(t *testing.T, want supervisor.State, cond func(route.InstanceStatus) bool) route.InstanceStatus {
 	t.Helper()
-	var in pool.InstanceStatus
+	var in route.InstanceStatus
 	testenv.WaitForNoError(t, 20*time.Second, "w1 "+string(want), func() error {
 		if in = e.status(t); in.State == want && (cond == nil || cond(in)) {
 			return nil
@@ -207,7 +207,7 @@ func TestBundleExportImportLogsInWithoutABrowser(t *testing.T) {
 	if code != http.StatusOK || imp["imported"] != true || imp["instance"] != "w1" || imp["account"] != "acct" {
 		t.Fatalf("import = %d %v, want 200 imported", code, imp)
 	}
-	after := dst.waitState(t, supervisor.StateReady, func(in pool.InstanceStatus) bool { return in.Restarts > before.Restarts })
+	after := dst.waitState(t, supervisor.StateReady, func(in route.InstanceStatus) bool { return in.Restarts > before.Restarts })
 	if after.PID == before.PID {
 		t.Errorf("pid %d unchanged: the worker was not restarted", after.PID)
 	}

@@ -15,19 +15,19 @@ import (
 	"github.com/poolgate/poolgate/admin"
 	"github.com/poolgate/poolgate/internal/browsertest"
 	"github.com/poolgate/poolgate/internal/live"
-	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/cluster"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // bigPool is 50 ready instances on one replica of five.
 type bigPool struct{ staticPool }
 
-func (bigPool) Snapshot() pool.Snapshot {
-	var s pool.Snapshot
+func (bigPool) Snapshot() route.Snapshot {
+	var s route.Snapshot
 	for i := range 50 {
 		name := fmt.Sprintf("acct-%02d", i)
-		s.Instances = append(s.Instances, pool.InstanceStatus{Name: name, Account: name, State: supervisor.StateReady,
+		s.Instances = append(s.Instances, route.InstanceStatus{Name: name, Account: name, State: supervisor.StateReady,
 			MaxInFlight: 4, InFlight: i % 3})
 	}
 	return s

@@ -25,8 +25,8 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/login"
-	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/lingma"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/pool/worker"
 )
@@ -84,7 +84,7 @@ func TestDashboard(t *testing.T) {
 	// Restart w1: the pool shows a new process, then so does the page.
 	before := instanceOf(p, "w1")
 	click(t, page, `tr[data-instance="w1"] button.act-restart`)
-	var after pool.InstanceStatus
+	var after route.InstanceStatus
 	testenv.WaitFor(t, 20*time.Second, "w1 restarted with a new pid and ready", func() bool {
 		after = instanceOf(p, "w1")
 		return after.Restarts > before.Restarts && after.PID != 0 && after.PID != before.PID && after.State == supervisor.StateReady
@@ -139,7 +139,7 @@ func TestDashboard(t *testing.T) {
 
 // startBareAdmin serves only the core admin API and the page over p, and
 // says whether that includes the login status and stats endpoints.
-func startBareAdmin(t *testing.T, p *pool.Pool, sup *supervisor.Supervisor) (_ *httptest.Server, hasLogin, hasStats bool) {
+func startBareAdmin(t *testing.T, p *route.Pool, sup *supervisor.Supervisor) (_ *httptest.Server, hasLogin, hasStats bool) {
 	t.Helper()
 	eng := gin.New()
 	eng.Use(admin.Edge(adminToken))
@@ -154,13 +154,13 @@ func startBareAdmin(t *testing.T, p *pool.Pool, sup *supervisor.Supervisor) (_ *
 // startAdmin serves the admin surface over a real pool of two simworkers,
 // with a fake login service and, unless the build has them, stand-ins for
 // the /internal/stats and session export endpoints.
-func startAdmin(t *testing.T) (*pool.Pool, *supervisor.Supervisor, *httptest.Server, *fakeLogins) {
+func startAdmin(t *testing.T) (*route.Pool, *supervisor.Supervisor, *httptest.Server, *fakeLogins) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	drv := lingma.New(lingma.Config{Command: []string{testenv.PoolgateBin(t), "simworker"}, ExtraArgs: []string{"--logged-in"}})
 	launcher := &supervisor.ExecLauncher{}
 	sup := supervisor.New(supervisor.Config{}, []supervisor.WorkerConfig{workerConfig(t, "w1"), workerConfig(t, "w2")}, drv, launcher, nil, log)
-	p := pool.New(pool.Config{}, sup, nil, log)
+	p := route.New(route.Config{}, sup, nil, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	sup.Start(ctx)
 	t.Cleanup(func() {
@@ -348,13 +348,13 @@ func (f *fakeLogins) Screenshot(string) ([]byte, error) { return nil, login.ErrN
 
 // coolDown sends a turn that every worker answers with a ten-minute rate
 // limit, and returns the instance it cooled down.
-func coolDown(t *testing.T, p *pool.Pool) string {
+func coolDown(t *testing.T, p *route.Pool) string {
 	t.Helper()
-	r := pool.NewRouter(pool.RouterConfig{Count: func(s string) int { return len(s) }}, p, nil, nil,
+	r := route.NewRouter(route.RouterConfig{Count: func(s string) int { return len(s) }}, p, nil, nil,
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := r.Open(ctx, pool.Call{Request: &chat.Request{Messages: []chat.Message{{Role: chat.RoleUser, Content: "[[sim:ratelimit=10m]]"}}}})
+	_, err := r.Open(ctx, route.Call{Request: &chat.Request{Messages: []chat.Message{{Role: chat.RoleUser, Content: "[[sim:ratelimit=10m]]"}}}})
 	var rl *chat.RateLimitedError
 	if !errors.As(err, &rl) {
 		t.Fatalf("rate-limited turn: %v", err)
@@ -369,7 +369,7 @@ func coolDown(t *testing.T, p *pool.Pool) string {
 	return ""
 }
 
-func instanceOf(p *pool.Pool, name string) pool.InstanceStatus {
+func instanceOf(p *route.Pool, name string) route.InstanceStatus {
 	in, _ := p.Snapshot().Instance(name)
 	return in
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/poolgate/poolgate/admin"
 	"github.com/poolgate/poolgate/internal/requestlog"
 	"github.com/poolgate/poolgate/internal/usage"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -270,15 +270,15 @@ var (
 	_ admin.Workers = staticPool{}
 )
 
-func (staticPool) Snapshot() pool.Snapshot {
-	return pool.Snapshot{Instances: []pool.InstanceStatus{
+func (staticPool) Snapshot() route.Snapshot {
+	return route.Snapshot{Instances: []route.InstanceStatus{
 		{Name: "sim-1", Account: "sim-1", State: supervisor.StateReady, MaxInFlight: 4},
 		{Name: "sim-2", Account: "sim-2", State: supervisor.StateReady, MaxInFlight: 4},
 	}}
 }
 func (staticPool) Ready() (bool, string) { return true, "" }
-func (staticPool) Probe(context.Context, string) (pool.ProbeResult, error) {
-	return pool.ProbeResult{}, pool.ErrBusy
+func (staticPool) Probe(context.Context, string) (route.ProbeResult, error) {
+	return route.ProbeResult{}, route.ErrBusy
 }
 func (staticPool) Restart(string) error               { return nil }
 func (staticPool) Drain(string) error                 { return nil }

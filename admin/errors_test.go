@@ -20,15 +20,15 @@ import (
 	"github.com/poolgate/poolgate/handlers"
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // fakePool knows one instance, "w1", which is always busy for a probe.
 type fakePool struct{ restarted, imported []string }
 
-func (f *fakePool) Snapshot() pool.Snapshot {
-	return pool.Snapshot{Instances: []pool.InstanceStatus{{Name: "w1", Account: "acct-1"}}}
+func (f *fakePool) Snapshot() route.Snapshot {
+	return route.Snapshot{Instances: []route.InstanceStatus{{Name: "w1", Account: "acct-1"}}}
 }
 func (f *fakePool) Ready() (bool, string) { return true, "" }
 
@@ -43,11 +43,11 @@ func (f *fakePool) Drain(name string) error { return f.Restart(name) }
 func (f *fakePool) ClearCooldown(string) (bool, error) {
 	return false, nil
 }
-func (f *fakePool) Probe(_ context.Context, name string) (pool.ProbeResult, error) {
+func (f *fakePool) Probe(_ context.Context, name string) (route.ProbeResult, error) {
 	if name != "w1" {
-		return pool.ProbeResult{}, supervisor.ErrUnknownInstance
+		return route.ProbeResult{}, supervisor.ErrUnknownInstance
 	}
-	return pool.ProbeResult{}, fmt.Errorf("%w: instance w1 has 1 turns in flight", pool.ErrBusy)
+	return route.ProbeResult{}, fmt.Errorf("%w: instance w1 has 1 turns in flight", route.ErrBusy)
 }
 
 func (f *fakePool) Export(context.Context, string) (string, []byte, error) {

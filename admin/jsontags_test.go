@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/cluster"
+	"github.com/poolgate/poolgate/pool/route"
 )
 
 // answerTypes are the types the admin API marshals as answers.
 var answerTypes = []any{
-	health{}, pool.Snapshot{}, pool.ProbeResult{}, bundleJSON{}, startAnswer{}, rawModels{},
+	health{}, route.Snapshot{}, route.ProbeResult{}, bundleJSON{}, startAnswer{}, rawModels{},
 	ReloadReport{}, UsageAnswer{}, RequestsAnswer{}, cluster.Status{}, Limits{},
 }
 

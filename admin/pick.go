@@ -5,7 +5,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -55,7 +55,7 @@ func (a *Admin) pickInstance() gin.HandlerFunc {
 // pickedInstance reports whether the request's instance was picked.
 func pickedInstance(c *gin.Context) bool { return c.GetString(pickedKey) != "" }
 
-func pick(snap pool.Snapshot, prefer supervisor.State) (string, bool) {
+func pick(snap route.Snapshot, prefer supervisor.State) (string, bool) {
 	for _, in := range snap.Instances {
 		if in.State == prefer {
 			return in.Name, true

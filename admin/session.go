@@ -10,12 +10,12 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 )
 
 // AffinityFlusher removes conversation affinity entries.
 type AffinityFlusher interface {
-	// FlushAffinity removes the entries of one owner (pool.OwnerKey of an API
+	// FlushAffinity removes the entries of one owner (route.OwnerKey of an API
 	// key), or all entries for owner "".
 	FlushAffinity(ctx context.Context, owner string) (int, error)
 }
@@ -43,7 +43,7 @@ func (a *Admin) RegisterSession(r gin.IRouter, store AffinityFlusher) {
 		}
 		owner, scope := "", "all"
 		if body.APIKey != nil {
-			owner, scope = pool.OwnerKey(*body.APIKey), "api_key"
+			owner, scope = route.OwnerKey(*body.APIKey), "api_key"
 		}
 		n, err := store.FlushAffinity(c.Request.Context(), owner)
 		if err != nil {

@@ -22,8 +22,8 @@ import (
 	"github.com/poolgate/poolgate/internal/requestlog"
 	"github.com/poolgate/poolgate/internal/telemetry"
 	"github.com/poolgate/poolgate/internal/usage"
-	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/cluster"
+	"github.com/poolgate/poolgate/pool/route"
 )
 
 // Accounting says who used what: each key's limits at admission, the usage
@@ -58,7 +58,7 @@ type answers struct {
 
 // record is one request's record once it is over.
 type record struct {
-	pool.Served
+	route.Served
 	// Error is the error told to the caller, "" when none.
 	Error string
 	// Forwarded says another replica served the request.

@@ -23,7 +23,7 @@ import (
 	"github.com/poolgate/poolgate/internal/chat/chattest"
 	"github.com/poolgate/poolgate/internal/requestlog"
 	"github.com/poolgate/poolgate/internal/usage"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 )
 
 // chatBody is a chat completion request whose prompt is "the prompt".
@@ -39,41 +39,41 @@ type fakeRouter struct {
 	holder string
 
 	mu    sync.Mutex
-	calls []pool.Call
+	calls []route.Call
 }
 
-func (f *fakeRouter) Open(ctx context.Context, c pool.Call) (pool.Opened, error) {
+func (f *fakeRouter) Open(ctx context.Context, c route.Call) (route.Opened, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, c)
 	f.mu.Unlock()
 	if c.MayHop && f.holder != "" {
-		return pool.Opened{Holder: f.holder}, nil
+		return route.Opened{Holder: f.holder}, nil
 	}
 	usage := chat.Usage{InputTokens: 7, OutputTokens: 3}
-	s := pool.Served{Instance: "sim-1", Account: "acct-1", Model: "m", Reused: true, Usage: usage}
+	s := route.Served{Instance: "sim-1", Account: "acct-1", Model: "m", Reused: true, Usage: usage}
 	if c.Capture {
 		s.Prompt, s.Answer = c.Request.Messages[len(c.Request.Messages)-1].Content, "the answer"
 	}
 	a := chattest.Script(ctx, chat.Event{Type: chat.EventText, Text: "the answer"},
 		chat.Event{Type: chat.EventDone, Finish: chat.FinishStop, Usage: usage})
-	return pool.Opened{Answer: &servedAnswer{Answer: a, served: s},
-		Served: pool.Served{Instance: s.Instance, Account: s.Account, Model: s.Model}}, nil
+	return route.Opened{Answer: &servedAnswer{Answer: a, served: s},
+		Served: route.Served{Instance: s.Instance, Account: s.Account, Model: s.Model}}, nil
 }
 
 // Calls returns the calls seen so far.
-func (f *fakeRouter) Calls() []pool.Call {
+func (f *fakeRouter) Calls() []route.Call {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]pool.Call(nil), f.calls...)
+	return append([]route.Call(nil), f.calls...)
 }
 
 // servedAnswer is a scripted answer that says how it was served.
 type servedAnswer struct {
 	*chattest.Answer
-	served pool.Served
+	served route.Served
 }
 
-func (a *servedAnswer) Served() pool.Served { return a.served }
+func (a *servedAnswer) Served() route.Served { return a.served }
 
 // edge is the public API as main wires it, on r, with keys sk-a (alice) and
 // sk-b (bob); cfg says the rest (cluster, body cap).

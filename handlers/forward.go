@@ -13,8 +13,8 @@ import (
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/telemetry"
-	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/cluster"
+	"github.com/poolgate/poolgate/pool/route"
 )
 
 // Forwarded reports whether another replica forwarded r, as the edge
@@ -22,9 +22,9 @@ import (
 // most).
 func Forwarded(r *http.Request) bool { return access.From(r.Context()).Replica != "" }
 
-// Router runs requests on the pool (*pool.Router).
+// Router runs requests on the pool (*route.Router).
 type Router interface {
-	Open(ctx context.Context, c pool.Call) (pool.Opened, error)
+	Open(ctx context.Context, c route.Call) (route.Opened, error)
 }
 
 // exchange is one API request's way to its answer, the relay.Pool its
@@ -47,8 +47,8 @@ type exchange struct {
 	// instance is the instance that took the turn, once Open returned
 	// (read by the response writer, maybe from the keep-alive's goroutine).
 	instance  atomic.Pointer[string]
-	served    pool.Served
-	answer    pool.Answer
+	served    route.Served
+	answer    route.Answer
 	forwarded bool
 }
 
@@ -57,7 +57,7 @@ var _ relay.Pool = (*exchange)(nil)
 // Open runs req on the router as this request.
 func (x *exchange) Open(ctx context.Context, req *chat.Request, mayHop bool) (chat.Answer, string, error) {
 	req.RequestID, req.APIKey = x.id, x.key
-	o, err := x.router.Open(ctx, pool.Call{API: x.api, Request: req, MayHop: mayHop && x.hop != nil, Capture: x.capture})
+	o, err := x.router.Open(ctx, route.Call{API: x.api, Request: req, MayHop: mayHop && x.hop != nil, Capture: x.capture})
 	x.served, x.answer = o.Served, o.Answer
 	x.instance.Store(&o.Served.Instance)
 	if o.Answer == nil {
@@ -94,7 +94,7 @@ func (x *exchange) Instance() string {
 }
 
 // record is what the router said about the request, once it is over.
-func (x *exchange) record() pool.Served {
+func (x *exchange) record() route.Served {
 	if x.answer != nil {
 		return x.answer.Served()
 	}

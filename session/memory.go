@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 )
 
 // MemoryConfig configures the in-memory store. Zero values take the defaults.
@@ -35,7 +35,7 @@ type MemoryConfig struct {
 	// called synchronously, without locks held, from whichever call noticed
 	// the eviction, so it must not block (hand the work to a goroutine with an
 	// owner). Default: none.
-	OnEvict func(pool.Affinity)
+	OnEvict func(route.Affinity)
 	// Now tells the time. Default time.Now.
 	Now func() time.Time
 }
@@ -72,14 +72,14 @@ func (c MemoryConfig) withDefaults() MemoryConfig {
 type Memory struct {
 	cfg  MemoryConfig
 	mu   sync.Mutex
-	aff  *lru[pool.Affinity]
+	aff  *lru[route.Affinity]
 	resp *lru[[]byte]
 }
 
 // NewMemory returns an empty in-memory store. Expired entries are dropped when
 // touched; call Run to also drop untouched ones in the background.
 func NewMemory(cfg MemoryConfig) *Memory {
-	return &Memory{cfg: cfg.withDefaults(), aff: newLRU[pool.Affinity](), resp: newLRU[[]byte]()}
+	return &Memory{cfg: cfg.withDefaults(), aff: newLRU[route.Affinity](), resp: newLRU[[]byte]()}
 }
 
 // Run drops expired entries every SweepInterval until ctx is done.
@@ -106,13 +106,13 @@ func (m *Memory) Healthy() bool { return true }
 func (m *Memory) Close() error { return nil }
 
 // TakeAffinity removes and returns the entry under key, or ErrNotFound.
-func (m *Memory) TakeAffinity(_ context.Context, key string) (pool.Affinity, error) {
+func (m *Memory) TakeAffinity(_ context.Context, key string) (route.Affinity, error) {
 	a, _, err := m.takeAffinity(key)
 	return a, err
 }
 
 // PutAffinity stores a under key for AffinityTTL, as the most recently used.
-func (m *Memory) PutAffinity(_ context.Context, key string, a pool.Affinity) error {
+func (m *Memory) PutAffinity(_ context.Context, key string, a route.Affinity) error {
 	m.putAffinity(key, a, false)
 	return nil
 }
@@ -154,7 +154,7 @@ func (m *Memory) DeleteResponse(_ context.Context, id string) error {
 }
 
 // report hands abandoned entries to OnEvict; call it without m.mu held.
-func (m *Memory) report(evicted []pool.Affinity) {
+func (m *Memory) report(evicted []route.Affinity) {
 	if m.cfg.OnEvict == nil {
 		return
 	}
@@ -163,21 +163,21 @@ func (m *Memory) report(evicted []pool.Affinity) {
 	}
 }
 
-func (m *Memory) takeAffinity(key string) (pool.Affinity, bool, error) {
+func (m *Memory) takeAffinity(key string) (route.Affinity, bool, error) {
 	m.mu.Lock()
 	n := m.aff.get(key)
 	if n == nil {
 		m.mu.Unlock()
-		return pool.Affinity{}, false, ErrNotFound
+		return route.Affinity{}, false, ErrNotFound
 	}
 	m.aff.remove(n)
 	expired := !m.cfg.Now().Before(n.expires)
 	m.mu.Unlock()
 	if expired {
 		if !n.mirrored {
-			m.report([]pool.Affinity{n.val})
+			m.report([]route.Affinity{n.val})
 		}
-		return pool.Affinity{}, false, ErrNotFound
+		return route.Affinity{}, false, ErrNotFound
 	}
 	return n.val, n.mirrored, nil
 }
@@ -191,8 +191,8 @@ func (m *Memory) discardAffinity(key string) {
 	m.mu.Unlock()
 }
 
-func (m *Memory) putAffinity(key string, a pool.Affinity, mirrored bool) {
-	var evicted []pool.Affinity
+func (m *Memory) putAffinity(key string, a route.Affinity, mirrored bool) {
+	var evicted []route.Affinity
 	m.mu.Lock()
 	now := m.cfg.Now()
 	if n := m.aff.get(key); n != nil {
@@ -202,7 +202,7 @@ func (m *Memory) putAffinity(key string, a pool.Affinity, mirrored bool) {
 		n.val, n.mirrored, n.expires = a, mirrored, now.Add(m.cfg.AffinityTTL)
 		m.aff.touch(n)
 	} else {
-		m.aff.add(&node[pool.Affinity]{key: key, val: a, mirrored: mirrored, expires: now.Add(m.cfg.AffinityTTL)})
+		m.aff.add(&node[route.Affinity]{key: key, val: a, mirrored: mirrored, expires: now.Add(m.cfg.AffinityTTL)})
 	}
 	// Entries are ordered by their last put and share one TTL, so the back is
 	// both the least recently used and the first to expire.
@@ -219,9 +219,9 @@ func (m *Memory) putAffinity(key string, a pool.Affinity, mirrored bool) {
 // flushAffinity removes owner's entries and returns how many it removed in
 // all and how many of those were local-only (not mirrored from Redis).
 func (m *Memory) flushAffinity(owner string) (all, localOnly int) {
-	var evicted []pool.Affinity
+	var evicted []route.Affinity
 	m.mu.Lock()
-	m.aff.each(func(n *node[pool.Affinity]) {
+	m.aff.each(func(n *node[route.Affinity]) {
 		if !ownedBy(n.key, owner) {
 			return
 		}
@@ -295,10 +295,10 @@ func (m *Memory) deleteResponse(id string) (bool, error) {
 
 // sweep drops every expired entry.
 func (m *Memory) sweep() {
-	var evicted []pool.Affinity
+	var evicted []route.Affinity
 	m.mu.Lock()
 	now := m.cfg.Now()
-	m.aff.each(func(n *node[pool.Affinity]) {
+	m.aff.each(func(n *node[route.Affinity]) {
 		if !now.Before(n.expires) {
 			m.aff.remove(n)
 			if !n.mirrored {

@@ -10,7 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 )
 
 func TestMemoryAffinityExpires(t *testing.T) {
@@ -28,7 +28,7 @@ func TestMemoryAffinityExpires(t *testing.T) {
 		if _, err := m.TakeAffinity(ctx, "own:2"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("TakeAffinity() at the TTL error = %v, want ErrNotFound", err)
 		}
-		if got, want := ev.list(), []pool.Affinity{aff(2)}; !slices.Equal(got, want) {
+		if got, want := ev.list(), []route.Affinity{aff(2)}; !slices.Equal(got, want) {
 			t.Errorf("evicted %v, want %v", got, want)
 		}
 	})
@@ -60,7 +60,7 @@ func TestMemoryRunSweeps(t *testing.T) {
 		}
 		time.Sleep(2 * time.Minute)
 		synctest.Wait()
-		if got, want := ev.list(), []pool.Affinity{aff(1)}; !slices.Equal(got, want) {
+		if got, want := ev.list(), []route.Affinity{aff(1)}; !slices.Equal(got, want) {
 			t.Errorf("evicted %v after the TTL, want %v", got, want)
 		}
 		if a, r := m.lens(); a != 0 || r != 1 {
@@ -110,11 +110,11 @@ func TestMemoryAffinityLRU(t *testing.T) {
 	tests := []struct {
 		name        string
 		give        []string // keys put in order
-		wantEvicted []pool.Affinity
+		wantEvicted []route.Affinity
 	}{
 		{name: "under cap", give: []string{"o:1", "o:2"}, wantEvicted: nil},
-		{name: "oldest goes", give: []string{"o:1", "o:2", "o:3"}, wantEvicted: []pool.Affinity{aff(1)}},
-		{name: "put refreshes", give: []string{"o:1", "o:2", "o:1", "o:3"}, wantEvicted: []pool.Affinity{aff(2)}},
+		{name: "oldest goes", give: []string{"o:1", "o:2", "o:3"}, wantEvicted: []route.Affinity{aff(1)}},
+		{name: "put refreshes", give: []string{"o:1", "o:2", "o:1", "o:3"}, wantEvicted: []route.Affinity{aff(2)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

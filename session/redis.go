@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/redisconn"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 )
 
 // RedisConfig configures the Redis store. Zero values take the defaults.
@@ -127,7 +127,7 @@ func (r *Redis) Ping(ctx context.Context) error { return r.conn.Ping(ctx) }
 // its key prefix, and an outage is noticed and logged once for all.
 func (r *Redis) Conn() *redisconn.Conn { return r.conn }
 
-func (r *Redis) report(a pool.Affinity) {
+func (r *Redis) report(a route.Affinity) {
 	if r.cfg.Memory.OnEvict != nil {
 		r.cfg.Memory.OnEvict(a)
 	}
@@ -135,7 +135,7 @@ func (r *Redis) report(a pool.Affinity) {
 
 // TakeAffinity removes and returns the entry under key, or ErrNotFound. When
 // Redis fails it takes from the local tier.
-func (r *Redis) TakeAffinity(ctx context.Context, key string) (pool.Affinity, error) {
+func (r *Redis) TakeAffinity(ctx context.Context, key string) (route.Affinity, error) {
 	const op = "take_affinity"
 	if !r.conn.Allow() {
 		r.conn.Skipped(op)
@@ -148,7 +148,7 @@ func (r *Redis) TakeAffinity(ctx context.Context, key string) (pool.Affinity, er
 		r.local.discardAffinity(key)
 		if expired {
 			r.report(a)
-			return pool.Affinity{}, ErrNotFound
+			return route.Affinity{}, ErrNotFound
 		}
 		return a, nil
 	case errors.Is(err, ErrNotFound):
@@ -157,12 +157,12 @@ func (r *Redis) TakeAffinity(ctx context.Context, key string) (pool.Affinity, er
 		// was taken from Redis by another replica since, so it is stale.
 		a, mirrored, err := r.local.takeAffinity(key)
 		if err != nil || mirrored {
-			return pool.Affinity{}, ErrNotFound
+			return route.Affinity{}, ErrNotFound
 		}
 		return a, nil
 	default:
 		if !r.conn.Failed(ctx, op, err) {
-			return pool.Affinity{}, ctx.Err()
+			return route.Affinity{}, ctx.Err()
 		}
 	}
 	return r.takeLocal(key)
@@ -171,7 +171,7 @@ func (r *Redis) TakeAffinity(ctx context.Context, key string) (pool.Affinity, er
 // takeLocal serves a take from the local tier while Redis is away. Taking a
 // mirrored entry leaves its Redis copy behind; it is queued for deletion so
 // that no later turn reuses the session once Redis is back.
-func (r *Redis) takeLocal(key string) (pool.Affinity, error) {
+func (r *Redis) takeLocal(key string) (route.Affinity, error) {
 	a, mirrored, err := r.local.takeAffinity(key)
 	if err == nil && mirrored {
 		r.pending.queueAffinity(key)
@@ -181,7 +181,7 @@ func (r *Redis) takeLocal(key string) (pool.Affinity, error) {
 
 // PutAffinity stores a under key in Redis and locally. It fails only when ctx
 // is already done; a Redis failure leaves the entry in the local tier alone.
-func (r *Redis) PutAffinity(ctx context.Context, key string, a pool.Affinity) error {
+func (r *Redis) PutAffinity(ctx context.Context, key string, a route.Affinity) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -224,7 +224,7 @@ func (r *Redis) FlushAffinity(ctx context.Context, owner string) (int, error) {
 				mine = append(mine, m)
 			}
 		}
-		var removed []pool.Affinity
+		var removed []route.Affinity
 		removed, err = r.removeRemote(ctx, "all", mine)
 		for _, a := range removed {
 			r.report(a)

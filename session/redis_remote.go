@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 )
 
 // Key families. Every Redis key the store touches is built by one of these.
@@ -115,15 +115,15 @@ return out
 // removeBatch bounds the keys one removeAffinityScript call handles.
 const removeBatch = 256
 
-func encodeAffinity(a pool.Affinity) string {
+func encodeAffinity(a route.Affinity) string {
 	b, _ := json.Marshal(a) // cannot fail: three strings
 	return string(b)
 }
 
-func decodeAffinity(s string) (pool.Affinity, error) {
-	var a pool.Affinity
+func decodeAffinity(s string) (route.Affinity, error) {
+	var a route.Affinity
 	if err := json.Unmarshal([]byte(s), &a); err != nil {
-		return pool.Affinity{}, fmt.Errorf("decode affinity %q: %w", s, err)
+		return route.Affinity{}, fmt.Errorf("decode affinity %q: %w", s, err)
 	}
 	return a, nil
 }
@@ -136,7 +136,7 @@ func remoteErr(err error) error {
 	return err
 }
 
-func (r *Redis) putRemote(ctx context.Context, key string, a pool.Affinity) (old *pool.Affinity, err error) {
+func (r *Redis) putRemote(ctx context.Context, key string, a route.Affinity) (old *route.Affinity, err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.AffinityTimeout)
 	defer cancel()
 	res, err := putAffinityScript.Run(ctx, r.client,
@@ -155,36 +155,36 @@ func (r *Redis) putRemote(ctx context.Context, key string, a pool.Affinity) (old
 	return &prev, nil
 }
 
-func (r *Redis) takeRemote(ctx context.Context, key string) (a pool.Affinity, expired bool, err error) {
+func (r *Redis) takeRemote(ctx context.Context, key string) (a route.Affinity, expired bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.AffinityTimeout)
 	defer cancel()
 	res, err := takeAffinityScript.Run(ctx, r.client,
 		[]string{r.affinityKey(key), r.affinityIndexKey(affinityShard(key))}, key).Slice()
 	if err != nil {
-		return pool.Affinity{}, false, remoteErr(err)
+		return route.Affinity{}, false, remoteErr(err)
 	}
 	if len(res) != 2 {
-		return pool.Affinity{}, false, fmt.Errorf("take affinity %s: unexpected reply %v", key, res)
+		return route.Affinity{}, false, fmt.Errorf("take affinity %s: unexpected reply %v", key, res)
 	}
 	flag, _ := res[0].(int64)
 	val, _ := res[1].(string)
 	a, err = decodeAffinity(val)
 	if err != nil {
 		// A value we cannot read is as good as absent; it is gone now.
-		return pool.Affinity{}, false, ErrNotFound
+		return route.Affinity{}, false, ErrNotFound
 	}
 	return a, flag == 1, nil
 }
 
 // removeRemote runs removeAffinityScript over members, one batch of one
 // index shard at a time, and returns the values it removed.
-func (r *Redis) removeRemote(ctx context.Context, mode string, members []string) ([]pool.Affinity, error) {
+func (r *Redis) removeRemote(ctx context.Context, mode string, members []string) ([]route.Affinity, error) {
 	var byShard [affinityShards][]string
 	for _, m := range members {
 		sh := affinityShard(m)
 		byShard[sh] = append(byShard[sh], m)
 	}
-	var removed []pool.Affinity
+	var removed []route.Affinity
 	for sh, members := range byShard {
 		for len(members) > 0 {
 			batch := members[:min(removeBatch, len(members))]
@@ -199,7 +199,7 @@ func (r *Redis) removeRemote(ctx context.Context, mode string, members []string)
 	return removed, nil
 }
 
-func (r *Redis) removeBatch(ctx context.Context, mode string, shard int, batch []string) ([]pool.Affinity, error) {
+func (r *Redis) removeBatch(ctx context.Context, mode string, shard int, batch []string) ([]route.Affinity, error) {
 	keys := make([]string, 0, len(batch)+1)
 	args := make([]any, 0, len(batch)+1)
 	keys = append(keys, r.affinityIndexKey(shard))
@@ -214,7 +214,7 @@ func (r *Redis) removeBatch(ctx context.Context, mode string, shard int, batch [
 	if err != nil {
 		return nil, err
 	}
-	var removed []pool.Affinity
+	var removed []route.Affinity
 	for _, v := range vals {
 		if a, err := decodeAffinity(v); err == nil {
 			removed = append(removed, a)

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 )
 
 // maxPending bounds the deletes queued while Redis is away; beyond it they
@@ -107,7 +107,7 @@ func (r *Redis) replay(ctx context.Context) {
 func (r *Redis) sweepRemote(ctx context.Context) {
 	due, err := r.indexMembers(ctx, true)
 	if err == nil {
-		var removed []pool.Affinity
+		var removed []route.Affinity
 		removed, err = r.removeRemote(ctx, "due", due)
 		for _, a := range removed {
 			r.report(a)

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 )
 
 // openTestRedis opens a store on srv under a prefix of its own, so tests can
@@ -74,12 +74,12 @@ func TestRedisKeys(t *testing.T) {
 func TestAffinityEncoding(t *testing.T) {
 	tests := []struct {
 		name string
-		give pool.Affinity
+		give route.Affinity
 		want string
 	}{
-		{name: "with model", give: pool.Affinity{Instance: "acct-1", SessionID: "s-9", Model: "qwen"},
+		{name: "with model", give: route.Affinity{Instance: "acct-1", SessionID: "s-9", Model: "qwen"},
 			want: `{"i":"acct-1","s":"s-9","m":"qwen"}`},
-		{name: "without model", give: pool.Affinity{Instance: "acct-1", SessionID: "s-9"},
+		{name: "without model", give: route.Affinity{Instance: "acct-1", SessionID: "s-9"},
 			want: `{"i":"acct-1","s":"s-9"}`},
 	}
 	for _, tt := range tests {

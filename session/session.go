@@ -1,12 +1,12 @@
 // Package session keeps conversation state: where each conversation's
-// upstream session lives (the router's pool.Affinity entries, taken before a
+// upstream session lives (the router's route.Affinity entries, taken before a
 // follow-up turn and put back after a clean finish) and the stored Responses
 // objects (previous_response_id chains, bounded per owner). Memory is the
 // in-process store (bounded LRU caches with TTLs; a single node's store);
 // Redis is shared by the replicas, with a Memory as its local tier for while
 // Redis is away, and its health tracked and logged once by its
 // redisconn.Conn, which it lends to the stores kept beside it (Conn:
-// session/bundle's sealed bundles). Both are the router's pool.AffinityStore
+// session/bundle's sealed bundles). Both are the router's route.AffinityStore
 // and satisfy the Responses handler's small interface. Stores sit above
 // routing: session knows the router's affinity value, but not workers,
 // leases or HTTP.
@@ -16,7 +16,7 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 )
 
 // ErrNotFound is returned when a key does not exist (redis.Nil translates to it).
@@ -27,8 +27,8 @@ var ErrNotFound = errors.New("not found")
 var ErrTooLarge = errors.New("response larger than the store's byte budget")
 
 var (
-	_ pool.AffinityStore = (*Memory)(nil)
-	_ pool.AffinityStore = (*Redis)(nil)
+	_ route.AffinityStore = (*Memory)(nil)
+	_ route.AffinityStore = (*Redis)(nil)
 )
 
 // ownedBy reports whether an affinity key "<owner>:<conversation>" belongs to

@@ -9,14 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 )
 
 // store is every method the callers' interfaces pick from; both
 // implementations must satisfy it and pass storeSuite.
 type store interface {
-	TakeAffinity(ctx context.Context, key string) (pool.Affinity, error)
-	PutAffinity(ctx context.Context, key string, a pool.Affinity) error
+	TakeAffinity(ctx context.Context, key string) (route.Affinity, error)
+	PutAffinity(ctx context.Context, key string, a route.Affinity) error
 	FlushAffinity(ctx context.Context, owner string) (int, error)
 	SaveResponse(ctx context.Context, owner, id string, data []byte, ttl time.Duration, keep ...string) error
 	LoadResponse(ctx context.Context, id string) ([]byte, error)
@@ -38,23 +38,23 @@ type newStoreFunc func(t *testing.T, cfg MemoryConfig) store
 // evictLog collects OnEvict calls.
 type evictLog struct {
 	mu  sync.Mutex
-	got []pool.Affinity
+	got []route.Affinity
 }
 
-func (l *evictLog) add(a pool.Affinity) {
+func (l *evictLog) add(a route.Affinity) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.got = append(l.got, a)
 }
 
-func (l *evictLog) list() []pool.Affinity {
+func (l *evictLog) list() []route.Affinity {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.got)
 }
 
-func aff(n int) pool.Affinity {
-	return pool.Affinity{Instance: fmt.Sprintf("inst-%d", n), SessionID: fmt.Sprintf("sess-%d", n), Model: "m"}
+func aff(n int) route.Affinity {
+	return route.Affinity{Instance: fmt.Sprintf("inst-%d", n), SessionID: fmt.Sprintf("sess-%d", n), Model: "m"}
 }
 
 // storeSuite is the behaviour both stores share.
@@ -90,7 +90,7 @@ func storeSuite(t *testing.T, newStore newStoreFunc) {
 		if err != nil || got != aff(2) {
 			t.Fatalf("TakeAffinity() = %v, %v; want %v, nil", got, err, aff(2))
 		}
-		if got, want := ev.list(), []pool.Affinity{aff(1)}; !slices.Equal(got, want) {
+		if got, want := ev.list(), []route.Affinity{aff(1)}; !slices.Equal(got, want) {
 			t.Errorf("evicted %v, want %v", got, want)
 		}
 	})
@@ -206,7 +206,7 @@ func responseSuite(t *testing.T, newStore newStoreFunc) {
 	}
 }
 
-func mustPut(t *testing.T, s store, key string, a pool.Affinity) {
+func mustPut(t *testing.T, s store, key string, a route.Affinity) {
 	t.Helper()
 	if err := s.PutAffinity(context.Background(), key, a); err != nil {
 		t.Fatalf("PutAffinity(%q) = %v", key, err)

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -67,7 +67,7 @@ func TestExportImportBetweenDaemons(t *testing.T) {
 	a := testenv.StartDaemon(t, "POOLGATE_BUNDLE_KEY="+key, "POOLGATE_ADMIN_TOKEN=adm")
 	b := testenv.StartDaemon(t, "POOLGATE_BUNDLE_KEY="+key, "POOLGATE_ADMIN_TOKEN=adm", loggedOutSims, "POOLGATE_AUTO_LOGIN=false")
 	testenv.WaitForNoError(t, 15*time.Second, "sim-1 ready on a and logged out on b", func() error {
-		var s, sb pool.Snapshot
+		var s, sb route.Snapshot
 		a.GetJSON(t, "/internal/pool", "adm", &s)
 		b.GetJSON(t, "/internal/pool", "adm", &sb)
 		if len(s.Instances) == 2 && s.Instances[0].State == supervisor.StateReady && sb.Instances[0].State == supervisor.StateNeedsLogin {
@@ -99,7 +99,7 @@ func TestExportImportBetweenDaemons(t *testing.T) {
 		t.Fatalf("import: %d %s", code, body)
 	}
 	testenv.WaitForNoError(t, 15*time.Second, "sim-1 ready on b after the import", func() error {
-		var sb pool.Snapshot
+		var sb route.Snapshot
 		b.GetJSON(t, "/internal/pool", "adm", &sb)
 		if sb.Instances[0].State != supervisor.StateReady {
 			return fmt.Errorf("sim-1 on b: %+v", sb.Instances[0])

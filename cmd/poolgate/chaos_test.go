@@ -19,7 +19,7 @@ import (
 	"github.com/openai/openai-go/v3"
 
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -39,8 +39,8 @@ func simAccounts(n int, extra map[int][]string) []string {
 		"POOLGATE_HEALTH_INTERVAL=200ms", "POOLGATE_BACKOFF_MAX=1s"}
 }
 
-func readyInstances(t *testing.T, d *testenv.Daemon) []pool.InstanceStatus {
-	var ready []pool.InstanceStatus
+func readyInstances(t *testing.T, d *testenv.Daemon) []route.InstanceStatus {
+	var ready []route.InstanceStatus
 	for _, in := range poolState(t, d, "").Instances {
 		if in.State == supervisor.StateReady && in.PID > 0 {
 			ready = append(ready, in)
@@ -49,9 +49,9 @@ func readyInstances(t *testing.T, d *testenv.Daemon) []pool.InstanceStatus {
 	return ready
 }
 
-func waitAllReady(t *testing.T, d *testenv.Daemon, n int, within time.Duration) []pool.InstanceStatus {
+func waitAllReady(t *testing.T, d *testenv.Daemon, n int, within time.Duration) []route.InstanceStatus {
 	t.Helper()
-	var ready []pool.InstanceStatus
+	var ready []route.InstanceStatus
 	testenv.WaitForNoError(t, within, fmt.Sprintf("%d ready instances", n), func() error {
 		if ready = readyInstances(t, d); len(ready) == n {
 			return nil
@@ -274,7 +274,7 @@ var fixedMetrics = []string{
 func TestMetricsContract(t *testing.T) {
 	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_METRICS_TOKEN=mt", "POOLGATE_ADMIN_TOKEN=adm")
 	testenv.WaitFor(t, 15*time.Second, "two ready instances", func() bool {
-		var s pool.Snapshot
+		var s route.Snapshot
 		req, _ := http.NewRequest(http.MethodGet, d.URL+"/internal/pool", nil)
 		req.Header.Set("Authorization", "Bearer adm")
 		resp, err := http.DefaultClient.Do(req)

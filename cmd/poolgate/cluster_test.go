@@ -16,8 +16,8 @@ import (
 
 	"github.com/poolgate/poolgate/deploy"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/cluster"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -175,7 +175,7 @@ func (s *scale) readyOn() map[string][]int {
 		if err != nil {
 			continue
 		}
-		var snap pool.Snapshot
+		var snap route.Snapshot
 		_ = jsonDecode(resp, &snap)
 		for _, in := range snap.Instances {
 			if in.State == supervisor.StateReady {

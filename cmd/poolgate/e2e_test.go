@@ -18,7 +18,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -29,9 +29,9 @@ func sdk(d *testenv.Daemon, key string) openai.Client {
 	return openai.NewClient(option.WithBaseURL(d.URL+"/v1"), option.WithAPIKey(key), option.WithMaxRetries(0))
 }
 
-func poolState(t *testing.T, d *testenv.Daemon, token string) pool.Snapshot {
+func poolState(t *testing.T, d *testenv.Daemon, token string) route.Snapshot {
 	t.Helper()
-	var s pool.Snapshot
+	var s route.Snapshot
 	if code := d.GetJSON(t, "/internal/pool", token, &s); code != http.StatusOK {
 		t.Fatalf("/internal/pool: %d", code)
 	}
@@ -41,7 +41,7 @@ func poolState(t *testing.T, d *testenv.Daemon, token string) pool.Snapshot {
 func TestDefaultPoolServesTheSDKAndShutsDownClean(t *testing.T) {
 	d := testenv.StartDaemon(t)
 	d.WaitReady(t, 10*time.Second)
-	var snap pool.Snapshot
+	var snap route.Snapshot
 	testenv.WaitForNoError(t, 10*time.Second, "two ready instances with pids", func() error {
 		snap = poolState(t, d, "")
 		ready := 0
@@ -233,7 +233,7 @@ func TestStatsAndRawModels(t *testing.T) {
 		} `json:"requests"`
 		Tokens      map[string]float64 `json:"tokens"`
 		Concurrency map[string]float64 `json:"concurrency"`
-		Pool        []pool.InstanceStatus
+		Pool        []route.InstanceStatus
 	}
 	if code := d.GetJSON(t, "/internal/stats", "adm", &stats); code != http.StatusOK {
 		t.Fatalf("stats: %d", code)
@@ -258,14 +258,14 @@ func TestStatsAndRawModels(t *testing.T) {
 
 func TestDrainAndRestart(t *testing.T) {
 	d := testenv.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm")
-	state := func() pool.InstanceStatus {
-		var s pool.Snapshot
+	state := func() route.InstanceStatus {
+		var s route.Snapshot
 		d.GetJSON(t, "/internal/pool", "adm", &s)
 		return s.Instances[0]
 	}
-	waitState := func(want supervisor.State, within time.Duration) pool.InstanceStatus {
+	waitState := func(want supervisor.State, within time.Duration) route.InstanceStatus {
 		t.Helper()
-		var in pool.InstanceStatus
+		var in route.InstanceStatus
 		testenv.WaitForNoError(t, within, string(want), func() error {
 			if in = state(); in.State != want {
 				return fmt.Errorf("%s is %s", in.Name, in.State)

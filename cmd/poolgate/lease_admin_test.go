@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 )
 
 func postAdmin(t *testing.T, url string, header map[string]string, body string) (int, string) {
@@ -63,7 +63,7 @@ func TestAdminActionsFollowTheLease(t *testing.T) {
 		}
 	}
 	restarts := func(i int) int {
-		var snap pool.Snapshot
+		var snap route.Snapshot
 		s.live()[i].GetJSON(t, "/internal/pool", "", &snap)
 		in, _ := snap.Instance("acct-1")
 		return in.Restarts
@@ -98,7 +98,7 @@ func TestAdminActionsFollowTheLease(t *testing.T) {
 		t.Errorf("body-named import on a non-holder: %d %s, want the holder's 200", code, body)
 	}
 	testenv.WaitFor(t, 10*time.Second, "the holder to restart acct-1 on the import", func() bool { return restarts(holder) > before })
-	var snap pool.Snapshot
+	var snap route.Snapshot
 	s.live()[other].GetJSON(t, "/internal/pool", "", &snap)
 	if in, _ := snap.Instance("acct-1"); in.PID != 0 {
 		t.Errorf("the non-holder runs acct-1 (pid %d, %s) after an import sent to it", in.PID, in.State)

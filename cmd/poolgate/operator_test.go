@@ -19,7 +19,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -372,7 +372,7 @@ func TestCooldownClearAndProbe(t *testing.T) {
 		t.Errorf("clear: %d %s", code, body)
 	}
 	code, body = post(t, d.URL+"/internal/pool/sim-2/probe", "adm", nil)
-	var probe pool.ProbeResult
+	var probe route.ProbeResult
 	if err := json.Unmarshal(body, &probe); code != http.StatusOK || err != nil || !probe.OK || probe.CooldownUntil != nil {
 		t.Errorf("probe: %d %s", code, body)
 	}

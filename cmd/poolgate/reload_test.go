@@ -18,7 +18,7 @@ import (
 
 	"github.com/poolgate/poolgate/admin"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -75,9 +75,9 @@ func startWithConfig(t *testing.T, c reloadConfig) (*testenv.Daemon, string) {
 }
 
 // readyWith waits until n instances are ready, reading the pool with token.
-func readyWith(t *testing.T, d *testenv.Daemon, token string, n int) []pool.InstanceStatus {
+func readyWith(t *testing.T, d *testenv.Daemon, token string, n int) []route.InstanceStatus {
 	t.Helper()
-	var ready []pool.InstanceStatus
+	var ready []route.InstanceStatus
 	testenv.WaitForNoError(t, 20*time.Second, fmt.Sprintf("%d ready instances", n), func() error {
 		snap := poolState(t, d, token)
 		ready = ready[:0]

@@ -35,8 +35,8 @@ import (
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/tokens"
 	"github.com/poolgate/poolgate/login"
-	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/cluster"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/session"
 	"github.com/poolgate/poolgate/session/bundle"
@@ -100,9 +100,9 @@ type app struct {
 	cfg         config.Config
 	log         *slog.Logger
 	sup         *supervisor.Supervisor
-	pool        *pool.Pool
+	pool        *route.Pool
 	launcher    *supervisor.ExecLauncher
-	router      *pool.Router
+	router      *route.Router
 	cluster     *cluster.Cluster // nil on a single node
 	login       *login.Runner    // nil without Chromium
 	bundles     *bundle.Service
@@ -134,7 +134,7 @@ type app struct {
 
 // store is what main needs of a session store beyond what its users need.
 type store interface {
-	pool.AffinityStore
+	route.AffinityStore
 	responses.Store
 	admin.AffinityFlusher
 	Run(ctx context.Context)
@@ -160,9 +160,9 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	a := &app{cfg: cfg, applied: cfg, metrics: m, log: log, launcher: &supervisor.ExecLauncher{Env: childEnv(environ)},
 		tracing: tp, stopTracing: stopTracing, live: live.New(liveStep, liveSteps, liveAccounts), count: tokens.NewMemo()}
 	a.sup = supervisor.New(supervisor.Config{}, workers, driver, a.launcher, m, log)
-	a.pool = pool.New(pool.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
+	a.pool = route.New(route.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
 		a.sup, m, log)
-	onEvict := func(s pool.Affinity) { a.router.DeleteSession(s) }
+	onEvict := func(s route.Affinity) { a.router.DeleteSession(s) }
 	var redisClient redis.UniversalClient
 	if a.store, a.bundleStore, redisClient, err = openStores(cfg, m, onEvict, log); err != nil {
 		return nil, err
@@ -175,11 +175,11 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	a.acct = newAccounting(cfg, redisClient, m, log)
 	a.keys = apikey.NewRegistry(keysOf(cfg))
 	m.InitKeys(a.keys.Load().Names())
-	var affinity pool.AffinityStore = a.store
+	var affinity route.AffinityStore = a.store
 	if !cfg.SessionReuse {
 		affinity = nil // every turn starts an upstream session of its own
 	}
-	a.router = pool.NewRouter(pool.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
+	a.router = route.NewRouter(route.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
 		Retries: cfg.Retries, Count: a.count.Count, Tools: toolPolicy(cfg), Tracing: tp}, a.pool, affinity, m, log)
 	if err := a.setupLogin(m, lookup, childEnv(environ)); err != nil {
 		return nil, err
@@ -330,7 +330,7 @@ type readiness interface{ Ready() (bool, string) }
 // clusterReadiness: a replica is ready when it serves an account itself or
 // can forward to a replica with capacity.
 type clusterReadiness struct {
-	pool    *pool.Pool
+	pool    *route.Pool
 	cluster *cluster.Cluster
 }
 
@@ -372,7 +372,7 @@ func held(c *cluster.Cluster, name string) error {
 
 // adminPool is the pool as admin sees it, with the replica's readiness.
 type adminPool struct {
-	*pool.Pool
+	*route.Pool
 	ready readiness
 }
 

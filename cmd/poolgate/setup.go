@@ -19,10 +19,10 @@ import (
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/login"
-	"github.com/poolgate/poolgate/pool"
 	"github.com/poolgate/poolgate/pool/cluster"
 	"github.com/poolgate/poolgate/pool/lingma"
 	"github.com/poolgate/poolgate/pool/modelserver"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/pool/worker"
 	"github.com/poolgate/poolgate/session"
@@ -200,7 +200,7 @@ func (a *app) setupLogin(m *metrics.Metrics, getenv func(string) string, env []s
 // in memory, or both on Redis, whose connection is also returned for the
 // cluster's lease store to share (nil without Redis). Closing the session
 // store closes the connection.
-func openStores(cfg config.Config, m *metrics.Metrics, onEvict func(pool.Affinity), log *slog.Logger) (store, bundle.Store, redis.UniversalClient, error) {
+func openStores(cfg config.Config, m *metrics.Metrics, onEvict func(route.Affinity), log *slog.Logger) (store, bundle.Store, redis.UniversalClient, error) {
 	mem := session.MemoryConfig{OnEvict: onEvict, MaxAffinity: cfg.SessionCacheSize, AffinityTTL: cfg.SessionCacheTTL}
 	if cfg.RedisURL == "" {
 		return session.NewMemory(mem), bundle.NewMemoryStore(), nil, nil
@@ -228,8 +228,8 @@ func openStores(cfg config.Config, m *metrics.Metrics, onEvict func(pool.Affinit
 }
 
 // toolPolicy is the router's tool policy from the configuration.
-func toolPolicy(cfg config.Config) pool.ToolPolicy {
-	p := pool.ToolPolicy{Off: !cfg.ToolForwarding}
+func toolPolicy(cfg config.Config) route.ToolPolicy {
+	p := route.ToolPolicy{Off: !cfg.ToolForwarding}
 	if len(cfg.ToolAllowlist) > 0 {
 		p.Allow = make(map[string]bool, len(cfg.ToolAllowlist))
 		for _, name := range cfg.ToolAllowlist {

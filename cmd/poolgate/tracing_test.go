@@ -20,7 +20,7 @@ import (
 
 	"github.com/poolgate/poolgate/admin"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -220,7 +220,7 @@ func TestTracingRetryOnKilledWorker(t *testing.T) {
 		done <- result{h, b}
 	}()
 	// The turn waits in its worker: kill that worker before it answers.
-	var victim pool.InstanceStatus
+	var victim route.InstanceStatus
 	testenv.WaitFor(t, 15*time.Second, "the turn on a worker", func() bool {
 		for _, in := range poolState(t, d, "adm").Instances {
 			if in.InFlight == 1 {

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -157,7 +157,7 @@ func (c *Cluster) balance(ctx context.Context, wg *sync.WaitGroup) {
 // handOverCost orders the accounts to give: a ready one moves with its
 // bundle and costs a drain; one that needs a login may have a login under
 // way, which the move would cut.
-func handOverCost(in pool.InstanceStatus) int {
+func handOverCost(in route.InstanceStatus) int {
 	switch in.State {
 	case supervisor.StateReady:
 		return 0
@@ -173,7 +173,7 @@ func handOverCost(in pool.InstanceStatus) int {
 // receiver is the replica they are meant for, when one is short.
 func (c *Cluster) releaseSurplus(n int, receiver string, wg *sync.WaitGroup) {
 	snap := c.adm.Snapshot()
-	slices.SortStableFunc(snap.Instances, func(a, b pool.InstanceStatus) int {
+	slices.SortStableFunc(snap.Instances, func(a, b route.InstanceStatus) int {
 		return cmp.Or(cmp.Compare(handOverCost(a), handOverCost(b)), cmp.Compare(a.InFlight, b.InFlight))
 	})
 	for _, in := range snap.Instances {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/metrics"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/pool/supervisor/supervisortest"
 )
@@ -27,7 +27,7 @@ var fourAccounts = []string{"acct-1", "acct-2", "acct-3", "acct-4"}
 type replica struct {
 	id      string
 	sup     *supervisor.Supervisor
-	pool    *pool.Pool
+	pool    *route.Pool
 	m       *metrics.Metrics
 	cluster *Cluster
 	logins  *supervisortest.Loginer
@@ -38,7 +38,7 @@ type replica struct {
 func startReplica(t *testing.T, store Store, f *supervisortest.Workers, id string, accounts ...string) *replica {
 	m := newMetrics()
 	sup := supervisor.New(supervisor.Config{}, supervisortest.Configs(t, true, accounts...), f, f, m, slog.New(slog.DiscardHandler))
-	p := pool.New(pool.Config{}, sup, m, slog.New(slog.DiscardHandler))
+	p := route.New(route.Config{}, sup, m, slog.New(slog.DiscardHandler))
 	c := New(Config{ID: id, URL: "http://" + id, LeaseTTL: balanceTTL, DrainTimeout: time.Second},
 		sup, p, store, m, slog.New(slog.DiscardHandler))
 	r := &replica{id: id, sup: sup, pool: p, m: m, cluster: c, logins: &supervisortest.Loginer{}, done: make(chan struct{})}

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/metrics"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -50,11 +50,11 @@ type Workers interface {
 }
 
 // Admission is what the cluster fences and reads the load of: the admission
-// room (*pool.Pool).
+// room (*route.Pool).
 type Admission interface {
 	// Fence makes the instance unusable for new turns from until on.
 	Fence(name string, until time.Time)
-	Snapshot() pool.Snapshot
+	Snapshot() route.Snapshot
 }
 
 // Config configures a replica's part in the cluster.

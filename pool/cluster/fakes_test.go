@@ -11,7 +11,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool"
+	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/pool/supervisor/supervisortest"
 )
@@ -21,11 +21,11 @@ import (
 
 // readyPool runs ready fake workers under the supervisor and a pool over
 // them until the test ends.
-func readyPool(t *testing.T, names ...string) (*pool.Pool, *supervisor.Supervisor) {
+func readyPool(t *testing.T, names ...string) (*route.Pool, *supervisor.Supervisor) {
 	t.Helper()
 	f := supervisortest.New()
 	sup := supervisor.New(supervisor.Config{}, supervisortest.Configs(t, false, names...), f, f, nil, slog.New(slog.DiscardHandler))
-	p := pool.New(pool.Config{}, sup, nil, slog.New(slog.DiscardHandler))
+	p := route.New(route.Config{}, sup, nil, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	sup.Start(ctx)
 	t.Cleanup(func() {

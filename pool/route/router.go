@@ -1,4 +1,4 @@
-package pool
+package route
 
 import (
 	"context"
@@ -71,7 +71,7 @@ type Router struct {
 func NewRouter(cfg RouterConfig, p *Pool, store AffinityStore, m *metrics.Metrics, log *slog.Logger) *Router {
 	cfg.Retries = max(cfg.Retries, 0)
 	return &Router{cfg: cfg, pool: p, store: store, metrics: m, log: log,
-		tracer: telemetry.New(cfg.Tracing, "github.com/poolgate/poolgate/pool")}
+		tracer: telemetry.New(cfg.Tracing, "github.com/poolgate/poolgate/pool/route")}
 }
 
 // Wait waits for the router's background work (upstream session deletes).

@@ -1,0 +1,39 @@
+// Package route admits turns onto the pool's workers and routes each
+// request: the admission room (Pool) and its slots, picking (affinity,
+// spread, least busy), the Router with its retries, conversation affinity
+// keys, stop sequences and token caps, the operator's tool policy and
+// probes. Its entry is Router.Open: a Call in (the request, its API, whether
+// it may hop to another replica), an Opened out (the started answer, a
+// chat.Answer read on the caller's goroutine; or the replica that holds the
+// turn), and, once the answer is over, what was Served. Nothing travels in
+// the context.
+//
+// It sits above the workers: pool/supervisor runs their processes (route
+// knows a worker only from the reports it subscribes to, and asks it for
+// changes, a cooldown or a check, through its methods), and pool/worker is
+// the seam through which it talks to them, implemented by pool/lingma and
+// pool/modelserver. pool/cluster sits above it. It knows nothing about HTTP:
+// handlers translate wire JSON into chat values and back.
+package route
+
+import (
+	"strings"
+
+	"github.com/poolgate/poolgate/internal/chat"
+)
+
+// agentModels are model names that ask for the worker's agent mode.
+var agentModels = map[string]bool{"lingma-agent": true, "agent": true}
+
+// wantsAgent reports whether req calls for the worker's agent mode.
+func wantsAgent(req *chat.Request) bool {
+	if len(req.Tools) > 0 || agentModels[strings.ToLower(req.Model)] {
+		return true
+	}
+	for i := range req.Messages {
+		if m := &req.Messages[i]; m.Role == chat.RoleTool || len(m.ToolCalls) > 0 {
+			return true
+		}
+	}
+	return false
+}
