@@ -63,43 +63,11 @@ type answer struct {
 	err    error
 }
 
-// collect reads a to its end, within wait, and closes it, checking that
-// it ends with exactly one EventDone or EventError, after which Next
-// returns false. It reads on a goroutine of its own so that an answer that
-// never ends fails the test instead of hanging it.
+// collect reads a to its end, within wait (see chattest.Read).
 func collect(t testing.TB, a chat.Answer) answer {
 	t.Helper()
-	got := make(chan []chat.Event, 1)
-	go func() { got <- chattest.Collect(a) }()
-	var evs []chat.Event
-	select {
-	case evs = <-got:
-	case <-time.After(wait):
-		t.Fatalf("the answer did not end within %s", wait)
-	}
-	var res answer
-	var text strings.Builder
-	for _, ev := range evs {
-		if res.done != nil || res.err != nil {
-			t.Fatalf("event %+v after the end of the answer", ev)
-		}
-		switch ev.Type {
-		case chat.EventText:
-			text.WriteString(ev.Text)
-			res.deltas++
-		case chat.EventToolCall:
-			res.calls = append(res.calls, ev.ToolCall)
-		case chat.EventDone:
-			res.done = &ev
-		case chat.EventError:
-			res.err = ev.Err
-		}
-	}
-	if res.done == nil && res.err == nil {
-		t.Fatalf("the answer ended without EventDone or EventError")
-	}
-	res.text = text.String()
-	return res
+	w := chattest.Read(t, a, wait)
+	return answer{text: w.Text, deltas: w.Deltas, calls: w.Calls, done: w.Done, err: w.Err}
 }
 
 func userTurn(text string) *chat.Turn {

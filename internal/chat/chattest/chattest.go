@@ -7,7 +7,9 @@ package chattest
 
 import (
 	"context"
+	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
@@ -272,4 +274,55 @@ func (p *Pool) Hops() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]string(nil), p.hops...)
+}
+
+// Whole is an answer read to its end, as a driver's test looks at it.
+type Whole struct {
+	Text string
+	// Deltas is how many text events made Text.
+	Deltas int
+	Calls  []chat.ToolCall
+	// Done is the closing EventDone, Err the closing EventError's error;
+	// exactly one is set.
+	Done *chat.Event
+	Err  error
+}
+
+// Read reads a to its end and closes it, failing t unless it ends within
+// d with exactly one closing event, after which Next returns false. It
+// reads on a goroutine of its own, so an answer that never ends fails the
+// test instead of hanging it.
+func Read(t testing.TB, a chat.Answer, d time.Duration) Whole {
+	t.Helper()
+	got := make(chan []chat.Event, 1)
+	go func() { got <- Collect(a) }()
+	var evs []chat.Event
+	select {
+	case evs = <-got:
+	case <-time.After(d):
+		t.Fatalf("the answer did not end within %s", d)
+	}
+	var w Whole
+	var text strings.Builder
+	for _, ev := range evs {
+		if w.Done != nil || w.Err != nil {
+			t.Fatalf("event %+v after the end of the answer", ev)
+		}
+		switch ev.Type {
+		case chat.EventText:
+			text.WriteString(ev.Text)
+			w.Deltas++
+		case chat.EventToolCall:
+			w.Calls = append(w.Calls, ev.ToolCall)
+		case chat.EventDone:
+			w.Done = &ev
+		case chat.EventError:
+			w.Err = ev.Err
+		}
+	}
+	if w.Done == nil && w.Err == nil {
+		t.Fatalf("the answer ended without EventDone or EventError")
+	}
+	w.Text = text.String()
+	return w
 }
