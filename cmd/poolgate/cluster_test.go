@@ -249,8 +249,13 @@ func (s *scale) fair(on map[string][]int) bool {
 	return true
 }
 
-// load runs non-streaming conversations through nginx until stop and counts failures.
-func (s *scale) load(stop <-chan struct{}, failed *atomic.Int32, wg *sync.WaitGroup) {
+// converse runs conversations of turns turns (non-streaming) through nginx
+// from three clients until stop. Each turn's prompt is prefix and which
+// client, conversation and turn (from 1) it is; a conversation's answers go
+// to the check newCheck makes for it, in order, and a false from the check
+// ends the conversation there.
+func (s *scale) converse(stop <-chan struct{}, wg *sync.WaitGroup, turns int, prefix string,
+	newCheck func() func(turn int, answer string, err error) bool) {
 	for c := range 3 {
 		wg.Go(func() {
 			client := sdkURL(s.nginxURL)
@@ -261,17 +266,31 @@ func (s *scale) load(stop <-chan struct{}, failed *atomic.Int32, wg *sync.WaitGr
 				default:
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				conv := &conversation{client: client}
-				for turn := range 2 {
-					if _, err := conv.say(ctx, fmt.Sprintf("client %d conv %d turn %d", c, n, turn)); err != nil {
-						failed.Add(1)
-						s.t.Errorf("request through nginx failed: %v", err)
+				conv, check := &conversation{client: client}, newCheck()
+				for turn := 1; turn <= turns; turn++ {
+					a, err := conv.say(ctx, fmt.Sprintf("%sclient %d conv %d turn %d", prefix, c, n, turn))
+					if !check(turn, a, err) {
+						break
 					}
 				}
 				cancel()
 			}
 		})
 	}
+}
+
+// load runs two-turn conversations through nginx until stop; every failed
+// request counts and fails the test.
+func (s *scale) load(stop <-chan struct{}, failed *atomic.Int32, wg *sync.WaitGroup) {
+	s.converse(stop, wg, 2, "", func() func(int, string, error) bool {
+		return func(_ int, _ string, err error) bool {
+			if err != nil {
+				failed.Add(1)
+				s.t.Errorf("request through nginx failed: %v", err)
+			}
+			return true
+		}
+	})
 }
 
 func TestScaleOut(t *testing.T) {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -27,47 +25,34 @@ type followUps struct {
 // counts failed requests (not a test failure: the failover window may cost
 // some) and how each follow-up was served.
 func (s *scale) failoverLoad(stop <-chan struct{}, failed *atomic.Int32, fu *followUps, wg *sync.WaitGroup) {
-	for c := range 3 {
-		wg.Go(func() {
-			client := sdkURL(s.nginxURL)
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				conv := &conversation{client: client}
-				var first string
-				base := 0 // turns before the session that serves now
-				for turn := 1; turn <= 3; turn++ {
-					a, err := conv.say(ctx, fmt.Sprintf("[[sim:whoami]] client %d conv %d turn %d", c, n, turn))
-					if err != nil {
-						failed.Add(1)
-						s.t.Logf("request through nginx failed: %v", err)
-						break
-					}
-					w, ok := whoamiOf(a)
-					switch {
-					case !ok:
-						fu.wrong.Add(1)
-						s.t.Errorf("turn %d: not a whoami answer: %q", turn, a)
-					case turn == 1:
-						first = w.session
-					case w.reply && w.session == first && w.turn == turn-base:
-						fu.reused.Add(1)
-					case !w.reply && w.sections > 1:
-						fu.fellBack.Add(1)
-						first, base = w.session, turn-1
-					default:
-						fu.wrong.Add(1)
-						s.t.Errorf("follow-up turn %d: %+v, want session %s continued or a new one given the transcript", turn, w, first)
-					}
-				}
-				cancel()
+	s.converse(stop, wg, 3, "[[sim:whoami]] ", func() func(int, string, error) bool {
+		var first string
+		base := 0 // turns before the session that serves now
+		return func(turn int, a string, err error) bool {
+			if err != nil {
+				failed.Add(1)
+				s.t.Logf("request through nginx failed: %v", err)
+				return false
 			}
-		})
-	}
+			w, ok := whoamiOf(a)
+			switch {
+			case !ok:
+				fu.wrong.Add(1)
+				s.t.Errorf("turn %d: not a whoami answer: %q", turn, a)
+			case turn == 1:
+				first = w.session
+			case w.reply && w.session == first && w.turn == turn-base:
+				fu.reused.Add(1)
+			case !w.reply && w.sections > 1:
+				fu.fellBack.Add(1)
+				first, base = w.session, turn-1
+			default:
+				fu.wrong.Add(1)
+				s.t.Errorf("follow-up turn %d: %+v, want session %s continued or a new one given the transcript", turn, w, first)
+			}
+			return true
+		}
+	})
 }
 
 // underLoad is a failover scenario's sampler of the replicas' pools and
