@@ -240,7 +240,7 @@ make build && POOLGATE_TEST_BIN=$PWD/bin/poolgate go test ./cmd/poolgate -run '^
 ` + "```" + `
 
 Request decode per protocol and SSE encode per event (` + "`handlers/*`" + `), the affinity key of a
-20-message transcript and the pick of an instance (` + "`pool`" + `: ` + "`BenchmarkConversationKey`" + `,
+20-message transcript and the pick of an instance (` + "`pool/route`" + `: ` + "`BenchmarkConversationKey`" + `,
 ` + "`BenchmarkAcquireRelease`" + `), the openai driver's stream parsing, the prompt contract's render and parse,
 and the in-memory session store; ` + "`BenchmarkRequestPath`" + ` is the whole handler path of the allocation budget above.
 `
