@@ -58,10 +58,12 @@ func Open(t testing.TB, bin string) *rod.Page {
 	return page
 }
 
-// Click clicks the element like a user (mouse over its centre), within 10 s.
+// Click clicks the element like a user (mouse over its centre), within 30 s:
+// rod waits for the element to be visible, stable and on top, which a page
+// redrawn every second under a loaded machine may take a while to be.
 func Click(t testing.TB, page *rod.Page, selector string) {
 	t.Helper()
-	p := page.Timeout(10 * time.Second)
+	p := page.Timeout(30 * time.Second)
 	el, err := p.Element(selector)
 	if err == nil {
 		err = el.Click(proto.InputMouseButtonLeft, 1)
