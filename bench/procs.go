@@ -155,6 +155,9 @@ func startGateway(ctx context.Context, bin, dir string, cfg gatewayConfig) (*gat
 	}
 	accJSON, _ := json.Marshal(accts) // a slice of string maps always marshals
 	env := []string{
+		// The accounts are the bundled simulator's, which serves configured
+		// accounts only when asked to.
+		"POOLGATE_SIMULATE=true",
 		"POOLGATE_DRIVER=" + cfg.Driver,
 		"POOLGATE_PPROF_LISTEN=127.0.0.1:" + strconv.Itoa(pprofPort),
 		"POOLGATE_ACCOUNTS=" + string(accJSON),
