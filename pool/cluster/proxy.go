@@ -38,6 +38,11 @@ const requestIDHeader = "X-Request-Id"
 // already set on w's headers.
 func (p *Proxy) Forward(ctx context.Context, w http.ResponseWriter, r *http.Request, body io.Reader, base string) error {
 	base = strings.TrimRight(base, "/")
+	if r.ContentLength == 0 {
+		// A request without a body goes on without one (not as an empty
+		// chunked body, which a JSON-only guard would refuse).
+		body = http.NoBody
+	}
 	req, err := http.NewRequestWithContext(ctx, r.Method, base+r.URL.RequestURI(), body)
 	if err != nil {
 		return err
