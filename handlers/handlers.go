@@ -1,10 +1,12 @@
 // Package handlers is poolgate's public HTTP API on gin: the middleware
-// (request id, auth, body cap, browser guard, cluster forwarding, access
-// log), the routes of the three protocols and the errors the HTTP layer
-// answers itself. Routes stay thin: the protocols live in openaichat,
-// responses and anthropic (plain net/http, no gin), which only decode and
-// encode; relay carries answers from the router to the client for all
-// three, apierr classifies errors, openaierr is OpenAI's error shape.
+// (request id, who may call, body cap, browser guard, access log), the
+// routes of the three protocols, each request's exchange with the pool (the
+// router's answer, or the hop to the replica that holds the turn), the
+// per-key accounting, and the errors the HTTP layer answers itself. Routes
+// stay thin: the protocols live in openaichat, responses and anthropic
+// (plain net/http, no gin), which only decode and encode; relay carries
+// answers from the pool to the client for all three, apierr classifies
+// errors, openaierr is OpenAI's error shape.
 package handlers
 
 import (

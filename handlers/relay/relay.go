@@ -1,12 +1,14 @@
-// Package relay carries answers from the router to the client, the same way
-// for every protocol. It owns the SSE stream (headers, framing, flushing and
-// the write deadline), opening a stream early when the answer is slow to
-// start (taking turns with a cluster forwarder that may write the response
-// itself), keep-alives while a stream is quiet, the ending of a complete or
-// a failed answer, a client that went away, and the non-stream path that
-// collects the whole answer before it is encoded. Errors are classified by
-// apierr. A protocol supplies only its encoders (Stream, Reply) and the
-// writer of its JSON error body.
+// Package relay carries answers from the pool to the client, the same way
+// for every protocol. It reads the answer (a chat.Answer) from the Pool the
+// edge hands each request, on the request's own goroutine. It owns the SSE
+// stream (headers, framing, flushing and the write deadline), opening a
+// stream early when the answer is slow to start, keep-alives while a stream
+// is quiet, the hop to the replica that holds the turn (while the response
+// is untouched), the ending of a complete or a failed answer, a client that
+// went away, and the non-stream path that collects the whole answer before
+// it is encoded. Errors are classified by apierr. A protocol supplies only
+// its encoders (Stream, Reply) and the writer of its JSON error body. The
+// relay knows neither the router nor the cluster.
 package relay
 
 import (
@@ -208,7 +210,9 @@ func (rl *Relay) open(ctx context.Context, p Pool, req *chat.Request, hop func(f
 // Reply answers req with one JSON body: the whole answer is collected into
 // reply, then encoded. Any failure is a JSON error with its status.
 func (rl *Relay) Reply(ctx context.Context, w http.ResponseWriter, p Pool, req *chat.Request, reply Reply) Outcome {
-	events, hopped, err := rl.open(ctx, p, req, func(hop func() error) bool { return hop() == nil })
+	// Nothing is written before the whole answer: the hop can always be
+	// tried.
+	events, hopped, err := rl.open(ctx, p, req, func(hop func() error) bool { _ = hop(); return true })
 	if hopped {
 		return Outcome{Forwarded: true}
 	}
