@@ -17,11 +17,11 @@ import (
 
 	"github.com/poolgate/poolgate/internal/browsertest"
 	"github.com/poolgate/poolgate/internal/sim"
-	"github.com/poolgate/poolgate/internal/sim/simtest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/lingma"
 	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/pool/worker"
+	"github.com/poolgate/poolgate/pool/worker/workertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -50,8 +50,8 @@ func startSim(t *testing.T, variant, accounts string) *simWorker {
 		}
 		return ""
 	}
-	ep := simtest.Start(t, "acct", args, getenv, nil, wait).Endpoint
-	c := simtest.Connect[*lingma.Client](t, lingma.New(lingma.Config{}), ep, wait)
+	ep := workertest.Start(t, "acct", args, getenv, nil, wait).Endpoint
+	c := workertest.Connect[*lingma.Client](t, lingma.New(lingma.Config{}), ep, wait)
 	return &simWorker{ep: ep, client: c}
 }
 

@@ -15,9 +15,9 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
-	"github.com/poolgate/poolgate/internal/sim/simtest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/worker"
+	"github.com/poolgate/poolgate/pool/worker/workertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -27,21 +27,21 @@ const wait = 10 * time.Second
 
 // startSim runs sim.Main with the driver's own command line (minus the
 // binary) plus extra args, until the test ends.
-func startSim(t *testing.T, extra ...string) *simtest.Worker {
+func startSim(t *testing.T, extra ...string) *workertest.Worker {
 	t.Helper()
 	argv := func(ep worker.Endpoint) []string {
 		return New(Config{Command: []string{"sim"}, ExtraArgs: extra}).Command(ep)[1:]
 	}
-	return simtest.Start(t, "acct-1", argv, nil, &testenv.Buffer{}, wait)
+	return workertest.Start(t, "acct-1", argv, nil, &testenv.Buffer{}, wait)
 }
 
 // connect connects a driver of cfg to w as the supervisor does.
-func connect(t *testing.T, w *simtest.Worker, cfg Config) *Client {
+func connect(t *testing.T, w *workertest.Worker, cfg Config) *Client {
 	t.Helper()
-	return simtest.Connect[*Client](t, New(cfg), w.Endpoint, wait)
+	return workertest.Connect[*Client](t, New(cfg), w.Endpoint, wait)
 }
 
-func newSim(t *testing.T, extra ...string) (*simtest.Worker, *Client) {
+func newSim(t *testing.T, extra ...string) (*workertest.Worker, *Client) {
 	t.Helper()
 	w := startSim(t, append([]string{"--logged-in"}, extra...)...)
 	return w, connect(t, w, Config{})

@@ -14,9 +14,9 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
-	"github.com/poolgate/poolgate/internal/sim/simtest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/worker"
+	"github.com/poolgate/poolgate/pool/worker/workertest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -26,12 +26,12 @@ const wait = 10 * time.Second
 
 // startSim runs sim.Main with --protocol=openai on a free port until the
 // test ends. [[sim:crash]] is not used: in process it would exit the test.
-func startSim(t *testing.T, extra ...string) *simtest.Worker {
+func startSim(t *testing.T, extra ...string) *workertest.Worker {
 	t.Helper()
 	args := func(ep worker.Endpoint) []string {
 		return append([]string{"start", "--protocol=openai", "--httpPort", strconv.Itoa(ep.Port), "--workDir", ep.WorkDir}, extra...)
 	}
-	return simtest.Start(t, "acct-1", args, nil, nil, wait)
+	return workertest.Start(t, "acct-1", args, nil, nil, wait)
 }
 
 // newDriver returns a driver whose idle connections are dropped at cleanup.
@@ -45,10 +45,10 @@ func newDriver(t testing.TB, cfg Config) *Driver {
 // connect connects d to the worker at ep as the supervisor does.
 func connect(t testing.TB, d *Driver, ep worker.Endpoint) *Client {
 	t.Helper()
-	return simtest.Connect[*Client](t, d, ep, wait)
+	return workertest.Connect[*Client](t, d, ep, wait)
 }
 
-func newSim(t *testing.T, cfg Config, extra ...string) (*simtest.Worker, *Client) {
+func newSim(t *testing.T, cfg Config, extra ...string) (*workertest.Worker, *Client) {
 	t.Helper()
 	w := startSim(t, extra...)
 	return w, connect(t, newDriver(t, cfg), w.Endpoint)
