@@ -185,26 +185,29 @@ func (rl *Relay) logFailure(ctx context.Context, p *apierr.Problem, midStream bo
 		slog.Bool("mid_stream", midStream), slog.Any("err", p.Err))
 }
 
-// open asks p for req's answer. A turn another replica holds is carried
-// there when hop says the response is still untouched (it is asked under
-// the stream's lock, so no keep-alive starts the response meanwhile); when
-// the hop cannot be made, or the response has started, the turn is served
-// here.
-func (rl *Relay) open(ctx context.Context, p Pool, req *chat.Request, hop func(func() error) bool) (chat.Answer, bool, error) {
+// open asks p for req's answer. When the turn is another replica's, hop
+// carries the request there and says whether it did (it may not, once the
+// response has started); if not, the turn is served here.
+func (rl *Relay) open(ctx context.Context, p Pool, req *chat.Request, hop func(holder string) bool) (chat.Answer, bool, error) {
 	ans, holder, err := p.Open(ctx, req, true)
 	if holder == "" {
 		return ans, false, err
 	}
-	var herr error
-	if hop(func() error { herr = p.Hop(ctx, holder); return herr }) && herr == nil {
+	if hop(holder) {
 		return nil, true, nil
-	}
-	if herr != nil {
-		rl.log.LogAttrs(ctx, slog.LevelWarn, "hop to the replica that holds the turn failed, serving here",
-			slog.String("holder", holder), slog.String("request_id", httpx.RequestID(ctx)), slog.Any("err", herr))
 	}
 	ans, _, err = p.Open(ctx, req, false)
 	return ans, false, err
+}
+
+// hop carries the request to holder; false (logged) when it could not.
+func (rl *Relay) hop(ctx context.Context, p Pool, holder string) bool {
+	err := p.Hop(ctx, holder)
+	if err != nil {
+		rl.log.LogAttrs(ctx, slog.LevelWarn, "hop to the replica that holds the turn failed, serving here",
+			slog.String("holder", holder), slog.String("request_id", httpx.RequestID(ctx)), slog.Any("err", err))
+	}
+	return err == nil
 }
 
 // Reply answers req with one JSON body: the whole answer is collected into
@@ -212,7 +215,7 @@ func (rl *Relay) open(ctx context.Context, p Pool, req *chat.Request, hop func(f
 func (rl *Relay) Reply(ctx context.Context, w http.ResponseWriter, p Pool, req *chat.Request, reply Reply) Outcome {
 	// Nothing is written before the whole answer: the hop can always be
 	// tried.
-	events, hopped, err := rl.open(ctx, p, req, func(hop func() error) bool { _ = hop(); return true })
+	events, hopped, err := rl.open(ctx, p, req, func(holder string) bool { return rl.hop(ctx, p, holder) })
 	if hopped {
 		return Outcome{Forwarded: true}
 	}
@@ -281,7 +284,7 @@ func (rl *Relay) Stream(ctx context.Context, cancel context.CancelFunc, sse *SSE
 	}
 	// The pool's Open returns once the answer has started; it runs on
 	// this goroutine, and so does the reading of the answer.
-	events, hopped, err := rl.open(ctx, p, req, s.hop)
+	events, hopped, err := rl.open(ctx, p, req, func(holder string) bool { return s.hop(p, holder) })
 	if hopped {
 		return Outcome{Forwarded: true}
 	}
@@ -374,8 +377,11 @@ func (s *streamer) tick(every time.Duration) {
 // hop carries the request to another replica when the response is still
 // untouched, pausing the keep-alives meanwhile; it reports whether the hop
 // was tried (made says whether it wrote the response). After a hop that
-// wrote nothing, the keep-alives go on.
-func (s *streamer) hop(carry func() error) bool {
+// hop carries the request to holder while the response is untouched, the
+// keep-alives paused meanwhile, and says whether it wrote the response.
+// After a hop that wrote nothing, or none tried because the response had
+// started, the keep-alives go on and the turn is served here.
+func (s *streamer) hop(p Pool, holder string) bool {
 	s.mu.Lock()
 	if s.sse.Started() || s.tickErr != nil {
 		s.mu.Unlock()
@@ -383,15 +389,13 @@ func (s *streamer) hop(carry func() error) bool {
 	}
 	s.hopping = true
 	s.mu.Unlock()
-	err := carry()
+	made := s.rl.hop(s.ctx, p, holder)
 	s.mu.Lock()
 	s.hopping = false
-	if err == nil {
-		s.over = true
-	}
+	s.over = made
 	s.lastWrite = time.Now()
 	s.mu.Unlock()
-	return true
+	return made
 }
 
 // stopTicks ends the keep-alives; no tick writes after it returns.
