@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
-	"sync/atomic"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -44,9 +44,11 @@ type exchange struct {
 	body    []byte
 	id, key string // the request id and the caller's secret
 
-	// instance is the instance that took the turn, once Open returned
-	// (read by the response writer, maybe from the keep-alive's goroutine).
-	instance  atomic.Pointer[string]
+	// mu guards instance: the instance that took the turn, once Open
+	// returned, read by the response writer, maybe from the keep-alive's
+	// goroutine.
+	mu        sync.Mutex
+	instance  string
 	served    route.Served
 	answer    route.Answer
 	forwarded bool
@@ -59,7 +61,9 @@ func (x *exchange) Open(ctx context.Context, req *chat.Request, mayHop bool) (ch
 	req.RequestID, req.APIKey = x.id, x.key
 	o, err := x.router.Open(ctx, route.Call{API: x.api, Request: req, MayHop: mayHop && x.hop != nil, Capture: x.capture})
 	x.served, x.answer = o.Served, o.Answer
-	x.instance.Store(&o.Served.Instance)
+	x.mu.Lock()
+	x.instance = o.Served.Instance
+	x.mu.Unlock()
 	if o.Answer == nil {
 		return nil, o.Holder, err
 	}
@@ -87,10 +91,9 @@ func (x *exchange) Hop(ctx context.Context, holder string) error {
 
 // Instance names the instance that took the turn, "" before one did.
 func (x *exchange) Instance() string {
-	if p := x.instance.Load(); p != nil {
-		return *p
-	}
-	return ""
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.instance
 }
 
 // record is what the router said about the request, once it is over.
