@@ -20,6 +20,7 @@ import (
 	"github.com/poolgate/poolgate/handlers"
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
+	"github.com/poolgate/poolgate/pool/cluster"
 	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
@@ -78,7 +79,7 @@ func adminServer(t *testing.T, holders Holders, bodyTimeout time.Duration) (*htt
 	p := &fakePool{}
 	a := New(Config{BodyTimeout: bodyTimeout}, p, p, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	if holders != nil {
-		a.SetCluster(holders, "cluster-secret", true)
+		a.SetCluster(holders, &cluster.Proxy{From: holders.ID(), Token: "cluster-secret"}, true)
 	}
 	e := gin.New()
 	e.Use(handlers.Authorize(&access.Credentials{Keys: apikey.NewRegistry(nil), AdminToken: "adm",

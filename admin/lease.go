@@ -35,8 +35,8 @@ type leaseGate struct {
 // holder, or refused with the holder's address. forward says whether the
 // replicas' advertised URLs serve the admin API (no separate admin
 // listener); else the action is refused.
-func (a *Admin) SetCluster(h Holders, clusterToken string, forward bool) {
-	a.lease = &leaseGate{holders: h, forward: forward, hop: &cluster.Proxy{From: h.ID(), Token: clusterToken}}
+func (a *Admin) SetCluster(h Holders, hop *cluster.Proxy, forward bool) {
+	a.lease = &leaseGate{holders: h, forward: forward, hop: hop}
 }
 
 // forwardTimeout bounds a forwarded action, the holder's answer included.

@@ -23,6 +23,7 @@ import (
 	"github.com/poolgate/poolgate/internal/chat/chattest"
 	"github.com/poolgate/poolgate/internal/requestlog"
 	"github.com/poolgate/poolgate/internal/usage"
+	"github.com/poolgate/poolgate/pool/cluster"
 	"github.com/poolgate/poolgate/pool/route"
 )
 
@@ -80,7 +81,10 @@ func (a *servedAnswer) Served() route.Served { return a.served }
 func edge(t *testing.T, r Router, cfg Config, rec *recorded) *gin.Engine {
 	t.Helper()
 	cfg.Credentials = &access.Credentials{Keys: apikey.NewRegistry([]apikey.Key{{Name: "alice", Secret: "sk-a"},
-		{Name: "bob", Secret: "sk-b"}}), ClusterToken: cfg.ClusterToken}
+		{Name: "bob", Secret: "sk-b"}})}
+	if cfg.Hop != nil {
+		cfg.Credentials.ClusterToken = cfg.Hop.Token
+	}
 	cfg.Accounting = &Accounting{Usage: func(u usage.Record) { rec.mu.Lock(); rec.usage = append(rec.usage, u); rec.mu.Unlock() },
 		Log: func(e requestlog.Entry) { rec.mu.Lock(); rec.entries = append(rec.entries, e); rec.mu.Unlock() }}
 	log := slog.New(slog.DiscardHandler)
@@ -185,7 +189,7 @@ func TestHopToTheHolder(t *testing.T) {
 			defer holder.Close()
 			fr := &fakeRouter{holder: holder.URL}
 			rec := &recorded{}
-			e := edge(t, fr, Config{ReplicaID: "replica-1", ClusterToken: "cluster-secret"}, rec)
+			e := edge(t, fr, Config{Hop: &cluster.Proxy{From: "replica-1", Token: "cluster-secret"}}, rec)
 			w := post(e, "/v1/chat/completions", body)
 			if w.Code != http.StatusOK || w.Body.String() != `{"from":"the holder"}` || w.Header().Get(InstanceHeader) != "sim-9" {
 				t.Errorf("client got %d %v %s, want the holder's answer", w.Code, w.Header(), w.Body)
@@ -212,7 +216,7 @@ func TestHopToTheHolder(t *testing.T) {
 			holder.Close()
 			fr = &fakeRouter{holder: holder.URL}
 			rec = &recorded{}
-			e = edge(t, fr, Config{ReplicaID: "replica-1", ClusterToken: "cluster-secret"}, rec)
+			e = edge(t, fr, Config{Hop: &cluster.Proxy{From: "replica-1", Token: "cluster-secret"}}, rec)
 			w = post(e, "/v1/chat/completions", body)
 			if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "the answer") || w.Header().Get(InstanceHeader) != "sim-1" {
 				t.Errorf("client got %d %v %s, want this replica's answer", w.Code, w.Header(), w.Body)

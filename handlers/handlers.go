@@ -55,10 +55,9 @@ type Config struct {
 	// Insecure says the listener may be public without API keys (the
 	// operator's explicit choice): requests for any host name are served.
 	Insecure bool
-	// ReplicaID and ClusterToken turn on forwarding between replicas
-	// (empty on a single node).
-	ReplicaID    string
-	ClusterToken string
+	// Hop carries a client's turn to the replica that holds it (nil: a
+	// single node, whose turns are all served here).
+	Hop *cluster.Proxy
 	// Tracing traces each request (nil or a no-op provider: off, at no
 	// cost).
 	Tracing trace.TracerProvider
@@ -108,10 +107,7 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	e.NoMethod(notAllowed)
 
 	api := e.Group("", BodyCap(cfg.MaxBodyBytes, cfg.BodyTimeout))
-	an := &answers{router: p.Router, tracer: cfg.Accounting.tracer}
-	if cfg.ClusterToken != "" {
-		an.hop = &cluster.Proxy{From: cfg.ReplicaID, Token: cfg.ClusterToken, Client: hopClient(cfg.Tracing)}
-	}
+	an := &answers{router: p.Router, hop: cfg.Hop, tracer: cfg.Accounting.tracer}
 	chat := observe(m, cfg.Accounting, log, "chat", an, p.Chat.Completions)
 	api.POST("/v1/chat/completions", chat)
 	api.POST("/chat/completions", chat)

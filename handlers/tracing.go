@@ -2,13 +2,10 @@ package handlers
 
 import (
 	"errors"
-	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gin-gonic/gin"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -63,18 +60,6 @@ func Trace(tp trace.TracerProvider) gin.HandlerFunc {
 // apiRoute says whether a matched route is the public API's.
 func apiRoute(route string) bool {
 	return strings.HasPrefix(route, "/v1/") || route == "/chat/completions" || route == "/responses"
-}
-
-// hopClient is the client one replica forwards requests with; with
-// tracing on, each forward is a client span whose traceparent goes with the
-// request, so the trace goes on at the holder.
-func hopClient(tp trace.TracerProvider) *http.Client {
-	var rt http.RoundTripper = &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
-	if telemetry.Enabled(tp) {
-		rt = otelhttp.NewTransport(rt, otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(telemetry.Propagator),
-			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "forward " + r.Method }))
-	}
-	return &http.Client{Transport: rt}
 }
 
 // endLimitSpan ends the key-limits span: the key's name, and the limit that

@@ -252,9 +252,11 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		Accounting: a.acct.forHTTP(cfg.RequestLogDebug, a.live), MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout,
 		Insecure: cfg.Insecure, Tracing: a.tracing}
 	var workers admin.Workers = a.sup
+	var hop *cluster.Proxy // the one hop between replicas, for API turns and admin actions
 	if a.cluster != nil {
 		creds.ClusterToken = cfg.ClusterToken
-		hcfg.ReplicaID, hcfg.ClusterToken = a.cluster.ID(), cfg.ClusterToken
+		hop = &cluster.Proxy{From: a.cluster.ID(), Token: cfg.ClusterToken, Client: hopClient(a.tracing)}
+		hcfg.Hop = hop
 		workers = leasedWorkers{a.sup, a.cluster}
 	}
 	engine := handlers.New(hcfg, protocols, m, log)
@@ -277,7 +279,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	if a.cluster != nil {
 		// The advertised URL serves the admin API unless it has a listener
 		// of its own, whose address no replica knows.
-		adm.SetCluster(a.cluster, cfg.ClusterToken, cfg.AdminListen == "")
+		adm.SetCluster(a.cluster, hop, cfg.AdminListen == "")
 	}
 	internal := adm.Register(adminEngine)
 	adm.RegisterSession(internal, a.store)
