@@ -86,21 +86,18 @@ func observe(m *metrics.Metrics, acct *Accounting, log *slog.Logger, api string,
 			return
 		}
 		x := &exchange{router: an.router, api: api, capture: acct.Capture, tracer: an.tracer, r: c.Request,
-			id: httpx.RequestID(ctx)}
-		if key != nil {
-			x.key = key.Secret
-		}
+			id: httpx.RequestID(ctx), key: httpx.APIKey(ctx)}
 		if !Forwarded(c.Request) {
 			x.hop = an.hop
 		}
-		x.w = &servedWriter{ResponseWriter: c.Writer, x: x}
+		x.w = servedWriter{ResponseWriter: c.Writer, x: x}
 		var rec record
 		if body, err := httpx.ReadBody(c.Request); err != nil {
-			rec.Error = readFailed(x.w, c.Request, err)
+			rec.Error = readFailed(&x.w, c.Request, err)
 		} else {
 			x.body = body
-			out := h(x.w, c.Request, relay.Call{Body: body, Pool: x})
-			rec = record{Served: x.record(), Error: out.Told, Forwarded: x.forwarded}
+			out := h(&x.w, c.Request, relay.Call{Body: body, Pool: x})
+			rec = record{Served: x.record(), Error: out.Told, Forwarded: out.Forwarded}
 		}
 		finish(m, series, acct, api, c, key, rec, start)
 		tokens := int64(rec.Usage.InputTokens + rec.Usage.OutputTokens)
@@ -120,12 +117,12 @@ func observe(m *metrics.Metrics, acct *Accounting, log *slog.Logger, api string,
 func readFailed(w http.ResponseWriter, r *http.Request, err error) string {
 	if apierr.Gone(r.Context(), err) {
 		w.WriteHeader(apierr.StatusClientClosed)
-		return "the client closed the request"
+		return relay.ClientGone
+	}
+	if !errors.Is(err, httpx.ErrBodyTooLarge) && !errors.Is(err, httpx.ErrBodyTimeout) {
+		err = &apierr.RequestError{Message: "could not read the request body: " + err.Error()}
 	}
 	p := apierr.Classify(err)
-	if !errors.Is(err, httpx.ErrBodyTooLarge) && !errors.Is(err, httpx.ErrBodyTimeout) {
-		p = apierr.ForStatus(http.StatusBadRequest, "could not read the request body: "+err.Error())
-	}
 	writeProblem(w, r, &p)
 	return p.Message
 }

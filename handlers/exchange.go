@@ -37,21 +37,19 @@ type exchange struct {
 	capture bool
 	// hop carries the request to another replica; nil when it may not hop
 	// (a single node, or a request another replica forwarded here).
-	hop     *cluster.Proxy
-	tracer  telemetry.Tracer
-	w       http.ResponseWriter
+	hop    *cluster.Proxy
+	tracer telemetry.Tracer
+	// w is the response, which names the instance that served it.
+	w       servedWriter
 	r       *http.Request
 	body    []byte
 	id, key string // the request id and the caller's secret
 
-	// mu guards instance: the instance that took the turn, once Open
-	// returned, read by the response writer, maybe from the keep-alive's
-	// goroutine.
-	mu        sync.Mutex
-	instance  string
-	served    route.Served
-	answer    route.Answer
-	forwarded bool
+	// mu guards served: where the turn ran, as Open returned it, read by
+	// the response writer, maybe from the keep-alive's goroutine.
+	mu     sync.Mutex
+	served route.Served
+	answer route.Answer
 }
 
 var _ relay.Pool = (*exchange)(nil)
@@ -60,10 +58,10 @@ var _ relay.Pool = (*exchange)(nil)
 func (x *exchange) Open(ctx context.Context, req *chat.Request, mayHop bool) (chat.Answer, string, error) {
 	req.RequestID, req.APIKey = x.id, x.key
 	o, err := x.router.Open(ctx, route.Call{API: x.api, Request: req, MayHop: mayHop && x.hop != nil, Capture: x.capture})
-	x.served, x.answer = o.Served, o.Answer
 	x.mu.Lock()
-	x.instance = o.Served.Instance
+	x.served = o.Served
 	x.mu.Unlock()
+	x.answer = o.Answer
 	if o.Answer == nil {
 		return nil, o.Holder, err
 	}
@@ -74,7 +72,7 @@ func (x *exchange) Open(ctx context.Context, req *chat.Request, mayHop bool) (ch
 // span (which the holder's spans continue).
 func (x *exchange) Hop(ctx context.Context, holder string) error {
 	ctx, span := x.tracer.Start(ctx, telemetry.SpanForward)
-	err := x.hop.Forward(ctx, x.w, x.r, bytes.NewReader(x.body), holder)
+	err := x.hop.Forward(ctx, &x.w, x.r, bytes.NewReader(x.body), holder)
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String(telemetry.AttrTarget, holder))
 		if err != nil {
@@ -85,7 +83,6 @@ func (x *exchange) Hop(ctx context.Context, holder string) error {
 		}
 		span.End()
 	}
-	x.forwarded = err == nil
 	return err
 }
 
@@ -93,7 +90,7 @@ func (x *exchange) Hop(ctx context.Context, holder string) error {
 func (x *exchange) Instance() string {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return x.instance
+	return x.served.Instance
 }
 
 // record is what the router said about the request, once it is over.

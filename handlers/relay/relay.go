@@ -164,7 +164,7 @@ func (rl *Relay) Fail(ctx context.Context, w http.ResponseWriter, err error) Out
 		rl.log.LogAttrs(ctx, slog.LevelDebug, "request abandoned by the client", slog.String("protocol", rl.cfg.Protocol),
 			slog.String("request_id", httpx.RequestID(ctx)), slog.Any("err", err))
 		w.WriteHeader(apierr.StatusClientClosed)
-		return Outcome{Err: err, Told: clientGone}
+		return Outcome{Err: err, Told: ClientGone}
 	}
 	p := apierr.Classify(err)
 	rl.logFailure(ctx, &p, false)
@@ -172,8 +172,8 @@ func (rl *Relay) Fail(ctx context.Context, w http.ResponseWriter, err error) Out
 	return Outcome{Err: err, Told: p.Message}
 }
 
-// clientGone is the request log's error for a request its client left.
-const clientGone = "the client closed the request"
+// ClientGone is the request log's error for a request its client left.
+const ClientGone = "the client closed the request"
 
 func (rl *Relay) logFailure(ctx context.Context, p *apierr.Problem, midStream bool) {
 	level := slog.LevelDebug
@@ -483,12 +483,10 @@ func (s *streamer) writeFailed(err error) Outcome {
 func (s *streamer) fail(err error) Outcome {
 	out := Outcome{Err: err, Started: s.sse.Started()}
 	if !out.Started {
-		failed := s.rl.Fail(s.ctx, s.sse.w, err)
-		failed.Started = false
-		return failed
+		return s.rl.Fail(s.ctx, s.sse.w, err)
 	}
 	if apierr.Gone(s.ctx, err) {
-		out.Told = clientGone
+		out.Told = ClientGone
 		return out
 	}
 	p := apierr.Classify(err)
