@@ -374,9 +374,6 @@ func (s *streamer) tick(every time.Duration) {
 	s.timer.Reset(every)
 }
 
-// hop carries the request to another replica when the response is still
-// untouched, pausing the keep-alives meanwhile; it reports whether the hop
-// was tried (made says whether it wrote the response). After a hop that
 // hop carries the request to holder while the response is untouched, the
 // keep-alives paused meanwhile, and says whether it wrote the response.
 // After a hop that wrote nothing, or none tried because the response had

@@ -203,7 +203,7 @@ func orNone(key string) string {
 	return key
 }
 
-// finishLegacy gives the global bundle to the only account.
+// finish gives the global bundle to the only account.
 func (p legacyPending) finish(cfg *Config) error {
 	if p.globalBundle == "" {
 		return nil
