@@ -184,10 +184,10 @@ func (r *Router) Open(ctx context.Context, c Call) (Opened, error) {
 	// then those restarted are new processes, worth another try.
 	refused := 0
 	for attempts := 0; attempts <= r.cfg.Retries; {
-		if len(rq.excluded) > 0 && r.metrics != nil {
-			r.metrics.Retries.Inc()
-		}
 		if len(rq.excluded) > 0 {
+			if r.metrics != nil {
+				r.metrics.Retries.Inc()
+			}
 			// The instances tried here went away (their leases lapsed,
 			// say): another replica may serve the retry.
 			if holder := r.holder(ctx, rq); holder != "" {
@@ -320,8 +320,14 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream,
 		r.endAttempt(rq, failureOutcome(err), err)
 		return nil, false, err
 	}
-	var head []chat.Event
-	for {
+	// The events are handled as they come until the answer is handed on:
+	// a non-streaming answer whole, a stream from its first event on (the
+	// caller reads the rest). An error before then fails the attempt, to
+	// be retried.
+	st := &Stream{src: src, cancel: cancel}
+	st.q = chat.QueueIn(st.qbuf[:])
+	st.f = forwarding{r: r, ctx: tctx, rq: rq, slot: slot, q: &st.q, lim: newLimiter(rq.Stop, rq.MaxTokens, r.cfg.Count)}
+	for first := true; ; first = false {
 		ev, ok := src.Next()
 		if !ok {
 			ev = chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}
@@ -333,30 +339,24 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream,
 			r.endAttempt(rq, failureOutcome(ev.Err), ev.Err)
 			return nil, true, ev.Err
 		}
-		if len(head) == 0 {
+		if first {
 			ttft := time.Since(rq.start)
 			if r.metrics != nil && rq.api != "" {
 				r.metrics.ForAPI(rq.api).TTFT.Observe(ttft.Seconds())
 			}
 			rq.served.TTFT = ttft
 			firstEvent(rq)
+			if rq.reused && r.metrics != nil {
+				r.metrics.CacheHits.Inc()
+			}
 		}
-		head = append(head, ev)
-		if rq.Stream || ev.Type == chat.EventDone {
+		if st.f.handle(ev) {
+			st.end()
 			break
 		}
-	}
-	if rq.reused && r.metrics != nil {
-		r.metrics.CacheHits.Inc()
-	}
-	// The events read so far are handled here: a non-streaming answer is
-	// then complete, and a stream's first event waits for the caller, who
-	// reads the rest.
-	st := &Stream{src: src, cancel: cancel}
-	st.q = chat.QueueIn(st.qbuf[:])
-	st.f = forwarding{r: r, ctx: tctx, rq: rq, slot: slot, q: &st.q, lim: newLimiter(rq.Stop, rq.MaxTokens, r.cfg.Count)}
-	if st.f.head(head) {
-		st.end()
+		if rq.Stream {
+			break
+		}
 	}
 	return st, true, nil
 }
@@ -396,17 +396,6 @@ type forwarding struct {
 
 func (f *forwarding) send(ev chat.Event) { f.q.Push(ev) }
 
-// head handles the events read before the answer was handed on; done says
-// the answer ended among them.
-func (f *forwarding) head(evs []chat.Event) (done bool) {
-	for _, ev := range evs {
-		if f.handle(ev) {
-			return true
-		}
-	}
-	return false
-}
-
 // cancelled ends an answer whose caller went away.
 func (f *forwarding) cancelled() {
 	if f.rq.reused || f.rq.hasHit {
@@ -428,7 +417,7 @@ func (f *forwarding) handle(ev chat.Event) (done bool) {
 		if stop {
 			// The client's answer ends here while the upstream session
 			// holds more: it can't be continued, so it is not written back.
-			r.finish(rq, slot, chat.Event{Type: chat.EventDone, Finish: reason, StopSequence: seq}, f.text.String(), f.calls, false, f.send)
+			f.finish(chat.Event{Type: chat.EventDone, Finish: reason, StopSequence: seq}, false)
 			return true
 		}
 	case chat.EventToolCall:
@@ -439,7 +428,7 @@ func (f *forwarding) handle(ev chat.Event) (done bool) {
 			f.text.WriteString(rest)
 			f.send(chat.Event{Type: chat.EventText, Text: rest})
 		}
-		r.finish(rq, slot, ev, f.text.String(), f.calls, true, f.send)
+		f.finish(ev, true)
 		return true
 	case chat.EventError:
 		r.failed(rq, slot, ev.Err)
@@ -451,7 +440,8 @@ func (f *forwarding) handle(ev chat.Event) (done bool) {
 }
 
 // finish completes usage, writes affinity back (when keep) and sends done.
-func (r *Router) finish(rq *request, slot *Slot, done chat.Event, text string, calls []chat.ToolCall, keep bool, send func(chat.Event)) {
+func (f *forwarding) finish(done chat.Event, keep bool) {
+	r, rq, slot, text, calls := f.r, f.rq, f.slot, f.text.String(), f.calls
 	if done.Usage.OutputTokens == 0 && r.cfg.Count != nil {
 		done.Usage.OutputTokens = r.cfg.Count(text)
 		for _, c := range calls {
@@ -486,7 +476,7 @@ func (r *Router) finish(rq *request, slot *Slot, done chat.Event, text string, c
 		a := Affinity{Instance: slot.Instance(), SessionID: sessionID, Model: rq.model}
 		// Detached from the request: the answer is complete even if the
 		// client goes away now.
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(context.Background()), time.Second)
+		pctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		if err := r.store.PutAffinity(pctx, key, a); err != nil {
 			r.log.Debug("affinity write-back failed", "err", err)
 		}
@@ -494,5 +484,5 @@ func (r *Router) finish(rq *request, slot *Slot, done chat.Event, text string, c
 	}
 	slot.m.w.TurnOK()
 	r.logTurn(rq, slot, string(done.Finish), nil)
-	send(done)
+	f.send(done)
 }

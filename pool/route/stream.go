@@ -30,17 +30,7 @@ var _ chat.Answer = (*Stream)(nil)
 // after its closing event (EventDone or EventError). When the request's
 // context ends first, the answer ends with an EventError carrying the
 // context's error.
-func (s *Stream) Next() (chat.Event, bool) {
-	for {
-		if ev, ok := s.q.Pop(); ok {
-			return ev, true
-		}
-		if s.over {
-			return chat.Event{}, false
-		}
-		s.step()
-	}
-}
+func (s *Stream) Next() (chat.Event, bool) { return s.q.Next(&s.over, s.step) }
 
 // step reads and handles the worker's next event.
 func (s *Stream) step() {
