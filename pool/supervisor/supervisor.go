@@ -1,13 +1,14 @@
 // Package supervisor runs poolgate's worker processes, one per account: it
-// starts each through a Driver and a Launcher, health-checks it, restarts it
-// with backoff, drains and stops it on command, keeps it out of rotation
-// after a rate limit (its cooldown), and hands a logged-out worker to a
-// login runner (its login target). It owns the seams to concrete workers:
-// Backend, Driver, Endpoint, Account, Launcher and Process.
+// starts each through a worker.Driver and a Launcher, health-checks it,
+// restarts it with backoff, drains and stops it on command, keeps it out of
+// rotation after a rate limit (its cooldown), and hands a logged-out worker
+// to a login runner (its login target). What a kind of worker implements is
+// pool/worker's; the supervisor owns only how processes run: Launcher and
+// Process.
 //
 // Each Worker owns its state behind its own lock and reports every change,
 // as a Status, to the Supervisor's subscribers; nothing outside the worker
-// reads or writes its fields. The admission room (package pool) keeps its
+// reads or writes its fields. The admission room (pool/route's Pool) keeps its
 // picker's view from those reports and runs turns on the Backend a report
 // carries; the cluster (pool/cluster) starts and stops workers through the
 // Supervisor's commands. The supervisor must not know about turns beyond
@@ -37,7 +38,7 @@ type Config struct {
 }
 
 // Turns tells a drain how many turns run on a worker; the admission room
-// (package pool) implements it.
+// (pool/route's Pool) implements it.
 type Turns interface {
 	// InFlight returns how many turns run on the named instance, and a
 	// channel that is closed when that may have changed.
