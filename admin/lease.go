@@ -63,6 +63,9 @@ func instanceParam(c *gin.Context) string {
 	if name := c.Param("instance"); name != "" {
 		return name
 	}
+	// The picked name is in the query too (for a holder the request is
+	// forwarded to), but gin caches the query at its first read, before the
+	// pick: here it is read from the pick.
 	if name := c.GetString(pickedKey); name != "" {
 		return name
 	}
