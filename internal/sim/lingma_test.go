@@ -214,6 +214,7 @@ func TestToolAnswers(t *testing.T) {
 			`{"type":"OBJECT","properties":{"why":{"type":"STRING"},"score":{"type":"INTEGER"},"tags":{"type":"array","items":{"enum":["a","b"]}}}}` +
 			"\n<<<user>>>\n<session_context>\nenv\n</session_context>\nrate it", `{"score":1,"tags":["a"],"why":"rate it"}`},
 		{"json without a schema", "<<<format>>>\nAnswer with JSON.\n<<<user>>>\nhi", `{}`},
+		{"json wins over whoami", "<<<format>>>\nAnswer with JSON.\n<<<user>>>\nhi [[sim:whoami]] [[sim:ask]]", `{}`},
 		{"a tool call wins over the format", "<<<tools>>>\n" + weatherTools + "\n<<<format>>>\nAnswer with JSON.\n<<<user>>>\nParis [[sim:call=get_weather]]",
 			"```json\n{\"tool_calls\":[{\"arguments\":{\"city\":\"Paris\"},\"name\":\"get_weather\"}]}\n```"},
 	}

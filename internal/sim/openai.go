@@ -223,7 +223,7 @@ func (s *Sim) newCompletion(req *oaiRequest, secs []section, d directives) *comp
 		chars += len(text)
 		c.prompt += wordCount(text)
 	}
-	if d.whoami {
+	if _, isJSON := promptFormat(secs); d.whoami && !isJSON {
 		c.text = whoamiText("none", 1, false, len(req.Messages), chars)
 		return c
 	}
