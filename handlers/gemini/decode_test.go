@@ -101,7 +101,7 @@ func TestDecode(t *testing.T) {
 			name: "inline data in history becomes a note; thoughts are dropped",
 			give: `{"contents":[{"role":"user","parts":[{"inlineData":{"mimeType":"image/png","data":"AAAA"}},{"text":"what is it"}]},` +
 				`{"role":"model","parts":[{"text":"thinking...","thought":true},{"text":"a cat"}]},{"role":"user","parts":[{"text":"sure?"}]}]}`,
-			want: chat.Request{Messages: []chat.Message{msg("user", inlineDataNote+"\n\nwhat is it"), msg("assistant", "a cat"), msg("user", "sure?")}},
+			want:        chat.Request{Messages: []chat.Message{msg("user", inlineDataNote+"\n\nwhat is it"), msg("assistant", "a cat"), msg("user", "sure?")}},
 			wantDropped: []string{dropInlineData, dropThoughts},
 		},
 		{

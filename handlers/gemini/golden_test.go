@@ -203,4 +203,3 @@ func TestErrorShape(t *testing.T) {
 		}
 	}
 }
-
