@@ -11,6 +11,7 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/apierr"
+	"github.com/poolgate/poolgate/handlers/gemini"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/openaierr"
 	"github.com/poolgate/poolgate/handlers/relay"
@@ -235,7 +236,11 @@ const LimitHeader = "X-Poolgate-Limit"
 
 // writeProblem writes p in r's protocol shape.
 func writeProblem(w http.ResponseWriter, r *http.Request, p *apierr.Problem) {
-	if isAnthropic(r) {
+	switch {
+	case gemini.IsRequest(r):
+		gemini.WriteProblem(w, p)
+		return
+	case isAnthropic(r):
 		anthropic.WriteProblem(w, p)
 		return
 	}

@@ -5,6 +5,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/poolgate/poolgate/handlers/gemini"
+
 	"github.com/poolgate/poolgate/internal/access"
 )
 
@@ -15,13 +17,18 @@ type AdminErrorFunc func(w http.ResponseWriter, status int, code, message string
 // listener: it names the caller from the credentials the request presents
 // (internal/access), removes the replica headers so nothing behind it sees
 // them, and admits the caller only if the route's entry in access.Routes
-// does. A route the table does not list is refused: a new route is closed
+// does. A Gemini client's key (x-goog-api-key, ?key=) counts as its
+// Authorization (gemini.TakeKey). A route the table does not list is
+// refused: a new route is closed
 // until it is given its callers. A request that matches no route passes on
 // to the 404 or 405, which reveal nothing. Refusals come in the caller's
 // protocol, or in the admin API's shape on the admin surface.
 func Authorize(cr *access.Credentials, adminErr AdminErrorFunc) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		path := c.FullPath()
+		if gemini.IsRequest(c.Request) {
+			gemini.TakeKey(c.Request)
+		}
 		caller, v, ok := cr.Identify(c.Request)
 		access.StripHop(c.Request)
 		if ok && path != "" {

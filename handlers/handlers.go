@@ -1,12 +1,12 @@
 // Package handlers is poolgate's public HTTP API on gin: the middleware
 // (request id, who may call, body cap, browser guard, access log), the
-// routes of the three protocols, each request's exchange with the pool (the
+// routes of the four protocols, each request's exchange with the pool (the
 // router's answer, or the hop to the replica that holds the turn), the
 // per-key accounting, and the errors the HTTP layer answers itself. Routes
-// stay thin: the protocols live in openaichat, responses and anthropic
-// (plain net/http, no gin), which only decode and encode; relay carries
-// answers from the pool to the client for all three, apierr classifies
-// errors, openaierr is OpenAI's error shape.
+// stay thin: the protocols live in openaichat, responses, anthropic and
+// gemini (plain net/http, no gin), which only decode and encode; relay
+// carries answers from the pool to the client for all of them, apierr
+// classifies errors, openaierr is OpenAI's error shape.
 package handlers
 
 import (
@@ -24,6 +24,7 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/apierr"
+	"github.com/poolgate/poolgate/handlers/gemini"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/openaichat"
 	"github.com/poolgate/poolgate/handlers/responses"
@@ -75,6 +76,7 @@ type Protocols struct {
 	Chat      *openaichat.Handler
 	Responses *responses.Handler
 	Messages  *anthropic.Handler
+	Gemini    *gemini.Handler
 	Models    ModelLister
 }
 
@@ -124,6 +126,13 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	api.POST("/v1/messages", observe(m, cfg.Accounting, log, "messages", an, p.Messages.Messages))
 	api.POST("/v1/messages/count_tokens", limited(m, cfg.Accounting, log, p.Messages.CountTokens))
 	api.GET("/v1/models", models(p.Models))
+	g := geminiRoutes{generate: observe(m, cfg.Accounting, log, "gemini", an, p.Gemini.Generate),
+		count: limited(m, cfg.Accounting, log, p.Gemini.CountTokens), models: p.Models}
+	for _, v := range []string{"/v1beta", "/v1"} {
+		api.POST(v+"/models/*action", g.post)
+		api.GET(v+"/models/*name", g.model)
+	}
+	api.GET("/v1beta/models", g.list)
 	return e
 }
 
@@ -144,7 +153,8 @@ func itoa(n int) string {
 }
 
 // isAnthropic reports whether a request speaks the Anthropic protocol, so
-// errors outside its handler still come in its shape.
+// errors outside its handler still come in its shape (gemini.IsRequest
+// says the same of Gemini's).
 func isAnthropic(r *http.Request) bool {
 	return strings.HasPrefix(r.URL.Path, "/v1/messages") || r.Header.Get("anthropic-version") != ""
 }

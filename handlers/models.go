@@ -5,6 +5,9 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/poolgate/poolgate/handlers/gemini"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // startTime stands in for model creation times, which workers don't report.
@@ -25,11 +28,16 @@ type anthropicModel struct {
 	CreatedAt   string `json:"created_at"`
 }
 
-// models serves GET /v1/models in the OpenAI list shape, or Anthropic's when
-// the client sends anthropic-version (the Anthropic SDK's models.list).
+// models serves GET /v1/models in the OpenAI list shape, Anthropic's when
+// the client sends anthropic-version (the Anthropic SDK's models.list), or
+// Gemini's for a Google client (the Gemini SDKs' models.list on /v1).
 func models(ml ModelLister) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		ms := ml.Models()
+		if gemini.IsRequest(c.Request) {
+			gemini.WriteModels(c.Writer, ms)
+			return
+		}
 		if c.GetHeader("anthropic-version") != "" {
 			data := make([]anthropicModel, 0, len(ms))
 			created := time.Unix(startTime, 0).UTC().Format(time.RFC3339)
@@ -49,4 +57,15 @@ func models(ml ModelLister) gin.HandlerFunc {
 		}
 		c.JSON(http.StatusOK, gin.H{"object": "list", "data": data})
 	}
+}
+
+// writeOpenAIModel answers OpenAI's models.retrieve for id, or 404.
+func writeOpenAIModel(c *gin.Context, ms []chat.Model, id string) {
+	for _, m := range ms {
+		if m.ID == id {
+			c.JSON(http.StatusOK, openAIModel{ID: m.ID, Object: "model", Created: startTime, OwnedBy: "poolgate", Name: m.Name})
+			return
+		}
+	}
+	WriteError(c.Writer, c.Request, http.StatusNotFound, "model "+id+" is not one of the pool's models (GET /v1/models lists them)")
 }

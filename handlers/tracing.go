@@ -59,7 +59,8 @@ func Trace(tp trace.TracerProvider) gin.HandlerFunc {
 
 // apiRoute says whether a matched route is the public API's.
 func apiRoute(route string) bool {
-	return strings.HasPrefix(route, "/v1/") || route == "/chat/completions" || route == "/responses"
+	return strings.HasPrefix(route, "/v1/") || strings.HasPrefix(route, "/v1beta/") || route == "/chat/completions" ||
+		route == "/responses"
 }
 
 // endLimitSpan ends the key-limits span: the key's name, and the limit that

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the coding agents the end-to-end tests run (Claude Code, Codex CLI,
-# qwen-code), pinned by internal/agents/npm/package-lock.json, into a cache:
+# qwen-code, Gemini CLI), pinned by internal/agents/npm/package-lock.json, into a cache:
 # $POOLGATE_AGENTS_DIR, else ${XDG_CACHE_HOME:-~/.cache}/poolgate/agents.
 # Needs Node.js 20 or newer with npm; nothing is installed globally.
 set -euo pipefail
@@ -37,7 +37,7 @@ if ! "$bin/claude" --version >/dev/null 2>&1; then
 fi
 # qwen-code ships ripgrep without its executable bit.
 find "$dir/node_modules/@qwen-code" -path '*/vendor/ripgrep/*' -name rg -type f -exec chmod +x {} + 2>/dev/null || true
-for b in claude codex qwen; do
+for b in claude codex qwen gemini; do
   HOME=$(mktemp -d) "$bin/$b" --version >/dev/null 2>&1 || { echo "$b from $dir does not run" >&2; exit 1; }
 done
 echo "$stamp" > "$dir/.stamp"

@@ -26,6 +26,7 @@ import (
 	"github.com/poolgate/poolgate/admin"
 	"github.com/poolgate/poolgate/handlers"
 	"github.com/poolgate/poolgate/handlers/anthropic"
+	"github.com/poolgate/poolgate/handlers/gemini"
 	"github.com/poolgate/poolgate/handlers/openaichat"
 	"github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/internal/access"
@@ -234,6 +235,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	m.InitFieldsIgnored("chat", openaichat.DroppedFields)
 	m.InitFieldsIgnored("messages", anthropic.DroppedFields)
 	m.InitFieldsIgnored("responses", responses.DroppedFields)
+	m.InitFieldsIgnored("gemini", gemini.DroppedFields)
 	protocols := handlers.Protocols{
 		Router: a.router,
 		Chat: openaichat.New(openaichat.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive,
@@ -242,6 +244,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 			responseStore{a.store}, log),
 		Messages: anthropic.New(anthropic.Config{CountDropped: m.CountFieldIgnored, PingInterval: cfg.StreamKeepAlive,
 			Count: a.count.Count}, log),
+		Gemini: gemini.New(gemini.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive}, log),
 		Models: a.router,
 	}
 	// Who may call what: decided once, at the edge of every listener, from

@@ -105,8 +105,21 @@ type wireStreamOptions struct {
 type wireResponseFormat struct {
 	Type       string `json:"type"`
 	JSONSchema *struct {
-		Strict *bool `json:"strict"`
+		Strict *bool           `json:"strict"`
+		Schema json.RawMessage `json:"schema"`
 	} `json:"json_schema"`
+}
+
+// format is the answer format asked for: json_object and a non-strict
+// json_schema ask the worker for a JSON answer (the schema as a hint).
+func (f *wireResponseFormat) format() chat.Format {
+	switch {
+	case f == nil, f.Type == "text":
+		return chat.Format{}
+	case f.Type == "json_schema" && f.JSONSchema != nil && !isNull(f.JSONSchema.Schema):
+		return chat.Format{JSON: true, Schema: f.JSONSchema.Schema}
+	}
+	return chat.Format{JSON: true}
 }
 
 type wireMessage struct {
@@ -185,7 +198,7 @@ func decodeRequest(body []byte) (*chat.Request, options, error) {
 	}
 	var opt options
 	w.dropTopLevel(&opt.dropped)
-	req := &chat.Request{Model: w.Model, AffinityHint: w.User}
+	req := &chat.Request{Model: w.Model, AffinityHint: w.User, Format: w.ResponseFormat.format()}
 	var err error
 	if req.Messages, err = decodeMessages(w.Messages, &opt.dropped); err != nil {
 		return nil, options{}, err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/openaierr"
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
 )
 
@@ -213,4 +214,32 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// response_format's JSON modes ask the worker for a JSON answer, with the
+// schema when json_schema names one.
+func TestResponseFormat(t *testing.T) {
+	tests := []struct {
+		name string
+		give string
+		want chat.Format
+	}{
+		{"none", "", chat.Format{}},
+		{"text", `"response_format":{"type":"text"}`, chat.Format{}},
+		{"json_object", `"response_format":{"type":"json_object"}`, chat.Format{JSON: true}},
+		{"json_schema", `"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}`,
+			chat.Format{JSON: true, Schema: json.RawMessage(`{"type":"object"}`)}},
+		{"json_schema without schema", `"response_format":{"type":"json_schema","json_schema":{"name":"x"}}`, chat.Format{JSON: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _, err := decodeRequest([]byte(withMsg(userHi, tt.give)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if req.Format.JSON != tt.want.JSON || string(req.Format.Schema) != string(tt.want.Schema) {
+				t.Errorf("format %+v, want %+v", req.Format, tt.want)
+			}
+		})
+	}
 }

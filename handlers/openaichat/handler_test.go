@@ -154,6 +154,7 @@ func TestRequestMapping(t *testing.T) {
 		},
 		Tools:      []chat.Tool{{Name: "weather", Description: "Looks it up", Parameters: []byte(`{"type": "object"}`)}},
 		ToolChoice: chat.ToolChoice{Mode: chat.ToolNamed, Name: "weather"},
+		Format:     chat.Format{JSON: true},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)

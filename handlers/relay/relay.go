@@ -156,6 +156,14 @@ func (rl *Relay) NewSSE(w http.ResponseWriter) *SSE {
 	return s
 }
 
+// NewRaw returns a stream like NewSSE's for a protocol that frames its
+// stream itself (SSE.Raw), sent as contentType.
+func (rl *Relay) NewRaw(w http.ResponseWriter, contentType string) *SSE {
+	s := rl.NewSSE(w)
+	s.contentType = contentType
+	return s
+}
+
 // Fail answers err before anything else was sent: the protocol's JSON error
 // with its status, or, when the client has gone, only the status 499 for
 // the logs.

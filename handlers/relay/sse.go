@@ -27,6 +27,9 @@ type SSE struct {
 	// WriteTimeout bounds each write+flush (default 30s); a client that stops
 	// reading can't pin a goroutine forever.
 	WriteTimeout time.Duration
+	// contentType replaces the event stream's, for a protocol that streams
+	// in a framing of its own through Raw ("" for server-sent events).
+	contentType string
 }
 
 // newSSE returns a writer for w. Nothing is sent until the first event, so a
@@ -44,7 +47,11 @@ func (s *SSE) start() {
 	}
 	s.started = true
 	h := s.w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	if s.contentType != "" {
+		h.Set("Content-Type", s.contentType)
+	} else {
+		h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	}
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
 	h.Set("X-Accel-Buffering", "no") // nginx: pass the stream through unbuffered
@@ -65,6 +72,14 @@ func (s *SSE) Event(name string, data []byte) error {
 	b = append(b, data...)
 	b = append(b, '\n', '\n')
 	s.buf = b
+	return s.write(b)
+}
+
+// Raw writes b as it is: the frames of a stream that is not server-sent
+// events (Gemini's JSON array), with the same headers, flushing and
+// deadlines.
+func (s *SSE) Raw(b []byte) error {
+	s.start()
 	return s.write(b)
 }
 

@@ -27,7 +27,8 @@ const (
 
 // Route is one route of the HTTP surface and the callers it admits.
 type Route struct {
-	// Method and Path as the router matches them (":name" for a parameter).
+	// Method and Path as the router matches them (":name" for a parameter,
+	// "*name" for the rest of the path).
 	Method, Path string
 	Need         Need
 	// Clustered: the route exists only on a replica of a cluster.
@@ -48,6 +49,11 @@ var Routes = []Route{
 	{"POST", "/v1/messages", APIUser, false},
 	{"POST", "/v1/messages/count_tokens", APIUser, false},
 	{"GET", "/v1/models", APIUser, false},
+	{"GET", "/v1/models/*name", APIUser, false},
+	{"POST", "/v1/models/*action", APIUser, false},
+	{"GET", "/v1beta/models", APIUser, false},
+	{"GET", "/v1beta/models/*name", APIUser, false},
+	{"POST", "/v1beta/models/*action", APIUser, false},
 
 	{"GET", "/healthz", Public, false},
 	{"GET", "/readyz", Public, false},

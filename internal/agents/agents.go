@@ -1,6 +1,6 @@
 // Package agents knows the coding agents poolgate is tested with: Claude
-// Code (Anthropic Messages), Codex CLI (OpenAI Responses) and qwen-code
-// (chat completions). It says which releases are pinned (npm/package.json,
+// Code (Anthropic Messages), Codex CLI (OpenAI Responses), qwen-code (chat
+// completions) and Gemini CLI (the Gemini API). It says which releases are pinned (npm/package.json,
 // installed by `make agents` into a cache), how to run each one
 // non-interactively against a gateway (a fresh home, telemetry off, every
 // connection but loopback refused), and it holds the requests recorded from
@@ -31,7 +31,7 @@ type Client struct {
 	Package, Version string
 	// Bin is its command in node_modules/.bin.
 	Bin string
-	// Protocol is the API it speaks: messages, responses or chat.
+	// Protocol is the API it speaks: messages, responses, chat or gemini.
 	Protocol string
 	// Model is the model name it is configured with.
 	Model string
@@ -49,6 +49,9 @@ func Clients() []Client {
 		{Name: "claude-code", Package: "@anthropic-ai/claude-code", Bin: "claude", Protocol: "messages", Model: "claude-sonnet-4-5"},
 		{Name: "codex", Package: "@openai/codex", Bin: "codex", Protocol: "responses", Model: "gpt-5-codex"},
 		{Name: "qwen-code", Package: "@qwen-code/qwen-code", Bin: "qwen", Protocol: "chat", Model: "qwen3-coder-plus"},
+		// Gemini CLI picks its models itself (a router model for its side
+		// requests, a main model for the turn).
+		{Name: "gemini-cli", Package: "@google/gemini-cli", Bin: "gemini", Protocol: "gemini"},
 	}
 	for i := range cs {
 		cs[i].Version = pkg.Dependencies[cs[i].Package]
@@ -119,6 +122,12 @@ enabled = false
 	case "qwen-code":
 		err = writeFile(filepath.Join(home, ".qwen", "settings.json"),
 			`{"privacy":{"usageStatisticsEnabled":false},"telemetry":{"enabled":false}}`+"\n")
+	case "gemini-cli":
+		// An API key, not a Google login; no telemetry, usage statistics
+		// or update checks.
+		err = writeFile(filepath.Join(home, ".gemini", "settings.json"),
+			`{"security":{"auth":{"selectedType":"gemini-api-key"}},"telemetry":{"enabled":false},`+
+				`"privacy":{"usageStatisticsEnabled":false},"general":{"enableAutoUpdate":false,"enableAutoUpdateNotification":false}}`+"\n")
 	}
 	return s, err
 }
@@ -159,6 +168,10 @@ func (s *Session) Env() []string {
 		env = append(env, "POOLGATE_API_KEY="+s.gw.APIKey, "CODEX_HOME="+filepath.Join(s.Home, ".codex"))
 	case "qwen-code":
 		env = append(env, "OPENAI_BASE_URL="+s.gw.URL+"/v1", "OPENAI_API_KEY="+s.gw.APIKey, "OPENAI_MODEL="+s.Client.Model)
+	case "gemini-cli":
+		// The work directory is trusted without asking (headless).
+		env = append(env, "GOOGLE_GEMINI_BASE_URL="+s.gw.URL, "GEMINI_API_KEY="+s.gw.APIKey,
+			"GEMINI_CLI_TRUST_WORKSPACE=true", "GEMINI_TELEMETRY_ENABLED=false")
 	}
 	return env
 }
@@ -182,6 +195,12 @@ func (s *Session) Args(prompt string, resume bool, resumeID string) []string {
 			args = append(args, "resume", "--last")
 		}
 		return append(args, prompt)
+	case "gemini-cli":
+		args := []string{"-p", prompt}
+		if resume {
+			args = append([]string{"--resume", "latest"}, args...)
+		}
+		return args
 	default:
 		args := []string{"-p", prompt}
 		if resume {

@@ -27,7 +27,7 @@ type Exchange struct {
 }
 
 // secretHeaders are never recorded.
-var secretHeaders = []string{"Authorization", "X-Api-Key", "Cookie", "Proxy-Authorization"}
+var secretHeaders = []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key", "Cookie", "Proxy-Authorization"}
 
 // hopHeaders say nothing about the client and change with every run.
 var hopHeaders = []string{"Content-Length", "Connection", "Accept-Encoding", "Host"}
@@ -73,7 +73,7 @@ func (r *Recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	for _, k := range append(secretHeaders, hopHeaders...) {
 		h.Del(k)
 	}
-	ex := Exchange{Method: req.Method, Path: req.URL.RequestURI(), Header: h}
+	ex := Exchange{Method: req.Method, Path: withoutKey(req.URL), Header: h}
 	if json.Valid(body) {
 		ex.Body = body
 	}
@@ -84,6 +84,19 @@ func (r *Recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	ex.Client, ex.Version, ex.Scenario = r.client.Name, r.client.Version, r.scenario
 	r.log = append(r.log, ex)
 	r.mu.Unlock()
+}
+
+// withoutKey is u's path and query without a key parameter (Gemini
+// clients may send their key there).
+func withoutKey(u *url.URL) string {
+	q := u.Query()
+	if !q.Has("key") {
+		return u.RequestURI()
+	}
+	q.Del("key")
+	c := *u
+	c.RawQuery = q.Encode()
+	return c.RequestURI()
 }
 
 // Exchanges returns what was recorded so far.

@@ -52,6 +52,16 @@ type Tool struct {
 	Parameters json.RawMessage
 }
 
+// Format is the shape the caller wants the answer's text in. The zero value
+// is free text.
+type Format struct {
+	// JSON asks for an answer whose whole text is one JSON value.
+	JSON bool
+	// Schema is the JSON Schema that value should follow (nil: any JSON
+	// value). It is a hint the worker is asked to follow, not a guarantee.
+	Schema json.RawMessage
+}
+
 // ToolChoiceMode says whether and which tool the model must call.
 type ToolChoiceMode string
 
@@ -105,6 +115,14 @@ type Request struct {
 	// AffinityHint is the caller's stable conversation hint (the `user` field,
 	// metadata.user_id); empty when the protocol has none.
 	AffinityHint string
+	// Format is the shape the answer's text must take.
+	Format Format
+	// OneShot says nobody continues this conversation: an agent's side
+	// request beside its turns (a classification, a check). The router
+	// neither takes nor writes an affinity entry for it, so it never
+	// continues, or steals, the session of the conversation it quotes, and
+	// its upstream session is freed once it is answered.
+	OneShot bool
 }
 
 // EventType tells which fields of an Event are set.
@@ -175,6 +193,8 @@ type Turn struct {
 	MaxTokens   int
 	Temperature *float64
 	TopP        *float64
+	// Format is the shape the answer's text must take (the request's).
+	Format Format
 	// Agent says the request wants the worker's agent rather than plain
 	// chat: it offers tools, carries tool calls or results, or asked for an
 	// agent model by name. Workers without such a mode ignore it.

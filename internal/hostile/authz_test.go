@@ -143,7 +143,7 @@ func matrixRequest(t *testing.T, tg target, row authzRow, headers map[string]str
 	if strings.HasPrefix(row.path, "/debug/pprof") {
 		base = tg.pprof
 	}
-	path := strings.NewReplacer(":instance", "nope", ":id", "resp_nope").Replace(row.path)
+	path := strings.NewReplacer(":instance", "nope", ":id", "resp_nope", "*action", "g:countTokens", "*name", "nope").Replace(row.path)
 	switch row.path {
 	case "/internal/session/export", "/internal/session/import", "/internal/auto-login/start",
 		"/internal/auto-login/url", "/internal/models/raw":

@@ -9,7 +9,7 @@ import (
 )
 
 // APIs label values (the `api` label).
-var APIs = []string{"chat", "responses", "messages"}
+var APIs = []string{"chat", "responses", "messages", "gemini"}
 
 // Metrics holds the collectors. Fields are exported for the packages that
 // record them; the names are a contract with dashboards and alerts.

@@ -56,8 +56,98 @@ type plan struct {
 
 // planAnswer decides the answer to a prompt (docs/prompt-contract.md, "What
 // the simulator does with it"). tools may come from an earlier turn; calls
-// are the ones the prompt's directives ask for.
+// are the ones the prompt's directives ask for. A prompt with a format
+// section is answered with a JSON value built from its schema, unless it
+// makes tool calls.
 func planAnswer(secs []section, tools *toolSpec, calls []directedCall) plan {
+	p := planFree(secs, tools, calls)
+	if schema, ok := promptFormat(secs); ok && len(p.calls) == 0 {
+		user := ""
+		if i := lastUser(secs); i >= 0 {
+			user = stripDirectives(secs[i].body)
+		}
+		p.text = marshalPlain(sampleJSON(schema, user, 0))
+	}
+	return p
+}
+
+// promptFormat returns the schema of the prompt's format section (nil when
+// it names none); ok is false when there is no format section.
+func promptFormat(secs []section) (json.RawMessage, bool) {
+	for _, s := range secs {
+		if s.role != roleFormat {
+			continue
+		}
+		body := strings.TrimSpace(s.body)
+		last := body[strings.LastIndexByte(body, '\n')+1:]
+		if strings.HasPrefix(last, "{") && json.Valid([]byte(last)) {
+			return json.RawMessage(last), true
+		}
+		return nil, true
+	}
+	return nil, false
+}
+
+// sampleJSON builds a value that follows schema: an object gets each of its
+// properties, strings the user's text (the first enum value when there is
+// an enum), numbers 1, booleans true, arrays one item. Type names are read
+// in any case (Gemini's schemas say OBJECT and STRING). No schema is an
+// empty object.
+func sampleJSON(schema json.RawMessage, user string, depth int) any {
+	var s struct {
+		Type       json.RawMessage            `json:"type"`
+		Enum       []any                      `json:"enum"`
+		Properties map[string]json.RawMessage `json:"properties"`
+		Items      json.RawMessage            `json:"items"`
+	}
+	_ = json.Unmarshal(schema, &s) // a schema we cannot read is an empty object
+	if len(s.Enum) > 0 {
+		return s.Enum[0]
+	}
+	typ := strings.ToLower(schemaType(s.Type))
+	if user == "" {
+		user = "sim"
+	}
+	switch {
+	case typ == "string":
+		return user
+	case typ == "number" || typ == "integer":
+		return 1
+	case typ == "boolean":
+		return true
+	case typ == "array" && depth < 8:
+		return []any{sampleJSON(s.Items, user, depth+1)}
+	case typ == "array":
+		return []any{}
+	}
+	obj := make(map[string]any, len(s.Properties))
+	if depth < 8 {
+		for k, p := range s.Properties {
+			obj[k] = sampleJSON(p, user, depth+1)
+		}
+	}
+	return obj
+}
+
+// schemaType reads a schema's type: a name, or the first non-null name of
+// a list.
+func schemaType(raw json.RawMessage) string {
+	var typ string
+	if json.Unmarshal(raw, &typ) == nil {
+		return typ
+	}
+	var types []string
+	_ = json.Unmarshal(raw, &types)
+	for _, t := range types {
+		if t != "null" {
+			return t
+		}
+	}
+	return ""
+}
+
+// planFree decides the answer as free text or tool calls.
+func planFree(secs []section, tools *toolSpec, calls []directedCall) plan {
 	last := lastTurn(secs)
 	if last >= 0 && secs[last].role == roleToolResult {
 		return plan{text: quoteResults(secs[:last+1])}

@@ -210,6 +210,13 @@ func TestToolAnswers(t *testing.T) {
 		{"no tools", "<<<system>>>\nbe nice\n<<<user>>>\nhi there [[sim:chunks=2]]", "You said: hi there"},
 		{"words", "hi [[sim:words=5]]", "You said: hi lorem ipsum"},
 		{"escaped marker", "<<<user>>>\n <<<user>>> is literal", "You said: <<<user>>> is literal"},
+		{"json by schema", "<<<format>>>\nAnswer with JSON.\nThe value must follow this JSON Schema:\n" +
+			`{"type":"OBJECT","properties":{"why":{"type":"STRING"},"score":{"type":"INTEGER"},"tags":{"type":"array","items":{"enum":["a","b"]}}}}` +
+			"\n<<<user>>>\n<session_context>\nenv\n</session_context>\nrate it", `{"score":1,"tags":["a"],"why":"rate it"}`},
+		{"json without a schema", "<<<format>>>\nAnswer with JSON.\n<<<user>>>\nhi", `{}`},
+		{"json wins over whoami", "<<<format>>>\nAnswer with JSON.\n<<<user>>>\nhi [[sim:whoami]] [[sim:ask]]", `{}`},
+		{"a tool call wins over the format", "<<<tools>>>\n" + weatherTools + "\n<<<format>>>\nAnswer with JSON.\n<<<user>>>\nParis [[sim:call=get_weather]]",
+			"```json\n{\"tool_calls\":[{\"arguments\":{\"city\":\"Paris\"},\"name\":\"get_weather\"}]}\n```"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

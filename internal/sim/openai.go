@@ -27,7 +27,13 @@ type oaiRequest struct {
 		Type     string  `json:"type"`
 		Function toolDef `json:"function"`
 	} `json:"tools"`
-	ToolChoice json.RawMessage `json:"tool_choice"`
+	ToolChoice     json.RawMessage `json:"tool_choice"`
+	ResponseFormat *struct {
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Schema json.RawMessage `json:"schema"`
+		} `json:"json_schema"`
+	} `json:"response_format"`
 }
 
 type oaiMessage struct {
@@ -89,6 +95,15 @@ func (req *oaiRequest) sections() []section {
 		default:
 			out = append(out, section{role: roleUser, body: text})
 		}
+	}
+	// A JSON response format is the prompt's format section (the schema on
+	// its last line), as the text workers are asked.
+	if f := req.ResponseFormat; f != nil && (f.Type == "json_object" || f.Type == "json_schema") {
+		body := "json"
+		if f.JSONSchema != nil && len(f.JSONSchema.Schema) > 0 {
+			body += "\n" + string(f.JSONSchema.Schema)
+		}
+		out = append([]section{{role: roleFormat, body: body}}, out...)
 	}
 	return out
 }
@@ -208,7 +223,7 @@ func (s *Sim) newCompletion(req *oaiRequest, secs []section, d directives) *comp
 		chars += len(text)
 		c.prompt += wordCount(text)
 	}
-	if d.whoami {
+	if _, isJSON := promptFormat(secs); d.whoami && !isJSON {
 		c.text = whoamiText("none", 1, false, len(req.Messages), chars)
 		return c
 	}

@@ -159,6 +159,9 @@ func TestOpenAINonStream(t *testing.T) {
 		{"forced tool", map[string]any{"messages": userMsg("Rome"), "tools": oaiWeather,
 			"tool_choice": map[string]any{"type": "function", "function": map[string]any{"name": "get_weather"}}},
 			want{finish: "tool_calls", call: "get_weather", args: `{"city":"Rome"}`, completion: 2}},
+		{"json schema", map[string]any{"messages": userMsg("rate it"), "response_format": map[string]any{"type": "json_schema",
+			"json_schema": map[string]any{"name": "r", "schema": map[string]any{"type": "object", "properties": map[string]any{"n": map[string]any{"type": "integer"}}}}}},
+			want{content: `{"n":1}`, finish: "stop", completion: 1}},
 	}
 	h := startSim(t, "--protocol=openai")
 	for _, tt := range tests {

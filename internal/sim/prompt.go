@@ -17,6 +17,7 @@ const (
 	roleAssistant  = "assistant"
 	roleToolCall   = "tool_call"
 	roleToolResult = "tool_result"
+	roleFormat     = "format"
 )
 
 // section is one `<<<role key=value>>>` block of a prompt.
@@ -126,8 +127,9 @@ var directiveRE = regexp.MustCompile(`\[\[sim:([a-z_-]+)(?:=((?:[^\]]|\][^\]])*)
 var stripRE = regexp.MustCompile(`[ \t]*\[\[sim:(?:[^\]]|\][^\]])*\]\]`)
 
 // reminderRE matches the <system-reminder> blocks coding agents put into the
-// user's message: context for a model, not what the user said.
-var reminderRE = regexp.MustCompile(`(?s)<system-reminder>.*?</system-reminder>`)
+// user's message (Gemini CLI's <session_context>): context for a model, not
+// what the user said.
+var reminderRE = regexp.MustCompile(`(?s)<system-reminder>.*?</system-reminder>|<session_context>.*?</session_context>`)
 
 // stripDirectives removes directives and agents' reminders from user text.
 func stripDirectives(s string) string {

@@ -279,12 +279,15 @@ func (c *conn) invokeTools(ctx context.Context, t *turn, fin finishParams, calls
 	c.finish(fin)
 }
 
-// answerText is the turn's whole answer before it is cut into deltas.
+// answerText is the turn's whole answer before it is cut into deltas. A
+// prompt that asks for JSON gets JSON, whatever the directives ask to be
+// told: its caller parses the answer.
 func (c *conn) answerText(t *turn) string {
-	if t.d.whoami {
+	_, isJSON := promptFormat(t.secs)
+	if t.d.whoami && !isJSON {
 		return whoamiText(t.sid, t.n, t.reply, len(t.secs), len(t.question))
 	}
-	if t.d.ask {
+	if t.d.ask && !isJSON {
 		tools := "none"
 		switch {
 		case t.native != nil:

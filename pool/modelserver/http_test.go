@@ -105,6 +105,10 @@ func TestRequestBody(t *testing.T) {
 			`{"messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true},"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{}}}}],"tool_choice":"none"}`},
 		{"tool choice required", chat.Turn{Tools: []chat.Tool{{Name: "f"}}, ToolChoice: chat.ToolChoice{Mode: chat.ToolRequired}, Messages: []chat.Message{{Role: chat.RoleUser, Content: "x"}}},
 			`{"messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true},"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{}}}}],"tool_choice":"required"}`},
+		{"json answer", chat.Turn{Format: chat.Format{JSON: true}, Messages: []chat.Message{{Role: chat.RoleUser, Content: "x"}}},
+			`{"messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true},"response_format":{"type":"json_object"}}`},
+		{"json answer by schema", chat.Turn{Format: chat.Format{JSON: true, Schema: json.RawMessage(`{"type":"object"}`)}, Messages: []chat.Message{{Role: chat.RoleUser, Content: "x"}}},
+			`{"messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true},"response_format":{"type":"json_schema","json_schema":{"name":"answer","schema":{"type":"object"}}}}`},
 		{"tool choice ignored without tools", chat.Turn{ToolChoice: chat.ToolChoice{Mode: chat.ToolRequired}, Messages: []chat.Message{{Role: chat.RoleUser, Content: "x"}}},
 			`{"messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true}}`},
 	}

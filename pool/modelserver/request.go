@@ -23,6 +23,20 @@ type wireRequest struct {
 	MaxTokens     int             `json:"max_tokens,omitempty"`
 	Temperature   *float64        `json:"temperature,omitempty"`
 	TopP          *float64        `json:"top_p,omitempty"`
+	// ResponseFormat asks for a JSON answer (chat.Format).
+	ResponseFormat *responseFormat `json:"response_format,omitempty"`
+}
+
+// responseFormat is OpenAI's response_format: json_object, or a non-strict
+// json_schema when the turn names a schema (a hint, as the caller's was).
+type responseFormat struct {
+	Type       string          `json:"type"`
+	JSONSchema *jsonSchemaSpec `json:"json_schema,omitempty"`
+}
+
+type jsonSchemaSpec struct {
+	Name   string          `json:"name"`
+	Schema json.RawMessage `json:"schema"`
 }
 
 type streamOptions struct {
@@ -80,6 +94,12 @@ func newWireRequest(t *chat.Turn) *wireRequest {
 	}
 	if r.Stream {
 		r.StreamOptions = &streamOptions{IncludeUsage: true}
+	}
+	if f := t.Format; f.JSON {
+		r.ResponseFormat = &responseFormat{Type: "json_object"}
+		if len(f.Schema) > 0 {
+			r.ResponseFormat = &responseFormat{Type: "json_schema", JSONSchema: &jsonSchemaSpec{Name: "answer", Schema: f.Schema}}
+		}
 	}
 	for i := range t.Messages {
 		m := &t.Messages[i]

@@ -242,9 +242,10 @@ func (r *Router) toolPolicy(req *chat.Request) error {
 	return nil
 }
 
-// lookup takes the conversation's affinity entry, if any.
+// lookup takes the conversation's affinity entry, if any. A one-shot
+// request takes none: it quotes a conversation without continuing it.
 func (r *Router) lookup(ctx context.Context, rq *request) {
-	if r.store == nil || rq.split < 0 {
+	if r.store == nil || rq.split < 0 || rq.OneShot {
 		return
 	}
 	key := conversationKey(rq.owner, rq.model, rq.Messages[:rq.split+1], nil)
@@ -299,7 +300,7 @@ func (r *Router) DeleteSession(a Affinity) {
 func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream, bool, error) {
 	turn := &chat.Turn{RequestID: rq.RequestID, Model: rq.model, Messages: rq.Messages, Tools: rq.Tools,
 		ToolChoice: rq.ToolChoice, MaxTokens: rq.MaxTokens, Temperature: rq.Temperature, TopP: rq.TopP,
-		Agent: wantsAgent(rq.Request), Whole: !rq.Stream}
+		Format: rq.Format, Agent: wantsAgent(rq.Request), Whole: !rq.Stream}
 	rq.reused = false
 	if rq.hasHit {
 		if slot.Instance() != rq.hit.Instance {
@@ -466,9 +467,9 @@ func (f *forwarding) finish(done chat.Event, keep bool) {
 	}
 	sessionID := done.SessionID
 	switch {
-	case !keep, r.store == nil:
-		// Nobody continues this session: a stopped answer, or session
-		// reuse is off.
+	case !keep, r.store == nil, rq.OneShot:
+		// Nobody continues this session: a stopped answer, a one-shot
+		// request, or session reuse is off.
 		r.DeleteSession(Affinity{Instance: slot.Instance(), SessionID: sessionID})
 	default:
 		answer := chat.Message{Role: chat.RoleAssistant, Content: text, ToolCalls: calls}

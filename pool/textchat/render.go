@@ -24,6 +24,7 @@ const (
 	sectionContract   = "contract"
 	sectionToolCall   = "tool_call"
 	sectionToolResult = "tool_result"
+	sectionFormat     = "format"
 )
 
 // Render returns the prompt for t per the prompt contract. A lone user message
@@ -38,7 +39,7 @@ func Render(t *chat.Turn) string { return render(t, toolsOffered(t.Tools, t.Tool
 func RenderNative(t *chat.Turn) string { return render(t, false) }
 
 func render(t *chat.Turn, tools bool) string {
-	if !tools && len(t.Messages) == 1 && t.Messages[0].Role == chat.RoleUser {
+	if !tools && !t.Format.JSON && len(t.Messages) == 1 && t.Messages[0].Role == chat.RoleUser {
 		return t.Messages[0].Content
 	}
 	w := writer{b: make([]byte, 0, estimate(t, tools))}
@@ -61,6 +62,12 @@ func render(t *chat.Turn, tools bool) string {
 		w.toolsJSON(t.Tools, t.ToolChoice)
 		w.marker(sectionContract, "", "")
 		w.b = append(w.b, contractText(t.ToolChoice)...)
+	}
+	if t.Format.JSON {
+		// Like the tools, the format is said in every prompt, a
+		// continuation's too.
+		w.marker(sectionFormat, "", "")
+		w.format(t.Format.Schema)
 	}
 	var names map[string]string // call id -> tool name, built on first need
 	for i := lead; i < len(t.Messages); i++ {
@@ -107,6 +114,9 @@ func toolsOffered(tools []chat.Tool, choice chat.ToolChoice) bool {
 // common case.
 func estimate(t *chat.Turn, tools bool) int {
 	n := 64
+	if t.Format.JSON {
+		n += len(formatJSON) + len(t.Format.Schema) + 64
+	}
 	for i := range t.Messages {
 		m := &t.Messages[i]
 		n += len(m.Content) + 32
@@ -236,6 +246,27 @@ func appendSchema(b []byte, schema json.RawMessage) []byte {
 		return b[:n]
 	}
 	return buf.Bytes()
+}
+
+// formatJSON is what the format section tells the model.
+const formatJSON = "Answer with one JSON value and nothing else: no prose, no code fence."
+
+// format writes the format section's body: the instruction, then the
+// schema on a line of its own when there is one.
+func (w *writer) format(schema json.RawMessage) {
+	w.b = append(w.b, formatJSON...)
+	s := bytes.TrimSpace(schema)
+	if len(s) == 0 || bytes.Equal(s, []byte("null")) {
+		return
+	}
+	n := len(w.b)
+	w.b = append(w.b, "\nThe value must follow this JSON Schema:\n"...)
+	buf := bytes.NewBuffer(w.b)
+	if err := json.Compact(buf, s); err != nil {
+		w.b = w.b[:n]
+		return
+	}
+	w.b = buf.Bytes()
 }
 
 const contractHead = "To call tools, answer with nothing but one fenced block like this one, listing one or more calls:\n" +

@@ -56,6 +56,22 @@ func TestRender(t *testing.T) {
 			want: "<<<system>>>\nenv\n<<<tools>>>\n{\"tool_choice\":\"auto\",\"tools\":[{\"name\":\"f\"}]}\n<<<contract>>>\n" + contractAuto + "\n<<<user>>>\nq",
 		},
 		{
+			name: "a JSON answer asked of a lone question is not bare, and names its schema",
+			give: chat.Turn{Messages: []chat.Message{{Role: chat.RoleUser, Content: "score it"}},
+				Format: chat.Format{JSON: true, Schema: json.RawMessage(`{"type": "object",` + "\n" + `"properties": {"n": {"type": "integer"}}}`)}},
+			want: "<<<format>>>\n" + formatJSON + "\nThe value must follow this JSON Schema:\n" +
+				`{"type":"object","properties":{"n":{"type":"integer"}}}` + "\n<<<user>>>\nscore it",
+		},
+		{
+			name: "a JSON answer without a schema, after the system and tools sections",
+			give: chat.Turn{Tools: []chat.Tool{{Name: "f"}}, Format: chat.Format{JSON: true}, Messages: []chat.Message{
+				{Role: chat.RoleSystem, Content: "env"},
+				{Role: chat.RoleUser, Content: "q"},
+			}},
+			want: "<<<system>>>\nenv\n<<<tools>>>\n{\"tool_choice\":\"auto\",\"tools\":[{\"name\":\"f\"}]}\n<<<contract>>>\n" + contractAuto +
+				"\n<<<format>>>\n" + formatJSON + "\n<<<user>>>\nq",
+		},
+		{
 			name: "escaping",
 			give: chat.Turn{Messages: []chat.Message{
 				{Role: chat.RoleUser, Content: "<<<user>>>\nx <<<y\n<<<z"},

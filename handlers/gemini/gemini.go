@@ -1,0 +1,137 @@
+// Package gemini serves the Gemini API's generateContent family on plain
+// net/http: models/{model}:generateContent, :streamGenerateContent (server-
+// sent events with alt=sse, else one JSON array written as it comes) and
+// :countTokens, under /v1beta and /v1, and the model list in its shape. It
+// decodes the wire JSON into a neutral chat.Request (decode.go,
+// contents.go, schema.go), encodes the answer as Gemini's responses
+// (encode.go) and names errors in Google's shape (errors.go); these are
+// pure code, knowing nothing of the pool or the exchange. This file is the
+// glue to the relay, which calls the pool, keeps streams alive and ends
+// them; apierr classifies errors. It never sees another protocol's types.
+package gemini
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/handlers/relay"
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/tokens"
+)
+
+// Config tunes the Gemini handler.
+type Config struct {
+	// KeepAlive is how long a started stream may stay quiet before a
+	// response without parts keeps it open. Default 15s; negative
+	// disables.
+	KeepAlive time.Duration
+	// CountDropped counts request fields that were accepted but dropped
+	// (nil: not counted).
+	CountDropped httpx.FieldCounter
+	// CountConcurrency bounds the countTokens requests tokenized at once
+	// (default GOMAXPROCS): they take no worker slot.
+	CountConcurrency int
+	// CountWait is how long a countTokens request waits for its turn
+	// before a 429 (default 5s).
+	CountWait time.Duration
+}
+
+// protocol is this package's label in metrics and logs.
+const protocol = "gemini"
+
+// Handler serves the Gemini API. It is safe for concurrent use.
+type Handler struct {
+	cfg    Config
+	relay  *relay.Relay
+	log    *slog.Logger
+	counts chan struct{} // countTokens slots
+}
+
+// New returns a Handler. A nil log discards.
+func New(cfg Config, log *slog.Logger) *Handler {
+	if cfg.CountConcurrency <= 0 {
+		cfg.CountConcurrency = runtime.GOMAXPROCS(0)
+	}
+	if cfg.CountWait <= 0 {
+		cfg.CountWait = 5 * time.Second
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	rl := relay.New(relay.Config{Protocol: protocol, KeepAlive: cfg.KeepAlive, WriteError: WriteProblem}, log)
+	return &Handler{cfg: cfg, relay: rl, log: log, counts: make(chan struct{}, cfg.CountConcurrency)}
+}
+
+// Generate serves models/{model}:generateContent, and
+// :streamGenerateContent as server-sent events (alt=sse) or a JSON array.
+func (h *Handler) Generate(w http.ResponseWriter, r *http.Request, c relay.Call) relay.Outcome {
+	a, _ := ParseAction(r.URL.Path) // the edge routes only a model's method here
+	stream := a.Method == MethodStream
+	d, err := decodeGenerate(c.Body, a.Model, stream)
+	if err != nil {
+		return h.relay.Fail(r.Context(), w, err)
+	}
+	d.dropped.Report(r.Context(), h.log, h.cfg.CountDropped, protocol)
+	// The router's goroutines select on this ctx; cancelling it on return
+	// frees them even when we stop reading early (a failed client write).
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	if !stream {
+		return h.relay.Reply(ctx, w, c.Pool, &d.chat, newReply(a.Model))
+	}
+	if r.URL.Query().Get("alt") == "sse" {
+		sse := h.relay.NewSSE(w)
+		return h.relay.Stream(ctx, cancel, sse, c.Pool, &d.chat, newStreamEncoder(sse, a.Model, false))
+	}
+	raw := h.relay.NewRaw(w, "application/json; charset=UTF-8")
+	return h.relay.Stream(ctx, cancel, raw, c.Pool, &d.chat, newStreamEncoder(raw, a.Model, true))
+}
+
+// CountTokens serves models/{model}:countTokens as {"totalTokens": n}: the
+// prompt tokens of the request counted the way the router counts a turn's
+// usage, so a count and the usage of the same request agree. The body is
+// decoded and validated as generateContent decodes it.
+func (h *Handler) CountTokens(w http.ResponseWriter, r *http.Request) {
+	body, err := httpx.ReadBody(r)
+	if err != nil {
+		h.relay.Fail(r.Context(), w, err)
+		return
+	}
+	if !h.countSlot(r.Context()) {
+		h.relay.Fail(r.Context(), w, &chat.OverloadedError{RetryAfter: time.Second})
+		return
+	}
+	defer func() { <-h.counts }()
+	a, _ := ParseAction(r.URL.Path)
+	d, err := decodeCount(body, a.Model)
+	if err != nil {
+		h.relay.Fail(r.Context(), w, err)
+		return
+	}
+	n := chat.PromptTokens(d.chat.Messages, tokens.Count)
+	b := strconv.AppendInt(append(make([]byte, 0, 32), `{"totalTokens":`...), int64(n), 10)
+	httpx.WriteJSON(w, http.StatusOK, append(b, '}'))
+}
+
+// countSlot waits, bounded, for a countTokens slot.
+func (h *Handler) countSlot(ctx context.Context) bool {
+	select {
+	case h.counts <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(h.cfg.CountWait)
+	defer t.Stop()
+	select {
+	case h.counts <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
