@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/internal/pycompat"
 	"github.com/poolgate/poolgate/session/bundle"
 )
 
@@ -147,7 +148,7 @@ func migrationEnv(envFile, accountsFile string, environ []string) ([]string, err
 // it returns the accounts whose work dir holds credentials now (their
 // plain bundle, if any, is no longer needed).
 func (m *migration) moveAccounts(cfg config.Config) (map[string]bool, error) {
-	plain, err := plainBundles(cfg)
+	plain, err := pycompat.PlainBundles(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
@@ -157,7 +158,7 @@ func (m *migration) moveAccounts(cfg config.Config) (map[string]bool, error) {
 		if err := m.moveWorkDir(i, len(cfg.Accounts), acct, target); err != nil {
 			return nil, fmt.Errorf("migrate: account %s: %w", acct.Name, err)
 		}
-		did, err := installPlain(plain[acct.Name], target)
+		did, err := pycompat.InstallPlain(plain[acct.Name], target)
 		if err != nil {
 			return nil, fmt.Errorf("migrate: account %s: install its plain session bundle: %w", acct.Name, err)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/poolgate/poolgate/admin"
 	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/internal/pycompat"
 )
 
 // Live reload: SIGHUP or POST /internal/reload re-reads the config file and
@@ -46,7 +47,7 @@ func (a *app) Reload() (admin.ReloadReport, error) {
 	if err != nil {
 		return admin.ReloadReport{}, a.refuse(err)
 	}
-	plain, err := plainBundles(merged)
+	plain, err := pycompat.PlainBundles(merged)
 	if err != nil {
 		return admin.ReloadReport{}, a.refuse(err)
 	}

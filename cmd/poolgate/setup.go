@@ -17,6 +17,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/internal/pycompat"
 	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool/cluster"
@@ -48,7 +49,7 @@ func (a *app) setupBundles() error {
 	if err != nil {
 		return err
 	}
-	plain, err := plainBundles(a.cfg)
+	plain, err := pycompat.PlainBundles(a.cfg)
 	if err != nil {
 		return err
 	}
@@ -62,7 +63,7 @@ func (a *app) setupBundles() error {
 	a.bundles = bundle.New(bcfg, bundleHomes{sup: a.sup, cluster: func() *cluster.Cluster { return a.cluster }}, a.bundleStore, a.log.With("component", "bundles"))
 	a.sup.SetHooks(supervisor.Hooks{
 		PreStart: func(ctx context.Context, t supervisor.LoginTarget) error {
-			installed, err := installPlain((*a.plainBundles.Load())[t.Account.Name], t.WorkDir)
+			installed, err := pycompat.InstallPlain((*a.plainBundles.Load())[t.Account.Name], t.WorkDir)
 			if err != nil {
 				return fmt.Errorf("install the configured plain session bundle: %w", err)
 			}
