@@ -36,9 +36,6 @@ type Config struct {
 	// BundleExportPlain answers session exports unsealed, in the Python
 	// gateway's form, to move a login back to it. Default off.
 	BundleExportPlain bool
-	// PythonCompat answers the auto-login routes in the Python gateway's
-	// shapes (pycompat.go). Default off.
-	PythonCompat bool
 	// Simulated says the bundled simulator serves the pool: /healthz,
 	// /internal/stats and the dashboard say so.
 	Simulated bool

@@ -261,7 +261,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	}
 	engine := handlers.New(hcfg, protocols, m, log)
 	adm := admin.New(admin.Config{BodyTimeout: cfg.BodyTimeout, BundleImportPlain: cfg.BundleImportPlain,
-		Simulated: cfg.Simulated()}, adminPool{a.pool, ready}, workers, reg, log)
+		BundleExportPlain: cfg.BundleExportPlain, Simulated: cfg.Simulated()}, adminPool{a.pool, ready}, workers, reg, log)
 	adm.RegisterProbes(engine)
 	a.api = httpServer(cfg.Listen, engine)
 	adminEngine := engine
@@ -291,7 +291,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	if a.login != nil {
 		svc = a.login // never a typed nil
 	}
-	admin.RegisterLogin(internal, svc, a.sup, log)
+	admin.RegisterLogin(internal, svc, a.sup, cfg.PythonCompat, log)
 	adm.RegisterBundles(internal, a.bundles)
 	adm.RegisterUsage(internal, a.acct.usage, a.acct.requests)
 	adm.RegisterLive(internal, a.live)
