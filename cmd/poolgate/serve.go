@@ -238,10 +238,10 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		Router: a.router,
 		Chat: openaichat.New(openaichat.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive,
 			PythonCompat: cfg.PythonCompat}, log),
-		Responses: responses.New(responses.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive},
-			responseStore{a.store}, log),
+		Responses: responses.New(responses.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive,
+			PythonCompat: cfg.PythonCompat}, responseStore{a.store}, log),
 		Messages: anthropic.New(anthropic.Config{CountDropped: m.CountFieldIgnored, PingInterval: cfg.StreamKeepAlive,
-			Count: a.count.Count}, log),
+			Count: a.count.Count, PythonCompat: cfg.PythonCompat}, log),
 		Models: a.router,
 	}
 	// Who may call what: decided once, at the edge of every listener, from
