@@ -250,7 +250,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		MetricsPublic: cfg.MetricsPublic}
 	hcfg := handlers.Config{Credentials: creds, AdminError: admin.WriteError,
 		Accounting: a.acct.forHTTP(cfg.RequestLogDebug, a.live), MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout,
-		Insecure: cfg.Insecure, Tracing: a.tracing}
+		Insecure: cfg.Insecure, Tracing: a.tracing, PythonCompat: cfg.PythonCompat}
 	var workers admin.Workers = a.sup
 	var hop *cluster.Proxy // the one hop between replicas, for API turns and admin actions
 	if a.cluster != nil {
@@ -272,7 +272,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 			// anything else).
 			open = func() bool { return a.keys.Load().Len() == 0 }
 		}
-		adminEngine = handlers.NewAdmin(creds, admin.WriteError, log, open)
+		adminEngine = handlers.NewAdmin(creds, admin.WriteError, log, open, cfg.PythonCompat)
 		adm.RegisterProbes(adminEngine)
 		a.admin = httpServer(cfg.AdminListen, adminEngine)
 	}
