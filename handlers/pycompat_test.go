@@ -68,4 +68,3 @@ func TestPythonErrors(t *testing.T) {
 		})
 	}
 }
-
