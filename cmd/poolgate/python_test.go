@@ -242,13 +242,13 @@ func messagesText(body string) string {
 func checkStreamedPlainImport(t *testing.T, d *testenv.Daemon) {
 	t.Helper()
 	dir := t.TempDir()
-	writeLoggedIn(t, dir, "u1")
+	testenv.LoggedInWorkDir(t, dir, "u1")
 	noise := make([]byte, 6<<20) // incompressible logs: a 6 MiB tar.gz
 	_, _ = rand.Read(noise)
 	if err := os.WriteFile(filepath.Join(dir, "logs", "big.log"), noise, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b64 := packWorkDir(t, dir)
+	b64 := testenv.PackWorkDir(t, dir)
 	raw, _ := base64.StdEncoding.DecodeString(b64)
 	body, _ := json.Marshal(map[string]any{"instance": "lingma-0", "account": "u1", "raw_bytes": len(raw), "bundle_b64": b64})
 	if len(body) <= 4<<20 {
