@@ -88,24 +88,7 @@ func readStreamed(body io.Reader, plain bool) (*streamedImport, error) {
 			if key == "bundle_b64" && !plain {
 				return s, errPlainOff
 			}
-			// The value is read straight from what follows the key; the
-			// decoder then goes on from after it, as inside an object.
-			rest := bufio.NewReader(io.MultiReader(dec.Buffered(), r))
-			if err = expectValue(rest); err == nil {
-				decoded := base64.NewDecoder(base64.StdEncoding, &b64String{r: rest})
-				if key == "bundle" {
-					s.sealed, err = readCapped(decoded, maxSealedB64)
-				} else {
-					err = s.spoolPlain(decoded)
-				}
-			}
-			r = rest
-			dec = json.NewDecoder(io.MultiReader(strings.NewReader(`{"_":0`), rest))
-			for range 3 { // {, "_", 0
-				if _, terr := dec.Token(); terr != nil && err == nil {
-					err = terr
-				}
-			}
+			r, dec, err = s.readBundleValue(key, bufio.NewReader(io.MultiReader(dec.Buffered(), r)))
 		default:
 			return s, fmt.Errorf("%w: unknown field %q", errBadBody, key)
 		}
@@ -117,6 +100,28 @@ func readStreamed(body io.Reader, plain bool) (*streamedImport, error) {
 		return s, fmt.Errorf("%w: %w", errBadBody, err)
 	}
 	return s, nil
+}
+
+// readBundleValue reads the bundle's value straight from rest, what
+// follows its key, and returns the reader and a decoder that go on from
+// after it, as inside an object.
+func (s *streamedImport) readBundleValue(key string, rest *bufio.Reader) (*bufio.Reader, *json.Decoder, error) {
+	err := expectValue(rest)
+	if err == nil {
+		decoded := base64.NewDecoder(base64.StdEncoding, &b64String{r: rest})
+		if key == "bundle" {
+			s.sealed, err = readCapped(decoded, maxSealedB64)
+		} else {
+			err = s.spoolPlain(decoded)
+		}
+	}
+	dec := json.NewDecoder(io.MultiReader(strings.NewReader(`{"_":0`), rest))
+	for range 3 { // {, "_", 0
+		if _, terr := dec.Token(); terr != nil && err == nil {
+			err = terr
+		}
+	}
+	return rest, dec, err
 }
 
 // readBare reads a bare bundle: the base64 alone, as it sat in the Python
