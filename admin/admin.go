@@ -33,6 +33,9 @@ type Config struct {
 	// BundleImportPlain accepts unsealed bundles on import (the Python
 	// gateway's exports). Default off.
 	BundleImportPlain bool
+	// BundleExportPlain answers session exports unsealed, in the Python
+	// gateway's form, to move a login back to it. Default off.
+	BundleExportPlain bool
 	// Simulated says the bundled simulator serves the pool: /healthz,
 	// /internal/stats and the dashboard say so.
 	Simulated bool

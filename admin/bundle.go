@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -24,6 +25,10 @@ type BundleService interface {
 	// supervisor.ErrUnknownInstance, bundle.ErrNoCredentials (not logged in),
 	// bundle.ErrNoKey.
 	Export(ctx context.Context, instance string) (account string, sealed []byte, err error)
+	// ExportPlain packs the named instance's credential files unsealed, in
+	// the Python gateway's form. Errors: supervisor.ErrUnknownInstance,
+	// bundle.ErrNoCredentials.
+	ExportPlain(ctx context.Context, instance string) (bundle.Home, []byte, error)
 	// Import verifies and installs a sealed bundle for the instance, then
 	// restarts its worker; a rejected bundle leaves the worker alone. Errors:
 	// supervisor.ErrUnknownInstance, bundle.ErrNoKey, bundle.ErrSeal,
@@ -45,12 +50,12 @@ type bundleJSON struct {
 	Instance string `json:"instance,omitempty"`
 	Account  string `json:"account,omitempty"`
 	// Bundle is the sealed bundle in standard base64.
-	Bundle string `json:"bundle"`
+	Bundle string `json:"bundle,omitempty"`
 	// Bytes is the length of the sealed bundle (decoded).
 	Bytes *int `json:"bytes,omitempty"`
 	// BundleB64 and RawBytes are the Python gateway's export: an unsealed
-	// tar.gz of the work dir and its length (import only, behind
-	// Config.BundleImportPlain).
+	// tar.gz of the work dir and its length (imported behind
+	// Config.BundleImportPlain, exported behind Config.BundleExportPlain).
 	BundleB64 string `json:"bundle_b64,omitempty"`
 	RawBytes  *int   `json:"raw_bytes,omitempty"`
 	// Picked: the export request named no instance, so this one was
@@ -74,9 +79,22 @@ func (a *Admin) exportBundle(c *gin.Context, svc BundleService) {
 		writeError(c, http.StatusBadRequest, CodeBadRequest, "instance is required (?instance=NAME)")
 		return
 	}
+	plain, ok := a.exportFormat(c)
+	if !ok {
+		return
+	}
+	if plain {
+		a.exportPlain(c, svc, name, picked)
+		return
+	}
 	account, sealed, err := svc.Export(c.Request.Context(), name)
 	if err != nil {
 		a.log.Warn("admin action failed", "action", "session_export", "instance", name, "by", who(c), "err", err)
+		if errors.Is(err, bundle.ErrNoKey) {
+			writeError(c, http.StatusServiceUnavailable, CodeUnavailable, bundle.ErrNoKey.Error()+
+				"; or, to move a login back to the Python gateway, POOLGATE_BUNDLE_EXPORT_PLAIN=true answers its unsealed form (bundle_b64)")
+			return
+		}
 		writeBundleError(c, name, err)
 		return
 	}
@@ -104,6 +122,13 @@ func (a *Admin) importBundle(c *gin.Context, svc BundleService) {
 	name := body.Instance
 	if name == "" {
 		writeError(c, http.StatusBadRequest, CodeBadRequest, "instance is required (?instance=NAME)")
+		return
+	}
+	if _, ok := a.pool.Snapshot().Instance(name); !ok {
+		// An export from the Python gateway names its own instance, which
+		// may be no instance here: say which ones there are, not guess.
+		writeError(c, http.StatusNotFound, CodeUnknownInstance, "the body names instance "+name+
+			", which this gateway does not have ("+strings.Join(instanceNames(a.pool), ", ")+"): name the target with ?instance=NAME")
 		return
 	}
 	c.Request.Body, c.Request.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
@@ -152,6 +177,11 @@ func decodeImport(c *gin.Context, plain bool) (body bundleJSON, raw, bundle []by
 // writes the error.
 func decodeBundleBody(c *gin.Context, raw []byte, plain bool) (bundleJSON, []byte, bool) {
 	var body bundleJSON
+	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] != '{' {
+		writeError(c, http.StatusBadRequest, CodeBadRequest,
+			"a bare bundle (the base64 that LINGMA_SESSION_BUNDLE held) names no instance: add ?instance=NAME")
+		return body, nil, false
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
@@ -230,6 +260,16 @@ func writeBundleError(c *gin.Context, name string, err error) {
 	writeError(c, status, code, msg)
 }
 
+// instanceNames lists the pool's instances, in config order.
+func instanceNames(p Pool) []string {
+	snap := p.Snapshot()
+	out := make([]string, 0, len(snap.Instances))
+	for _, in := range snap.Instances {
+		out = append(out, in.Name)
+	}
+	return out
+}
+
 // instanceAccount names the account of an instance, for the answer.
 func instanceAccount(p Pool, name string) string {
 	for _, in := range p.Snapshot().Instances {
@@ -238,4 +278,47 @@ func instanceAccount(p Pool, name string) string {
 		}
 	}
 	return ""
+}
+
+// exportFormat reads ?format= (sealed or plain; default plain when plain
+// exports are allowed, else sealed), or answers why it can't be had.
+func (a *Admin) exportFormat(c *gin.Context) (plain, ok bool) {
+	switch c.Query("format") {
+	case "":
+		return a.cfg.BundleExportPlain, true
+	case "sealed":
+		return false, true
+	case "plain":
+		if !a.cfg.BundleExportPlain {
+			writeError(c, http.StatusForbidden, CodeForbidden, "unsealed exports are off: set POOLGATE_BUNDLE_EXPORT_PLAIN=true "+
+				"for the time it takes to move a login back to the Python gateway (the answer is the account's login in the clear)")
+			return false, false
+		}
+		return true, true
+	}
+	writeError(c, http.StatusBadRequest, CodeBadRequest, "format is sealed or plain, not "+c.Query("format"))
+	return false, false
+}
+
+// exportPlain answers the Python gateway's export: {"instance", "account"
+// (the username, as it named accounts), "raw_bytes", "bundle_b64"}, whose
+// bundle_b64 its LINGMA_SESSION_BUNDLE takes and poolgate's import takes
+// back (with bundle_import_plain).
+func (a *Admin) exportPlain(c *gin.Context, svc BundleService, name string, picked bool) {
+	home, payload, err := svc.ExportPlain(c.Request.Context(), name)
+	if err != nil {
+		a.log.Warn("admin action failed", "action", "session_export_plain", "instance", name, "by", who(c), "err", err)
+		writeBundleError(c, name, err)
+		return
+	}
+	n := len(payload)
+	account := home.Username
+	if account == "" {
+		account = home.Account
+	}
+	a.log.Warn("admin action: session exported unsealed", "action", "session_export_plain", "instance", name,
+		"account", home.Account, "bytes", n, "by", who(c))
+	c.Header("Cache-Control", "no-store")
+	c.JSON(http.StatusOK, bundleJSON{Instance: name, Account: account, RawBytes: &n,
+		BundleB64: base64.StdEncoding.EncodeToString(payload), Picked: picked})
 }

@@ -315,7 +315,7 @@ func TestBundleImportRejectsBadBundlesAndLeavesTheWorkerAlone(t *testing.T) {
 		{name: "plain bundles off", give: []byte(`{"bundle_b64":"AAAA"}`), want: http.StatusForbidden, wantMsg: "POOLGATE_BUNDLE_IMPORT_PLAIN"},
 		{name: "bytes mismatch", give: bytes.Replace(okJSON, []byte(`"bytes":`), []byte(`"bytes":1`), 1), want: http.StatusBadRequest, wantMsg: "truncated"},
 		{name: "the query names the target, not the body", path: "/internal/session/import?instance=w2", give: okJSON, want: http.StatusNotFound, wantMsg: "unknown instance w2"},
-		{name: "unknown instance", path: "/internal/session/import", give: []byte(`{"instance":"nope","bundle":"AAAA"}`), want: http.StatusNotFound, wantMsg: "unknown instance nope"},
+		{name: "unknown instance", path: "/internal/session/import", give: []byte(`{"instance":"nope","bundle":"AAAA"}`), want: http.StatusNotFound, wantMsg: "the body names instance nope"},
 		{name: "export not logged in", path: "/internal/session/export?instance=w1", want: http.StatusConflict, wantMsg: "not logged in"},
 		{name: "export unknown", path: "/internal/session/export?instance=nope", want: http.StatusNotFound, wantMsg: "unknown instance nope"},
 		{name: "export no instance picks the first", path: "/internal/session/export", want: http.StatusConflict, wantMsg: "instance w1 is not logged in"},
@@ -385,5 +385,52 @@ func TestBundleRoutesWithoutAKey(t *testing.T) {
 			!strings.Contains(msg, "POOLGATE_BUNDLE_KEY") || !strings.Contains(msg, "openssl rand -base64 32") {
 			t.Errorf("%s: status %d %q, want 503 saying how to set POOLGATE_BUNDLE_KEY", path, code, msg)
 		}
+	}
+}
+
+// With bundle_export_plain an export answers the Python gateway's unsealed
+// form, with no bundle key; its bundle_b64 alone (what LINGMA_SESSION_BUNDLE
+// held) imports into the instance the query names, and the whole answer
+// without a query only into an instance the body names that exists.
+func TestBundlePlainExportAndBareImport(t *testing.T) {
+	src := newBundleEnv(t, nil, admin.Config{BundleExportPlain: true}, admin.Edge(""), true, true)
+	dst := newBundleEnv(t, nil, admin.Config{BundleImportPlain: true}, admin.Edge(""), true, false)
+	src.waitState(t, supervisor.StateReady, nil)
+	before := dst.waitState(t, supervisor.StateNeedsLogin, nil)
+
+	code, exp := src.do(t, "/internal/session/export", "", nil)
+	raw, err := base64.StdEncoding.DecodeString(fmt.Sprint(exp["bundle_b64"]))
+	if code != http.StatusOK || err != nil || exp["instance"] != "w1" || exp["account"] != "acct" || exp["picked"] != true ||
+		exp["raw_bytes"] != float64(len(raw)) || exp["bundle"] != nil || !bytes.HasPrefix(raw, []byte{0x1f, 0x8b}) {
+		t.Fatalf("plain export = %d %v (decode: %v), want the Python gateway's form", code, exp, err)
+	}
+	if code, out := src.do(t, "/internal/session/export?format=sealed", "", nil); code != http.StatusServiceUnavailable ||
+		!strings.Contains(fmt.Sprint(out["error"]), "POOLGATE_BUNDLE_EXPORT_PLAIN=true answers its unsealed form") {
+		t.Errorf("sealed export without a key = %d %v, want 503 naming the plain export", code, out)
+	}
+	if code, out := dst.do(t, "/internal/session/export?format=plain", "", nil); code != http.StatusForbidden ||
+		!strings.Contains(fmt.Sprint(out["error"]), "POOLGATE_BUNDLE_EXPORT_PLAIN=true") {
+		t.Errorf("plain export where it is off = %d %v, want 403 naming the setting", code, out)
+	}
+
+	renamed, _ := json.Marshal(map[string]any{"instance": "lingma-0", "account": "acct", "bundle_b64": exp["bundle_b64"]})
+	if code, out := dst.do(t, "/internal/session/import", "", renamed); code != http.StatusNotFound ||
+		!strings.Contains(fmt.Sprint(out["error"]), "does not have (w1): name the target with ?instance=NAME") {
+		t.Errorf("import naming an instance of the old gateway = %d %v, want 404 listing w1", code, out)
+	}
+	if code, out := dst.do(t, "/internal/session/import", "", []byte(fmt.Sprint(exp["bundle_b64"]))); code != http.StatusBadRequest ||
+		!strings.Contains(fmt.Sprint(out["error"]), "add ?instance=NAME") {
+		t.Errorf("bare import without ?instance= = %d %v, want 400", code, out)
+	}
+	bare := []byte(fmt.Sprint(exp["bundle_b64"]) + "\n")
+	code, imp := dst.do(t, "/internal/session/import?instance=w1", "", bare)
+	if code != http.StatusOK || imp["format"] != "plain" || imp["instance"] != "w1" {
+		t.Fatalf("bare import = %d %v", code, imp)
+	}
+	dst.waitState(t, supervisor.StateReady, func(in route.InstanceStatus) bool { return in.Restarts > before.Restarts })
+	want, _ := os.ReadFile(filepath.Join(src.workDir, "cache", "user"))
+	got, _ := os.ReadFile(filepath.Join(dst.workDir, "cache", "user"))
+	if len(want) == 0 || !bytes.Equal(got, want) {
+		t.Errorf("imported cache/user = %q, want %q", got, want)
 	}
 }

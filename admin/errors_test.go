@@ -23,6 +23,7 @@ import (
 	"github.com/poolgate/poolgate/pool/cluster"
 	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/session/bundle"
 )
 
 // fakePool knows one instance, "w1", which is always busy for a probe.
@@ -53,6 +54,10 @@ func (f *fakePool) Probe(_ context.Context, name string) (route.ProbeResult, err
 
 func (f *fakePool) Export(context.Context, string) (string, []byte, error) {
 	return "", nil, errors.New("not in this test")
+}
+
+func (f *fakePool) ExportPlain(context.Context, string) (bundle.Home, []byte, error) {
+	return bundle.Home{}, nil, errors.New("not in this test")
 }
 
 func (f *fakePool) Import(_ context.Context, instance string, _ []byte) error {

@@ -50,10 +50,19 @@ func (s *streamedImport) close() {
 // errBadBody marks an import body that is not the export's JSON.
 var errBadBody = errors.New("bad import body")
 
-// readStreamed reads an import body from r. A plain bundle is refused
-// before anything is written when plain is false.
-func readStreamed(r io.Reader, plain bool) (*streamedImport, error) {
+// readStreamed reads an import body from r: the export's JSON, or a bare
+// bundle (readBare). A plain bundle is refused before anything is written
+// when plain is false.
+func readStreamed(body io.Reader, plain bool) (*streamedImport, error) {
 	s := &streamedImport{}
+	r := bufio.NewReader(body)
+	first, err := peekNonSpace(r)
+	if err != nil {
+		return s, fmt.Errorf("%w: empty body", errBadBody)
+	}
+	if first != '{' {
+		return s, s.readBare(r, first, plain)
+	}
 	dec := json.NewDecoder(r)
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return s, fmt.Errorf("%w: want a JSON object", errBadBody)
@@ -79,23 +88,7 @@ func readStreamed(r io.Reader, plain bool) (*streamedImport, error) {
 			if key == "bundle_b64" && !plain {
 				return s, errPlainOff
 			}
-			// The value is read straight from what follows the key; the
-			// decoder then goes on from after it, as inside an object.
-			rest := bufio.NewReader(io.MultiReader(dec.Buffered(), r))
-			if key == "bundle" {
-				var b strings.Builder
-				_, err = copyBase64(rest, &b, maxSealedB64)
-				s.sealed = []byte(b.String())
-			} else {
-				err = s.spoolPlain(rest)
-			}
-			r = rest
-			dec = json.NewDecoder(io.MultiReader(strings.NewReader(`{"_":0`), rest))
-			for range 3 { // {, "_", 0
-				if _, terr := dec.Token(); terr != nil && err == nil {
-					err = terr
-				}
-			}
+			r, dec, err = s.readBundleValue(key, bufio.NewReader(io.MultiReader(dec.Buffered(), r)))
 		default:
 			return s, fmt.Errorf("%w: unknown field %q", errBadBody, key)
 		}
@@ -109,17 +102,71 @@ func readStreamed(r io.Reader, plain bool) (*streamedImport, error) {
 	return s, nil
 }
 
-// spoolPlain decodes the plain bundle's base64 into a temp file.
-func (s *streamedImport) spoolPlain(r *bufio.Reader) error {
+// readBundleValue reads the bundle's value straight from rest, what
+// follows its key, and returns the reader and a decoder that go on from
+// after it, as inside an object.
+func (s *streamedImport) readBundleValue(key string, rest *bufio.Reader) (*bufio.Reader, *json.Decoder, error) {
+	err := expectValue(rest)
+	if err == nil {
+		decoded := base64.NewDecoder(base64.StdEncoding, &b64String{r: rest})
+		if key == "bundle" {
+			s.sealed, err = readCapped(decoded, maxSealedB64)
+		} else {
+			err = s.spoolPlain(decoded)
+		}
+	}
+	dec := json.NewDecoder(io.MultiReader(strings.NewReader(`{"_":0`), rest))
+	for range 3 { // {, "_", 0
+		if _, terr := dec.Token(); terr != nil && err == nil {
+			err = terr
+		}
+	}
+	return rest, dec, err
+}
+
+// readBare reads a bare bundle: the base64 alone, as it sat in the Python
+// gateway's LINGMA_SESSION_BUNDLE (or as one JSON string), with no JSON
+// around it to name an instance or account; the query names the target.
+// The decoded bytes say which kind it is: a tar.gz is a plain bundle, and
+// anything else is taken for a sealed one, which opening checks.
+func (s *streamedImport) readBare(r *bufio.Reader, first byte, plain bool) error {
+	var text io.Reader = &bareBase64{r: r}
+	if first == '"' {
+		_, _ = r.ReadByte()
+		text = &b64String{r: r}
+	}
+	decoded := bufio.NewReader(base64.NewDecoder(base64.StdEncoding, text))
+	head, err := decoded.Peek(2)
+	if err != nil {
+		return fmt.Errorf("%w: not the export's JSON, nor the base64 of a bundle: %w", errBadBody, err)
+	}
+	if head[0] != 0x1f || head[1] != 0x8b {
+		s.sealed, err = readCapped(decoded, maxSealedB64)
+	} else if !plain {
+		return errPlainOff
+	} else {
+		err = s.spoolPlain(decoded)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: bare bundle: %w", errBadBody, err)
+	}
+	return nil
+}
+
+// spoolPlain copies the plain bundle, decoded, into a temp file.
+func (s *streamedImport) spoolPlain(decoded io.Reader) error {
 	f, err := os.CreateTemp("", "poolgate-import-*.tar.gz")
 	if err != nil {
 		return err
 	}
 	s.plain = f
-	n, err := copyBase64(r, f, bundle.MaxPlain)
+	n, err := io.Copy(f, io.LimitReader(decoded, bundle.MaxPlain+1))
 	s.plainLen = n
-	if err != nil {
+	switch {
+	case err != nil:
 		return err
+	case n > bundle.MaxPlain:
+		return errTooLarge
 	}
 	_, err = f.Seek(0, io.SeekStart)
 	return err
@@ -130,23 +177,57 @@ var (
 	errTooLarge = errors.New("bundle over its cap")
 )
 
-// copyBase64 reads `: "BASE64"` from r and writes the decoded bytes to w,
-// at most max of them. JSON's escapes of base64 text (\/, and \n or \r of a
-// wrapped encoding) are undone.
-func copyBase64(r *bufio.Reader, w io.Writer, max int64) (int64, error) {
+// readCapped reads r whole, or fails with errTooLarge past max bytes.
+func readCapped(r io.Reader, max int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err == nil && int64(len(b)) > max {
+		err = errTooLarge
+	}
+	return b, err
+}
+
+// expectValue reads the `: "` between a key and its string value.
+func expectValue(r *bufio.Reader) error {
 	if err := expectByte(r, ':'); err != nil {
-		return 0, err
+		return err
 	}
-	if err := expectByte(r, '"'); err != nil {
-		return 0, err
+	return expectByte(r, '"')
+}
+
+// peekNonSpace skips white space and returns the next byte, unread.
+func peekNonSpace(r *bufio.Reader) (byte, error) {
+	for {
+		b, err := r.Peek(1)
+		if err != nil {
+			return 0, err
+		}
+		if !isSpace(b[0]) {
+			return b[0], nil
+		}
+		_, _ = r.ReadByte()
 	}
-	dec := base64.NewDecoder(base64.StdEncoding, &b64String{r: r})
-	n, err := io.Copy(w, io.LimitReader(dec, max+1))
-	switch {
-	case err != nil:
-		return n, err
-	case n > max:
-		return n, errTooLarge
+}
+
+func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' }
+
+// bareBase64 is base64 text up to EOF with its white space (line breaks of
+// a wrapped encoding, a final newline) left out.
+type bareBase64 struct{ r *bufio.Reader }
+
+func (s *bareBase64) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		b, err := s.r.ReadByte()
+		if err != nil {
+			if n > 0 && errors.Is(err, io.EOF) {
+				return n, nil
+			}
+			return n, err
+		}
+		if !isSpace(b) {
+			p[n] = b
+			n++
+		}
 	}
 	return n, nil
 }
@@ -160,7 +241,7 @@ func expectByte(r *bufio.Reader, want byte) error {
 		switch {
 		case b == want:
 			return nil
-		case b == ' ' || b == '\t' || b == '\n' || b == '\r':
+		case isSpace(b):
 		default:
 			return fmt.Errorf("want %q, got %q", want, b)
 		}
@@ -256,7 +337,7 @@ func writeImportReadError(c *gin.Context, err error) {
 	switch {
 	case errors.Is(err, errPlainOff):
 		writeError(c, http.StatusForbidden, CodeForbidden,
-			"unsealed bundles (bundle_b64) are not accepted: set POOLGATE_BUNDLE_IMPORT_PLAIN=true to import the Python gateway's exports")
+			"unsealed bundles (bundle_b64, or a bare base64 tar.gz) are not accepted: set POOLGATE_BUNDLE_IMPORT_PLAIN=true to import the Python gateway's exports")
 	case errors.As(err, &mbe), errors.Is(err, errTooLarge):
 		writeError(c, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "body over its cap: a sealed bundle is at most 1 MiB, "+
 			"a plain one (bundle_b64, with POOLGATE_BUNDLE_IMPORT_PLAIN) 64 MiB")
@@ -264,6 +345,7 @@ func writeImportReadError(c *gin.Context, err error) {
 		writeError(c, http.StatusRequestTimeout, CodeBodyTimeout, "the request body did not arrive in time")
 	default:
 		writeError(c, http.StatusBadRequest, CodeBadRequest,
-			`body must be the export's JSON {"instance", "account", "bundle": "<base64>", "bytes"} (or the Python gateway's, with "bundle_b64"): `+err.Error())
+			`body must be the export's JSON {"instance", "account", "bundle": "<base64>", "bytes"} (or the Python gateway's, with "bundle_b64"), `+
+				"or a bundle's bare base64 (what LINGMA_SESSION_BUNDLE held): "+err.Error())
 	}
 }

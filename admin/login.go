@@ -55,8 +55,10 @@ const loginURLTimeout = 30 * time.Second
 // instance (the manual fallback: an operator signs in with their own
 // browser and passes the callback through here). svc may be nil when no
 // browser is available: the manual fallback still works, start answers 503.
-func RegisterLogin(r gin.IRouter, svc LoginService, targets LoginTargets, log *slog.Logger) {
-	h := &loginAPI{svc: svc, targets: targets, log: log}
+// pythonCompat answers start and status in the Python gateway's shapes
+// (pycompat.go).
+func RegisterLogin(r gin.IRouter, svc LoginService, targets LoginTargets, pythonCompat bool, log *slog.Logger) {
+	h := &loginAPI{svc: svc, targets: targets, compat: pythonCompat, log: log}
 	r.POST("/auto-login/start", h.start)
 	r.GET("/auto-login/status", h.status)
 	r.GET("/auto-login/url", h.url)
@@ -67,6 +69,7 @@ func RegisterLogin(r gin.IRouter, svc LoginService, targets LoginTargets, log *s
 type loginAPI struct {
 	svc     LoginService
 	targets LoginTargets
+	compat  bool
 	log     *slog.Logger
 }
 
@@ -118,6 +121,10 @@ func (h *loginAPI) start(c *gin.Context) {
 	if !ok {
 		return
 	}
+	if h.compat {
+		h.compatStart(c, t, picked)
+		return
+	}
 	if st, err := h.targets.State(name); picked && err == nil && st == supervisor.StateReady {
 		c.JSON(http.StatusOK, startAnswer{Status: login.Status{Name: name, State: stateLoggedIn}, OK: true, Instance: name, Picked: picked})
 		return
@@ -149,6 +156,10 @@ func (h *loginAPI) status(c *gin.Context) {
 			st = login.Status{Name: name, State: login.StateIdle}
 		}
 		all = append(all, st)
+	}
+	if h.compat {
+		h.compatStatus(c, all)
+		return
 	}
 	c.JSON(http.StatusOK, gin.H{"instances": all, "browser": h.svc != nil})
 }

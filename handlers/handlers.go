@@ -62,6 +62,9 @@ type Config struct {
 	// Tracing traces each request (nil or a no-op provider: off, at no
 	// cost).
 	Tracing trace.TracerProvider
+	// PythonCompat adds the Python gateway's "detail" to error bodies
+	// (PythonErrors). Default off.
+	PythonCompat bool
 }
 
 // ModelLister lists the pool's models.
@@ -94,7 +97,11 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	if telemetry.Enabled(cfg.Tracing) {
 		e.Use(Trace(cfg.Tracing))
 	}
-	e.Use(RequestID(log), Recover(log))
+	e.Use(RequestID(log))
+	if cfg.PythonCompat {
+		e.Use(PythonErrors()) // outside Recover, so that a panic's answer gets its detail too
+	}
+	e.Use(Recover(log))
 	if cfg.Credentials == nil {
 		cfg.Credentials = &access.Credentials{Keys: apikey.NewRegistry(nil)}
 	}
@@ -184,11 +191,15 @@ func notAllowed(c *gin.Context) {
 // admin.Register: request ids, recovery, the same authorization as the API
 // listener; and when open is not nil (no admin token, so the listener is
 // loopback-only), the browser guard while open says the gateway has no API
-// key.
-func NewAdmin(cr *access.Credentials, adminErr AdminErrorFunc, log *slog.Logger, open func() bool) *gin.Engine {
+// key. pythonCompat adds the Python gateway's "detail" to error bodies.
+func NewAdmin(cr *access.Credentials, adminErr AdminErrorFunc, log *slog.Logger, open func() bool, pythonCompat bool) *gin.Engine {
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
-	e.Use(RequestID(log), Recover(log))
+	e.Use(RequestID(log))
+	if pythonCompat {
+		e.Use(PythonErrors())
+	}
+	e.Use(Recover(log))
 	if open != nil {
 		e.Use(BrowserGuard(false, open))
 	}

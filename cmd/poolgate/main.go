@@ -4,7 +4,7 @@
 // reloads the accounts and API keys. With the argument "simworker" it runs
 // the bundled reference worker instead, so the default pool needs no second
 // binary; with "migrate" it moves a Python gateway deployment over
-// (migrate.go).
+// (internal/migrate).
 package main
 
 import (
@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/poolgate/poolgate/internal/migrate"
 	"github.com/poolgate/poolgate/internal/sim"
 )
 
@@ -39,7 +40,7 @@ func run(ctx context.Context, args []string, environ func() []string, hup <-chan
 		return sim.Main(ctx, args[1:], getenv(environ()), stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "migrate" {
-		return migrate(args[1:], environ(), stdout, stderr)
+		return migrate.Run(args[1:], environ(), stdout, stderr)
 	}
 	return serve(ctx, args, environ, hup, stderr)
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,14 +22,21 @@ import (
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
-// TestPythonGatewayEnvironment starts poolgate on the Python gateway's own
-// .env (its names: API_KEYS, ADMIN_TOKEN, LINGMA_ACCOUNTS with a plain
+// TestPythonGatewayEnvironment is the Python gateway's operator moving
+// over with their scripts. poolgate starts on that gateway's own .env (its
+// names: API_KEYS, ADMIN_TOKEN, LINGMA_ACCOUNTS with a plain
 // session_bundle, LINGMA_BIN pointing at the simulator, seconds for
-// durations), less LINGMA_WORK_DIR, which `poolgate migrate` consumes, and
-// runs what that gateway's scripts and clients did, checking the fields
-// they read.
+// durations; less LINGMA_WORK_DIR, which `poolgate migrate` consumes) with
+// python_compat, and the old scripts run as they parse the answers: the
+// auto-login start/status loop, the admin reads, the clients' chat,
+// Responses and Messages turns, error bodies. Then a login moves: exported
+// here, imported into a fresh instance (which answered 401 while logged
+// out), exported from there unsealed, unpacked as the Python gateway
+// unpacks LINGMA_SESSION_BUNDLE into its one-instance work dir, and that
+// deployment comes back through `poolgate migrate`, twice.
 func TestPythonGatewayEnvironment(t *testing.T) {
 	o := newOldTree(t)
+	key := newBundleKey(t)
 	var vars []string
 	for _, v := range o.vars {
 		if !strings.HasPrefix(v, "LINGMA_WORK_DIR=") {
@@ -36,7 +44,7 @@ func TestPythonGatewayEnvironment(t *testing.T) {
 		}
 	}
 	vars = append(vars, "POOLGATE_PYTHON_COMPAT=true", "POOLGATE_BUNDLE_IMPORT_PLAIN=true",
-		"POOLGATE_BUNDLE_KEY="+newBundleKey(t), "POOLGATE_LOGIN_RECIPE=simworker", "POOLGATE_HEALTH_INTERVAL=300ms")
+		"POOLGATE_BUNDLE_KEY="+key, "POOLGATE_LOGIN_RECIPE=simworker", "POOLGATE_HEALTH_INTERVAL=300ms")
 	envFile := filepath.Join(t.TempDir(), ".env")
 	if err := os.WriteFile(envFile, []byte(strings.Join(vars, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -59,32 +67,12 @@ func TestPythonGatewayEnvironment(t *testing.T) {
 		}
 		return nil
 	})
-	start := send(t, d, "/internal/auto-login/start", pythonAdminToken, nil)
-	var st struct {
-		OK       bool   `json:"ok"`
-		State    string `json:"state"`
-		Instance string `json:"instance"`
-		Picked   bool   `json:"picked"`
-	}
-	if err := json.Unmarshal([]byte(start.body), &st); err != nil || start.code != http.StatusAccepted || !st.OK ||
-		st.Instance != "acct-1" || !st.Picked || st.State != "running" {
-		t.Fatalf("auto-login start: %d %s", start.code, start.body)
-	}
-	testenv.WaitForNoError(t, 90*time.Second, "both ready, acct-1 logged in by Chromium", func() error {
+	seedLoginLoop(t, d)
+	testenv.WaitForNoError(t, 20*time.Second, "both ready, acct-1 logged in by Chromium", func() error {
 		var h pyHealth
 		d.GetJSON(t, "/healthz", pythonAdminToken, &h)
 		if !h.OK || h.PoolReady != 2 {
 			return fmt.Errorf("healthz %+v", h)
-		}
-		return nil
-	})
-	testenv.WaitForNoError(t, 20*time.Second, "auto-login status: acct-1's login succeeded", func() error {
-		var status struct {
-			Instances []struct{ Name, State string } `json:"instances"`
-		}
-		if code := d.GetJSON(t, "/internal/auto-login/status", pythonAdminToken, &status); code != http.StatusOK ||
-			len(status.Instances) != 2 || status.Instances[0].Name != "acct-1" || status.Instances[0].State != "succeeded" {
-			return fmt.Errorf("%d %+v", code, status)
 		}
 		return nil
 	})
@@ -94,9 +82,83 @@ func TestPythonGatewayEnvironment(t *testing.T) {
 		t.Errorf("anonymous healthz %+v, want counts without instances", anon)
 	}
 
-	checkPythonAdminReads(t, d)
+	exported := checkPythonAdminReads(t, d)
 	checkPythonTurns(t, d)
+	checkPythonResponses(t, d)
+	checkPythonErrors(t, d)
 	checkStreamedPlainImport(t, d)
+	plain := moveToAFreshInstance(t, o, key, exported)
+	backToThePythonGateway(t, o, plain)
+}
+
+// seedLoginLoop is the Python gateway's auto-login script, reading what it
+// read: a bare start (the gateway picks the instance needing a login)
+// answered 200 with ok, state running and the instance; status read until
+// that instance's auth has an id; a start naming the instance, now logged
+// in, answered already_logged_in without a second login.
+func seedLoginLoop(t *testing.T, d *testenv.Daemon) {
+	t.Helper()
+	type startAnswer struct {
+		OK        bool   `json:"ok"`
+		State     string `json:"state"`
+		Instance  string `json:"instance"`
+		AutoLogin *struct {
+			State string `json:"state"`
+		} `json:"auto_login"`
+		Auth *struct {
+			ID string `json:"id"`
+		} `json:"auth"`
+	}
+	start := pyPost(t, d, "/internal/auto-login/start", pythonAdminToken, "")
+	var st startAnswer
+	if err := json.Unmarshal([]byte(start.body), &st); err != nil || start.code != http.StatusOK || !st.OK ||
+		st.Instance != "acct-1" || st.State != "running" || st.AutoLogin == nil {
+		t.Fatalf("auto-login start: %d %s", start.code, start.body)
+	}
+	testenv.WaitForNoError(t, 90*time.Second, "the script's status loop: acct-1's auth has an id", func() error {
+		var status struct {
+			OK        bool `json:"ok"`
+			Instances []struct {
+				Instance  string `json:"instance"`
+				AutoLogin struct {
+					State string `json:"state"`
+				} `json:"auto_login"`
+				Auth struct {
+					ID string `json:"id"`
+				} `json:"auth"`
+			} `json:"instances"`
+		}
+		code := d.GetJSON(t, "/internal/auto-login/status", pythonAdminToken, &status)
+		for _, in := range status.Instances {
+			if status.OK && in.Instance == "acct-1" && in.Auth.ID == "u1" && in.AutoLogin.State == "succeeded" {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d %+v", code, status)
+	})
+	again := pyPost(t, d, "/internal/auto-login/start?instance=acct-1", pythonAdminToken, "")
+	st = startAnswer{}
+	if err := json.Unmarshal([]byte(again.body), &st); err != nil || again.code != http.StatusOK || st.State != "already_logged_in" ||
+		st.Auth == nil || st.Auth.ID != "u1" {
+		t.Errorf("auto-login start of a logged-in instance: %d %s", again.code, again.body)
+	}
+}
+
+// pyPost posts body as the Python gateway's scripts and OpenAI clients do:
+// a Bearer key, JSON, no Anthropic header (which would ask for Anthropic's
+// error shape).
+func pyPost(t *testing.T, d *testenv.Daemon, path, key, body string) apiCall {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, d.URL+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return apiCall{code: resp.StatusCode, header: resp.Header, body: string(out)}
 }
 
 type pyHealth struct {
@@ -112,8 +174,9 @@ type pyHealth struct {
 }
 
 // checkPythonAdminReads: export, models/raw and stats called bare, as the
-// Python gateway's scripts do.
-func checkPythonAdminReads(t *testing.T, d *testenv.Daemon) {
+// Python gateway's scripts do. With a bundle key and no plain exports, the
+// export is sealed; it is returned for the move to a fresh instance.
+func checkPythonAdminReads(t *testing.T, d *testenv.Daemon) []byte {
 	t.Helper()
 	exp := send(t, d, "/internal/session/export", pythonAdminToken, nil)
 	var ex struct {
@@ -151,6 +214,7 @@ func checkPythonAdminReads(t *testing.T, d *testenv.Daemon) {
 		len(stats.Pool) != 2 || stats.Concurrency["max_in_flight"] != 8 {
 		t.Errorf("stats: %d %+v", code, stats)
 	}
+	return []byte(exp.body)
 }
 
 // checkPythonTurns: a chat completion with the Python gateway's served_by
@@ -242,13 +306,13 @@ func messagesText(body string) string {
 func checkStreamedPlainImport(t *testing.T, d *testenv.Daemon) {
 	t.Helper()
 	dir := t.TempDir()
-	writeLoggedIn(t, dir, "u1")
+	testenv.LoggedInWorkDir(t, dir, "u1")
 	noise := make([]byte, 6<<20) // incompressible logs: a 6 MiB tar.gz
 	_, _ = rand.Read(noise)
 	if err := os.WriteFile(filepath.Join(dir, "logs", "big.log"), noise, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b64 := packWorkDir(t, dir)
+	b64 := testenv.PackWorkDir(t, dir)
 	raw, _ := base64.StdEncoding.DecodeString(b64)
 	body, _ := json.Marshal(map[string]any{"instance": "lingma-0", "account": "u1", "raw_bytes": len(raw), "bundle_b64": b64})
 	if len(body) <= 4<<20 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/poolgate/poolgate/admin"
 	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/internal/pycompat"
 )
 
 // Live reload: SIGHUP or POST /internal/reload re-reads the config file and
@@ -46,14 +47,11 @@ func (a *app) Reload() (admin.ReloadReport, error) {
 	if err != nil {
 		return admin.ReloadReport{}, a.refuse(err)
 	}
-	plain, err := plainBundles(merged)
+	plain, err := pycompat.PlainBundles(merged)
 	if err != nil {
 		return admin.ReloadReport{}, a.refuse(err)
 	}
-	workers, err := workerConfigs(merged)
-	if err != nil {
-		return admin.ReloadReport{}, a.refuse(err)
-	}
+	workers := workerConfigs(merged)
 
 	// Everything checked: apply. Keys first, in one swap: the next request
 	// is judged by the new set, one under way keeps its key.

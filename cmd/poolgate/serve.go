@@ -240,10 +240,10 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		Router: a.router,
 		Chat: openaichat.New(openaichat.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive,
 			PythonCompat: cfg.PythonCompat}, log),
-		Responses: responses.New(responses.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive},
-			responseStore{a.store}, log),
+		Responses: responses.New(responses.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive,
+			PythonCompat: cfg.PythonCompat}, responseStore{a.store}, log),
 		Messages: anthropic.New(anthropic.Config{CountDropped: m.CountFieldIgnored, PingInterval: cfg.StreamKeepAlive,
-			Count: a.count.Count}, log),
+			Count: a.count.Count, PythonCompat: cfg.PythonCompat}, log),
 		Gemini: gemini.New(gemini.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive}, log),
 		Models: a.router,
 	}
@@ -253,7 +253,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		MetricsPublic: cfg.MetricsPublic}
 	hcfg := handlers.Config{Credentials: creds, AdminError: admin.WriteError,
 		Accounting: a.acct.forHTTP(cfg.RequestLogDebug, a.live), MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout,
-		Insecure: cfg.Insecure, Tracing: a.tracing}
+		Insecure: cfg.Insecure, Tracing: a.tracing, PythonCompat: cfg.PythonCompat}
 	var workers admin.Workers = a.sup
 	var hop *cluster.Proxy // the one hop between replicas, for API turns and admin actions
 	if a.cluster != nil {
@@ -264,7 +264,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	}
 	engine := handlers.New(hcfg, protocols, m, log)
 	adm := admin.New(admin.Config{BodyTimeout: cfg.BodyTimeout, BundleImportPlain: cfg.BundleImportPlain,
-		Simulated: cfg.Simulated()}, adminPool{a.pool, ready}, workers, reg, log)
+		BundleExportPlain: cfg.BundleExportPlain, Simulated: cfg.Simulated()}, adminPool{a.pool, ready}, workers, reg, log)
 	adm.RegisterProbes(engine)
 	a.api = httpServer(cfg.Listen, engine)
 	adminEngine := engine
@@ -275,7 +275,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 			// anything else).
 			open = func() bool { return a.keys.Load().Len() == 0 }
 		}
-		adminEngine = handlers.NewAdmin(creds, admin.WriteError, log, open)
+		adminEngine = handlers.NewAdmin(creds, admin.WriteError, log, open, cfg.PythonCompat)
 		adm.RegisterProbes(adminEngine)
 		a.admin = httpServer(cfg.AdminListen, adminEngine)
 	}
@@ -294,7 +294,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	if a.login != nil {
 		svc = a.login // never a typed nil
 	}
-	admin.RegisterLogin(internal, svc, a.sup, log)
+	admin.RegisterLogin(internal, svc, a.sup, cfg.PythonCompat, log)
 	adm.RegisterBundles(internal, a.bundles)
 	adm.RegisterUsage(internal, a.acct.usage, a.acct.requests)
 	adm.RegisterLive(internal, a.live)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/internal/pycompat"
 	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool/cluster"
@@ -48,7 +49,7 @@ func (a *app) setupBundles() error {
 	if err != nil {
 		return err
 	}
-	plain, err := plainBundles(a.cfg)
+	plain, err := pycompat.PlainBundles(a.cfg)
 	if err != nil {
 		return err
 	}
@@ -62,7 +63,7 @@ func (a *app) setupBundles() error {
 	a.bundles = bundle.New(bcfg, bundleHomes{sup: a.sup, cluster: func() *cluster.Cluster { return a.cluster }}, a.bundleStore, a.log.With("component", "bundles"))
 	a.sup.SetHooks(supervisor.Hooks{
 		PreStart: func(ctx context.Context, t supervisor.LoginTarget) error {
-			installed, err := installPlain((*a.plainBundles.Load())[t.Account.Name], t.WorkDir)
+			installed, err := pycompat.InstallPlain((*a.plainBundles.Load())[t.Account.Name], t.WorkDir)
 			if err != nil {
 				return fmt.Errorf("install the configured plain session bundle: %w", err)
 			}
@@ -110,10 +111,7 @@ func configuredBundles(cfg config.Config) (map[string][]byte, error) {
 		}
 		configured[acct.Name] = sealed
 	}
-	if cfg.BundleKey == "" && len(configured) > 0 {
-		return nil, errors.New("accounts carry session bundles but POOLGATE_BUNDLE_KEY is not set")
-	}
-	return configured, nil
+	return configured, nil // config.Validate has checked that a key is set for them
 }
 
 // bundleHomes tells the bundle service where the supervisor's instances
@@ -265,10 +263,7 @@ func workerSetup(cfg config.Config, log *slog.Logger) (worker.Driver, []supervis
 			log.Warn("SIMULATED POOL: the configured accounts are served by the bundled simulator (simulate=true), not by a real worker")
 		}
 	}
-	workers, err := workerConfigs(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
+	workers := workerConfigs(cfg)
 	var driver worker.Driver
 	switch cfg.Driver {
 	case "openai":
@@ -287,13 +282,10 @@ func workerSetup(cfg config.Config, log *slog.Logger) (worker.Driver, []supervis
 // else (with the bundled simulator) two simulated accounts. In a cluster
 // (advertise_url set) every worker is held: a replica runs only the
 // accounts it leases.
-func workerConfigs(cfg config.Config) ([]supervisor.WorkerConfig, error) {
+func workerConfigs(cfg config.Config) []supervisor.WorkerConfig {
 	accounts := cfg.Accounts
-	if cfg.WorkerBin == "" && len(accounts) == 0 {
-		accounts = config.DefaultAccounts()
-	}
 	if len(accounts) == 0 {
-		return nil, errors.New("no accounts: set POOLGATE_ACCOUNTS (a JSON list of {name, username, password}) or POOLGATE_ACCOUNTS_FILE")
+		accounts = config.DefaultAccounts() // the simulator's demo: config.Validate refuses a worker_bin without accounts
 	}
 	workers := make([]supervisor.WorkerConfig, 0, len(accounts))
 	for _, acct := range accounts {
@@ -311,7 +303,7 @@ func workerConfigs(cfg config.Config) ([]supervisor.WorkerConfig, error) {
 			Held:           cfg.AdvertiseURL != "",
 		})
 	}
-	return workers, nil
+	return workers
 }
 
 // adoptWorkDirs moves the work dir of an account the configuration names

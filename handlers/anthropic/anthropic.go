@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/internal/chat"
@@ -39,6 +40,9 @@ type Config struct {
 	// counts them), which Anthropic's clients read there. Default nil: 0
 	// there, the count comes in message_delta.
 	Count func(string) int
+	// PythonCompat answers a logged-out pool with the Python gateway's 401
+	// authentication_error, not 529 (apierr.ForPythonGateway). Default off.
+	PythonCompat bool
 }
 
 // protocol is this package's label in metrics and logs.
@@ -63,7 +67,11 @@ func New(cfg Config, log *slog.Logger) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	rl := relay.New(relay.Config{Protocol: protocol, KeepAlive: cfg.PingInterval, WriteError: WriteProblem}, log)
+	writeError := WriteProblem
+	if cfg.PythonCompat {
+		writeError = apierr.PythonGatewayWriter(writeError)
+	}
+	rl := relay.New(relay.Config{Protocol: protocol, KeepAlive: cfg.PingInterval, WriteError: writeError}, log)
 	return &Handler{cfg: cfg, relay: rl, log: log, counts: make(chan struct{}, cfg.CountConcurrency)}
 }
 

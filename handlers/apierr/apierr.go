@@ -160,10 +160,10 @@ func Classify(err error) Problem {
 			p.Message += ": " + rle.Message
 		}
 		p.RetryAfter = rle.RetryAfter
+	case errors.Is(err, chat.ErrNotLoggedIn): // before ErrNoInstance: a pool with every account logged out is both
+		p.Kind, p.Code, p.Message = Unavailable, "not_logged_in", "the backend account is not logged in"
 	case errors.Is(err, chat.ErrNoInstance):
 		p.Kind, p.Code, p.Message = Unavailable, "no_instance", "no backend instance is ready to serve"
-	case errors.Is(err, chat.ErrNotLoggedIn):
-		p.Kind, p.Code, p.Message = Unavailable, "not_logged_in", "the backend account is not logged in"
 	case errors.As(err, &ue):
 		p.Kind, p.Code, p.Message = Upstream, "upstream_error", ue.Error()
 	case errors.Is(err, chat.ErrWorkerGone):
@@ -178,6 +178,25 @@ func Classify(err error) Problem {
 	}
 	p.Status = p.Kind.Status()
 	return p
+}
+
+// ForPythonGateway turns p into what the Python gateway answered, for
+// python_compat: a turn on an account that is not logged in was a 401
+// there (its scripts start a login on it), where poolgate says 503, a
+// gateway's problem that clients retry. Every other problem is as it is.
+func ForPythonGateway(p *Problem) {
+	if p.Code == "not_logged_in" {
+		p.Kind, p.Status = Unauthorized, http.StatusUnauthorized
+	}
+}
+
+// PythonGatewayWriter wraps a protocol's error writer with
+// ForPythonGateway.
+func PythonGatewayWriter(write func(http.ResponseWriter, *Problem)) func(http.ResponseWriter, *Problem) {
+	return func(w http.ResponseWriter, p *Problem) {
+		ForPythonGateway(p)
+		write(w, p)
+	}
 }
 
 // ForStatus is the Problem of an error the HTTP layer answers by status

@@ -35,6 +35,8 @@ func TestClassify(t *testing.T) {
 		{&chat.RateLimitedError{}, RateLimited, 429, "rate_limit_exceeded", "", 0, "upstream rate limit"},
 		{chat.ErrNoInstance, Unavailable, 503, "no_instance", "", 0, "no backend instance is ready to serve"},
 		{fmt.Errorf("pick acct-1: %w", chat.ErrNotLoggedIn), Unavailable, 503, "not_logged_in", "", 0, "the backend account is not logged in"},
+		// Nothing ready because every account is logged out: the reason wins.
+		{fmt.Errorf("%w: %w: every account needs a login", chat.ErrNoInstance, chat.ErrNotLoggedIn), Unavailable, 503, "not_logged_in", "", 0, "the backend account is not logged in"},
 		{fmt.Errorf("attempt 2 on acct-1: %w", &chat.UpstreamError{Status: 500, Message: "boom"}), Upstream, 502, "upstream_error", "", 0, "upstream error 500: boom"},
 		{fmt.Errorf("read frame: %w", chat.ErrWorkerGone), Upstream, 502, "worker_gone", "", 0, "the backend worker went away"},
 		{fmt.Errorf("turn: %w", context.DeadlineExceeded), Timeout, 504, "timeout", "", 0, "the request timed out"},
@@ -52,6 +54,30 @@ func TestClassify(t *testing.T) {
 			// A message never carries the text that wraps a domain error.
 			if strings.Contains(p.Message, "acct-1") || strings.Contains(p.Message, "internals") {
 				t.Errorf("message %q shows internals", p.Message)
+			}
+		})
+	}
+}
+
+// python_compat changes one status: a logged-out account is the Python
+// gateway's 401.
+func TestForPythonGateway(t *testing.T) {
+	tests := []struct {
+		give       error
+		wantKind   Kind
+		wantStatus int
+	}{
+		{fmt.Errorf("%w: %w", chat.ErrNoInstance, chat.ErrNotLoggedIn), Unauthorized, 401},
+		{chat.ErrNotLoggedIn, Unauthorized, 401},
+		{chat.ErrNoInstance, Unavailable, 503},
+		{&chat.OverloadedError{}, RateLimited, 429},
+	}
+	for _, tt := range tests {
+		t.Run(tt.give.Error(), func(t *testing.T) {
+			p := Classify(tt.give)
+			ForPythonGateway(&p)
+			if p.Kind != tt.wantKind || p.Status != tt.wantStatus {
+				t.Errorf("got %v %d, want %v %d", p.Kind, p.Status, tt.wantKind, tt.wantStatus)
 			}
 		})
 	}

@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/openaierr"
 	"github.com/poolgate/poolgate/handlers/relay"
@@ -40,7 +41,8 @@ type Config struct {
 	CountDropped httpx.FieldCounter
 	// PythonCompat adds the Python gateway's "served_by" (the instance) and
 	// "latency" ({first_token_ms, total_ms}) to non-stream bodies, for the
-	// clients of that gateway that read them. Default off: they are not in
+	// clients of that gateway that read them, and answers a logged-out pool
+	// with its 401 (apierr.ForPythonGateway). Default off: they are not in
 	// OpenAI's shape (the X-Poolgate-Instance header names the instance).
 	PythonCompat bool
 }
@@ -63,8 +65,12 @@ func New(cfg Config, log *slog.Logger) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	writeError := openaierr.Write
+	if cfg.PythonCompat {
+		writeError = apierr.PythonGatewayWriter(writeError)
+	}
 	rl := relay.New(relay.Config{Protocol: protocol, KeepAlive: cfg.KeepAlive, WriteTimeout: cfg.WriteTimeout,
-		WriteError: openaierr.Write}, log)
+		WriteError: writeError}, log)
 	return &Handler{cfg: cfg, relay: rl, log: log, now: time.Now, newID: randomID}
 }
 

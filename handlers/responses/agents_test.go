@@ -35,7 +35,7 @@ const codexBody = `{"model":"gpt-5-codex","stream":true,"store":false,"tool_choi
   {"type":"message","role":"user","content":[{"type":"input_text","text":"and now?"}]}]}`
 
 func TestCodexShapes(t *testing.T) {
-	d, err := decodeCreate([]byte(codexBody))
+	d, err := decodeCreate([]byte(codexBody), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestCodexShapes(t *testing.T) {
 // with its namespace, a custom tool as custom_tool_call with its input; and
 // the stored transcript holds them under the worker's names again.
 func TestCallsInClientTerms(t *testing.T) {
-	d, err := decodeCreate([]byte(codexBody))
+	d, err := decodeCreate([]byte(codexBody), false)
 	if err != nil {
 		t.Fatal(err)
 	}

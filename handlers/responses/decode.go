@@ -107,13 +107,15 @@ type decoded struct {
 	// toolParams names each neutral tool by its place in the wire tools
 	// (namespaces are flattened and hosted tools are not offered).
 	toolParams []string
+	// compat takes what the Python gateway took (pycompat.go).
+	compat bool
 }
 
 // decodeCreate parses a create body and checks this protocol's fields; the
 // whole request is validated once the stored history it continues is in
 // (see prepare).
-func decodeCreate(body []byte) (*decoded, error) {
-	d := &decoded{}
+func decodeCreate(body []byte, compat bool) (*decoded, error) {
+	d := &decoded{compat: compat}
 	in := &d.wire
 	if err := json.Unmarshal(body, in); err != nil {
 		var te *json.UnmarshalTypeError
@@ -127,7 +129,7 @@ func decodeCreate(body []byte) (*decoded, error) {
 	}
 	var err error
 	c := &d.chat
-	if c.Tools, d.refs, d.toolParams, err = decodeTools(in.Tools, forcedTool(in.ToolChoice), &d.dropped); err != nil {
+	if c.Tools, d.refs, d.toolParams, err = decodeTools(in.Tools, forcedTool(in.ToolChoice), d.compat, &d.dropped); err != nil {
 		return nil, err
 	}
 	if c.ToolChoice, err = decodeToolChoice(in.ToolChoice); err != nil {
@@ -413,9 +415,13 @@ func (ic *inputContext) callOutput(param string, it *inputItem) (string, error) 
 		}
 		return s, nil
 	}
+	if s, ok := ic.compatOutput(it.Output); ok {
+		return s, nil
+	}
 	var parts []contentPart
 	if err := json.Unmarshal(it.Output, &parts); err != nil {
-		return "", badParam(param+".output", param+".output must be a string or a list of parts")
+		return "", badParam(param+".output", param+".output must be a string or a list of parts"+
+			" (python_compat takes any JSON there, as the Python gateway did, and passes it on as its text)")
 	}
 	texts := make([]string, 0, len(parts))
 	for _, p := range parts {

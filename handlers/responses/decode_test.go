@@ -29,7 +29,7 @@ func FuzzDecodeCreate(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		d, err := decodeCreate(body)
+		d, err := decodeCreate(body, false)
 		if err != nil {
 			var re *apierr.RequestError
 			if !errors.As(err, &re) {
@@ -66,7 +66,7 @@ func BenchmarkDecodeCreate(b *testing.B) {
 	body := []byte(decodeSeeds[1])
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := decodeCreate(body); err != nil {
+		if _, err := decodeCreate(body, false); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -122,6 +122,9 @@ type responseObject struct {
 	Usage              *usage             `json:"usage"`
 	User               *string            `json:"user"`
 	Metadata           map[string]string  `json:"metadata"`
+	// OutputText joins the output's text, as the Python gateway's bodies
+	// had it (python_compat only: OpenAI's SDKs compute it themselves).
+	OutputText *string `json:"output_text,omitempty"`
 }
 
 type responseError struct {

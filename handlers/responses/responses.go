@@ -50,6 +50,11 @@ type Config struct {
 	// CountDropped counts request fields that were accepted but dropped
 	// (nil: not counted).
 	CountDropped httpx.FieldCounter
+	// PythonCompat answers as the Python gateway did where its clients
+	// read it (pycompat.go): output_text, a closing data: [DONE], a stream
+	// that always ends with response.completed, chat-style tools and
+	// object tool outputs taken, a logged-out pool's 401. Default off.
+	PythonCompat bool
 }
 
 // protocol is this package's label in metrics and logs.
@@ -75,7 +80,11 @@ func New(cfg Config, store Store, log *slog.Logger) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	rl := relay.New(relay.Config{Protocol: protocol, KeepAlive: cfg.KeepAlive, WriteError: openaierr.Write}, log)
+	writeError := openaierr.Write
+	if cfg.PythonCompat {
+		writeError = apierr.PythonGatewayWriter(writeError)
+	}
+	rl := relay.New(relay.Config{Protocol: protocol, KeepAlive: cfg.KeepAlive, WriteError: writeError}, log)
 	return &Handler{cfg: cfg, relay: rl, store: store, log: log, now: time.Now}
 }
 
@@ -92,7 +101,9 @@ func (h *Handler) Create(w http.ResponseWriter, r *http.Request, c relay.Call) r
 	if t.d.chat.Stream {
 		return h.stream(ctx, cancel, w, c.Pool, t)
 	}
-	return h.relay.Reply(ctx, w, c.Pool, &t.d.chat, &reply{enc: newStreamEncoder(discard{}, t.resp, t.d.refs), h: h, ctx: ctx, t: t})
+	enc := newStreamEncoder(discard{}, t.resp, t.d.refs)
+	enc.compat = h.cfg.PythonCompat
+	return h.relay.Reply(ctx, w, c.Pool, &t.d.chat, &reply{enc: enc, h: h, ctx: ctx, t: t})
 }
 
 // turn is one create request on its way: the decoded body, the history it
@@ -108,7 +119,7 @@ type turn struct {
 // prepare decodes the body, loads the conversation it continues and builds
 // the neutral request: instructions, history, then this turn's input.
 func (h *Handler) prepare(ctx context.Context, r *http.Request, body []byte) (*turn, error) {
-	d, err := decodeCreate(body)
+	d, err := decodeCreate(body, h.cfg.PythonCompat)
 	if err != nil {
 		return nil, err
 	}
@@ -186,6 +197,7 @@ func (r *reply) Body(done chat.Event) ([]byte, error) {
 func (h *Handler) stream(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, p relay.Pool, t *turn) relay.Outcome {
 	sse := h.relay.NewSSE(w)
 	enc := newStreamEncoder(sse, t.resp, t.d.refs)
+	enc.compat = h.cfg.PythonCompat
 	out := h.relay.Stream(ctx, cancel, sse, p, &t.d.chat, enc)
 	switch {
 	case out.Forwarded, out.Err != nil && !out.Started:

@@ -22,6 +22,8 @@ type streamEncoder struct {
 	// final is the JSON of the response as it ended (completed, incomplete
 	// or failed), for the store; nil until it ends.
 	final []byte
+	// compat ends the response as the Python gateway did (pycompat.go).
+	compat bool
 }
 
 var _ relay.Stream = (*streamEncoder)(nil)
@@ -195,6 +197,7 @@ func (e *streamEncoder) done(ev *chat.Event) ([]byte, error) {
 		}
 	}
 	e.finish(ev)
+	e.compatOutputText()
 	if e.resp.Status == "incomplete" {
 		return e.withResponse("response.incomplete")
 	}
@@ -212,16 +215,17 @@ func (e *streamEncoder) ToolCall(tc chat.ToolCall) error { return e.toolCall(&tc
 func (e *streamEncoder) Done(ev chat.Event) error {
 	obj, err := e.done(&ev)
 	e.final = obj
-	return err
+	return e.compatDone(err)
 }
 
 // Fail writes response.failed; a message cut off mid-way stays in the
 // output marked incomplete, so the client keeps what it was shown.
 func (e *streamEncoder) Fail(p *apierr.Problem) error {
 	e.failing(p)
-	obj, err := e.withResponse("response.failed")
+	e.compatOutputText()
+	obj, err := e.withResponse(e.failedEvent())
 	e.final = obj
-	return err
+	return e.compatDone(err)
 }
 
 // failedObject is the failed response's JSON, written nowhere: a stream

@@ -190,6 +190,11 @@ func (cr *Credentials) Decide(n Need, c Caller) (Verdict, bool) {
 		if cr.MetricsPublic || c.Token == "metrics-token" {
 			return Verdict{}, true
 		}
+		if c.Key != nil && c.Role != RoleViewer && c.Role != RoleAdmin {
+			// The Python gateway let any API key scrape; say what does now.
+			return Verdict{Status: http.StatusForbidden, Code: "forbidden", Message: "API key " + c.KeyName() + " is a user's key, " +
+				"which does not open /metrics: Prometheus sends the metrics token (POOLGATE_METRICS_TOKEN), or a key with role viewer or admin"}, false
+		}
 		return cr.needRole(c, RoleViewer)
 	}
 	return Verdict{Status: http.StatusForbidden, Code: "forbidden", Message: "this route has no access rule"}, false

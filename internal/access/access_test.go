@@ -2,6 +2,7 @@ package access
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/poolgate/poolgate/internal/apikey"
@@ -66,6 +67,32 @@ func TestDecide(t *testing.T) {
 			}
 			if got != tt.want {
 				t.Errorf("got %d (%s), want %d", got, v.Message, tt.want)
+			}
+		})
+	}
+}
+
+// A user's key on /metrics (the Python gateway let any key scrape) is told
+// what Prometheus should send instead.
+func TestMetricsRefusalNamesTheToken(t *testing.T) {
+	keys := apikey.NewRegistry([]apikey.Key{{Name: "alice", Secret: "sk-a"}})
+	tests := []struct {
+		name string
+		cr   *Credentials
+	}{
+		{"with a metrics token", &Credentials{Keys: keys, MetricsToken: "met"}},
+		{"with no token at all", &Credentials{Keys: keys}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, _ := http.NewRequest("GET", "/metrics", nil)
+			r.Header.Set("Authorization", "Bearer sk-a")
+			c, v, ok := tt.cr.Identify(r)
+			if ok {
+				v, ok = tt.cr.Decide(Metrics, c)
+			}
+			if ok || v.Status != http.StatusForbidden || !strings.Contains(v.Message, "POOLGATE_METRICS_TOKEN") {
+				t.Errorf("got %v %+v, want 403 naming POOLGATE_METRICS_TOKEN", ok, v)
 			}
 		})
 	}

@@ -133,7 +133,8 @@ type Config struct {
 	LoginHeadless    bool          `yaml:"login_headless"`    // run the login browser without a window (true)
 
 	BundleImportPlain bool `yaml:"bundle_import_plain"` // accept unsealed base64 tar.gz bundles on import (false)
-	PythonCompat      bool `yaml:"python_compat"`       // add the Python gateway's served_by and latency to non-stream chat bodies (false)
+	BundleExportPlain bool `yaml:"bundle_export_plain"` // answer session exports unsealed, in the Python gateway's form (bundle_b64), to move a login back to it (false)
+	PythonCompat      bool `yaml:"python_compat"`       // answer in the Python gateway's shapes where its scripts read them: served_by, output_text, [DONE], detail, 401 when logged out, its auto-login answers (false)
 
 	AdvertiseURL          string        `yaml:"advertise_url"`            // this replica's URL for the others ("" = no cluster)
 	ClusterToken          string        `yaml:"cluster_token"`            // shared secret of forwarded requests
@@ -224,6 +225,9 @@ func Load(path string, environ []string) (Config, []string, error) {
 	}
 	warnings, err := applyEnv(&cfg, environ)
 	warnings = append(notes, warnings...)
+	if len(notes) > 0 && !cfg.PythonCompat {
+		warnings = append(warnings, compatNote)
+	}
 	if err != nil {
 		return cfg, warnings, err
 	}
@@ -371,16 +375,7 @@ func (c *Config) Validate() error {
 	if err := c.validateSimulate(); err != nil {
 		errs = append(errs, err)
 	}
-	seen := map[string]bool{}
-	for _, a := range c.Accounts {
-		if seen[a.Name] {
-			errs = append(errs, fmt.Errorf("account name %q is used twice", a.Name))
-		}
-		seen[a.Name] = true
-		if strings.ContainsAny(a.Name, "/\\ \x00") || a.Name == "." || a.Name == ".." {
-			errs = append(errs, fmt.Errorf("account name %q: use letters, digits, '-', '_' or '.'", a.Name))
-		}
-	}
+	errs = append(errs, c.validateAccounts()...)
 	positive := map[string]int64{"max_body_bytes": c.MaxBodyBytes, "instance_max_in_flight": int64(c.InstanceMaxInFlight),
 		"max_in_flight": int64(c.MaxInFlight), "max_queue": int64(c.MaxQueue),
 		"stored_responses_per_key": int64(c.StoredResponsesPerKey), "stored_response_bytes_per_key": c.StoredResponseBytesPerKey,

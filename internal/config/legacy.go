@@ -185,6 +185,11 @@ func applyLegacy(cfg *Config, env map[string]string) ([]string, legacyPending, e
 	return notes, pending, errors.Join(errs...)
 }
 
+// compatNote is the start-up line of a configuration with the Python
+// gateway's settings but not its answers.
+const compatNote = "the Python gateway's settings are read, but python_compat is off: its scripts' shapes (served_by, output_text, " +
+	"[DONE], detail, 401 when logged out, the auto-login answers) are not served; set POOLGATE_PYTHON_COMPAT=true for them"
+
 func legacyNote(l Legacy) string {
 	if l.Key == "" {
 		return fmt.Sprintf("%s (Python gateway setting) read: %s", l.Env, l.What)

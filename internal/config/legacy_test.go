@@ -153,3 +153,50 @@ func TestBareNumbersAreSeconds(t *testing.T) {
 		t.Errorf("got %v, want %v", got, want)
 	}
 }
+
+// A configuration the daemon would refuse is refused by Load, which
+// `poolgate migrate` runs too: the Python gateway's one-instance
+// deployment (no LINGMA_ACCOUNTS) is told to run migrate, and a sealed
+// bundle without the key that opens it is named.
+func TestLoadRefusesWhatCannotStart(t *testing.T) {
+	tests := []struct {
+		give []string
+		want string
+	}{
+		{[]string{"LINGMA_BIN=/opt/lingma/bin/lingma"}, "`poolgate migrate -env-file OLD/.env -data-dir DIR` makes it an account (lingma-0)"},
+		{[]string{"POOLGATE_WORKER_BIN=/opt/lingma/bin/lingma", `POOLGATE_ACCOUNTS=[{"name":"a","session_bundle":"c2VhbGVk"}]`},
+			"account a carries a sealed session bundle but bundle_key (POOLGATE_BUNDLE_KEY) is not set"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
+			_, _, err := Load("", tt.give)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v, want an error mentioning %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// The Python gateway's settings without python_compat get a start-up line
+// saying its scripts' shapes are off, and how to turn them on.
+func TestLegacySettingsNamePythonCompat(t *testing.T) {
+	tests := []struct {
+		give []string
+		want bool
+	}{
+		{legacyBase, true},
+		{append(slices.Clone(legacyBase), "POOLGATE_PYTHON_COMPAT=true"), false},
+		{[]string{"POOLGATE_WORKER_BIN=/opt/lingma", `POOLGATE_ACCOUNTS=[{"name":"a"}]`}, false},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
+			_, notes, err := Load("", tt.give)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := slices.Contains(notes, compatNote); got != tt.want {
+				t.Errorf("start-up lines %q: python_compat line %v, want %v", notes, got, tt.want)
+			}
+		})
+	}
+}

@@ -2,12 +2,14 @@ package route
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/pool/worker"
 )
 
@@ -113,8 +115,9 @@ func (p *Pool) Acquire(ctx context.Context, want Want) (*Slot, error) {
 			return p.admitted(s, start, true), nil
 		}
 		if !p.anyReadyLocked() && waited >= p.cfg.NoInstanceWait && !p.loginPendingLocked() {
+			err := p.noInstanceLocked()
 			p.mu.Unlock()
-			return nil, chat.ErrNoInstance
+			return nil, err
 		}
 	}
 }
@@ -169,6 +172,24 @@ func (p *Pool) loginPendingLocked() bool {
 		}
 	}
 	return false
+}
+
+// errLoggedOut: nothing can serve because every account needs a login and
+// none is under way. It is ErrNoInstance (what the pool lacks) and
+// ErrNotLoggedIn (why), so that the caller is told the reason.
+var errLoggedOut = fmt.Errorf("%w: %w: every account needs a login", chat.ErrNoInstance, chat.ErrNotLoggedIn)
+
+// noInstanceLocked is the error of a pool with nothing ready; p.mu held.
+func (p *Pool) noInstanceLocked() error {
+	for _, m := range p.members {
+		if m.st.State != supervisor.StateNeedsLogin {
+			return chat.ErrNoInstance
+		}
+	}
+	if len(p.members) == 0 {
+		return chat.ErrNoInstance
+	}
+	return errLoggedOut
 }
 
 func (p *Pool) anyReadyLocked() bool {

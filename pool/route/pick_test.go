@@ -130,20 +130,39 @@ func TestOverloaded(t *testing.T) {
 	})
 }
 
+// A pool with nothing ready gives up after NoInstanceWait with
+// ErrNoInstance; when every account needs a login (and none runs) the error
+// says so too, so the caller is told why.
 func TestNoInstance(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := supervisortest.New()
-		f.FailLaunches("a", true) // the worker can't start: backoff, again and again
-		p, _ := startFake(t, Config{NoInstanceWait: 3 * time.Second}, f, supervisortest.Configs(t, false, "a"), nil)
-		start := time.Now()
-		_, err := p.Acquire(context.Background(), Want{})
-		if !errors.Is(err, chat.ErrNoInstance) {
-			t.Fatalf("got %v, want ErrNoInstance", err)
-		}
-		if d := time.Since(start); d < 3*time.Second || d > 4*time.Second {
-			t.Errorf("gave up after %s, want about 3s", d)
-		}
-	})
+	tests := []struct {
+		name       string
+		loggedOut  []string
+		failing    []string
+		wantLogins bool
+	}{
+		{"workers that cannot start", nil, []string{"a", "b"}, false},
+		{"every account logged out", []string{"a", "b"}, nil, true},
+		{"one logged out, one that cannot start", []string{"a"}, []string{"b"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := supervisortest.New(tt.loggedOut...)
+				for _, n := range tt.failing {
+					f.FailLaunches(n, true) // the worker can't start: backoff, again and again
+				}
+				p, _ := startFake(t, Config{NoInstanceWait: 3 * time.Second}, f, supervisortest.Configs(t, false, "a", "b"), nil)
+				start := time.Now()
+				_, err := p.Acquire(context.Background(), Want{})
+				if !errors.Is(err, chat.ErrNoInstance) || errors.Is(err, chat.ErrNotLoggedIn) != tt.wantLogins {
+					t.Fatalf("got %v, want ErrNoInstance, and ErrNotLoggedIn %v", err, tt.wantLogins)
+				}
+				if d := time.Since(start); d < 3*time.Second || d > 4*time.Second {
+					t.Errorf("gave up after %s, want about 3s", d)
+				}
+			})
+		})
+	}
 }
 
 func TestCooldownSkipsInstance(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -114,4 +115,44 @@ func plainEntry(h *tar.Header, spec Spec) (name string, ok bool, err error) {
 		return "", false, fmt.Errorf("%w: disallowed file name %q", ErrMalformed, h.Name)
 	}
 	return file, true, nil
+}
+
+// PackPlain packs the credential files of workDir (the regular files
+// directly in spec.Dir) as a plain bundle: a tar.gz of spec.Dir and those
+// files, paths relative to the work dir, with no manifest and no seal. That
+// is the form the Python gateway exported a work dir in and unpacks back
+// into one (its LINGMA_SESSION_BUNDLE), so a login can return to it; only
+// the credentials travel, not the logs and caches beside them. It returns
+// ErrNoCredentials when a required file is missing or empty.
+func PackPlain(workDir string, spec Spec, now time.Time) ([]byte, error) {
+	if err := spec.validate(); err != nil {
+		return nil, err
+	}
+	if !HasCredentials(workDir, spec) {
+		return nil, fmt.Errorf("pack %s: %w (want %s/%s)", workDir, ErrNoCredentials, spec.Dir, strings.Join(spec.Required, ", "))
+	}
+	files, err := readCredFiles(filepath.Join(workDir, spec.Dir), Limits{}.withDefaults())
+	if err != nil {
+		return nil, fmt.Errorf("pack %s: %w", workDir, err)
+	}
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	mod := now.UTC().Truncate(time.Second)
+	if err := tw.WriteHeader(&tar.Header{Name: spec.Dir + "/", Typeflag: tar.TypeDir, Mode: 0o700, ModTime: mod}); err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		h := &tar.Header{Name: spec.Dir + "/" + f.name, Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(f.data)), ModTime: mod}
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			return nil, err
+		}
+	}
+	if err := errors.Join(tw.Close(), gz.Close()); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }

@@ -2,7 +2,12 @@ package bundle
 
 import (
 	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"errors"
+	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -119,4 +124,51 @@ func FuzzOpenPlain(f *testing.F) {
 			t.Fatalf("accepted a bundle without the required files: %+v", b.Manifest)
 		}
 	})
+}
+
+// PackPlain is what the Python gateway unpacks into a work dir: cache/ and
+// its credential files by relative path, nothing else of the work dir, no
+// manifest; OpenPlain takes it back unchanged.
+func TestPackPlain(t *testing.T) {
+	dir := credWorkDir(t, lingmaCreds("u1"))
+	writeFiles(t, dir, map[string]string{"logs/lingma.log": "a log line\n", "cache/sub/index": "not a credential"})
+	payload, err := PackPlain(dir, LingmaSpec(), testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gz, err := gzip.NewReader(bytes.NewReader(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name)
+	}
+	if want := []string{"cache/", "cache/id", "cache/user"}; !slices.Equal(names, want) {
+		t.Errorf("entries %q, want %q", names, want)
+	}
+	b, err := OpenPlain(payload, LingmaSpec(), Limits{}, "acct-1", testNow)
+	if err != nil {
+		t.Fatalf("OpenPlain(PackPlain()): %v", err)
+	}
+	dst := t.TempDir()
+	if err := b.Install(dst); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range lingmaCreds("u1") {
+		if got, err := os.ReadFile(filepath.Join(dst, name)); err != nil || string(got) != want {
+			t.Errorf("%s after the round trip: %q %v, want %q", name, got, err, want)
+		}
+	}
+	if _, err := PackPlain(t.TempDir(), LingmaSpec(), testNow); !errors.Is(err, ErrNoCredentials) {
+		t.Errorf("PackPlain of an empty work dir: %v, want ErrNoCredentials", err)
+	}
 }

@@ -141,6 +141,28 @@ func (s *Service) Export(ctx context.Context, instance string) (account string, 
 	return h.Account, sealed, nil
 }
 
+// ExportPlain packs the named instance's credential files unsealed (see
+// PackPlain), for the Python gateway to take back; it needs no key and
+// saves nothing. Whether a caller may have the credentials in the clear is
+// the caller's decision (an admin, with the export allowed by a setting).
+// Errors: supervisor.ErrUnknownInstance, ErrNoCredentials.
+func (s *Service) ExportPlain(_ context.Context, instance string) (Home, []byte, error) {
+	h, err := s.home(instance)
+	if err != nil {
+		return Home{}, nil, err
+	}
+	if h.LoggedOut {
+		return Home{}, nil, fmt.Errorf("instance %s is needs_login: %w", instance, ErrNoCredentials)
+	}
+	s.mu.Lock()
+	payload, err := PackPlain(h.WorkDir, s.cfg.Spec, s.cfg.Now())
+	s.mu.Unlock()
+	if err != nil {
+		return Home{}, nil, fmt.Errorf("export instance %s: %w", instance, err)
+	}
+	return h, payload, nil
+}
+
 // Import verifies sealed completely, installs it into the named instance's
 // work dir, restarts the instance and saves the bundle in the store. A
 // bundle that fails any check leaves the work dir and the worker alone.
