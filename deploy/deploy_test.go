@@ -292,7 +292,7 @@ func TestComposeSentinelProfile(t *testing.T) {
 	if url == "" {
 		t.Fatalf(".env.example shows no sentinel POOLGATE_REDIS_URL for the profile")
 	}
-	if err := redisconn.Check(redisconn.Sentinel, url); err != nil {
+	if err := redisconn.Check(redisconn.Config{Mode: redisconn.Sentinel, URL: url}); err != nil {
 		t.Errorf(".env.example's sentinel URL: %v", err)
 	}
 	for _, want := range []string{"sentinel-1:26379", "addr=sentinel-2:26379", "addr=sentinel-3:26379"} {

@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/poolgate/poolgate/internal/redact"
 	"github.com/poolgate/poolgate/internal/telemetry"
 )
 
@@ -51,7 +52,7 @@ func tracing(getenv func(string) string, log *slog.Logger) (trace.TracerProvider
 	}
 	u, err := url.Parse(endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, nil, fmt.Errorf("OTLP traces endpoint %q: want an http:// or https:// URL", endpoint)
+		return nil, nil, fmt.Errorf("OTLP traces endpoint %q: want an http:// or https:// URL", redact.URL(endpoint))
 	}
 	signal := func(name string) string { // the traces-specific variable, else the general one
 		if v := getenv("OTEL_EXPORTER_OTLP_TRACES_" + name); v != "" {
@@ -127,21 +128,23 @@ func tracing(getenv func(string) string, log *slog.Logger) (trace.TracerProvider
 }
 
 // keyValues parses the k=v,k=v lists of OTEL_RESOURCE_ATTRIBUTES and
-// OTEL_EXPORTER_OTLP_HEADERS (values URL-encoded).
+// OTEL_EXPORTER_OTLP_HEADERS (values URL-encoded). Its errors name an
+// entry by its place or key, never its value: a header's value is often a
+// collector's token.
 func keyValues(s string) (map[string]string, error) {
 	out := map[string]string{}
-	for _, kv := range strings.Split(s, ",") {
+	for i, kv := range strings.Split(s, ",") {
 		if strings.TrimSpace(kv) == "" {
 			continue
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		k = strings.TrimSpace(k)
 		if !ok || k == "" {
-			return nil, fmt.Errorf("%q is not key=value", kv)
+			return nil, fmt.Errorf("entry %d is not key=value", i+1)
 		}
 		dv, err := url.PathUnescape(strings.TrimSpace(v))
 		if err != nil {
-			return nil, fmt.Errorf("value of %q: %w", k, err)
+			return nil, fmt.Errorf("the value of %q is not URL-encoded (a '%%' must be %%25)", k)
 		}
 		out[k] = dv
 	}

@@ -21,6 +21,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/poolgate/poolgate/internal/redact"
 	"github.com/poolgate/poolgate/internal/redisconn"
 )
 
@@ -113,6 +114,9 @@ type Config struct {
 	RedisURL    string `yaml:"redis_url"`    // Redis URL ("" = in-memory store), in redis_mode's form
 	RedisMode   string `yaml:"redis_mode"`   // single, sentinel or cluster (single); docs/redis.md
 	RedisPrefix string `yaml:"redis_prefix"` // Redis key prefix (poolgate:)
+	// RedisPasswordFile keeps the password out of the URL and the environment.
+	RedisPasswordFile string `yaml:"redis_password_file"` // file with the password of the Redis servers that hold the data, in place of redis_url's ("" = the URL's)
+	RedisTLSCAFile    string `yaml:"redis_tls_ca_file"`   // PEM file of the certificates that verify Redis's TLS certificates with rediss:// ("" = the system's roots)
 
 	UsageRetentionDays int  `yaml:"usage_retention_days"` // days of per-key, per-account usage kept (90)
 	RequestLogSize     int  `yaml:"request_log_size"`     // requests kept in the request log (1000)
@@ -392,8 +396,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %d", k, v))
 		}
 	}
-	if c.RedisURL != "" || (c.RedisMode != "" && c.RedisMode != string(redisconn.Single)) {
-		if err := redisconn.Check(redisconn.Mode(c.RedisMode), c.RedisURL); err != nil {
+	if c.RedisURL != "" || c.RedisPasswordFile != "" || c.RedisTLSCAFile != "" ||
+		(c.RedisMode != "" && c.RedisMode != string(redisconn.Single)) {
+		if err := redisconn.Check(c.Redis()); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -426,7 +431,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("lingma_tool_mode %q: use emulated, native or auto", c.LingmaToolMode))
 	}
 	if u := c.LingmaDedicatedDomain; u != "" && !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
-		errs = append(errs, fmt.Errorf("lingma_dedicated_domain %q: an http(s) URL", u))
+		errs = append(errs, fmt.Errorf("lingma_dedicated_domain %q: an http(s) URL", redact.URL(u)))
 	}
 	if c.Retries < 0 {
 		errs = append(errs, fmt.Errorf("retries must be >= 0, got %d", c.Retries))

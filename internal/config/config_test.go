@@ -131,3 +131,32 @@ func TestUnnamedAccountsAreNotNamedAfterTheirUsername(t *testing.T) {
 		t.Errorf("named account: %+v", a)
 	}
 }
+
+// A setting that does not parse is named, and its URL shown without its
+// secrets: a password with a bare '%' is enough to make a Redis URL fail.
+func TestErrorsShowNoSecret(t *testing.T) {
+	const secret = "Zq%9kW"
+	tests := []struct {
+		name string
+		give []string
+		want string
+	}{
+		{"redis single", []string{"POOLGATE_REDIS_URL=redis://:" + secret + "@redis:6379/0"}, "redis://REDACTED@redis:6379/0"},
+		{"redis sentinel, the sentinels' password", []string{"POOLGATE_REDIS_MODE=sentinel",
+			"POOLGATE_REDIS_URL=redis://:" + secret + "@s1:26379/0?master_name=m"}, "redis://REDACTED@s1:26379/0"},
+		{"redis sentinel, the primary's password", []string{"POOLGATE_REDIS_MODE=sentinel",
+			"POOLGATE_REDIS_URL=redis://s1:26379/0?master_name=m&password=" + secret}, "password=REDACTED"},
+		{"redis cluster", []string{"POOLGATE_REDIS_MODE=cluster",
+			"POOLGATE_REDIS_URL=redis://u:" + secret + "@n1:6379?addr=n2:6379"}, "redis://REDACTED@n1:6379"},
+		{"dedicated domain", []string{"POOLGATE_LINGMA_DEDICATED_DOMAIN=ftp://u:" + secret + "@lingma.example"},
+			"ftp://REDACTED@lingma.example"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := Load("", append(tt.give, sim))
+			if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "9kW") {
+				t.Errorf("got %v, want an error showing %q and not the password", err, tt.want)
+			}
+		})
+	}
+}
