@@ -124,6 +124,11 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	api.POST("/v1/messages", observe(m, cfg.Accounting, log, "messages", an, p.Messages.Messages))
 	api.POST("/v1/messages/count_tokens", limited(m, cfg.Accounting, log, p.Messages.CountTokens))
 	api.GET("/v1/models", models(p.Models))
+	if hops := cfg.Credentials.Hops; hops != nil {
+		// Where a replica proves to the others that it holds the cluster
+		// key, before they forward anything to its URL.
+		e.GET(access.ProofPath, gin.WrapF(hops.ServeProof))
+	}
 	return e
 }
 

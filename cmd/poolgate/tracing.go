@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"net/url"
 	"os"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -225,16 +223,4 @@ func traceRedis(client redis.UniversalClient, tp trace.TracerProvider) error {
 	}
 	return redisotel.InstrumentTracing(client, redisotel.WithTracerProvider(telemetry.ChildrenOnly(tp)),
 		redisotel.WithDBStatement(false), redisotel.WithCallerEnabled(false))
-}
-
-// hopClient is the client one replica forwards requests with; with
-// tracing on, each forward is a client span whose traceparent goes with the
-// request, so the trace goes on at the holder.
-func hopClient(tp trace.TracerProvider) *http.Client {
-	var rt http.RoundTripper = &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
-	if telemetry.Enabled(tp) {
-		rt = otelhttp.NewTransport(rt, otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(telemetry.Propagator),
-			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "forward " + r.Method }))
-	}
-	return &http.Client{Transport: rt}
 }

@@ -110,11 +110,10 @@ type Config struct {
 	DefaultModel string            `yaml:"default_model"` // model for unknown names ("" = first listed)
 	ModelAliases map[string]string `yaml:"model_aliases"` // client model name -> pool model; a JSON object in the environment
 
-	BundleKey   string `yaml:"bundle_key"`   // base64 of 32 bytes sealing session bundles ("" = bundles off)
-	RedisURL    string `yaml:"redis_url"`    // Redis URL ("" = in-memory store), in redis_mode's form
-	RedisMode   string `yaml:"redis_mode"`   // single, sentinel or cluster (single); docs/redis.md
-	RedisPrefix string `yaml:"redis_prefix"` // Redis key prefix (poolgate:)
-	// RedisPasswordFile keeps the password out of the URL and the environment.
+	BundleKey         string `yaml:"bundle_key"`          // base64 of 32 bytes sealing session bundles ("" = bundles off)
+	RedisURL          string `yaml:"redis_url"`           // Redis URL ("" = in-memory store), in redis_mode's form
+	RedisMode         string `yaml:"redis_mode"`          // single, sentinel or cluster (single); docs/redis.md
+	RedisPrefix       string `yaml:"redis_prefix"`        // Redis key prefix (poolgate:)
 	RedisPasswordFile string `yaml:"redis_password_file"` // file with the password of the Redis servers that hold the data, in place of redis_url's ("" = the URL's)
 	RedisTLSCAFile    string `yaml:"redis_tls_ca_file"`   // PEM file of the certificates that verify Redis's TLS certificates with rediss:// ("" = the system's roots)
 
@@ -140,7 +139,8 @@ type Config struct {
 	PythonCompat      bool `yaml:"python_compat"`       // add the Python gateway's served_by and latency to non-stream chat bodies (false)
 
 	AdvertiseURL          string        `yaml:"advertise_url"`            // this replica's URL for the others ("" = no cluster)
-	ClusterToken          string        `yaml:"cluster_token"`            // shared secret of forwarded requests
+	ClusterToken          string        `yaml:"cluster_token"`            // shared secret the replicas derive their hop keys from; never sent
+	ClusterPeerNetworks   []string      `yaml:"cluster_peer_networks"`    // CIDR prefixes replica URLs may lead into, checked on the address dialed (loopback and private ranges)
 	ReplicaID             string        `yaml:"replica_id"`               // replica name in /internal/cluster; a per-start suffix is added ("" = the host name)
 	LeaseTTL              time.Duration `yaml:"lease_ttl"`                // account lease lifetime (15s)
 	MaxAccountsPerReplica int           `yaml:"max_accounts_per_replica"` // accounts one replica holds (0 = fair share)
@@ -175,6 +175,7 @@ func Defaults() Config {
 		RequestLogBytes:           4 << 20,
 		StoredResponseBytesPerKey: 64 << 20,
 		LeaseTTL:                  15 * time.Second,
+		ClusterPeerNetworks:       []string{"127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"},
 		StreamKeepAlive:           15 * time.Second,
 		LingmaTurnTimeout:         30 * time.Minute,
 		LingmaIdleTimeout:         2 * time.Minute,
@@ -412,6 +413,7 @@ func (c *Config) Validate() error {
 		if c.LeaseTTL < 2*time.Second {
 			errs = append(errs, fmt.Errorf("lease_ttl %s is too short (at least 2s)", c.LeaseTTL))
 		}
+		errs = append(errs, c.validatePeers()...)
 	}
 	for k, d := range map[string]time.Duration{"body_timeout": c.BodyTimeout, "lingma_turn_timeout": c.LingmaTurnTimeout,
 		"lingma_idle_timeout": c.LingmaIdleTimeout, "lingma_rpc_timeout": c.LingmaRPCTimeout, "lingma_tool_settle": c.LingmaToolSettle,

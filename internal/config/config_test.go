@@ -31,6 +31,9 @@ func TestLoadEnvOverridesFile(t *testing.T) {
 	}
 }
 
+// clustered is a replica's configuration but for its advertise_url.
+var clustered = []string{"POOLGATE_REDIS_URL=redis://r:6379", "POOLGATE_CLUSTER_TOKEN=t", "POOLGATE_API_KEYS=k", sim}
+
 func TestLoadErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -53,6 +56,13 @@ func TestLoadErrors(t *testing.T) {
 		{"negative tool settle", "lingma_tool_settle: -1s\n", nil, "lingma_tool_settle"},
 		{"missing password env", "", []string{`POOLGATE_ACCOUNTS=[{"name":"x","password_env":"NOPE"}]`}, "NOPE"},
 		{"profiler off loopback", "", []string{"POOLGATE_PPROF_LISTEN=0.0.0.0:6060", "POOLGATE_API_KEYS=k"}, "pprof_listen"},
+		{"advertise url with a path", "", append(clustered, "POOLGATE_ADVERTISE_URL=http://h:8080/gw"), "advertise_url"},
+		{"advertise url with a user", "", append(clustered, "POOLGATE_ADVERTISE_URL=http://u@h:8080"), "advertise_url"},
+		{"advertise url not http", "", append(clustered, "POOLGATE_ADVERTISE_URL=h:8080"), "advertise_url"},
+		{"bad peer network", "", append(clustered, "POOLGATE_ADVERTISE_URL=http://h:8080",
+			"POOLGATE_CLUSTER_PEER_NETWORKS=10.0.0.0/8,10.0.0.0/33"), `cluster_peer_networks: "10.0.0.0/33"`},
+		{"no peer network", "", append(clustered, "POOLGATE_ADVERTISE_URL=http://h:8080", "POOLGATE_CLUSTER_PEER_NETWORKS= "),
+			"cluster_peer_networks is empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -150,6 +160,7 @@ func TestErrorsShowNoSecret(t *testing.T) {
 			"POOLGATE_REDIS_URL=redis://u:" + secret + "@n1:6379?addr=n2:6379"}, "redis://REDACTED@n1:6379"},
 		{"dedicated domain", []string{"POOLGATE_LINGMA_DEDICATED_DOMAIN=ftp://u:" + secret + "@lingma.example"},
 			"ftp://REDACTED@lingma.example"},
+		{"advertise url", append(clustered, "POOLGATE_ADVERTISE_URL=http://u:"+secret+"@h:8080"), "http://REDACTED@h:8080"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
