@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -89,7 +90,7 @@ func (p *Proxy) Forward(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		if err != nil {
 			return err
 		}
-		if resp.Header.Get(access.AnswerHeader) == answer {
+		if subtle.ConstantTimeCompare([]byte(resp.Header.Get(access.AnswerHeader)), []byte(answer)) == 1 {
 			relay(w, resp)
 			return nil
 		}
