@@ -34,13 +34,17 @@ func NewHopBody(b []byte) *HopBody {
 	return &HopBody{data: b, n: int64(len(b)), sum: sha256.Sum256(b)}
 }
 
-// ReadHopBody reads r to its end, at most max bytes.
+// ReadHopBody reads r to its end, at most max bytes (the whole buffer when
+// max is small: the receiver of a hop passes the signed length).
 func ReadHopBody(r io.Reader, max int64) (*HopBody, error) {
 	if r == nil {
 		return NewHopBody(nil), nil
 	}
 	h := sha256.New()
 	var buf bytes.Buffer
+	if max <= spoolAbove {
+		buf.Grow(int(max) + 1) // a receiver knows the length: no regrowth
+	}
 	n, err := io.Copy(io.MultiWriter(&buf, h), io.LimitReader(r, spoolAbove+1))
 	b := &HopBody{n: n}
 	if err == nil && n > spoolAbove {
