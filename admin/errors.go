@@ -115,10 +115,18 @@ func (b *untilEOF) Read(p []byte) (int, error) {
 // error (413, 408, 400) and reports false.
 func readBody(c *gin.Context, tooLarge string) ([]byte, bool) {
 	b, err := io.ReadAll(c.Request.Body)
+	if err != nil {
+		writeBodyError(c, err, tooLarge)
+		return nil, false
+	}
+	return b, true
+}
+
+// writeBodyError answers a body that could not be read under bodyLimit's
+// caps: 413, 408 or 400.
+func writeBodyError(c *gin.Context, err error, tooLarge string) {
 	var mbe *http.MaxBytesError
 	switch {
-	case err == nil:
-		return b, true
 	case errors.As(err, &mbe):
 		writeError(c, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, tooLarge)
 	case errors.Is(err, os.ErrDeadlineExceeded):
@@ -126,5 +134,4 @@ func readBody(c *gin.Context, tooLarge string) ([]byte, bool) {
 	default:
 		writeError(c, http.StatusBadRequest, CodeBadRequest, "read body: "+err.Error())
 	}
-	return nil, false
 }

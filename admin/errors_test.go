@@ -83,12 +83,13 @@ func adminServer(t *testing.T, holders Holders, bodyTimeout time.Duration) (*htt
 	gin.SetMode(gin.TestMode)
 	p := &fakePool{}
 	a := New(Config{BodyTimeout: bodyTimeout}, p, p, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	cr := &access.Credentials{Keys: apikey.NewRegistry(nil), AdminToken: "adm"}
 	if holders != nil {
-		a.SetCluster(holders, &cluster.Proxy{From: holders.ID(), Token: "cluster-secret"}, true)
+		cr.Hops = testHops(t, holders.ID(), "http://r1:8080")
+		a.SetCluster(holders, &cluster.Proxy{Hops: cr.Hops}, true)
 	}
 	e := gin.New()
-	e.Use(handlers.Authorize(&access.Credentials{Keys: apikey.NewRegistry(nil), AdminToken: "adm",
-		ClusterToken: "cluster-secret"}, WriteError))
+	e.Use(handlers.Authorize(cr, WriteError))
 	in := a.Register(e)
 	a.RegisterSession(in, nil)
 	a.RegisterBundles(in, p)
@@ -180,36 +181,65 @@ func TestSlowBodyIsABodyTimeout(t *testing.T) {
 	checkError(t, res, body, http.StatusRequestTimeout, CodeBodyTimeout, "did not arrive in time")
 }
 
+func testHops(t *testing.T, self, url string) *access.Hops {
+	t.Helper()
+	h, err := access.NewHops("cluster-secret", self, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// holderServer is replica r2's edge, serving the actions as seen: it
+// verifies the hop and answers with the path, the body, who acted and
+// whether any credential came along.
+func holderServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(nil)
+	e := gin.New()
+	e.Use(handlers.Authorize(&access.Credentials{Keys: apikey.NewRegistry(nil), AdminToken: "adm",
+		Hops: testHops(t, "r2", "http://"+srv.Listener.Addr().String())}, WriteError))
+	e.GET(access.ProofPath, gin.WrapF(testHops(t, "r2", "http://"+srv.Listener.Addr().String()).ServeProof))
+	echo := func(c *gin.Context) {
+		body, _ := io.ReadAll(c.Request.Body)
+		c.JSON(http.StatusAccepted, gin.H{"path": c.Request.URL.RequestURI(), "body": string(body),
+			"by": access.From(c.Request.Context()).Name(), "from": access.From(c.Request.Context()).Replica,
+			"credential": c.GetHeader("Authorization") + c.GetHeader("X-Api-Key")})
+	}
+	e.POST("/internal/pool/:instance/drain", echo)
+	e.POST("/internal/session/import", echo)
+	srv.Config.Handler = e
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 // A replica that does not hold an instance's lease forwards the action to
-// the holder (marked as forwarded, with the cluster token) and relays its
-// answer, refuses a forwarded one, and refuses in the admin shape when the
-// holder can't be reached.
+// the holder (a hop signed for the admin token's caller, without the token)
+// and relays its answer, refuses a forwarded one, and refuses in the admin
+// shape when the holder can't be reached.
 func TestActionsFollowTheLease(t *testing.T) {
-	var got http.Header
-	holder := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got = r.Header.Clone()
-		body, _ := io.ReadAll(r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusAccepted)
-		fmt.Fprintf(w, `{"path":%q,"body":%q}`, r.URL.RequestURI(), body)
-	}))
-	defer holder.Close()
+	holder := holderServer(t)
 	srv, p := adminServer(t, fakeHolders{url: holder.URL}, time.Minute)
 
 	res, body := roundTrip(t, request("POST", srv.URL+"/internal/pool/w1/drain?x=1", "adm", strings.NewReader(`{"a":1}`)))
-	if res.StatusCode != http.StatusAccepted || string(body) != `{"path":"/internal/pool/w1/drain?x=1","body":"{\"a\":1}"}` {
-		t.Errorf("forwarded drain: %d %s", res.StatusCode, body)
-	}
-	if got.Get(access.HopHeader) != "r1" || got.Get(access.TokenHeader) != "cluster-secret" || got.Get("Authorization") != "Bearer adm" {
-		t.Errorf("the holder saw headers %v", got)
+	want := `{"body":"{\"a\":1}","by":"admin-token","credential":"","from":"r1","path":"/internal/pool/w1/drain?x=1"}`
+	if res.StatusCode != http.StatusAccepted || string(body) != want {
+		t.Errorf("forwarded drain: %d %s, want %s", res.StatusCode, body, want)
 	}
 	if len(p.restarted) != 0 {
 		t.Errorf("the non-holder acted itself: %v", p.restarted)
 	}
 
-	req := request("POST", srv.URL+"/internal/pool/w1/drain", "adm", nil)
-	req.Header.Set(access.HopHeader, "r2")
-	req.Header.Set(access.TokenHeader, "cluster-secret")
+	// A hop from r2, whose view was stale: refused, not forwarded again.
+	body0 := access.NewHopBody(nil)
+	signed, err := testHops(t, "r2", "http://r2:8080").Sign("r1", "POST", "/internal/pool/w1/drain", body0,
+		access.Caller{Token: "admin-token", Role: access.RoleAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := request("POST", srv.URL+"/internal/pool/w1/drain", "", nil)
+	req.Header.Set(access.HopHeader, signed.Header)
 	res, body = roundTrip(t, req)
 	checkError(t, res, body, http.StatusConflict, CodeNotLeaseHolder, "does not drive w1")
 
@@ -218,8 +248,8 @@ func TestActionsFollowTheLease(t *testing.T) {
 	// nothing is imported here.
 	res, body = roundTrip(t, request("POST", srv.URL+"/internal/session/import", "adm",
 		strings.NewReader(`{"instance":"w1","bundle":"AAAA"}`)))
-	if res.StatusCode != http.StatusAccepted ||
-		string(body) != `{"path":"/internal/session/import","body":"{\"instance\":\"w1\",\"bundle\":\"AAAA\"}"}` {
+	if res.StatusCode != http.StatusAccepted || string(body) != `{"body":"{\"instance\":\"w1\",\"bundle\":\"AAAA\"}",`+
+		`"by":"admin-token","credential":"","from":"r1","path":"/internal/session/import"}` {
 		t.Errorf("forwarded import: %d %s", res.StatusCode, body)
 	}
 	if len(p.imported) != 0 {

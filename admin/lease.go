@@ -106,13 +106,20 @@ func (a *Admin) onHolder(c *gin.Context, name string) bool {
 	return false
 }
 
-// forwardTo relays the action to the replica at holder, marked as
-// forwarded by this one, and streams its answer back; unreachable, when
-// nothing was written yet, says why.
+// forwardTo relays the action to the replica at holder, as a hop signed by
+// this one (the caller, never its credential), and streams its answer
+// back; unreachable, when nothing was written yet, says why. The body is
+// read whole first: its digest is part of the signature.
 func (g *leaseGate) forwardTo(c *gin.Context, holder string, unreachable func(error)) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), forwardTimeout)
 	defer cancel()
-	err := g.hop.Forward(ctx, c.Writer, c.Request, c.Request.Body, holder)
+	body, err := access.ReadHopBody(c.Request.Body, access.MaxHopBody)
+	if err != nil {
+		writeBodyError(c, err, "request body over its cap")
+		return
+	}
+	defer body.Close()
+	err = g.hop.Forward(ctx, c.Writer, c.Request, body, holder)
 	if err != nil && !c.Writer.Written() {
 		unreachable(err)
 	}

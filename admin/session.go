@@ -10,13 +10,13 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/poolgate/poolgate/pool/route"
+	"github.com/poolgate/poolgate/internal/access"
 )
 
 // AffinityFlusher removes conversation affinity entries.
 type AffinityFlusher interface {
-	// FlushAffinity removes the entries of one owner (route.OwnerKey of an API
-	// key), or all entries for owner "".
+	// FlushAffinity removes the entries of one owner (access.Owner's
+	// Affinity of an API key), or all entries for owner "".
 	FlushAffinity(ctx context.Context, owner string) (int, error)
 }
 
@@ -43,7 +43,7 @@ func (a *Admin) RegisterSession(r gin.IRouter, store AffinityFlusher) {
 		}
 		owner, scope := "", "all"
 		if body.APIKey != nil {
-			owner, scope = route.OwnerKey(*body.APIKey), "api_key"
+			owner, scope = access.OwnerOf(*body.APIKey).Affinity, "api_key"
 		}
 		n, err := store.FlushAffinity(c.Request.Context(), owner)
 		if err != nil {

@@ -113,6 +113,68 @@ func checkRedis(t *testing.T, p *types.Project) {
 	if !hasVolume(r, "/data") {
 		t.Errorf("redis has no volume at /data: %+v", r.Volumes)
 	}
+	checkRedisLocked(t, p)
+}
+
+// redisSecret is the secret holding the compose Redis's password, and where
+// a container finds it.
+const (
+	redisSecret     = "redis_password"
+	redisSecretFile = "/run/secrets/" + redisSecret
+)
+
+// checkRedisLocked: every Redis server of the project (the primary, its
+// replica, the sentinels) requires the password of the secret made of
+// REDIS_PASSWORD, uses it towards the others and in its healthcheck,
+// refuses to start without it, and sits on the Redis network alone with the
+// gateway containers; nothing else (monitoring, nginx) can reach it.
+func checkRedisLocked(t *testing.T, p *types.Project) {
+	t.Helper()
+	if sec, ok := p.Secrets[redisSecret]; !ok || sec.Environment != "REDIS_PASSWORD" {
+		t.Errorf("secrets = %+v, want %s from REDIS_PASSWORD", p.Secrets, redisSecret)
+	}
+	if _, ok := readEnvExample(t)["REDIS_PASSWORD"]; !ok {
+		t.Error(".env.example does not document REDIS_PASSWORD")
+	}
+	if n, ok := p.Networks["redis"]; !ok || !n.Internal {
+		t.Errorf("networks = %+v, want an internal network redis", p.Networks)
+	}
+	for _, s := range p.Services {
+		_, onRedis := s.Networks["redis"]
+		isRedis := strings.HasPrefix(s.Name, "redis") || strings.HasPrefix(s.Name, "sentinel")
+		isGateway := strings.HasPrefix(s.Name, "poolgate")
+		if onRedis != (isRedis || isGateway) {
+			t.Errorf("%s is on the redis network: %v; want only Redis and the gateways there", s.Name, onRedis)
+		}
+		if !isRedis && !isGateway {
+			continue
+		}
+		if !slices.ContainsFunc(s.Secrets, func(r types.ServiceSecretConfig) bool { return r.Source == redisSecret }) {
+			t.Errorf("%s does not mount the %s secret", s.Name, redisSecret)
+		}
+		if !isRedis {
+			continue
+		}
+		cmd := strings.Join(s.Command, " ")
+		wants := []string{redisSecretFile, `[ -n "$pw" ] || {`, "exit 1"}
+		if strings.HasPrefix(s.Name, "sentinel") {
+			wants = append(wants, `requirepass %s\nsentinel auth-pass poolgate %s\nsentinel sentinel-pass %s\n' "$pw" "$pw" "$pw"`)
+		} else {
+			wants = append(wants, `exec docker-entrypoint.sh redis-server --requirepass "$pw"`)
+		}
+		if s.Name == "redis-replica" {
+			wants = append(wants, `--masterauth "$pw"`)
+		}
+		for _, want := range wants {
+			if !strings.Contains(cmd, want) {
+				t.Errorf("%s command %q lacks %q", s.Name, cmd, want)
+			}
+		}
+		if hc := strings.Join(s.HealthCheck.Test, " "); !strings.Contains(hc, "REDISCLI_AUTH=\"$(cat "+redisSecretFile+")\"") ||
+			!strings.Contains(hc, "grep -q PONG") {
+			t.Errorf("%s healthcheck %q: want redis-cli with the password, looking for PONG", s.Name, hc)
+		}
+	}
 }
 
 // checkGateway: a poolgate container is built from deploy/Dockerfile, reads
@@ -152,6 +214,7 @@ func checkGateway(t *testing.T, p *types.Project, s types.ServiceConfig) {
 		{"POOLGATE_DATA_DIR", "/data"},
 		{"POOLGATE_REDIS_URL", "redis://redis:6379/0"},
 		{"POOLGATE_REDIS_MODE", "single"},
+		{"POOLGATE_REDIS_PASSWORD_FILE", redisSecretFile},
 	}
 	for _, tt := range tests {
 		if got := env(tt.give); got != tt.want {
@@ -292,7 +355,7 @@ func TestComposeSentinelProfile(t *testing.T) {
 	if url == "" {
 		t.Fatalf(".env.example shows no sentinel POOLGATE_REDIS_URL for the profile")
 	}
-	if err := redisconn.Check(redisconn.Sentinel, url); err != nil {
+	if err := redisconn.Check(redisconn.Config{Mode: redisconn.Sentinel, URL: url}); err != nil {
 		t.Errorf(".env.example's sentinel URL: %v", err)
 	}
 	for _, want := range []string{"sentinel-1:26379", "addr=sentinel-2:26379", "addr=sentinel-3:26379"} {

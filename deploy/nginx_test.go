@@ -169,6 +169,16 @@ func TestNginxStreamsAndFailsOver(t *testing.T) {
 		t.Errorf("rest of the stream = %q, want the second event", rest)
 	}
 
+	// Replicas prove the cluster key to each other directly, never to a
+	// client through nginx: 404 from nginx, nothing reaches a replica.
+	req, _ = http.NewRequest(http.MethodGet, base+"/cluster/proof?challenge=c", nil)
+	do(t, req, http.StatusNotFound)
+	select {
+	case got := <-seen:
+		t.Errorf("a proof challenge through nginx reached a replica (request id %q)", got)
+	default:
+	}
+
 	// Over client_max_body_size (16m): 413 from nginx itself.
 	req, _ = http.NewRequest(http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(make([]byte, 17<<20)))
 	do(t, req, http.StatusRequestEntityTooLarge)

@@ -87,7 +87,7 @@ func observe(m *metrics.Metrics, acct *Accounting, log *slog.Logger, api string,
 			return
 		}
 		x := &exchange{router: an.router, api: api, capture: acct.Capture, tracer: an.tracer, r: c.Request,
-			id: httpx.RequestID(ctx), key: httpx.APIKey(ctx)}
+			id: httpx.RequestID(ctx), owner: httpx.Owner(ctx).Affinity}
 		if !Forwarded(c.Request) {
 			x.hop = an.hop
 		}

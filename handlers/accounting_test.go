@@ -99,7 +99,7 @@ func accountingEngine(t *testing.T, lim *fakeLimiter, rec *recorded, capture boo
 		Usage: func(r usage.Record) { rec.mu.Lock(); rec.usage = append(rec.usage, r); rec.mu.Unlock() },
 		Log:   func(e requestlog.Entry) { rec.mu.Lock(); rec.entries = append(rec.entries, e); rec.mu.Unlock() }}
 	e := gin.New()
-	e.Use(Authorize(&access.Credentials{Keys: keys, ClusterToken: "cluster-secret"}, nil))
+	e.Use(Authorize(&access.Credentials{Keys: keys, Hops: testHops(t, "cluster-secret", "replica-1")}, nil))
 	// The chat protocol, answered by a router that says what it served.
 	e.POST("/v1/chat/completions", observe(nil, acct, slog.New(slog.DiscardHandler), "chat", &answers{router: &fakeRouter{}},
 		openaichat.New(openaichat.Config{}, nil).Completions))
@@ -109,10 +109,29 @@ func accountingEngine(t *testing.T, lim *fakeLimiter, rec *recorded, capture boo
 	return e
 }
 
-// hop marks a request as forwarded by another replica, with the cluster
-// token when it has one.
-func hop(token string) []string {
-	return []string{access.HopHeader, "replica-2", access.TokenHeader, token}
+func testHops(t *testing.T, token, self string) *access.Hops {
+	t.Helper()
+	h, err := access.NewHops(token, self, "http://"+self+":8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// hopped is the chat request replica-2 forwards to replica-1 for the key
+// named name (with its limits), signed with a key from token: the caller in
+// the signed hop, no credential.
+func hopped(t *testing.T, token string, key apikey.Key) *http.Request {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(chatBody))
+	key.Secret = ""
+	s, err := testHops(t, token, "replica-2").Sign("replica-1", r.Method, r.RequestURI, access.NewHopBody([]byte(chatBody)),
+		access.Caller{Key: &key, Role: access.RoleUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Header.Set(access.HopHeader, s.Header)
+	return r
 }
 
 func do(e http.Handler, key string, hdr ...string) *httptest.ResponseRecorder {
@@ -121,6 +140,10 @@ func do(e http.Handler, key string, hdr ...string) *httptest.ResponseRecorder {
 	for i := 0; i+1 < len(hdr); i += 2 {
 		r.Header.Set(hdr[i], hdr[i+1])
 	}
+	return serve(e, r)
+}
+
+func serve(e http.Handler, r *http.Request) *httptest.ResponseRecorder {
 	w := httptest.NewRecorder()
 	e.ServeHTTP(w, r)
 	return w
@@ -184,37 +207,58 @@ func TestAccountingRefusesOverALimit(t *testing.T) {
 	}
 	// A request another replica forwarded was admitted there.
 	lim.asked = 0
-	if w := do(e, "sk-a", hop("cluster-secret")...); w.Code != http.StatusOK || lim.asked != 0 {
-		t.Errorf("a forwarded request: %d, limiter asked %d times", w.Code, lim.asked)
+	if w := serve(e, hopped(t, "cluster-secret", apikey.Key{Name: "alice", RPM: 1})); w.Code != http.StatusOK || lim.asked != 0 {
+		t.Errorf("a forwarded request: %d %s, limiter asked %d times", w.Code, w.Body, lim.asked)
 	}
-	// ... but its tokens are known only here: they count against the quota.
-	if w := do(e, "sk-c", hop("cluster-secret")...); w.Code != http.StatusOK || lim.asked != 0 ||
-		len(lim.charged) != 1 || lim.charged[0] != "carol:10" {
+	// ... but its tokens are known only here: they count against the
+	// quota the hop says the key has.
+	if w := serve(e, hopped(t, "cluster-secret", apikey.Key{Name: "carol", TokensPerDay: 1000})); w.Code != http.StatusOK ||
+		lim.asked != 0 || len(lim.charged) != 1 || lim.charged[0] != "carol:10" {
 		t.Errorf("a forwarded request under a quota: %d, asked %d, charged %v", w.Code, lim.asked, lim.charged)
+	}
+	if n := len(rec.usage); n == 0 || rec.usage[n-1].Key != "carol" {
+		t.Errorf("usage %+v, want the forwarded request recorded for carol", rec.usage)
 	}
 }
 
-// A forwarded-by header without the cluster token turns off no limit: the
-// request is refused before admission, whatever key it carries, on a node
-// with a cluster token and on one without.
-func TestForgedHopHeaderIsRefused(t *testing.T) {
+// A hop not signed with this cluster's key turns off no limit: the request
+// is refused before admission, whatever key it carries besides; so is the
+// older versions' hop, the cluster token itself. A node that is not
+// clustered takes no hop at all.
+func TestForgedHopIsRefused(t *testing.T) {
 	lim := &fakeLimiter{}
-	for _, token := range []string{"", "wrong", "cluster-secreT"} {
+	forged := func(token string) *http.Request {
+		r := hopped(t, token, apikey.Key{Name: "alice"})
+		r.Header.Set("Authorization", "Bearer sk-a")
+		return r
+	}
+	legacy := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(chatBody))
+	legacy.Header.Set("Authorization", "Bearer sk-a")
+	legacy.Header.Set("X-Poolgate-Forwarded-By", "replica-2")
+	legacy.Header.Set("X-Poolgate-Cluster-Token", "cluster-secret")
+	tests := []struct {
+		name string
+		give *http.Request
+		want string
+	}{
+		{"signed with another token", forged("wrong"), "signature"},
+		{"signed with a near miss", forged("cluster-secreT"), "signature"},
+		{"the cluster token itself", legacy, "not credentials"},
+	}
+	for _, tt := range tests {
 		rec := &recorded{}
 		e := accountingEngine(t, lim, rec, false)
-		w := do(e, "sk-a", hop(token)...)
-		if w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), access.HopHeader) {
-			t.Errorf("token %q: %d %s, want 401 naming the header", token, w.Code, w.Body)
+		if w := serve(e, tt.give); w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), tt.want) {
+			t.Errorf("%s: %d %s, want 401 saying %q", tt.name, w.Code, w.Body, tt.want)
 		}
-		if len(rec.entries) != 0 {
-			t.Errorf("token %q: a refused hop reached the handler: %+v", token, rec.entries)
+		if len(rec.entries) != 0 || lim.asked != 0 {
+			t.Errorf("%s: a refused hop reached the handler: %+v", tt.name, rec.entries)
 		}
 	}
-	// A node without a cluster token takes no hop at all.
 	e := gin.New()
 	e.Use(Authorize(&access.Credentials{Keys: apikey.NewRegistry([]apikey.Key{{Name: "a", Secret: "sk-a"}})}, nil))
 	e.POST("/v1/chat/completions", func(c *gin.Context) { c.Status(http.StatusOK) })
-	if w := do(e, "sk-a", hop("")...); w.Code != http.StatusUnauthorized {
+	if w := serve(e, hopped(t, "cluster-secret", apikey.Key{Name: "a"})); w.Code != http.StatusUnauthorized {
 		t.Errorf("a hop on a single node: %d, want 401", w.Code)
 	}
 }

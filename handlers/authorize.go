@@ -14,12 +14,13 @@ import (
 type AdminErrorFunc func(w http.ResponseWriter, status int, code, message string)
 
 // Authorize is the one place that decides who may call a route, on every
-// listener: it names the caller from the credentials the request presents
-// (internal/access), removes the replica headers so nothing behind it sees
-// them, and admits the caller only if the route's entry in access.Routes
-// does. A Gemini client's key (x-goog-api-key, ?key=) counts as its
-// Authorization (gemini.TakeKey). A route the table does not list is
-// refused: a new route is closed
+// listener: it names the caller from the credentials the request presents,
+// or from the signed hop of the replica that forwarded it, whose body it
+// checks against the signature (internal/access); removes the replica
+// headers so nothing behind it sees them; signs the answer to a hop; and
+// admits the caller only if the route's entry in access.Routes does. A
+// Gemini client's key (x-goog-api-key, ?key=) counts as its Authorization
+// (gemini.TakeKey). A route the table does not list is refused: a new route is closed
 // until it is given its callers. A request that matches no route passes on
 // to the 404 or 405, which reveal nothing. Refusals come in the caller's
 // protocol, or in the admin API's shape on the admin surface.
@@ -31,6 +32,12 @@ func Authorize(cr *access.Credentials, adminErr AdminErrorFunc) gin.HandlerFunc 
 		}
 		caller, v, ok := cr.Identify(c.Request)
 		access.StripHop(c.Request)
+		if answer := caller.HopAnswer(); answer != "" {
+			// The forwarding replica relays only an answer signed for its
+			// hop; the body it sent may sit in a temporary file.
+			c.Writer.Header().Set(access.AnswerHeader, answer)
+			defer c.Request.Body.Close()
+		}
 		if ok && path != "" {
 			need, known := access.NeedOf(c.Request.Method, path)
 			if !known {

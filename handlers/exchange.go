@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"sync"
@@ -18,8 +17,7 @@ import (
 )
 
 // Forwarded reports whether another replica forwarded r, as the edge
-// proved it with the cluster token (it is never forwarded again: one hop at
-// most).
+// verified its signed hop (it is never forwarded again: one hop at most).
 func Forwarded(r *http.Request) bool { return access.From(r.Context()).Replica != "" }
 
 // Router runs requests on the pool (*route.Router).
@@ -40,10 +38,10 @@ type exchange struct {
 	hop    *cluster.Proxy
 	tracer telemetry.Tracer
 	// w is the response, which names the instance that served it.
-	w       servedWriter
-	r       *http.Request
-	body    []byte
-	id, key string // the request id and the caller's secret
+	w         servedWriter
+	r         *http.Request
+	body      []byte
+	id, owner string // the request id and the caller's affinity owner
 
 	// mu guards served: where the turn ran, as Open returned it, read by
 	// the response writer, maybe from the keep-alive's goroutine.
@@ -56,7 +54,7 @@ var _ relay.Pool = (*exchange)(nil)
 
 // Open runs req on the router as this request.
 func (x *exchange) Open(ctx context.Context, req *chat.Request, mayHop bool) (chat.Answer, string, error) {
-	req.RequestID, req.APIKey = x.id, x.key
+	req.RequestID, req.Owner = x.id, x.owner
 	o, err := x.router.Open(ctx, route.Call{API: x.api, Request: req, MayHop: mayHop && x.hop != nil, Capture: x.capture})
 	x.mu.Lock()
 	x.served = o.Served
@@ -72,7 +70,7 @@ func (x *exchange) Open(ctx context.Context, req *chat.Request, mayHop bool) (ch
 // span (which the holder's spans continue).
 func (x *exchange) Hop(ctx context.Context, holder string) error {
 	ctx, span := x.tracer.Start(ctx, telemetry.SpanForward)
-	err := x.hop.Forward(ctx, &x.w, x.r, bytes.NewReader(x.body), holder)
+	err := x.hop.Forward(ctx, &x.w, x.r, access.NewHopBody(x.body), holder)
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String(telemetry.AttrTarget, holder))
 		if err != nil {

@@ -3,7 +3,6 @@ package handlers
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -83,7 +82,7 @@ func edge(t *testing.T, r Router, cfg Config, rec *recorded) *gin.Engine {
 	cfg.Credentials = &access.Credentials{Keys: apikey.NewRegistry([]apikey.Key{{Name: "alice", Secret: "sk-a"},
 		{Name: "bob", Secret: "sk-b"}})}
 	if cfg.Hop != nil {
-		cfg.Credentials.ClusterToken = cfg.Hop.Token
+		cfg.Credentials.Hops = cfg.Hop.Hops
 	}
 	cfg.Accounting = &Accounting{Usage: func(u usage.Record) { rec.mu.Lock(); rec.usage = append(rec.usage, u); rec.mu.Unlock() },
 		Log: func(e requestlog.Entry) { rec.mu.Lock(); rec.entries = append(rec.entries, e); rec.mu.Unlock() }}
@@ -126,9 +125,10 @@ func TestEdgeNamesTheRequest(t *testing.T) {
 				t.Fatalf("router called %d times, want once", len(calls))
 			}
 			c := calls[0]
-			if c.API != tt.api || c.MayHop || c.Capture || c.Request.RequestID != "req-7" || c.Request.APIKey != "sk-b" {
-				t.Errorf("call %+v with request id %q key %q; want API %s, no hop, no capture, req-7, sk-b",
-					c, c.Request.RequestID, c.Request.APIKey, tt.api)
+			if c.API != tt.api || c.MayHop || c.Capture || c.Request.RequestID != "req-7" ||
+				c.Request.Owner != access.OwnerOf("sk-b").Affinity {
+				t.Errorf("call %+v with request id %q owner %q; want API %s, no hop, no capture, req-7, sk-b's owner",
+					c, c.Request.RequestID, c.Request.Owner, tt.api)
 			}
 			if len(rec.entries) != 1 || rec.entries[0].Protocol != tt.api || rec.entries[0].RequestID != "req-7" ||
 				rec.entries[0].Account != "acct-1" || rec.entries[0].InputTokens != 7 {
@@ -166,44 +166,46 @@ func TestBodyOverTheCap(t *testing.T) {
 	}
 }
 
+// testProxy is the hop of the replica run self, advertised at url.
+func testProxy(t *testing.T, self, url string) *cluster.Proxy {
+	t.Helper()
+	hops, err := access.NewHops("cluster-secret", self, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cluster.Proxy{Hops: hops}
+}
+
 // A turn another replica holds is carried there by the cluster proxy: the
-// holder gets the same body with the hop headers and the request id, the
-// client gets the holder's answer, and the record is the holder's to keep.
-// When the holder can't be reached, the request is served here.
+// holder's edge verifies the signed hop and names the caller from it (bob,
+// without his key), serves the same body under the same request id and
+// keeps the record; the client gets the holder's answer. When the holder
+// can't be reached, the request is served here.
 func TestHopToTheHolder(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		body := fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"the prompt"}]}`, stream)
 		t.Run(fmt.Sprint("stream=", stream), func(t *testing.T) {
-			var mu sync.Mutex
-			var seen *http.Request
-			var seenBody string
-			holder := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				b, _ := io.ReadAll(r.Body)
-				mu.Lock()
-				seen, seenBody = r, string(b)
-				mu.Unlock()
-				w.Header().Set(InstanceHeader, "sim-9")
-				w.Header().Set("Content-Type", "application/json")
-				_, _ = io.WriteString(w, `{"from":"the holder"}`)
-			}))
+			holderRouter, holderRec := &fakeRouter{}, &recorded{}
+			holder := httptest.NewUnstartedServer(nil)
+			holder.Config.Handler = edge(t, holderRouter, Config{Hop: testProxy(t, "replica-2", "http://"+holder.Listener.Addr().String())},
+				holderRec)
+			holder.Start()
 			defer holder.Close()
 			fr := &fakeRouter{holder: holder.URL}
 			rec := &recorded{}
-			e := edge(t, fr, Config{Hop: &cluster.Proxy{From: "replica-1", Token: "cluster-secret"}}, rec)
+			e := edge(t, fr, Config{Hop: testProxy(t, "replica-1", "http://replica-1:8080")}, rec)
 			w := post(e, "/v1/chat/completions", body)
-			if w.Code != http.StatusOK || w.Body.String() != `{"from":"the holder"}` || w.Header().Get(InstanceHeader) != "sim-9" {
+			if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "the answer") || w.Header().Get(InstanceHeader) != "sim-1" ||
+				w.Header().Get("X-Request-Id") != "req-7" || w.Header().Get(access.AnswerHeader) != "" {
 				t.Errorf("client got %d %v %s, want the holder's answer", w.Code, w.Header(), w.Body)
 			}
-			mu.Lock()
-			if seen == nil {
-				t.Fatal("the holder saw no request")
+			if calls := holderRouter.Calls(); len(calls) != 1 || calls[0].MayHop || calls[0].Request.RequestID != "req-7" ||
+				calls[0].Request.Owner != access.OwnerOf("sk-b").Affinity || calls[0].Request.Stream != stream {
+				t.Errorf("the holder's router calls %+v, want one for bob's request req-7 that may not hop", calls)
 			}
-			if seen.URL.Path != "/v1/chat/completions" || seenBody != body || seen.Header.Get(access.HopHeader) != "replica-1" ||
-				seen.Header.Get(access.TokenHeader) != "cluster-secret" || seen.Header.Get("Authorization") != "Bearer sk-b" ||
-				seen.Header.Get("X-Request-Id") != "req-7" {
-				t.Errorf("the holder saw %s %v %q", seen.URL.Path, seen.Header, seenBody)
+			if len(holderRec.entries) != 1 || holderRec.entries[0].Key != "bob" || holderRec.entries[0].RequestID != "req-7" {
+				t.Errorf("the holder's records %+v, want bob's request req-7", holderRec.entries)
 			}
-			mu.Unlock()
 			if calls := fr.Calls(); len(calls) != 1 || !calls[0].MayHop {
 				t.Errorf("router calls %+v, want one that may hop", calls)
 			}
@@ -216,7 +218,7 @@ func TestHopToTheHolder(t *testing.T) {
 			holder.Close()
 			fr = &fakeRouter{holder: holder.URL}
 			rec = &recorded{}
-			e = edge(t, fr, Config{Hop: &cluster.Proxy{From: "replica-1", Token: "cluster-secret"}}, rec)
+			e = edge(t, fr, Config{Hop: testProxy(t, "replica-1", "http://replica-1:8080")}, rec)
 			w = post(e, "/v1/chat/completions", body)
 			if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "the answer") || w.Header().Get(InstanceHeader) != "sim-1" {
 				t.Errorf("client got %d %v %s, want this replica's answer", w.Code, w.Header(), w.Body)

@@ -140,6 +140,11 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 		api.GET(v+"/models/*name", g.model)
 	}
 	api.GET("/v1beta/models", g.list)
+	if hops := cfg.Credentials.Hops; hops != nil {
+		// Where a replica proves to the others that it holds the cluster
+		// key, before they forward anything to its URL.
+		e.GET(access.ProofPath, gin.WrapF(hops.ServeProof))
+	}
 	return e
 }
 

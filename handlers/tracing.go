@@ -38,17 +38,18 @@ func Trace(tp trace.TracerProvider) gin.HandlerFunc {
 		ctx := telemetry.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 		name := r.Method + " " + route
 		attrs := []attribute.KeyValue{attribute.String("http.request.method", r.Method), attribute.String("http.route", route)}
-		if by := r.Header.Get(access.HopHeader); by != "" {
-			attrs = append(attrs, attribute.String(telemetry.AttrForwarded, by))
-		}
 		ctx, span := tr.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 		c.Request = r.WithContext(ctx)
 		c.Next()
 		status := c.Writer.Status()
 		span.SetAttributes(attribute.Int("http.response.status_code", status),
 			attribute.String(telemetry.AttrRequestID, httpx.RequestID(c.Request.Context())))
-		if name := access.From(c.Request.Context()).KeyName(); name != "" {
+		caller := access.From(c.Request.Context())
+		if name := caller.KeyName(); name != "" {
 			span.SetAttributes(attribute.String(telemetry.AttrKey, name))
+		}
+		if caller.Replica != "" { // as its signed hop proved it
+			span.SetAttributes(attribute.String(telemetry.AttrForwarded, caller.Replica))
 		}
 		if status >= 500 {
 			span.SetStatus(codes.Error, strconv.Itoa(status))

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/pool/cluster"
 	"github.com/poolgate/poolgate/pool/route"
 )
 
@@ -105,17 +107,37 @@ func TestAdminActionsFollowTheLease(t *testing.T) {
 	}
 
 	// A replica that receives an already forwarded action it does not hold
-	// refuses it: one hop, and never an action without the lease. A
-	// forwarded-by header without the cluster token is no replica's.
-	code, body = postAdmin(t, s.live()[other].URL+"/internal/pool/acct-1/drain",
-		map[string]string{"X-Poolgate-Forwarded-By": "r9", "X-Poolgate-Cluster-Token": "ct"}, "")
-	if code != http.StatusConflict || !strings.Contains(body, "acct-1") {
-		t.Errorf("forwarded drain on a non-holder: %d %s, want 409 naming acct-1", code, body)
+	// refuses it: one hop, and never an action without the lease. A hop
+	// not signed with the cluster's key is no replica's, and neither is
+	// the cluster token itself (the older versions' hop).
+	var view cluster.Status
+	s.live()[other].GetJSON(t, "/internal/cluster", "", &view)
+	sign := func(token string) string {
+		h, err := access.NewHops(token, "r9", "http://r9:8080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		signed, err := h.Sign(view.Self, http.MethodPost, "/internal/pool/acct-1/drain", access.NewHopBody(nil),
+			access.Caller{Open: true, Role: access.RoleAdmin, Owner: access.OwnerOf("")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return signed.Header
 	}
-	code, body = postAdmin(t, s.live()[other].URL+"/internal/pool/acct-1/drain",
-		map[string]string{"X-Poolgate-Forwarded-By": "r9"}, "")
-	if code != http.StatusUnauthorized {
-		t.Errorf("a drain with a forged forwarded-by header: %d %s, want 401", code, body)
+	tests := []struct {
+		name   string
+		header map[string]string
+		want   int
+	}{
+		{"a hop from another replica", map[string]string{access.HopHeader: sign("ct")}, http.StatusConflict},
+		{"a hop signed with another key", map[string]string{access.HopHeader: sign("not-ct")}, http.StatusUnauthorized},
+		{"the cluster token", map[string]string{"X-Poolgate-Forwarded-By": "r9", "X-Poolgate-Cluster-Token": "ct"}, http.StatusUnauthorized},
+	}
+	for _, tt := range tests {
+		code, body = postAdmin(t, s.live()[other].URL+"/internal/pool/acct-1/drain", tt.header, "")
+		if code != tt.want || (code == http.StatusConflict && !strings.Contains(body, "acct-1")) {
+			t.Errorf("drain on a non-holder, %s: %d %s, want %d", tt.name, code, body, tt.want)
+		}
 	}
 	s.waitSpread(10 * time.Second)
 	if violations.Load() > 0 {

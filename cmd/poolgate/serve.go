@@ -105,6 +105,7 @@ type app struct {
 	launcher    *supervisor.ExecLauncher
 	router      *route.Router
 	cluster     *cluster.Cluster // nil on a single node
+	hop         *cluster.Proxy   // the one hop between replicas, for API turns and admin actions; nil on a single node
 	login       *login.Runner    // nil without Chromium
 	bundles     *bundle.Service
 	store       store        // conversation state
@@ -196,6 +197,9 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 		leases := cluster.NewRedisStore(cluster.RedisConfig{Prefix: cfg.RedisPrefix}, redisClient)
 		a.cluster = cluster.New(cluster.Config{ID: replicaID(cfg.ReplicaID), URL: cfg.AdvertiseURL,
 			LeaseTTL: cfg.LeaseTTL, MaxAccounts: cfg.MaxAccountsPerReplica}, a.sup, a.pool, leases, m, log)
+		if a.hop, err = newHop(cfg, a.cluster.ID(), a.tracing); err != nil {
+			return nil, err
+		}
 		a.router.SetRemote(a.cluster)
 		a.sup.SubscribeMembers(a.cluster) // after the pool: a new member exists before it is fenced
 		if a.login != nil && cfg.AutoLogin {
@@ -255,11 +259,8 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		Accounting: a.acct.forHTTP(cfg.RequestLogDebug, a.live), MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout,
 		Insecure: cfg.Insecure, Tracing: a.tracing, PythonCompat: cfg.PythonCompat}
 	var workers admin.Workers = a.sup
-	var hop *cluster.Proxy // the one hop between replicas, for API turns and admin actions
 	if a.cluster != nil {
-		creds.ClusterToken = cfg.ClusterToken
-		hop = &cluster.Proxy{From: a.cluster.ID(), Token: cfg.ClusterToken, Client: hopClient(a.tracing)}
-		hcfg.Hop = hop
+		creds.Hops, hcfg.Hop = a.hop.Hops, a.hop
 		workers = leasedWorkers{a.sup, a.cluster}
 	}
 	engine := handlers.New(hcfg, protocols, m, log)
@@ -282,7 +283,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	if a.cluster != nil {
 		// The advertised URL serves the admin API unless it has a listener
 		// of its own, whose address no replica knows.
-		adm.SetCluster(a.cluster, hop, cfg.AdminListen == "")
+		adm.SetCluster(a.cluster, a.hop, cfg.AdminListen == "")
 	}
 	internal := adm.Register(adminEngine)
 	adm.RegisterSession(internal, a.store)

@@ -203,7 +203,7 @@ func openStores(cfg config.Config, m *metrics.Metrics, onEvict func(route.Affini
 	if cfg.RedisURL == "" {
 		return session.NewMemory(mem), bundle.NewMemoryStore(), nil, nil
 	}
-	client, err := redisconn.Dial(redisconn.Mode(cfg.RedisMode), cfg.RedisURL, 0)
+	client, err := redisconn.Dial(cfg.Redis())
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("redis: %w", err)
 	}

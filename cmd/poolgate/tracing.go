@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"net/url"
 	"os"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -22,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/poolgate/poolgate/internal/redact"
 	"github.com/poolgate/poolgate/internal/telemetry"
 )
 
@@ -51,7 +50,7 @@ func tracing(getenv func(string) string, log *slog.Logger) (trace.TracerProvider
 	}
 	u, err := url.Parse(endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, nil, fmt.Errorf("OTLP traces endpoint %q: want an http:// or https:// URL", endpoint)
+		return nil, nil, fmt.Errorf("OTLP traces endpoint %q: want an http:// or https:// URL", redact.URL(endpoint))
 	}
 	signal := func(name string) string { // the traces-specific variable, else the general one
 		if v := getenv("OTEL_EXPORTER_OTLP_TRACES_" + name); v != "" {
@@ -127,21 +126,23 @@ func tracing(getenv func(string) string, log *slog.Logger) (trace.TracerProvider
 }
 
 // keyValues parses the k=v,k=v lists of OTEL_RESOURCE_ATTRIBUTES and
-// OTEL_EXPORTER_OTLP_HEADERS (values URL-encoded).
+// OTEL_EXPORTER_OTLP_HEADERS (values URL-encoded). Its errors name an
+// entry by its place or key, never its value: a header's value is often a
+// collector's token.
 func keyValues(s string) (map[string]string, error) {
 	out := map[string]string{}
-	for _, kv := range strings.Split(s, ",") {
+	for i, kv := range strings.Split(s, ",") {
 		if strings.TrimSpace(kv) == "" {
 			continue
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		k = strings.TrimSpace(k)
 		if !ok || k == "" {
-			return nil, fmt.Errorf("%q is not key=value", kv)
+			return nil, fmt.Errorf("entry %d is not key=value", i+1)
 		}
 		dv, err := url.PathUnescape(strings.TrimSpace(v))
 		if err != nil {
-			return nil, fmt.Errorf("value of %q: %w", k, err)
+			return nil, fmt.Errorf("the value of %q is not URL-encoded (a '%%' must be %%25)", k)
 		}
 		out[k] = dv
 	}
@@ -222,16 +223,4 @@ func traceRedis(client redis.UniversalClient, tp trace.TracerProvider) error {
 	}
 	return redisotel.InstrumentTracing(client, redisotel.WithTracerProvider(telemetry.ChildrenOnly(tp)),
 		redisotel.WithDBStatement(false), redisotel.WithCallerEnabled(false))
-}
-
-// hopClient is the client one replica forwards requests with; with
-// tracing on, each forward is a client span whose traceparent goes with the
-// request, so the trace goes on at the holder.
-func hopClient(tp trace.TracerProvider) *http.Client {
-	var rt http.RoundTripper = &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
-	if telemetry.Enabled(tp) {
-		rt = otelhttp.NewTransport(rt, otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(telemetry.Propagator),
-			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "forward " + r.Method }))
-	}
-	return &http.Client{Transport: rt}
 }

@@ -39,14 +39,21 @@ func TestTracingFromEnvironment(t *testing.T) {
 			false, "OTEL_EXPORTER_OTLP_HEADERS"},
 		{"bad delay", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:4318", "OTEL_BSP_SCHEDULE_DELAY": "soon"},
 			false, "OTEL_BSP_SCHEDULE_DELAY"},
+		// The errors never show a secret of the collector's.
+		{"a header without =", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:4318",
+			"OTEL_EXPORTER_OTLP_HEADERS": "x=y,Authorization: Bearer s3cr3t-Zq"}, false, "entry 2 is not key=value"},
+		{"a header with a bare %", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:4318",
+			"OTEL_EXPORTER_OTLP_HEADERS": "api-key=s3cr3t-Zq%zz"}, false, `"api-key" is not URL-encoded`},
+		{"an endpoint without a host", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://u:s3cr3t-Zq@"}, false,
+			"https://REDACTED@"},
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tp, stop, err := tracing(func(k string) string { return tt.env[k] }, log)
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want one saying %q", err, tt.wantErr)
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || strings.Contains(err.Error(), "s3cr3t") {
+					t.Fatalf("err = %v, want one saying %q and showing no secret", err, tt.wantErr)
 				}
 				return
 			}

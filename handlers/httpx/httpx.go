@@ -33,14 +33,10 @@ func RequestID(ctx context.Context) string {
 	return s
 }
 
-// APIKey returns the secret the caller presented (used only to keep
-// callers' conversations apart; never logged), "" when none.
-func APIKey(ctx context.Context) string {
-	if k := access.From(ctx).Key; k != nil {
-		return k.Secret
-	}
-	return ""
-}
+// Owner returns what keeps the caller's conversations and stored Responses
+// apart from everyone else's, as the edge established it (digests of its
+// key, carried on a hop from another replica).
+func Owner(ctx context.Context) access.Owner { return access.From(ctx).Owner }
 
 // ErrBodyTooLarge is returned by ReadBody when the body exceeds its cap.
 var ErrBodyTooLarge = errors.New("request body too large")

@@ -130,7 +130,7 @@ func (h *Handler) prepare(ctx context.Context, r *http.Request, body []byte) (*t
 			d.chat.AffinityHint = s
 		}
 	}
-	t := &turn{d: d, owner: ownerOf(httpx.APIKey(ctx))}
+	t := &turn{d: d, owner: httpx.Owner(ctx).Responses}
 	model := d.wire.Model
 	if prev := d.wire.PreviousResponseID; prev != "" {
 		rec, err := h.load(ctx, prev, t.owner)

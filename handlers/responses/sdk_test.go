@@ -50,7 +50,8 @@ func newServer(t *testing.T, h handler) *httptest.Server {
 	mux.HandleFunc("GET /v1/responses/{id}/input_items", h.InputItems)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := httpx.WithRequestID(r.Context(), "req-1")
-		ctx = access.WithCaller(ctx, access.Caller{Key: &apikey.Key{Secret: strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")}})
+		secret := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		ctx = access.WithCaller(ctx, access.Caller{Key: &apikey.Key{Secret: secret}, Owner: access.OwnerOf(secret)})
 		mux.ServeHTTP(w, r.WithContext(ctx))
 	}))
 	t.Cleanup(srv.Close)

@@ -2,8 +2,6 @@ package responses
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -59,15 +57,6 @@ func (h *Handler) history(ctx context.Context, id string, rec *record, owner str
 	return append(msgs, rec.Transcript...), append(rec.Chain[:len(rec.Chain):len(rec.Chain)], id), nil
 }
 
-// ownerOf hashes an API key, so the store never holds one.
-func ownerOf(apiKey string) string {
-	if apiKey == "" {
-		return ""
-	}
-	sum := sha256.Sum256([]byte(apiKey))
-	return hex.EncodeToString(sum[:16])
-}
-
 // save stores a finished response when the request asked for it. It runs
 // even if the client has gone (the answer is complete and may be continued);
 // a failure is logged and degrades to "not stored".
@@ -120,7 +109,7 @@ func decodeRecord(id string, data []byte, owner string) (*record, error) {
 // loadFor answers a lookup failure itself and returns nil then.
 func (h *Handler) loadFor(w http.ResponseWriter, r *http.Request) *record {
 	id := r.PathValue("id")
-	rec, err := h.load(r.Context(), id, ownerOf(httpx.APIKey(r.Context())))
+	rec, err := h.load(r.Context(), id, httpx.Owner(r.Context()).Responses)
 	if isNotFound(err) {
 		err = notFound("", id)
 	}

@@ -1,10 +1,10 @@
 // Package access decides who may call which route, once, for every
 // listener: it names the caller of a request from the credentials it
-// presents (an API key and its role, the admin token, the metrics token, the
-// cluster token of a replica that forwarded it), and holds the one table
-// that says which callers each route admits. The HTTP edge (handlers)
-// applies it before any route runs; every other layer asks the Caller it
-// put into the request context, never a raw header.
+// presents (an API key and its role, the admin token, the metrics token),
+// or from the signed hop of a replica that forwarded it (hop.go), and holds
+// the one table that says which callers each route admits. The HTTP edge
+// (handlers) applies it before any route runs; every other layer asks the
+// Caller it put into the request context, never a raw header.
 //
 // It knows nothing of gin or of any protocol's error shape: a refusal is a
 // Verdict with a status and a message, which the edge writes in the shape of
@@ -13,7 +13,11 @@ package access
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -34,16 +38,6 @@ const (
 	RoleAdmin Role = "admin"
 )
 
-// Headers of a request one replica forwards to another (a client's turn to
-// the replica that holds its conversation, an admin action to the holder of
-// an instance's lease). A forwarded request names the replica that sent it
-// and carries the cluster token; the edge checks the token and removes both
-// headers, so nothing behind it (a worker, a login callback) ever sees them.
-const (
-	HopHeader   = "X-Poolgate-Forwarded-By"
-	TokenHeader = "X-Poolgate-Cluster-Token"
-)
-
 // Credentials are the secrets in force. The keys are read per request, so a
 // reload that swaps them takes effect from the next request on.
 type Credentials struct {
@@ -56,9 +50,9 @@ type Credentials struct {
 	// readers may scrape); MetricsPublic opens it to everyone.
 	MetricsToken  string
 	MetricsPublic bool
-	// ClusterToken proves a request was forwarded by a replica ("" = not
-	// clustered: every forwarded-by header is refused).
-	ClusterToken string
+	// Hops verifies the hops of the other replicas (nil = not clustered:
+	// every hop is refused).
+	Hops *Hops
 }
 
 // Caller is who sent a request, as the edge established it.
@@ -76,9 +70,37 @@ type Caller struct {
 	Token string
 	// Open: no API keys are configured (the keyless loopback demo).
 	Open bool
-	// Replica names the replica that forwarded the request, proven by the
-	// cluster token; "" for a request that came from a client.
+	// Replica names the replica that forwarded the request, proven by its
+	// signed hop; "" for a request that came from a client.
 	Replica string
+	// Owner keeps the caller's conversations and stored Responses apart
+	// from everyone else's.
+	Owner Owner
+
+	answer string // AnswerHeader's value for a hop's answer
+}
+
+// HopAnswer is the value of AnswerHeader the answer to a forwarded request
+// carries, "" for a request from a client.
+func (c Caller) HopAnswer() string { return c.answer }
+
+// Owner tells the caller's conversations (affinity) and stored Responses
+// apart from every other caller's: digests of the secret it presented,
+// never the secret, computed by the edge that saw it and carried on a hop.
+type Owner struct {
+	Affinity  string `json:"affinity"`
+	Responses string `json:"responses"`
+}
+
+// OwnerOf is the Owner of the caller that presented secret ("" for none).
+func OwnerOf(secret string) Owner {
+	aff := sha256.Sum256([]byte("poolgate-owner\x00" + secret))
+	o := Owner{Affinity: hex.EncodeToString(aff[:8])}
+	if secret != "" {
+		resp := sha256.Sum256([]byte(secret))
+		o.Responses = hex.EncodeToString(resp[:16])
+	}
+	return o
 }
 
 // Name says who acted, for logs: "key:NAME", "admin-token",
@@ -112,18 +134,24 @@ func (c Caller) SeesAll() bool { return c.Role == RoleAdmin || c.Role == RoleVie
 // in the request log: admins only.
 func (c Caller) SeesContent() bool { return c.Role == RoleAdmin }
 
-// Identify names the caller of r. A forwarded-by header counts only with the
-// cluster token; without it the request is refused (bad is true and the
-// Verdict says why): a client must never pass for a replica.
+// Identify names the caller of r, or refuses it (false, and the Verdict
+// says why). A request another replica forwarded is named by its signed hop
+// alone, whatever credentials it carries besides: Identify verifies the hop
+// (signature, this replica as its audience, the request, expiry, nonce)
+// and reads the body, checking it against the signed digest, so the handler
+// reads the body that was signed. A hop that fails any check is refused,
+// as are the older versions' hop headers: a client must never pass for a
+// replica. The request's body must be closed once the request is over (the
+// edge does), which removes a large hop body's temporary file.
 func (cr *Credentials) Identify(r *http.Request) (Caller, Verdict, bool) {
-	var c Caller
-	if by := r.Header.Get(HopHeader); by != "" {
-		if cr.ClusterToken == "" || !equal(r.Header.Get(TokenHeader), cr.ClusterToken) {
-			return c, Verdict{Status: http.StatusUnauthorized, Code: "invalid_cluster_token",
-				Message: HopHeader + " is accepted only from a replica of this cluster, with its cluster token"}, false
-		}
-		c.Replica = by
+	if r.Header.Get(legacyHopHeader) != "" || r.Header.Get(legacyTokenHeader) != "" {
+		return Caller{}, hopRefused("this replica takes only signed hops (" + HopHeader + "); " + legacyHopHeader +
+			" and the cluster token are not credentials: every replica must run the same version"), false
 	}
+	if r.Header.Get(HopHeader) != "" {
+		return cr.identifyHop(r)
+	}
+	var c Caller
 	presented := apikey.FromRequest(r)
 	set := cr.Keys.Load()
 	c.Open = set.Len() == 0
@@ -145,17 +173,60 @@ func (cr *Credentials) Identify(r *http.Request) (Caller, Verdict, bool) {
 			}
 		}
 	}
+	if c.Key != nil {
+		c.Owner = OwnerOf(c.Key.Secret)
+	} else {
+		c.Owner = OwnerOf("")
+	}
 	return c, Verdict{}, true
+}
+
+// identifyHop names the caller of a forwarded request from its hop.
+func (cr *Credentials) identifyHop(r *http.Request) (Caller, Verdict, bool) {
+	if cr.Hops == nil {
+		return Caller{}, hopRefused(HopHeader + " is accepted only from a replica of this cluster, and this gateway is not clustered"), false
+	}
+	claims, err := cr.Hops.verify(r)
+	if err == nil {
+		err = readHopBody(r, claims)
+	}
+	if errors.Is(err, errTooManyHop) {
+		return Caller{}, Verdict{Status: http.StatusServiceUnavailable, Code: "hop_refused", Message: err.Error()}, false
+	}
+	if err != nil {
+		return Caller{}, hopRefused(err.Error()), false
+	}
+	c := claims.Caller.caller(claims.From)
+	c.answer = cr.Hops.answerFor(claims)
+	return c, Verdict{}, true
+}
+
+// readHopBody reads r's body, checks it against the hop's claims and puts
+// it back for the handler.
+func readHopBody(r *http.Request, claims hopClaims) error {
+	body, err := ReadHopBody(r.Body, claims.Length)
+	if err != nil || body.Len() != claims.Length || body.Digest() != claims.Body {
+		body.Close()
+		return fmt.Errorf("%w: its body is not the one signed", ErrHop)
+	}
+	r.Body = hopBodyCloser{Reader: body.Reader(), body: body}
+	return nil
+}
+
+func hopRefused(msg string) Verdict {
+	return Verdict{Status: http.StatusUnauthorized, Code: "invalid_hop", Message: msg}
 }
 
 func equal(got, want string) bool {
 	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
-// StripHop removes the replica headers from r once Identify read them.
+// StripHop removes the replica headers from r once Identify read them, so
+// nothing behind the edge (a worker, a login callback) ever sees them.
 func StripHop(r *http.Request) {
-	r.Header.Del(HopHeader)
-	r.Header.Del(TokenHeader)
+	for _, h := range []string{HopHeader, AnswerHeader, legacyHopHeader, legacyTokenHeader} {
+		r.Header.Del(h)
+	}
 }
 
 // Verdict is a refusal: the status, a stable code and a message that names

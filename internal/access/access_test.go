@@ -11,7 +11,7 @@ import (
 func TestDecide(t *testing.T) {
 	keys := apikey.NewRegistry([]apikey.Key{{Name: "alice", Secret: "sk-a"}, {Name: "vic", Secret: "sk-v", Role: "viewer"},
 		{Name: "ops", Secret: "sk-o", Role: "admin"}})
-	full := &Credentials{Keys: keys, AdminToken: "adm", MetricsToken: "met", ClusterToken: "ct"}
+	full := &Credentials{Keys: keys, AdminToken: "adm", MetricsToken: "met", Hops: testHops(t, "r1")}
 	noAdmin := &Credentials{Keys: apikey.NewRegistry([]apikey.Key{{Name: "alice", Secret: "sk-a"}})}
 	open := &Credentials{Keys: apikey.NewRegistry(nil)}
 	openToken := &Credentials{Keys: apikey.NewRegistry(nil), AdminToken: "adm"}
@@ -44,11 +44,15 @@ func TestDecide(t *testing.T) {
 		{"open with a token wants it", openToken, nil, Admin, 401},
 		{"open with a token serves the API", openToken, nil, APIUser, 0},
 		{"open with a token: no own records", openToken, nil, Own, 401},
-		{"replica with its token, no key", full, map[string]string{HopHeader: "r2", TokenHeader: "ct"}, APIUser, 401},
-		{"replica with its token and a key", full, map[string]string{HopHeader: "r2", TokenHeader: "ct",
-			"Authorization": "Bearer sk-a"}, APIUser, 0},
-		{"forged hop", full, map[string]string{HopHeader: "r2", TokenHeader: "CT", "Authorization": "Bearer sk-o"}, Public, 401},
-		{"hop on a node without a cluster token", noAdmin, map[string]string{HopHeader: "r2", TokenHeader: ""}, Public, 401},
+		// The older versions' hop, with the cluster token itself, opens
+		// nothing, on a replica or a single node.
+		{"the cluster token, no key", full, map[string]string{legacyHopHeader: "r2", legacyTokenHeader: "ct"}, Public, 401},
+		{"the cluster token and a key", full, map[string]string{legacyHopHeader: "r2", legacyTokenHeader: "ct",
+			"Authorization": "Bearer sk-a"}, APIUser, 401},
+		{"the cluster token alone", full, map[string]string{legacyTokenHeader: "ct", "Authorization": "Bearer sk-o"}, Public, 401},
+		{"a hop header on a node that is not clustered", noAdmin, map[string]string{HopHeader: "v1.e30.x"}, Public, 401},
+		{"a hop header that does not verify, and a key", full, map[string]string{HopHeader: "v1.e30.x",
+			"Authorization": "Bearer sk-o"}, Public, 401},
 		{"a route without a rule", full, bearer("adm"), 0, 403},
 	}
 	for _, tt := range tests {
@@ -104,8 +108,9 @@ func bearer(s string) map[string]string { return map[string]string{"Authorizatio
 // without a secret.
 func TestStripHopAndName(t *testing.T) {
 	r, _ := http.NewRequest("GET", "/", nil)
-	r.Header.Set(HopHeader, "r2")
-	r.Header.Set(TokenHeader, "ct")
+	for _, h := range []string{HopHeader, AnswerHeader, legacyHopHeader, legacyTokenHeader} {
+		r.Header.Set(h, "x")
+	}
 	StripHop(r)
 	if len(r.Header) != 0 {
 		t.Errorf("headers left: %v", r.Header)

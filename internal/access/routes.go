@@ -60,6 +60,10 @@ var Routes = []Route{
 	{"GET", "/admin", Public, false},
 	{"HEAD", "/admin", Public, false},
 	{"GET", "/metrics", Metrics, false},
+	// A challenge to prove the cluster key, from another replica that is
+	// about to forward a request here: it carries no credential, and the
+	// answer holds none.
+	{"GET", ProofPath, Public, true},
 
 	{"GET", "/internal/usage", Own, false},
 	{"GET", "/internal/requests", Own, false},

@@ -110,8 +110,9 @@ type Request struct {
 	// request is buffered by the router, which may then retry a failure at any
 	// point; a stream is retried only before its first event.
 	Stream bool
-	// APIKey identifies the caller for affinity keys; it is never logged.
-	APIKey string
+	// Owner keeps the caller's conversations apart from everyone else's in
+	// affinity keys: a digest of its key (access.Owner), never the key.
+	Owner string
 	// AffinityHint is the caller's stable conversation hint (the `user` field,
 	// metadata.user_id); empty when the protocol has none.
 	AffinityHint string

@@ -21,6 +21,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/poolgate/poolgate/internal/redact"
 	"github.com/poolgate/poolgate/internal/redisconn"
 )
 
@@ -109,10 +110,12 @@ type Config struct {
 	DefaultModel string            `yaml:"default_model"` // model for unknown names ("" = first listed)
 	ModelAliases map[string]string `yaml:"model_aliases"` // client model name -> pool model; a JSON object in the environment
 
-	BundleKey   string `yaml:"bundle_key"`   // base64 of 32 bytes sealing session bundles ("" = bundles off)
-	RedisURL    string `yaml:"redis_url"`    // Redis URL ("" = in-memory store), in redis_mode's form
-	RedisMode   string `yaml:"redis_mode"`   // single, sentinel or cluster (single); docs/redis.md
-	RedisPrefix string `yaml:"redis_prefix"` // Redis key prefix (poolgate:)
+	BundleKey         string `yaml:"bundle_key"`          // base64 of 32 bytes sealing session bundles ("" = bundles off)
+	RedisURL          string `yaml:"redis_url"`           // Redis URL ("" = in-memory store), in redis_mode's form
+	RedisMode         string `yaml:"redis_mode"`          // single, sentinel or cluster (single); docs/redis.md
+	RedisPrefix       string `yaml:"redis_prefix"`        // Redis key prefix (poolgate:)
+	RedisPasswordFile string `yaml:"redis_password_file"` // file with the password of the Redis servers that hold the data, in place of redis_url's ("" = the URL's)
+	RedisTLSCAFile    string `yaml:"redis_tls_ca_file"`   // PEM file of the certificates that verify Redis's TLS certificates with rediss:// ("" = the system's roots)
 
 	UsageRetentionDays int  `yaml:"usage_retention_days"` // days of per-key, per-account usage kept (90)
 	RequestLogSize     int  `yaml:"request_log_size"`     // requests kept in the request log (1000)
@@ -137,7 +140,8 @@ type Config struct {
 	PythonCompat      bool `yaml:"python_compat"`       // answer in the Python gateway's shapes where its scripts read them: served_by, output_text, [DONE], detail, 401 when logged out, its auto-login answers (false)
 
 	AdvertiseURL          string        `yaml:"advertise_url"`            // this replica's URL for the others ("" = no cluster)
-	ClusterToken          string        `yaml:"cluster_token"`            // shared secret of forwarded requests
+	ClusterToken          string        `yaml:"cluster_token"`            // shared secret the replicas derive their hop keys from; never sent
+	ClusterPeerNetworks   []string      `yaml:"cluster_peer_networks"`    // CIDR prefixes replica URLs may lead into, checked on the address dialed (loopback and private ranges)
 	ReplicaID             string        `yaml:"replica_id"`               // replica name in /internal/cluster; a per-start suffix is added ("" = the host name)
 	LeaseTTL              time.Duration `yaml:"lease_ttl"`                // account lease lifetime (15s)
 	MaxAccountsPerReplica int           `yaml:"max_accounts_per_replica"` // accounts one replica holds (0 = fair share)
@@ -172,6 +176,7 @@ func Defaults() Config {
 		RequestLogBytes:           4 << 20,
 		StoredResponseBytesPerKey: 64 << 20,
 		LeaseTTL:                  15 * time.Second,
+		ClusterPeerNetworks:       []string{"127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"},
 		StreamKeepAlive:           15 * time.Second,
 		LingmaTurnTimeout:         30 * time.Minute,
 		LingmaIdleTimeout:         2 * time.Minute,
@@ -387,8 +392,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %d", k, v))
 		}
 	}
-	if c.RedisURL != "" || (c.RedisMode != "" && c.RedisMode != string(redisconn.Single)) {
-		if err := redisconn.Check(redisconn.Mode(c.RedisMode), c.RedisURL); err != nil {
+	if c.RedisURL != "" || c.RedisPasswordFile != "" || c.RedisTLSCAFile != "" ||
+		(c.RedisMode != "" && c.RedisMode != string(redisconn.Single)) {
+		if err := redisconn.Check(c.Redis()); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -402,6 +408,7 @@ func (c *Config) Validate() error {
 		if c.LeaseTTL < 2*time.Second {
 			errs = append(errs, fmt.Errorf("lease_ttl %s is too short (at least 2s)", c.LeaseTTL))
 		}
+		errs = append(errs, c.validatePeers()...)
 	}
 	for k, d := range map[string]time.Duration{"body_timeout": c.BodyTimeout, "lingma_turn_timeout": c.LingmaTurnTimeout,
 		"lingma_idle_timeout": c.LingmaIdleTimeout, "lingma_rpc_timeout": c.LingmaRPCTimeout, "lingma_tool_settle": c.LingmaToolSettle,
@@ -421,7 +428,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("lingma_tool_mode %q: use emulated, native or auto", c.LingmaToolMode))
 	}
 	if u := c.LingmaDedicatedDomain; u != "" && !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
-		errs = append(errs, fmt.Errorf("lingma_dedicated_domain %q: an http(s) URL", u))
+		errs = append(errs, fmt.Errorf("lingma_dedicated_domain %q: an http(s) URL", redact.URL(u)))
 	}
 	if c.Retries < 0 {
 		errs = append(errs, fmt.Errorf("retries must be >= 0, got %d", c.Retries))

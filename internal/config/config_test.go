@@ -31,6 +31,9 @@ func TestLoadEnvOverridesFile(t *testing.T) {
 	}
 }
 
+// clustered is a replica's configuration but for its advertise_url.
+var clustered = []string{"POOLGATE_REDIS_URL=redis://r:6379", "POOLGATE_CLUSTER_TOKEN=t", "POOLGATE_API_KEYS=k", sim}
+
 func TestLoadErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -53,6 +56,13 @@ func TestLoadErrors(t *testing.T) {
 		{"negative tool settle", "lingma_tool_settle: -1s\n", nil, "lingma_tool_settle"},
 		{"missing password env", "", []string{`POOLGATE_ACCOUNTS=[{"name":"x","password_env":"NOPE"}]`}, "NOPE"},
 		{"profiler off loopback", "", []string{"POOLGATE_PPROF_LISTEN=0.0.0.0:6060", "POOLGATE_API_KEYS=k"}, "pprof_listen"},
+		{"advertise url with a path", "", append(clustered, "POOLGATE_ADVERTISE_URL=http://h:8080/gw"), "advertise_url"},
+		{"advertise url with a user", "", append(clustered, "POOLGATE_ADVERTISE_URL=http://u@h:8080"), "advertise_url"},
+		{"advertise url not http", "", append(clustered, "POOLGATE_ADVERTISE_URL=h:8080"), "advertise_url"},
+		{"bad peer network", "", append(clustered, "POOLGATE_ADVERTISE_URL=http://h:8080",
+			"POOLGATE_CLUSTER_PEER_NETWORKS=10.0.0.0/8,10.0.0.0/33"), `cluster_peer_networks: "10.0.0.0/33"`},
+		{"no peer network", "", append(clustered, "POOLGATE_ADVERTISE_URL=http://h:8080", "POOLGATE_CLUSTER_PEER_NETWORKS= "),
+			"cluster_peer_networks is empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -129,5 +139,35 @@ func TestUnnamedAccountsAreNotNamedAfterTheirUsername(t *testing.T) {
 	}
 	if a := cfg.Accounts[1]; a.Name != "w2" || a.Unnamed {
 		t.Errorf("named account: %+v", a)
+	}
+}
+
+// A setting that does not parse is named, and its URL shown without its
+// secrets: a password with a bare '%' is enough to make a Redis URL fail.
+func TestErrorsShowNoSecret(t *testing.T) {
+	const secret = "Zq%9kW"
+	tests := []struct {
+		name string
+		give []string
+		want string
+	}{
+		{"redis single", []string{"POOLGATE_REDIS_URL=redis://:" + secret + "@redis:6379/0"}, "redis://REDACTED@redis:6379/0"},
+		{"redis sentinel, the sentinels' password", []string{"POOLGATE_REDIS_MODE=sentinel",
+			"POOLGATE_REDIS_URL=redis://:" + secret + "@s1:26379/0?master_name=m"}, "redis://REDACTED@s1:26379/0"},
+		{"redis sentinel, the primary's password", []string{"POOLGATE_REDIS_MODE=sentinel",
+			"POOLGATE_REDIS_URL=redis://s1:26379/0?master_name=m&password=" + secret}, "password=REDACTED"},
+		{"redis cluster", []string{"POOLGATE_REDIS_MODE=cluster",
+			"POOLGATE_REDIS_URL=redis://u:" + secret + "@n1:6379?addr=n2:6379"}, "redis://REDACTED@n1:6379"},
+		{"dedicated domain", []string{"POOLGATE_LINGMA_DEDICATED_DOMAIN=ftp://u:" + secret + "@lingma.example"},
+			"ftp://REDACTED@lingma.example"},
+		{"advertise url", append(clustered, "POOLGATE_ADVERTISE_URL=http://u:"+secret+"@h:8080"), "http://REDACTED@h:8080"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := Load("", append(tt.give, sim))
+			if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "9kW") {
+				t.Errorf("got %v, want an error showing %q and not the password", err, tt.want)
+			}
+		})
 	}
 }

@@ -55,11 +55,10 @@ func callerHeaders(column string) map[string]string {
 		return bearer(matrixAdmin)
 	case "metrics token":
 		return bearer(metricsToken)
-	case "forged hop":
-		return map[string]string{"Authorization": "Bearer " + userKey, access.HopHeader: "evil",
-			access.TokenHeader: "not-the-token"}
-	case "replica":
-		return map[string]string{access.HopHeader: "r-other", access.TokenHeader: clusterToken}
+	case "forged hop": // and a hop signed with another key (signHop)
+		return map[string]string{"Authorization": "Bearer " + userKey}
+	case "replica": // a hop signed with the cluster's key, naming no caller (signHop)
+		return nil
 	case "cross-site":
 		return map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}
 	}
@@ -132,6 +131,43 @@ func readAuthzTable(t testing.TB, name string) authzTable {
 type target struct {
 	api, pprof string
 	clustered  bool
+	self       string // the replica's run id (clustered)
+}
+
+// signHop makes req a hop to tg's replica signed with a key from token,
+// carrying no caller: as the replica column's request (token is the
+// cluster's) or the forged hop's (another).
+func signHop(t *testing.T, tg target, req *http.Request, token string) {
+	t.Helper()
+	var body []byte
+	if req.Body != nil {
+		body = []byte("{}") // as matrixRequest writes it
+	}
+	to := tg.self
+	if to == "" {
+		to = "r-other"
+	}
+	h, err := access.NewHops(token, "r-matrix", "http://r-matrix:8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := h.Sign(to, req.Method, req.URL.RequestURI(), access.NewHopBody(body), access.Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(access.HopHeader, s.Header)
+}
+
+// replicaID asks the replica at url for its run id.
+func replicaID(t *testing.T, url string) string {
+	t.Helper()
+	var c struct {
+		Self string `json:"self"`
+	}
+	if code := jsonDo(t, "GET", url+"/internal/cluster", matrixAdmin, "", &c); code != http.StatusOK || c.Self == "" {
+		t.Fatalf("GET /internal/cluster: %d %+v", code, c)
+	}
+	return c.Self
 }
 
 // matrixRequest builds a row's request from a caller: harmless for every
@@ -185,7 +221,14 @@ var matrixClient = &http.Client{Timeout: 15 * time.Second}
 func checkCell(t *testing.T, tg target, row authzRow, column string) {
 	t.Helper()
 	want := expected(tg, row, column)
-	res, err := matrixClient.Do(matrixRequest(t, tg, row, callerHeaders(column)))
+	req := matrixRequest(t, tg, row, callerHeaders(column))
+	switch column {
+	case "forged hop":
+		signHop(t, tg, req, "not-the-token")
+	case "replica":
+		signHop(t, tg, req, clusterToken)
+	}
+	res, err := matrixClient.Do(req)
 	if err != nil {
 		t.Errorf("%s %s as %s: %v", row.method, row.path, column, err)
 		return
@@ -269,7 +312,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 			d := testenv.StartDaemon(t, append(env, "POOLGATE_LISTEN="+addr, "POOLGATE_ADVERTISE_URL=http://"+addr,
 				fmt.Sprintf("POOLGATE_REPLICA_ID=r%d", i+1), "POOLGATE_PPROF_LISTEN="+pprof)...)
 			t.Run(fmt.Sprintf("replica %d", i+1), func(t *testing.T) {
-				runMatrix(t, target{api: d.URL, pprof: "http://" + pprof, clustered: true}, keyed)
+				runMatrix(t, target{api: d.URL, pprof: "http://" + pprof, clustered: true, self: replicaID(t, d.URL)}, keyed)
 			})
 		}
 	})

@@ -10,7 +10,6 @@
 package redisconn
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -34,16 +33,38 @@ const (
 	Cluster Mode = "cluster"
 )
 
-// Check parses url for mode without connecting, so a bad setting is found at
-// start with an error that says what each mode expects.
-func Check(mode Mode, url string) error {
-	_, err := parse(mode, url)
+// Config says how to reach Redis.
+type Config struct {
+	// Mode is how Redis is deployed (empty: Single).
+	Mode Mode
+	// URL is redis_url, in Mode's form; its user info holds the user name
+	// and password (of the sentinels, in Sentinel mode, whose primary's are
+	// its username= and password= parameters), and rediss:// asks for TLS.
+	URL string
+	// PasswordFile, when set, holds the password of the servers that keep
+	// the data (the one server, Sentinel's primary and replicas, every
+	// Cluster node), in place of the URL's, and of the sentinels unless the
+	// URL's user info names theirs: the secret stays out of the URL, the
+	// environment and the process list. A final line break is not part of
+	// it.
+	PasswordFile string
+	// CAFile, when set, holds the PEM certificates that verify the servers'
+	// TLS certificates (rediss://), in place of the system's roots.
+	CAFile string
+	// DialTimeout bounds one connection attempt (default 1s).
+	DialTimeout time.Duration
+}
+
+// Check parses the URL for its mode and reads the password and CA files
+// without connecting, so a bad setting is found at start with an error
+// that says what each mode expects. No error shows a secret.
+func Check(cfg Config) error {
+	_, err := options(cfg)
 	return err
 }
 
-// Dial returns a client for url in mode's form (see Mode; an empty mode is
-// Single). It connects lazily: an unreachable server is not an error here.
-// dialTimeout bounds one connection attempt (default 1s).
+// Dial returns a client for cfg.URL in cfg.Mode's form (see Mode). It
+// connects lazily: an unreachable server is not an error here.
 //
 // Every mode gets the same behaviour: per-call contexts carry the deadlines
 // (without ContextTimeoutEnabled go-redis would use its own 3 s read
@@ -52,11 +73,12 @@ func Check(mode Mode, url string) error {
 // failover) and one dial attempt, instead of go-redis's backoffs that would
 // spend the whole deadline on a refused port. The stores do their own
 // backing off.
-func Dial(mode Mode, url string, dialTimeout time.Duration) (redis.UniversalClient, error) {
-	o, err := parse(mode, url)
+func Dial(cfg Config) (redis.UniversalClient, error) {
+	o, err := options(cfg)
 	if err != nil {
 		return nil, err
 	}
+	dialTimeout := cfg.DialTimeout
 	if dialTimeout <= 0 {
 		dialTimeout = time.Second
 	}
@@ -85,38 +107,5 @@ func Dial(mode Mode, url string, dialTimeout time.Duration) (redis.UniversalClie
 		}
 		return redis.NewClusterClient(o), nil
 	}
-	return nil, fmt.Errorf("redis_mode %q: no client for it", mode)
-}
-
-// parse parses url with the parser of mode's URL form: *redis.Options,
-// *redis.FailoverOptions or *redis.ClusterOptions.
-func parse(mode Mode, url string) (any, error) {
-	if url == "" {
-		return nil, errors.New("redis_url is empty")
-	}
-	switch mode {
-	case "", Single:
-		o, err := redis.ParseURL(url)
-		if err != nil {
-			return nil, fmt.Errorf("redis_url for redis_mode single (redis://[[user]:password@]host:port[/db], rediss:// for TLS): %w", err)
-		}
-		return o, nil
-	case Sentinel:
-		o, err := redis.ParseFailoverURL(url)
-		if err != nil {
-			return nil, fmt.Errorf("redis_url for redis_mode sentinel (redis://[sentinel-user:sentinel-password@]sentinel1:port[/db]?master_name=NAME&addr=sentinel2:port&addr=sentinel3:port[&password=PRIMARY-PASSWORD], rediss:// for TLS): %w", err)
-		}
-		if o.MasterName == "" {
-			return nil, errors.New("redis_url for redis_mode sentinel needs master_name=NAME, the name the sentinels monitor the primary under")
-		}
-		return o, nil
-	case Cluster:
-		o, err := redis.ParseClusterURL(url)
-		if err != nil {
-			return nil, fmt.Errorf("redis_url for redis_mode cluster (redis://[[user]:password@]node1:port?addr=node2:port&addr=node3:port, rediss:// for TLS): %w", err)
-		}
-		return o, nil
-	default:
-		return nil, fmt.Errorf("redis_mode %q: use single, sentinel or cluster", mode)
-	}
+	return nil, fmt.Errorf("redis_mode %q: no client for it", cfg.Mode)
 }

@@ -29,7 +29,7 @@ func ConfigKeys() []string {
 // test. Closing it twice (a store's Close, then the cleanup) is harmless.
 func Dial(t testing.TB, mode, url string) redis.UniversalClient {
 	t.Helper()
-	c, err := redisconn.Dial(redisconn.Mode(mode), url, 0)
+	c, err := redisconn.Dial(redisconn.Config{Mode: redisconn.Mode(mode), URL: url})
 	if err != nil {
 		t.Fatalf("dial %s redis %s: %v", mode, url, err)
 	}

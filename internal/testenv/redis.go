@@ -31,6 +31,8 @@ type RedisServer struct {
 	// Sentinel rewrites); args follow the common arguments.
 	conf string
 	args []string
+	// lock, when set, locks the server (RedisLock).
+	lock *RedisLock
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -42,14 +44,14 @@ type RedisServer struct {
 // test when redis-server is not installed.
 func Redis(t testing.TB) *RedisServer {
 	t.Helper()
-	return startRedis(t, "", nil)
+	return startRedis(t, "", nil, nil)
 }
 
 // startRedis starts a redis-server with conf (a config file, or "") and
-// args, like Redis.
-func startRedis(t testing.TB, conf string, args []string) *RedisServer {
+// args, locked with lock when it is not nil, like Redis.
+func startRedis(t testing.TB, conf string, args []string, lock *RedisLock) *RedisServer {
 	t.Helper()
-	s := &RedisServer{t: t, bin: redisBin(t, "redis-server"), dir: t.TempDir(), args: args}
+	s := &RedisServer{t: t, bin: redisBin(t, "redis-server"), dir: t.TempDir(), args: args, lock: lock}
 	if conf != "" {
 		s.conf = filepath.Join(s.dir, "redis.conf")
 		if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
@@ -92,7 +94,11 @@ func (s *RedisServer) Addr() string { return net.JoinHostPort("127.0.0.1", strco
 // test ends: for looking behind a store's back.
 func (s *RedisServer) Client(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	o := &redis.Options{Addr: s.Addr()}
+	if s.lock != nil {
+		o.Password, o.TLSConfig = s.lock.Password, s.lock.TLSConfig()
+	}
+	c := redis.NewClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -101,8 +107,14 @@ func (s *RedisServer) Client(t testing.TB) *redis.Client {
 // can share one server.
 func KeyPrefix(t testing.TB) string { return "t:" + strings.ReplaceAll(t.Name(), " ", "_") + ":" }
 
-// URL returns the server's address as a redis:// URL for database 0.
-func (s *RedisServer) URL() string { return "redis://" + s.Addr() + "/0" }
+// URL returns the server's address as a redis:// URL for database 0; a
+// locked server's is rediss:// with its password.
+func (s *RedisServer) URL() string {
+	if s.lock != nil {
+		return "rediss://" + userinfo(s.lock.Password) + s.Addr() + "/0"
+	}
+	return "redis://" + s.Addr() + "/0"
+}
 
 // Log returns the end of the server's log file, for failure messages.
 func (s *RedisServer) Log() string {
@@ -158,7 +170,12 @@ func (s *RedisServer) start() error {
 	if s.conf != "" {
 		args = append(args, s.conf)
 	}
-	args = append(args, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+	if s.lock != nil {
+		args = append(args, s.lock.serverArgs(strconv.Itoa(s.port))...)
+	} else {
+		args = append(args, "--port", strconv.Itoa(s.port))
+	}
+	args = append(args, "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir, "--logfile", logFile)
 	cmd := exec.Command(s.bin, append(args, s.args...)...)
 	// Take the server down with the test binary if it dies without cleanup.
@@ -186,7 +203,12 @@ func (s *RedisServer) start() error {
 func (s *RedisServer) waitReady(exited <-chan struct{}) error {
 	deadline := time.Now().Add(readyTimeout)
 	for {
-		err := ping(s.Addr())
+		var err error
+		if s.lock != nil {
+			err = pingLocked(s.Addr(), s.lock)
+		} else {
+			err = ping(s.Addr())
+		}
 		if err == nil {
 			return nil
 		}

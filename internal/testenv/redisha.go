@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -56,6 +58,8 @@ type RedisSentinelSet struct {
 	Sentinels []*RedisServer
 	// DownAfter is the sentinels' down-after-milliseconds.
 	DownAfter time.Duration
+
+	lock *RedisLock // nil: open
 }
 
 // RedisSentinel starts a Sentinel set whose sentinels call the primary down
@@ -63,16 +67,26 @@ type RedisSentinelSet struct {
 // and every sentinel knows the replica and the other two sentinels.
 func RedisSentinel(t testing.TB, downAfter time.Duration) *RedisSentinelSet {
 	t.Helper()
-	set := &RedisSentinelSet{DownAfter: downAfter}
-	set.Primary = startRedis(t, "", nil)
-	set.Replica = startRedis(t, "", []string{"--replicaof", "127.0.0.1", strconv.Itoa(set.Primary.Port())})
+	return RedisSentinelLocked(t, downAfter, nil)
+}
+
+// RedisSentinelLocked is RedisSentinel with every server, sentinels
+// included, locked with l (nil: open).
+func RedisSentinelLocked(t testing.TB, downAfter time.Duration, l *RedisLock) *RedisSentinelSet {
+	t.Helper()
+	set := &RedisSentinelSet{DownAfter: downAfter, lock: l}
+	set.Primary = startRedis(t, "", nil, l)
+	set.Replica = startRedis(t, "", []string{"--replicaof", "127.0.0.1", strconv.Itoa(set.Primary.Port())}, l)
 	conf := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d 2\n"+
 		"sentinel down-after-milliseconds %[1]s %[3]d\n"+
 		"sentinel failover-timeout %[1]s %[4]d\n"+
 		"sentinel parallel-syncs %[1]s 1\n",
 		SentinelMaster, set.Primary.Port(), downAfter.Milliseconds(), max(3*downAfter, 3*time.Second).Milliseconds())
+	if l != nil {
+		conf += fmt.Sprintf("sentinel auth-pass %s %s\nsentinel sentinel-pass %s\n", SentinelMaster, l.Password, l.Password)
+	}
 	for range 3 {
-		set.Sentinels = append(set.Sentinels, startRedis(t, conf, []string{"--sentinel"}))
+		set.Sentinels = append(set.Sentinels, startRedis(t, conf, []string{"--sentinel"}, l))
 	}
 	ctx := context.Background()
 	replica := set.Replica.Client(t)
@@ -104,7 +118,11 @@ func RedisSentinel(t testing.TB, downAfter time.Duration) *RedisSentinelSet {
 
 func sentinelClient(t testing.TB, s *RedisServer) *redis.SentinelClient {
 	t.Helper()
-	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr()})
+	o := &redis.Options{Addr: s.Addr()}
+	if s.lock != nil {
+		o.Password, o.TLSConfig = s.lock.Password, s.lock.TLSConfig()
+	}
+	c := redis.NewSentinelClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -113,8 +131,14 @@ func sentinelClient(t testing.TB, s *RedisServer) *redis.SentinelClient {
 func (set *RedisSentinelSet) Mode() string { return "sentinel" }
 
 // URL implements RedisTarget: redis.ParseFailoverURL's form.
+// A locked set's is rediss:// with the password twice: as its user info
+// for the sentinels, and as its password parameter for the data servers.
 func (set *RedisSentinelSet) URL() string {
 	u := "redis://" + set.Sentinels[0].Addr() + "/0?master_name=" + SentinelMaster
+	if set.lock != nil {
+		u = "rediss://" + userinfo(set.lock.Password) + set.Sentinels[0].Addr() + "/0?master_name=" +
+			SentinelMaster + "&password=" + url.QueryEscape(set.lock.Password)
+	}
 	for _, s := range set.Sentinels[1:] {
 		u += "&addr=" + s.Addr()
 	}
@@ -128,7 +152,11 @@ func (set *RedisSentinelSet) Universal(t testing.TB) redis.UniversalClient {
 	for i, s := range set.Sentinels {
 		addrs[i] = s.Addr()
 	}
-	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: SentinelMaster, SentinelAddrs: addrs})
+	o := &redis.FailoverOptions{MasterName: SentinelMaster, SentinelAddrs: addrs}
+	if set.lock != nil {
+		o.SentinelPassword, o.Password, o.TLSConfig = set.lock.Password, set.lock.Password, set.lock.TLSConfig()
+	}
+	c := redis.NewFailoverClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -153,6 +181,8 @@ type RedisClusterSet struct {
 	// Nodes are every server, primaries first as created (a replica's
 	// role can change with a failover).
 	Nodes []*RedisServer
+
+	lock *RedisLock // nil: open
 }
 
 // RedisCluster starts primaries servers with cluster mode on, and
@@ -162,8 +192,15 @@ type RedisClusterSet struct {
 // primary may be silent before its replica is promoted.
 func RedisCluster(t testing.TB, primaries, replicasEach int, nodeTimeout time.Duration) *RedisClusterSet {
 	t.Helper()
+	return RedisClusterLocked(t, primaries, replicasEach, nodeTimeout, nil)
+}
+
+// RedisClusterLocked is RedisCluster with every node locked with l (nil:
+// open): l.Password, TLS for clients and the cluster bus.
+func RedisClusterLocked(t testing.TB, primaries, replicasEach int, nodeTimeout time.Duration, l *RedisLock) *RedisClusterSet {
+	t.Helper()
 	cli := redisBin(t, "redis-cli")
-	set := &RedisClusterSet{}
+	set := &RedisClusterSet{lock: l}
 	args := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 		"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10),
 		// Serve the slots that still have a primary while another's are down.
@@ -171,12 +208,19 @@ func RedisCluster(t testing.TB, primaries, replicasEach int, nodeTimeout time.Du
 	n := primaries * (1 + replicasEach)
 	addrs := make([]string, n)
 	for i := range n {
-		s := startRedis(t, "", args)
+		s := startRedis(t, "", args, l)
 		set.Nodes = append(set.Nodes, s)
 		addrs[i] = s.Addr()
 	}
-	cmd := exec.Command(cli, append(append([]string{"--cluster", "create"}, addrs...),
-		"--cluster-replicas", strconv.Itoa(replicasEach), "--cluster-yes")...)
+	create := append(append([]string{"--cluster", "create"}, addrs...),
+		"--cluster-replicas", strconv.Itoa(replicasEach), "--cluster-yes")
+	if l != nil {
+		create = append(create, "--tls", "--cacert", l.CAFile)
+	}
+	cmd := exec.Command(cli, create...)
+	if l != nil {
+		cmd.Env = append(os.Environ(), "REDISCLI_AUTH="+l.Password)
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, tail(string(out), 3000))
 	}
@@ -213,8 +257,12 @@ func (set *RedisClusterSet) Mode() string { return "cluster" }
 
 // URL implements RedisTarget: redis.ParseClusterURL's form, every node a
 // seed.
+// A locked cluster's is rediss:// with the password.
 func (set *RedisClusterSet) URL() string {
 	u := "redis://" + set.Nodes[0].Addr()
+	if set.lock != nil {
+		u = "rediss://" + userinfo(set.lock.Password) + set.Nodes[0].Addr()
+	}
 	for i, s := range set.Nodes[1:] {
 		sep := "&"
 		if i == 0 {
@@ -232,7 +280,11 @@ func (set *RedisClusterSet) Universal(t testing.TB) redis.UniversalClient {
 	for i, s := range set.Nodes {
 		addrs[i] = s.Addr()
 	}
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	o := &redis.ClusterOptions{Addrs: addrs}
+	if set.lock != nil {
+		o.Password, o.TLSConfig = set.lock.Password, set.lock.TLSConfig()
+	}
+	c := redis.NewClusterClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -259,7 +311,7 @@ func (set *RedisClusterSet) PrimaryOf(t testing.TB, key string) *RedisServer {
 					continue
 				}
 				for _, node := range set.Nodes {
-					if node.Port() == int(n.Port) {
+					if node.Port() == int(n.Port) || node.Port() == int(n.TLSPort) {
 						return node
 					}
 				}

@@ -2,76 +2,157 @@ package cluster
 
 import (
 	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/poolgate/poolgate/internal/access"
 )
 
 // Proxy carries a request to another replica: the one hop a request may
 // make, for the API (a turn another replica holds) and the admin API (an
-// action on an account another replica drives) alike. The hop names this
-// replica and proves it with the cluster token (the headers the receiving
-// edge checks and strips), and keeps the request id, so one id follows the
-// request across replicas. It is safe for concurrent use.
+// action on an account another replica drives) alike. A replica's URL
+// comes from Redis, which is not trusted for it: before anything is sent
+// there, the replica at the URL proves it holds the cluster key
+// (access.ProofPath), and its answer is relayed only when the receiver
+// signed it for this hop. The hop itself carries the caller, signed
+// (access.Hops), never the client's credentials, the admin token or the
+// cluster token; it keeps the request id and the trace headers. It is safe
+// for concurrent use.
 type Proxy struct {
-	// From names this replica; Token is the cluster token.
-	From, Token string
-	// Client sends the hops (nil: http.DefaultClient).
+	// Hops signs the hops and checks the peers' proofs.
+	Hops *access.Hops
+	// Client sends the hops and the challenges (nil: http.DefaultClient).
+	// Its transport should dial only the peer networks (PeerNetworks);
+	// the proxy never follows a redirect.
 	Client *http.Client
+
+	mu    sync.Mutex
+	peers map[string]peer // proven replicas by URL
 }
+
+// peer is a replica that proved it holds the cluster key at a URL.
+type peer struct {
+	id    string
+	until time.Time
+}
+
+const (
+	// proofTTL is how long a proof is taken for the replica at a URL: a
+	// hop within it goes without a new challenge. The answer of every hop
+	// is signed anyway.
+	proofTTL = 30 * time.Second
+	// proofTimeout bounds a challenge.
+	proofTimeout = 5 * time.Second
+	// maxPeers bounds the proofs kept: registry entries an attacker
+	// wrote could otherwise grow the map.
+	maxPeers = 64
+)
 
 // hopByHop headers describe one connection, not the request, so they are
 // not carried over (nor is the length, which the body sets again).
 var hopByHop = map[string]bool{"Connection": true, "Keep-Alive": true, "Proxy-Connection": true,
 	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Content-Length": true}
 
+// credentialHeaders are the client's credentials: never carried to
+// another replica, which learns the caller from the signed hop.
+var credentialHeaders = map[string]bool{"Authorization": true, "Proxy-Authorization": true, "X-Api-Key": true,
+	"X-Goog-Api-Key": true, "Cookie": true}
+
 // requestIDHeader carries the request id across the hop.
 const requestIDHeader = "X-Request-Id"
 
-// Forward sends r, with body, to the replica at base and copies its answer
-// to w as it comes, flushing each piece. It returns an error only when
-// nothing was written to w (the replica could not be reached), so the
-// caller may still answer the request itself. The request id is the one
-// already set on w's headers.
-func (p *Proxy) Forward(ctx context.Context, w http.ResponseWriter, r *http.Request, body io.Reader, base string) error {
+// Forward sends r, with body, to the replica at base, as the caller the
+// edge put into r's context, and copies its answer to w as it comes,
+// flushing each piece. It returns an error only when nothing was written
+// to w (the replica could not be reached, did not prove it holds the
+// cluster key, or answered without the hop's signature), so the caller may
+// still answer the request itself. The request id is the one already set
+// on w's headers.
+func (p *Proxy) Forward(ctx context.Context, w http.ResponseWriter, r *http.Request, body *access.HopBody, base string) error {
 	base = strings.TrimRight(base, "/")
-	if r.ContentLength == 0 {
-		// A request without a body goes on without one (not as an empty
-		// chunked body, which a JSON-only guard would refuse).
-		body = http.NoBody
-	}
-	req, err := http.NewRequestWithContext(ctx, r.Method, base+r.URL.RequestURI(), body)
-	if err != nil {
+	if err := checkBase(base); err != nil {
 		return err
 	}
-	if req.ContentLength == 0 && body != nil && r.ContentLength > 0 {
-		req.ContentLength = r.ContentLength // a streamed body of a declared length
+	for retried := false; ; retried = true {
+		id, fresh, err := p.peer(ctx, base)
+		if err != nil {
+			return err
+		}
+		resp, answer, err := p.send(ctx, w, r, body, base, id)
+		if err != nil {
+			return err
+		}
+		if subtle.ConstantTimeCompare([]byte(resp.Header.Get(access.AnswerHeader)), []byte(answer)) == 1 {
+			relay(w, resp)
+			return nil
+		}
+		_ = resp.Body.Close()
+		p.forget(base)
+		// A proof taken before the replica restarted names its old run,
+		// which refuses the hop: prove again, once.
+		if fresh || retried {
+			return fmt.Errorf("hop to %s: its answer (%d) is not signed by the replica that proved itself there", base, resp.StatusCode)
+		}
 	}
+}
+
+// checkBase refuses a replica URL that is not a plain http(s) base URL: no
+// user info, path, query or fragment (a registry entry is not trusted).
+func checkBase(base string) error {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+		u.Path != "" || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("hop: replica URL %q is not an http(s) URL of a host and port", base)
+	}
+	return nil
+}
+
+// send sends one hop of r to the replica run id at base and returns its
+// answer and the answer signature it must carry.
+func (p *Proxy) send(ctx context.Context, w http.ResponseWriter, r *http.Request, body *access.HopBody, base, id string) (*http.Response, string, error) {
+	var rd io.Reader = http.NoBody
+	if body.Len() > 0 {
+		rd = body.Reader()
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, base+r.URL.RequestURI(), rd)
+	if err != nil {
+		return nil, "", err
+	}
+	req.ContentLength = body.Len()
 	for k, vs := range r.Header {
-		if !hopByHop[k] {
+		if !hopByHop[k] && !credentialHeaders[k] && !strings.HasPrefix(k, "X-Poolgate-") {
 			req.Header[k] = vs
 		}
 	}
-	if id := w.Header().Get(requestIDHeader); id != "" {
-		req.Header.Set(requestIDHeader, id)
+	if reqID := w.Header().Get(requestIDHeader); reqID != "" {
+		req.Header.Set(requestIDHeader, reqID)
 	}
-	req.Header.Set(access.HopHeader, p.From)
-	req.Header.Set(access.TokenHeader, p.Token)
-	client := p.Client
-	if client == nil {
-		client = http.DefaultClient
-	}
-	resp, err := client.Do(req)
+	signed, err := p.Hops.Sign(id, req.Method, req.URL.RequestURI(), body, access.From(r.Context()))
 	if err != nil {
-		return fmt.Errorf("hop to %s: %w", base, err)
+		return nil, "", err
 	}
+	req.Header.Set(access.HopHeader, signed.Header)
+	resp, err := p.client().Do(req)
+	if err != nil {
+		return nil, "", fmt.Errorf("hop to %s: %w", base, err)
+	}
+	return resp, signed.Answer, nil
+}
+
+// relay copies the holder's answer to w as it comes.
+func relay(w http.ResponseWriter, resp *http.Response) {
 	defer resp.Body.Close()
 	for k, vs := range resp.Header {
 		// This replica's request id is set already: the same id.
-		if !hopByHop[k] && k != requestIDHeader {
+		if !hopByHop[k] && k != requestIDHeader && k != access.AnswerHeader {
 			w.Header()[k] = vs
 		}
 	}
@@ -82,12 +163,96 @@ func (p *Proxy) Forward(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return nil // the client went away; its context ends the rest
+				return // the client went away; its context ends the rest
 			}
 			_ = rc.Flush()
 		}
 		if rerr != nil {
-			return nil
+			return
 		}
 	}
+}
+
+// client is the hop's HTTP client, which never follows a redirect: a
+// redirect would take the signed hop somewhere unproven.
+func (p *Proxy) client() *http.Client {
+	c := http.DefaultClient
+	if p.Client != nil {
+		c = p.Client
+	}
+	nc := *c
+	nc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &nc
+}
+
+// peer returns the run id of the replica that proved it holds the cluster
+// key at base, challenging it when no proof is at hand (fresh is then
+// true).
+func (p *Proxy) peer(ctx context.Context, base string) (id string, fresh bool, err error) {
+	p.mu.Lock()
+	pr, ok := p.peers[base]
+	p.mu.Unlock()
+	if ok && time.Now().Before(pr.until) {
+		return pr.id, false, nil
+	}
+	id, err = p.challenge(ctx, base)
+	if err != nil {
+		return "", false, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.peers == nil {
+		p.peers = map[string]peer{}
+	}
+	now := time.Now()
+	if len(p.peers) >= maxPeers {
+		for u, pr := range p.peers {
+			if !now.Before(pr.until) {
+				delete(p.peers, u)
+			}
+		}
+		for u := range p.peers {
+			if len(p.peers) < maxPeers {
+				break
+			}
+			delete(p.peers, u)
+		}
+	}
+	p.peers[base] = peer{id: id, until: now.Add(proofTTL)}
+	return id, true, nil
+}
+
+// forget drops the proof of the replica at base.
+func (p *Proxy) forget(base string) {
+	p.mu.Lock()
+	delete(p.peers, base)
+	p.mu.Unlock()
+}
+
+// ErrUnproven is returned (wrapped) by Forward when the replica at a URL
+// did not prove it holds the cluster key: nothing was sent there but the
+// challenge.
+var ErrUnproven = errors.New("the replica did not prove it holds the cluster key")
+
+// challenge asks the replica at base to prove it holds the cluster key,
+// and returns its run id. The challenge carries nothing but itself.
+func (p *Proxy) challenge(ctx context.Context, base string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, proofTimeout)
+	defer cancel()
+	c := access.Challenge()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+access.ProofPath+"?challenge="+url.QueryEscape(c), nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := p.client().Do(req)
+	if err != nil {
+		return "", fmt.Errorf("hop to %s: %w", base, err)
+	}
+	defer resp.Body.Close()
+	var proof access.Proof
+	err = json.NewDecoder(io.LimitReader(resp.Body, 4<<10)).Decode(&proof)
+	if resp.StatusCode != http.StatusOK || err != nil || !p.Hops.CheckProof(c, base, proof) {
+		return "", fmt.Errorf("hop to %s: %w (answered %d)", base, ErrUnproven, resp.StatusCode)
+	}
+	return proof.Replica, nil
 }

@@ -20,12 +20,6 @@ import (
 // session is not tied to a tool set, and agents change theirs mid-way (a
 // tool search loads one, an MCP server connects).
 
-// OwnerKey returns the owner part of conversation keys for an API key.
-func OwnerKey(apiKey string) string {
-	sum := sha256.Sum256([]byte("poolgate-owner\x00" + apiKey))
-	return hex.EncodeToString(sum[:8])
-}
-
 // conversationKey hashes msgs under the request's model and tools. It
 // writes everything into one pooled buffer and hashes that once: it runs
 // twice per follow-up turn, so it must not allocate per message.

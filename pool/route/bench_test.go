@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/pool/supervisor/supervisortest"
 )
@@ -33,7 +34,7 @@ func transcript() []chat.Message {
 
 func BenchmarkConversationKey(b *testing.B) {
 	msgs := transcript()
-	owner := OwnerKey("sk-bench")
+	owner := access.OwnerOf("sk-bench").Affinity
 	b.Run("20 messages", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

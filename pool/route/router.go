@@ -171,7 +171,7 @@ func (r *Router) Open(ctx context.Context, c Call) (Opened, error) {
 		return Opened{}, err
 	}
 	rq := &request{Request: req, start: time.Now(), api: c.API, model: r.ResolveModel(req.Model),
-		owner: OwnerKey(req.APIKey), split: lastAssistant(req.Messages), mayHop: c.MayHop, capture: c.Capture}
+		owner: req.Owner, split: lastAssistant(req.Messages), mayHop: c.MayHop, capture: c.Capture}
 	r.lookup(ctx, rq)
 	if holder := r.holder(ctx, rq); holder != "" {
 		return Opened{Holder: holder}, nil
