@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -278,7 +279,8 @@ func workerSetup(cfg config.Config, log *slog.Logger) (worker.Driver, []supervis
 		driver = lingma.New(lingma.Config{Command: prefix, ExtraArgs: extra,
 			TurnTimeout: cfg.LingmaTurnTimeout, ReplyTimeout: cfg.LingmaIdleTimeout, CallTimeout: cfg.LingmaRPCTimeout,
 			Mode: cfg.LingmaAskMode, ToolMode: cfg.LingmaToolMode, ToolSettle: cfg.LingmaToolSettle,
-			DedicatedDomain: cfg.LingmaDedicatedDomain, Logger: log.With("component", "lingma")})
+			DedicatedDomain: cfg.LingmaDedicatedDomain, RateLimitText: regexp.MustCompile(cfg.LingmaRateLimitText),
+			LoginText: regexp.MustCompile(cfg.LingmaLoginText), Logger: log.With("component", "lingma")})
 	}
 	return driver, workers, nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/poolgate/poolgate/internal/lingmarpc"
 	"github.com/poolgate/poolgate/internal/redisconn"
 )
 
@@ -91,6 +92,8 @@ type Config struct {
 	LingmaAskMode         string        `yaml:"lingma_ask_mode"`         // chat or agent, for requests without tools (chat)
 	LingmaToolMode        string        `yaml:"lingma_tool_mode"`        // emulated, native or auto (emulated)
 	LingmaDedicatedDomain string        `yaml:"lingma_dedicated_domain"` // enterprise endpoint set before a login ("" = none)
+	LingmaRateLimitText   string        `yaml:"lingma_ratelimit_text"`   // regular expression: a worker's error text that means the account is throttled, so the worker cools down
+	LingmaLoginText       string        `yaml:"lingma_login_text"`       // regular expression: a worker's error text that means its login is gone, so the worker is checked
 	// LingmaToolSettle exists because how the real worker ends a turn after
 	// an acknowledged tool/invoke is not publicly documented: it may send
 	// chat/finish at once (the bundled simulator does, and the turn then
@@ -176,6 +179,8 @@ func Defaults() Config {
 		LingmaAskMode:             "chat",
 		LingmaToolMode:            "emulated",
 		LingmaToolSettle:          3 * time.Second,
+		LingmaRateLimitText:       lingmarpc.DefaultRateLimitText,
+		LingmaLoginText:           lingmarpc.DefaultLoginText,
 		ToolForwarding:            true,
 		SessionReuse:              true,
 		SessionCacheSize:          10000,
@@ -413,19 +418,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %s", k, d))
 		}
 	}
-	switch c.LingmaAskMode {
-	case "chat", "agent":
-	default:
-		errs = append(errs, fmt.Errorf("lingma_ask_mode %q: use chat or agent", c.LingmaAskMode))
-	}
-	switch c.LingmaToolMode {
-	case "emulated", "native", "auto":
-	default:
-		errs = append(errs, fmt.Errorf("lingma_tool_mode %q: use emulated, native or auto", c.LingmaToolMode))
-	}
-	if u := c.LingmaDedicatedDomain; u != "" && !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
-		errs = append(errs, fmt.Errorf("lingma_dedicated_domain %q: an http(s) URL", u))
-	}
+	errs = append(errs, c.lingmaErrors()...)
 	if c.Retries < 0 {
 		errs = append(errs, fmt.Errorf("retries must be >= 0, got %d", c.Retries))
 	}

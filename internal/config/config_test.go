@@ -51,6 +51,8 @@ func TestLoadErrors(t *testing.T) {
 		{"zero queue", "", []string{"POOLGATE_MAX_QUEUE=0"}, "max_queue"},
 		{"zero tool settle", "", []string{"POOLGATE_LINGMA_TOOL_SETTLE=0"}, "lingma_tool_settle"},
 		{"negative tool settle", "lingma_tool_settle: -1s\n", nil, "lingma_tool_settle"},
+		{"bad rate-limit text", "", []string{"POOLGATE_LINGMA_RATELIMIT_TEXT=(quota"}, "lingma_ratelimit_text"},
+		{"empty login text", "lingma_login_text: \"\"\n", nil, "lingma_login_text"},
 		{"missing password env", "", []string{`POOLGATE_ACCOUNTS=[{"name":"x","password_env":"NOPE"}]`}, "NOPE"},
 		{"profiler off loopback", "", []string{"POOLGATE_PPROF_LISTEN=0.0.0.0:6060", "POOLGATE_API_KEYS=k"}, "pprof_listen"},
 	}

@@ -24,7 +24,6 @@ const version = "0.1.0-sim"
 const (
 	codeInvalidParams  = -32602
 	codeMethodNotFound = -32601
-	codeNotLoggedIn    = -32001
 )
 
 // errNoReply means the client did not answer a server-to-client request in time.
@@ -155,7 +154,7 @@ func (c *conn) dispatch(m *lingmarpc.Message) {
 		}
 		_ = json.Unmarshal(m.Params, &p) // no endpoint is refused below
 		if err := c.s.setEndpoint(p.Endpoint); err != nil {
-			result = map[string]any{"success": false, "errorMsg": err.Error()}
+			result = c.s.failure("INVALID_ENDPOINT", err.Error())
 		} else {
 			result = map[string]any{"success": true}
 		}
@@ -180,6 +179,18 @@ func (c *conn) dispatch(m *lingmarpc.Message) {
 		rpcErr = &lingmarpc.Error{Code: codeMethodNotFound, Message: "method not found: " + m.Method}
 	}
 	c.respond(m.ID, result, rpcErr)
+}
+
+// accepted is the reply of a request the worker took on: {success,
+// errorCode, errorMessage} with empty error fields, as chat/ask is answered
+// on the wire.
+func (s *Sim) accepted() map[string]any {
+	return map[string]any{"success": true, "errorCode": "", "errorMessage": ""}
+}
+
+// failure is the reply of a request the worker refuses.
+func (s *Sim) failure(code, msg string) map[string]any {
+	return map[string]any{"success": false, "errorCode": code, "errorMessage": msg}
 }
 
 func (s *Sim) authStatus() map[string]any {

@@ -102,12 +102,15 @@ func TestMethods(t *testing.T) {
 	}
 }
 
+// A worker without credentials refuses the turn in the reply's own shape
+// ({success, errorCode, errorMessage}), with its log line's words.
 func TestAskNotLoggedIn(t *testing.T) {
 	h := startSim(t)
 	c := dial(t, h)
-	m := c.call("chat/ask", askParamsFor("r1", "", "hi", false))
-	if m.Error == nil || m.Error.Code != codeNotLoggedIn {
-		t.Fatalf("chat/ask logged out: error %v, want %d", m.Error, codeNotLoggedIn)
+	var got map[string]any
+	c.result("chat/ask", askParamsFor("r1", "", "hi", false), &got)
+	if got["success"] != false || got["errorMessage"] != "No cached user info, please login." || got["errorMsg"] != nil {
+		t.Fatalf("chat/ask logged out = %v, want success false with errorMessage", got)
 	}
 	c.quiet(100 * time.Millisecond)
 }
@@ -167,14 +170,14 @@ func TestSessionReuse(t *testing.T) {
 		t.Errorf("turn 2 = %q in %s, want %q", r2.text(), r2.finish.SessionID, want)
 	}
 	r3 := c.turn("r3", "sess-unknown", "x", true)
-	if r3.finish.StatusCode != 404 || r3.finish.ErrorMsg != "session not found" || len(r3.deltas) != 0 {
-		t.Errorf("unknown session finish = %+v, want 404 session not found", r3.finish)
+	if r3.finish.StatusCode != 500 || r3.finish.ErrorMessage != "session not found" || len(r3.deltas) != 0 {
+		t.Errorf("unknown session finish = %+v, want 500 session not found", r3.finish)
 	}
 	var ok struct{ Success bool }
 	c.result("chat/deleteSessionById", map[string]any{"sessionId": sid}, &ok)
 	r4 := c.turn("r4", sid, "again", true)
-	if r4.finish.StatusCode != 404 {
-		t.Errorf("deleted session finish = %+v, want 404", r4.finish)
+	if r4.finish.StatusCode != 500 {
+		t.Errorf("deleted session finish = %+v, want 500", r4.finish)
 	}
 	if st := h.stats(t); st.Sessions != 1 || st.Asks != 4 || st.LoginPageHits != 0 {
 		t.Errorf("stats = %+v, want 1 session, 4 asks, 0 login hits", st)
@@ -236,7 +239,7 @@ func TestToolsFromEarlierTurn(t *testing.T) {
 func TestFaults(t *testing.T) {
 	type want struct {
 		status, deltas, retryAfter, thinks int
-		reason, full                       string
+		reason, full, message              string
 	}
 	tests := []struct {
 		name string
@@ -244,17 +247,18 @@ func TestFaults(t *testing.T) {
 		give string
 		want want
 	}{
-		{"error", nil, "a b c [[sim:error]]", want{status: 500, reason: "error"}},
-		{"error after", nil, "a b c [[sim:error-after=2]]", want{status: 500, reason: "error", deltas: 2, full: "You said: "}},
-		{"ratelimit", nil, "a [[sim:ratelimit]]", want{status: 429, reason: "error", retryAfter: 1}},
-		{"ratelimit 2s", nil, "a [[sim:ratelimit=2s]]", want{status: 429, reason: "error", retryAfter: 2}},
+		{"error", nil, "a b c [[sim:error]]", want{status: 500, reason: "error", message: "simulated error"}},
+		{"error after", nil, "a b c [[sim:error-after=2]]", want{status: 500, reason: "error", deltas: 2, full: "You said: ", message: "simulated error"}},
+		{"ratelimit", nil, "a [[sim:ratelimit]]", want{status: 500, reason: "error", retryAfter: 1, message: "rate limited: too many requests"}},
+		{"ratelimit 2s", nil, "a [[sim:ratelimit=2s]]", want{status: 500, reason: "error", retryAfter: 2, message: "rate limited: too many requests"}},
+		{"timeout", nil, "a [[sim:timeout]]", want{status: 408, reason: "error", message: "upstream request timed out"}},
 		{"chunks", nil, "a b c d e [[sim:chunks=3]]", want{status: 200, reason: "success", deltas: 3, full: "You said: a b c d e"}},
 		{"chunks pad", nil, "a [[sim:chunks=5]]", want{status: 200, reason: "success", deltas: 5, full: "You said: a lorem ipsum"}},
 		{"chunks flag", []string{"--chunks=2"}, "a b c", want{status: 200, reason: "success", deltas: 2, full: "You said: a b c"}},
 		{"think and delays", nil, "a [[sim:think]] [[sim:delay=20ms]] [[sim:chunk-delay=5ms]]", want{status: 200, reason: "success", deltas: 3, thinks: 1, full: "You said: a"}},
 		{"delay flag", []string{"--delay=10ms", "--chunk-delay=1ms"}, "a", want{status: 200, reason: "success", deltas: 3, full: "You said: a"}},
-		{"fail rate", []string{"--fail-rate=1"}, "a", want{status: 500, reason: "error"}},
-		{"ratelimit every", []string{"--ratelimit-every=1"}, "a", want{status: 429, reason: "error", retryAfter: 1}},
+		{"fail rate", []string{"--fail-rate=1"}, "a", want{status: 500, reason: "error", message: "simulated error"}},
+		{"ratelimit every", []string{"--ratelimit-every=1"}, "a", want{status: 500, reason: "error", retryAfter: 1, message: "rate limited: too many requests"}},
 		{"directive in old turn ignored", nil, "<<<user>>>\n[[sim:error]]\n<<<assistant>>>\nno\n<<<user>>>\nok", want{status: 200, reason: "success", deltas: 3, full: "You said: ok"}},
 	}
 	for _, tt := range tests {
@@ -263,7 +267,7 @@ func TestFaults(t *testing.T) {
 			c := dial(t, h)
 			r := c.turn("r1", "", tt.give, false)
 			got := want{status: r.finish.StatusCode, deltas: len(r.deltas), retryAfter: r.finish.RetryAfter,
-				thinks: r.thinks, reason: r.finish.Reason, full: r.finish.FullAnswer}
+				thinks: r.thinks, reason: r.finish.Reason, full: r.finish.FullAnswer, message: r.finish.ErrorMessage}
 			if got != tt.want {
 				t.Errorf("turn = %+v, want %+v", got, tt.want)
 			}
@@ -298,8 +302,8 @@ func TestHangAndStop(t *testing.T) {
 	var ok struct{ Success bool }
 	c.result("chat/stop", map[string]any{"requestId": "r1"}, &ok)
 	r := c.collect("r1")["r1"]
-	if !ok.Success || r.finish.StatusCode != 499 || r.finish.Reason != "cancelled" {
-		t.Errorf("stop: success %v finish %+v, want 499 cancelled", ok.Success, r.finish)
+	if !ok.Success || r.finish.StatusCode != 200 || r.finish.Reason != "cancelled" {
+		t.Errorf("stop: success %v finish %+v, want 200 cancelled", ok.Success, r.finish)
 	}
 }
 
@@ -312,8 +316,8 @@ func TestStopMidStream(t *testing.T) {
 	c.result("chat/stop", map[string]any{"requestId": "r1"}, &ok)
 	c.reply(first)
 	r := c.collect("r1")["r1"]
-	if r.finish.StatusCode != 499 || r.finish.FullAnswer != "You " {
-		t.Errorf("finish = %+v, want 499 with the one delta sent", r.finish)
+	if r.finish.StatusCode != 200 || r.finish.Reason != "cancelled" || r.finish.FullAnswer != "You " {
+		t.Errorf("finish = %+v, want cancelled with the one delta sent", r.finish)
 	}
 }
 

@@ -143,7 +143,7 @@ type directives struct {
 	whoami, ask         bool
 	toolCode, think     bool
 	crash, hang, logout bool
-	ratelimit           bool
+	ratelimit, timeout  bool
 	// awaitResults keeps a native tool turn open after its tool/invoke
 	// requests instead of finishing it.
 	awaitResults            bool
@@ -182,6 +182,8 @@ func parseDirectives(text string) directives {
 			d.logout = true
 		case "error":
 			d.errAfter = 0
+		case "timeout":
+			d.timeout = true
 		case "error-after":
 			d.errAfter, ok = atoiOK(val)
 		case "words":

@@ -14,19 +14,25 @@
 //
 // # Lingma choices the protocol leaves open
 //
-//   - A chat/ask while logged out is answered with the JSON-RPC error
-//     -32001 "not logged in"; no turn starts and no chat/finish follows.
+//   - Replies that can fail are {success, errorCode, errorMessage} (the
+//     shape chat/ask's reply has on the wire). A chat/ask while logged out
+//     is refused that way, with the worker's own log words ("No cached
+//     user info, please login."); no turn starts.
 //   - chat/answer, chat/think and chat/finish are requests with an id; the
 //     next one is sent only after the client replied. No reply within
 //     --reply-timeout (10s) logs "no response from client" and abandons the
 //     turn without a finish.
-//   - chat/finish carries requestId, sessionId, reason, statusCode,
-//     fullAnswer, errorMsg and, for 429, retryAfter (whole seconds). Status
-//     codes: 200 "success"; 404 "error" (isReply naming an unknown session);
-//     429 "error" (rate limited); 500 "error" (simulated failure); 499
-//     "cancelled" (chat/stop).
+//   - chat/finish carries the plugin's fields (requestId, sessionId,
+//     reason, statusCode, fullAnswer, extra) and, on an error, errorMessage.
+//     Status codes are the plugin's: 200 ("success", or "cancelled" after
+//     chat/stop), 408 "error" ([[sim:timeout]]) and 500 "error" (every other
+//     failure, an unknown session with isReply among them). The rate-limit
+//     fault is a 500 whose text says so, plus retryAfter in whole seconds:
+//     the one field no capture shows, sent because no capture shows what a
+//     throttled worker sends at all.
 //   - A chat/ask with a non-empty unknown sessionId and isReply false opens a
-//     session with that id; with isReply true it finishes 404.
+//     session with that id; with isReply true it finishes 500 "session not
+//     found".
 //   - config/getEndpoint answers the endpoint last set ("" at start);
 //     config/updateEndpoint takes an http(s) URL. With --require-endpoint,
 //     login/generateUrl fails until the endpoint is that URL.
@@ -62,8 +68,9 @@
 //	[[sim:think]]           send chat/think before the first delta (lingma)
 //	[[sim:tool_code]]       answer a tool call in the tool_code form (lingma)
 //	[[sim:error]]           fail with 500 before any delta
+//	[[sim:timeout]]         fail with 408 (the upstream timed out) before any delta
 //	[[sim:error-after=N]]   fail with 500 after N deltas
-//	[[sim:ratelimit]]       fail with 429, retry after 1s; [[sim:ratelimit=2s]] sets it
+//	[[sim:ratelimit]]       fail with 500 "rate limited", retryAfter 1s; [[sim:ratelimit=2s]] sets it
 //	[[sim:crash]]           the process exits (status 3) right after the first delta
 //	[[sim:hang]]            accept and never answer until stopped or disconnected
 //	[[sim:await-results]]   after native tool/invoke calls, wait until stopped instead of finishing (lingma)

@@ -20,11 +20,9 @@ const (
 	reasonError     = "error"
 	reasonCancelled = "cancelled"
 
-	statusOK          = 200
-	statusNotFound    = 404
-	statusRateLimited = 429
-	statusCancelled   = 499
-	statusFailed      = 500
+	statusOK      = 200
+	statusTimeout = 408
+	statusFailed  = 500
 )
 
 // askParams are the chat/ask fields the simulator reads.
@@ -89,15 +87,18 @@ type toolInvoke struct {
 	Parameters map[string]any `json:"parameters"`
 }
 
-// finishParams is the body of chat/finish.
+// finishParams is the body of chat/finish: the plugin's shape, with the
+// error text as errorMessage (the name of the worker's replies) and, only
+// for the rate-limit fault, retryAfter in whole seconds.
 type finishParams struct {
-	RequestID  string `json:"requestId"`
-	SessionID  string `json:"sessionId"`
-	Reason     string `json:"reason"`
-	StatusCode int    `json:"statusCode"`
-	FullAnswer string `json:"fullAnswer"`
-	ErrorMsg   string `json:"errorMsg"`
-	RetryAfter int    `json:"retryAfter,omitempty"`
+	RequestID    string         `json:"requestId"`
+	SessionID    string         `json:"sessionId"`
+	Reason       string         `json:"reason"`
+	StatusCode   int            `json:"statusCode"`
+	FullAnswer   string         `json:"fullAnswer"`
+	Extra        map[string]any `json:"extra"`
+	ErrorMessage string         `json:"errorMessage,omitempty"`
+	RetryAfter   int            `json:"retryAfter,omitempty"`
 }
 
 // deltaParams is the body of chat/answer and chat/think.
@@ -133,7 +134,8 @@ func (c *conn) ask(m *lingmarpc.Message) {
 		return
 	}
 	if _, _, ok := c.s.creds.status(); !ok {
-		c.respond(m.ID, nil, &lingmarpc.Error{Code: codeNotLoggedIn, Message: "not logged in"})
+		// The worker's own words when it has no credentials.
+		c.respond(m.ID, c.s.failure("", "No cached user info, please login."), nil)
 		return
 	}
 	question := p.QuestionText
@@ -143,10 +145,10 @@ func (c *conn) ask(m *lingmarpc.Message) {
 	nth := c.s.asks.Add(1)
 	sid, n, ok := c.s.openSession(p.SessionID, question, p.IsReply)
 	if !ok {
-		c.respond(m.ID, map[string]any{"success": true}, nil)
+		c.respond(m.ID, c.s.accepted(), nil)
 		c.turns.Go(func() {
 			c.finish(finishParams{RequestID: p.RequestID, SessionID: p.SessionID, Reason: reasonError,
-				StatusCode: statusNotFound, ErrorMsg: "session not found"})
+				StatusCode: statusFailed, ErrorMessage: "session not found"})
 		})
 		return
 	}
@@ -169,7 +171,7 @@ func (c *conn) ask(m *lingmarpc.Message) {
 		mode:      p.Mode, sessionType: p.SessionType, model: p.Extra.ModelConfig.Key,
 		native: p.nativeTools(c.s.cfg.NativeTools),
 	}
-	c.respond(m.ID, map[string]any{"success": true}, nil)
+	c.respond(m.ID, c.s.accepted(), nil)
 	c.turns.Go(func() {
 		defer stop(nil)
 		defer c.s.endTurn(t.reqID)
@@ -196,12 +198,18 @@ func (c *conn) runTurn(ctx context.Context, t *turn) {
 	}
 	switch {
 	case t.d.ratelimit || t.ratelimit:
-		fin.Reason, fin.StatusCode, fin.ErrorMsg = reasonError, statusRateLimited, "rate limited"
+		// No capture shows a throttled worker: a server error whose text
+		// says so, with the one field no capture shows (retryAfter).
+		fin.Reason, fin.StatusCode, fin.ErrorMessage = reasonError, statusFailed, "rate limited: too many requests"
 		fin.RetryAfter = int(math.Ceil(t.d.retryAfter.Seconds()))
 		c.finish(fin)
 		return
+	case t.d.timeout:
+		fin.Reason, fin.StatusCode, fin.ErrorMessage = reasonError, statusTimeout, "upstream request timed out"
+		c.finish(fin)
+		return
 	case t.d.errAfter == 0 || t.fail:
-		fin.Reason, fin.StatusCode, fin.ErrorMsg = reasonError, statusFailed, "simulated error"
+		fin.Reason, fin.StatusCode, fin.ErrorMessage = reasonError, statusFailed, "simulated error"
 		c.finish(fin)
 		return
 	}
@@ -245,7 +253,7 @@ func (c *conn) runTurn(ctx context.Context, t *turn) {
 	}
 	fin.FullAnswer = sent.String()
 	if t.d.errAfter >= 0 {
-		fin.Reason, fin.StatusCode, fin.ErrorMsg = reasonError, statusFailed, "simulated error"
+		fin.Reason, fin.StatusCode, fin.ErrorMessage = reasonError, statusFailed, "simulated error"
 		c.finish(fin)
 		return
 	}
@@ -325,7 +333,9 @@ func (c *conn) crash() {
 func (c *conn) abort(t *turn, fin finishParams, partial string, err error) {
 	switch {
 	case errors.Is(err, errStopped):
-		fin.Reason, fin.StatusCode, fin.FullAnswer, fin.ErrorMsg = reasonCancelled, statusCancelled, partial, "cancelled"
+		// As a server built for the plugin ends a stopped turn: the plugin
+		// reads 200 as "not an error", the reason says what happened.
+		fin.Reason, fin.StatusCode, fin.FullAnswer = reasonCancelled, statusOK, partial
 		c.finish(fin)
 	case errors.Is(err, errNoReply):
 		c.log.Warn("no response from client, abandoning turn", "requestId", t.reqID, "err", err)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,22 +14,21 @@ import (
 	"github.com/poolgate/poolgate/pool/textchat"
 )
 
-// codeNotLoggedIn is the JSON-RPC error the worker answers chat/ask with
-// when it has no login (as the simulator does; the real binary's code is not
-// documented, so its message is checked too).
-const codeNotLoggedIn = -32001
-
 // chatParams is the union of chat/answer, chat/think and chat/finish params.
 type chatParams struct {
-	RequestID  string     `json:"requestId"`
-	SessionID  string     `json:"sessionId"`
-	Text       string     `json:"text"`
-	Reason     string     `json:"reason"`
-	StatusCode flexInt    `json:"statusCode"`
-	FullAnswer string     `json:"fullAnswer"`
-	ErrorMsg   string     `json:"errorMsg"`
-	RetryAfter flexString `json:"retryAfter"`
-	method     string
+	RequestID  string  `json:"requestId"`
+	SessionID  string  `json:"sessionId"`
+	Text       string  `json:"text"`
+	Reason     string  `json:"reason"`
+	StatusCode flexInt `json:"statusCode"`
+	FullAnswer string  `json:"fullAnswer"`
+	// ErrorMessage is the error text's name in the worker's replies;
+	// ErrorMsg the name earlier notes used; RetryAfter (seconds) is no
+	// public capture's but is heard when a worker sends it.
+	ErrorMessage string     `json:"errorMessage"`
+	ErrorMsg     string     `json:"errorMsg"`
+	RetryAfter   flexString `json:"retryAfter"`
+	method       string
 	// call is the tool call of a tool/invoke.
 	call *chat.ToolCall
 }
@@ -195,7 +193,7 @@ func (c *Client) ask(ctx context.Context, t *chat.Turn) (*turnAnswer, error) {
 	var res result
 	err := c.call(ctx, "chat/ask", p, &res)
 	if err == nil && res.failed() {
-		err = askError(res.message())
+		err = c.askError(res.message())
 	}
 	if err != nil {
 		c.endTurn(reqID)
@@ -203,26 +201,12 @@ func (c *Client) ask(ctx context.Context, t *chat.Turn) (*turnAnswer, error) {
 			c.stop(reqID) // the ask may have reached the worker
 		}
 		var rpc *lingmarpc.Error
-		if errors.As(err, &rpc) && (rpc.Code == codeNotLoggedIn || loginMessage(rpc.Message)) {
+		if errors.As(err, &rpc) && c.cfg.LoginText.MatchString(rpc.Message) {
 			err = fmt.Errorf("%w: %w", chat.ErrNotLoggedIn, err)
 		}
 		return nil, err
 	}
 	return c.newAnswer(ctx, t, reqID, tr), nil
-}
-
-// askError is the error of a chat/ask answered with success: false.
-func askError(msg string) error {
-	if loginMessage(msg) {
-		return fmt.Errorf("%w: %s", chat.ErrNotLoggedIn, msg)
-	}
-	return &chat.UpstreamError{Message: "chat/ask: " + msg}
-}
-
-func loginMessage(msg string) bool {
-	m := strings.ToLower(msg)
-	return strings.Contains(m, "not logged in") || strings.Contains(m, "not login") ||
-		strings.Contains(m, "unauthorized") || strings.Contains(m, "login required")
 }
 
 func (c *Client) endTurn(reqID string) {
@@ -269,7 +253,7 @@ func (c *Client) newAnswer(ctx context.Context, t *chat.Turn, reqID string, tr *
 	a := &turnAnswer{c: c, reqID: reqID, tr: tr, ctx: ctx,
 		idle:   time.NewTimer(c.cfg.ReplyTimeout),
 		settle: time.NewTimer(c.cfg.ToolSettle),
-		s:      stream{parser: textchat.NewParser(t), session: t.SessionID}}
+		s:      stream{parser: textchat.NewParser(t), session: t.SessionID, cfg: &c.cfg}}
 	a.settle.Stop()
 	a.tctx, a.cancel = context.WithTimeout(ctx, c.cfg.TurnTimeout)
 	return a
@@ -349,6 +333,7 @@ func (a *turnAnswer) halt() {
 // stream is the state of one turn's answer: what the worker's messages made
 // of it so far.
 type stream struct {
+	cfg     *Config
 	parser  *textchat.Parser
 	session string
 	gotText bool
@@ -405,7 +390,7 @@ func (s *stream) finish(m *chatParams) {
 		s.finishCalls()
 		return
 	}
-	if err := finishError(m); err != nil {
+	if err := finishError(m, s.cfg); err != nil {
 		s.emit(chat.Event{Type: chat.EventError, Err: err})
 		return
 	}
@@ -415,40 +400,4 @@ func (s *stream) finish(m *chatParams) {
 	evs, reason := s.parser.Finish()
 	s.emitAll(evs)
 	s.emit(chat.Event{Type: chat.EventDone, Finish: reason, SessionID: s.session})
-}
-
-// finishError maps a chat/finish that is not a success to the pool's errors.
-func finishError(m *chatParams) error {
-	code := int(m.StatusCode)
-	msg := m.ErrorMsg
-	if msg == "" && m.Reason != "" && m.Reason != "success" {
-		msg = m.Reason
-	}
-	lower := strings.ToLower(msg)
-	switch {
-	case code == 200 || code == 0 && m.ErrorMsg == "" && m.Reason != "error":
-		return nil
-	case code == 429 || strings.Contains(lower, "rate limit") || strings.Contains(lower, "ratelimit") ||
-		strings.Contains(lower, "quota") || strings.Contains(lower, "too many requests"):
-		return &chat.RateLimitedError{RetryAfter: seconds(string(m.RetryAfter)), Message: cmpMsg(msg, code)}
-	case code == 401:
-		return fmt.Errorf("%w: %w", chat.ErrNotLoggedIn, &chat.UpstreamError{Status: code, Message: cmpMsg(msg, code)})
-	}
-	return &chat.UpstreamError{Status: code, Message: cmpMsg(msg, code)}
-}
-
-func cmpMsg(msg string, code int) string {
-	if msg != "" {
-		return msg
-	}
-	return "chat/finish status " + strconv.Itoa(code)
-}
-
-// seconds parses a retryAfter value in (possibly fractional) seconds.
-func seconds(s string) time.Duration {
-	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil || f <= 0 || f > 24*3600 {
-		return 0
-	}
-	return time.Duration(f * float64(time.Second))
 }

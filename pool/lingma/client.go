@@ -174,16 +174,14 @@ func (c *Client) LoginURL(ctx context.Context) (string, error) {
 		}
 	}
 	var r struct {
-		LoginURL  string     `json:"loginUrl"`
-		ErrorCode flexString `json:"errorCode"`
-		ErrorMsg  string     `json:"errorMsg"`
+		LoginURL string `json:"loginUrl"`
+		result
 	}
 	if err := c.call(ctx, "login/generateUrl", map[string]string{"loginDedicatedType": ""}, &r); err != nil {
 		return "", err
 	}
 	if r.LoginURL == "" {
-		return "", fmt.Errorf("lingma %s: login/generateUrl gave no URL: %s",
-			c.name, cmp.Or(r.ErrorMsg, string(r.ErrorCode), "no reason"))
+		return "", fmt.Errorf("lingma %s: login/generateUrl gave no URL: %s", c.name, r.reason("no reason"))
 	}
 	return r.LoginURL, nil
 }
@@ -223,18 +221,24 @@ func (c *Client) DeleteSession(ctx context.Context, sessionID string) error {
 	return nil
 }
 
-// result is the {success, errorCode, errorMsg} shape of several answers.
+// result is the {success, errorCode, errorMessage} shape of several
+// answers (seen on the wire for chat/ask); errorMsg is the name earlier
+// notes gave the message, still read.
 type result struct {
-	Success   *bool      `json:"success"`
-	ErrorCode flexString `json:"errorCode"`
-	ErrorMsg  string     `json:"errorMsg"`
+	Success      *bool      `json:"success"`
+	ErrorCode    flexString `json:"errorCode"`
+	ErrorMessage string     `json:"errorMessage"`
+	ErrorMsg     string     `json:"errorMsg"`
 }
 
 // failed reports an explicit success:false; an absent field is success.
 func (r *result) failed() bool { return r.Success != nil && !*r.Success }
 
-func (r *result) message() string {
-	return cmp.Or(r.ErrorMsg, string(r.ErrorCode), "success: false")
+func (r *result) message() string { return r.reason("success: false") }
+
+// reason is the answer's error text, else its code, else none.
+func (r *result) reason(none string) string {
+	return cmp.Or(r.ErrorMessage, r.ErrorMsg, string(r.ErrorCode), none)
 }
 
 // call sends one request and waits for its response, at most CallTimeout.

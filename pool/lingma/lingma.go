@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net/url"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -86,6 +87,14 @@ type Config struct {
 	// binary does after an acknowledged tool/invoke is not publicly
 	// documented (the bundled simulator finishes at once). Default 3s.
 	ToolSettle time.Duration
+	// RateLimitText matches the error text of a turn that failed because
+	// the account is throttled (a rate limit, the pool cools the worker
+	// down). Default lingmarpc.DefaultRateLimitText.
+	RateLimitText *regexp.Regexp
+	// LoginText matches the error text of a turn refused for a lost login
+	// (the pool checks the worker's login). Default
+	// lingmarpc.DefaultLoginText.
+	LoginText *regexp.Regexp
 	// Logger receives the driver's warnings (refused tool calls). Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -125,6 +134,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.ToolMode == "" {
 		c.ToolMode = ToolsEmulated
+	}
+	if c.RateLimitText == nil {
+		c.RateLimitText = regexp.MustCompile(lingmarpc.DefaultRateLimitText)
+	}
+	if c.LoginText == nil {
+		c.LoginText = regexp.MustCompile(lingmarpc.DefaultLoginText)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -166,8 +166,8 @@ func TestSessionReuse(t *testing.T) {
 	}
 	gone := runTurn(t, c, &chat.Turn{SessionID: sid, Messages: user("three")})
 	var ue *chat.UpstreamError
-	if !errors.As(gone.err, &ue) || ue.Status != 404 {
-		t.Errorf("turn on a deleted session: %v, want UpstreamError 404", gone.err)
+	if !errors.As(gone.err, &ue) || ue.Status != 500 || ue.Message != "session not found" {
+		t.Errorf("turn on a deleted session: %v, want UpstreamError 500 session not found", gone.err)
 	}
 }
 
@@ -213,8 +213,13 @@ func TestChatErrors(t *testing.T) {
 	}
 	a = runTurn(t, c, &chat.Turn{Messages: user("x [[sim:error-after=2]] [[sim:chunks=4]]")})
 	var ue *chat.UpstreamError
-	if !errors.As(a.err, &ue) || ue.Status != 500 || a.text == "" {
-		t.Errorf("error after 2 deltas: %q %v, want some text then UpstreamError 500", a.text, a.err)
+	if !errors.As(a.err, &ue) || ue.Status != 500 || ue.Message != "simulated error" || a.text == "" {
+		t.Errorf("error after 2 deltas: %q %v, want some text then UpstreamError 500 with the worker's message", a.text, a.err)
+	}
+	// A finish with the plugin's timeout status is a timeout, not a 502.
+	a = runTurn(t, c, &chat.Turn{Messages: user("x [[sim:timeout]]")})
+	if !errors.Is(a.err, context.DeadlineExceeded) || errors.As(a.err, &ue) {
+		t.Errorf("finish 408: %v, want a DeadlineExceeded", a.err)
 	}
 }
 
