@@ -89,7 +89,9 @@ type Config struct {
 	LingmaTurnTimeout     time.Duration `yaml:"lingma_turn_timeout"`     // whole Lingma turn, ask to finish (30m)
 	LingmaIdleTimeout     time.Duration `yaml:"lingma_idle_timeout"`     // longest silence within a turn: a stuck worker (2m)
 	LingmaRPCTimeout      time.Duration `yaml:"lingma_rpc_timeout"`      // each Lingma call but a turn's stream (5s)
-	LingmaAskMode         string        `yaml:"lingma_ask_mode"`         // chat or agent, for requests without tools (chat)
+	LingmaAskMode         string        `yaml:"lingma_ask_mode"`         // normal, chat or agent, for requests without tools (normal)
+	LingmaAgentSession    string        `yaml:"lingma_agent_session"`    // chat/ask's sessionType in agent mode: chat, assistant, developer or inline (assistant)
+	LingmaChatContext     string        `yaml:"lingma_chat_context"`     // what chat/ask's chatContext holds: none (null) or prompt (the prompt again) (none)
 	LingmaToolMode        string        `yaml:"lingma_tool_mode"`        // emulated, native or auto (emulated)
 	LingmaDedicatedDomain string        `yaml:"lingma_dedicated_domain"` // enterprise endpoint set before a login ("" = none)
 	LingmaRateLimitText   string        `yaml:"lingma_ratelimit_text"`   // regular expression: a worker's error text that means the account is throttled, so the worker cools down
@@ -176,7 +178,9 @@ func Defaults() Config {
 		LingmaTurnTimeout:         30 * time.Minute,
 		LingmaIdleTimeout:         2 * time.Minute,
 		LingmaRPCTimeout:          5 * time.Second,
-		LingmaAskMode:             "chat",
+		LingmaAskMode:             "normal",
+		LingmaAgentSession:        "assistant",
+		LingmaChatContext:         "none",
 		LingmaToolMode:            "emulated",
 		LingmaToolSettle:          3 * time.Second,
 		LingmaRateLimitText:       lingmarpc.DefaultRateLimitText,

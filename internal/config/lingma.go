@@ -10,9 +10,19 @@ import (
 func (c *Config) lingmaErrors() []error {
 	var errs []error
 	switch c.LingmaAskMode {
-	case "chat", "agent":
+	case "normal", "chat", "agent":
 	default:
-		errs = append(errs, fmt.Errorf("lingma_ask_mode %q: use chat or agent", c.LingmaAskMode))
+		errs = append(errs, fmt.Errorf("lingma_ask_mode %q: use normal, chat or agent", c.LingmaAskMode))
+	}
+	switch c.LingmaAgentSession {
+	case "chat", "assistant", "developer", "inline":
+	default:
+		errs = append(errs, fmt.Errorf("lingma_agent_session %q: use chat, assistant, developer or inline", c.LingmaAgentSession))
+	}
+	switch c.LingmaChatContext {
+	case "none", "prompt":
+	default:
+		errs = append(errs, fmt.Errorf("lingma_chat_context %q: use none or prompt", c.LingmaChatContext))
 	}
 	switch c.LingmaToolMode {
 	case "emulated", "native", "auto":

@@ -387,3 +387,37 @@ func TestLargePrompt(t *testing.T) {
 		t.Errorf("answer = %q, want %q", r.text(), want)
 	}
 }
+
+// TestAskModes: the simulator takes the ask modes and session types the
+// evidence shows and refuses any other in the reply's failure shape.
+func TestAskModes(t *testing.T) {
+	h := startSim(t, "--logged-in")
+	c := dial(t, h)
+	tests := []struct {
+		mode, sessionType string
+		wantOK            bool
+	}{
+		{"normal", "chat", true},
+		{"chat", "chat", true},
+		{"edit", "chat", true},
+		{"agent", "assistant", true},
+		{"agent", "developer", true},
+		{"", "inline", true},
+		{"free", "chat", false},
+		{"normal", "assistant-2", false},
+	}
+	for i, tt := range tests {
+		p := askParamsFor(fmt.Sprintf("m%d", i), "", "hi", false)
+		p["mode"], p["sessionType"] = tt.mode, tt.sessionType
+		var got map[string]any
+		c.result("chat/ask", p, &got)
+		if got["success"] != tt.wantOK {
+			t.Errorf("mode %q session type %q: %v, want success %v", tt.mode, tt.sessionType, got, tt.wantOK)
+		}
+		if tt.wantOK {
+			c.collect(fmt.Sprintf("m%d", i))
+		} else if msg, _ := got["errorMessage"].(string); !strings.Contains(msg, "unsupported") {
+			t.Errorf("refusal %v, want an errorMessage saying what is unsupported", got)
+		}
+	}
+}

@@ -41,6 +41,9 @@
 //     tool/invoke request {requestId, sessionId, toolCallId, name,
 //     parameters} per call, then a successful chat/finish with no text
 //     (with [[sim:await-results]], no finish: the turn waits for chat/stop).
+//   - chat/ask takes the modes the evidence shows ("normal", "chat", "edit",
+//     "agent", or none) and the plugin's session types (chat, assistant,
+//     developer, inline); any other is refused with success false.
 //   - [[sim:logout]] deletes cache/id and cache/user and still answers the
 //     turn normally; the next auth/status reports status 1.
 //
@@ -59,8 +62,8 @@
 // that is the whole text). Flags of the same name set process-wide defaults.
 //
 //	[[sim:whoami]]          answer "session=S turn=N reply=B sections=K chars=L" (L in bytes)
-//	[[sim:ask]]             answer "mode=M session_type=T model=K tools=W endpoint=E" (the ask's settings;
-//	                        W is none, prompt:N or native:N) (lingma)
+//	[[sim:ask]]             answer "mode=M session_type=T model=K tools=W endpoint=E context=C" (the ask's
+//	                        settings; W is none, prompt:N or native:N; C null or text:N) (lingma)
 //	[[sim:words=N]]         pad a text answer with filler words to N words
 //	[[sim:chunks=N]]        exactly N deltas (default: one per word)
 //	[[sim:delay=200ms]]     wait before the first delta

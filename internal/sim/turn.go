@@ -30,7 +30,7 @@ type askParams struct {
 	RequestID    string `json:"requestId"`
 	SessionID    string `json:"sessionId"`
 	QuestionText string `json:"questionText"`
-	ChatContext  struct {
+	ChatContext  *struct {
 		Text string `json:"text"`
 	} `json:"chatContext"`
 	IsReply     bool   `json:"isReply"`
@@ -47,6 +47,34 @@ type askParams struct {
 			ToolChoice json.RawMessage `json:"tool_choice"`
 		} `json:"toolConfig"`
 	} `json:"extra"`
+}
+
+// The ask modes and session types the evidence shows: "normal" and "chat"
+// seen on the wire for a plain chat, "chat", "edit" and "agent" in the
+// plugin's shapes (and none, from its older UI); its session types are
+// chat, assistant, developer and inline. Anything else is refused.
+var (
+	askModes     = map[string]bool{"": true, "normal": true, "chat": true, "edit": true, "agent": true}
+	sessionTypes = map[string]bool{"chat": true, "assistant": true, "developer": true, "inline": true}
+)
+
+// checkAsk refuses an ask whose mode or session type no evidence shows.
+func checkAsk(p *askParams) error {
+	if !askModes[p.Mode] {
+		return fmt.Errorf("unsupported mode %q", p.Mode)
+	}
+	if !sessionTypes[p.SessionType] {
+		return fmt.Errorf("unsupported sessionType %q", p.SessionType)
+	}
+	return nil
+}
+
+// context says what the ask's chatContext held: null, or text of N bytes.
+func (p *askParams) context() string {
+	if p.ChatContext == nil {
+		return "null"
+	}
+	return "text:" + strconv.Itoa(len(p.ChatContext.Text))
 }
 
 // nativeTools is the tool configuration an agent-mode ask passed as data,
@@ -119,8 +147,9 @@ type turn struct {
 	d          directives
 	ratelimit  bool // from --ratelimit-every
 	fail       bool // from --fail-rate
-	// mode, sessionType and model are what the ask asked for ([[sim:ask]]).
-	mode, sessionType, model string
+	// mode, sessionType and model are what the ask asked for ([[sim:ask]]);
+	// context says what its chatContext held.
+	mode, sessionType, model, context string
 	// native holds the tools the ask passed as data (--native-tools).
 	native *toolSpec
 }
@@ -138,8 +167,12 @@ func (c *conn) ask(m *lingmarpc.Message) {
 		c.respond(m.ID, c.s.failure("", "No cached user info, please login."), nil)
 		return
 	}
+	if err := checkAsk(&p); err != nil {
+		c.respond(m.ID, c.s.failure("INVALID_PARAMS", err.Error()), nil)
+		return
+	}
 	question := p.QuestionText
-	if question == "" {
+	if question == "" && p.ChatContext != nil {
 		question = p.ChatContext.Text
 	}
 	nth := c.s.asks.Add(1)
@@ -168,7 +201,7 @@ func (c *conn) ask(m *lingmarpc.Message) {
 		reqID: p.RequestID, sid: sid, n: n, reply: p.IsReply, question: question, secs: secs, d: d,
 		ratelimit: f.RatelimitEvery > 0 && nth%int64(f.RatelimitEvery) == 0,
 		fail:      f.FailRate > 0 && rand.Float64() < f.FailRate,
-		mode:      p.Mode, sessionType: p.SessionType, model: p.Extra.ModelConfig.Key,
+		mode:      p.Mode, sessionType: p.SessionType, model: p.Extra.ModelConfig.Key, context: p.context(),
 		native: p.nativeTools(c.s.cfg.NativeTools),
 	}
 	c.respond(m.ID, c.s.accepted(), nil)
@@ -300,8 +333,8 @@ func (c *conn) answerText(t *turn) string {
 		case promptTools(t.secs) != nil:
 			tools = "prompt:" + strconv.Itoa(len(promptTools(t.secs).Tools))
 		}
-		return fmt.Sprintf("mode=%s session_type=%s model=%s tools=%s endpoint=%s",
-			t.mode, t.sessionType, t.model, tools, c.s.endpoint())
+		return fmt.Sprintf("mode=%s session_type=%s model=%s tools=%s endpoint=%s context=%s",
+			t.mode, t.sessionType, t.model, tools, c.s.endpoint(), t.context)
 	}
 	tools := promptTools(t.secs)
 	if tools == nil && t.n > 1 {

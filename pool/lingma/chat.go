@@ -63,20 +63,30 @@ func (t *turn) take(spare []*chatParams) []*chatParams {
 	return q
 }
 
+// askParams are chat/ask's params: every field of the minimal request seen
+// on the wire (Lingma 2.11.1), in its order. Those the gateway has no use
+// for are sent empty, as there.
 type askParams struct {
-	RequestID    string      `json:"requestId"`
-	SessionID    string      `json:"sessionId"`
-	QuestionText string      `json:"questionText"`
-	ChatContext  chatContext `json:"chatContext"`
-	ChatTask     string      `json:"chatTask"`
-	SessionType  string      `json:"sessionType"`
-	Mode         string      `json:"mode"`
-	Stream       bool        `json:"stream"`
-	Source       int         `json:"source"`
-	IsReply      bool        `json:"isReply"`
-	Extra        *askExtra   `json:"extra,omitempty"`
+	RequestID           string       `json:"requestId"`
+	ChatTask            string       `json:"chatTask"`
+	ChatContext         *chatContext `json:"chatContext"`
+	SessionID           string       `json:"sessionId"`
+	CodeLanguage        string       `json:"codeLanguage"`
+	IsReply             bool         `json:"isReply"`
+	Source              int          `json:"source"`
+	QuestionText        string       `json:"questionText"`
+	Stream              bool         `json:"stream"`
+	TaskDefinitionType  string       `json:"taskDefinitionType"`
+	Extra               *askExtra    `json:"extra"`
+	SessionType         string       `json:"sessionType"`
+	TargetAgent         string       `json:"targetAgent"`
+	PluginPayloadConfig any          `json:"pluginPayloadConfig"`
+	Mode                string       `json:"mode"`
+	ShellType           string       `json:"shellType"`
+	CustomModel         any          `json:"customModel"`
 }
 
+// chatContext repeats the prompt, when Config.ChatContext asks for it.
 type chatContext struct {
 	Text string `json:"text"`
 }
@@ -153,43 +163,10 @@ func (c *Client) ask(ctx context.Context, t *chat.Turn) (*turnAnswer, error) {
 		reqID = t.RequestID + "-" + strconv.FormatInt(c.turnSeq.Add(1), 10)
 	}
 	tr := &turn{wake: make(chan struct{}, 1)}
-	mode := c.cfg.Mode
-	if t.Agent {
-		mode = ModeAgent
-	}
-	var extra askExtra
-	prompt := ""
-	if c.native && mode == ModeAgent && len(t.Tools) > 0 && t.ToolChoice.Mode != chat.ToolNone {
-		extra.ToolConfig, tr.offered = nativeTools(t)
-		prompt = textchat.RenderNative(t)
-	} else {
-		prompt = textchat.Render(t)
-	}
-	if t.Model != "" {
-		extra.ModelConfig = &modelConfig{Key: t.Model}
-	}
+	p := c.askParams(t, reqID, tr)
 	c.mu.Lock()
 	c.turns[reqID] = tr
 	c.mu.Unlock()
-
-	p := askParams{
-		RequestID:    reqID,
-		SessionID:    t.SessionID,
-		QuestionText: prompt,
-		ChatContext:  chatContext{Text: prompt},
-		ChatTask:     "FREE_INPUT",
-		SessionType:  "chat",
-		Mode:         mode,
-		Stream:       true,
-		Source:       1,
-		IsReply:      t.SessionID != "",
-	}
-	if mode == ModeAgent {
-		p.SessionType = "assistant"
-	}
-	if extra.ModelConfig != nil || extra.ToolConfig != nil {
-		p.Extra = &extra
-	}
 	var res result
 	err := c.call(ctx, "chat/ask", p, &res)
 	if err == nil && res.failed() {
@@ -207,6 +184,47 @@ func (c *Client) ask(ctx context.Context, t *chat.Turn) (*turnAnswer, error) {
 		return nil, err
 	}
 	return c.newAnswer(ctx, t, reqID, tr), nil
+}
+
+// askParams builds chat/ask's params for t and notes on tr the tools the
+// worker may invoke natively. This is the one place the ask is shaped.
+func (c *Client) askParams(t *chat.Turn, reqID string, tr *turn) askParams {
+	mode, sessionType := c.cfg.Mode, "chat"
+	if t.Agent {
+		mode = ModeAgent
+	}
+	if mode == ModeAgent {
+		sessionType = c.cfg.AgentSessionType
+	}
+	var extra askExtra
+	prompt := ""
+	if c.native && mode == ModeAgent && len(t.Tools) > 0 && t.ToolChoice.Mode != chat.ToolNone {
+		extra.ToolConfig, tr.offered = nativeTools(t)
+		prompt = textchat.RenderNative(t)
+	} else {
+		prompt = textchat.Render(t)
+	}
+	if t.Model != "" {
+		extra.ModelConfig = &modelConfig{Key: t.Model}
+	}
+	p := askParams{
+		RequestID:    reqID,
+		ChatTask:     "FREE_INPUT",
+		SessionID:    t.SessionID,
+		IsReply:      t.SessionID != "",
+		Source:       1,
+		QuestionText: prompt,
+		Stream:       true,
+		SessionType:  sessionType,
+		Mode:         mode,
+	}
+	if c.cfg.ChatContext == ContextPrompt {
+		p.ChatContext = &chatContext{Text: prompt}
+	}
+	if extra.ModelConfig != nil || extra.ToolConfig != nil {
+		p.Extra = &extra
+	}
+	return p
 }
 
 func (c *Client) endTurn(reqID string) {

@@ -31,10 +31,21 @@ import (
 	"github.com/poolgate/poolgate/pool/worker"
 )
 
-// Modes of chat/ask.
+// Modes of chat/ask. A plain chat was seen on the wire as "normal" (the
+// worker logs "ChatMode: normal") and, in an earlier capture, as "chat";
+// the plugin's shapes name "chat", "edit" and "agent".
 const (
-	ModeChat  = "chat"
-	ModeAgent = "agent"
+	ModeNormal = "normal"
+	ModeChat   = "chat"
+	ModeAgent  = "agent"
+)
+
+// What chat/ask's chatContext holds.
+const (
+	// ContextNone sends null, as the minimal request seen on the wire does.
+	ContextNone = "none"
+	// ContextPrompt repeats the prompt in chatContext.text.
+	ContextPrompt = "prompt"
 )
 
 // Config is the driver's configuration. The zero value is usable once
@@ -64,10 +75,19 @@ type Config struct {
 	// abandoned. Default 1s.
 	StopTimeout time.Duration
 	// Mode is chat/ask's mode for turns that do not ask for the agent:
-	// ModeChat (default) or ModeAgent. A turn with tools, tool history or an
-	// agent model name (chat.Turn.Agent) always goes in ModeAgent, which also
-	// sets sessionType "assistant".
+	// ModeNormal (default: the live capture's), ModeChat or ModeAgent. A
+	// turn with tools, tool history or an agent model name (chat.Turn.Agent)
+	// always goes in ModeAgent.
 	Mode string
+	// AgentSessionType is chat/ask's sessionType in agent mode (a plain
+	// turn's is "chat", as seen on the wire). The plugin's values are
+	// chat, assistant, developer and inline; which one its agent mode
+	// pairs with is not in a capture. Default "assistant".
+	AgentSessionType string
+	// ChatContext is what chat/ask's chatContext holds: ContextNone
+	// (default: null, as on the wire) or ContextPrompt (the prompt again,
+	// which doubles what a turn sends).
+	ChatContext string
 	// ToolMode is how offered tools reach the worker: ToolsEmulated (default)
 	// renders them into the prompt and parses calls from the answer's text;
 	// ToolsNative passes them in chat/ask's extra.toolConfig in agent mode
@@ -130,7 +150,13 @@ func (c *Config) setDefaults() {
 		c.StopTimeout = time.Second
 	}
 	if c.Mode == "" {
-		c.Mode = ModeChat
+		c.Mode = ModeNormal
+	}
+	if c.AgentSessionType == "" {
+		c.AgentSessionType = "assistant"
+	}
+	if c.ChatContext == "" {
+		c.ChatContext = ContextNone
 	}
 	if c.ToolMode == "" {
 		c.ToolMode = ToolsEmulated

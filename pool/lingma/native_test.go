@@ -3,44 +3,77 @@ package lingma
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/lingmarpc"
 )
 
 // TestAskMode: a turn goes in agent mode when it asks for the agent (tools,
 // tool history or an agent model, which the router says in Turn.Agent) or
-// when the driver's default is agent; else in chat mode.
+// when the driver's default is agent; else in the configured plain mode,
+// "normal" as seen on the wire unless the operator says otherwise. The
+// prompt goes once, in questionText, unless chatContext is asked to repeat
+// it.
 func TestAskMode(t *testing.T) {
 	w := startSim(t, "--logged-in")
+	const q = "[[sim:ask]]"
 	tests := []struct {
 		name string
 		cfg  Config
 		turn chat.Turn
 		want string
 	}{
-		{name: "chat default", turn: chat.Turn{Messages: user("[[sim:ask]]")},
-			want: "mode=chat session_type=chat model= tools=none"},
-		{name: "agent asked", turn: chat.Turn{Messages: user("[[sim:ask]]"), Agent: true, Model: "kmodel"},
-			want: "mode=agent session_type=assistant model=kmodel tools=none"},
-		{name: "agent default", cfg: Config{Mode: ModeAgent}, turn: chat.Turn{Messages: user("[[sim:ask]]")},
-			want: "mode=agent session_type=assistant model= tools=none"},
-		{name: "emulated tools", turn: chat.Turn{Messages: user("[[sim:ask]]"), Agent: true, Tools: []chat.Tool{weatherTool}},
-			want: "mode=agent session_type=assistant model= tools=prompt:1"},
+		{name: "normal default", turn: chat.Turn{Messages: user(q)},
+			want: "mode=normal session_type=chat model= tools=none endpoint= context=null"},
+		{name: "chat configured", cfg: Config{Mode: ModeChat}, turn: chat.Turn{Messages: user(q)},
+			want: "mode=chat session_type=chat model= tools=none endpoint= context=null"},
+		{name: "prompt repeated", cfg: Config{ChatContext: ContextPrompt}, turn: chat.Turn{Messages: user(q)},
+			want: "mode=normal session_type=chat model= tools=none endpoint= context=text:" + strconv.Itoa(len(q))},
+		{name: "agent asked", turn: chat.Turn{Messages: user(q), Agent: true, Model: "kmodel"},
+			want: "mode=agent session_type=assistant model=kmodel tools=none endpoint= context=null"},
+		{name: "agent session type", cfg: Config{AgentSessionType: "developer"}, turn: chat.Turn{Messages: user(q), Agent: true},
+			want: "mode=agent session_type=developer model= tools=none endpoint= context=null"},
+		{name: "agent default", cfg: Config{Mode: ModeAgent}, turn: chat.Turn{Messages: user(q)},
+			want: "mode=agent session_type=assistant model= tools=none endpoint= context=null"},
+		{name: "emulated tools", turn: chat.Turn{Messages: user(q), Agent: true, Tools: []chat.Tool{weatherTool}},
+			want: "mode=agent session_type=assistant model= tools=prompt:1 endpoint= context=null"},
 		{name: "auto without the capability", cfg: Config{ToolMode: ToolsAuto},
-			turn: chat.Turn{Messages: user("[[sim:ask]]"), Agent: true, Tools: []chat.Tool{weatherTool}},
-			want: "mode=agent session_type=assistant model= tools=prompt:1"},
+			turn: chat.Turn{Messages: user(q), Agent: true, Tools: []chat.Tool{weatherTool}},
+			want: "mode=agent session_type=assistant model= tools=prompt:1 endpoint= context=null"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := connect(t, w, tt.cfg)
 			a := runTurn(t, c, &tt.turn)
-			if a.err != nil || !strings.HasPrefix(a.text, tt.want+" endpoint=") {
+			if a.err != nil || a.text != tt.want {
 				t.Errorf("answer = %q, %v; want %q", a.text, a.err, tt.want)
 			}
 		})
+	}
+}
+
+// TestAskParams: chat/ask carries every field of the minimal request seen
+// on the wire, in its order, with the same empty values.
+func TestAskParams(t *testing.T) {
+	params := make(chan string, 1)
+	f := newFake(t, func(fc *fakeConn, m *lingmarpc.Message) {
+		if m.Method == "chat/ask" {
+			params <- string(m.Params)
+		}
+		fc.reply(m.ID, map[string]any{"success": false, "errorCode": "", "errorMessage": "seen"})
+	})
+	c := fakeClient(t, f, Config{})
+	_, _ = c.Start(context.Background(), &chat.Turn{RequestID: "r", Messages: user("Reply with exactly: pong")})
+	want := `{"requestId":"r-1","chatTask":"FREE_INPUT","chatContext":null,"sessionId":"","codeLanguage":"",` +
+		`"isReply":false,"source":1,"questionText":"Reply with exactly: pong","stream":true,"taskDefinitionType":"",` +
+		`"extra":null,"sessionType":"chat","targetAgent":"","pluginPayloadConfig":null,"mode":"normal","shellType":"",` +
+		`"customModel":null}`
+	if got := <-params; got != want {
+		t.Errorf("chat/ask params\n%s\nwant\n%s", got, want)
 	}
 }
 
