@@ -42,6 +42,7 @@ type conn struct {
 	mu      sync.Mutex
 	nextID  int64
 	pending map[string]chan *lingmarpc.Message // our request id -> its reply
+	invokes map[string]chan *invokeResponse    // toolCallId -> the turn waiting for its tool/invokeResult
 
 	turns sync.WaitGroup
 }
@@ -58,7 +59,8 @@ func (s *Sim) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(lingmarpc.MaxFrame + 64<<10)
 	ctx, cancel := context.WithCancel(r.Context())
-	c := &conn{s: s, ws: ws, log: s.log.With("remote", r.RemoteAddr), ctx: ctx, pending: map[string]chan *lingmarpc.Message{}}
+	c := &conn{s: s, ws: ws, log: s.log.With("remote", r.RemoteAddr), ctx: ctx, pending: map[string]chan *lingmarpc.Message{},
+		invokes: map[string]chan *invokeResponse{}}
 	c.readLoop()
 	cancel()
 	c.turns.Wait()
@@ -161,6 +163,9 @@ func (c *conn) dispatch(m *lingmarpc.Message) {
 	case "chat/ask":
 		c.ask(m)
 		return
+	case "tool/invokeResult":
+		c.invokeResult(m)
+		return
 	case "chat/stop":
 		var p struct {
 			RequestID string `json:"requestId"`
@@ -230,9 +235,15 @@ func (c *conn) send(m *lingmarpc.Message) error {
 // call sends a server-to-client request and waits for its reply, at most
 // ReplyTimeout. It fails early when ctx ends.
 func (c *conn) call(ctx context.Context, method string, params any) error {
+	_, err := c.callResult(ctx, method, params)
+	return err
+}
+
+// callResult is call that returns the client's reply.
+func (c *conn) callResult(ctx context.Context, method string, params any) (*lingmarpc.Message, error) {
 	raw, err := json.Marshal(params)
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", method, err)
+		return nil, fmt.Errorf("encode %s: %w", method, err)
 	}
 	ch := make(chan *lingmarpc.Message, 1)
 	c.mu.Lock()
@@ -246,16 +257,16 @@ func (c *conn) call(ctx context.Context, method string, params any) error {
 		c.mu.Unlock()
 	}()
 	if err := c.send(&lingmarpc.Message{ID: id, Method: method, Params: raw}); err != nil {
-		return fmt.Errorf("send %s: %w", method, err)
+		return nil, fmt.Errorf("send %s: %w", method, err)
 	}
 	t := time.NewTimer(c.s.cfg.ReplyTimeout)
 	defer t.Stop()
 	select {
-	case <-ch:
-		return nil
+	case m := <-ch:
+		return m, nil
 	case <-t.C:
-		return fmt.Errorf("%s: %w", method, errNoReply)
+		return nil, fmt.Errorf("%s: %w", method, errNoReply)
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return nil, context.Cause(ctx)
 	}
 }

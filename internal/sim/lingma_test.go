@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/lingmarpc"
 )
 
 type authStatus struct {
@@ -131,19 +133,116 @@ func TestChatStreaming(t *testing.T) {
 	}
 }
 
+// TestServerWaitsForReply: the worker's messages of a turn are requests,
+// in the order a real worker sends them, each sent only once the client
+// answered the one before.
 func TestServerWaitsForReply(t *testing.T) {
 	h := startSim(t, "--logged-in")
 	c := dial(t, h)
 	c.ask("r1", "", "one two", false)
-	first := c.next()
-	if first.Method != "chat/answer" || len(first.ID) == 0 {
-		t.Fatalf("first message = %s id %s, want chat/answer request", first.Method, first.ID)
+	want := []string{"chat/process_step_callback", "session/title/update", "chat/answer", "chat/answer",
+		"chat/answer", "chat/answer", "chat/process_step_callback", "chat/finish"}
+	for i, method := range want {
+		m := c.next()
+		if m.Method != method || len(m.ID) == 0 {
+			t.Fatalf("message %d = %s id %s, want a %s request", i, m.Method, m.ID, method)
+		}
+		if i == 0 {
+			c.quiet(200 * time.Millisecond)
+		}
+		c.reply(m)
 	}
-	c.quiet(200 * time.Millisecond)
-	c.reply(first)
-	if m := c.next(); m.Method != "chat/answer" {
-		t.Fatalf("after reply got %s, want the next chat/answer", m.Method)
+	r := c.turn("r2", "", "[[sim:error]]", false)
+	if strings.Join(r.steps, " ") != "step_start:done step_end:error" || len(r.titles) != 1 {
+		t.Errorf("a failed turn's steps %q and titles %q, want start and end (error) and one title", r.steps, r.titles)
 	}
+}
+
+// TestBuiltinTools: in agent mode the worker asks the client to run its
+// own tools, synchronously (the result is the reply) or not (the reply is an
+// acknowledgement, the result a tool/invokeResult request), and waits for the
+// result. A JSON-RPC error is no tool result: the plugin never answers so,
+// and the turn fails. A chat-mode turn runs no tools.
+func TestBuiltinTools(t *testing.T) {
+	h := startSim(t, "--logged-in", "--reply-timeout=300ms")
+	c := dial(t, h)
+	unsupported := func(m *lingmarpc.Message, async bool) {
+		var inv toolInvoke
+		if err := json.Unmarshal(m.Params, &inv); err != nil || inv.Name != "read_file" || inv.ToolCallID == "" ||
+			inv.RequestID == "" || inv.Async != async || inv.Parameters == nil {
+			t.Fatalf("tool/invoke %s: %v, want read_file with a call id, async %v", m.Params, err, async)
+		}
+		res := map[string]any{"toolCallId": inv.ToolCallID, "name": inv.Name, "success": false,
+			"errorMessage": "not here", "result": nil, "startTime": 1, "timeConsuming": 0}
+		if !async {
+			c.replyWith(m, res)
+			return
+		}
+		c.replyWith(m, map[string]any{})
+		var ok map[string]any
+		c.result("tool/invokeResult", res, &ok)
+		if ok["errorCode"] != nil || len(ok) != 2 {
+			t.Errorf("tool/invokeResult answered %v, want null errorCode and errorMessage", ok)
+		}
+	}
+	tests := []struct {
+		name   string
+		text   string
+		answer func(m *lingmarpc.Message)
+		want   string
+	}{
+		{"sync", "x [[sim:builtin=read_file]]", func(m *lingmarpc.Message) { unsupported(m, false) },
+			"You said: x\ntool read_file failed: not here"},
+		{"async", "x [[sim:builtin-async=read_file]]", func(m *lingmarpc.Message) { unsupported(m, true) },
+			"You said: x\ntool read_file failed: not here"},
+		{"json-rpc error", "x [[sim:builtin=read_file]]", func(m *lingmarpc.Message) {
+			b, _ := lingmarpc.Encode(&lingmarpc.Message{ID: m.ID, Error: &lingmarpc.Error{Code: -32601, Message: "no"}})
+			c.sendRaw(b)
+		}, "error"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := fmt.Sprintf("b%d", i)
+			p := askParamsFor(id, "", tt.text, false)
+			p["mode"], p["sessionType"] = "agent", "assistant"
+			c.result("chat/ask", p, new(map[string]any))
+			r := c.collectWith(map[string]func(*lingmarpc.Message){"tool/invoke": tt.answer}, id)[id]
+			got := r.finish.FullAnswer
+			if r.finish.StatusCode != 200 {
+				got = r.finish.Reason
+			}
+			if got != tt.want {
+				t.Errorf("answer %q (finish %+v), want %q", got, r.finish, tt.want)
+			}
+		})
+	}
+	if st := h.stats(t); st.BuiltinCalls != 3 {
+		t.Errorf("builtin calls %d, want 3", st.BuiltinCalls)
+	}
+	r := c.turn("chat", "", "x [[sim:builtin=read_file]]", false)
+	if r.finish.FullAnswer != "You said: x" || h.stats(t).BuiltinCalls != 3 {
+		t.Errorf("a chat-mode turn answered %q, want no tool called", r.finish.FullAnswer)
+	}
+}
+
+// An asynchronous tool call whose result never comes leaves the turn
+// unfinished, as the reply timeout runs out.
+func TestBuiltinResultMissing(t *testing.T) {
+	h := startSim(t, "--logged-in", "--reply-timeout=100ms", "--builtin-tool=read_file", "--builtin-async")
+	c := dial(t, h)
+	p := askParamsFor("r1", "", "x", false)
+	p["mode"], p["sessionType"] = "agent", "assistant"
+	c.result("chat/ask", p, new(map[string]any))
+	for {
+		m := c.next()
+		if m.Method == "tool/invoke" {
+			c.replyWith(m, map[string]any{})
+			break
+		}
+		c.reply(m)
+	}
+	poll(t, "no response log", func() bool { return strings.Contains(h.log.String(), "no response from client") })
+	c.quiet(100 * time.Millisecond)
 }
 
 func TestNoReplyAbandonsTurn(t *testing.T) {
@@ -298,6 +397,7 @@ func TestHangAndStop(t *testing.T) {
 	h := startSim(t, "--logged-in")
 	c := dial(t, h)
 	c.ask("r1", "", "wait [[sim:hang]]", false)
+	c.opened()
 	c.quiet(100 * time.Millisecond)
 	var ok struct{ Success bool }
 	c.result("chat/stop", map[string]any{"requestId": "r1"}, &ok)
@@ -311,7 +411,7 @@ func TestStopMidStream(t *testing.T) {
 	h := startSim(t, "--logged-in")
 	c := dial(t, h)
 	c.ask("r1", "", "a b c d", false)
-	first := c.next()
+	first := c.nextAnswer()
 	var ok struct{ Success bool }
 	c.result("chat/stop", map[string]any{"requestId": "r1"}, &ok)
 	c.reply(first)
@@ -325,11 +425,7 @@ func TestCrashHook(t *testing.T) {
 	h := startSim(t, "--logged-in")
 	c := dial(t, h)
 	c.ask("r1", "", "a b c [[sim:crash]]", false)
-	first := c.next()
-	if first.Method != "chat/answer" {
-		t.Fatalf("first = %s, want chat/answer", first.Method)
-	}
-	c.reply(first)
+	c.reply(c.nextAnswer())
 	select {
 	case code := <-h.exits:
 		if code != 3 {

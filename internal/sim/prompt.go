@@ -95,6 +95,14 @@ func lastTurn(secs []section) int {
 }
 
 // lastUser returns the index of the last user section, or -1.
+// lastUserText is the body of the last user section, or "".
+func lastUserText(secs []section) string {
+	if i := lastUser(secs); i >= 0 {
+		return secs[i].body
+	}
+	return ""
+}
+
 func lastUser(secs []section) int {
 	for i := len(secs) - 1; i >= 0; i-- {
 		if secs[i].role == roleUser {
@@ -139,7 +147,10 @@ func stripDirectives(s string) string {
 // -1 and durations < 0 when the prompt does not set them.
 type directives struct {
 	// calls are the tool calls [[sim:call=NAME {args}]] asks for, in order.
-	calls               []directedCall
+	calls []directedCall
+	// builtins are the worker's own tools [[sim:builtin=NAME]] and
+	// [[sim:builtin-async=NAME]] ask the client to run, in order.
+	builtins            []builtin
 	whoami, ask         bool
 	toolCode, think     bool
 	crash, hang, logout bool
@@ -164,6 +175,9 @@ func parseDirectives(text string) directives {
 			if c, ok = parseCall(val); ok {
 				d.calls = append(d.calls, c)
 			}
+		case "builtin", "builtin-async":
+			ok = val != ""
+			d.builtins = append(d.builtins, builtin{name: val, async: name == "builtin-async"})
 		case "whoami":
 			d.whoami = true
 		case "ask":

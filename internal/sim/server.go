@@ -32,7 +32,7 @@ type Sim struct {
 
 	conns sync.WaitGroup // WebSocket connections (hijacked, so Shutdown does not wait)
 
-	loginHits, asks, sessionsMade, logins atomic.Int64
+	loginHits, asks, sessionsMade, logins, builtinCalls atomic.Int64
 
 	ep atomic.Pointer[string] // the endpoint config/updateEndpoint set
 }
@@ -200,6 +200,9 @@ type Stats struct {
 	Logins   int64 `json:"logins"`
 	// Endpoint is the endpoint config/updateEndpoint set.
 	Endpoint string `json:"endpoint"`
+	// BuiltinCalls counts the built-in tools the worker asked the client
+	// to run (tool/invoke).
+	BuiltinCalls int64 `json:"builtin_calls"`
 }
 
 func (s *Sim) stats() Stats {
@@ -209,6 +212,7 @@ func (s *Sim) stats() Stats {
 		Sessions:      s.sessionsMade.Load(),
 		Endpoint:      s.endpoint(),
 		Logins:        s.logins.Load(),
+		BuiltinCalls:  s.builtinCalls.Load(),
 	}
 }
 

@@ -44,6 +44,16 @@
 //   - chat/ask takes the modes the evidence shows ("normal", "chat", "edit",
 //     "agent", or none) and the plugin's session types (chat, assistant,
 //     developer, inline); any other is refused with success false.
+//   - A turn sends chat/process_step_callback (step_start, then step_end
+//     before its finish) and, on a session's first turn,
+//     session/title/update, each a request the client must answer.
+//   - In agent mode, [[sim:builtin=NAME]] (or --builtin-tool) asks the
+//     client to run the worker's own tool NAME: tool/invoke {requestId,
+//     sessionId, toolCallId, name, parameters, async}. The result is the
+//     plugin's ToolInvokeResponse (success, errorMessage, result): in the
+//     reply, or after an acknowledgement as a tool/invokeResult request,
+//     answered {errorCode: null, errorMessage: null}. A JSON-RPC error in its
+//     place fails the turn; no result within --reply-timeout abandons it.
 //   - [[sim:logout]] deletes cache/id and cache/user and still answers the
 //     turn normally; the next auth/status reports status 1.
 //
@@ -78,6 +88,8 @@
 //	[[sim:hang]]            accept and never answer until stopped or disconnected
 //	[[sim:await-results]]   after native tool/invoke calls, wait until stopped instead of finishing (lingma)
 //	[[sim:logout]]          delete the credentials, then answer normally (lingma)
+//	[[sim:builtin=NAME]]    in agent mode, have the client run the worker's own tool NAME first (lingma)
+//	[[sim:builtin-async=NAME]] the same, asynchronously (tool/invokeResult) (lingma)
 //
 // In openai mode an error after N deltas is an in-stream {"error": ...} event
 // with no [DONE] (a 500 for a non-stream request), a rate limit is HTTP 429
@@ -137,6 +149,13 @@ type Config struct {
 	// extra.toolConfig is answered with tool/invoke requests instead of a
 	// tool call in the text. Default off (tools only in the prompt).
 	NativeTools bool
+	// BuiltinTool, when set, is a built-in tool every agent-mode turn asks
+	// the client to run (tool/invoke) before it answers, as a worker whose
+	// agent loop uses its own tools does; BuiltinAsync makes the call
+	// asynchronous (its result comes as tool/invokeResult). A turn's
+	// [[sim:builtin=NAME]] directives replace it. Default none.
+	BuiltinTool  string
+	BuiltinAsync bool
 	// RequireEndpoint, when set, is the only endpoint at which a login URL
 	// is handed out (an enterprise account on a dedicated domain); until
 	// config/updateEndpoint sets it, login/generateUrl fails.
@@ -284,6 +303,8 @@ func ParseArgs(args []string, getenv func(string) string, usage io.Writer) (Conf
 	fs.StringVar(&cfg.LoginURL, "login-url", "", "hand out this login URL instead of the worker's own page (a fault)")
 	fs.BoolVar(&cfg.NativeTools, "native-tools", false, "advertise and answer with native tool/invoke calls in agent mode")
 	fs.StringVar(&cfg.RequireEndpoint, "require-endpoint", "", "hand out login URLs only once the endpoint is this URL")
+	fs.StringVar(&cfg.BuiltinTool, "builtin-tool", "", "in agent mode, ask the client to run this built-in tool (tool/invoke) in every turn")
+	fs.BoolVar(&cfg.BuiltinAsync, "builtin-async", false, "make --builtin-tool's calls asynchronous (result by tool/invokeResult)")
 	fs.DurationVar(&cfg.Faults.Delay, "delay", 0, "wait before the first delta")
 	fs.DurationVar(&cfg.Faults.ChunkDelay, "chunk-delay", 0, "wait between deltas")
 	fs.IntVar(&cfg.Faults.Chunks, "chunks", -1, "deltas per answer (-1: one per word)")

@@ -106,13 +106,16 @@ func (p *askParams) nativeTools(native bool) *toolSpec {
 	return ts
 }
 
-// toolInvoke is the body of the tool/invoke request of a native call.
+// toolInvoke is the body of a tool/invoke request: the plugin's
+// ToolInvokeRequest (requestId, toolCallId, name, parameters, async) and the
+// sessionId.
 type toolInvoke struct {
 	RequestID  string         `json:"requestId"`
 	SessionID  string         `json:"sessionId"`
 	ToolCallID string         `json:"toolCallId"`
 	Name       string         `json:"name"`
 	Parameters map[string]any `json:"parameters"`
+	Async      bool           `json:"async"`
 }
 
 // finishParams is the body of chat/finish: the plugin's shape, with the
@@ -212,13 +215,18 @@ func (c *conn) ask(m *lingmarpc.Message) {
 	})
 }
 
-// runTurn applies the turn's faults and streams its answer.
+// runTurn applies the turn's faults and streams its answer, between the
+// step callbacks a real worker sends around a turn.
 func (c *conn) runTurn(ctx context.Context, t *turn) {
 	fin := finishParams{RequestID: t.reqID, SessionID: t.sid}
 	if t.d.logout {
 		if err := c.s.creds.logout(); err != nil {
 			c.log.Error("sim logout", "err", err)
 		}
+	}
+	if err := c.opening(ctx, t); err != nil {
+		c.abort(t, fin, "", err)
+		return
 	}
 	if t.d.hang {
 		<-ctx.Done()
@@ -229,21 +237,7 @@ func (c *conn) runTurn(ctx context.Context, t *turn) {
 		c.abort(t, fin, "", err)
 		return
 	}
-	switch {
-	case t.d.ratelimit || t.ratelimit:
-		// No capture shows a throttled worker: a server error whose text
-		// says so, with the one field no capture shows (retryAfter).
-		fin.Reason, fin.StatusCode, fin.ErrorMessage = reasonError, statusFailed, "rate limited: too many requests"
-		fin.RetryAfter = int(math.Ceil(t.d.retryAfter.Seconds()))
-		c.finish(fin)
-		return
-	case t.d.timeout:
-		fin.Reason, fin.StatusCode, fin.ErrorMessage = reasonError, statusTimeout, "upstream request timed out"
-		c.finish(fin)
-		return
-	case t.d.errAfter == 0 || t.fail:
-		fin.Reason, fin.StatusCode, fin.ErrorMessage = reasonError, statusFailed, "simulated error"
-		c.finish(fin)
+	if c.failEarly(ctx, t, fin) {
 		return
 	}
 	if t.d.think {
@@ -258,7 +252,65 @@ func (c *conn) runTurn(ctx context.Context, t *turn) {
 			return
 		}
 	}
-	chunks, full := splitChunks(c.answerText(t), t.d.chunks)
+	note, err := c.builtins(ctx, t)
+	if err != nil {
+		c.toolFailed(ctx, t, fin, err)
+		return
+	}
+	c.streamAnswer(ctx, t, fin, note)
+}
+
+// opening sends what a real worker sends as a turn starts: the first step
+// callback and, on a session's first turn, its title. Each is a request
+// the client must answer.
+func (c *conn) opening(ctx context.Context, t *turn) error {
+	if err := c.step(ctx, t, "step_start", "done"); err != nil {
+		return err
+	}
+	if t.n > 1 {
+		return nil
+	}
+	title := stripDirectives(lastUserText(t.secs))
+	if r := []rune(title); len(r) > 40 {
+		title = string(r[:40])
+	}
+	return c.call(ctx, "session/title/update", map[string]string{"sessionId": t.sid, "sessionTitle": title})
+}
+
+// step sends chat/process_step_callback, as the worker reports its steps.
+func (c *conn) step(ctx context.Context, t *turn, step, status string) error {
+	return c.call(ctx, "chat/process_step_callback", map[string]any{"requestId": t.reqID, "sessionId": t.sid,
+		"step": step, "description": "", "status": status, "result": nil, "message": ""})
+}
+
+// failEarly finishes a turn that fails before its first delta, and reports
+// whether it did.
+func (c *conn) failEarly(ctx context.Context, t *turn, fin finishParams) bool {
+	switch {
+	case t.d.ratelimit || t.ratelimit:
+		// No capture shows a throttled worker: a server error whose text
+		// says so, with the one field no capture shows (retryAfter).
+		fin.Reason, fin.StatusCode, fin.ErrorMessage = reasonError, statusFailed, "rate limited: too many requests"
+		fin.RetryAfter = int(math.Ceil(t.d.retryAfter.Seconds()))
+	case t.d.timeout:
+		fin.Reason, fin.StatusCode, fin.ErrorMessage = reasonError, statusTimeout, "upstream request timed out"
+	case t.d.errAfter == 0 || t.fail:
+		fin.Reason, fin.StatusCode, fin.ErrorMessage = reasonError, statusFailed, "simulated error"
+	default:
+		return false
+	}
+	c.end(ctx, t, fin)
+	return true
+}
+
+// streamAnswer sends the answer (with note, the built-in tools' outcome,
+// after it) in deltas and finishes the turn, applying the stream's faults.
+func (c *conn) streamAnswer(ctx context.Context, t *turn, fin finishParams, note string) {
+	text := c.answerText(t)
+	if note != "" {
+		text += "\n" + note
+	}
+	chunks, full := splitChunks(text, t.d.chunks)
 	var sent strings.Builder
 	for i, chunk := range chunks {
 		if t.d.errAfter == i {
@@ -287,11 +339,24 @@ func (c *conn) runTurn(ctx context.Context, t *turn) {
 	fin.FullAnswer = sent.String()
 	if t.d.errAfter >= 0 {
 		fin.Reason, fin.StatusCode, fin.ErrorMessage = reasonError, statusFailed, "simulated error"
-		c.finish(fin)
+		c.end(ctx, t, fin)
 		return
 	}
 	fin.Reason, fin.StatusCode, fin.FullAnswer = reasonSuccess, statusOK, full
 	c.s.recordAnswer(t.sid, t.n, full)
+	c.end(ctx, t, fin)
+}
+
+// end sends the last step callback, then chat/finish.
+func (c *conn) end(ctx context.Context, t *turn, fin finishParams) {
+	status := "done"
+	if fin.StatusCode != statusOK {
+		status = "error"
+	}
+	if err := c.step(ctx, t, "step_end", status); err != nil {
+		c.abort(t, fin, fin.FullAnswer, err)
+		return
+	}
 	c.finish(fin)
 }
 
@@ -317,7 +382,7 @@ func (c *conn) invokeTools(ctx context.Context, t *turn, fin finishParams, calls
 	full := renderJSONCalls(calls)
 	c.s.recordAnswer(t.sid, t.n, full)
 	fin.Reason, fin.StatusCode = reasonSuccess, statusOK
-	c.finish(fin)
+	c.end(ctx, t, fin)
 }
 
 // answerText is the turn's whole answer before it is cut into deltas.

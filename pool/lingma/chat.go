@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
@@ -42,6 +43,9 @@ type turn struct {
 	// offered names the tools the worker may invoke natively in this turn;
 	// set before the turn is registered, read-only after.
 	offered map[string]bool
+	// builtins counts the worker's own tools it asked the gateway to run
+	// in this turn (its agent loop ran).
+	builtins atomic.Int32
 }
 
 func (t *turn) push(p *chatParams) {

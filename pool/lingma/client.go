@@ -425,8 +425,10 @@ func (c *Client) dispatch(m *lingmarpc.Message) {
 	}
 }
 
-// invokeParams is a tool/invoke request. The field names are not documented
-// for the real binary; the spellings public notes mention are all read.
+// invokeParams is a tool/invoke request: the plugin's ToolInvokeRequest
+// (requestId, toolCallId, name, parameters, async) and a sessionId. The
+// other spellings are read for a worker that passes the offered tools
+// natively, whose side of the protocol no capture shows.
 type invokeParams struct {
 	RequestID  string          `json:"requestId"`
 	SessionID  string          `json:"sessionId"`
@@ -437,25 +439,38 @@ type invokeParams struct {
 	Parameters json.RawMessage `json:"parameters"`
 	Arguments  json.RawMessage `json:"arguments"`
 	Input      json.RawMessage `json:"input"`
+	Async      bool            `json:"async"`
+}
+
+// invokeResult is the plugin's ToolInvokeResponse: the answer to a
+// synchronous tool/invoke, and the params of tool/invokeResult after an
+// asynchronous one.
+type invokeResult struct {
+	RequestID     string `json:"requestId,omitempty"`
+	ToolCallID    string `json:"toolCallId"`
+	Name          string `json:"name"`
+	Success       bool   `json:"success"`
+	ErrorMessage  string `json:"errorMessage"`
+	Result        any    `json:"result"`
+	StartTime     int64  `json:"startTime"`
+	TimeConsuming int64  `json:"timeConsuming"`
 }
 
 // invoke handles the worker's tool/invoke, on the reader goroutine. A call of
-// a tool the turn offered is acknowledged and becomes one of the turn's tool
-// calls, for the API caller to run; any other (the worker's own tools, a turn
-// that is over) is refused: the gateway runs no tool on the worker's behalf.
+// a tool the turn offered natively is acknowledged and becomes one of the
+// turn's tool calls, for the API caller to run. Any other is one of the
+// worker's own tools (its agent loop reads files, runs commands): the
+// gateway runs none on the worker's behalf and answers as the plugin
+// answers a tool it does not support, with a result that says so.
 func (c *Client) invoke(m *lingmarpc.Message) {
 	var p invokeParams
-	_ = json.Unmarshal(m.Params, &p) // unreadable params name no tool and are refused below
+	_ = json.Unmarshal(m.Params, &p) // unreadable params name no tool and are answered below
 	name := cmp.Or(p.Name, p.ToolName)
 	c.mu.Lock()
 	t := c.turns[p.RequestID]
 	c.mu.Unlock()
 	if t == nil || !t.offered[name] {
-		c.cfg.Logger.Warn("lingma: refused a tool the turn did not offer", "instance", c.name,
-			"requestId", p.RequestID, "tool", name)
-		if len(m.ID) > 0 {
-			_ = c.write(errorFrame(m.ID, codeToolUnavailable, "tool "+strconv.Quote(name)+" is not available"), c.cfg.CallTimeout)
-		}
+		c.unsupported(m, &p, name, t)
 		return
 	}
 	args, ok := textchat.NormalizeArgs(firstRaw(p.Parameters, p.Arguments, p.Input))
@@ -473,6 +488,34 @@ func (c *Client) invoke(m *lingmarpc.Message) {
 	t.push(&chatParams{RequestID: p.RequestID, SessionID: p.SessionID, method: m.Method, call: &call})
 }
 
+// unsupported answers a tool/invoke of a tool the gateway does not run: in
+// the reply when the call is synchronous, else an acknowledgement now and
+// the result as a tool/invokeResult request. The turn notes that the
+// worker ran its own tool loop (its session then holds more than the
+// gateway sent).
+func (c *Client) unsupported(m *lingmarpc.Message, p *invokeParams, name string, t *turn) {
+	c.cfg.Logger.Info("lingma: the worker asked for one of its own tools; answered unsupported", "instance", c.name,
+		"requestId", p.RequestID, "tool", name, "async", p.Async)
+	if t != nil {
+		t.builtins.Add(1)
+	}
+	res := invokeResult{ToolCallID: cmp.Or(p.ToolCallID, p.ID), Name: name, StartTime: time.Now().UnixMilli(),
+		ErrorMessage: "tool " + strconv.Quote(name) + " is not supported by this client (poolgate runs no tool on the worker's machine)"}
+	if len(m.ID) == 0 {
+		return
+	}
+	if !p.Async {
+		_ = c.write(resultFrame(m.ID, res), c.cfg.CallTimeout)
+		return
+	}
+	_ = c.reply(m.ID)
+	res.RequestID = p.RequestID
+	frame, err := requestFrame(c.nextID.Add(1), "tool/invokeResult", res)
+	if err == nil {
+		_ = c.write(frame, c.cfg.CallTimeout) // its answer goes nowhere: nothing waits for it
+	}
+}
+
 // firstRaw is the first of raws that holds a value.
 func firstRaw(raws ...json.RawMessage) json.RawMessage {
 	for _, r := range raws {
@@ -483,20 +526,14 @@ func firstRaw(raws ...json.RawMessage) json.RawMessage {
 	return nil
 }
 
-// codeToolUnavailable answers a tool/invoke the gateway does not serve.
-const codeToolUnavailable = -32601
-
-// errorFrame is the framed error response to request id.
-func errorFrame(id json.RawMessage, code int, msg string) []byte {
+// resultFrame is the framed response to request id with result v.
+func resultFrame(id json.RawMessage, v any) []byte {
 	const room = frameRoom
-	body, _ := json.Marshal(struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}{code, msg}) // a struct of an int and a string always encodes
+	body, _ := json.Marshal(v) // only the driver's own structs reach here
 	b := make([]byte, room, room+len(id)+len(body)+40)
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = append(b, id...)
-	b = append(b, `,"error":`...)
+	b = append(b, `,"result":`...)
 	b = append(b, body...)
 	b = append(b, '}')
 	return withHeader(b, room)

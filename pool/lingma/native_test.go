@@ -2,6 +2,7 @@ package lingma
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/lingmarpc"
+	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 // TestAskMode: a turn goes in agent mode when it asks for the agent (tools,
@@ -126,19 +128,20 @@ func TestNativeInvokeEdges(t *testing.T) {
 		wantCalls []string
 		wantText  string
 		wantStop  bool
+		requests  int // the fake's requests, each to be answered
 	}{
 		{name: "worker's own tool refused", then: func(fc *fakeConn, reqID string) {
 			invoke(fc, "5", reqID, "read_file")
 			fc.notify(`6`, "chat/finish", map[string]any{"requestId": reqID, "statusCode": 200, "fullAnswer": "done"})
-		}, wantText: "done"},
+		}, wantText: "done", requests: 2},
 		{name: "waits for the result", then: func(fc *fakeConn, reqID string) {
 			invoke(fc, "5", reqID, "get_weather")
-		}, wantCalls: []string{"tc-5"}, wantStop: true},
+		}, wantCalls: []string{"tc-5"}, wantStop: true, requests: 1},
 		{name: "error after the calls", then: func(fc *fakeConn, reqID string) {
 			invoke(fc, "5", reqID, "get_weather")
 			invoke(fc, "6", reqID, "get_weather")
 			fc.notify(`7`, "chat/finish", map[string]any{"requestId": reqID, "statusCode": 499, "reason": "cancelled"})
-		}, wantCalls: []string{"tc-5", "tc-6"}},
+		}, wantCalls: []string{"tc-5", "tc-6"}, requests: 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -165,10 +168,18 @@ func TestNativeInvokeEdges(t *testing.T) {
 			if got := slices.Contains(methods, "chat/stop"); got != tt.wantStop {
 				t.Errorf("chat/stop sent = %v, want %v", got, tt.wantStop)
 			}
+			// Every request was answered, none with an error: the
+			// worker's own tool with the plugin's "unsupported" result.
+			testenv.WaitFor(t, wait, "the replies to the fake's requests", func() bool {
+				_, replies = f.seen()
+				return len(replies) >= tt.requests
+			})
 			for _, r := range replies {
-				refused := r.Error != nil
-				if want := tt.name == "worker's own tool refused" && string(r.ID) == "5"; refused != want {
-					t.Errorf("reply to %s: error %v, want refused=%v", r.ID, r.Error, want)
+				var res map[string]any
+				_ = json.Unmarshal(r.Result, &res)
+				own := tt.name == "worker's own tool refused" && string(r.ID) == "5"
+				if r.Error != nil || own != (res["success"] == false && res["name"] == "read_file" && res["toolCallId"] == "tc-5") {
+					t.Errorf("reply to %s: %s %v, want an unsupported result: %v", r.ID, r.Result, r.Error, own)
 				}
 			}
 		})
@@ -229,5 +240,29 @@ func TestNativeTurnEnds(t *testing.T) {
 				t.Fatalf("answer = %+v %+v %v; want one call and finish tool_calls", a.calls, a.done, a.err)
 			}
 		})
+	}
+}
+
+// TestWorkerOwnTools: in agent mode the worker asks for its own tools
+// (tool/invoke, synchronous or not) and waits for their results; the driver
+// answers as the plugin answers a tool it does not support, and the worker
+// goes on to answer.
+func TestWorkerOwnTools(t *testing.T) {
+	_, c := newSim(t)
+	const unsupported = `tool read_file failed: tool "read_file" is not supported by this client ` +
+		`(poolgate runs no tool on the worker's machine)`
+	tests := []struct {
+		give string
+		want string
+	}{
+		{give: "x [[sim:builtin=read_file]]", want: "You said: x\n" + unsupported},
+		{give: "x [[sim:builtin-async=read_file]]", want: "You said: x\n" + unsupported},
+		{give: "x [[sim:builtin=read_file]] [[sim:builtin-async=read_file]]", want: "You said: x\n" + unsupported + "\n" + unsupported},
+	}
+	for _, tt := range tests {
+		a := runTurn(t, c, &chat.Turn{Messages: user(tt.give), Agent: true})
+		if a.err != nil || a.text != tt.want {
+			t.Errorf("%q answered %q, %v; want %q", tt.give, a.text, a.err, tt.want)
+		}
 	}
 }
