@@ -278,7 +278,7 @@ func workerSetup(cfg config.Config, log *slog.Logger) (worker.Driver, []supervis
 	default:
 		driver = lingma.New(lingma.Config{Command: prefix, ExtraArgs: extra,
 			TurnTimeout: cfg.LingmaTurnTimeout, ReplyTimeout: cfg.LingmaIdleTimeout, CallTimeout: cfg.LingmaRPCTimeout,
-			Mode: cfg.LingmaAskMode, AgentSessionType: cfg.LingmaAgentSession, ChatContext: cfg.LingmaChatContext,
+			Mode: cfg.LingmaAskMode, AgentSessionType: cfg.LingmaAgentSession, ChatContext: cfg.LingmaChatContext, Reuse: cfg.LingmaReuse,
 			ToolMode: cfg.LingmaToolMode, ToolSettle: cfg.LingmaToolSettle,
 			DedicatedDomain: cfg.LingmaDedicatedDomain, RateLimitText: regexp.MustCompile(cfg.LingmaRateLimitText),
 			LoginText: regexp.MustCompile(cfg.LingmaLoginText), Logger: log.With("component", "lingma")})

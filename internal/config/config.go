@@ -106,6 +106,7 @@ type Config struct {
 	ToolForwarding bool     `yaml:"tool_forwarding"` // offer the request's tools to workers at all (true)
 
 	SessionReuse     bool          `yaml:"session_reuse"`      // continue upstream sessions on follow-ups (true)
+	LingmaReuse      string        `yaml:"lingma_reuse"`       // which Lingma sessions a follow-up continues: controlled (those holding only what the gateway sent) or chat-only (plain turns without tools) (controlled)
 	SessionCacheSize int           `yaml:"session_cache_size"` // affinity entries kept in memory (10000)
 	SessionCacheTTL  time.Duration `yaml:"session_cache_ttl"`  // life of an affinity entry after its last turn (30m)
 
@@ -187,6 +188,7 @@ func Defaults() Config {
 		LingmaLoginText:           lingmarpc.DefaultLoginText,
 		ToolForwarding:            true,
 		SessionReuse:              true,
+		LingmaReuse:               "controlled",
 		SessionCacheSize:          10000,
 		SessionCacheTTL:           30 * time.Minute,
 		LoginTimeout:              3 * time.Minute,

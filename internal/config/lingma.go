@@ -19,6 +19,11 @@ func (c *Config) lingmaErrors() []error {
 	default:
 		errs = append(errs, fmt.Errorf("lingma_agent_session %q: use chat, assistant, developer or inline", c.LingmaAgentSession))
 	}
+	switch c.LingmaReuse {
+	case "controlled", "chat-only":
+	default:
+		errs = append(errs, fmt.Errorf("lingma_reuse %q: use controlled or chat-only", c.LingmaReuse))
+	}
 	switch c.LingmaChatContext {
 	case "none", "prompt":
 	default:

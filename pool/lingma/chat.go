@@ -193,16 +193,13 @@ func (c *Client) ask(ctx context.Context, t *chat.Turn) (*turnAnswer, error) {
 // askParams builds chat/ask's params for t and notes on tr the tools the
 // worker may invoke natively. This is the one place the ask is shaped.
 func (c *Client) askParams(t *chat.Turn, reqID string, tr *turn) askParams {
-	mode, sessionType := c.cfg.Mode, "chat"
-	if t.Agent {
-		mode = ModeAgent
-	}
+	mode, sessionType := c.mode(t), "chat"
 	if mode == ModeAgent {
 		sessionType = c.cfg.AgentSessionType
 	}
 	var extra askExtra
 	prompt := ""
-	if c.native && mode == ModeAgent && len(t.Tools) > 0 && t.ToolChoice.Mode != chat.ToolNone {
+	if c.nativeTools(t) {
 		extra.ToolConfig, tr.offered = nativeTools(t)
 		prompt = textchat.RenderNative(t)
 	} else {
@@ -229,6 +226,42 @@ func (c *Client) askParams(t *chat.Turn, reqID string, tr *turn) askParams {
 		p.Extra = &extra
 	}
 	return p
+}
+
+// mode is the ask mode of t.
+func (c *Client) mode(t *chat.Turn) string {
+	if t.Agent {
+		return ModeAgent
+	}
+	return c.cfg.Mode
+}
+
+// nativeTools reports whether t's tools go to the worker as data.
+func (c *Client) nativeTools(t *chat.Turn) bool {
+	return c.native && c.mode(t) == ModeAgent && len(t.Tools) > 0 && t.ToolChoice.Mode != chat.ToolNone
+}
+
+// Continues reports whether t may continue the upstream session of the
+// conversation's earlier turns, per Config.Reuse. The router asks before
+// it sends only the new messages; a session handed out by a turn is
+// already one its policy allowed (see stream.keep).
+func (c *Client) Continues(t *chat.Turn) bool {
+	if c.cfg.Reuse == ReuseChatOnly {
+		return c.mode(t) != ModeAgent && len(t.Tools) == 0
+	}
+	return !c.nativeTools(t)
+}
+
+// forget deletes an upstream session that nobody may continue, without
+// waiting for the answer (the turn's caller must not wait on it).
+func (c *Client) forget(sessionID string) {
+	if sessionID == "" {
+		return
+	}
+	frame, err := requestFrame(c.nextID.Add(1), "chat/deleteSessionById", map[string]string{"sessionId": sessionID})
+	if err == nil {
+		_ = c.write(frame, c.cfg.StopTimeout) // best effort
+	}
 }
 
 func (c *Client) endTurn(reqID string) {
@@ -275,7 +308,8 @@ func (c *Client) newAnswer(ctx context.Context, t *chat.Turn, reqID string, tr *
 	a := &turnAnswer{c: c, reqID: reqID, tr: tr, ctx: ctx,
 		idle:   time.NewTimer(c.cfg.ReplyTimeout),
 		settle: time.NewTimer(c.cfg.ToolSettle),
-		s:      stream{parser: textchat.NewParser(t), session: t.SessionID, cfg: &c.cfg}}
+		s: stream{parser: textchat.NewParser(t), session: t.SessionID, cfg: &c.cfg,
+			reusable: c.Continues(t), builtins: &tr.builtins, forget: c.forget}}
 	a.settle.Stop()
 	a.tctx, a.cancel = context.WithTimeout(ctx, c.cfg.TurnTimeout)
 	return a
@@ -358,7 +392,13 @@ type stream struct {
 	cfg     *Config
 	parser  *textchat.Parser
 	session string
-	gotText bool
+	// reusable says the turn's kind lets its session be continued;
+	// builtins counts the worker's own tools it ran (then it may not be);
+	// forget deletes a session that may not.
+	reusable bool
+	builtins *atomic.Int32
+	forget   func(sessionID string)
+	gotText  bool
 	// calls counts the tool calls the worker invoked natively.
 	calls int
 	// fail is set when the turn is abandoned for a reason other than ctx.
@@ -401,7 +441,18 @@ func (s *stream) handle(q []*chatParams) (done bool) {
 func (s *stream) finishCalls() {
 	evs, _ := s.parser.Finish()
 	s.emitAll(evs)
-	s.emit(chat.Event{Type: chat.EventDone, Finish: chat.FinishToolCalls, SessionID: s.session})
+	s.emit(chat.Event{Type: chat.EventDone, Finish: chat.FinishToolCalls, SessionID: s.keep()})
+}
+
+// keep is the session a follow-up may continue: the turn's, unless the
+// reuse policy says its session holds more than the gateway controls, in
+// which case the session is deleted and none is handed out.
+func (s *stream) keep() string {
+	if s.reusable && s.builtins.Load() == 0 {
+		return s.session
+	}
+	s.forget(s.session)
+	return ""
 }
 
 // finish queues the turn's last events.
@@ -421,5 +472,5 @@ func (s *stream) finish(m *chatParams) {
 	}
 	evs, reason := s.parser.Finish()
 	s.emitAll(evs)
-	s.emit(chat.Event{Type: chat.EventDone, Finish: reason, SessionID: s.session})
+	s.emit(chat.Event{Type: chat.EventDone, Finish: reason, SessionID: s.keep()})
 }

@@ -84,6 +84,11 @@ type Config struct {
 	// chat, assistant, developer and inline; which one its agent mode
 	// pairs with is not in a capture. Default "assistant".
 	AgentSessionType string
+	// Reuse is which upstream sessions a follow-up continues (sending only
+	// the new messages): ReuseControlled (default) or ReuseChatOnly. A
+	// session that may not be continued is deleted as its turn ends, and
+	// the follow-up starts a new one with the whole conversation.
+	Reuse string
 	// ChatContext is what chat/ask's chatContext holds: ContextNone
 	// (default: null, as on the wire) or ContextPrompt (the prompt again,
 	// which doubles what a turn sends).
@@ -119,6 +124,19 @@ type Config struct {
 	// slog.Default().
 	Logger *slog.Logger
 }
+
+// Reuse policies: which upstream sessions a follow-up turn may continue.
+const (
+	// ReuseControlled continues a session only while it holds nothing but
+	// what the gateway sent and the worker's answers to it: plain turns
+	// and turns with emulated tools, in which the worker ran none of its
+	// own tools. A turn whose tools went natively, or in which the worker
+	// ran its own tool loop, ends its session.
+	ReuseControlled = "controlled"
+	// ReuseChatOnly continues only turns in a plain (non-agent) mode
+	// without tools, as the Python gateway did.
+	ReuseChatOnly = "chat-only"
+)
 
 // Tool modes.
 const (
@@ -157,6 +175,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ChatContext == "" {
 		c.ChatContext = ContextNone
+	}
+	if c.Reuse == "" {
+		c.Reuse = ReuseControlled
 	}
 	if c.ToolMode == "" {
 		c.ToolMode = ToolsEmulated

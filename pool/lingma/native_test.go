@@ -3,6 +3,7 @@ package lingma
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,8 +82,9 @@ func TestAskParams(t *testing.T) {
 
 // TestNativeTools: with a worker that advertises tool/invoke, the tools go
 // to it as data (the prompt carries no tools section), its tool/invoke
-// requests come back as the turn's calls, and the results go back in the
-// next ask of the same session.
+// requests come back as the turn's calls, and the results go back with the
+// conversation in a new session: the worker's session holds its own
+// record of the calls, which the default reuse policy does not continue.
 func TestNativeTools(t *testing.T) {
 	for _, mode := range []string{ToolsAuto, ToolsNative} {
 		t.Run(mode, func(t *testing.T) {
@@ -105,7 +107,10 @@ func TestNativeTools(t *testing.T) {
 				{Role: chat.RoleAssistant, ToolCalls: a.calls},
 				{Role: chat.RoleTool, ToolCallID: call.ID, Content: "18C and sunny"},
 			}
-			b := runTurn(t, c, &chat.Turn{SessionID: a.done.SessionID, Messages: next, Agent: true, Tools: []chat.Tool{weatherTool}})
+			if a.done.SessionID != "" {
+				t.Errorf("a native tool turn handed out session %q, want none", a.done.SessionID)
+			}
+			b := runTurn(t, c, &chat.Turn{Messages: append(msgs, next...), Agent: true, Tools: []chat.Tool{weatherTool}})
 			if b.err != nil || b.text != "Tool get_weather returned: 18C and sunny" || b.done.Finish != chat.FinishStop {
 				t.Errorf("result turn = %q %+v %v", b.text, b.done, b.err)
 			}
@@ -263,6 +268,70 @@ func TestWorkerOwnTools(t *testing.T) {
 		a := runTurn(t, c, &chat.Turn{Messages: user(tt.give), Agent: true})
 		if a.err != nil || a.text != tt.want {
 			t.Errorf("%q answered %q, %v; want %q", tt.give, a.text, a.err, tt.want)
+		}
+	}
+}
+
+// TestReusePolicy: which sessions a turn hands out for its follow-up, per
+// policy. The controlled policy keeps a session while it holds only what
+// the gateway sent (plain turns, emulated tools) and ends one in which the
+// worker ran its own tools; the chat-only policy keeps only plain turns.
+// An ended session is deleted on the worker.
+func TestReusePolicy(t *testing.T) {
+	w := startSim(t, "--logged-in")
+	tools := []chat.Tool{weatherTool}
+	tests := []struct {
+		policy string
+		turn   chat.Turn
+		want   bool // the session is handed out
+	}{
+		{ReuseControlled, chat.Turn{Messages: user("a [[sim:whoami]]")}, true},
+		{ReuseControlled, chat.Turn{Messages: user("a [[sim:whoami]]"), Agent: true, Tools: tools}, true},
+		{ReuseControlled, chat.Turn{Messages: user("a [[sim:whoami]] [[sim:builtin=read_file]]"), Agent: true}, false},
+		{ReuseChatOnly, chat.Turn{Messages: user("a [[sim:whoami]]")}, true},
+		{ReuseChatOnly, chat.Turn{Messages: user("a [[sim:whoami]]"), Agent: true}, false},
+		{ReuseChatOnly, chat.Turn{Messages: user("a [[sim:whoami]]"), Agent: true, Tools: tools}, false},
+	}
+	for i, tt := range tests {
+		c := connect(t, w, Config{Reuse: tt.policy})
+		a := runTurn(t, c, &tt.turn)
+		var sid string
+		if _, err := fmt.Sscanf(a.text, "session=%s", &sid); err != nil || a.err != nil {
+			t.Fatalf("%d: answer %q, %v", i, a.text, a.err)
+		}
+		if got := a.done.SessionID == sid; got != tt.want {
+			t.Errorf("%d: %s policy handed out %q of %s, want it handed out: %v", i, tt.policy, a.done.SessionID, sid, tt.want)
+		}
+		// A follow-up on the session works only if it was kept.
+		b := runTurn(t, c, &chat.Turn{SessionID: sid, Messages: user("b")})
+		if (b.err == nil) != tt.want {
+			t.Errorf("%d: follow-up on %s: %v, want the session kept: %v", i, sid, b.err, tt.want)
+		}
+	}
+}
+
+// TestContinues: the router asks before it continues a session with only
+// the new messages.
+func TestContinues(t *testing.T) {
+	tools := []chat.Tool{weatherTool}
+	tests := []struct {
+		cfg  Config
+		turn chat.Turn
+		want bool
+	}{
+		{Config{}, chat.Turn{}, true},
+		{Config{}, chat.Turn{Agent: true, Tools: tools}, true},
+		{Config{ToolMode: ToolsNative}, chat.Turn{Agent: true, Tools: tools}, false},
+		{Config{ToolMode: ToolsNative}, chat.Turn{Agent: true}, true},
+		{Config{Reuse: ReuseChatOnly}, chat.Turn{}, true},
+		{Config{Reuse: ReuseChatOnly, Mode: ModeAgent}, chat.Turn{}, false},
+		{Config{Reuse: ReuseChatOnly}, chat.Turn{Agent: true}, false},
+	}
+	for _, tt := range tests {
+		d := New(tt.cfg)
+		c := &Client{cfg: d.cfg, native: tt.cfg.ToolMode == ToolsNative}
+		if got := c.Continues(&tt.turn); got != tt.want {
+			t.Errorf("Continues(%+v) with %+v = %v, want %v", tt.turn, tt.cfg, got, tt.want)
 		}
 	}
 }
