@@ -280,7 +280,7 @@ func workerSetup(cfg config.Config, log *slog.Logger) (worker.Driver, []supervis
 			TurnTimeout: cfg.LingmaTurnTimeout, ReplyTimeout: cfg.LingmaIdleTimeout, CallTimeout: cfg.LingmaRPCTimeout,
 			Mode: cfg.LingmaAskMode, AgentSessionType: cfg.LingmaAgentSession, ChatContext: cfg.LingmaChatContext, Reuse: cfg.LingmaReuse,
 			ToolMode: cfg.LingmaToolMode, ToolSettle: cfg.LingmaToolSettle,
-			DedicatedDomain: cfg.LingmaDedicatedDomain, RateLimitText: regexp.MustCompile(cfg.LingmaRateLimitText),
+			NoIsolation: !cfg.LingmaIsolateHome, DedicatedDomain: cfg.LingmaDedicatedDomain, RateLimitText: regexp.MustCompile(cfg.LingmaRateLimitText),
 			LoginText: regexp.MustCompile(cfg.LingmaLoginText), Logger: log.With("component", "lingma")})
 	}
 	return driver, workers, nil

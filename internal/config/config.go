@@ -94,6 +94,7 @@ type Config struct {
 	LingmaChatContext     string        `yaml:"lingma_chat_context"`     // what chat/ask's chatContext holds: none (null) or prompt (the prompt again) (none)
 	LingmaToolMode        string        `yaml:"lingma_tool_mode"`        // emulated, native or auto (emulated)
 	LingmaDedicatedDomain string        `yaml:"lingma_dedicated_domain"` // enterprise endpoint set before a login ("" = none)
+	LingmaIsolateHome     bool          `yaml:"lingma_isolate_home"`     // give each worker its own HOME, TMPDIR and XDG_RUNTIME_DIR under its work dir (true)
 	LingmaRateLimitText   string        `yaml:"lingma_ratelimit_text"`   // regular expression: a worker's error text that means the account is throttled, so the worker cools down
 	LingmaLoginText       string        `yaml:"lingma_login_text"`       // regular expression: a worker's error text that means its login is gone, so the worker is checked
 	// LingmaToolSettle exists because how the real worker ends a turn after
@@ -184,6 +185,7 @@ func Defaults() Config {
 		LingmaChatContext:         "none",
 		LingmaToolMode:            "emulated",
 		LingmaToolSettle:          3 * time.Second,
+		LingmaIsolateHome:         true,
 		LingmaRateLimitText:       lingmarpc.DefaultRateLimitText,
 		LingmaLoginText:           lingmarpc.DefaultLoginText,
 		ToolForwarding:            true,

@@ -151,7 +151,7 @@ type directives struct {
 	// builtins are the worker's own tools [[sim:builtin=NAME]] and
 	// [[sim:builtin-async=NAME]] ask the client to run, in order.
 	builtins            []builtin
-	whoami, ask         bool
+	whoami, ask, env    bool
 	toolCode, think     bool
 	crash, hang, logout bool
 	ratelimit, timeout  bool
@@ -182,6 +182,8 @@ func parseDirectives(text string) directives {
 			d.whoami = true
 		case "ask":
 			d.ask = true
+		case "env":
+			d.env = true
 		case "tool_code":
 			d.toolCode = true
 		case "think":

@@ -74,6 +74,8 @@
 //	[[sim:whoami]]          answer "session=S turn=N reply=B sections=K chars=L" (L in bytes)
 //	[[sim:ask]]             answer "mode=M session_type=T model=K tools=W endpoint=E context=C" (the ask's
 //	                        settings; W is none, prompt:N or native:N; C null or text:N) (lingma)
+//	[[sim:env]]             answer "home=H tmpdir=T runtime=R cwd=C" (the process's HOME, TMPDIR,
+//	                        XDG_RUNTIME_DIR and working dir) (lingma)
 //	[[sim:words=N]]         pad a text answer with filler words to N words
 //	[[sim:chunks=N]]        exactly N deltas (default: one per word)
 //	[[sim:delay=200ms]]     wait before the first delta

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -389,6 +390,11 @@ func (c *conn) invokeTools(ctx context.Context, t *turn, fin finishParams, calls
 func (c *conn) answerText(t *turn) string {
 	if t.d.whoami {
 		return whoamiText(t.sid, t.n, t.reply, len(t.secs), len(t.question))
+	}
+	if t.d.env {
+		wd, _ := os.Getwd()
+		return fmt.Sprintf("home=%s tmpdir=%s runtime=%s cwd=%s", os.Getenv("HOME"), os.Getenv("TMPDIR"),
+			os.Getenv("XDG_RUNTIME_DIR"), wd)
 	}
 	if t.d.ask {
 		tools := "none"

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -100,6 +101,13 @@ type Config struct {
 	// parser stays as the fallback); ToolsAuto is native when the worker's
 	// initialize result advertises capabilities.toolInvoke.
 	ToolMode string
+	// NoIsolation turns off each worker's home of its own. By default a
+	// worker's HOME, TMPDIR and XDG_RUNTIME_DIR are home/, tmp/ and run/
+	// under its work dir, so that what it keeps outside the work dir (an
+	// IDE's shared-client cache, an IPC socket under the home) is not
+	// shared by two workers on one host; whether the real worker needs
+	// this is not known. Default false: isolated.
+	NoIsolation bool
 	// DedicatedDomain is an enterprise endpoint URL. Before each login URL
 	// is generated the worker's endpoint is read (config/getEndpoint) and
 	// switched to it (config/updateEndpoint) when it differs. Default none.
@@ -204,6 +212,29 @@ var _ worker.Driver = (*Driver)(nil)
 func New(cfg Config) *Driver {
 	cfg.setDefaults()
 	return &Driver{cfg: cfg}
+}
+
+var _ worker.Preparer = (*Driver)(nil)
+
+// Prepare makes the worker's home, temp and runtime dirs under its work
+// dir and returns the variables that point it there (see NoIsolation).
+func (d *Driver) Prepare(ep worker.Endpoint) ([]string, error) {
+	if d.cfg.NoIsolation || ep.WorkDir == "" {
+		return nil, nil
+	}
+	dir, err := filepath.Abs(ep.WorkDir)
+	if err != nil {
+		return nil, fmt.Errorf("lingma %s: work dir: %w", ep.Name, err)
+	}
+	env := make([]string, 0, 3)
+	for _, v := range [...]struct{ key, sub string }{{"HOME", "home"}, {"TMPDIR", "tmp"}, {"XDG_RUNTIME_DIR", "run"}} {
+		p := filepath.Join(dir, v.sub)
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			return nil, fmt.Errorf("lingma %s: %w", ep.Name, err)
+		}
+		env = append(env, v.key+"="+p)
+	}
+	return env, nil
 }
 
 // Command returns the worker's argv for ep: Command, the standard start

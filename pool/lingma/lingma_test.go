@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -300,4 +302,24 @@ func TestConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestPrepare: each worker gets its own home, temp and runtime dirs under
+// its work dir, made private before it starts, unless isolation is off.
+func TestPrepare(t *testing.T) {
+	dir := t.TempDir()
+	env, err := New(Config{}).Prepare(worker.Endpoint{Name: "a", WorkDir: dir})
+	want := []string{"HOME=" + filepath.Join(dir, "home"), "TMPDIR=" + filepath.Join(dir, "tmp"),
+		"XDG_RUNTIME_DIR=" + filepath.Join(dir, "run")}
+	if err != nil || !slices.Equal(env, want) {
+		t.Fatalf("Prepare = %q, %v; want %q", env, err, want)
+	}
+	for _, sub := range []string{"home", "tmp", "run"} {
+		if fi, err := os.Stat(filepath.Join(dir, sub)); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v %v, want a private dir", sub, fi, err)
+		}
+	}
+	if env, err := New(Config{NoIsolation: true}).Prepare(worker.Endpoint{WorkDir: dir}); err != nil || env != nil {
+		t.Errorf("Prepare without isolation = %q, %v; want nothing", env, err)
+	}
 }

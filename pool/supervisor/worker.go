@@ -467,8 +467,12 @@ func (w *Worker) start(ctx context.Context) (Process, worker.Backend, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)
 	}
+	env, err := w.procEnv(ep)
+	if err != nil {
+		return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)
+	}
 	proc, err := w.launcher.Launch(ProcSpec{
-		Argv: append(w.driver.Command(ep), w.cfg.Account.Args...), Env: w.cfg.Account.Env, Dir: w.cfg.WorkDir, Log: w.log,
+		Argv: append(w.driver.Command(ep), w.cfg.Account.Args...), Env: env, Dir: w.cfg.WorkDir, Log: w.log,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)
@@ -497,6 +501,20 @@ func (w *Worker) start(ctx context.Context) (Process, worker.Backend, error) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// procEnv is the process's own environment: what the driver prepares for
+// it (a worker.Preparer's), then the account's entries, which win.
+func (w *Worker) procEnv(ep worker.Endpoint) ([]string, error) {
+	p, ok := w.driver.(worker.Preparer)
+	if !ok {
+		return w.cfg.Account.Env, nil
+	}
+	env, err := p.Prepare(ep)
+	if err != nil {
+		return nil, err
+	}
+	return append(env, w.cfg.Account.Env...), nil
 }
 
 // endpoint picks free loopback ports for this start.
