@@ -44,6 +44,9 @@ type Account struct {
 	SessionBundlePlain string `yaml:"session_bundle_plain" json:"session_bundle_plain"`
 	// Recipe names the login recipe for this account (default by driver).
 	Recipe string `yaml:"recipe" json:"recipe"`
+	// Record writes a transcript of each of this account's turns, as
+	// lingma_record does for every account.
+	Record bool `yaml:"record" json:"record"`
 	// Unnamed: the configuration gave no name, so it is account-N by the
 	// account's place (never its username, which API callers would see).
 	Unnamed bool `yaml:"-" json:"-"`
@@ -94,6 +97,10 @@ type Config struct {
 	LingmaChatContext     string        `yaml:"lingma_chat_context"`     // what chat/ask's chatContext holds: none (null) or prompt (the prompt again) (none)
 	LingmaToolMode        string        `yaml:"lingma_tool_mode"`        // emulated, native or auto (emulated)
 	LingmaDedicatedDomain string        `yaml:"lingma_dedicated_domain"` // enterprise endpoint set before a login ("" = none)
+	LingmaRecord          bool          `yaml:"lingma_record"`           // write a redacted transcript of every turn of every worker (false)
+	LingmaRecordDir       string        `yaml:"lingma_record_dir"`       // where transcripts go, a sub-directory per instance ("" = each work dir's transcripts/)
+	LingmaRecordBytes     int64         `yaml:"lingma_record_bytes"`     // cap of one transcript in bytes; the rest of the turn is dropped (1 MiB)
+	LingmaRecordKeep      int           `yaml:"lingma_record_keep"`      // transcripts kept per instance, the oldest removed first (100)
 	LingmaIsolateHome     bool          `yaml:"lingma_isolate_home"`     // give each worker its own HOME, TMPDIR and XDG_RUNTIME_DIR under its work dir (true)
 	LingmaRateLimitText   string        `yaml:"lingma_ratelimit_text"`   // regular expression: a worker's error text that means the account is throttled, so the worker cools down
 	LingmaLoginText       string        `yaml:"lingma_login_text"`       // regular expression: a worker's error text that means its login is gone, so the worker is checked
@@ -185,6 +192,8 @@ func Defaults() Config {
 		LingmaChatContext:         "none",
 		LingmaToolMode:            "emulated",
 		LingmaToolSettle:          3 * time.Second,
+		LingmaRecordBytes:         1 << 20,
+		LingmaRecordKeep:          100,
 		LingmaIsolateHome:         true,
 		LingmaRateLimitText:       lingmarpc.DefaultRateLimitText,
 		LingmaLoginText:           lingmarpc.DefaultLoginText,

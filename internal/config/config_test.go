@@ -52,6 +52,8 @@ func TestLoadErrors(t *testing.T) {
 		{"zero tool settle", "", []string{"POOLGATE_LINGMA_TOOL_SETTLE=0"}, "lingma_tool_settle"},
 		{"negative tool settle", "lingma_tool_settle: -1s\n", nil, "lingma_tool_settle"},
 		{"unknown ask mode", "", []string{"POOLGATE_LINGMA_ASK_MODE=free"}, "lingma_ask_mode"},
+		{"tiny transcripts", "", []string{"POOLGATE_LINGMA_RECORD_BYTES=10"}, "lingma_record_bytes"},
+		{"no transcripts kept", "lingma_record_keep: 0\n", nil, "lingma_record_keep"},
 		{"unknown reuse policy", "", []string{"POOLGATE_LINGMA_REUSE=always"}, "lingma_reuse"},
 		{"unknown chat context", "lingma_chat_context: twice\n", nil, "lingma_chat_context"},
 		{"unknown agent session type", "", []string{"POOLGATE_LINGMA_AGENT_SESSION=ide"}, "lingma_agent_session"},

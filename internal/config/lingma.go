@@ -37,6 +37,12 @@ func (c *Config) lingmaErrors() []error {
 	if u := c.LingmaDedicatedDomain; u != "" && !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
 		errs = append(errs, fmt.Errorf("lingma_dedicated_domain %q: an http(s) URL", u))
 	}
+	if c.LingmaRecordBytes < 4096 {
+		errs = append(errs, fmt.Errorf("lingma_record_bytes %d: at least 4096", c.LingmaRecordBytes))
+	}
+	if c.LingmaRecordKeep < 1 {
+		errs = append(errs, fmt.Errorf("lingma_record_keep %d: at least 1", c.LingmaRecordKeep))
+	}
 	for k, v := range map[string]string{"lingma_ratelimit_text": c.LingmaRateLimitText, "lingma_login_text": c.LingmaLoginText} {
 		if v == "" {
 			errs = append(errs, fmt.Errorf("%s is empty: give a regular expression (an empty one would match every error)", k))

@@ -148,10 +148,13 @@ func (tw *TranscriptWriter) Write(dir string, body []byte) error {
 	if tw.full || tw.err != nil {
 		return tw.err
 	}
-	b, err := json.Marshal(Entry{Dir: dir, At: time.Since(tw.start).Milliseconds(), Msg: json.RawMessage(body)})
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // placeholders and prompts are full of < and >
+	if err := enc.Encode(Entry{Dir: dir, At: time.Since(tw.start).Milliseconds(), Msg: json.RawMessage(body)}); err != nil {
 		return fmt.Errorf("transcript: %w", err)
 	}
+	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if tw.max > 0 && tw.n+int64(len(b))+1 > tw.max-32 {
 		tw.full = true
 		return tw.line([]byte(`{"truncated":true}`))

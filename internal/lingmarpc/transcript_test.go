@@ -52,7 +52,7 @@ func TestTranscriptRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs := []string{`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`, `{"jsonrpc":"2.0","id":1,"result":{}}`}
+	msgs := []string{`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`, `{"jsonrpc":"2.0","id":1,"result":{"a":"<redacted>"}}`}
 	for i, m := range msgs {
 		if err := tw.Write([]string{Send, Recv}[i], []byte(m)); err != nil {
 			t.Fatal(err)

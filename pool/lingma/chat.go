@@ -268,6 +268,9 @@ func (c *Client) endTurn(reqID string) {
 	c.mu.Lock()
 	delete(c.turns, reqID)
 	c.mu.Unlock()
+	if c.rec != nil {
+		c.rec.end(reqID)
+	}
 }
 
 // stop sends chat/stop without waiting for its answer: the turn is being

@@ -49,6 +49,8 @@ type Client struct {
 	// native: offered tools go to the worker as data and come back as
 	// tool/invoke requests (Config.ToolMode, decided at initialize).
 	native bool
+	// rec writes the turns' transcripts; nil when recording is off.
+	rec *recorder
 
 	mu      sync.Mutex
 	pending map[int64]chan *lingmarpc.Message
@@ -65,12 +67,13 @@ func (c *Client) Capabilities() worker.Capabilities {
 	return worker.Capabilities{Models: true, RawModels: true, BrowserLogin: true, Sessions: true}
 }
 
-func newClient(conn *websocket.Conn, cfg Config, name string) *Client {
+func newClient(conn *websocket.Conn, cfg Config, name string, rec *recorder) *Client {
 	conn.SetReadLimit(readLimit)
 	c := &Client{
 		conn:     conn,
 		cfg:      cfg,
 		name:     name,
+		rec:      rec,
 		done:     make(chan struct{}),
 		pending:  map[int64]chan *lingmarpc.Message{},
 		turns:    map[string]*turn{},
@@ -89,6 +92,9 @@ func (c *Client) Close() error {
 		_ = c.conn.CloseNow() // the worker may be dead: no close handshake
 	})
 	<-c.done
+	if c.rec != nil {
+		c.rec.close()
+	}
 	return nil
 }
 
@@ -292,6 +298,9 @@ func (c *Client) call(ctx context.Context, method string, params, out any) error
 func (c *Client) write(frame []byte, timeout time.Duration) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if c.rec != nil {
+		c.rec.out(frame)
+	}
 	c.watchdog.Reset(timeout)
 	err := c.conn.Write(context.Background(), websocket.MessageText, frame)
 	if !c.watchdog.Stop() && err == nil {
@@ -336,6 +345,9 @@ func (c *Client) read() {
 			m := new(lingmarpc.Message)
 			if lingmarpc.Read(body, m) != nil {
 				continue // one bad message does not end the connection
+			}
+			if c.rec != nil {
+				c.rec.in(body)
 			}
 			c.dispatch(m)
 		}

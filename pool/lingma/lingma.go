@@ -128,6 +128,9 @@ type Config struct {
 	// (the pool checks the worker's login). Default
 	// lingmarpc.DefaultLoginText.
 	LoginText *regexp.Regexp
+	// Record says which workers write a transcript of each turn, and
+	// where. Default: none.
+	Record RecordConfig
 	// Logger receives the driver's warnings (refused tool calls). Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -199,6 +202,12 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Record.MaxBytes <= 0 {
+		c.Record.MaxBytes = 1 << 20
+	}
+	if c.Record.Keep <= 0 {
+		c.Record.Keep = 100
+	}
 }
 
 // Driver starts and connects to Lingma workers.
@@ -262,7 +271,12 @@ func (d *Driver) Connect(ctx context.Context, ep worker.Endpoint) (worker.Backen
 	if err != nil {
 		return nil, fmt.Errorf("lingma %s: dial %s: %w", ep.Name, u, err)
 	}
-	c := newClient(conn, d.cfg, ep.Name)
+	rec, err := d.recorder(ep)
+	if err != nil {
+		_ = conn.CloseNow()
+		return nil, err
+	}
+	c := newClient(conn, d.cfg, ep.Name, rec)
 	caps, err := c.initialize(ctx, ep.WorkDir)
 	if err != nil {
 		_ = c.Close()
@@ -275,6 +289,19 @@ func (d *Driver) Connect(ctx context.Context, ep worker.Endpoint) (worker.Backen
 		c.native = caps.ToolInvoke
 	}
 	return c, nil
+}
+
+// recorder is the transcript writer of the worker at ep, or nil when it
+// records nothing.
+func (d *Driver) recorder(ep worker.Endpoint) (*recorder, error) {
+	if !d.cfg.Record.All && !ep.Account.Record {
+		return nil, nil
+	}
+	dir := filepath.Join(ep.WorkDir, "transcripts")
+	if d.cfg.Record.Dir != "" {
+		dir = filepath.Join(d.cfg.Record.Dir, ep.Name)
+	}
+	return newRecorder(dir, d.cfg.Record, ep.Name, d.cfg.Logger)
 }
 
 // serverCaps are the initialize result's capabilities the driver reads.

@@ -114,4 +114,7 @@ type Account struct {
 	Env []string
 	// Args are extra worker arguments for this account only.
 	Args []string
+	// Record asks the driver to write a transcript of this worker's turns
+	// (the Lingma driver's lingma_record, for one account).
+	Record bool
 }
