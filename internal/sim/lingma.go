@@ -44,6 +44,10 @@ type conn struct {
 	pending map[string]chan *lingmarpc.Message // our request id -> its reply
 	invokes map[string]chan *invokeResponse    // toolCallId -> the turn waiting for its tool/invokeResult
 
+	// replay plays a transcript instead of answering (--replay); nil
+	// otherwise.
+	replay *replayer
+
 	turns sync.WaitGroup
 }
 
@@ -61,6 +65,10 @@ func (s *Sim) serveWS(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(r.Context())
 	c := &conn{s: s, ws: ws, log: s.log.With("remote", r.RemoteAddr), ctx: ctx, pending: map[string]chan *lingmarpc.Message{},
 		invokes: map[string]chan *invokeResponse{}}
+	if s.script != nil {
+		c.replay = newReplayer(c, s.script)
+		s.replaying.Store(c.replay)
+	}
 	c.readLoop()
 	cancel()
 	c.turns.Wait()
@@ -98,6 +106,10 @@ func (c *conn) readLoop() {
 			m, err := lingmarpc.Decode(body)
 			if err != nil {
 				c.log.Error("bad message", "err", err)
+				continue
+			}
+			if c.replay != nil {
+				c.replay.handle(m, body)
 				continue
 			}
 			c.handle(m)

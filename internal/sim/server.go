@@ -35,6 +35,11 @@ type Sim struct {
 	loginHits, asks, sessionsMade, logins, builtinCalls atomic.Int64
 
 	ep atomic.Pointer[string] // the endpoint config/updateEndpoint set
+
+	// script is the transcript --replay plays; replaying the newest
+	// connection's replay of it.
+	script    *script
+	replaying atomic.Pointer[replayer]
 }
 
 func (s *Sim) endpoint() string {
@@ -86,6 +91,13 @@ func New(cfg Config, log *slog.Logger) (*Sim, error) {
 	}
 	if cfg.WorkDir != "" {
 		s.creds = newCreds(cfg.WorkDir)
+	}
+	if cfg.Replay != "" {
+		sc, err := loadScript(cfg.Replay)
+		if err != nil {
+			return nil, err
+		}
+		s.script = sc
 	}
 	return s, nil
 }
@@ -203,10 +215,18 @@ type Stats struct {
 	// BuiltinCalls counts the built-in tools the worker asked the client
 	// to run (tool/invoke).
 	BuiltinCalls int64 `json:"builtin_calls"`
+	// Replay is how far the newest connection's replay got (--replay).
+	Replay *ReplayStats `json:"replay,omitempty"`
 }
 
 func (s *Sim) stats() Stats {
+	var rs *ReplayStats
+	if r := s.replaying.Load(); r != nil {
+		st := r.stats()
+		rs = &st
+	}
 	return Stats{
+		Replay:        rs,
 		LoginPageHits: s.loginHits.Load(),
 		Asks:          s.asks.Load(),
 		Sessions:      s.sessionsMade.Load(),

@@ -54,6 +54,11 @@
 //     reply, or after an acknowledgement as a tool/invokeResult request,
 //     answered {errorCode: null, errorMessage: null}. A JSON-RPC error in its
 //     place fails the turn; no result within --reply-timeout abandons it.
+//   - --replay=FILE plays a transcript (internal/lingmarpc's format) as the
+//     worker: setup calls are answered as recorded whenever they come, every
+//     other message must be the transcript's next, the worker's recorded
+//     messages follow it; a difference is a JSON-RPC error (and a 500
+//     finish of the turn in progress) naming it.
 //   - [[sim:logout]] deletes cache/id and cache/user and still answers the
 //     turn normally; the next auth/status reports status 1.
 //
@@ -151,6 +156,10 @@ type Config struct {
 	// extra.toolConfig is answered with tool/invoke requests instead of a
 	// tool call in the text. Default off (tools only in the prompt).
 	NativeTools bool
+	// Replay, when set, is a transcript the worker plays instead of
+	// answering (lingma protocol): it checks what the client sends against
+	// it and answers as recorded. Default none.
+	Replay string
 	// BuiltinTool, when set, is a built-in tool every agent-mode turn asks
 	// the client to run (tool/invoke) before it answers, as a worker whose
 	// agent loop uses its own tools does; BuiltinAsync makes the call
@@ -305,6 +314,7 @@ func ParseArgs(args []string, getenv func(string) string, usage io.Writer) (Conf
 	fs.StringVar(&cfg.LoginURL, "login-url", "", "hand out this login URL instead of the worker's own page (a fault)")
 	fs.BoolVar(&cfg.NativeTools, "native-tools", false, "advertise and answer with native tool/invoke calls in agent mode")
 	fs.StringVar(&cfg.RequireEndpoint, "require-endpoint", "", "hand out login URLs only once the endpoint is this URL")
+	fs.StringVar(&cfg.Replay, "replay", "", "play this transcript as the worker, checking what the client sends against it")
 	fs.StringVar(&cfg.BuiltinTool, "builtin-tool", "", "in agent mode, ask the client to run this built-in tool (tool/invoke) in every turn")
 	fs.BoolVar(&cfg.BuiltinAsync, "builtin-async", false, "make --builtin-tool's calls asynchronous (result by tool/invokeResult)")
 	fs.DurationVar(&cfg.Faults.Delay, "delay", 0, "wait before the first delta")
