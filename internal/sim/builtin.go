@@ -81,7 +81,7 @@ func (c *conn) invoke(ctx context.Context, inv toolInvoke) (*invokeResponse, err
 			c.mu.Unlock()
 		}()
 	}
-	m, err := c.callResult(ctx, "tool/invoke", inv)
+	m, err := c.callResult(ctx, "tool/invoke", c.s.invokeBody(inv))
 	if err != nil {
 		return nil, err
 	}

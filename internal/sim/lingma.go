@@ -87,7 +87,10 @@ func (c *conn) readLoop() {
 		}
 		buf = append(buf, data...)
 		if len(bytes.TrimSpace(buf)) > 0 && bytes.TrimSpace(buf)[0] == '{' {
-			c.log.Error("rejecting bare JSON without a Content-Length frame", "bytes", len(buf))
+			if !c.bareJSON(buf) {
+				// The real worker's words.
+				c.log.Error("Unknown message header: rejecting bare JSON without a Content-Length frame", "bytes", len(buf))
+			}
 			buf = buf[:0]
 			continue
 		}
@@ -202,12 +205,12 @@ func (c *conn) dispatch(m *lingmarpc.Message) {
 // errorCode, errorMessage} with empty error fields, as chat/ask is answered
 // on the wire.
 func (s *Sim) accepted() map[string]any {
-	return map[string]any{"success": true, "errorCode": "", "errorMessage": ""}
+	return map[string]any{"success": true, "errorCode": "", s.errKey(): ""}
 }
 
 // failure is the reply of a request the worker refuses.
 func (s *Sim) failure(code, msg string) map[string]any {
-	return map[string]any{"success": false, "errorCode": code, "errorMessage": msg}
+	return map[string]any{"success": false, "errorCode": code, s.errKey(): msg}
 }
 
 func (s *Sim) authStatus() map[string]any {

@@ -126,6 +126,14 @@ func (s *Sim) Run(ctx context.Context) error {
 		servers = append(servers, s.newServer(ctx, http.HandlerFunc(s.serveWS)))
 		listeners = append(listeners, wsLn)
 	}
+	if ln, err := s.extraListener(); err != nil {
+		closeAll(listeners)
+		return err
+	} else if ln != nil {
+		servers = append(servers, s.newServer(ctx, http.NotFoundHandler()))
+		listeners = append(listeners, ln)
+		s.log.Info("deviation extra-listener: listening where no flag says", "addr", ln.Addr().String())
+	}
 	s.log.Info("simworker listening", "socket", socket, "http", s.httpPort, "protocol", s.cfg.Protocol)
 	errc := make(chan error, len(servers))
 	for i, srv := range servers {
@@ -174,6 +182,12 @@ func (s *Sim) newServer(ctx context.Context, h http.Handler) *http.Server {
 		IdleTimeout:       60 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+}
+
+func closeAll(lns []net.Listener) {
+	for _, ln := range lns {
+		_ = ln.Close()
 	}
 }
 
@@ -253,6 +267,9 @@ func (s *Sim) openSession(sid, question string, reply bool) (id string, turn int
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess := s.sessions[sid]
+	if reply && sess != nil && s.cfg.Deviate["new-session"] {
+		sess, sid, reply = nil, "", false
+	}
 	if sess == nil {
 		if reply {
 			return "", 0, false

@@ -59,6 +59,8 @@
 //     other message must be the transcript's next, the worker's recorded
 //     messages follow it; a difference is a JSON-RPC error (and a 500
 //     finish of the turn in progress) naming it.
+//   - --deviate=NAME,... makes the worker differ from the evidence in the
+//     ways Deviations lists, for the tests of a check of a real worker.
 //   - [[sim:logout]] deletes cache/id and cache/user and still answers the
 //     turn normally; the next auth/status reports status 1.
 //
@@ -156,6 +158,9 @@ type Config struct {
 	// extra.toolConfig is answered with tool/invoke requests instead of a
 	// tool call in the text. Default off (tools only in the prompt).
 	NativeTools bool
+	// Deviate names the ways the worker differs from the evidence
+	// (Deviations), for tests of a check of a real worker. Default none.
+	Deviate map[string]bool
 	// Replay, when set, is a transcript the worker plays instead of
 	// answering (lingma protocol): it checks what the client sends against
 	// it and answers as recorded. Default none.
@@ -298,6 +303,7 @@ func ParseArgs(args []string, getenv func(string) string, usage io.Writer) (Conf
 		cfg                 Config
 		transport, accounts string
 		loggedIn, modelKeys string
+		deviate             string
 		port                int
 	)
 	fs := flag.NewFlagSet("simworker", flag.ContinueOnError)
@@ -314,6 +320,7 @@ func ParseArgs(args []string, getenv func(string) string, usage io.Writer) (Conf
 	fs.StringVar(&cfg.LoginURL, "login-url", "", "hand out this login URL instead of the worker's own page (a fault)")
 	fs.BoolVar(&cfg.NativeTools, "native-tools", false, "advertise and answer with native tool/invoke calls in agent mode")
 	fs.StringVar(&cfg.RequireEndpoint, "require-endpoint", "", "hand out login URLs only once the endpoint is this URL")
+	fs.StringVar(&deviate, "deviate", "", "differ from the evidence: some of "+strings.Join(Deviations, ","))
 	fs.StringVar(&cfg.Replay, "replay", "", "play this transcript as the worker, checking what the client sends against it")
 	fs.StringVar(&cfg.BuiltinTool, "builtin-tool", "", "in agent mode, ask the client to run this built-in tool (tool/invoke) in every turn")
 	fs.BoolVar(&cfg.BuiltinAsync, "builtin-async", false, "make --builtin-tool's calls asynchronous (result by tool/invokeResult)")
@@ -353,6 +360,9 @@ func ParseArgs(args []string, getenv func(string) string, usage io.Writer) (Conf
 	}
 	if modelKeys != "" {
 		cfg.ModelKeys = strings.Split(modelKeys, ",")
+	}
+	if cfg.Deviate, err = parseDeviations(deviate); err != nil {
+		return Config{}, err
 	}
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {

@@ -60,8 +60,8 @@ var (
 )
 
 // checkAsk refuses an ask whose mode or session type no evidence shows.
-func checkAsk(p *askParams) error {
-	if !askModes[p.Mode] {
+func (s *Sim) checkAsk(p *askParams) error {
+	if !askModes[p.Mode] || p.Mode == "normal" && s.cfg.Deviate["no-normal"] {
 		return fmt.Errorf("unsupported mode %q", p.Mode)
 	}
 	if !sessionTypes[p.SessionType] {
@@ -171,7 +171,7 @@ func (c *conn) ask(m *lingmarpc.Message) {
 		c.respond(m.ID, c.s.failure("", "No cached user info, please login."), nil)
 		return
 	}
-	if err := checkAsk(&p); err != nil {
+	if err := c.s.checkAsk(&p); err != nil {
 		c.respond(m.ID, c.s.failure("INVALID_PARAMS", err.Error()), nil)
 		return
 	}
@@ -450,7 +450,11 @@ func (c *conn) abort(t *turn, fin finishParams, partial string, err error) {
 
 // finish sends chat/finish and waits for its reply like any other request.
 func (c *conn) finish(fin finishParams) {
-	if err := c.call(c.ctx, "chat/finish", fin); err != nil {
+	if c.s.cfg.Deviate["no-finish"] {
+		c.log.Info("deviation no-finish: no chat/finish", "requestId", fin.RequestID)
+		return
+	}
+	if err := c.call(c.ctx, "chat/finish", c.s.finishBody(fin)); err != nil {
 		if errors.Is(err, errNoReply) {
 			c.log.Warn("no response from client to chat/finish", "requestId", fin.RequestID)
 			return
