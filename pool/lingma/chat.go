@@ -228,6 +228,14 @@ func (c *Client) askParams(t *chat.Turn, reqID string, tr *turn) askParams {
 	return p
 }
 
+// Ask is chat/ask's params for t as the driver's client sends them (the
+// tools as the Config's tool mode says, emulated unless native): poolgate
+// doctor asks a real worker with them.
+func (d *Driver) Ask(t *chat.Turn, reqID string) any {
+	c := &Client{cfg: d.cfg, native: d.cfg.ToolMode == ToolsNative}
+	return c.askParams(t, reqID, &turn{})
+}
+
 // mode is the ask mode of t.
 func (c *Client) mode(t *chat.Turn) string {
 	if t.Agent {

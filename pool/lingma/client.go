@@ -511,17 +511,15 @@ func (c *Client) unsupported(m *lingmarpc.Message, p *invokeParams, name string,
 	if t != nil {
 		t.builtins.Add(1)
 	}
-	res := invokeResult{ToolCallID: cmp.Or(p.ToolCallID, p.ID), Name: name, StartTime: time.Now().UnixMilli(),
-		ErrorMessage: "tool " + strconv.Quote(name) + " is not supported by this client (poolgate runs no tool on the worker's machine)"}
 	if len(m.ID) == 0 {
 		return
 	}
 	if !p.Async {
-		_ = c.write(resultFrame(m.ID, res), c.cfg.CallTimeout)
+		_ = c.write(resultFrame(m.ID, UnsupportedResult("", cmp.Or(p.ToolCallID, p.ID), name)), c.cfg.CallTimeout)
 		return
 	}
 	_ = c.reply(m.ID)
-	res.RequestID = p.RequestID
+	res := UnsupportedResult(p.RequestID, cmp.Or(p.ToolCallID, p.ID), name)
 	frame, err := requestFrame(c.nextID.Add(1), "tool/invokeResult", res)
 	if err == nil {
 		_ = c.write(frame, c.cfg.CallTimeout) // its answer goes nowhere: nothing waits for it
@@ -536,6 +534,15 @@ func firstRaw(raws ...json.RawMessage) json.RawMessage {
 		}
 	}
 	return nil
+}
+
+// UnsupportedResult is the driver's answer to a tool/invoke of a tool it
+// does not run: the plugin's ToolInvokeResponse with success false. It is
+// the reply to a synchronous call, and (with requestID set) the params of
+// the tool/invokeResult that follows an asynchronous one.
+func UnsupportedResult(requestID, toolCallID, name string) any {
+	return invokeResult{RequestID: requestID, ToolCallID: toolCallID, Name: name, StartTime: time.Now().UnixMilli(),
+		ErrorMessage: "tool " + strconv.Quote(name) + " is not supported by this client (poolgate runs no tool on the worker's machine)"}
 }
 
 // resultFrame is the framed response to request id with result v.
