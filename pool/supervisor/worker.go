@@ -503,20 +503,6 @@ func (w *Worker) start(ctx context.Context) (Process, worker.Backend, error) {
 	}
 }
 
-// procEnv is the process's own environment: what the driver prepares for
-// it (a worker.Preparer's), then the account's entries, which win.
-func (w *Worker) procEnv(ep worker.Endpoint) ([]string, error) {
-	p, ok := w.driver.(worker.Preparer)
-	if !ok {
-		return w.cfg.Account.Env, nil
-	}
-	env, err := p.Prepare(ep)
-	if err != nil {
-		return nil, err
-	}
-	return append(env, w.cfg.Account.Env...), nil
-}
-
 // endpoint picks free loopback ports for this start.
 func (w *Worker) endpoint() (worker.Endpoint, error) {
 	p1, err := freePort()
