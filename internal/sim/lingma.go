@@ -138,7 +138,9 @@ func (c *conn) handle(m *lingmarpc.Message) {
 	case m.IsRequest():
 		c.dispatch(m)
 	default:
-		c.log.Debug("notification ignored", "method", m.Method)
+		// The real worker logs a notification it has no handler for (the
+		// client's initialized) and answers nothing.
+		c.log.Warn("notification ignored: unknown method: "+m.Method, "method", m.Method)
 	}
 }
 
@@ -196,7 +198,7 @@ func (c *conn) dispatch(m *lingmarpc.Message) {
 		c.s.deleteSession(p.SessionID)
 		result = map[string]any{"success": true}
 	default:
-		rpcErr = &lingmarpc.Error{Code: codeMethodNotFound, Message: "method not found: " + m.Method}
+		rpcErr = &lingmarpc.Error{Code: codeMethodNotFound, Message: "unknown method: " + m.Method}
 	}
 	c.respond(m.ID, result, rpcErr)
 }

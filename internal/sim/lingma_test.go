@@ -89,9 +89,14 @@ func TestMethods(t *testing.T) {
 		t.Errorf("assistant models = %+v, want 2", models["assistant"])
 	}
 	m := c.call("no/such", map[string]any{})
-	if m.Error == nil || m.Error.Code != -32601 {
-		t.Errorf("unknown method error = %v, want -32601", m.Error)
+	if m.Error == nil || m.Error.Code != -32601 || m.Error.Message != "unknown method: no/such" {
+		t.Errorf("unknown method error = %v, want -32601 unknown method", m.Error)
 	}
+	// A notification it has no handler for is logged, not answered.
+	b, _ := lingmarpc.Encode(&lingmarpc.Message{Method: "initialized", Params: json.RawMessage(`{}`)})
+	c.sendRaw(b)
+	poll(t, "the unknown notification logged", func() bool { return strings.Contains(h.log.String(), "unknown method: initialized") })
+	c.quiet(100 * time.Millisecond)
 	var gen struct {
 		LoginURL string `json:"loginUrl"`
 		Nonce    string `json:"nonce"`
