@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/sim"
@@ -23,6 +24,19 @@ func replaying(t *testing.T, path string) *workertest.Worker {
 		t.Fatal(err)
 	}
 	return startSim(t, "--replay="+abs)
+}
+
+// replayed waits (bounded) until the replay played everything or found a
+// mismatch: the driver's last replies of a turn may still be on their way
+// when its answer has ended.
+func replayed(t *testing.T, w *workertest.Worker) sim.ReplayStats {
+	t.Helper()
+	var st sim.ReplayStats
+	deadline := time.Now().Add(wait)
+	for st = replayStats(t, w); !st.Done && st.Mismatch == "" && time.Now().Before(deadline); st = replayStats(t, w) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return st
 }
 
 // replayStats is how far the simulator's replay got.
@@ -96,7 +110,7 @@ func TestReplayEvidence(t *testing.T) {
 				got = append(got, collect(t, a))
 			}
 			tt.check(t, got, err)
-			if st := replayStats(t, w); !st.Done || st.Mismatch != "" {
+			if st := replayed(t, w); !st.Done || st.Mismatch != "" {
 				t.Errorf("replay %+v, want every message played and none different", st)
 			}
 		})
@@ -135,7 +149,7 @@ func TestRecordThenReplay(t *testing.T) {
 	if got.err != nil || got.text != want.text || got.done.SessionID != want.done.SessionID {
 		t.Errorf("replayed %q in %s (%v), recorded %q in %s", got.text, got.done.SessionID, got.err, want.text, want.done.SessionID)
 	}
-	if st := replayStats(t, r); !st.Done || st.Mismatch != "" {
+	if st := replayed(t, r); !st.Done || st.Mismatch != "" {
 		t.Errorf("replay %+v, want all played", st)
 	}
 }
