@@ -119,4 +119,3 @@ func UnsupportedResult(requestID, toolCallID, name string) any {
 	return invokeResult{RequestID: requestID, ToolCallID: toolCallID, Name: name, StartTime: time.Now().UnixMilli(),
 		ErrorMessage: "tool " + strconv.Quote(name) + " is not supported by this client (poolgate runs no tool on the worker's machine)"}
 }
-
