@@ -4,7 +4,8 @@
 // reloads the accounts and API keys. With the argument "simworker" it runs
 // the bundled reference worker instead, so the default pool needs no second
 // binary; with "migrate" it moves a Python gateway deployment over
-// (internal/migrate).
+// (internal/migrate); with "doctor" it checks a real worker binary against
+// what the Lingma driver relies on (pool/lingma/doctor).
 package main
 
 import (
@@ -17,6 +18,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/migrate"
 	"github.com/poolgate/poolgate/internal/sim"
+	"github.com/poolgate/poolgate/pool/lingma/doctor"
 )
 
 func main() {
@@ -41,6 +43,9 @@ func run(ctx context.Context, args []string, environ func() []string, hup <-chan
 	}
 	if len(args) > 0 && args[0] == "migrate" {
 		return migrate.Run(args[1:], environ(), stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "doctor" {
+		return doctor.Main(ctx, args[1:], childEnv(environ()), getenv(environ()), stdout, stderr)
 	}
 	return serve(ctx, args, environ, hup, stderr)
 }

@@ -194,7 +194,7 @@ func tail(s string, n int) string {
 }
 
 // askRE reads the simulator's answer to [[sim:ask]].
-var askRE = regexp.MustCompile(`^mode=(\S+) session_type=(\S+) model=(\S*) tools=(\S+) endpoint=(\S*)$`)
+var askRE = regexp.MustCompile(`^mode=(\S+) session_type=(\S+) model=(\S*) tools=(\S+) endpoint=(\S*) context=(\S+)$`)
 
 func askOf(t *testing.T, text string) []string {
 	t.Helper()
@@ -218,8 +218,8 @@ func TestAskModeToolPolicyAndWhoServed(t *testing.T) {
 	d.WaitReady(t, 15*time.Second)
 
 	plain := send(t, d, "/v1/chat/completions", "sk-1", chatBody("m", "[[sim:ask]]", nil))
-	if got := askOf(t, content(t, plain)); got[0] != "chat" || got[1] != "chat" || got[3] != "none" {
-		t.Errorf("plain request asked %v, want chat mode without tools", got)
+	if got := askOf(t, content(t, plain)); got[0] != "normal" || got[1] != "chat" || got[3] != "none" || got[5] != "null" {
+		t.Errorf("plain request asked %v, want normal mode without tools or a repeated prompt", got)
 	}
 	served := plain.header.Get("X-Poolgate-Instance")
 	if served != "sim-1" && served != "sim-2" {

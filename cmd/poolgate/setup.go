@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -272,8 +273,12 @@ func workerSetup(cfg config.Config, log *slog.Logger) (worker.Driver, []supervis
 	default:
 		driver = lingma.New(lingma.Config{Command: prefix, ExtraArgs: extra,
 			TurnTimeout: cfg.LingmaTurnTimeout, ReplyTimeout: cfg.LingmaIdleTimeout, CallTimeout: cfg.LingmaRPCTimeout,
-			Mode: cfg.LingmaAskMode, ToolMode: cfg.LingmaToolMode, ToolSettle: cfg.LingmaToolSettle,
-			DedicatedDomain: cfg.LingmaDedicatedDomain, Logger: log.With("component", "lingma")})
+			Mode: cfg.LingmaAskMode, AgentSessionType: cfg.LingmaAgentSession, ChatContext: cfg.LingmaChatContext, Reuse: cfg.LingmaReuse,
+			ToolMode: cfg.LingmaToolMode, ToolSettle: cfg.LingmaToolSettle,
+			NoIsolation: !cfg.LingmaIsolateHome, DedicatedDomain: cfg.LingmaDedicatedDomain, RateLimitText: regexp.MustCompile(cfg.LingmaRateLimitText),
+			LoginText: regexp.MustCompile(cfg.LingmaLoginText), Logger: log.With("component", "lingma"),
+			Record: lingma.RecordConfig{All: cfg.LingmaRecord, Dir: cfg.LingmaRecordDir, MaxBytes: cfg.LingmaRecordBytes,
+				Keep: cfg.LingmaRecordKeep, Prompts: cfg.RequestLogDebug}})
 	}
 	return driver, workers, nil
 }
@@ -354,5 +359,6 @@ func poolAccount(acct config.Account, sim bool) worker.Account {
 	for _, k := range keys {
 		env = append(env, k+"="+acct.Env[k])
 	}
-	return worker.Account{Name: acct.Name, Username: acct.Username, Password: acct.Password, Env: env, Args: acct.Args}
+	return worker.Account{Name: acct.Name, Username: acct.Username, Password: acct.Password, Env: env, Args: acct.Args,
+		Record: acct.Record}
 }

@@ -6,7 +6,6 @@ package config
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,14 +13,13 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/poolgate/poolgate/internal/redact"
+	"github.com/poolgate/poolgate/internal/lingmarpc"
 	"github.com/poolgate/poolgate/internal/redisconn"
 )
 
@@ -46,6 +44,9 @@ type Account struct {
 	SessionBundlePlain string `yaml:"session_bundle_plain" json:"session_bundle_plain"`
 	// Recipe names the login recipe for this account (default by driver).
 	Recipe string `yaml:"recipe" json:"recipe"`
+	// Record writes a transcript of each of this account's turns, as
+	// lingma_record does for every account.
+	Record bool `yaml:"record" json:"record"`
 	// Unnamed: the configuration gave no name, so it is account-N by the
 	// account's place (never its username, which API callers would see).
 	Unnamed bool `yaml:"-" json:"-"`
@@ -91,9 +92,18 @@ type Config struct {
 	LingmaTurnTimeout     time.Duration `yaml:"lingma_turn_timeout"`     // whole Lingma turn, ask to finish (30m)
 	LingmaIdleTimeout     time.Duration `yaml:"lingma_idle_timeout"`     // longest silence within a turn: a stuck worker (2m)
 	LingmaRPCTimeout      time.Duration `yaml:"lingma_rpc_timeout"`      // each Lingma call but a turn's stream (5s)
-	LingmaAskMode         string        `yaml:"lingma_ask_mode"`         // chat or agent, for requests without tools (chat)
+	LingmaAskMode         string        `yaml:"lingma_ask_mode"`         // normal, chat or agent, for requests without tools (normal)
+	LingmaAgentSession    string        `yaml:"lingma_agent_session"`    // chat/ask's sessionType in agent mode: chat, assistant, developer or inline (assistant)
+	LingmaChatContext     string        `yaml:"lingma_chat_context"`     // what chat/ask's chatContext holds: none (null) or prompt (the prompt again) (none)
 	LingmaToolMode        string        `yaml:"lingma_tool_mode"`        // emulated, native or auto (emulated)
 	LingmaDedicatedDomain string        `yaml:"lingma_dedicated_domain"` // enterprise endpoint set before a login ("" = none)
+	LingmaRecord          bool          `yaml:"lingma_record"`           // write a redacted transcript of every turn of every worker (false)
+	LingmaRecordDir       string        `yaml:"lingma_record_dir"`       // where transcripts go, a sub-directory per instance ("" = each work dir's transcripts/)
+	LingmaRecordBytes     int64         `yaml:"lingma_record_bytes"`     // cap of one transcript in bytes; the rest of the turn is dropped (1 MiB)
+	LingmaRecordKeep      int           `yaml:"lingma_record_keep"`      // transcripts kept per instance, the oldest removed first (100)
+	LingmaIsolateHome     bool          `yaml:"lingma_isolate_home"`     // give each worker its own HOME, TMPDIR and XDG_RUNTIME_DIR under its work dir (true)
+	LingmaRateLimitText   string        `yaml:"lingma_ratelimit_text"`   // regular expression: a worker's error text that means the account is throttled, so the worker cools down
+	LingmaLoginText       string        `yaml:"lingma_login_text"`       // regular expression: a worker's error text that means its login is gone, so the worker is checked
 	// LingmaToolSettle exists because how the real worker ends a turn after
 	// an acknowledged tool/invoke is not publicly documented: it may send
 	// chat/finish at once (the bundled simulator does, and the turn then
@@ -104,6 +114,7 @@ type Config struct {
 	ToolForwarding bool     `yaml:"tool_forwarding"` // offer the request's tools to workers at all (true)
 
 	SessionReuse     bool          `yaml:"session_reuse"`      // continue upstream sessions on follow-ups (true)
+	LingmaReuse      string        `yaml:"lingma_reuse"`       // which Lingma sessions a follow-up continues: controlled (those holding only what the gateway sent) or chat-only (plain turns without tools) (controlled)
 	SessionCacheSize int           `yaml:"session_cache_size"` // affinity entries kept in memory (10000)
 	SessionCacheTTL  time.Duration `yaml:"session_cache_ttl"`  // life of an affinity entry after its last turn (30m)
 
@@ -181,11 +192,19 @@ func Defaults() Config {
 		LingmaTurnTimeout:         30 * time.Minute,
 		LingmaIdleTimeout:         2 * time.Minute,
 		LingmaRPCTimeout:          5 * time.Second,
-		LingmaAskMode:             "chat",
+		LingmaAskMode:             "normal",
+		LingmaAgentSession:        "assistant",
+		LingmaChatContext:         "none",
 		LingmaToolMode:            "emulated",
 		LingmaToolSettle:          3 * time.Second,
+		LingmaRecordBytes:         1 << 20,
+		LingmaRecordKeep:          100,
+		LingmaIsolateHome:         true,
+		LingmaRateLimitText:       lingmarpc.DefaultRateLimitText,
+		LingmaLoginText:           lingmarpc.DefaultLoginText,
 		ToolForwarding:            true,
 		SessionReuse:              true,
+		LingmaReuse:               "controlled",
 		SessionCacheSize:          10000,
 		SessionCacheTTL:           30 * time.Minute,
 		LoginTimeout:              3 * time.Minute,
@@ -417,19 +436,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %s", k, d))
 		}
 	}
-	switch c.LingmaAskMode {
-	case "chat", "agent":
-	default:
-		errs = append(errs, fmt.Errorf("lingma_ask_mode %q: use chat or agent", c.LingmaAskMode))
-	}
-	switch c.LingmaToolMode {
-	case "emulated", "native", "auto":
-	default:
-		errs = append(errs, fmt.Errorf("lingma_tool_mode %q: use emulated, native or auto", c.LingmaToolMode))
-	}
-	if u := c.LingmaDedicatedDomain; u != "" && !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
-		errs = append(errs, fmt.Errorf("lingma_dedicated_domain %q: an http(s) URL", redact.URL(u)))
-	}
+	errs = append(errs, c.lingmaErrors()...)
 	if c.Retries < 0 {
 		errs = append(errs, fmt.Errorf("retries must be >= 0, got %d", c.Retries))
 	}
@@ -477,121 +484,4 @@ func Reloadable(key string) bool {
 		return true
 	}
 	return false
-}
-
-// EnvName returns the environment variable for a key.
-func EnvName(key string) string { return envPrefix + strings.ToUpper(key) }
-
-func applyEnv(cfg *Config, environ []string) ([]string, error) {
-	v := reflect.ValueOf(cfg).Elem()
-	t := v.Type()
-	byEnv := map[string]int{}
-	for i := range t.NumField() {
-		byEnv[EnvName(t.Field(i).Tag.Get("yaml"))] = i
-	}
-	var warnings []string
-	var errs []error
-	for _, kv := range environ {
-		k, val, ok := strings.Cut(kv, "=")
-		if !ok || !strings.HasPrefix(k, envPrefix) {
-			continue
-		}
-		i, known := byEnv[k]
-		if !known {
-			if !ignoredEnv[k] {
-				warnings = append(warnings, fmt.Sprintf("unknown environment variable %s ignored%s", k, suggest(k, byEnv)))
-			}
-			continue
-		}
-		if err := setField(v.Field(i), val); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", k, err))
-		}
-	}
-	sort.Strings(warnings)
-	return warnings, errors.Join(errs...)
-}
-
-// ignoredEnv are POOLGATE_ variables read by other tools, not the daemon.
-var ignoredEnv = map[string]bool{"POOLGATE_TEST_SIMWORKER": true}
-
-func setField(f reflect.Value, val string) error {
-	switch f.Interface().(type) {
-	case APIKeys:
-		var k APIKeys
-		if err := k.parseEnv(val); err != nil {
-			return err
-		}
-		f.Set(reflect.ValueOf(k))
-	case string:
-		f.SetString(val)
-	case bool:
-		b, err := strconv.ParseBool(val)
-		if err != nil {
-			return fmt.Errorf("want true or false, got %q", val)
-		}
-		f.SetBool(b)
-	case int, int64:
-		n, err := strconv.ParseInt(strings.TrimSpace(val), 10, 64)
-		if err != nil {
-			return fmt.Errorf("want an integer, got %q", val)
-		}
-		f.SetInt(n)
-	case time.Duration:
-		d, err := ParseDuration(val)
-		if err != nil {
-			return err
-		}
-		f.SetInt(int64(d))
-	case []string:
-		var list []string
-		for _, s := range strings.Split(val, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				list = append(list, s)
-			}
-		}
-		f.Set(reflect.ValueOf(list))
-	default: // accounts, aliases: JSON
-		dec := json.NewDecoder(strings.NewReader(val))
-		dec.DisallowUnknownFields()
-		p := reflect.New(f.Type())
-		if err := dec.Decode(p.Interface()); err != nil {
-			return fmt.Errorf("want JSON: %w", err)
-		}
-		f.Set(p.Elem())
-	}
-	return nil
-}
-
-// suggest names the closest known variable, if one is close.
-func suggest(k string, known map[string]int) string {
-	best, bestD := "", 4
-	for name := range known {
-		if d := levenshtein(k, name); d < bestD || (d == bestD && name < best) {
-			best, bestD = name, d
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	return "; did you mean " + best + "?"
-}
-
-func levenshtein(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

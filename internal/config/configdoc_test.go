@@ -140,8 +140,9 @@ func configTable(t *testing.T) string {
 		if Reloadable(f.key) {
 			reload = "live"
 		}
+		// A pipe would end the cell: regular expressions have them.
 		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s | %s | %s |\n", f.key, EnvName(f.key), typeName(f.key, sf.Type),
-			dflt, reload, strings.ReplaceAll(meaning, "|", `\|`))
+			strings.ReplaceAll(dflt, "|", `\|`), reload, strings.ReplaceAll(meaning, "|", `\|`))
 	}
 	return b.String()
 }

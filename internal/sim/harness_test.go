@@ -232,6 +232,36 @@ func (c *client) next() *lingmarpc.Message {
 	return awaitMsg(c.t, c.incoming, "a server request")
 }
 
+// nextAnswer answers the step callbacks and titles that open a turn and
+// returns its first chat/answer, unanswered.
+func (c *client) nextAnswer() *lingmarpc.Message {
+	c.t.Helper()
+	for {
+		m := c.next()
+		switch m.Method {
+		case "chat/process_step_callback", "session/title/update":
+			c.reply(m)
+		case "chat/answer":
+			return m
+		default:
+			c.t.Fatalf("got %s before the first chat/answer", m.Method)
+		}
+	}
+}
+
+// opened answers the step callback and the title that open a new
+// session's turn.
+func (c *client) opened() {
+	c.t.Helper()
+	for _, want := range []string{"chat/process_step_callback", "session/title/update"} {
+		if m := c.next(); m.Method != want {
+			c.t.Fatalf("got %s, want %s", m.Method, want)
+		} else {
+			c.reply(m)
+		}
+	}
+}
+
 // quiet asserts that no server message arrives within d.
 func (c *client) quiet(d time.Duration) {
 	c.t.Helper()
@@ -242,9 +272,16 @@ func (c *client) quiet(d time.Duration) {
 	}
 }
 
-func (c *client) reply(m *lingmarpc.Message) {
+func (c *client) reply(m *lingmarpc.Message) { c.replyWith(m, map[string]any{}) }
+
+// replyWith answers a server request with result.
+func (c *client) replyWith(m *lingmarpc.Message, result any) {
 	c.t.Helper()
-	b, err := lingmarpc.Encode(&lingmarpc.Message{ID: m.ID, Result: json.RawMessage(`{}`)})
+	raw, err := json.Marshal(result)
+	if err != nil {
+		c.t.Fatalf("marshal: %v", err)
+	}
+	b, err := lingmarpc.Encode(&lingmarpc.Message{ID: m.ID, Result: raw})
 	if err != nil {
 		c.t.Fatalf("encode: %v", err)
 	}
@@ -255,7 +292,10 @@ func (c *client) reply(m *lingmarpc.Message) {
 type turnResult struct {
 	deltas []string
 	thinks int
-	finish finishParams
+	// steps are the step callbacks ("step_start:done"), titles the session
+	// titles the worker sent, in order.
+	steps, titles []string
+	finish        finishParams
 }
 
 func (r turnResult) text() string { return strings.Join(r.deltas, "") }
@@ -283,6 +323,12 @@ func (c *client) ask(reqID, sid, text string, reply bool) {
 // collect answers every server request until the finish of each of reqIDs.
 func (c *client) collect(reqIDs ...string) map[string]*turnResult {
 	c.t.Helper()
+	return c.collectWith(nil, reqIDs...)
+}
+
+// collectWith is collect with the answers to some methods given by answer.
+func (c *client) collectWith(answer map[string]func(*lingmarpc.Message), reqIDs ...string) map[string]*turnResult {
+	c.t.Helper()
 	out := map[string]*turnResult{}
 	for _, id := range reqIDs {
 		out[id] = &turnResult{}
@@ -292,6 +338,14 @@ func (c *client) collect(reqIDs ...string) map[string]*turnResult {
 		var p finishParams
 		if err := json.Unmarshal(m.Params, &p); err != nil {
 			c.t.Fatalf("%s params: %v", m.Method, err)
+		}
+		if m.Method == "session/title/update" {
+			c.titled(m, out)
+			continue
+		}
+		if f := answer[m.Method]; f != nil {
+			f(m)
+			continue
 		}
 		r := out[p.RequestID]
 		if r == nil {
@@ -304,6 +358,10 @@ func (c *client) collect(reqIDs ...string) map[string]*turnResult {
 			r.deltas = append(r.deltas, d.Text)
 		case "chat/think":
 			r.thinks++
+		case "chat/process_step_callback":
+			var st struct{ Step, Status string }
+			_ = json.Unmarshal(m.Params, &st)
+			r.steps = append(r.steps, st.Step+":"+st.Status)
 		case "chat/finish":
 			r.finish = p
 			left--
@@ -313,6 +371,20 @@ func (c *client) collect(reqIDs ...string) map[string]*turnResult {
 		c.reply(m)
 	}
 	return out
+}
+
+// titled notes a session title on the turns of its session (one turn
+// without a session yet takes it) and answers it.
+func (c *client) titled(m *lingmarpc.Message, out map[string]*turnResult) {
+	c.t.Helper()
+	var p struct{ SessionID, SessionTitle string }
+	if err := json.Unmarshal(m.Params, &p); err != nil || p.SessionID == "" {
+		c.t.Fatalf("session/title/update params %s: %v", m.Params, err)
+	}
+	for _, r := range out {
+		r.titles = append(r.titles, p.SessionTitle)
+	}
+	c.reply(m)
 }
 
 // turn asks and collects one turn.

@@ -24,7 +24,6 @@ const version = "0.1.0-sim"
 const (
 	codeInvalidParams  = -32602
 	codeMethodNotFound = -32601
-	codeNotLoggedIn    = -32001
 )
 
 // errNoReply means the client did not answer a server-to-client request in time.
@@ -43,6 +42,11 @@ type conn struct {
 	mu      sync.Mutex
 	nextID  int64
 	pending map[string]chan *lingmarpc.Message // our request id -> its reply
+	invokes map[string]chan *invokeResponse    // toolCallId -> the turn waiting for its tool/invokeResult
+
+	// replay plays a transcript instead of answering (--replay); nil
+	// otherwise.
+	replay *replayer
 
 	turns sync.WaitGroup
 }
@@ -59,7 +63,12 @@ func (s *Sim) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(lingmarpc.MaxFrame + 64<<10)
 	ctx, cancel := context.WithCancel(r.Context())
-	c := &conn{s: s, ws: ws, log: s.log.With("remote", r.RemoteAddr), ctx: ctx, pending: map[string]chan *lingmarpc.Message{}}
+	c := &conn{s: s, ws: ws, log: s.log.With("remote", r.RemoteAddr), ctx: ctx, pending: map[string]chan *lingmarpc.Message{},
+		invokes: map[string]chan *invokeResponse{}}
+	if s.script != nil {
+		c.replay = newReplayer(c, s.script)
+		s.replaying.Store(c.replay)
+	}
 	c.readLoop()
 	cancel()
 	c.turns.Wait()
@@ -78,7 +87,10 @@ func (c *conn) readLoop() {
 		}
 		buf = append(buf, data...)
 		if len(bytes.TrimSpace(buf)) > 0 && bytes.TrimSpace(buf)[0] == '{' {
-			c.log.Error("rejecting bare JSON without a Content-Length frame", "bytes", len(buf))
+			if !c.bareJSON(buf) {
+				// The real worker's words.
+				c.log.Error("Unknown message header: rejecting bare JSON without a Content-Length frame", "bytes", len(buf))
+			}
 			buf = buf[:0]
 			continue
 		}
@@ -97,6 +109,10 @@ func (c *conn) readLoop() {
 			m, err := lingmarpc.Decode(body)
 			if err != nil {
 				c.log.Error("bad message", "err", err)
+				continue
+			}
+			if c.replay != nil {
+				c.replay.handle(m, body)
 				continue
 			}
 			c.handle(m)
@@ -122,7 +138,9 @@ func (c *conn) handle(m *lingmarpc.Message) {
 	case m.IsRequest():
 		c.dispatch(m)
 	default:
-		c.log.Debug("notification ignored", "method", m.Method)
+		// The real worker logs a notification it has no handler for (the
+		// client's initialized) and answers nothing.
+		c.log.Warn("notification ignored: unknown method: "+m.Method, "method", m.Method)
 	}
 }
 
@@ -155,12 +173,15 @@ func (c *conn) dispatch(m *lingmarpc.Message) {
 		}
 		_ = json.Unmarshal(m.Params, &p) // no endpoint is refused below
 		if err := c.s.setEndpoint(p.Endpoint); err != nil {
-			result = map[string]any{"success": false, "errorMsg": err.Error()}
+			result = c.s.failure("INVALID_ENDPOINT", err.Error())
 		} else {
 			result = map[string]any{"success": true}
 		}
 	case "chat/ask":
 		c.ask(m)
+		return
+	case "tool/invokeResult":
+		c.invokeResult(m)
 		return
 	case "chat/stop":
 		var p struct {
@@ -177,9 +198,21 @@ func (c *conn) dispatch(m *lingmarpc.Message) {
 		c.s.deleteSession(p.SessionID)
 		result = map[string]any{"success": true}
 	default:
-		rpcErr = &lingmarpc.Error{Code: codeMethodNotFound, Message: "method not found: " + m.Method}
+		rpcErr = &lingmarpc.Error{Code: codeMethodNotFound, Message: "unknown method: " + m.Method}
 	}
 	c.respond(m.ID, result, rpcErr)
+}
+
+// accepted is the reply of a request the worker took on: {success,
+// errorCode, errorMessage} with empty error fields, as chat/ask is answered
+// on the wire.
+func (s *Sim) accepted() map[string]any {
+	return map[string]any{"success": true, "errorCode": "", s.errKey(): ""}
+}
+
+// failure is the reply of a request the worker refuses.
+func (s *Sim) failure(code, msg string) map[string]any {
+	return map[string]any{"success": false, "errorCode": code, s.errKey(): msg}
 }
 
 func (s *Sim) authStatus() map[string]any {
@@ -219,9 +252,15 @@ func (c *conn) send(m *lingmarpc.Message) error {
 // call sends a server-to-client request and waits for its reply, at most
 // ReplyTimeout. It fails early when ctx ends.
 func (c *conn) call(ctx context.Context, method string, params any) error {
+	_, err := c.callResult(ctx, method, params)
+	return err
+}
+
+// callResult is call that returns the client's reply.
+func (c *conn) callResult(ctx context.Context, method string, params any) (*lingmarpc.Message, error) {
 	raw, err := json.Marshal(params)
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", method, err)
+		return nil, fmt.Errorf("encode %s: %w", method, err)
 	}
 	ch := make(chan *lingmarpc.Message, 1)
 	c.mu.Lock()
@@ -235,16 +274,16 @@ func (c *conn) call(ctx context.Context, method string, params any) error {
 		c.mu.Unlock()
 	}()
 	if err := c.send(&lingmarpc.Message{ID: id, Method: method, Params: raw}); err != nil {
-		return fmt.Errorf("send %s: %w", method, err)
+		return nil, fmt.Errorf("send %s: %w", method, err)
 	}
 	t := time.NewTimer(c.s.cfg.ReplyTimeout)
 	defer t.Stop()
 	select {
-	case <-ch:
-		return nil
+	case m := <-ch:
+		return m, nil
 	case <-t.C:
-		return fmt.Errorf("%s: %w", method, errNoReply)
+		return nil, fmt.Errorf("%s: %w", method, errNoReply)
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return nil, context.Cause(ctx)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/lingmarpc"
 )
 
 type authStatus struct {
@@ -87,9 +89,14 @@ func TestMethods(t *testing.T) {
 		t.Errorf("assistant models = %+v, want 2", models["assistant"])
 	}
 	m := c.call("no/such", map[string]any{})
-	if m.Error == nil || m.Error.Code != -32601 {
-		t.Errorf("unknown method error = %v, want -32601", m.Error)
+	if m.Error == nil || m.Error.Code != -32601 || m.Error.Message != "unknown method: no/such" {
+		t.Errorf("unknown method error = %v, want -32601 unknown method", m.Error)
 	}
+	// A notification it has no handler for is logged, not answered.
+	b, _ := lingmarpc.Encode(&lingmarpc.Message{Method: "initialized", Params: json.RawMessage(`{}`)})
+	c.sendRaw(b)
+	poll(t, "the unknown notification logged", func() bool { return strings.Contains(h.log.String(), "unknown method: initialized") })
+	c.quiet(100 * time.Millisecond)
 	var gen struct {
 		LoginURL string `json:"loginUrl"`
 		Nonce    string `json:"nonce"`
@@ -102,12 +109,15 @@ func TestMethods(t *testing.T) {
 	}
 }
 
+// A worker without credentials refuses the turn in the reply's own shape
+// ({success, errorCode, errorMessage}), with its log line's words.
 func TestAskNotLoggedIn(t *testing.T) {
 	h := startSim(t)
 	c := dial(t, h)
-	m := c.call("chat/ask", askParamsFor("r1", "", "hi", false))
-	if m.Error == nil || m.Error.Code != codeNotLoggedIn {
-		t.Fatalf("chat/ask logged out: error %v, want %d", m.Error, codeNotLoggedIn)
+	var got map[string]any
+	c.result("chat/ask", askParamsFor("r1", "", "hi", false), &got)
+	if got["success"] != false || got["errorMessage"] != "No cached user info, please login." || got["errorMsg"] != nil {
+		t.Fatalf("chat/ask logged out = %v, want success false with errorMessage", got)
 	}
 	c.quiet(100 * time.Millisecond)
 }
@@ -128,19 +138,116 @@ func TestChatStreaming(t *testing.T) {
 	}
 }
 
+// TestServerWaitsForReply: the worker's messages of a turn are requests,
+// in the order a real worker sends them, each sent only once the client
+// answered the one before.
 func TestServerWaitsForReply(t *testing.T) {
 	h := startSim(t, "--logged-in")
 	c := dial(t, h)
 	c.ask("r1", "", "one two", false)
-	first := c.next()
-	if first.Method != "chat/answer" || len(first.ID) == 0 {
-		t.Fatalf("first message = %s id %s, want chat/answer request", first.Method, first.ID)
+	want := []string{"chat/process_step_callback", "session/title/update", "chat/answer", "chat/answer",
+		"chat/answer", "chat/answer", "chat/process_step_callback", "chat/finish"}
+	for i, method := range want {
+		m := c.next()
+		if m.Method != method || len(m.ID) == 0 {
+			t.Fatalf("message %d = %s id %s, want a %s request", i, m.Method, m.ID, method)
+		}
+		if i == 0 {
+			c.quiet(200 * time.Millisecond)
+		}
+		c.reply(m)
 	}
-	c.quiet(200 * time.Millisecond)
-	c.reply(first)
-	if m := c.next(); m.Method != "chat/answer" {
-		t.Fatalf("after reply got %s, want the next chat/answer", m.Method)
+	r := c.turn("r2", "", "[[sim:error]]", false)
+	if strings.Join(r.steps, " ") != "step_start:done step_end:error" || len(r.titles) != 1 {
+		t.Errorf("a failed turn's steps %q and titles %q, want start and end (error) and one title", r.steps, r.titles)
 	}
+}
+
+// TestBuiltinTools: in agent mode the worker asks the client to run its
+// own tools, synchronously (the result is the reply) or not (the reply is an
+// acknowledgement, the result a tool/invokeResult request), and waits for the
+// result. A JSON-RPC error is no tool result: the plugin never answers so,
+// and the turn fails. A chat-mode turn runs no tools.
+func TestBuiltinTools(t *testing.T) {
+	h := startSim(t, "--logged-in", "--reply-timeout=300ms")
+	c := dial(t, h)
+	unsupported := func(m *lingmarpc.Message, async bool) {
+		var inv toolInvoke
+		if err := json.Unmarshal(m.Params, &inv); err != nil || inv.Name != "read_file" || inv.ToolCallID == "" ||
+			inv.RequestID == "" || inv.Async != async || inv.Parameters == nil {
+			t.Fatalf("tool/invoke %s: %v, want read_file with a call id, async %v", m.Params, err, async)
+		}
+		res := map[string]any{"toolCallId": inv.ToolCallID, "name": inv.Name, "success": false,
+			"errorMessage": "not here", "result": nil, "startTime": 1, "timeConsuming": 0}
+		if !async {
+			c.replyWith(m, res)
+			return
+		}
+		c.replyWith(m, map[string]any{})
+		var ok map[string]any
+		c.result("tool/invokeResult", res, &ok)
+		if ok["errorCode"] != nil || len(ok) != 2 {
+			t.Errorf("tool/invokeResult answered %v, want null errorCode and errorMessage", ok)
+		}
+	}
+	tests := []struct {
+		name   string
+		text   string
+		answer func(m *lingmarpc.Message)
+		want   string
+	}{
+		{"sync", "x [[sim:builtin=read_file]]", func(m *lingmarpc.Message) { unsupported(m, false) },
+			"You said: x\ntool read_file failed: not here"},
+		{"async", "x [[sim:builtin-async=read_file]]", func(m *lingmarpc.Message) { unsupported(m, true) },
+			"You said: x\ntool read_file failed: not here"},
+		{"json-rpc error", "x [[sim:builtin=read_file]]", func(m *lingmarpc.Message) {
+			b, _ := lingmarpc.Encode(&lingmarpc.Message{ID: m.ID, Error: &lingmarpc.Error{Code: -32601, Message: "no"}})
+			c.sendRaw(b)
+		}, "error"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := fmt.Sprintf("b%d", i)
+			p := askParamsFor(id, "", tt.text, false)
+			p["mode"], p["sessionType"] = "agent", "assistant"
+			c.result("chat/ask", p, new(map[string]any))
+			r := c.collectWith(map[string]func(*lingmarpc.Message){"tool/invoke": tt.answer}, id)[id]
+			got := r.finish.FullAnswer
+			if r.finish.StatusCode != 200 {
+				got = r.finish.Reason
+			}
+			if got != tt.want {
+				t.Errorf("answer %q (finish %+v), want %q", got, r.finish, tt.want)
+			}
+		})
+	}
+	if st := h.stats(t); st.BuiltinCalls != 3 {
+		t.Errorf("builtin calls %d, want 3", st.BuiltinCalls)
+	}
+	r := c.turn("chat", "", "x [[sim:builtin=read_file]]", false)
+	if r.finish.FullAnswer != "You said: x" || h.stats(t).BuiltinCalls != 3 {
+		t.Errorf("a chat-mode turn answered %q, want no tool called", r.finish.FullAnswer)
+	}
+}
+
+// An asynchronous tool call whose result never comes leaves the turn
+// unfinished, as the reply timeout runs out.
+func TestBuiltinResultMissing(t *testing.T) {
+	h := startSim(t, "--logged-in", "--reply-timeout=100ms", "--builtin-tool=read_file", "--builtin-async")
+	c := dial(t, h)
+	p := askParamsFor("r1", "", "x", false)
+	p["mode"], p["sessionType"] = "agent", "assistant"
+	c.result("chat/ask", p, new(map[string]any))
+	for {
+		m := c.next()
+		if m.Method == "tool/invoke" {
+			c.replyWith(m, map[string]any{})
+			break
+		}
+		c.reply(m)
+	}
+	poll(t, "no response log", func() bool { return strings.Contains(h.log.String(), "no response from client") })
+	c.quiet(100 * time.Millisecond)
 }
 
 func TestNoReplyAbandonsTurn(t *testing.T) {
@@ -167,14 +274,14 @@ func TestSessionReuse(t *testing.T) {
 		t.Errorf("turn 2 = %q in %s, want %q", r2.text(), r2.finish.SessionID, want)
 	}
 	r3 := c.turn("r3", "sess-unknown", "x", true)
-	if r3.finish.StatusCode != 404 || r3.finish.ErrorMsg != "session not found" || len(r3.deltas) != 0 {
-		t.Errorf("unknown session finish = %+v, want 404 session not found", r3.finish)
+	if r3.finish.StatusCode != 500 || r3.finish.ErrorMessage != "session not found" || len(r3.deltas) != 0 {
+		t.Errorf("unknown session finish = %+v, want 500 session not found", r3.finish)
 	}
 	var ok struct{ Success bool }
 	c.result("chat/deleteSessionById", map[string]any{"sessionId": sid}, &ok)
 	r4 := c.turn("r4", sid, "again", true)
-	if r4.finish.StatusCode != 404 {
-		t.Errorf("deleted session finish = %+v, want 404", r4.finish)
+	if r4.finish.StatusCode != 500 {
+		t.Errorf("deleted session finish = %+v, want 500", r4.finish)
 	}
 	if st := h.stats(t); st.Sessions != 1 || st.Asks != 4 || st.LoginPageHits != 0 {
 		t.Errorf("stats = %+v, want 1 session, 4 asks, 0 login hits", st)
@@ -243,7 +350,7 @@ func TestToolsFromEarlierTurn(t *testing.T) {
 func TestFaults(t *testing.T) {
 	type want struct {
 		status, deltas, retryAfter, thinks int
-		reason, full                       string
+		reason, full, message              string
 	}
 	tests := []struct {
 		name string
@@ -251,17 +358,18 @@ func TestFaults(t *testing.T) {
 		give string
 		want want
 	}{
-		{"error", nil, "a b c [[sim:error]]", want{status: 500, reason: "error"}},
-		{"error after", nil, "a b c [[sim:error-after=2]]", want{status: 500, reason: "error", deltas: 2, full: "You said: "}},
-		{"ratelimit", nil, "a [[sim:ratelimit]]", want{status: 429, reason: "error", retryAfter: 1}},
-		{"ratelimit 2s", nil, "a [[sim:ratelimit=2s]]", want{status: 429, reason: "error", retryAfter: 2}},
+		{"error", nil, "a b c [[sim:error]]", want{status: 500, reason: "error", message: "simulated error"}},
+		{"error after", nil, "a b c [[sim:error-after=2]]", want{status: 500, reason: "error", deltas: 2, full: "You said: ", message: "simulated error"}},
+		{"ratelimit", nil, "a [[sim:ratelimit]]", want{status: 500, reason: "error", retryAfter: 1, message: "rate limited: too many requests"}},
+		{"ratelimit 2s", nil, "a [[sim:ratelimit=2s]]", want{status: 500, reason: "error", retryAfter: 2, message: "rate limited: too many requests"}},
+		{"timeout", nil, "a [[sim:timeout]]", want{status: 408, reason: "error", message: "upstream request timed out"}},
 		{"chunks", nil, "a b c d e [[sim:chunks=3]]", want{status: 200, reason: "success", deltas: 3, full: "You said: a b c d e"}},
 		{"chunks pad", nil, "a [[sim:chunks=5]]", want{status: 200, reason: "success", deltas: 5, full: "You said: a lorem ipsum"}},
 		{"chunks flag", []string{"--chunks=2"}, "a b c", want{status: 200, reason: "success", deltas: 2, full: "You said: a b c"}},
 		{"think and delays", nil, "a [[sim:think]] [[sim:delay=20ms]] [[sim:chunk-delay=5ms]]", want{status: 200, reason: "success", deltas: 3, thinks: 1, full: "You said: a"}},
 		{"delay flag", []string{"--delay=10ms", "--chunk-delay=1ms"}, "a", want{status: 200, reason: "success", deltas: 3, full: "You said: a"}},
-		{"fail rate", []string{"--fail-rate=1"}, "a", want{status: 500, reason: "error"}},
-		{"ratelimit every", []string{"--ratelimit-every=1"}, "a", want{status: 429, reason: "error", retryAfter: 1}},
+		{"fail rate", []string{"--fail-rate=1"}, "a", want{status: 500, reason: "error", message: "simulated error"}},
+		{"ratelimit every", []string{"--ratelimit-every=1"}, "a", want{status: 500, reason: "error", retryAfter: 1, message: "rate limited: too many requests"}},
 		{"directive in old turn ignored", nil, "<<<user>>>\n[[sim:error]]\n<<<assistant>>>\nno\n<<<user>>>\nok", want{status: 200, reason: "success", deltas: 3, full: "You said: ok"}},
 	}
 	for _, tt := range tests {
@@ -270,7 +378,7 @@ func TestFaults(t *testing.T) {
 			c := dial(t, h)
 			r := c.turn("r1", "", tt.give, false)
 			got := want{status: r.finish.StatusCode, deltas: len(r.deltas), retryAfter: r.finish.RetryAfter,
-				thinks: r.thinks, reason: r.finish.Reason, full: r.finish.FullAnswer}
+				thinks: r.thinks, reason: r.finish.Reason, full: r.finish.FullAnswer, message: r.finish.ErrorMessage}
 			if got != tt.want {
 				t.Errorf("turn = %+v, want %+v", got, tt.want)
 			}
@@ -301,12 +409,13 @@ func TestHangAndStop(t *testing.T) {
 	h := startSim(t, "--logged-in")
 	c := dial(t, h)
 	c.ask("r1", "", "wait [[sim:hang]]", false)
+	c.opened()
 	c.quiet(100 * time.Millisecond)
 	var ok struct{ Success bool }
 	c.result("chat/stop", map[string]any{"requestId": "r1"}, &ok)
 	r := c.collect("r1")["r1"]
-	if !ok.Success || r.finish.StatusCode != 499 || r.finish.Reason != "cancelled" {
-		t.Errorf("stop: success %v finish %+v, want 499 cancelled", ok.Success, r.finish)
+	if !ok.Success || r.finish.StatusCode != 200 || r.finish.Reason != "cancelled" {
+		t.Errorf("stop: success %v finish %+v, want 200 cancelled", ok.Success, r.finish)
 	}
 }
 
@@ -314,13 +423,13 @@ func TestStopMidStream(t *testing.T) {
 	h := startSim(t, "--logged-in")
 	c := dial(t, h)
 	c.ask("r1", "", "a b c d", false)
-	first := c.next()
+	first := c.nextAnswer()
 	var ok struct{ Success bool }
 	c.result("chat/stop", map[string]any{"requestId": "r1"}, &ok)
 	c.reply(first)
 	r := c.collect("r1")["r1"]
-	if r.finish.StatusCode != 499 || r.finish.FullAnswer != "You " {
-		t.Errorf("finish = %+v, want 499 with the one delta sent", r.finish)
+	if r.finish.StatusCode != 200 || r.finish.Reason != "cancelled" || r.finish.FullAnswer != "You " {
+		t.Errorf("finish = %+v, want cancelled with the one delta sent", r.finish)
 	}
 }
 
@@ -328,11 +437,7 @@ func TestCrashHook(t *testing.T) {
 	h := startSim(t, "--logged-in")
 	c := dial(t, h)
 	c.ask("r1", "", "a b c [[sim:crash]]", false)
-	first := c.next()
-	if first.Method != "chat/answer" {
-		t.Fatalf("first = %s, want chat/answer", first.Method)
-	}
-	c.reply(first)
+	c.reply(c.nextAnswer())
 	select {
 	case code := <-h.exits:
 		if code != 3 {
@@ -388,5 +493,39 @@ func TestLargePrompt(t *testing.T) {
 	r := c.turn("r1", "", q, false)
 	if want := whoamiText(r.finish.SessionID, 1, false, 1, len(q)); r.text() != want {
 		t.Errorf("answer = %q, want %q", r.text(), want)
+	}
+}
+
+// TestAskModes: the simulator takes the ask modes and session types the
+// evidence shows and refuses any other in the reply's failure shape.
+func TestAskModes(t *testing.T) {
+	h := startSim(t, "--logged-in")
+	c := dial(t, h)
+	tests := []struct {
+		mode, sessionType string
+		wantOK            bool
+	}{
+		{"normal", "chat", true},
+		{"chat", "chat", true},
+		{"edit", "chat", true},
+		{"agent", "assistant", true},
+		{"agent", "developer", true},
+		{"", "inline", true},
+		{"free", "chat", false},
+		{"normal", "assistant-2", false},
+	}
+	for i, tt := range tests {
+		p := askParamsFor(fmt.Sprintf("m%d", i), "", "hi", false)
+		p["mode"], p["sessionType"] = tt.mode, tt.sessionType
+		var got map[string]any
+		c.result("chat/ask", p, &got)
+		if got["success"] != tt.wantOK {
+			t.Errorf("mode %q session type %q: %v, want success %v", tt.mode, tt.sessionType, got, tt.wantOK)
+		}
+		if tt.wantOK {
+			c.collect(fmt.Sprintf("m%d", i))
+		} else if msg, _ := got["errorMessage"].(string); !strings.Contains(msg, "unsupported") {
+			t.Errorf("refusal %v, want an errorMessage saying what is unsupported", got)
+		}
 	}
 }

@@ -22,8 +22,7 @@ var orgs = []orgOption{{"acme", "Acme"}, {"personal", "Personal"}}
 // process, as with the real binary: a restart invalidates the URL.
 func (s *Sim) generateLoginURL() map[string]any {
 	if want := s.cfg.RequireEndpoint; want != "" && s.endpoint() != want {
-		return map[string]any{"success": false, "errorCode": "DEDICATED_DOMAIN_REQUIRED",
-			"errorMsg": "this account signs in at its dedicated domain " + want}
+		return s.failure("DEDICATED_DOMAIN_REQUIRED", "this account signs in at its dedicated domain "+want)
 	}
 	nonce := randomHex(16)
 	now := time.Now()

@@ -70,7 +70,7 @@ func TestProcessCrashAndSignal(t *testing.T) {
 	h, _, exited := spawn(t, bin)
 	c := dial(t, h)
 	c.ask("r1", "", "a b [[sim:crash]]", false)
-	c.reply(c.next())
+	c.reply(c.nextAnswer())
 	if code := exitCode(t, exited); code != 3 {
 		t.Errorf("crash exit code = %d, want 3\n%s", code, h.log.String())
 	}

@@ -96,6 +96,14 @@ func lastTurn(secs []section) int {
 }
 
 // lastUser returns the index of the last user section, or -1.
+// lastUserText is the body of the last user section, or "".
+func lastUserText(secs []section) string {
+	if i := lastUser(secs); i >= 0 {
+		return secs[i].body
+	}
+	return ""
+}
+
 func lastUser(secs []section) int {
 	for i := len(secs) - 1; i >= 0; i-- {
 		if secs[i].role == roleUser {
@@ -141,11 +149,14 @@ func stripDirectives(s string) string {
 // -1 and durations < 0 when the prompt does not set them.
 type directives struct {
 	// calls are the tool calls [[sim:call=NAME {args}]] asks for, in order.
-	calls               []directedCall
-	whoami, ask         bool
+	calls []directedCall
+	// builtins are the worker's own tools [[sim:builtin=NAME]] and
+	// [[sim:builtin-async=NAME]] ask the client to run, in order.
+	builtins            []builtin
+	whoami, ask, env    bool
 	toolCode, think     bool
 	crash, hang, logout bool
-	ratelimit           bool
+	ratelimit, timeout  bool
 	// awaitResults keeps a native tool turn open after its tool/invoke
 	// requests instead of finishing it.
 	awaitResults            bool
@@ -166,10 +177,15 @@ func parseDirectives(text string) directives {
 			if c, ok = parseCall(val); ok {
 				d.calls = append(d.calls, c)
 			}
+		case "builtin", "builtin-async":
+			ok = val != ""
+			d.builtins = append(d.builtins, builtin{name: val, async: name == "builtin-async"})
 		case "whoami":
 			d.whoami = true
 		case "ask":
 			d.ask = true
+		case "env":
+			d.env = true
 		case "tool_code":
 			d.toolCode = true
 		case "think":
@@ -184,6 +200,8 @@ func parseDirectives(text string) directives {
 			d.logout = true
 		case "error":
 			d.errAfter = 0
+		case "timeout":
+			d.timeout = true
 		case "error-after":
 			d.errAfter, ok = atoiOK(val)
 		case "words":

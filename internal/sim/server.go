@@ -32,9 +32,14 @@ type Sim struct {
 
 	conns sync.WaitGroup // WebSocket connections (hijacked, so Shutdown does not wait)
 
-	loginHits, asks, sessionsMade, logins atomic.Int64
+	loginHits, asks, sessionsMade, logins, builtinCalls atomic.Int64
 
 	ep atomic.Pointer[string] // the endpoint config/updateEndpoint set
+
+	// script is the transcript --replay plays; replaying the newest
+	// connection's replay of it.
+	script    *script
+	replaying atomic.Pointer[replayer]
 }
 
 func (s *Sim) endpoint() string {
@@ -87,6 +92,13 @@ func New(cfg Config, log *slog.Logger) (*Sim, error) {
 	if cfg.WorkDir != "" {
 		s.creds = newCreds(cfg.WorkDir)
 	}
+	if cfg.Replay != "" {
+		sc, err := loadScript(cfg.Replay)
+		if err != nil {
+			return nil, err
+		}
+		s.script = sc
+	}
 	return s, nil
 }
 
@@ -113,6 +125,14 @@ func (s *Sim) Run(ctx context.Context) error {
 		socket = wsLn.Addr().(*net.TCPAddr).Port
 		servers = append(servers, s.newServer(ctx, http.HandlerFunc(s.serveWS)))
 		listeners = append(listeners, wsLn)
+	}
+	if ln, err := s.extraListener(); err != nil {
+		closeAll(listeners)
+		return err
+	} else if ln != nil {
+		servers = append(servers, s.newServer(ctx, http.NotFoundHandler()))
+		listeners = append(listeners, ln)
+		s.log.Info("deviation extra-listener: listening where no flag says", "addr", ln.Addr().String())
 	}
 	s.log.Info("simworker listening", "socket", socket, "http", s.httpPort, "protocol", s.cfg.Protocol)
 	errc := make(chan error, len(servers))
@@ -165,6 +185,12 @@ func (s *Sim) newServer(ctx context.Context, h http.Handler) *http.Server {
 	}
 }
 
+func closeAll(lns []net.Listener) {
+	for _, ln := range lns {
+		_ = ln.Close()
+	}
+}
+
 func listenLoopback(port int) (net.Listener, error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
@@ -200,15 +226,27 @@ type Stats struct {
 	Logins   int64 `json:"logins"`
 	// Endpoint is the endpoint config/updateEndpoint set.
 	Endpoint string `json:"endpoint"`
+	// BuiltinCalls counts the built-in tools the worker asked the client
+	// to run (tool/invoke).
+	BuiltinCalls int64 `json:"builtin_calls"`
+	// Replay is how far the newest connection's replay got (--replay).
+	Replay *ReplayStats `json:"replay,omitempty"`
 }
 
 func (s *Sim) stats() Stats {
+	var rs *ReplayStats
+	if r := s.replaying.Load(); r != nil {
+		st := r.stats()
+		rs = &st
+	}
 	return Stats{
+		Replay:        rs,
 		LoginPageHits: s.loginHits.Load(),
 		Asks:          s.asks.Load(),
 		Sessions:      s.sessionsMade.Load(),
 		Endpoint:      s.endpoint(),
 		Logins:        s.logins.Load(),
+		BuiltinCalls:  s.builtinCalls.Load(),
 	}
 }
 
@@ -229,6 +267,9 @@ func (s *Sim) openSession(sid, question string, reply bool) (id string, turn int
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sess := s.sessions[sid]
+	if reply && sess != nil && s.cfg.Deviate["new-session"] {
+		sess, sid, reply = nil, "", false
+	}
 	if sess == nil {
 		if reply {
 			return "", 0, false

@@ -14,19 +14,25 @@
 //
 // # Lingma choices the protocol leaves open
 //
-//   - A chat/ask while logged out is answered with the JSON-RPC error
-//     -32001 "not logged in"; no turn starts and no chat/finish follows.
+//   - Replies that can fail are {success, errorCode, errorMessage} (the
+//     shape chat/ask's reply has on the wire). A chat/ask while logged out
+//     is refused that way, with the worker's own log words ("No cached
+//     user info, please login."); no turn starts.
 //   - chat/answer, chat/think and chat/finish are requests with an id; the
 //     next one is sent only after the client replied. No reply within
 //     --reply-timeout (10s) logs "no response from client" and abandons the
 //     turn without a finish.
-//   - chat/finish carries requestId, sessionId, reason, statusCode,
-//     fullAnswer, errorMsg and, for 429, retryAfter (whole seconds). Status
-//     codes: 200 "success"; 404 "error" (isReply naming an unknown session);
-//     429 "error" (rate limited); 500 "error" (simulated failure); 499
-//     "cancelled" (chat/stop).
+//   - chat/finish carries the plugin's fields (requestId, sessionId,
+//     reason, statusCode, fullAnswer, extra) and, on an error, errorMessage.
+//     Status codes are the plugin's: 200 ("success", or "cancelled" after
+//     chat/stop), 408 "error" ([[sim:timeout]]) and 500 "error" (every other
+//     failure, an unknown session with isReply among them). The rate-limit
+//     fault is a 500 whose text says so, plus retryAfter in whole seconds:
+//     the one field no capture shows, sent because no capture shows what a
+//     throttled worker sends at all.
 //   - A chat/ask with a non-empty unknown sessionId and isReply false opens a
-//     session with that id; with isReply true it finishes 404.
+//     session with that id; with isReply true it finishes 500 "session not
+//     found".
 //   - config/getEndpoint answers the endpoint last set ("" at start);
 //     config/updateEndpoint takes an http(s) URL. With --require-endpoint,
 //     login/generateUrl fails until the endpoint is that URL.
@@ -35,6 +41,26 @@
 //     tool/invoke request {requestId, sessionId, toolCallId, name,
 //     parameters} per call, then a successful chat/finish with no text
 //     (with [[sim:await-results]], no finish: the turn waits for chat/stop).
+//   - chat/ask takes the modes the evidence shows ("normal", "chat", "edit",
+//     "agent", or none) and the plugin's session types (chat, assistant,
+//     developer, inline); any other is refused with success false.
+//   - A turn sends chat/process_step_callback (step_start, then step_end
+//     before its finish) and, on a session's first turn,
+//     session/title/update, each a request the client must answer.
+//   - In agent mode, [[sim:builtin=NAME]] (or --builtin-tool) asks the
+//     client to run the worker's own tool NAME: tool/invoke {requestId,
+//     sessionId, toolCallId, name, parameters, async}. The result is the
+//     plugin's ToolInvokeResponse (success, errorMessage, result): in the
+//     reply, or after an acknowledgement as a tool/invokeResult request,
+//     answered {errorCode: null, errorMessage: null}. A JSON-RPC error in its
+//     place fails the turn; no result within --reply-timeout abandons it.
+//   - --replay=FILE plays a transcript (internal/lingmarpc's format) as the
+//     worker: setup calls are answered as recorded whenever they come, every
+//     other message must be the transcript's next, the worker's recorded
+//     messages follow it; a difference is a JSON-RPC error (and a 500
+//     finish of the turn in progress) naming it.
+//   - --deviate=NAME,... makes the worker differ from the evidence in the
+//     ways Deviations lists, for the tests of a check of a real worker.
 //   - [[sim:logout]] deletes cache/id and cache/user and still answers the
 //     turn normally; the next auth/status reports status 1.
 //
@@ -53,8 +79,10 @@
 // that is the whole text). Flags of the same name set process-wide defaults.
 //
 //	[[sim:whoami]]          answer "session=S turn=N reply=B sections=K chars=L" (L in bytes)
-//	[[sim:ask]]             answer "mode=M session_type=T model=K tools=W endpoint=E" (the ask's settings;
-//	                        W is none, prompt:N or native:N) (lingma)
+//	[[sim:ask]]             answer "mode=M session_type=T model=K tools=W endpoint=E context=C" (the ask's
+//	                        settings; W is none, prompt:N or native:N; C null or text:N) (lingma)
+//	[[sim:env]]             answer "home=H tmpdir=T runtime=R cwd=C" (the process's HOME, TMPDIR,
+//	                        XDG_RUNTIME_DIR and working dir) (lingma)
 //	[[sim:words=N]]         pad a text answer with filler words to N words
 //	[[sim:chunks=N]]        exactly N deltas (default: one per word)
 //	[[sim:delay=200ms]]     wait before the first delta
@@ -62,12 +90,15 @@
 //	[[sim:think]]           send chat/think before the first delta (lingma)
 //	[[sim:tool_code]]       answer a tool call in the tool_code form (lingma)
 //	[[sim:error]]           fail with 500 before any delta
+//	[[sim:timeout]]         fail with 408 (the upstream timed out) before any delta
 //	[[sim:error-after=N]]   fail with 500 after N deltas
-//	[[sim:ratelimit]]       fail with 429, retry after 1s; [[sim:ratelimit=2s]] sets it
+//	[[sim:ratelimit]]       fail with 500 "rate limited", retryAfter 1s; [[sim:ratelimit=2s]] sets it
 //	[[sim:crash]]           the process exits (status 3) right after the first delta
 //	[[sim:hang]]            accept and never answer until stopped or disconnected
 //	[[sim:await-results]]   after native tool/invoke calls, wait until stopped instead of finishing (lingma)
 //	[[sim:logout]]          delete the credentials, then answer normally (lingma)
+//	[[sim:builtin=NAME]]    in agent mode, have the client run the worker's own tool NAME first (lingma)
+//	[[sim:builtin-async=NAME]] the same, asynchronously (tool/invokeResult) (lingma)
 //
 // In openai mode an error after N deltas is an in-stream {"error": ...} event
 // with no [DONE] (a 500 for a non-stream request), a rate limit is HTTP 429
@@ -127,6 +158,20 @@ type Config struct {
 	// extra.toolConfig is answered with tool/invoke requests instead of a
 	// tool call in the text. Default off (tools only in the prompt).
 	NativeTools bool
+	// Deviate names the ways the worker differs from the evidence
+	// (Deviations), for tests of a check of a real worker. Default none.
+	Deviate map[string]bool
+	// Replay, when set, is a transcript the worker plays instead of
+	// answering (lingma protocol): it checks what the client sends against
+	// it and answers as recorded. Default none.
+	Replay string
+	// BuiltinTool, when set, is a built-in tool every agent-mode turn asks
+	// the client to run (tool/invoke) before it answers, as a worker whose
+	// agent loop uses its own tools does; BuiltinAsync makes the call
+	// asynchronous (its result comes as tool/invokeResult). A turn's
+	// [[sim:builtin=NAME]] directives replace it. Default none.
+	BuiltinTool  string
+	BuiltinAsync bool
 	// RequireEndpoint, when set, is the only endpoint at which a login URL
 	// is handed out (an enterprise account on a dedicated domain); until
 	// config/updateEndpoint sets it, login/generateUrl fails.
@@ -258,6 +303,7 @@ func ParseArgs(args []string, getenv func(string) string, usage io.Writer) (Conf
 		cfg                 Config
 		transport, accounts string
 		loggedIn, modelKeys string
+		deviate             string
 		port                int
 	)
 	fs := flag.NewFlagSet("simworker", flag.ContinueOnError)
@@ -274,6 +320,10 @@ func ParseArgs(args []string, getenv func(string) string, usage io.Writer) (Conf
 	fs.StringVar(&cfg.LoginURL, "login-url", "", "hand out this login URL instead of the worker's own page (a fault)")
 	fs.BoolVar(&cfg.NativeTools, "native-tools", false, "advertise and answer with native tool/invoke calls in agent mode")
 	fs.StringVar(&cfg.RequireEndpoint, "require-endpoint", "", "hand out login URLs only once the endpoint is this URL")
+	fs.StringVar(&deviate, "deviate", "", "differ from the evidence: some of "+strings.Join(Deviations, ","))
+	fs.StringVar(&cfg.Replay, "replay", "", "play this transcript as the worker, checking what the client sends against it")
+	fs.StringVar(&cfg.BuiltinTool, "builtin-tool", "", "in agent mode, ask the client to run this built-in tool (tool/invoke) in every turn")
+	fs.BoolVar(&cfg.BuiltinAsync, "builtin-async", false, "make --builtin-tool's calls asynchronous (result by tool/invokeResult)")
 	fs.DurationVar(&cfg.Faults.Delay, "delay", 0, "wait before the first delta")
 	fs.DurationVar(&cfg.Faults.ChunkDelay, "chunk-delay", 0, "wait between deltas")
 	fs.IntVar(&cfg.Faults.Chunks, "chunks", -1, "deltas per answer (-1: one per word)")
@@ -310,6 +360,9 @@ func ParseArgs(args []string, getenv func(string) string, usage io.Writer) (Conf
 	}
 	if modelKeys != "" {
 		cfg.ModelKeys = strings.Split(modelKeys, ",")
+	}
+	if cfg.Deviate, err = parseDeviations(deviate); err != nil {
+		return Config{}, err
 	}
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -20,11 +21,9 @@ const (
 	reasonError     = "error"
 	reasonCancelled = "cancelled"
 
-	statusOK          = 200
-	statusNotFound    = 404
-	statusRateLimited = 429
-	statusCancelled   = 499
-	statusFailed      = 500
+	statusOK      = 200
+	statusTimeout = 408
+	statusFailed  = 500
 )
 
 // askParams are the chat/ask fields the simulator reads.
@@ -32,7 +31,7 @@ type askParams struct {
 	RequestID    string `json:"requestId"`
 	SessionID    string `json:"sessionId"`
 	QuestionText string `json:"questionText"`
-	ChatContext  struct {
+	ChatContext  *struct {
 		Text string `json:"text"`
 	} `json:"chatContext"`
 	IsReply     bool   `json:"isReply"`
@@ -49,6 +48,34 @@ type askParams struct {
 			ToolChoice json.RawMessage `json:"tool_choice"`
 		} `json:"toolConfig"`
 	} `json:"extra"`
+}
+
+// The ask modes and session types the evidence shows: "normal" and "chat"
+// seen on the wire for a plain chat, "chat", "edit" and "agent" in the
+// plugin's shapes (and none, from its older UI); its session types are
+// chat, assistant, developer and inline. Anything else is refused.
+var (
+	askModes     = map[string]bool{"": true, "normal": true, "chat": true, "edit": true, "agent": true}
+	sessionTypes = map[string]bool{"chat": true, "assistant": true, "developer": true, "inline": true}
+)
+
+// checkAsk refuses an ask whose mode or session type no evidence shows.
+func (s *Sim) checkAsk(p *askParams) error {
+	if !askModes[p.Mode] || p.Mode == "normal" && s.cfg.Deviate["no-normal"] {
+		return fmt.Errorf("unsupported mode %q", p.Mode)
+	}
+	if !sessionTypes[p.SessionType] {
+		return fmt.Errorf("unsupported sessionType %q", p.SessionType)
+	}
+	return nil
+}
+
+// context says what the ask's chatContext held: null, or text of N bytes.
+func (p *askParams) context() string {
+	if p.ChatContext == nil {
+		return "null"
+	}
+	return "text:" + strconv.Itoa(len(p.ChatContext.Text))
 }
 
 // nativeTools is the tool configuration an agent-mode ask passed as data,
@@ -80,24 +107,30 @@ func (p *askParams) nativeTools(native bool) *toolSpec {
 	return ts
 }
 
-// toolInvoke is the body of the tool/invoke request of a native call.
+// toolInvoke is the body of a tool/invoke request: the plugin's
+// ToolInvokeRequest (requestId, toolCallId, name, parameters, async) and the
+// sessionId.
 type toolInvoke struct {
 	RequestID  string         `json:"requestId"`
 	SessionID  string         `json:"sessionId"`
 	ToolCallID string         `json:"toolCallId"`
 	Name       string         `json:"name"`
 	Parameters map[string]any `json:"parameters"`
+	Async      bool           `json:"async"`
 }
 
-// finishParams is the body of chat/finish.
+// finishParams is the body of chat/finish: the plugin's shape, with the
+// error text as errorMessage (the name of the worker's replies) and, only
+// for the rate-limit fault, retryAfter in whole seconds.
 type finishParams struct {
-	RequestID  string `json:"requestId"`
-	SessionID  string `json:"sessionId"`
-	Reason     string `json:"reason"`
-	StatusCode int    `json:"statusCode"`
-	FullAnswer string `json:"fullAnswer"`
-	ErrorMsg   string `json:"errorMsg"`
-	RetryAfter int    `json:"retryAfter,omitempty"`
+	RequestID    string         `json:"requestId"`
+	SessionID    string         `json:"sessionId"`
+	Reason       string         `json:"reason"`
+	StatusCode   int            `json:"statusCode"`
+	FullAnswer   string         `json:"fullAnswer"`
+	Extra        map[string]any `json:"extra"`
+	ErrorMessage string         `json:"errorMessage,omitempty"`
+	RetryAfter   int            `json:"retryAfter,omitempty"`
 }
 
 // deltaParams is the body of chat/answer and chat/think.
@@ -118,8 +151,9 @@ type turn struct {
 	d          directives
 	ratelimit  bool // from --ratelimit-every
 	fail       bool // from --fail-rate
-	// mode, sessionType and model are what the ask asked for ([[sim:ask]]).
-	mode, sessionType, model string
+	// mode, sessionType and model are what the ask asked for ([[sim:ask]]);
+	// context says what its chatContext held.
+	mode, sessionType, model, context string
 	// native holds the tools the ask passed as data (--native-tools).
 	native *toolSpec
 }
@@ -133,20 +167,25 @@ func (c *conn) ask(m *lingmarpc.Message) {
 		return
 	}
 	if _, _, ok := c.s.creds.status(); !ok {
-		c.respond(m.ID, nil, &lingmarpc.Error{Code: codeNotLoggedIn, Message: "not logged in"})
+		// The worker's own words when it has no credentials.
+		c.respond(m.ID, c.s.failure("", "No cached user info, please login."), nil)
+		return
+	}
+	if err := c.s.checkAsk(&p); err != nil {
+		c.respond(m.ID, c.s.failure("INVALID_PARAMS", err.Error()), nil)
 		return
 	}
 	question := p.QuestionText
-	if question == "" {
+	if question == "" && p.ChatContext != nil {
 		question = p.ChatContext.Text
 	}
 	nth := c.s.asks.Add(1)
 	sid, n, ok := c.s.openSession(p.SessionID, question, p.IsReply)
 	if !ok {
-		c.respond(m.ID, map[string]any{"success": true}, nil)
+		c.respond(m.ID, c.s.accepted(), nil)
 		c.turns.Go(func() {
 			c.finish(finishParams{RequestID: p.RequestID, SessionID: p.SessionID, Reason: reasonError,
-				StatusCode: statusNotFound, ErrorMsg: "session not found"})
+				StatusCode: statusFailed, ErrorMessage: "session not found"})
 		})
 		return
 	}
@@ -166,10 +205,10 @@ func (c *conn) ask(m *lingmarpc.Message) {
 		reqID: p.RequestID, sid: sid, n: n, reply: p.IsReply, question: question, secs: secs, d: d,
 		ratelimit: f.RatelimitEvery > 0 && nth%int64(f.RatelimitEvery) == 0,
 		fail:      f.FailRate > 0 && rand.Float64() < f.FailRate,
-		mode:      p.Mode, sessionType: p.SessionType, model: p.Extra.ModelConfig.Key,
+		mode:      p.Mode, sessionType: p.SessionType, model: p.Extra.ModelConfig.Key, context: p.context(),
 		native: p.nativeTools(c.s.cfg.NativeTools),
 	}
-	c.respond(m.ID, map[string]any{"success": true}, nil)
+	c.respond(m.ID, c.s.accepted(), nil)
 	c.turns.Go(func() {
 		defer stop(nil)
 		defer c.s.endTurn(t.reqID)
@@ -177,13 +216,18 @@ func (c *conn) ask(m *lingmarpc.Message) {
 	})
 }
 
-// runTurn applies the turn's faults and streams its answer.
+// runTurn applies the turn's faults and streams its answer, between the
+// step callbacks a real worker sends around a turn.
 func (c *conn) runTurn(ctx context.Context, t *turn) {
 	fin := finishParams{RequestID: t.reqID, SessionID: t.sid}
 	if t.d.logout {
 		if err := c.s.creds.logout(); err != nil {
 			c.log.Error("sim logout", "err", err)
 		}
+	}
+	if err := c.opening(ctx, t); err != nil {
+		c.abort(t, fin, "", err)
+		return
 	}
 	if t.d.hang {
 		<-ctx.Done()
@@ -194,15 +238,7 @@ func (c *conn) runTurn(ctx context.Context, t *turn) {
 		c.abort(t, fin, "", err)
 		return
 	}
-	switch {
-	case t.d.ratelimit || t.ratelimit:
-		fin.Reason, fin.StatusCode, fin.ErrorMsg = reasonError, statusRateLimited, "rate limited"
-		fin.RetryAfter = int(math.Ceil(t.d.retryAfter.Seconds()))
-		c.finish(fin)
-		return
-	case t.d.errAfter == 0 || t.fail:
-		fin.Reason, fin.StatusCode, fin.ErrorMsg = reasonError, statusFailed, "simulated error"
-		c.finish(fin)
+	if c.failEarly(ctx, t, fin) {
 		return
 	}
 	if t.d.think {
@@ -217,7 +253,65 @@ func (c *conn) runTurn(ctx context.Context, t *turn) {
 			return
 		}
 	}
-	chunks, full := splitChunks(c.answerText(t), t.d.chunks)
+	note, err := c.builtins(ctx, t)
+	if err != nil {
+		c.toolFailed(ctx, t, fin, err)
+		return
+	}
+	c.streamAnswer(ctx, t, fin, note)
+}
+
+// opening sends what a real worker sends as a turn starts: the first step
+// callback and, on a session's first turn, its title. Each is a request
+// the client must answer.
+func (c *conn) opening(ctx context.Context, t *turn) error {
+	if err := c.step(ctx, t, "step_start", "done"); err != nil {
+		return err
+	}
+	if t.n > 1 {
+		return nil
+	}
+	title := stripDirectives(lastUserText(t.secs))
+	if r := []rune(title); len(r) > 40 {
+		title = string(r[:40])
+	}
+	return c.call(ctx, "session/title/update", map[string]string{"sessionId": t.sid, "sessionTitle": title})
+}
+
+// step sends chat/process_step_callback, as the worker reports its steps.
+func (c *conn) step(ctx context.Context, t *turn, step, status string) error {
+	return c.call(ctx, "chat/process_step_callback", map[string]any{"requestId": t.reqID, "sessionId": t.sid,
+		"step": step, "description": "", "status": status, "result": nil, "message": ""})
+}
+
+// failEarly finishes a turn that fails before its first delta, and reports
+// whether it did.
+func (c *conn) failEarly(ctx context.Context, t *turn, fin finishParams) bool {
+	switch {
+	case t.d.ratelimit || t.ratelimit:
+		// No capture shows a throttled worker: a server error whose text
+		// says so, with the one field no capture shows (retryAfter).
+		fin.Reason, fin.StatusCode, fin.ErrorMessage = reasonError, statusFailed, "rate limited: too many requests"
+		fin.RetryAfter = int(math.Ceil(t.d.retryAfter.Seconds()))
+	case t.d.timeout:
+		fin.Reason, fin.StatusCode, fin.ErrorMessage = reasonError, statusTimeout, "upstream request timed out"
+	case t.d.errAfter == 0 || t.fail:
+		fin.Reason, fin.StatusCode, fin.ErrorMessage = reasonError, statusFailed, "simulated error"
+	default:
+		return false
+	}
+	c.end(ctx, t, fin)
+	return true
+}
+
+// streamAnswer sends the answer (with note, the built-in tools' outcome,
+// after it) in deltas and finishes the turn, applying the stream's faults.
+func (c *conn) streamAnswer(ctx context.Context, t *turn, fin finishParams, note string) {
+	text := c.answerText(t)
+	if note != "" {
+		text += "\n" + note
+	}
+	chunks, full := splitChunks(text, t.d.chunks)
 	var sent strings.Builder
 	for i, chunk := range chunks {
 		if t.d.errAfter == i {
@@ -245,12 +339,25 @@ func (c *conn) runTurn(ctx context.Context, t *turn) {
 	}
 	fin.FullAnswer = sent.String()
 	if t.d.errAfter >= 0 {
-		fin.Reason, fin.StatusCode, fin.ErrorMsg = reasonError, statusFailed, "simulated error"
-		c.finish(fin)
+		fin.Reason, fin.StatusCode, fin.ErrorMessage = reasonError, statusFailed, "simulated error"
+		c.end(ctx, t, fin)
 		return
 	}
 	fin.Reason, fin.StatusCode, fin.FullAnswer = reasonSuccess, statusOK, full
 	c.s.recordAnswer(t.sid, t.n, full)
+	c.end(ctx, t, fin)
+}
+
+// end sends the last step callback, then chat/finish.
+func (c *conn) end(ctx context.Context, t *turn, fin finishParams) {
+	status := "done"
+	if fin.StatusCode != statusOK {
+		status = "error"
+	}
+	if err := c.step(ctx, t, "step_end", status); err != nil {
+		c.abort(t, fin, fin.FullAnswer, err)
+		return
+	}
 	c.finish(fin)
 }
 
@@ -276,7 +383,7 @@ func (c *conn) invokeTools(ctx context.Context, t *turn, fin finishParams, calls
 	full := renderJSONCalls(calls)
 	c.s.recordAnswer(t.sid, t.n, full)
 	fin.Reason, fin.StatusCode = reasonSuccess, statusOK
-	c.finish(fin)
+	c.end(ctx, t, fin)
 }
 
 // answerText is the turn's whole answer before it is cut into deltas. A
@@ -287,6 +394,11 @@ func (c *conn) answerText(t *turn) string {
 	if t.d.whoami && !isJSON {
 		return whoamiText(t.sid, t.n, t.reply, len(t.secs), len(t.question))
 	}
+	if t.d.env {
+		wd, _ := os.Getwd()
+		return fmt.Sprintf("home=%s tmpdir=%s runtime=%s cwd=%s", os.Getenv("HOME"), os.Getenv("TMPDIR"),
+			os.Getenv("XDG_RUNTIME_DIR"), wd)
+	}
 	if t.d.ask && !isJSON {
 		tools := "none"
 		switch {
@@ -295,8 +407,8 @@ func (c *conn) answerText(t *turn) string {
 		case promptTools(t.secs) != nil:
 			tools = "prompt:" + strconv.Itoa(len(promptTools(t.secs).Tools))
 		}
-		return fmt.Sprintf("mode=%s session_type=%s model=%s tools=%s endpoint=%s",
-			t.mode, t.sessionType, t.model, tools, c.s.endpoint())
+		return fmt.Sprintf("mode=%s session_type=%s model=%s tools=%s endpoint=%s context=%s",
+			t.mode, t.sessionType, t.model, tools, c.s.endpoint(), t.context)
 	}
 	tools := promptTools(t.secs)
 	if tools == nil && t.n > 1 {
@@ -328,7 +440,9 @@ func (c *conn) crash() {
 func (c *conn) abort(t *turn, fin finishParams, partial string, err error) {
 	switch {
 	case errors.Is(err, errStopped):
-		fin.Reason, fin.StatusCode, fin.FullAnswer, fin.ErrorMsg = reasonCancelled, statusCancelled, partial, "cancelled"
+		// As a server built for the plugin ends a stopped turn: the plugin
+		// reads 200 as "not an error", the reason says what happened.
+		fin.Reason, fin.StatusCode, fin.FullAnswer = reasonCancelled, statusOK, partial
 		c.finish(fin)
 	case errors.Is(err, errNoReply):
 		c.log.Warn("no response from client, abandoning turn", "requestId", t.reqID, "err", err)
@@ -339,7 +453,11 @@ func (c *conn) abort(t *turn, fin finishParams, partial string, err error) {
 
 // finish sends chat/finish and waits for its reply like any other request.
 func (c *conn) finish(fin finishParams) {
-	if err := c.call(c.ctx, "chat/finish", fin); err != nil {
+	if c.s.cfg.Deviate["no-finish"] {
+		c.log.Info("deviation no-finish: no chat/finish", "requestId", fin.RequestID)
+		return
+	}
+	if err := c.call(c.ctx, "chat/finish", c.s.finishBody(fin)); err != nil {
 		if errors.Is(err, errNoReply) {
 			c.log.Warn("no response from client to chat/finish", "requestId", fin.RequestID)
 			return

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
@@ -15,22 +15,21 @@ import (
 	"github.com/poolgate/poolgate/pool/textchat"
 )
 
-// codeNotLoggedIn is the JSON-RPC error the worker answers chat/ask with
-// when it has no login (as the simulator does; the real binary's code is not
-// documented, so its message is checked too).
-const codeNotLoggedIn = -32001
-
 // chatParams is the union of chat/answer, chat/think and chat/finish params.
 type chatParams struct {
-	RequestID  string     `json:"requestId"`
-	SessionID  string     `json:"sessionId"`
-	Text       string     `json:"text"`
-	Reason     string     `json:"reason"`
-	StatusCode flexInt    `json:"statusCode"`
-	FullAnswer string     `json:"fullAnswer"`
-	ErrorMsg   string     `json:"errorMsg"`
-	RetryAfter flexString `json:"retryAfter"`
-	method     string
+	RequestID  string  `json:"requestId"`
+	SessionID  string  `json:"sessionId"`
+	Text       string  `json:"text"`
+	Reason     string  `json:"reason"`
+	StatusCode flexInt `json:"statusCode"`
+	FullAnswer string  `json:"fullAnswer"`
+	// ErrorMessage is the error text's name in the worker's replies;
+	// ErrorMsg the name earlier notes used; RetryAfter (seconds) is no
+	// public capture's but is heard when a worker sends it.
+	ErrorMessage string     `json:"errorMessage"`
+	ErrorMsg     string     `json:"errorMsg"`
+	RetryAfter   flexString `json:"retryAfter"`
+	method       string
 	// call is the tool call of a tool/invoke.
 	call *chat.ToolCall
 }
@@ -44,6 +43,9 @@ type turn struct {
 	// offered names the tools the worker may invoke natively in this turn;
 	// set before the turn is registered, read-only after.
 	offered map[string]bool
+	// builtins counts the worker's own tools it asked the gateway to run
+	// in this turn (its agent loop ran).
+	builtins atomic.Int32
 }
 
 func (t *turn) push(p *chatParams) {
@@ -65,20 +67,30 @@ func (t *turn) take(spare []*chatParams) []*chatParams {
 	return q
 }
 
+// askParams are chat/ask's params: every field of the minimal request seen
+// on the wire (Lingma 2.11.1), in its order. Those the gateway has no use
+// for are sent empty, as there.
 type askParams struct {
-	RequestID    string      `json:"requestId"`
-	SessionID    string      `json:"sessionId"`
-	QuestionText string      `json:"questionText"`
-	ChatContext  chatContext `json:"chatContext"`
-	ChatTask     string      `json:"chatTask"`
-	SessionType  string      `json:"sessionType"`
-	Mode         string      `json:"mode"`
-	Stream       bool        `json:"stream"`
-	Source       int         `json:"source"`
-	IsReply      bool        `json:"isReply"`
-	Extra        *askExtra   `json:"extra,omitempty"`
+	RequestID           string       `json:"requestId"`
+	ChatTask            string       `json:"chatTask"`
+	ChatContext         *chatContext `json:"chatContext"`
+	SessionID           string       `json:"sessionId"`
+	CodeLanguage        string       `json:"codeLanguage"`
+	IsReply             bool         `json:"isReply"`
+	Source              int          `json:"source"`
+	QuestionText        string       `json:"questionText"`
+	Stream              bool         `json:"stream"`
+	TaskDefinitionType  string       `json:"taskDefinitionType"`
+	Extra               *askExtra    `json:"extra"`
+	SessionType         string       `json:"sessionType"`
+	TargetAgent         string       `json:"targetAgent"`
+	PluginPayloadConfig any          `json:"pluginPayloadConfig"`
+	Mode                string       `json:"mode"`
+	ShellType           string       `json:"shellType"`
+	CustomModel         any          `json:"customModel"`
 }
 
+// chatContext repeats the prompt, when Config.ChatContext asks for it.
 type chatContext struct {
 	Text string `json:"text"`
 }
@@ -155,13 +167,39 @@ func (c *Client) ask(ctx context.Context, t *chat.Turn) (*turnAnswer, error) {
 		reqID = t.RequestID + "-" + strconv.FormatInt(c.turnSeq.Add(1), 10)
 	}
 	tr := &turn{wake: make(chan struct{}, 1)}
-	mode := c.cfg.Mode
-	if t.Agent {
-		mode = ModeAgent
+	p := c.askParams(t, reqID, tr)
+	c.mu.Lock()
+	c.turns[reqID] = tr
+	c.mu.Unlock()
+	var res result
+	err := c.call(ctx, "chat/ask", p, &res)
+	if err == nil && res.failed() {
+		err = c.askError(res.message())
+	}
+	if err != nil {
+		c.endTurn(reqID)
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			c.stop(reqID) // the ask may have reached the worker
+		}
+		var rpc *lingmarpc.Error
+		if errors.As(err, &rpc) && c.cfg.LoginText.MatchString(rpc.Message) {
+			err = fmt.Errorf("%w: %w", chat.ErrNotLoggedIn, err)
+		}
+		return nil, err
+	}
+	return c.newAnswer(ctx, t, reqID, tr), nil
+}
+
+// askParams builds chat/ask's params for t and notes on tr the tools the
+// worker may invoke natively. This is the one place the ask is shaped.
+func (c *Client) askParams(t *chat.Turn, reqID string, tr *turn) askParams {
+	mode, sessionType := c.mode(t), "chat"
+	if mode == ModeAgent {
+		sessionType = c.cfg.AgentSessionType
 	}
 	var extra askExtra
 	prompt := ""
-	if c.native && mode == ModeAgent && len(t.Tools) > 0 && t.ToolChoice.Mode != chat.ToolNone {
+	if c.nativeTools(t) {
 		extra.ToolConfig, tr.offered = nativeTools(t)
 		prompt = textchat.RenderNative(t)
 	} else {
@@ -170,65 +208,77 @@ func (c *Client) ask(ctx context.Context, t *chat.Turn) (*turnAnswer, error) {
 	if t.Model != "" {
 		extra.ModelConfig = &modelConfig{Key: t.Model}
 	}
-	c.mu.Lock()
-	c.turns[reqID] = tr
-	c.mu.Unlock()
-
 	p := askParams{
 		RequestID:    reqID,
-		SessionID:    t.SessionID,
-		QuestionText: prompt,
-		ChatContext:  chatContext{Text: prompt},
 		ChatTask:     "FREE_INPUT",
-		SessionType:  "chat",
-		Mode:         mode,
-		Stream:       true,
-		Source:       1,
+		SessionID:    t.SessionID,
 		IsReply:      t.SessionID != "",
+		Source:       1,
+		QuestionText: prompt,
+		Stream:       true,
+		SessionType:  sessionType,
+		Mode:         mode,
 	}
-	if mode == ModeAgent {
-		p.SessionType = "assistant"
+	if c.cfg.ChatContext == ContextPrompt {
+		p.ChatContext = &chatContext{Text: prompt}
 	}
 	if extra.ModelConfig != nil || extra.ToolConfig != nil {
 		p.Extra = &extra
 	}
-	var res result
-	err := c.call(ctx, "chat/ask", p, &res)
-	if err == nil && res.failed() {
-		err = askError(res.message())
-	}
-	if err != nil {
-		c.endTurn(reqID)
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			c.stop(reqID) // the ask may have reached the worker
-		}
-		var rpc *lingmarpc.Error
-		if errors.As(err, &rpc) && (rpc.Code == codeNotLoggedIn || loginMessage(rpc.Message)) {
-			err = fmt.Errorf("%w: %w", chat.ErrNotLoggedIn, err)
-		}
-		return nil, err
-	}
-	return c.newAnswer(ctx, t, reqID, tr), nil
+	return p
 }
 
-// askError is the error of a chat/ask answered with success: false.
-func askError(msg string) error {
-	if loginMessage(msg) {
-		return fmt.Errorf("%w: %s", chat.ErrNotLoggedIn, msg)
-	}
-	return &chat.UpstreamError{Message: "chat/ask: " + msg}
+// Ask is chat/ask's params for t as the driver's client sends them (the
+// tools as the Config's tool mode says, emulated unless native): poolgate
+// doctor asks a real worker with them.
+func (d *Driver) Ask(t *chat.Turn, reqID string) any {
+	c := &Client{cfg: d.cfg, native: d.cfg.ToolMode == ToolsNative}
+	return c.askParams(t, reqID, &turn{})
 }
 
-func loginMessage(msg string) bool {
-	m := strings.ToLower(msg)
-	return strings.Contains(m, "not logged in") || strings.Contains(m, "not login") ||
-		strings.Contains(m, "unauthorized") || strings.Contains(m, "login required")
+// mode is the ask mode of t.
+func (c *Client) mode(t *chat.Turn) string {
+	if t.Agent {
+		return ModeAgent
+	}
+	return c.cfg.Mode
+}
+
+// nativeTools reports whether t's tools go to the worker as data.
+func (c *Client) nativeTools(t *chat.Turn) bool {
+	return c.native && c.mode(t) == ModeAgent && len(t.Tools) > 0 && t.ToolChoice.Mode != chat.ToolNone
+}
+
+// Continues reports whether t may continue the upstream session of the
+// conversation's earlier turns, per Config.Reuse. The router asks before
+// it sends only the new messages; a session handed out by a turn is
+// already one its policy allowed (see stream.keep).
+func (c *Client) Continues(t *chat.Turn) bool {
+	if c.cfg.Reuse == ReuseChatOnly {
+		return c.mode(t) != ModeAgent && len(t.Tools) == 0
+	}
+	return !c.nativeTools(t)
+}
+
+// forget deletes an upstream session that nobody may continue, without
+// waiting for the answer (the turn's caller must not wait on it).
+func (c *Client) forget(sessionID string) {
+	if sessionID == "" {
+		return
+	}
+	frame, err := requestFrame(c.nextID.Add(1), "chat/deleteSessionById", map[string]string{"sessionId": sessionID})
+	if err == nil {
+		_ = c.write(frame, c.cfg.StopTimeout) // best effort
+	}
 }
 
 func (c *Client) endTurn(reqID string) {
 	c.mu.Lock()
 	delete(c.turns, reqID)
 	c.mu.Unlock()
+	if c.rec != nil {
+		c.rec.end(reqID)
+	}
 }
 
 // stop sends chat/stop without waiting for its answer: the turn is being
@@ -269,7 +319,8 @@ func (c *Client) newAnswer(ctx context.Context, t *chat.Turn, reqID string, tr *
 	a := &turnAnswer{c: c, reqID: reqID, tr: tr, ctx: ctx,
 		idle:   time.NewTimer(c.cfg.ReplyTimeout),
 		settle: time.NewTimer(c.cfg.ToolSettle),
-		s:      stream{parser: textchat.NewParser(t), session: t.SessionID}}
+		s: stream{parser: textchat.NewParser(t), session: t.SessionID, cfg: &c.cfg,
+			reusable: c.Continues(t), builtins: &tr.builtins, forget: c.forget}}
 	a.settle.Stop()
 	a.tctx, a.cancel = context.WithTimeout(ctx, c.cfg.TurnTimeout)
 	return a
@@ -349,9 +400,16 @@ func (a *turnAnswer) halt() {
 // stream is the state of one turn's answer: what the worker's messages made
 // of it so far.
 type stream struct {
+	cfg     *Config
 	parser  *textchat.Parser
 	session string
-	gotText bool
+	// reusable says the turn's kind lets its session be continued;
+	// builtins counts the worker's own tools it ran (then it may not be);
+	// forget deletes a session that may not.
+	reusable bool
+	builtins *atomic.Int32
+	forget   func(sessionID string)
+	gotText  bool
 	// calls counts the tool calls the worker invoked natively.
 	calls int
 	// fail is set when the turn is abandoned for a reason other than ctx.
@@ -394,7 +452,18 @@ func (s *stream) handle(q []*chatParams) (done bool) {
 func (s *stream) finishCalls() {
 	evs, _ := s.parser.Finish()
 	s.emitAll(evs)
-	s.emit(chat.Event{Type: chat.EventDone, Finish: chat.FinishToolCalls, SessionID: s.session})
+	s.emit(chat.Event{Type: chat.EventDone, Finish: chat.FinishToolCalls, SessionID: s.keep()})
+}
+
+// keep is the session a follow-up may continue: the turn's, unless the
+// reuse policy says its session holds more than the gateway controls, in
+// which case the session is deleted and none is handed out.
+func (s *stream) keep() string {
+	if s.reusable && s.builtins.Load() == 0 {
+		return s.session
+	}
+	s.forget(s.session)
+	return ""
 }
 
 // finish queues the turn's last events.
@@ -405,7 +474,7 @@ func (s *stream) finish(m *chatParams) {
 		s.finishCalls()
 		return
 	}
-	if err := finishError(m); err != nil {
+	if err := finishError(m, s.cfg); err != nil {
 		s.emit(chat.Event{Type: chat.EventError, Err: err})
 		return
 	}
@@ -414,41 +483,5 @@ func (s *stream) finish(m *chatParams) {
 	}
 	evs, reason := s.parser.Finish()
 	s.emitAll(evs)
-	s.emit(chat.Event{Type: chat.EventDone, Finish: reason, SessionID: s.session})
-}
-
-// finishError maps a chat/finish that is not a success to the pool's errors.
-func finishError(m *chatParams) error {
-	code := int(m.StatusCode)
-	msg := m.ErrorMsg
-	if msg == "" && m.Reason != "" && m.Reason != "success" {
-		msg = m.Reason
-	}
-	lower := strings.ToLower(msg)
-	switch {
-	case code == 200 || code == 0 && m.ErrorMsg == "" && m.Reason != "error":
-		return nil
-	case code == 429 || strings.Contains(lower, "rate limit") || strings.Contains(lower, "ratelimit") ||
-		strings.Contains(lower, "quota") || strings.Contains(lower, "too many requests"):
-		return &chat.RateLimitedError{RetryAfter: seconds(string(m.RetryAfter)), Message: cmpMsg(msg, code)}
-	case code == 401:
-		return fmt.Errorf("%w: %w", chat.ErrNotLoggedIn, &chat.UpstreamError{Status: code, Message: cmpMsg(msg, code)})
-	}
-	return &chat.UpstreamError{Status: code, Message: cmpMsg(msg, code)}
-}
-
-func cmpMsg(msg string, code int) string {
-	if msg != "" {
-		return msg
-	}
-	return "chat/finish status " + strconv.Itoa(code)
-}
-
-// seconds parses a retryAfter value in (possibly fractional) seconds.
-func seconds(s string) time.Duration {
-	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil || f <= 0 || f > 24*3600 {
-		return 0
-	}
-	return time.Duration(f * float64(time.Second))
+	s.emit(chat.Event{Type: chat.EventDone, Finish: reason, SessionID: s.keep()})
 }

@@ -20,7 +20,6 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/lingmarpc"
-	"github.com/poolgate/poolgate/pool/textchat"
 	"github.com/poolgate/poolgate/pool/worker"
 )
 
@@ -49,6 +48,8 @@ type Client struct {
 	// native: offered tools go to the worker as data and come back as
 	// tool/invoke requests (Config.ToolMode, decided at initialize).
 	native bool
+	// rec writes the turns' transcripts; nil when recording is off.
+	rec *recorder
 
 	mu      sync.Mutex
 	pending map[int64]chan *lingmarpc.Message
@@ -65,12 +66,13 @@ func (c *Client) Capabilities() worker.Capabilities {
 	return worker.Capabilities{Models: true, RawModels: true, BrowserLogin: true, Sessions: true}
 }
 
-func newClient(conn *websocket.Conn, cfg Config, name string) *Client {
+func newClient(conn *websocket.Conn, cfg Config, name string, rec *recorder) *Client {
 	conn.SetReadLimit(readLimit)
 	c := &Client{
 		conn:     conn,
 		cfg:      cfg,
 		name:     name,
+		rec:      rec,
 		done:     make(chan struct{}),
 		pending:  map[int64]chan *lingmarpc.Message{},
 		turns:    map[string]*turn{},
@@ -89,6 +91,9 @@ func (c *Client) Close() error {
 		_ = c.conn.CloseNow() // the worker may be dead: no close handshake
 	})
 	<-c.done
+	if c.rec != nil {
+		c.rec.close()
+	}
 	return nil
 }
 
@@ -174,16 +179,14 @@ func (c *Client) LoginURL(ctx context.Context) (string, error) {
 		}
 	}
 	var r struct {
-		LoginURL  string     `json:"loginUrl"`
-		ErrorCode flexString `json:"errorCode"`
-		ErrorMsg  string     `json:"errorMsg"`
+		LoginURL string `json:"loginUrl"`
+		result
 	}
 	if err := c.call(ctx, "login/generateUrl", map[string]string{"loginDedicatedType": ""}, &r); err != nil {
 		return "", err
 	}
 	if r.LoginURL == "" {
-		return "", fmt.Errorf("lingma %s: login/generateUrl gave no URL: %s",
-			c.name, cmp.Or(r.ErrorMsg, string(r.ErrorCode), "no reason"))
+		return "", fmt.Errorf("lingma %s: login/generateUrl gave no URL: %s", c.name, r.reason("no reason"))
 	}
 	return r.LoginURL, nil
 }
@@ -223,18 +226,24 @@ func (c *Client) DeleteSession(ctx context.Context, sessionID string) error {
 	return nil
 }
 
-// result is the {success, errorCode, errorMsg} shape of several answers.
+// result is the {success, errorCode, errorMessage} shape of several
+// answers (seen on the wire for chat/ask); errorMsg is the name earlier
+// notes gave the message, still read.
 type result struct {
-	Success   *bool      `json:"success"`
-	ErrorCode flexString `json:"errorCode"`
-	ErrorMsg  string     `json:"errorMsg"`
+	Success      *bool      `json:"success"`
+	ErrorCode    flexString `json:"errorCode"`
+	ErrorMessage string     `json:"errorMessage"`
+	ErrorMsg     string     `json:"errorMsg"`
 }
 
 // failed reports an explicit success:false; an absent field is success.
 func (r *result) failed() bool { return r.Success != nil && !*r.Success }
 
-func (r *result) message() string {
-	return cmp.Or(r.ErrorMsg, string(r.ErrorCode), "success: false")
+func (r *result) message() string { return r.reason("success: false") }
+
+// reason is the answer's error text, else its code, else none.
+func (r *result) reason(none string) string {
+	return cmp.Or(r.ErrorMessage, r.ErrorMsg, string(r.ErrorCode), none)
 }
 
 // call sends one request and waits for its response, at most CallTimeout.
@@ -288,6 +297,9 @@ func (c *Client) call(ctx context.Context, method string, params, out any) error
 func (c *Client) write(frame []byte, timeout time.Duration) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if c.rec != nil {
+		c.rec.out(frame)
+	}
 	c.watchdog.Reset(timeout)
 	err := c.conn.Write(context.Background(), websocket.MessageText, frame)
 	if !c.watchdog.Stop() && err == nil {
@@ -332,6 +344,9 @@ func (c *Client) read() {
 			m := new(lingmarpc.Message)
 			if lingmarpc.Read(body, m) != nil {
 				continue // one bad message does not end the connection
+			}
+			if c.rec != nil {
+				c.rec.in(body)
 			}
 			c.dispatch(m)
 		}
@@ -421,78 +436,14 @@ func (c *Client) dispatch(m *lingmarpc.Message) {
 	}
 }
 
-// invokeParams is a tool/invoke request. The field names are not documented
-// for the real binary; the spellings public notes mention are all read.
-type invokeParams struct {
-	RequestID  string          `json:"requestId"`
-	SessionID  string          `json:"sessionId"`
-	ToolCallID string          `json:"toolCallId"`
-	ID         string          `json:"id"`
-	Name       string          `json:"name"`
-	ToolName   string          `json:"toolName"`
-	Parameters json.RawMessage `json:"parameters"`
-	Arguments  json.RawMessage `json:"arguments"`
-	Input      json.RawMessage `json:"input"`
-}
-
-// invoke handles the worker's tool/invoke, on the reader goroutine. A call of
-// a tool the turn offered is acknowledged and becomes one of the turn's tool
-// calls, for the API caller to run; any other (the worker's own tools, a turn
-// that is over) is refused: the gateway runs no tool on the worker's behalf.
-func (c *Client) invoke(m *lingmarpc.Message) {
-	var p invokeParams
-	_ = json.Unmarshal(m.Params, &p) // unreadable params name no tool and are refused below
-	name := cmp.Or(p.Name, p.ToolName)
-	c.mu.Lock()
-	t := c.turns[p.RequestID]
-	c.mu.Unlock()
-	if t == nil || !t.offered[name] {
-		c.cfg.Logger.Warn("lingma: refused a tool the turn did not offer", "instance", c.name,
-			"requestId", p.RequestID, "tool", name)
-		if len(m.ID) > 0 {
-			_ = c.write(errorFrame(m.ID, codeToolUnavailable, "tool "+strconv.Quote(name)+" is not available"), c.cfg.CallTimeout)
-		}
-		return
-	}
-	args, ok := textchat.NormalizeArgs(firstRaw(p.Parameters, p.Arguments, p.Input))
-	if !ok {
-		args = "{}"
-		c.cfg.Logger.Warn("lingma: tool call arguments are not an object; sent as {}", "instance", c.name, "tool", name)
-	}
-	if len(m.ID) > 0 {
-		_ = c.reply(m.ID)
-	}
-	call := chat.ToolCall{ID: cmp.Or(p.ToolCallID, p.ID), Name: name, Arguments: args}
-	if call.ID == "" {
-		call.ID = textchat.NewCallID()
-	}
-	t.push(&chatParams{RequestID: p.RequestID, SessionID: p.SessionID, method: m.Method, call: &call})
-}
-
-// firstRaw is the first of raws that holds a value.
-func firstRaw(raws ...json.RawMessage) json.RawMessage {
-	for _, r := range raws {
-		if r = bytes.TrimSpace(r); len(r) > 0 && string(r) != "null" {
-			return r
-		}
-	}
-	return nil
-}
-
-// codeToolUnavailable answers a tool/invoke the gateway does not serve.
-const codeToolUnavailable = -32601
-
-// errorFrame is the framed error response to request id.
-func errorFrame(id json.RawMessage, code int, msg string) []byte {
+// resultFrame is the framed response to request id with result v.
+func resultFrame(id json.RawMessage, v any) []byte {
 	const room = frameRoom
-	body, _ := json.Marshal(struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}{code, msg}) // a struct of an int and a string always encodes
+	body, _ := json.Marshal(v) // only the driver's own structs reach here
 	b := make([]byte, room, room+len(id)+len(body)+40)
 	b = append(b, `{"jsonrpc":"2.0","id":`...)
 	b = append(b, id...)
-	b = append(b, `,"error":`...)
+	b = append(b, `,"result":`...)
 	b = append(b, body...)
 	b = append(b, '}')
 	return withHeader(b, room)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -271,12 +272,17 @@ func TestStopOnSilence(t *testing.T) {
 
 func TestAskRefused(t *testing.T) {
 	tests := []struct {
-		give   any // the result of chat/ask, or an *lingmarpc.Error
-		wantIs error
+		give    any // the result of chat/ask, or an *lingmarpc.Error
+		wantIs  error
+		wantMsg string
 	}{
-		{give: &lingmarpc.Error{Code: codeNotLoggedIn, Message: "not logged in"}, wantIs: chat.ErrNotLoggedIn},
+		{give: &lingmarpc.Error{Code: -32001, Message: "not logged in"}, wantIs: chat.ErrNotLoggedIn},
+		// The reply's shape on the wire: the message is errorMessage.
+		{give: map[string]any{"success": false, "errorCode": "", "errorMessage": "No cached user info, please login."},
+			wantIs: chat.ErrNotLoggedIn},
 		{give: map[string]any{"success": false, "errorMsg": "User not login"}, wantIs: chat.ErrNotLoggedIn},
-		{give: &lingmarpc.Error{Code: -32000, Message: "boom"}},
+		{give: map[string]any{"success": false, "errorCode": "E1", "errorMessage": "model busy"}, wantMsg: "model busy"},
+		{give: &lingmarpc.Error{Code: -32000, Message: "boom"}, wantMsg: "boom"},
 	}
 	for _, tt := range tests {
 		f := newFake(t, func(fc *fakeConn, m *lingmarpc.Message) {
@@ -288,8 +294,9 @@ func TestAskRefused(t *testing.T) {
 		})
 		c := fakeClient(t, f, Config{})
 		_, err := c.Start(context.Background(), &chat.Turn{Messages: user("hi")})
-		if err == nil || tt.wantIs != nil && !errors.Is(err, tt.wantIs) {
-			t.Errorf("Start() refused with %v = %v, want an error matching %v", tt.give, err, tt.wantIs)
+		if err == nil || tt.wantIs != nil && !errors.Is(err, tt.wantIs) || !strings.Contains(err.Error(), tt.wantMsg) ||
+			tt.wantIs == nil && errors.Is(err, chat.ErrNotLoggedIn) {
+			t.Errorf("Start() refused with %v = %v, want an error matching %v with %q", tt.give, err, tt.wantIs, tt.wantMsg)
 		}
 	}
 }
@@ -313,25 +320,46 @@ func isRateLimited(retry time.Duration) func(error) bool {
 func isNil(err error) bool { return err == nil }
 
 func TestFinishError(t *testing.T) {
+	timeout := func(err error) bool { return errors.Is(err, context.DeadlineExceeded) && !isUpstream(408)(err) }
+	withText := func(want string, is func(error) bool) func(error) bool {
+		return func(err error) bool { return is(err) && strings.Contains(err.Error(), want) }
+	}
 	tests := []struct {
 		give chatParams
 		want func(error) bool
 	}{
 		{give: chatParams{StatusCode: 200, Reason: "success"}, want: isNil},
 		{give: chatParams{}, want: isNil},
+		// The plugin's status codes: 408 is a timeout, 500 a server error.
+		{give: chatParams{StatusCode: 408, Reason: "error"}, want: timeout},
+		{give: chatParams{StatusCode: 500, Reason: "error", ErrorMessage: "model overloaded"},
+			want: withText("model overloaded", isUpstream(500))},
+		{give: chatParams{StatusCode: 500, Reason: "error", ErrorMsg: "old name"}, want: withText("old name", isUpstream(500))},
+		{give: chatParams{StatusCode: 200, Reason: "cancelled"}, want: isUpstream(200)},
 		{give: chatParams{StatusCode: 429, ErrorMsg: "rate limited", RetryAfter: "3"}, want: isRateLimited(3 * time.Second)},
-		{give: chatParams{StatusCode: 500, ErrorMsg: "Daily quota exceeded"}, want: isRateLimited(0)},
+		{give: chatParams{StatusCode: 500, ErrorMessage: "Daily quota exceeded"}, want: isRateLimited(0)},
+		{give: chatParams{StatusCode: 500, ErrorMessage: "rate limited", RetryAfter: "600"}, want: isRateLimited(10 * time.Minute)},
 		{give: chatParams{StatusCode: 404, ErrorMsg: "session not found"}, want: isUpstream(404)},
 		{give: chatParams{StatusCode: 418, Reason: "error"}, want: isUpstream(418)},
 		{give: chatParams{Reason: "error", ErrorMsg: "x"}, want: isUpstream(0)},
 		{give: chatParams{StatusCode: 401, ErrorMsg: "token expired"}, want: func(err error) bool {
 			return errors.Is(err, chat.ErrNotLoggedIn) && isUpstream(401)(err)
 		}},
+		{give: chatParams{StatusCode: 500, ErrorMessage: "No cached user info, please login."}, want: func(err error) bool {
+			return errors.Is(err, chat.ErrNotLoggedIn)
+		}},
 	}
+	cfg := Config{}
+	cfg.setDefaults()
 	for _, tt := range tests {
-		if err := finishError(&tt.give); !tt.want(err) {
+		if err := finishError(&tt.give, &cfg); !tt.want(err) {
 			t.Errorf("finishError(%+v) = %v, not as wanted", tt.give, err)
 		}
+	}
+	// The texts are the operator's to replace.
+	cfg.RateLimitText = regexp.MustCompile(`busy`)
+	if err := finishError(&chatParams{StatusCode: 500, ErrorMessage: "server busy"}, &cfg); !isRateLimited(0)(err) {
+		t.Errorf("a configured rate-limit text: %v, want a rate limit", err)
 	}
 }
 

@@ -20,7 +20,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -30,10 +32,21 @@ import (
 	"github.com/poolgate/poolgate/pool/worker"
 )
 
-// Modes of chat/ask.
+// Modes of chat/ask. A plain chat was seen on the wire as "normal" (the
+// worker logs "ChatMode: normal") and, in an earlier capture, as "chat";
+// the plugin's shapes name "chat", "edit" and "agent".
 const (
-	ModeChat  = "chat"
-	ModeAgent = "agent"
+	ModeNormal = "normal"
+	ModeChat   = "chat"
+	ModeAgent  = "agent"
+)
+
+// What chat/ask's chatContext holds.
+const (
+	// ContextNone sends null, as the minimal request seen on the wire does.
+	ContextNone = "none"
+	// ContextPrompt repeats the prompt in chatContext.text.
+	ContextPrompt = "prompt"
 )
 
 // Config is the driver's configuration. The zero value is usable once
@@ -63,10 +76,24 @@ type Config struct {
 	// abandoned. Default 1s.
 	StopTimeout time.Duration
 	// Mode is chat/ask's mode for turns that do not ask for the agent:
-	// ModeChat (default) or ModeAgent. A turn with tools, tool history or an
-	// agent model name (chat.Turn.Agent) always goes in ModeAgent, which also
-	// sets sessionType "assistant".
+	// ModeNormal (default: the live capture's), ModeChat or ModeAgent. A
+	// turn with tools, tool history or an agent model name (chat.Turn.Agent)
+	// always goes in ModeAgent.
 	Mode string
+	// AgentSessionType is chat/ask's sessionType in agent mode (a plain
+	// turn's is "chat", as seen on the wire). The plugin's values are
+	// chat, assistant, developer and inline; which one its agent mode
+	// pairs with is not in a capture. Default "assistant".
+	AgentSessionType string
+	// Reuse is which upstream sessions a follow-up continues (sending only
+	// the new messages): ReuseControlled (default) or ReuseChatOnly. A
+	// session that may not be continued is deleted as its turn ends, and
+	// the follow-up starts a new one with the whole conversation.
+	Reuse string
+	// ChatContext is what chat/ask's chatContext holds: ContextNone
+	// (default: null, as on the wire) or ContextPrompt (the prompt again,
+	// which doubles what a turn sends).
+	ChatContext string
 	// ToolMode is how offered tools reach the worker: ToolsEmulated (default)
 	// renders them into the prompt and parses calls from the answer's text;
 	// ToolsNative passes them in chat/ask's extra.toolConfig in agent mode
@@ -74,6 +101,13 @@ type Config struct {
 	// parser stays as the fallback); ToolsAuto is native when the worker's
 	// initialize result advertises capabilities.toolInvoke.
 	ToolMode string
+	// NoIsolation turns off each worker's home of its own. By default a
+	// worker's HOME, TMPDIR and XDG_RUNTIME_DIR are home/, tmp/ and run/
+	// under its work dir, so that what it keeps outside the work dir (an
+	// IDE's shared-client cache, an IPC socket under the home) is not
+	// shared by two workers on one host; whether the real worker needs
+	// this is not known. Default false: isolated.
+	NoIsolation bool
 	// DedicatedDomain is an enterprise endpoint URL. Before each login URL
 	// is generated the worker's endpoint is read (config/getEndpoint) and
 	// switched to it (config/updateEndpoint) when it differs. Default none.
@@ -86,10 +120,34 @@ type Config struct {
 	// binary does after an acknowledged tool/invoke is not publicly
 	// documented (the bundled simulator finishes at once). Default 3s.
 	ToolSettle time.Duration
+	// RateLimitText matches the error text of a turn that failed because
+	// the account is throttled (a rate limit, the pool cools the worker
+	// down). Default lingmarpc.DefaultRateLimitText.
+	RateLimitText *regexp.Regexp
+	// LoginText matches the error text of a turn refused for a lost login
+	// (the pool checks the worker's login). Default
+	// lingmarpc.DefaultLoginText.
+	LoginText *regexp.Regexp
+	// Record says which workers write a transcript of each turn, and
+	// where. Default: none.
+	Record RecordConfig
 	// Logger receives the driver's warnings (refused tool calls). Default
 	// slog.Default().
 	Logger *slog.Logger
 }
+
+// Reuse policies: which upstream sessions a follow-up turn may continue.
+const (
+	// ReuseControlled continues a session only while it holds nothing but
+	// what the gateway sent and the worker's answers to it: plain turns
+	// and turns with emulated tools, in which the worker ran none of its
+	// own tools. A turn whose tools went natively, or in which the worker
+	// ran its own tool loop, ends its session.
+	ReuseControlled = "controlled"
+	// ReuseChatOnly continues only turns in a plain (non-agent) mode
+	// without tools, as the Python gateway did.
+	ReuseChatOnly = "chat-only"
+)
 
 // Tool modes.
 const (
@@ -121,13 +179,34 @@ func (c *Config) setDefaults() {
 		c.StopTimeout = time.Second
 	}
 	if c.Mode == "" {
-		c.Mode = ModeChat
+		c.Mode = ModeNormal
+	}
+	if c.AgentSessionType == "" {
+		c.AgentSessionType = "assistant"
+	}
+	if c.ChatContext == "" {
+		c.ChatContext = ContextNone
+	}
+	if c.Reuse == "" {
+		c.Reuse = ReuseControlled
 	}
 	if c.ToolMode == "" {
 		c.ToolMode = ToolsEmulated
 	}
+	if c.RateLimitText == nil {
+		c.RateLimitText = regexp.MustCompile(lingmarpc.DefaultRateLimitText)
+	}
+	if c.LoginText == nil {
+		c.LoginText = regexp.MustCompile(lingmarpc.DefaultLoginText)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Record.MaxBytes <= 0 {
+		c.Record.MaxBytes = 1 << 20
+	}
+	if c.Record.Keep <= 0 {
+		c.Record.Keep = 100
 	}
 }
 
@@ -142,6 +221,29 @@ var _ worker.Driver = (*Driver)(nil)
 func New(cfg Config) *Driver {
 	cfg.setDefaults()
 	return &Driver{cfg: cfg}
+}
+
+var _ worker.Preparer = (*Driver)(nil)
+
+// Prepare makes the worker's home, temp and runtime dirs under its work
+// dir and returns the variables that point it there (see NoIsolation).
+func (d *Driver) Prepare(ep worker.Endpoint) ([]string, error) {
+	if d.cfg.NoIsolation || ep.WorkDir == "" {
+		return nil, nil
+	}
+	dir, err := filepath.Abs(ep.WorkDir)
+	if err != nil {
+		return nil, fmt.Errorf("lingma %s: work dir: %w", ep.Name, err)
+	}
+	env := make([]string, 0, 3)
+	for _, v := range [...]struct{ key, sub string }{{"HOME", "home"}, {"TMPDIR", "tmp"}, {"XDG_RUNTIME_DIR", "run"}} {
+		p := filepath.Join(dir, v.sub)
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			return nil, fmt.Errorf("lingma %s: %w", ep.Name, err)
+		}
+		env = append(env, v.key+"="+p)
+	}
+	return env, nil
 }
 
 // Command returns the worker's argv for ep: Command, the standard start
@@ -169,7 +271,12 @@ func (d *Driver) Connect(ctx context.Context, ep worker.Endpoint) (worker.Backen
 	if err != nil {
 		return nil, fmt.Errorf("lingma %s: dial %s: %w", ep.Name, u, err)
 	}
-	c := newClient(conn, d.cfg, ep.Name)
+	rec, err := d.recorder(ep)
+	if err != nil {
+		_ = conn.CloseNow()
+		return nil, err
+	}
+	c := newClient(conn, d.cfg, ep.Name, rec)
 	caps, err := c.initialize(ctx, ep.WorkDir)
 	if err != nil {
 		_ = c.Close()
@@ -182,6 +289,19 @@ func (d *Driver) Connect(ctx context.Context, ep worker.Endpoint) (worker.Backen
 		c.native = caps.ToolInvoke
 	}
 	return c, nil
+}
+
+// recorder is the transcript writer of the worker at ep, or nil when it
+// records nothing.
+func (d *Driver) recorder(ep worker.Endpoint) (*recorder, error) {
+	if !d.cfg.Record.All && !ep.Account.Record {
+		return nil, nil
+	}
+	dir := filepath.Join(ep.WorkDir, "transcripts")
+	if d.cfg.Record.Dir != "" {
+		dir = filepath.Join(d.cfg.Record.Dir, ep.Name)
+	}
+	return newRecorder(dir, d.cfg.Record, ep.Name, d.cfg.Logger)
 }
 
 // serverCaps are the initialize result's capabilities the driver reads.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -166,8 +168,8 @@ func TestSessionReuse(t *testing.T) {
 	}
 	gone := runTurn(t, c, &chat.Turn{SessionID: sid, Messages: user("three")})
 	var ue *chat.UpstreamError
-	if !errors.As(gone.err, &ue) || ue.Status != 404 {
-		t.Errorf("turn on a deleted session: %v, want UpstreamError 404", gone.err)
+	if !errors.As(gone.err, &ue) || ue.Status != 500 || ue.Message != "session not found" {
+		t.Errorf("turn on a deleted session: %v, want UpstreamError 500 session not found", gone.err)
 	}
 }
 
@@ -213,8 +215,13 @@ func TestChatErrors(t *testing.T) {
 	}
 	a = runTurn(t, c, &chat.Turn{Messages: user("x [[sim:error-after=2]] [[sim:chunks=4]]")})
 	var ue *chat.UpstreamError
-	if !errors.As(a.err, &ue) || ue.Status != 500 || a.text == "" {
-		t.Errorf("error after 2 deltas: %q %v, want some text then UpstreamError 500", a.text, a.err)
+	if !errors.As(a.err, &ue) || ue.Status != 500 || ue.Message != "simulated error" || a.text == "" {
+		t.Errorf("error after 2 deltas: %q %v, want some text then UpstreamError 500 with the worker's message", a.text, a.err)
+	}
+	// A finish with the plugin's timeout status is a timeout, not a 502.
+	a = runTurn(t, c, &chat.Turn{Messages: user("x [[sim:timeout]]")})
+	if !errors.Is(a.err, context.DeadlineExceeded) || errors.As(a.err, &ue) {
+		t.Errorf("finish 408: %v, want a DeadlineExceeded", a.err)
 	}
 }
 
@@ -295,4 +302,24 @@ func TestConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestPrepare: each worker gets its own home, temp and runtime dirs under
+// its work dir, made private before it starts, unless isolation is off.
+func TestPrepare(t *testing.T) {
+	dir := t.TempDir()
+	env, err := New(Config{}).Prepare(worker.Endpoint{Name: "a", WorkDir: dir})
+	want := []string{"HOME=" + filepath.Join(dir, "home"), "TMPDIR=" + filepath.Join(dir, "tmp"),
+		"XDG_RUNTIME_DIR=" + filepath.Join(dir, "run")}
+	if err != nil || !slices.Equal(env, want) {
+		t.Fatalf("Prepare = %q, %v; want %q", env, err, want)
+	}
+	for _, sub := range []string{"home", "tmp", "run"} {
+		if fi, err := os.Stat(filepath.Join(dir, sub)); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v %v, want a private dir", sub, fi, err)
+		}
+	}
+	if env, err := New(Config{NoIsolation: true}).Prepare(worker.Endpoint{WorkDir: dir}); err != nil || env != nil {
+		t.Errorf("Prepare without isolation = %q, %v; want nothing", env, err)
+	}
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
-var chatKeys = jsonx.NewNames("requestId", "sessionId", "text", "reason", "statusCode", "fullAnswer", "errorMsg", "retryAfter")
+var chatKeys = jsonx.NewNames("requestId", "sessionId", "text", "reason", "statusCode", "fullAnswer", "errorMsg", "retryAfter", "errorMessage")
 
 // readChatParams reads the params of chat/answer, chat/think and
 // chat/finish into p, as encoding/json does. The shape the worker sends
@@ -21,7 +21,7 @@ func readChatParams(b []byte, p *chatParams) error {
 }
 
 func readChatFast(b []byte, p *chatParams) bool {
-	strs := [...]*string{0: &p.RequestID, 1: &p.SessionID, 2: &p.Text, 3: &p.Reason, 5: &p.FullAnswer, 6: &p.ErrorMsg}
+	strs := [...]*string{0: &p.RequestID, 1: &p.SessionID, 2: &p.Text, 3: &p.Reason, 5: &p.FullAnswer, 6: &p.ErrorMsg, 8: &p.ErrorMessage}
 	s := jsonx.NewScanner(b)
 	ok := s.Fields(chatKeys, func(i int) bool {
 		if s.Peek() == 'n' {

@@ -12,6 +12,7 @@ func FuzzReadChatParams(f *testing.F) {
 		`{"requestId":"r-1","reason":"success","statusCode":200,"fullAnswer":"hi"}`,
 		`{"requestId":"r-1","statusCode":"429","errorMsg":"slow down","retryAfter":"30"}`,
 		`{"requestId":"r-1","statusCode":429.0,"retryAfter":30}`,
+		`{"requestId":"r-1","reason":"error","statusCode":500,"errorMessage":"boom"}`,
 		`{"requestId":"r-1","statusCode":123456789012345678}`,
 		`{"requestID":"r-1","text":"x"}`,
 		`{"requestId":"r-1","requestId":"r-2"}`,

@@ -303,7 +303,7 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream,
 		Format: rq.Format, Agent: wantsAgent(rq.Request), Whole: !rq.Stream}
 	rq.reused = false
 	if rq.hasHit {
-		if slot.Instance() != rq.hit.Instance {
+		if slot.Instance() != rq.hit.Instance || rq.hit.SessionID != "" && !continues(slot.Backend, turn) {
 			r.dropHit(rq)
 		} else if rq.hit.SessionID != "" {
 			turn.SessionID = rq.hit.SessionID
@@ -360,6 +360,19 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream,
 		}
 	}
 	return st, true, nil
+}
+
+// sessionKeeper is a backend whose policy says which turns may continue
+// an upstream session (the Lingma driver's reuse setting): a conversation
+// whose next turn is of another kind starts a new session with its whole
+// transcript. A backend without one continues every session it handed out.
+type sessionKeeper interface {
+	Continues(t *chat.Turn) bool
+}
+
+func continues(b any, t *chat.Turn) bool {
+	k, ok := b.(sessionKeeper)
+	return !ok || k.Continues(t)
 }
 
 // failed handles a turn that failed before any output.

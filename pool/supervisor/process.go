@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // Process is one started worker process group.
@@ -40,6 +42,20 @@ type ProcSpec struct {
 	Dir string
 	// Log receives the process's stdout and stderr, a line at a time.
 	Log *slog.Logger
+}
+
+// procEnv is the process's own environment: what the driver prepares for
+// it (a worker.Preparer's), then the account's entries, which win.
+func (w *Worker) procEnv(ep worker.Endpoint) ([]string, error) {
+	p, ok := w.driver.(worker.Preparer)
+	if !ok {
+		return w.cfg.Account.Env, nil
+	}
+	env, err := p.Prepare(ep)
+	if err != nil {
+		return nil, err
+	}
+	return append(env, w.cfg.Account.Env...), nil
 }
 
 // ExecLauncher starts processes with os/exec, each in its own process group

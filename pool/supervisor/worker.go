@@ -467,8 +467,12 @@ func (w *Worker) start(ctx context.Context) (Process, worker.Backend, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)
 	}
+	env, err := w.procEnv(ep)
+	if err != nil {
+		return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)
+	}
 	proc, err := w.launcher.Launch(ProcSpec{
-		Argv: append(w.driver.Command(ep), w.cfg.Account.Args...), Env: w.cfg.Account.Env, Dir: w.cfg.WorkDir, Log: w.log,
+		Argv: append(w.driver.Command(ep), w.cfg.Account.Args...), Env: env, Dir: w.cfg.WorkDir, Log: w.log,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)

@@ -88,6 +88,15 @@ type Driver interface {
 	Connect(ctx context.Context, ep Endpoint) (Backend, error)
 }
 
+// Preparer is a Driver whose worker needs more than its argv: directories
+// and environment variables of its own, made before each start.
+type Preparer interface {
+	// Prepare makes what the worker at ep needs and returns the
+	// environment entries (KEY=VALUE) its process gets over the base
+	// environment; the account's own entries come after and win.
+	Prepare(ep Endpoint) ([]string, error)
+}
+
 // AuthState is a worker's login state as its backend reports it.
 type AuthState struct {
 	LoggedIn bool
@@ -105,4 +114,7 @@ type Account struct {
 	Env []string
 	// Args are extra worker arguments for this account only.
 	Args []string
+	// Record asks the driver to write a transcript of this worker's turns
+	// (the Lingma driver's lingma_record, for one account).
+	Record bool
 }

@@ -44,6 +44,9 @@ type Workers struct {
 	Start func(ctx context.Context, instance string, t *chat.Turn) (chat.Answer, error)
 	// Models is what every backend lists (nil: the backends list none).
 	Models []chat.Model
+	// Continues says whether a turn on the named instance may continue an
+	// upstream session (the reuse policy a driver may have); nil: always.
+	Continues func(instance string, t *chat.Turn) bool
 
 	mu         sync.Mutex
 	loggedOut  map[string]bool // by instance; missing: logged in
@@ -195,6 +198,12 @@ func (b *Backend) LoginURL(context.Context) (string, error) {
 
 // Close does nothing.
 func (b *Backend) Close() error { return nil }
+
+// Continues answers with the test's Continues, or true: every turn may
+// continue an upstream session.
+func (b *Backend) Continues(t *chat.Turn) bool {
+	return b.f.Continues == nil || b.f.Continues(b.name, t)
+}
 
 // Loginer records every login the supervisor asks for.
 type Loginer struct {

@@ -1,0 +1,129 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// EnvName returns the environment variable for a key.
+func EnvName(key string) string { return envPrefix + strings.ToUpper(key) }
+
+func applyEnv(cfg *Config, environ []string) ([]string, error) {
+	v := reflect.ValueOf(cfg).Elem()
+	t := v.Type()
+	byEnv := map[string]int{}
+	for i := range t.NumField() {
+		byEnv[EnvName(t.Field(i).Tag.Get("yaml"))] = i
+	}
+	var warnings []string
+	var errs []error
+	for _, kv := range environ {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(k, envPrefix) {
+			continue
+		}
+		i, known := byEnv[k]
+		if !known {
+			if !ignoredEnv[k] {
+				warnings = append(warnings, fmt.Sprintf("unknown environment variable %s ignored%s", k, suggest(k, byEnv)))
+			}
+			continue
+		}
+		if err := setField(v.Field(i), val); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", k, err))
+		}
+	}
+	sort.Strings(warnings)
+	return warnings, errors.Join(errs...)
+}
+
+// ignoredEnv are POOLGATE_ variables read by other tools, not the daemon.
+var ignoredEnv = map[string]bool{"POOLGATE_TEST_SIMWORKER": true}
+
+func setField(f reflect.Value, val string) error {
+	switch f.Interface().(type) {
+	case APIKeys:
+		var k APIKeys
+		if err := k.parseEnv(val); err != nil {
+			return err
+		}
+		f.Set(reflect.ValueOf(k))
+	case string:
+		f.SetString(val)
+	case bool:
+		b, err := strconv.ParseBool(val)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", val)
+		}
+		f.SetBool(b)
+	case int, int64:
+		n, err := strconv.ParseInt(strings.TrimSpace(val), 10, 64)
+		if err != nil {
+			return fmt.Errorf("want an integer, got %q", val)
+		}
+		f.SetInt(n)
+	case time.Duration:
+		d, err := ParseDuration(val)
+		if err != nil {
+			return err
+		}
+		f.SetInt(int64(d))
+	case []string:
+		var list []string
+		for _, s := range strings.Split(val, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				list = append(list, s)
+			}
+		}
+		f.Set(reflect.ValueOf(list))
+	default: // accounts, aliases: JSON
+		dec := json.NewDecoder(strings.NewReader(val))
+		dec.DisallowUnknownFields()
+		p := reflect.New(f.Type())
+		if err := dec.Decode(p.Interface()); err != nil {
+			return fmt.Errorf("want JSON: %w", err)
+		}
+		f.Set(p.Elem())
+	}
+	return nil
+}
+
+// suggest names the closest known variable, if one is close.
+func suggest(k string, known map[string]int) string {
+	best, bestD := "", 4
+	for name := range known {
+		if d := levenshtein(k, name); d < bestD || (d == bestD && name < best) {
+			best, bestD = name, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return "; did you mean " + best + "?"
+}
+
+func levenshtein(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
