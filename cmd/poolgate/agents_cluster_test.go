@@ -21,23 +21,14 @@ import (
 // the replicas, and the follow-up goes wholly to the replica that does not
 // run the instance that served the tool turn, so the follow-up's turn must
 // hop to the replica that holds its upstream session and continue it there.
-//
-// qwen-code is not among them yet: on two replicas its follow-up starts a
-// fresh upstream session (reply=false, no cache hit), which it does not on
-// one node; that is an open finding of its own, not this test's to hide.
 func TestAgentsCluster(t *testing.T) {
-	var clients []agents.Client
-	for _, c := range agents.Clients() {
-		if c.Name != "qwen-code" {
-			clients = append(clients, c)
-		}
-	}
+	clients := agents.Clients()
 	for _, c := range clients {
 		if _, err := c.Path(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s := startCluster(t, 2, nil)
+	s := startCluster(t, 2, servingCluster)
 	s.waitSpread(60 * time.Second)
 	front := newSpreader(t, s)
 	rec, err := agents.NewRecorder(httptest.NewServer(front).URL)
@@ -62,6 +53,7 @@ func TestAgentsCluster(t *testing.T) {
 					t.Errorf("%s %s (%s) was answered %d", ex.Method, ex.Path, ex.Scenario, ex.Status)
 				}
 			}
+			logSessionLosses(t, s)
 		})
 	}
 }
