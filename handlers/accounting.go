@@ -144,8 +144,9 @@ func limited(m *metrics.Metrics, acct *Accounting, log *slog.Logger, h http.Hand
 
 // admit takes the request under its key's limits; a refusal is answered
 // here (429 in the caller's protocol) and returned. A request another
-// replica forwarded was admitted there. The limits fail open: an outage of
-// their store must not stop the gateway.
+// replica forwarded was admitted there. An error other than a denial
+// admits the request: a limiter that cannot decide must not stop the
+// gateway (the Redis limiter decides alone while Redis is away).
 func admit(m *metrics.Metrics, acct *Accounting, log *slog.Logger, c *gin.Context, key *apikey.Key) (*keylimits.Ticket, *keylimits.Denied) {
 	if key == nil || !key.Limited() || acct.Limiter == nil || Forwarded(c.Request) {
 		return nil, nil

@@ -33,6 +33,7 @@ import (
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/live"
 	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/internal/tokens"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool/cluster"
@@ -172,7 +173,11 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 			return nil, fmt.Errorf("redis tracing: %w", err)
 		}
 	}
-	a.acct = newAccounting(cfg, redisClient, m, log)
+	var conn *redisconn.Conn // the session store's: the accounting stores share its health
+	if r, ok := a.store.(*session.Redis); ok {
+		conn = r.Conn()
+	}
+	a.acct = newAccounting(cfg, conn, m, log)
 	a.keys = apikey.NewRegistry(keysOf(cfg))
 	m.InitKeys(a.keys.Load().Names())
 	var affinity route.AffinityStore = a.store
@@ -426,6 +431,7 @@ func (a *app) run(ctx context.Context) error {
 	a.sup.Start(runCtx)
 	var bg sync.WaitGroup
 	bg.Go(func() { a.store.Run(runCtx) })
+	bg.Go(func() { a.acct.run(runCtx) })
 	if !a.cfg.RequestLogDebug {
 		bg.Go(func() { a.acct.scrub(runCtx, a.log) })
 	}

@@ -53,6 +53,7 @@ func TestLoadErrors(t *testing.T) {
 		{"negative tool settle", "lingma_tool_settle: -1s\n", nil, "lingma_tool_settle"},
 		{"missing password env", "", []string{`POOLGATE_ACCOUNTS=[{"name":"x","password_env":"NOPE"}]`}, "NOPE"},
 		{"profiler off loopback", "", []string{"POOLGATE_PPROF_LISTEN=0.0.0.0:6060", "POOLGATE_API_KEYS=k"}, "pprof_listen"},
+		{"stray brace in the redis prefix", "", []string{"POOLGATE_REDIS_PREFIX=pg}:"}, "redis_prefix"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

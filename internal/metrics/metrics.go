@@ -38,6 +38,12 @@ type Metrics struct {
 	KeyTokens        *prometheus.CounterVec   // poolgate_key_tokens_total{key,direction}
 	KeyLimited       *prometheus.CounterVec   // poolgate_key_limited_total{key,limit}
 
+	// AccountingHeld and AccountingDropped are the accounting records
+	// (usage, request log, key limits) that wait to be written to Redis
+	// again, and those given up.
+	AccountingHeld    *prometheus.GaugeVec   // poolgate_accounting_held{store}
+	AccountingDropped *prometheus.CounterVec // poolgate_accounting_dropped_total{store}
+
 	// The series every request touches, looked up once here so that a
 	// request pays no label hashing for them.
 	apis                map[string]*API
@@ -63,6 +69,10 @@ var ToolWithheldReasons = []string{"allowlist", "forwarding_off"}
 // StoreOps are the store operation label values, pre-initialised.
 var StoreOps = []string{"take_affinity", "put_affinity", "flush_affinity", "save_response", "load_response", "delete_response", "save_bundle", "load_bundle",
 	"record_usage", "log_request", "key_limits"}
+
+// AccountingStores are the store label values of AccountingHeld and
+// AccountingDropped.
+var AccountingStores = []string{"usage", "request_log", "key_limits"}
 
 // New creates the collectors and registers them on reg.
 func New(reg prometheus.Registerer) *Metrics {
@@ -140,11 +150,20 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "poolgate_key_limited_total",
 			Help: "Requests refused with 429 by an API key's own limit, by key name and limit.",
 		}, []string{"key", "limit"}),
+		AccountingHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "poolgate_accounting_held",
+			Help: "Accounting records held in memory to be written to Redis again, by store (usage, request_log, key_limits).",
+		}, []string{"store"}),
+		AccountingDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poolgate_accounting_dropped_total",
+			Help: "Accounting records given up (a full queue, past the bound of held records, or held at shutdown), by store.",
+		}, []string{"store"}),
 	}
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Tokens, m.InFlight, m.QueueDepth, m.QueueWait,
 		m.Rejections, m.Retries, m.Cooldowns, m.Restarts, m.CacheHits, m.CacheMisses, m.CacheInvalidated,
 		m.StoreErrors, m.LoginAttempts, m.LoginDuration, m.FieldsIgnored, m.ToolsWithheld, m.Handovers,
 		m.KeyRequests, m.KeyTokens, m.KeyLimited)
+	reg.MustRegister(m.AccountingHeld, m.AccountingDropped)
 	for _, r := range ToolWithheldReasons {
 		m.ToolsWithheld.WithLabelValues(r)
 	}
@@ -155,6 +174,10 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.inputTok, m.outputTok = m.Tokens.WithLabelValues("input"), m.Tokens.WithLabelValues("output")
 	for _, op := range StoreOps {
 		m.StoreErrors.WithLabelValues(op)
+	}
+	for _, s := range AccountingStores {
+		m.AccountingHeld.WithLabelValues(s)
+		m.AccountingDropped.WithLabelValues(s)
 	}
 	for _, r := range []string{"success", "failure"} {
 		m.LoginAttempts.WithLabelValues(r)

@@ -12,6 +12,7 @@ package redisconn
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -119,4 +120,21 @@ func parse(mode Mode, url string) (any, error) {
 	default:
 		return nil, fmt.Errorf("redis_mode %q: use single, sentinel or cluster", mode)
 	}
+}
+
+// Beside returns a key named key+suffix that a Redis Cluster keeps in key's
+// hash slot, so that one script may touch both: key's own hash tag when it
+// has one, else key in braces (a key without a tag is slotted by its whole
+// name). It reports false when key has a '}' but no tag: then no other name
+// shares its slot.
+func Beside(key, suffix string) (string, bool) {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key + suffix, true
+		}
+	}
+	if strings.ContainsRune(key, '}') {
+		return key + suffix, false
+	}
+	return "{" + key + "}" + suffix, true
 }
