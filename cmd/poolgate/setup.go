@@ -222,9 +222,18 @@ func openStores(cfg config.Config, m *metrics.Metrics, onEvict func(route.Affini
 	}
 	r := session.NewRedis(session.RedisConfig{Prefix: cfg.RedisPrefix, Memory: mem, Logger: log,
 		OwnerMaxResponses: cfg.StoredResponsesPerKey, OwnerMaxResponseBytes: cfg.StoredResponseBytesPerKey,
-		OnError: func(op string, _ error) { m.StoreErrors.WithLabelValues(op).Inc() }, OnRecover: republish}, client)
+		OnError: func(op string, _ error) { m.StoreErrors.WithLabelValues(op).Inc() }, OnRecover: republish,
+		OnHealth: func(up bool) { m.RedisUp.Set(b2f(up)) }, OnHeld: func(n int) { m.AffinityHeld.Set(float64(n)) }}, client)
+	m.RedisUp.Set(1) // until a call fails: nothing connects before the first one
 	bundles = bundle.NewRedisStore(r.Conn())
 	return r, bundles, client, nil
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // toolPolicy is the router's tool policy from the configuration.

@@ -43,6 +43,11 @@ type Metrics struct {
 	// again, and those given up.
 	AccountingHeld    *prometheus.GaugeVec   // poolgate_accounting_held{store}
 	AccountingDropped *prometheus.CounterVec // poolgate_accounting_dropped_total{store}
+	// RedisUp says whether this replica's last Redis call succeeded;
+	// AffinityHeld counts the affinity entries put while Redis was away,
+	// waiting to be written back.
+	RedisUp      prometheus.Gauge // poolgate_redis_up
+	AffinityHeld prometheus.Gauge // poolgate_affinity_held
 
 	// The series every request touches, looked up once here so that a
 	// request pays no label hashing for them.
@@ -158,12 +163,16 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "poolgate_accounting_dropped_total",
 			Help: "Accounting records given up (a full queue, past the bound of held records, or held at shutdown), by store.",
 		}, []string{"store"}),
+		RedisUp: prometheus.NewGauge(prometheus.GaugeOpts{Name: "poolgate_redis_up",
+			Help: "1 while this replica's Redis calls succeed, 0 while Redis is marked down (and without Redis)."}),
+		AffinityHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "poolgate_affinity_held",
+			Help: "Affinity entries put while Redis was away, kept in process until they are written back."}),
 	}
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Tokens, m.InFlight, m.QueueDepth, m.QueueWait,
 		m.Rejections, m.Retries, m.Cooldowns, m.Restarts, m.CacheHits, m.CacheMisses, m.CacheInvalidated,
 		m.StoreErrors, m.LoginAttempts, m.LoginDuration, m.FieldsIgnored, m.ToolsWithheld, m.Handovers,
 		m.KeyRequests, m.KeyTokens, m.KeyLimited)
-	reg.MustRegister(m.AccountingHeld, m.AccountingDropped)
+	reg.MustRegister(m.AccountingHeld, m.AccountingDropped, m.RedisUp, m.AffinityHeld)
 	for _, r := range ToolWithheldReasons {
 		m.ToolsWithheld.WithLabelValues(r)
 	}

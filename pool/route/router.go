@@ -23,6 +23,17 @@ type Affinity struct {
 	Instance  string `json:"i"`
 	SessionID string `json:"s"`
 	Model     string `json:"m,omitempty"`
+	// At is when the turn that wrote the entry finished (Unix ms, the
+	// writing replica's clock): of two entries for one conversation the
+	// newer wins when a replica writes back what it kept while Redis was
+	// away. 0 (entries from before it existed) is older than any.
+	At int64 `json:"t,omitempty"`
+}
+
+// SameSession reports whether a and b name the same upstream session:
+// writing one over the other abandons nothing.
+func (a Affinity) SameSession(b Affinity) bool {
+	return a.Instance == b.Instance && a.SessionID == b.SessionID
 }
 
 // AffinityStore keeps conversation -> (instance, upstream session) entries.
@@ -473,7 +484,7 @@ func (f *forwarding) finish(done chat.Event, keep bool) {
 	default:
 		answer := chat.Message{Role: chat.RoleAssistant, Content: text, ToolCalls: calls}
 		key := conversationKey(rq.owner, rq.model, rq.Messages, &answer)
-		a := Affinity{Instance: slot.Instance(), SessionID: sessionID, Model: rq.model}
+		a := Affinity{Instance: slot.Instance(), SessionID: sessionID, Model: rq.model, At: time.Now().UnixMilli()}
 		// Detached from the request: the answer is complete even if the
 		// client goes away now.
 		pctx, cancel := context.WithTimeout(context.Background(), time.Second)
