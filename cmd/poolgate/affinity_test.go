@@ -45,13 +45,22 @@ func parseWhoami(t *testing.T, s string) whoami {
 type conversation struct {
 	client openai.Client
 	msgs   []openai.ChatCompletionMessageParamUnion
+	served *tally // counts the answers and their tokens (nil: not counted)
 }
+
+// tally counts turns answered and their tokens, as the clients saw them.
+type tally struct{ turns, input, output atomic.Int64 }
 
 func (c *conversation) say(ctx context.Context, text string) (string, error) {
 	c.msgs = append(c.msgs, openai.UserMessage(text))
 	resp, err := c.client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "dashscope_qwen3_coder", Messages: c.msgs})
 	if err != nil {
 		return "", err
+	}
+	if c.served != nil {
+		c.served.turns.Add(1)
+		c.served.input.Add(resp.Usage.PromptTokens)
+		c.served.output.Add(resp.Usage.CompletionTokens)
 	}
 	answer := resp.Choices[0].Message.Content
 	c.msgs = append(c.msgs, openai.AssistantMessage(answer))
