@@ -204,6 +204,9 @@ func finish(m *metrics.Metrics, series *metrics.API, acct *Accounting, api strin
 	failed := status >= 400 || info.Error != ""
 	if acct.Live != nil {
 		acct.Live.Observe(start.Add(elapsed), info.Account, live.Outcome(status, info.Error != ""), elapsed, info.TTFT)
+		if info.FollowUp && !failed && info.Account != "" {
+			acct.Live.FollowUp(start.Add(elapsed), info.Account, info.Reused)
+		}
 	}
 	if acct.Usage != nil {
 		acct.Usage(usage.Record{Time: start, Key: name, Account: info.Account, InputTokens: int64(info.Usage.InputTokens),
@@ -212,7 +215,8 @@ func finish(m *metrics.Metrics, series *metrics.API, acct *Accounting, api strin
 	if acct.Log != nil {
 		acct.Log(requestlog.Entry{Time: start, RequestID: httpx.RequestID(c.Request.Context()),
 			TraceID: telemetry.TraceID(c.Request.Context()), Key: name,
-			Account: info.Account, Instance: info.Instance, Model: info.Model, Protocol: api, Status: status,
+			Account: info.Account, Instance: info.Instance, Model: info.Model, Conversation: info.Conversation,
+			Protocol: api, Status: status,
 			LatencyMS: elapsed.Milliseconds(), InputTokens: int64(info.Usage.InputTokens),
 			OutputTokens: int64(info.Usage.OutputTokens), Reused: info.Reused, Error: info.Error,
 			Prompt: info.Prompt, Answer: info.Answer})

@@ -48,6 +48,11 @@ type Metrics struct {
 	// waiting to be written back.
 	RedisUp      prometheus.Gauge // poolgate_redis_up
 	AffinityHeld prometheus.Gauge // poolgate_affinity_held
+	// FollowUps counts the follow-up turns each account served (requests
+	// that continue a conversation), FollowUpsReused those that continued
+	// their upstream session: their ratio is the reuse the routing gets.
+	FollowUps       *prometheus.CounterVec // poolgate_follow_ups_total{account}
+	FollowUpsReused *prometheus.CounterVec // poolgate_follow_ups_reused_total{account}
 
 	// The series every request touches, looked up once here so that a
 	// request pays no label hashing for them.
@@ -167,12 +172,16 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "1 while this replica's Redis calls succeed, 0 while Redis is marked down (and without Redis)."}),
 		AffinityHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "poolgate_affinity_held",
 			Help: "Affinity entries put while Redis was away, kept in process until they are written back."}),
+		FollowUps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolgate_follow_ups_total",
+			Help: "Follow-up turns (requests that continue a conversation) served, by account."}, []string{"account"}),
+		FollowUpsReused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolgate_follow_ups_reused_total",
+			Help: "Follow-up turns served that continued their upstream session, by account."}, []string{"account"}),
 	}
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Tokens, m.InFlight, m.QueueDepth, m.QueueWait,
 		m.Rejections, m.Retries, m.Cooldowns, m.Restarts, m.CacheHits, m.CacheMisses, m.CacheInvalidated,
 		m.StoreErrors, m.LoginAttempts, m.LoginDuration, m.FieldsIgnored, m.ToolsWithheld, m.Handovers,
 		m.KeyRequests, m.KeyTokens, m.KeyLimited)
-	reg.MustRegister(m.AccountingHeld, m.AccountingDropped, m.RedisUp, m.AffinityHeld)
+	reg.MustRegister(m.AccountingHeld, m.AccountingDropped, m.RedisUp, m.AffinityHeld, m.FollowUps, m.FollowUpsReused)
 	for _, r := range ToolWithheldReasons {
 		m.ToolsWithheld.WithLabelValues(r)
 	}

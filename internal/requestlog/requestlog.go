@@ -1,6 +1,7 @@
 // Package requestlog keeps the last requests the gateway served: when, whose
-// key, which account and model, the protocol, the status, the latency, the
-// tokens, whether the upstream session was reused, and the error if any.
+// key, which account and model, the conversation's name, the protocol, the
+// status, the latency, the tokens, whether the upstream session was reused,
+// and the error if any.
 // The prompt and the answer are kept only when the operator asks for them
 // (a debug switch), cut to a few KiB each.
 //
@@ -23,11 +24,14 @@ type Entry struct {
 	Time      time.Time `json:"time"`
 	RequestID string    `json:"request_id"`
 	// TraceID is the request's trace when it was traced.
-	TraceID      string `json:"trace_id,omitempty"`
-	Key          string `json:"key"`
-	Account      string `json:"account"`
-	Instance     string `json:"instance"`
-	Model        string `json:"model"`
+	TraceID  string `json:"trace_id,omitempty"`
+	Key      string `json:"key"`
+	Account  string `json:"account"`
+	Instance string `json:"instance"`
+	Model    string `json:"model"`
+	// Conversation names the request's conversation (a keyed hash, the
+	// same for all its turns; pool/route), "" when it reached no router.
+	Conversation string `json:"conversation,omitempty"`
 	Protocol     string `json:"protocol"`
 	Status       int    `json:"status"`
 	LatencyMS    int64  `json:"latency_ms"`
@@ -111,7 +115,7 @@ func (c Config) prepare(e Entry) Entry {
 	} else {
 		e.Prompt, e.Answer = "", ""
 	}
-	for _, s := range []*string{&e.RequestID, &e.Key, &e.Account, &e.Instance, &e.Model, &e.Protocol} {
+	for _, s := range []*string{&e.RequestID, &e.Key, &e.Account, &e.Instance, &e.Model, &e.Conversation, &e.Protocol} {
 		*s = cut(*s, 128)
 	}
 	return e
