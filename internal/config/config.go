@@ -400,7 +400,7 @@ func (c *Config) Validate() error {
 	if _, ok := redisconn.Beside(c.RedisPrefix+"requests", ""); !ok {
 		// Stores keep a key beside another in its Cluster slot by bracing
 		// the other's name, which a stray '}' would break.
-		errs = append(errs, fmt.Errorf("redis_prefix %q: a '}' may only close a hash tag, as in {poolgate}:", c.RedisPrefix))
+		errs = append(errs, fmt.Errorf("redis_prefix %q: a '}' may only close a hash tag, as in the prefix {poolgate}:app", c.RedisPrefix))
 	}
 	if c.AdvertiseURL != "" {
 		if c.RedisURL == "" {
