@@ -49,17 +49,19 @@ type underLoad struct {
 // failoverLoad runs conversations through nginx until stop and counts, in
 // l, failed requests (not a test failure: the failover window may cost
 // some), how each follow-up was served, and the answers and their tokens.
-// Three clients hold six-turn conversations back to back. Six more hold
-// twenty-turn ones with a pause between the turns, and once a turn sent
-// after the kill is answered (served while the stores were degraded, or
-// just after) they wait for the stores to recover before the next: that
-// follow-up is the first after the failover of a conversation that went on
-// during it, the one that lost its session when what was kept in process
-// during the outage was not written back.
-func (s *scale) failoverLoad(stop <-chan struct{}, l *underLoad, wg *sync.WaitGroup) {
+// Three clients hold six-turn conversations back to back. With paced, six
+// more hold twenty-turn ones with a pause between the turns, and once a
+// turn sent after the kill is answered (served while the stores were
+// degraded, or just after) they wait for the stores to recover before the
+// next: that follow-up is the first after the failover of a conversation
+// that went on during it, the one that lost its session when what was kept
+// in process during the outage was not written back.
+func (s *scale) failoverLoad(stop <-chan struct{}, l *underLoad, paced bool, wg *sync.WaitGroup) {
 	s.converse(stop, wg, talk{clients: 3, turns: 6, prefix: "[[sim:whoami]] ", served: &l.served}, s.followUpCheck(l, nil))
-	s.converse(stop, wg, talk{clients: 6, turns: 20, pause: 500 * time.Millisecond, prefix: "[[sim:whoami]] paced ",
-		served: &l.served}, s.followUpCheck(l, stop))
+	if paced {
+		s.converse(stop, wg, talk{clients: 6, turns: 20, pause: 500 * time.Millisecond, prefix: "[[sim:whoami]] paced ",
+			served: &l.served}, s.followUpCheck(l, stop))
+	}
 }
 
 // followUpCheck is failoverLoad's check of each conversation's answers.
@@ -128,9 +130,10 @@ func (s *scale) followUpCheck(l *underLoad, hold <-chan struct{}) func() func(in
 	}
 }
 
-// startLoad starts the sampler and the conversations, and returns after two
-// seconds of steady conversations.
-func (s *scale) startLoad(t *testing.T) *underLoad {
+// startLoad starts the sampler and the conversations (failoverLoad's, with
+// the paced ones or without), and returns after two seconds of steady
+// conversations.
+func (s *scale) startLoad(t *testing.T, paced bool) *underLoad {
 	l := &underLoad{}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -140,7 +143,7 @@ func (s *scale) startLoad(t *testing.T) *underLoad {
 	})
 	t.Cleanup(l.end)
 	s.sample(stop, &l.violations, &wg)
-	s.failoverLoad(stop, l, &wg)
+	s.failoverLoad(stop, l, paced, &wg)
 	time.Sleep(2 * time.Second)
 	return l
 }
@@ -255,7 +258,7 @@ func TestRedisFailover(t *testing.T) {
 			s.startNginx()
 			s.waitSpread(60 * time.Second)
 
-			l := s.startLoad(t)
+			l := s.startLoad(t, true)
 
 			killedAt := time.Now()
 			l.killed.Store(killedAt.UnixNano())
@@ -309,7 +312,7 @@ func TestRedisOutageLongerThanALease(t *testing.T) {
 	s.startNginx()
 	s.waitSpread(60 * time.Second)
 
-	l := s.startLoad(t)
+	l := s.startLoad(t, false)
 
 	srv.Kill()
 	testenv.WaitFor(t, 30*time.Second, "every account fenced while Redis is away", func() bool {
