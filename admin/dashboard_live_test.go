@@ -87,6 +87,17 @@ func TestDashboardAtScale(t *testing.T) {
 		}
 		rec.Sample(at, step%9, 20+step%13, map[string]int{"acct-01": step % 4})
 	}
+	// Follow-ups now: three that reused their session per account, and one
+	// that did not on every odd account: 150 of 175 in all, acct-07 3 of 4.
+	for a := range 50 {
+		name := fmt.Sprintf("acct-%02d", a)
+		for range 3 {
+			rec.FollowUp(now, name, true)
+		}
+		if a%2 == 1 {
+			rec.FollowUp(now, name, false)
+		}
+	}
 
 	gin.SetMode(gin.TestMode)
 	eng := gin.New()
@@ -127,7 +138,13 @@ func TestDashboardAtScale(t *testing.T) {
 	waitJS(t, page, "each account's row", `() => {
 		const r = document.querySelector('#accounts-live tr[data-account="acct-07"]');
 		return r && r.querySelector("td.replica").textContent === "r1" && r.querySelector("td.p95").textContent.endsWith("ms") &&
+			r.querySelector("td.reuse").textContent === "75% of 4" &&
+			document.querySelector('#accounts-live tr[data-account="acct-08"] td.reuse').textContent === "100% of 3" &&
 			r.querySelector("svg.spark polyline").getAttribute("points").split(" ").length === 60;
+	}`)
+	waitJS(t, page, "the share of follow-ups that reused their session", `() => {
+		const c = document.getElementById("m-reuse");
+		return c.textContent === "86% of 175" && !c.closest(".card").hidden;
 	}`)
 	saveScreenshot(t, page, "dashboard-scale.png")
 	page.MustSetViewport(1280, 1000, 1, false)

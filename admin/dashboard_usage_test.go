@@ -232,14 +232,14 @@ func setDate(t *testing.T, page *rod.Page, sel, day string) {
 
 func addUsage(t *testing.T, m *usage.Memory, recs ...usage.Record) {
 	t.Helper()
-	if err := m.Add(context.Background(), recs); err != nil {
+	if err := m.Add(context.Background(), 0, recs); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func addLog(t *testing.T, m *requestlog.Memory, es ...requestlog.Entry) {
 	t.Helper()
-	if err := m.Add(context.Background(), es); err != nil {
+	if err := m.Add(context.Background(), 0, es); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -145,8 +145,9 @@ func limited(m *metrics.Metrics, acct *Accounting, log *slog.Logger, h http.Hand
 
 // admit takes the request under its key's limits; a refusal is answered
 // here (429 in the caller's protocol) and returned. A request another
-// replica forwarded was admitted there. The limits fail open: an outage of
-// their store must not stop the gateway.
+// replica forwarded was admitted there. An error other than a denial
+// admits the request: a limiter that cannot decide must not stop the
+// gateway (the Redis limiter decides alone while Redis is away).
 func admit(m *metrics.Metrics, acct *Accounting, log *slog.Logger, c *gin.Context, key *apikey.Key) (*keylimits.Ticket, *keylimits.Denied) {
 	if key == nil || !key.Limited() || acct.Limiter == nil || Forwarded(c.Request) {
 		return nil, nil
@@ -204,6 +205,9 @@ func finish(m *metrics.Metrics, series *metrics.API, acct *Accounting, api strin
 	failed := status >= 400 || info.Error != ""
 	if acct.Live != nil {
 		acct.Live.Observe(start.Add(elapsed), info.Account, live.Outcome(status, info.Error != ""), elapsed, info.TTFT)
+		if info.FollowUp && !failed && info.Account != "" {
+			acct.Live.FollowUp(start.Add(elapsed), info.Account, info.Reused)
+		}
 	}
 	if acct.Usage != nil {
 		acct.Usage(usage.Record{Time: start, Key: name, Account: info.Account, InputTokens: int64(info.Usage.InputTokens),
@@ -212,7 +216,8 @@ func finish(m *metrics.Metrics, series *metrics.API, acct *Accounting, api strin
 	if acct.Log != nil {
 		acct.Log(requestlog.Entry{Time: start, RequestID: httpx.RequestID(c.Request.Context()),
 			TraceID: telemetry.TraceID(c.Request.Context()), Key: name,
-			Account: info.Account, Instance: info.Instance, Model: info.Model, Protocol: api, Status: status,
+			Account: info.Account, Instance: info.Instance, Model: info.Model, Conversation: info.Conversation,
+			Protocol: api, Status: status,
 			LatencyMS: elapsed.Milliseconds(), InputTokens: int64(info.Usage.InputTokens),
 			OutputTokens: int64(info.Usage.OutputTokens), Reused: info.Reused, Error: info.Error,
 			Prompt: info.Prompt, Answer: info.Answer})

@@ -196,7 +196,7 @@ func (m *Memory) putAffinity(key string, a route.Affinity, mirrored bool) {
 	m.mu.Lock()
 	now := m.cfg.Now()
 	if n := m.aff.get(key); n != nil {
-		if n.val != a && !n.mirrored {
+		if !n.val.SameSession(a) && !n.mirrored {
 			evicted = append(evicted, n.val)
 		}
 		n.val, n.mirrored, n.expires = a, mirrored, now.Add(m.cfg.AffinityTTL)
@@ -214,6 +214,41 @@ func (m *Memory) putAffinity(key string, a route.Affinity, mirrored bool) {
 	}
 	m.mu.Unlock()
 	m.report(evicted)
+}
+
+// takeLocalOnly removes and returns an entry that lives in this tier only
+// (put while Redis was away) and has not expired, with the life it has
+// left, for a write-back to Redis.
+func (m *Memory) takeLocalOnly(key string) (route.Affinity, time.Duration, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.aff.get(key)
+	if n == nil || n.mirrored {
+		return route.Affinity{}, 0, false
+	}
+	left := n.expires.Sub(m.cfg.Now())
+	if left <= 0 {
+		return route.Affinity{}, 0, false // the sweep reports it
+	}
+	m.aff.remove(n)
+	return n.val, left, true
+}
+
+// restoreLocalOnly puts back an entry whose write-back failed, with the
+// life it had left, unless the key was put again meanwhile: then the newer
+// entry stays and a's session, if another, is abandoned.
+func (m *Memory) restoreLocalOnly(key string, a route.Affinity, left time.Duration) {
+	m.mu.Lock()
+	if n := m.aff.get(key); n != nil {
+		newer := n.val
+		m.mu.Unlock()
+		if !newer.SameSession(a) {
+			m.report([]route.Affinity{a})
+		}
+		return
+	}
+	m.aff.add(&node[route.Affinity]{key: key, val: a, expires: m.cfg.Now().Add(left)})
+	m.mu.Unlock()
 }
 
 // flushAffinity removes owner's entries and returns how many it removed in

@@ -57,6 +57,13 @@ type RedisConfig struct {
 	// Logger receives one warning when Redis becomes unreachable and one info
 	// line when it is back. Default slog.Default().
 	Logger *slog.Logger
+	// OnHealth is told each change of Healthy, in order (the
+	// poolgate_redis_up gauge). It must not block. Default none.
+	OnHealth func(up bool)
+	// OnHeld is told how many affinity entries put while Redis was away
+	// wait to be written back, after each change (the
+	// poolgate_affinity_held gauge). It must not block. Default none.
+	OnHeld func(n int)
 }
 
 func (c RedisConfig) withDefaults() RedisConfig {
@@ -87,6 +94,9 @@ func (c RedisConfig) withDefaults() RedisConfig {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.OnHeld == nil {
+		c.OnHeld = func(int) {}
+	}
 	c.Memory = c.Memory.withDefaults()
 	return c
 }
@@ -94,8 +104,11 @@ func (c RedisConfig) withDefaults() RedisConfig {
 // Redis is the shared store for several replicas. It keeps an in-process
 // Memory as a local tier: affinity puts and response saves go to both, reads
 // try Redis and fall back to the local tier when Redis fails, so a Redis that
-// is down, slow or restarting costs reuse but never fails a call. It is safe
-// for concurrent use.
+// is down, slow or restarting costs reuse but never fails a call. Affinity
+// put while Redis was away is written back once it answers (Run), unless
+// another replica wrote a newer entry for the conversation meanwhile, so a
+// conversation that went on during an outage keeps its upstream session on
+// every replica. It is safe for concurrent use.
 type Redis struct {
 	cfg     RedisConfig
 	conn    *redisconn.Conn
@@ -109,8 +122,11 @@ type Redis struct {
 func NewRedis(cfg RedisConfig, client redisconn.Client) *Redis {
 	cfg = cfg.withDefaults()
 	conn := redisconn.NewConn(redisconn.ConnConfig{Prefix: cfg.Prefix, RetryInterval: cfg.RetryInterval,
-		PingTimeout: cfg.AffinityTimeout, Now: cfg.Memory.Now, OnError: cfg.OnError, Logger: cfg.Logger}, client)
-	return &Redis{cfg: cfg, conn: conn, client: client, local: NewMemory(cfg.Memory)}
+		PingTimeout: cfg.AffinityTimeout, Now: cfg.Memory.Now, OnError: cfg.OnError, Logger: cfg.Logger,
+		OnHealth: cfg.OnHealth}, client)
+	r := &Redis{cfg: cfg, conn: conn, client: client, local: NewMemory(cfg.Memory)}
+	r.pending.maxPuts, r.pending.onHeld = cfg.Memory.MaxAffinity, cfg.OnHeld
+	return r
 }
 
 // Close closes the Redis client.
@@ -193,7 +209,7 @@ func (r *Redis) PutAffinity(ctx context.Context, key string, a route.Affinity) e
 		if err == nil {
 			r.conn.Succeeded()
 			mirrored = true
-			if old != nil {
+			if old != nil && !old.SameSession(a) {
 				r.report(*old)
 			}
 		} else {
@@ -203,6 +219,9 @@ func (r *Redis) PutAffinity(ctx context.Context, key string, a route.Affinity) e
 		r.conn.Skipped("put_affinity")
 	}
 	r.local.putAffinity(key, a, mirrored)
+	if !mirrored {
+		r.pending.queuePut(key) // written back once Redis answers
+	}
 	return nil
 }
 

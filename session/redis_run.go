@@ -12,31 +12,51 @@ import (
 // are dropped and the entries expire by their TTL instead.
 const maxPending = 4096
 
-// pending holds the deletes that could not reach Redis, replayed by Run once
-// it is back: affinity keys taken from the local tier and response ids
-// deleted.
+// pending holds what could not reach Redis, replayed by Run once it is
+// back: the deletes (affinity keys taken from the local tier, response ids
+// deleted) and the affinity keys put while it was away, whose entries the
+// local tier holds until they are written back.
 type pending struct {
 	mu   sync.Mutex
 	aff  map[string]struct{}
 	resp map[string]struct{}
+	puts map[string]struct{}
+	// maxPuts bounds puts: no more entries than the local tier keeps.
+	maxPuts int
+	onHeld  func(n int) // told len(puts) after each change, in order
 }
 
-func (p *pending) queueAffinity(key string) { p.queue(&p.aff, key) }
+func (p *pending) queueAffinity(key string) { p.queue(&p.aff, key, maxPending) }
 
-func (p *pending) queueResponse(id string) { p.queue(&p.resp, id) }
+func (p *pending) queueResponse(id string) { p.queue(&p.resp, id, maxPending) }
 
-func (p *pending) queue(set *map[string]struct{}, s string) {
+// queuePut notes a key whose entry lives in the local tier only.
+func (p *pending) queuePut(key string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	n := len(p.puts)
+	p.queueLocked(&p.puts, key, p.maxPuts)
+	if len(p.puts) != n {
+		p.onHeld(len(p.puts))
+	}
+}
+
+func (p *pending) queue(set *map[string]struct{}, s string, limit int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.queueLocked(set, s, limit)
+}
+
+func (p *pending) queueLocked(set *map[string]struct{}, s string, limit int) {
 	if *set == nil {
 		*set = make(map[string]struct{})
 	}
-	if len(*set) < maxPending {
+	if len(*set) < limit {
 		(*set)[s] = struct{}{}
 	}
 }
 
-// take empties the queues and returns their contents.
+// take empties the delete queues and returns their contents.
 func (p *pending) take() (aff, resp []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -50,10 +70,28 @@ func (p *pending) take() (aff, resp []string) {
 	return aff, resp
 }
 
+// takePuts empties the put queue and returns it. The count it reports is
+// made good by the write-back (requeued keys are counted again).
+func (p *pending) takePuts() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	keys := make([]string, 0, len(p.puts))
+	for k := range p.puts {
+		keys = append(keys, k)
+	}
+	p.puts = nil
+	if len(keys) > 0 {
+		p.onHeld(0)
+	}
+	return keys
+}
+
 // Run keeps the store tidy until ctx is done: every RetryInterval it probes
 // Redis (so the store notices an outage and recovers without traffic),
-// replays deletes queued during an outage and, after one, calls OnRecover; every SweepInterval it reports and
-// removes expired affinity entries in Redis and drops expired local ones.
+// replays deletes queued during an outage, writes back the affinity put
+// meanwhile (at once when a call finds Redis back) and, after an outage,
+// calls OnRecover; every SweepInterval it reports and removes expired
+// affinity entries in Redis and drops expired local ones.
 func (r *Redis) Run(ctx context.Context) {
 	probe := time.NewTicker(r.cfg.RetryInterval)
 	defer probe.Stop()
@@ -69,18 +107,29 @@ func (r *Redis) Run(ctx context.Context) {
 			if r.conn.Allow() {
 				_ = r.Ping(ctx) // Ping records the outcome
 			}
-			if r.Healthy() {
-				r.replay(ctx)
-				if r.conn.TakeRecovered() && r.cfg.OnRecover != nil {
-					r.cfg.OnRecover(ctx)
-				}
-			}
+			r.catchUp(ctx)
+		case <-r.conn.Back():
+			r.catchUp(ctx)
 		case <-sweep.C:
 			r.local.sweep()
 			if r.Healthy() {
 				r.sweepRemote(ctx)
 			}
 		}
+	}
+}
+
+// catchUp, while Redis answers, sends what waited for it: the deletes, then
+// the affinity put meanwhile (a key both taken and put again is deleted,
+// then written), and after an outage calls OnRecover.
+func (r *Redis) catchUp(ctx context.Context) {
+	if !r.Healthy() {
+		return
+	}
+	r.replay(ctx)
+	r.writeBack(ctx)
+	if r.conn.TakeRecovered() && r.cfg.OnRecover != nil {
+		r.cfg.OnRecover(ctx)
 	}
 }
 

@@ -81,6 +81,8 @@ func TestAffinityEncoding(t *testing.T) {
 			want: `{"i":"acct-1","s":"s-9","m":"qwen"}`},
 		{name: "without model", give: route.Affinity{Instance: "acct-1", SessionID: "s-9"},
 			want: `{"i":"acct-1","s":"s-9"}`},
+		{name: "stamped", give: route.Affinity{Instance: "acct-1", SessionID: "s-9", At: 1795000000123},
+			want: `{"i":"acct-1","s":"s-9","t":1795000000123}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

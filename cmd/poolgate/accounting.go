@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/poolgate/poolgate/handlers"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/batch"
@@ -14,6 +12,7 @@ import (
 	"github.com/poolgate/poolgate/internal/keylimits"
 	"github.com/poolgate/poolgate/internal/live"
 	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/internal/requestlog"
 	"github.com/poolgate/poolgate/internal/usage"
 )
@@ -31,21 +30,26 @@ func keysOf(cfg config.Config) []apikey.Key {
 // accounting is who used what: the key limits, the usage counters and the
 // request log, on Redis when the daemon has one (every replica sees and
 // enforces the same numbers) and in memory otherwise. Usage and log entries
-// are written in batches off the request path.
+// are written in batches off the request path; on Redis, what fails to be
+// written (a failover, an outage) is held and written again once Redis
+// answers, and the key limits hold the tokens they could not charge.
 type accounting struct {
 	limiter  keylimits.Limiter
 	usage    usage.Store
 	requests requestlog.Log
 	usageW   *batch.Writer[usage.Record]
 	logW     *batch.Writer[requestlog.Entry]
-	wait     func() // waits for the limiter's renewals to end
+	held     *keylimits.Redis // the limiter on Redis, nil in memory
+	log      *slog.Logger
 }
 
-func newAccounting(cfg config.Config, rdb redis.UniversalClient, m *metrics.Metrics, log *slog.Logger) *accounting {
+// newAccounting builds the stores, on conn (the session store's Redis
+// connection, whose health they share) or in memory when conn is nil.
+func newAccounting(cfg config.Config, conn *redisconn.Conn, m *metrics.Metrics, log *slog.Logger) *accounting {
 	retention := time.Duration(cfg.UsageRetentionDays) * 24 * time.Hour
 	lcfg := requestlog.Config{MaxEntries: cfg.RequestLogSize, MaxBytes: cfg.RequestLogBytes, Debug: cfg.RequestLogDebug}
-	a := &accounting{wait: func() {}}
-	if rdb == nil {
+	a := &accounting{log: log}
+	if conn == nil {
 		a.limiter = keylimits.NewMemory(time.Now)
 		a.usage = usage.NewMemory(retention, time.Now)
 		a.requests = requestlog.NewMemory(lcfg)
@@ -54,20 +58,50 @@ func newAccounting(cfg config.Config, rdb redis.UniversalClient, m *metrics.Metr
 			m.StoreErrors.WithLabelValues("key_limits").Inc()
 			log.Debug("key limits store", "op", op, "err", err)
 		}
-		rl := keylimits.NewRedis(rdb, keylimits.RedisConfig{Prefix: cfg.RedisPrefix, OnError: onError})
-		a.limiter, a.wait = rl, rl.Wait
-		a.usage = usage.NewRedis(rdb, usage.RedisConfig{Prefix: cfg.RedisPrefix, Retention: retention})
-		a.requests = requestlog.NewRedis(rdb, cfg.RedisPrefix, lcfg)
+		a.held = keylimits.NewRedis(conn, keylimits.RedisConfig{OnError: onError, OnHeld: heldLog(m, log, "key_limits")})
+		a.limiter = a.held
+		a.usage = usage.NewRedis(conn, usage.RedisConfig{Retention: retention})
+		a.requests = requestlog.NewRedis(conn, lcfg)
 	}
-	failed := func(op string) func(error, int) {
-		return func(err error, n int) {
-			m.StoreErrors.WithLabelValues(op).Inc()
-			log.Warn("accounting write failed", "op", op, "records", n, "err", err)
-		}
-	}
-	a.usageW = batch.New(batch.Config{OnError: failed("record_usage")}, a.usage.Add)
-	a.logW = batch.New(batch.Config{OnError: failed("log_request")}, a.requests.Add)
+	// The request log keeps its newest entries only: holding more than it
+	// keeps would only hold what it trims.
+	a.usageW = batch.New(writerConfig(m, log, "usage", 0), a.usage.Add)
+	a.logW = batch.New(writerConfig(m, log, "request_log", lcfg.Kept()), a.requests.Add)
 	return a
+}
+
+// writerConfig is a batch writer's: what it holds and drops counted under
+// store, an outage logged once when it begins and once when it is over.
+func writerConfig(m *metrics.Metrics, log *slog.Logger, store string, hold int) batch.Config {
+	held, dropped := m.AccountingHeld.WithLabelValues(store), m.AccountingDropped.WithLabelValues(store)
+	return batch.Config{Hold: hold,
+		OnHeld: func(n int) { held.Set(float64(n)) },
+		OnDrop: func(n int) { dropped.Add(float64(n)) },
+		OnOutage: func(err error) {
+			log.Warn("accounting records could not be written to redis; they are held and written again once it answers",
+				"store", store, "err", err)
+		},
+		OnRecover: func(late, lost int) {
+			log.Info("accounting records written to redis after the outage", "store", store, "records", late, "dropped", lost)
+		},
+	}
+}
+
+// heldLog counts what the key limits hold and logs when they begin and
+// end holding anything.
+func heldLog(m *metrics.Metrics, log *slog.Logger, store string) func(int) {
+	g := m.AccountingHeld.WithLabelValues(store)
+	var last int
+	return func(n int) { // called under the limiter's lock: in order
+		g.Set(float64(n))
+		switch {
+		case last == 0 && n > 0:
+			log.Warn("key limit charges could not be written to redis; they are held and written again once it answers")
+		case last > 0 && n == 0:
+			log.Info("key limit charges written to redis after the outage")
+		}
+		last = n
+	}
 }
 
 // forHTTP is the HTTP layer's view.
@@ -93,9 +127,25 @@ func (a *accounting) scrub(ctx context.Context, log *slog.Logger) {
 	}
 }
 
-// close flushes what waits to be written.
+// run writes the key limits' held charges again every second until ctx
+// ends.
+func (a *accounting) run(ctx context.Context) {
+	if a.held != nil {
+		a.held.Run(ctx, time.Second)
+	}
+}
+
+// close writes what waits, and says what it could not.
 func (a *accounting) close() {
-	a.usageW.Close()
-	a.logW.Close()
-	a.wait()
+	lost := a.usageW.Close() + a.logW.Close()
+	if a.held != nil {
+		a.held.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		a.held.Flush(ctx)
+		cancel()
+		lost += a.held.Held()
+	}
+	if lost > 0 {
+		a.log.Warn("accounting records lost at shutdown: redis did not take them", "records", lost)
+	}
 }

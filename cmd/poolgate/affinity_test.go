@@ -17,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/poolgate/poolgate/admin"
 	"github.com/poolgate/poolgate/internal/testenv"
 )
 
@@ -45,13 +46,22 @@ func parseWhoami(t *testing.T, s string) whoami {
 type conversation struct {
 	client openai.Client
 	msgs   []openai.ChatCompletionMessageParamUnion
+	served *tally // counts the answers and their tokens (nil: not counted)
 }
+
+// tally counts turns answered and their tokens, as the clients saw them.
+type tally struct{ turns, input, output atomic.Int64 }
 
 func (c *conversation) say(ctx context.Context, text string) (string, error) {
 	c.msgs = append(c.msgs, openai.UserMessage(text))
 	resp, err := c.client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "dashscope_qwen3_coder", Messages: c.msgs})
 	if err != nil {
 		return "", err
+	}
+	if c.served != nil {
+		c.served.turns.Add(1)
+		c.served.input.Add(resp.Usage.PromptTokens)
+		c.served.output.Add(resp.Usage.CompletionTokens)
 	}
 	answer := resp.Choices[0].Message.Content
 	c.msgs = append(c.msgs, openai.AssistantMessage(answer))
@@ -87,6 +97,7 @@ func testAffinity(t *testing.T, d *testenv.Daemon) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	hits0 := scrape(t, d, "poolgate_session_cache_hits_total")
+	followUps0, reused0 := scrapeSum(t, d, "poolgate_follow_ups_total"), scrapeSum(t, d, "poolgate_follow_ups_reused_total")
 
 	c := &conversation{client: sdk(d, "sk-1")}
 	var first whoami
@@ -139,6 +150,51 @@ func testAffinity(t *testing.T, d *testenv.Daemon) {
 	if w := parseWhoami(t, a); w.reply && w.session == first.session {
 		t.Errorf("a regenerated turn continued the session that already answered it: %+v", w)
 	}
+
+	// Five follow-ups, of which the first conversation's two continued
+	// their session; per account, the counter pair says the same.
+	followUps, reused := scrapeSum(t, d, "poolgate_follow_ups_total")-followUps0, scrapeSum(t, d, "poolgate_follow_ups_reused_total")-reused0
+	if followUps != 5 || reused != 2 {
+		t.Errorf("follow-ups counted %v, reused %v; want 5 and 2", followUps, reused)
+	}
+	// The request log names each request's conversation: the three turns
+	// and the regenerated one alike, the edited and the other key's apart.
+	var reqs admin.RequestsAnswer
+	testenv.WaitFor(t, 10*time.Second, "the six requests in the request log", func() bool {
+		d.GetJSON(t, "/internal/requests?limit=6", "adm", &reqs)
+		return len(reqs.Requests) == 6
+	})
+	names := make([]string, 6) // oldest first: turns 1-3, edited, other key, regenerated
+	for i, e := range reqs.Requests {
+		names[5-i] = e.Conversation
+	}
+	if names[0] == "" || names[1] != names[0] || names[2] != names[0] || names[5] != names[0] ||
+		names[3] == names[0] || names[4] == names[0] || names[4] == names[3] {
+		t.Errorf("conversation names %q, want turns 1-3 and the regenerated turn alike, the edited and the other key's apart", names)
+	}
+}
+
+// scrapeSum sums every series of the metric name.
+func scrapeSum(t *testing.T, d *testenv.Daemon, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(d.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sum, seen := 0.0, false
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), name+"{"); ok {
+			_, v, _ := strings.Cut(rest, "} ")
+			f, _ := strconv.ParseFloat(v, 64)
+			sum, seen = sum+f, true
+		}
+	}
+	if !seen {
+		t.Fatalf("metric %s not exported (its series are made for every account)", name)
+	}
+	return sum
 }
 
 func TestAffinityInMemory(t *testing.T) {

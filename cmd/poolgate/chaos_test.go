@@ -269,6 +269,8 @@ var fixedMetrics = []string{
 	"poolgate_instances", "poolgate_instance_in_flight", "poolgate_instance_restarts_total",
 	"poolgate_session_cache_hits_total", "poolgate_session_cache_misses_total",
 	"poolgate_session_cache_invalidations_total", "poolgate_store_errors_total", "poolgate_cluster_handovers_total",
+	"poolgate_redis_up", "poolgate_affinity_held", "poolgate_accounting_held", "poolgate_accounting_dropped_total",
+	"poolgate_follow_ups_total", "poolgate_follow_ups_reused_total",
 }
 
 func TestMetricsContract(t *testing.T) {

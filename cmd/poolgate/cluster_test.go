@@ -249,14 +249,25 @@ func (s *scale) fair(on map[string][]int) bool {
 	return true
 }
 
-// converse runs conversations of turns turns (non-streaming) through nginx
-// from three clients until stop. Each turn's prompt is prefix and which
-// client, conversation and turn (from 1) it is; a conversation's answers go
-// to the check newCheck makes for it, in order, and a false from the check
-// ends the conversation there.
-func (s *scale) converse(stop <-chan struct{}, wg *sync.WaitGroup, turns int, prefix string,
+// talk says how converse's clients talk.
+type talk struct {
+	clients, turns int
+	// pause is how long a client waits between the turns of a
+	// conversation (none: back to back).
+	pause  time.Duration
+	prefix string
+	// served, when not nil, counts the answers and their tokens.
+	served *tally
+}
+
+// converse runs conversations of tk.turns turns (non-streaming) through
+// nginx from tk.clients clients until stop. Each turn's prompt is tk.prefix
+// and which client, conversation and turn (from 1) it is; a conversation's
+// answers go to the check newCheck makes for it, in order, and a false
+// from the check ends the conversation there.
+func (s *scale) converse(stop <-chan struct{}, wg *sync.WaitGroup, tk talk,
 	newCheck func() func(turn int, answer string, err error) bool) {
-	for c := range 3 {
+	for c := range tk.clients {
 		wg.Go(func() {
 			client := sdkURL(s.nginxURL)
 			for n := 0; ; n++ {
@@ -265,10 +276,16 @@ func (s *scale) converse(stop <-chan struct{}, wg *sync.WaitGroup, turns int, pr
 					return
 				default:
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				conv, check := &conversation{client: client}, newCheck()
-				for turn := 1; turn <= turns; turn++ {
-					a, err := conv.say(ctx, fmt.Sprintf("%sclient %d conv %d turn %d", prefix, c, n, turn))
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second+time.Duration(tk.turns)*tk.pause)
+				conv, check := &conversation{client: client, served: tk.served}, newCheck()
+				for turn := 1; turn <= tk.turns; turn++ {
+					if turn > 1 && tk.pause > 0 {
+						select {
+						case <-stop:
+						case <-time.After(tk.pause):
+						}
+					}
+					a, err := conv.say(ctx, fmt.Sprintf("%sclient %d conv %d turn %d", tk.prefix, c, n, turn))
 					if !check(turn, a, err) {
 						break
 					}
@@ -282,7 +299,7 @@ func (s *scale) converse(stop <-chan struct{}, wg *sync.WaitGroup, turns int, pr
 // load runs two-turn conversations through nginx until stop; every failed
 // request counts and fails the test.
 func (s *scale) load(stop <-chan struct{}, failed *atomic.Int32, wg *sync.WaitGroup) {
-	s.converse(stop, wg, 2, "", func() func(int, string, error) bool {
+	s.converse(stop, wg, talk{clients: 3, turns: 2}, func() func(int, string, error) bool {
 		return func(_ int, _ string, err error) bool {
 			if err != nil {
 				failed.Add(1)

@@ -34,6 +34,7 @@ import (
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/live"
 	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/internal/tokens"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool/cluster"
@@ -174,7 +175,11 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 			return nil, fmt.Errorf("redis tracing: %w", err)
 		}
 	}
-	a.acct = newAccounting(cfg, redisClient, m, log)
+	var conn *redisconn.Conn // the session store's: the accounting stores share its health
+	if r, ok := a.store.(*session.Redis); ok {
+		conn = r.Conn()
+	}
+	a.acct = newAccounting(cfg, conn, m, log)
 	a.keys = apikey.NewRegistry(keysOf(cfg))
 	m.InitKeys(a.keys.Load().Names())
 	var affinity route.AffinityStore = a.store
@@ -182,7 +187,8 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 		affinity = nil // every turn starts an upstream session of its own
 	}
 	a.router = route.NewRouter(route.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
-		Retries: cfg.Retries, Count: a.count.Count, Tools: toolPolicy(cfg), Tracing: tp}, a.pool, affinity, m, log)
+		Retries: cfg.Retries, Count: a.count.Count, Tools: toolPolicy(cfg), Tracing: tp,
+		ConversationKey: conversationKey(cfg)}, a.pool, affinity, m, log)
 	if err := a.setupLogin(m, lookup, childEnv(environ)); err != nil {
 		return nil, err
 	}
@@ -430,6 +436,7 @@ func (a *app) run(ctx context.Context) error {
 	a.sup.Start(runCtx)
 	var bg sync.WaitGroup
 	bg.Go(func() { a.store.Run(runCtx) })
+	bg.Go(func() { a.acct.run(runCtx) })
 	if !a.cfg.RequestLogDebug {
 		bg.Go(func() { a.acct.scrub(runCtx, a.log) })
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/hkdf"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -221,9 +223,34 @@ func openStores(cfg config.Config, m *metrics.Metrics, onEvict func(route.Affini
 	}
 	r := session.NewRedis(session.RedisConfig{Prefix: cfg.RedisPrefix, Memory: mem, Logger: log,
 		OwnerMaxResponses: cfg.StoredResponsesPerKey, OwnerMaxResponseBytes: cfg.StoredResponseBytesPerKey,
-		OnError: func(op string, _ error) { m.StoreErrors.WithLabelValues(op).Inc() }, OnRecover: republish}, client)
+		OnError: func(op string, _ error) { m.StoreErrors.WithLabelValues(op).Inc() }, OnRecover: republish,
+		OnHealth: func(up bool) { m.RedisUp.Set(b2f(up)) }, OnHeld: func(n int) { m.AffinityHeld.Set(float64(n)) }}, client)
+	m.RedisUp.Set(1) // until a call fails: nothing connects before the first one
 	bundles = bundle.NewRedisStore(r.Conn())
 	return r, bundles, client, nil
+}
+
+// conversationKey keys the conversations' names (pool/route): derived from
+// the cluster token, which every replica of a deployment shares and no
+// client knows, so the replicas name a conversation alike and nobody
+// without the token can test a guessed prompt against a name. Without a
+// token (one replica) the router draws a key of its own at each start.
+func conversationKey(cfg config.Config) []byte {
+	if cfg.ClusterToken == "" {
+		return nil
+	}
+	key, err := hkdf.Key(sha256.New, []byte(cfg.ClusterToken), nil, "poolgate conversation names v1", 32)
+	if err != nil {
+		return nil // only for a length SHA-256 cannot give, which 32 is not
+	}
+	return key
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // toolPolicy is the router's tool policy from the configuration.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -311,7 +313,9 @@ func TestTracingRetryOnKilledWorker(t *testing.T) {
 // account is forwarded to the holder, and the trace goes on there: the
 // holder's request span is the child of the forwarding replica's client
 // span, and its attempt continues the upstream session. Redis calls are in
-// the trace; no attribute holds the prompt or the cluster token.
+// the trace; no attribute holds the prompt or the cluster token. Both turns
+// carry one name of the conversation, on both replicas: in their spans,
+// their turn log lines and their request log entries.
 func TestTracingAcrossTheHop(t *testing.T) {
 	rcv := newOTLPReceiver(t)
 	s := startCluster(t, 2, func(i int) []string { return tracingEnv(rcv, fmt.Sprintf("r%d", i+1)) })
@@ -319,6 +323,7 @@ func TestTracingAcrossTheHop(t *testing.T) {
 	const prompt = "hop-prompt-5521"
 	first := `{"model":"m","stream":true,"messages":[{"role":"user","content":"` + prompt + `"}]}`
 	h, answer := streamChat(t, s.replicas[0].URL, "k", "", first)
+	firstID := strings.TrimPrefix(h.Get("X-Request-Id"), "req_")
 	holder := h.Get("X-Poolgate-Instance")
 	if len(on[holder]) != 1 || on[holder][0] != 0 {
 		t.Fatalf("first turn served by %q, which is on replicas %v: want replica 1's own", holder, on[holder])
@@ -394,12 +399,51 @@ func TestTracingAcrossTheHop(t *testing.T) {
 	if redisSpans == 0 {
 		t.Errorf("no Redis call in the trace: %v", spans)
 	}
+	conversationNamed(t, s, rcv, firstID, aff[0].attrs["poolgate.conversation"], append(aff, att))
 	noSecrets(t, rcv.all(), prompt, "and then")
 	for _, sp := range rcv.all() {
 		for k := range sp.attrs {
 			if lk := strings.ToLower(k); strings.Contains(lk, "token") || strings.Contains(lk, "authorization") {
 				t.Errorf("span %s records %s", sp.name, k)
 			}
+		}
+	}
+}
+
+// conversationNamed checks that the conversation's name, name, is twelve
+// hex digits and the same in the second turn's spans (given), the first
+// turn's attempt (trace firstID), both turns' `turn` log lines and both
+// request log entries.
+func conversationNamed(t *testing.T, s *scale, rcv *otlpReceiver, firstID, name string, spans []span) {
+	t.Helper()
+	if !regexp.MustCompile(`^[0-9a-f]{12}$`).MatchString(name) {
+		t.Fatalf("conversation name %q, want twelve hex digits", name)
+	}
+	var firstAttempt []span
+	testenv.WaitForNoError(t, 15*time.Second, "the first turn's attempt exported", func() error {
+		if firstAttempt = named(rcv.trace(firstID), "poolgate.attempt"); len(firstAttempt) == 0 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	for _, sp := range append(spans, firstAttempt...) {
+		if got := sp.attrs["poolgate.conversation"]; got != name {
+			t.Errorf("span %s on %s names the conversation %q, want %q", sp.name, sp.replica, got, name)
+		}
+	}
+	holderLog := s.replicas[0].Log()
+	if turns, named := strings.Count(holderLog, "msg=turn"), strings.Count(holderLog, "conversation="+name); turns != 2 || named != 2 {
+		t.Errorf("%d turn log lines on the holder, %d naming the conversation %s; want both turns, both named:\n%s",
+			turns, named, name, holderLog)
+	}
+	var reqs admin.RequestsAnswer
+	testenv.WaitFor(t, 10*time.Second, "both turns in the request log", func() bool {
+		s.replicas[1].GetJSON(t, "/internal/requests?limit=5", "", &reqs)
+		return len(reqs.Requests) == 2
+	})
+	for _, e := range reqs.Requests {
+		if e.Conversation != name {
+			t.Errorf("request log entry %s names the conversation %q, want %q", e.RequestID, e.Conversation, name)
 		}
 	}
 }

@@ -417,6 +417,11 @@ func (c *Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	if _, ok := redisconn.Beside(c.RedisPrefix+"requests", ""); !ok {
+		// Stores keep a key beside another in its Cluster slot by bracing
+		// the other's name, which a stray '}' would break.
+		errs = append(errs, fmt.Errorf("redis_prefix %q: a '}' may only close a hash tag, as in the prefix {poolgate}:app", c.RedisPrefix))
+	}
 	if c.AdvertiseURL != "" {
 		if c.RedisURL == "" {
 			errs = append(errs, errors.New("advertise_url turns on clustering, which needs redis_url (POOLGATE_REDIS_URL)"))

@@ -71,6 +71,7 @@ func TestLoadErrors(t *testing.T) {
 			"POOLGATE_CLUSTER_PEER_NETWORKS=10.0.0.0/8,10.0.0.0/33"), `cluster_peer_networks: "10.0.0.0/33"`},
 		{"no peer network", "", append(clustered, "POOLGATE_ADVERTISE_URL=http://h:8080", "POOLGATE_CLUSTER_PEER_NETWORKS= "),
 			"cluster_peer_networks is empty"},
+		{"stray brace in the redis prefix", "", []string{"POOLGATE_REDIS_PREFIX=pg}:"}, "redis_prefix"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,11 +3,13 @@ package keylimits
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/internal/testenv"
 )
 
@@ -24,7 +26,7 @@ func both(t *testing.T, f func(t *testing.T, acquire func(Limits) (*Ticket, erro
 			srv := start(t)
 			var reps []*Redis
 			for range 2 {
-				r := NewRedis(srv.Universal(t), RedisConfig{Prefix: "pg:"})
+				r := NewRedis(conn(srv.Universal(t), "pg:", time.Second), RedisConfig{})
 				t.Cleanup(r.Wait)
 				reps = append(reps, r)
 			}
@@ -35,6 +37,13 @@ func both(t *testing.T, f func(t *testing.T, acquire func(Limits) (*Ticket, erro
 			})
 		})
 	}
+}
+
+// conn is the stores' connection on client under prefix, probing Redis
+// again every retry after a failure.
+func conn(client redisconn.Client, prefix string, retry time.Duration) *redisconn.Conn {
+	return redisconn.NewConn(redisconn.ConnConfig{Prefix: prefix, RetryInterval: retry,
+		Logger: slog.New(slog.DiscardHandler)}, client)
 }
 
 func deniedBy(t *testing.T, err error, limit string) *Denied {
@@ -142,8 +151,8 @@ func TestDeadReplicaFreesItsSlots(t *testing.T) {
 	dead := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	live := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer live.Close()
-	a := NewRedis(dead, RedisConfig{Prefix: "pg:", SlotTTL: 600 * time.Millisecond})
-	b := NewRedis(live, RedisConfig{Prefix: "pg:", SlotTTL: 600 * time.Millisecond})
+	a := NewRedis(conn(dead, "pg:", time.Second), RedisConfig{SlotTTL: 600 * time.Millisecond})
+	b := NewRedis(conn(live, "pg:", time.Second), RedisConfig{SlotTTL: 600 * time.Millisecond})
 	l := Limits{Concurrency: 1}
 	held, err := b.Acquire(context.Background(), "live", l)
 	if err != nil {
@@ -183,7 +192,7 @@ func TestRetryMath(t *testing.T) {
 func TestCharge(t *testing.T) {
 	srv := testenv.Redis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	r := NewRedis(rdb, RedisConfig{Prefix: testenv.KeyPrefix(t)})
+	r := NewRedis(conn(rdb, testenv.KeyPrefix(t), time.Second), RedisConfig{})
 	t.Cleanup(func() { r.Wait(); rdb.Close() })
 	for name, lim := range map[string]Limiter{"memory": NewMemory(nil), "redis": r} {
 		t.Run(name, func(t *testing.T) {
@@ -206,4 +215,54 @@ func TestCharge(t *testing.T) {
 			}
 		})
 	}
+}
+
+// While Redis does not answer, a key's limits hold on this replica alone
+// (its rate, and a quota Redis said was spent), and the tokens of the
+// requests served meanwhile are held; once Redis answers they are charged
+// there, so another replica sees the day's whole total.
+func TestRedisAwayLimitsLocallyAndChargesLater(t *testing.T) {
+	srv := testenv.Redis(t)
+	a := NewRedis(conn(srv.Client(t), "pg:", 200*time.Millisecond), RedisConfig{Timeout: 200 * time.Millisecond})
+	b := NewRedis(conn(srv.Client(t), "pg:", 200*time.Millisecond), RedisConfig{})
+	t.Cleanup(func() { a.Wait(); b.Wait() })
+	ctx, l := context.Background(), Limits{RPM: 2, TokensPerDay: 100}
+	if err := a.Charge(ctx, "spent", 100); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a.Acquire(ctx, "spent", l)
+	deniedBy(t, err, LimitTokensPerDay)
+
+	srv.Freeze()
+	for i, tokens := range []int64{60, 30} {
+		tk, err := a.Acquire(ctx, "alice", l)
+		if err != nil {
+			t.Fatalf("request %d with Redis away: %v, want it admitted here", i+1, err)
+		}
+		tk.Done(tokens)
+	}
+	_, err = a.Acquire(ctx, "alice", l)
+	deniedBy(t, err, LimitRPM)
+	_, err = a.Acquire(ctx, "spent", l)
+	deniedBy(t, err, LimitTokensPerDay)
+	if err := a.Charge(ctx, "alice", 5); err != nil {
+		t.Errorf("Charge() with Redis away = %v, want it held", err)
+	}
+	if got := a.Held(); got != 3 {
+		t.Errorf("Held() = %d, want 3 (two tickets, one charge)", got)
+	}
+	srv.Thaw()
+
+	testenv.WaitFor(t, 30*time.Second, "the held tokens charged in Redis", func() bool {
+		a.Flush(ctx)
+		return a.Held() == 0
+	})
+	quota := Limits{TokensPerDay: 100}
+	tk, err := b.Acquire(ctx, "alice", quota)
+	if err != nil {
+		t.Fatalf("95 of 100 tokens used: %v", err)
+	}
+	tk.Done(5)
+	_, err = b.Acquire(ctx, "alice", quota)
+	deniedBy(t, err, LimitTokensPerDay)
 }

@@ -84,6 +84,16 @@ func (m *Memory) Charge(_ context.Context, key string, tokens int64) error {
 	return nil
 }
 
+// spent notes that key used its quota of today's tokens (Redis said so),
+// so that these limits refuse it too while Redis is away.
+func (m *Memory) spent(key string, quota int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.state(key)
+	s.roll(m.now())
+	s.tokensUsed = max(s.tokensUsed, quota)
+}
+
 // state is key's state, made on first use; m.mu must be held.
 func (m *Memory) state(key string) *keyState {
 	s := m.keys[key]

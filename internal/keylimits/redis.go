@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/poolgate/poolgate/internal/redisconn"
 )
 
 // Redis is the Limiter every replica shares. A key's state is under
@@ -17,33 +19,60 @@ import (
 // keeps all of one key's limits in one slot of a Redis Cluster. The
 // clock is Redis's (TIME), so replicas whose clocks differ still share one
 // minute and one day.
+//
+// While Redis is away (its Conn marks it down, shared with the stores
+// beside it) the replica enforces each key's limits alone, with an
+// in-process Memory that also knows which keys Redis said spent their day.
+// A ticket's end that cannot reach Redis (its tokens, its slot's release)
+// is held, per key, and sent again by Run until Redis takes it; nothing is
+// dropped but slot releases past a bound, whose slots expire anyway.
 type Redis struct {
-	rdb     redis.UniversalClient
-	prefix  string
+	conn    *redisconn.Conn
+	local   *Memory
 	slotTTL time.Duration
 	timeout time.Duration
 	onError func(op string, err error)
+	onHeld  func(n int)
 
 	wg sync.WaitGroup
+
+	mu    sync.Mutex
+	held  map[string]*heldEnd // by key base
+	nheld int                 // ticket ends and charges held
 }
+
+// heldEnd is what a key owes Redis: tokens to charge and slots to free.
+type heldEnd struct {
+	tokens int64
+	slots  []string
+	n      int // the ends and charges merged in
+}
+
+// maxHeldSlots bounds the releases held per key; a slot not released
+// expires after the slot TTL.
+const maxHeldSlots = 1024
 
 // RedisConfig configures a Redis limiter.
 type RedisConfig struct {
-	// Prefix starts every key (the session store's, e.g. "poolgate:").
-	Prefix string
 	// SlotTTL is how long a concurrency slot lives without a renewal: a
 	// replica that dies frees its slots after it. Renewed every third of it
 	// while its request runs. Default 60 s.
 	SlotTTL time.Duration
 	// Timeout bounds each call. Default 250 ms.
 	Timeout time.Duration
-	// OnError receives renewals and releases that failed (an acquire
-	// returns its error). Default none.
+	// OnError receives renewals that failed (the Conn reports the rest
+	// under key_limits). Default none.
 	OnError func(op string, err error)
+	// OnHeld receives how many ticket ends and charges wait for Redis
+	// after each change. Default none.
+	OnHeld func(n int)
+	// Now is the clock of the in-process limits used while Redis is away.
+	// Default time.Now.
+	Now func() time.Time
 }
 
-// NewRedis returns a limiter on rdb.
-func NewRedis(rdb redis.UniversalClient, cfg RedisConfig) *Redis {
+// NewRedis returns a limiter on conn, under its key prefix.
+func NewRedis(conn *redisconn.Conn, cfg RedisConfig) *Redis {
 	if cfg.SlotTTL <= 0 {
 		cfg.SlotTTL = time.Minute
 	}
@@ -53,7 +82,11 @@ func NewRedis(rdb redis.UniversalClient, cfg RedisConfig) *Redis {
 	if cfg.OnError == nil {
 		cfg.OnError = func(string, error) {}
 	}
-	return &Redis{rdb: rdb, prefix: cfg.Prefix, slotTTL: cfg.SlotTTL, timeout: cfg.Timeout, onError: cfg.OnError}
+	if cfg.OnHeld == nil {
+		cfg.OnHeld = func(int) {}
+	}
+	return &Redis{conn: conn, local: NewMemory(cfg.Now), slotTTL: cfg.SlotTTL, timeout: cfg.Timeout,
+		onError: cfg.OnError, onHeld: cfg.OnHeld, held: map[string]*heldEnd{}}
 }
 
 const nowMs = `local t = redis.call('TIME')
@@ -111,12 +144,14 @@ end
 return 1
 `)
 
-// doneScript frees a slot and charges today's tokens.
+// doneScript frees slots and charges today's tokens.
+//
+// KEYS[1] the key's base; ARGV[1] tokens, ARGV[2..] slots.
 var doneScript = redis.NewScript(nowMs + `
-if ARGV[1] ~= '' then
-  redis.call('ZREM', KEYS[1] .. ':conc', ARGV[1])
+for i = 2, #ARGV do
+  redis.call('ZREM', KEYS[1] .. ':conc', ARGV[i])
 end
-local tokens = tonumber(ARGV[2])
+local tokens = tonumber(ARGV[1])
 if tokens > 0 then
   local k = KEYS[1] .. ':tok:' .. math.floor(now / 86400000)
   redis.call('INCRBY', k, tokens)
@@ -125,10 +160,16 @@ end
 return 1
 `)
 
-// Acquire implements Limiter.
+// Acquire implements Limiter. While Redis is away it admits under the
+// in-process limits; an error is returned only when ctx ended.
 func (r *Redis) Acquire(ctx context.Context, key string, l Limits) (*Ticket, error) {
 	if l.None() {
 		return &Ticket{}, nil
+	}
+	const op = "key_limits"
+	if !r.conn.Allow() {
+		r.conn.Skipped(op)
+		return r.acquireLocal(ctx, key, l)
 	}
 	base := r.base(key)
 	slot := ""
@@ -136,13 +177,20 @@ func (r *Redis) Acquire(ctx context.Context, key string, l Limits) (*Ticket, err
 		slot = rand.Text()
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
-	res, err := acquireScript.Run(cctx, r.rdb, []string{base}, l.RPM, l.Concurrency, l.TokensPerDay, slot,
+	res, err := acquireScript.Run(cctx, r.conn.Client(), []string{base}, l.RPM, l.Concurrency, l.TokensPerDay, slot,
 		r.slotTTL.Milliseconds()).Slice()
 	cancel()
 	if err != nil {
-		return &Ticket{}, fmt.Errorf("limits: acquire for %s: %w", key, err)
+		if !r.conn.Failed(ctx, op, err) {
+			return &Ticket{}, fmt.Errorf("limits: acquire for %s: %w", key, ctx.Err())
+		}
+		return r.acquireLocal(ctx, key, l)
 	}
+	r.conn.Succeeded()
 	if d := denied(key, l, res); d != nil {
+		if d.Limit == LimitTokensPerDay {
+			r.local.spent(key, l.TokensPerDay) // holds while Redis is away
+		}
 		return nil, d
 	}
 	stop := make(chan struct{})
@@ -151,30 +199,37 @@ func (r *Redis) Acquire(ctx context.Context, key string, l Limits) (*Ticket, err
 	}
 	return &Ticket{done: func(tokens int64) {
 		close(stop)
-		if slot == "" && tokens <= 0 {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-		defer cancel()
-		if err := doneScript.Run(ctx, r.rdb, []string{base}, slot, tokens).Err(); err != nil {
-			r.onError("limits_done", err)
-		}
+		r.settle(base, slot, tokens)
+	}}, nil
+}
+
+// acquireLocal admits under the in-process limits while Redis is away; the
+// ticket's tokens also count in Redis, once it takes them.
+func (r *Redis) acquireLocal(ctx context.Context, key string, l Limits) (*Ticket, error) {
+	t, err := r.local.Acquire(ctx, key, l)
+	if err != nil {
+		return t, err
+	}
+	base := r.base(key)
+	return &Ticket{done: func(tokens int64) {
+		t.Done(tokens)
+		r.settle(base, "", tokens)
 	}}, nil
 }
 
 // base is the start of every key of name's limits.
-func (r *Redis) base(name string) string { return r.prefix + "limit:{" + name + "}" }
+func (r *Redis) base(name string) string { return r.conn.Key("limit:{" + name + "}") }
 
-// Charge implements Limiter.
+// Charge implements Limiter. Tokens Redis cannot take now are held and
+// charged once it can; it returns an error only for a ctx that ended.
 func (r *Redis) Charge(ctx context.Context, key string, tokens int64) error {
 	if tokens <= 0 {
 		return nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	if err := doneScript.Run(cctx, r.rdb, []string{r.base(key)}, "", tokens).Err(); err != nil {
+	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("limits: charge %s: %w", key, err)
 	}
+	r.settle(r.base(key), "", tokens)
 	return nil
 }
 
@@ -211,7 +266,7 @@ func (r *Redis) renew(base, slot string, stop <-chan struct{}) {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-			err := renewScript.Run(ctx, r.rdb, []string{base}, slot, r.slotTTL.Milliseconds()).Err()
+			err := renewScript.Run(ctx, r.conn.Client(), []string{base}, slot, r.slotTTL.Milliseconds()).Err()
 			cancel()
 			if err != nil {
 				r.onError("limits_renew", err)

@@ -1,8 +1,8 @@
 // Package live keeps the last hour of the gateway's traffic in memory for
 // the dashboard: per time step, the requests by outcome, latency and time
-// to first token as small histograms (for p50/p95), and the queue depth and
-// turns in flight as sampled; once for the whole gateway and once per
-// account. Every series is a ring of fixed size allocated once, so memory
+// to first token as small histograms (for p50/p95), the follow-up turns and
+// how many continued their upstream session, and the queue depth and turns
+// in flight as sampled; once for the whole gateway and once per account. Every series is a ring of fixed size allocated once, so memory
 // stays bounded however long the process runs, and recording a request is
 // one lock and a few increments. It knows nothing of HTTP or workers.
 package live
@@ -49,6 +49,8 @@ func Outcome(status int, failed bool) int {
 type step struct {
 	at       int64 // which step (unix time / step) the counts are of; 0: none
 	n        [outcomes]uint32
+	followUp uint32 // follow-up turns answered
+	reused   uint32 // of them, those that continued their upstream session
 	latency  [nbuckets]uint32
 	ttft     [nbuckets]uint32
 	queue    uint16 // the most waiting seen in a sample
@@ -128,6 +130,25 @@ func (r *Recorder) Observe(t time.Time, account string, outcome int, latency, tt
 	}
 }
 
+// FollowUp counts a follow-up turn (a request that continues a
+// conversation) that account answered at t, and whether it continued its
+// upstream session.
+func (r *Recorder) FollowUp(t time.Time, account string, reused bool) {
+	i := r.index(t)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	add := func(s *step) {
+		s.followUp++
+		if reused {
+			s.reused++
+		}
+	}
+	add(r.total.at(i))
+	if account != "" {
+		add(r.account(account).at(i))
+	}
+}
+
 // Sample notes the queue depth and the turns in flight at t, in total and
 // per account (only accounts already known or with turns in flight are
 // kept).
@@ -165,6 +186,10 @@ type Point struct {
 	InFlight int        `json:"in_flight"`
 	Requests int        `json:"requests"`
 	Errors   int        `json:"errors"` // rejected, client errors and failures
+	// FollowUps are the follow-up turns answered, Reused those of them
+	// that continued their upstream session.
+	FollowUps int `json:"follow_ups"`
+	Reused    int `json:"reused"`
 }
 
 // Summary is one account's last minutes at a glance.
@@ -178,6 +203,10 @@ type Summary struct {
 	TTFT50   float64 `json:"ttft_p50_ms"`
 	TTFT95   float64 `json:"ttft_p95_ms"`
 	InFlight int     `json:"in_flight"` // the most in the newest sampled step
+	// FollowUps are the follow-up turns answered, Reused those of them
+	// that continued their upstream session.
+	FollowUps int `json:"follow_ups"`
+	Reused    int `json:"reused"`
 	// Spark is the requests of each minute of the ring, oldest first.
 	Spark []int `json:"spark"`
 }
@@ -189,6 +218,11 @@ type View struct {
 	Account  string    `json:"account"` // the series' account, "" for the total
 	Series   []Point   `json:"series"`
 	Accounts []Summary `json:"accounts"`
+	// FollowUps and Reused are the whole gateway's over the window: the
+	// follow-up turns answered, and those that continued their upstream
+	// session.
+	FollowUps int `json:"follow_ups"`
+	Reused    int `json:"reused"`
 }
 
 // View returns the series of account ("" for the total) over the ring,
@@ -220,6 +254,13 @@ func (r *Recorder) View(now time.Time, account string, window time.Duration) Vie
 	for _, name := range names {
 		v.Accounts = append(v.Accounts, r.summary(name, r.accounts[name], end, steps))
 	}
+	for k := range min(steps, r.size) {
+		i := end - int64(k)
+		if s := &r.total[int(i%int64(r.size))]; s.at == i {
+			v.FollowUps += int(s.followUp)
+			v.Reused += int(s.reused)
+		}
+	}
 	return v
 }
 
@@ -238,6 +279,7 @@ func (r *Recorder) point(i int64, s *step) Point {
 	if s.sampled {
 		p.Queue, p.InFlight = int(s.queue), int(s.inFlight)
 	}
+	p.FollowUps, p.Reused = int(s.followUp), int(s.reused)
 	return p
 }
 
@@ -260,6 +302,8 @@ func (r *Recorder) summary(name string, series ring, end int64, steps int) Summa
 				}
 			}
 			if k < steps {
+				sum.FollowUps += int(s.followUp)
+				sum.Reused += int(s.reused)
 				for b := range lat {
 					lat[b] += s.latency[b]
 					ttft[b] += s.ttft[b]

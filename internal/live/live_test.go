@@ -95,3 +95,29 @@ func BenchmarkObserve(b *testing.B) {
 		r.Observe(now, "acct-1", OK, 120*time.Millisecond, 30*time.Millisecond)
 	}
 }
+
+// Follow-ups and how many reused their session are counted per step, per
+// account over the window, and for the whole gateway over the window; an
+// older one falls out of the window.
+func TestFollowUps(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	r := New(10*time.Second, 360, 3)
+	for i := range 4 {
+		r.FollowUp(start, "a", i > 0) // 3 of 4 reused
+	}
+	r.FollowUp(start, "b", false)
+	r.FollowUp(start.Add(-10*time.Minute), "a", true) // before the window
+	v := r.View(start, "", 5*time.Minute)
+	if v.FollowUps != 5 || v.Reused != 3 {
+		t.Errorf("gateway over the window: %d follow-ups, %d reused; want 5, 3", v.FollowUps, v.Reused)
+	}
+	if p := v.Series[359]; p.FollowUps != 5 || p.Reused != 3 {
+		t.Errorf("the last step: %d follow-ups, %d reused; want 5, 3", p.FollowUps, p.Reused)
+	}
+	if a, b := v.Accounts[0], v.Accounts[1]; a.FollowUps != 4 || a.Reused != 3 || b.FollowUps != 1 || b.Reused != 0 {
+		t.Errorf("accounts %+v, want a 4 follow-ups, 3 reused, and b 1, 0", v.Accounts)
+	}
+	if got := r.View(start, "a", time.Hour); got.FollowUps != 6 || got.Reused != 4 {
+		t.Errorf("gateway over the hour: %d follow-ups, %d reused; want 6, 4", got.FollowUps, got.Reused)
+	}
+}

@@ -38,6 +38,22 @@ type Metrics struct {
 	KeyTokens        *prometheus.CounterVec   // poolgate_key_tokens_total{key,direction}
 	KeyLimited       *prometheus.CounterVec   // poolgate_key_limited_total{key,limit}
 
+	// AccountingHeld and AccountingDropped are the accounting records
+	// (usage, request log, key limits) that wait to be written to Redis
+	// again, and those given up.
+	AccountingHeld    *prometheus.GaugeVec   // poolgate_accounting_held{store}
+	AccountingDropped *prometheus.CounterVec // poolgate_accounting_dropped_total{store}
+	// RedisUp says whether this replica's last Redis call succeeded;
+	// AffinityHeld counts the affinity entries put while Redis was away,
+	// waiting to be written back.
+	RedisUp      prometheus.Gauge // poolgate_redis_up
+	AffinityHeld prometheus.Gauge // poolgate_affinity_held
+	// FollowUps counts the follow-up turns each account served (requests
+	// that continue a conversation), FollowUpsReused those that continued
+	// their upstream session: their ratio is the reuse the routing gets.
+	FollowUps       *prometheus.CounterVec // poolgate_follow_ups_total{account}
+	FollowUpsReused *prometheus.CounterVec // poolgate_follow_ups_reused_total{account}
+
 	// The series every request touches, looked up once here so that a
 	// request pays no label hashing for them.
 	apis                map[string]*API
@@ -63,6 +79,10 @@ var ToolWithheldReasons = []string{"allowlist", "forwarding_off"}
 // StoreOps are the store operation label values, pre-initialised.
 var StoreOps = []string{"take_affinity", "put_affinity", "flush_affinity", "save_response", "load_response", "delete_response", "save_bundle", "load_bundle",
 	"record_usage", "log_request", "key_limits"}
+
+// AccountingStores are the store label values of AccountingHeld and
+// AccountingDropped.
+var AccountingStores = []string{"usage", "request_log", "key_limits"}
 
 // New creates the collectors and registers them on reg.
 func New(reg prometheus.Registerer) *Metrics {
@@ -140,11 +160,28 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "poolgate_key_limited_total",
 			Help: "Requests refused with 429 by an API key's own limit, by key name and limit.",
 		}, []string{"key", "limit"}),
+		AccountingHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "poolgate_accounting_held",
+			Help: "Accounting records held in memory to be written to Redis again, by store (usage, request_log, key_limits).",
+		}, []string{"store"}),
+		AccountingDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poolgate_accounting_dropped_total",
+			Help: "Accounting records given up (a full queue, past the bound of held records, or held at shutdown), by store.",
+		}, []string{"store"}),
+		RedisUp: prometheus.NewGauge(prometheus.GaugeOpts{Name: "poolgate_redis_up",
+			Help: "1 while this replica's Redis calls succeed, 0 while Redis is marked down (and without Redis)."}),
+		AffinityHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "poolgate_affinity_held",
+			Help: "Affinity entries put while Redis was away, kept in process until they are written back."}),
+		FollowUps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolgate_follow_ups_total",
+			Help: "Follow-up turns (requests that continue a conversation) served, by account."}, []string{"account"}),
+		FollowUpsReused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolgate_follow_ups_reused_total",
+			Help: "Follow-up turns served that continued their upstream session, by account."}, []string{"account"}),
 	}
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Tokens, m.InFlight, m.QueueDepth, m.QueueWait,
 		m.Rejections, m.Retries, m.Cooldowns, m.Restarts, m.CacheHits, m.CacheMisses, m.CacheInvalidated,
 		m.StoreErrors, m.LoginAttempts, m.LoginDuration, m.FieldsIgnored, m.ToolsWithheld, m.Handovers,
 		m.KeyRequests, m.KeyTokens, m.KeyLimited)
+	reg.MustRegister(m.AccountingHeld, m.AccountingDropped, m.RedisUp, m.AffinityHeld, m.FollowUps, m.FollowUpsReused)
 	for _, r := range ToolWithheldReasons {
 		m.ToolsWithheld.WithLabelValues(r)
 	}
@@ -155,6 +192,10 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.inputTok, m.outputTok = m.Tokens.WithLabelValues("input"), m.Tokens.WithLabelValues("output")
 	for _, op := range StoreOps {
 		m.StoreErrors.WithLabelValues(op)
+	}
+	for _, s := range AccountingStores {
+		m.AccountingHeld.WithLabelValues(s)
+		m.AccountingDropped.WithLabelValues(s)
 	}
 	for _, r := range []string{"success", "failure"} {
 		m.LoginAttempts.WithLabelValues(r)

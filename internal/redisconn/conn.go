@@ -17,6 +17,7 @@ type Client interface {
 	redis.Scripter
 	Get(ctx context.Context, key string) *redis.StringCmd
 	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
+	LRange(ctx context.Context, key string, start, stop int64) *redis.StringSliceCmd
 	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 	Ping(ctx context.Context) *redis.StatusCmd
 	Close() error
@@ -52,6 +53,9 @@ type ConnConfig struct {
 	// Logger receives one warning when Redis becomes unreachable and one
 	// info line when it is back. Default slog.Default().
 	Logger *slog.Logger
+	// OnHealth is told each change of Healthy (the poolgate_redis_up
+	// gauge), in order. It must not block. Default none.
+	OnHealth func(up bool)
 }
 
 func (c ConnConfig) withDefaults() ConnConfig {
@@ -89,12 +93,13 @@ type Conn struct {
 	// recovered is set when Redis answers after being marked down, and
 	// cleared by TakeRecovered.
 	recovered bool
+	back      chan struct{} // a recovery, for Back (1-buffered)
 }
 
 // NewConn returns a Conn on client, which it closes on Close. The client
 // should honour context deadlines (Dial's clients do).
 func NewConn(cfg ConnConfig, client Client) *Conn {
-	return &Conn{cfg: cfg.withDefaults(), client: client}
+	return &Conn{cfg: cfg.withDefaults(), client: client, back: make(chan struct{}, 1)}
 }
 
 // Client returns the client, for a store's own calls between Allow and
@@ -197,6 +202,9 @@ func (c *Conn) MarkDown(err error) {
 	first := !c.down
 	c.down = true
 	c.retryAt = c.cfg.Now().Add(c.cfg.RetryInterval)
+	if first && c.cfg.OnHealth != nil {
+		c.cfg.OnHealth(false)
+	}
 	c.mu.Unlock()
 	if first {
 		c.cfg.Logger.Warn("redis unavailable; the stores degraded to their in-process copies",
@@ -211,11 +219,24 @@ func (c *Conn) Succeeded() {
 	was := c.down
 	c.down = false
 	c.recovered = c.recovered || was
+	if was && c.cfg.OnHealth != nil {
+		c.cfg.OnHealth(true)
+	}
 	c.mu.Unlock()
 	if was {
 		c.cfg.Logger.Info("redis reachable again; the stores recovered")
+		select {
+		case c.back <- struct{}{}:
+		default:
+		}
 	}
 }
+
+// Back receives after Redis answered again following an outage, so that
+// what waits for it (entries kept in process meanwhile) is written back at
+// once rather than at the next tick. One receive may stand for several
+// recoveries.
+func (c *Conn) Back() <-chan struct{} { return c.back }
 
 // TakeRecovered reports whether Redis answered again after being marked
 // down since the last call: the moment to put back what a Redis that

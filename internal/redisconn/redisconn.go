@@ -11,6 +11,7 @@ package redisconn
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -108,4 +109,21 @@ func Dial(cfg Config) (redis.UniversalClient, error) {
 		return redis.NewClusterClient(o), nil
 	}
 	return nil, fmt.Errorf("redis_mode %q: no client for it", cfg.Mode)
+}
+
+// Beside returns a key named key+suffix that a Redis Cluster keeps in key's
+// hash slot, so that one script may touch both: key's own hash tag when it
+// has one, else key in braces (a key without a tag is slotted by its whole
+// name). It reports false when key has a '}' but no tag: then no other name
+// shares its slot.
+func Beside(key, suffix string) (string, bool) {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key + suffix, true
+		}
+	}
+	if strings.ContainsRune(key, '}') {
+		return key + suffix, false
+	}
+	return "{" + key + "}" + suffix, true
 }

@@ -175,3 +175,22 @@ func TestClusterClientFollowsAFailover(t *testing.T) {
 		t.Errorf("the write landed, but the killed server %s still serves the slot", victim.Addr())
 	}
 }
+
+func TestBeside(t *testing.T) {
+	tests := []struct {
+		give   string
+		want   string
+		wantOK bool
+	}{
+		{give: "poolgate:requests", want: "{poolgate:requests}:seq", wantOK: true},
+		{give: "{pg}:requests", want: "{pg}:requests:seq", wantOK: true},
+		{give: "a{}b:requests", wantOK: false, want: "a{}b:requests:seq"}, // an empty tag is none
+		{give: "a}b:requests", wantOK: false, want: "a}b:requests:seq"},
+	}
+	for _, tt := range tests {
+		got, ok := redisconn.Beside(tt.give, ":seq")
+		if got != tt.want || ok != tt.wantOK {
+			t.Errorf("Beside(%q) = %q, %v; want %q, %v", tt.give, got, ok, tt.want, tt.wantOK)
+		}
+	}
+}

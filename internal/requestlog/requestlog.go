@@ -1,6 +1,7 @@
 // Package requestlog keeps the last requests the gateway served: when, whose
-// key, which account and model, the protocol, the status, the latency, the
-// tokens, whether the upstream session was reused, and the error if any.
+// key, which account and model, the conversation's name, the protocol, the
+// status, the latency, the tokens, whether the upstream session was reused,
+// and the error if any.
 // The prompt and the answer are kept only when the operator asks for them
 // (a debug switch), cut to a few KiB each.
 //
@@ -13,12 +14,9 @@ package requestlog
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 	"time"
 	"unicode/utf8"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Entry is one served request.
@@ -26,11 +24,14 @@ type Entry struct {
 	Time      time.Time `json:"time"`
 	RequestID string    `json:"request_id"`
 	// TraceID is the request's trace when it was traced.
-	TraceID      string `json:"trace_id,omitempty"`
-	Key          string `json:"key"`
-	Account      string `json:"account"`
-	Instance     string `json:"instance"`
-	Model        string `json:"model"`
+	TraceID  string `json:"trace_id,omitempty"`
+	Key      string `json:"key"`
+	Account  string `json:"account"`
+	Instance string `json:"instance"`
+	Model    string `json:"model"`
+	// Conversation names the request's conversation (a keyed hash, the
+	// same for all its turns; pool/route), "" when it reached no router.
+	Conversation string `json:"conversation,omitempty"`
 	Protocol     string `json:"protocol"`
 	Status       int    `json:"status"`
 	LatencyMS    int64  `json:"latency_ms"`
@@ -114,7 +115,7 @@ func (c Config) prepare(e Entry) Entry {
 	} else {
 		e.Prompt, e.Answer = "", ""
 	}
-	for _, s := range []*string{&e.RequestID, &e.Key, &e.Account, &e.Instance, &e.Model, &e.Protocol} {
+	for _, s := range []*string{&e.RequestID, &e.Key, &e.Account, &e.Instance, &e.Model, &e.Conversation, &e.Protocol} {
 		*s = cut(*s, 128)
 	}
 	return e
@@ -133,8 +134,11 @@ func cut(s string, n int) string {
 
 // Log keeps the entries.
 type Log interface {
-	// Add stores a batch of entries (oldest first).
-	Add(ctx context.Context, es []Entry) error
+	// Add stores a batch of entries (oldest first). seq numbers the batch
+	// among those of one writer (internal/batch's order); a batch tried
+	// again after an error keeps its seq and is stored at most once. 0 is
+	// no number: the batch is stored as often as it is given.
+	Add(ctx context.Context, seq uint64, es []Entry) error
 	// List returns the matching entries, newest first.
 	List(ctx context.Context, f Filter) ([]Entry, error)
 	// Scrub removes every prompt and answer the log keeps (captured while
@@ -159,8 +163,9 @@ func NewMemory(cfg Config) *Memory {
 	return &Memory{cfg: cfg, keep: cfg.Kept()}
 }
 
-// Add implements Log.
-func (m *Memory) Add(_ context.Context, es []Entry) error {
+// Add implements Log. A Memory cannot fail, so no batch is given twice: seq
+// is not needed.
+func (m *Memory) Add(_ context.Context, _ uint64, es []Entry) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, e := range es {
@@ -202,89 +207,4 @@ func (m *Memory) Scrub(context.Context) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-// Redis is the Log every replica shares: a list "<prefix>requests", newest
-// first, trimmed to Config.Kept entries on every write.
-type Redis struct {
-	rdb     redis.UniversalClient
-	key     string
-	cfg     Config
-	timeout time.Duration
-}
-
-// NewRedis returns a log on rdb under prefix.
-func NewRedis(rdb redis.UniversalClient, prefix string, cfg Config) *Redis {
-	return &Redis{rdb: rdb, key: prefix + "requests", cfg: cfg.withDefaults(), timeout: time.Second}
-}
-
-// Add implements Log: the batch in one round trip.
-func (r *Redis) Add(ctx context.Context, es []Entry) error {
-	if len(es) == 0 {
-		return nil
-	}
-	vals := make([]any, 0, len(es))
-	for _, e := range es {
-		b, err := json.Marshal(r.cfg.prepare(e))
-		if err != nil {
-			return err
-		}
-		vals = append(vals, b)
-	}
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	_, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.LPush(ctx, r.key, vals...)
-		p.LTrim(ctx, r.key, 0, int64(r.cfg.Kept()-1))
-		return nil
-	})
-	return err
-}
-
-// List implements Log.
-func (r *Redis) List(ctx context.Context, f Filter) ([]Entry, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	raw, err := r.rdb.LRange(ctx, r.key, 0, -1).Result()
-	if err != nil {
-		return nil, err
-	}
-	var out []Entry
-	for _, s := range raw {
-		if f.Limit > 0 && len(out) >= f.Limit {
-			break
-		}
-		var e Entry
-		if json.Unmarshal([]byte(s), &e) == nil && f.matches(&e) {
-			out = append(out, e)
-		}
-	}
-	return out, nil
-}
-
-// scrubScript rewrites, in place and in one step, every entry of the list
-// KEYS[1] that holds a prompt or an answer, without them.
-var scrubScript = redis.NewScript(`
-local n = 0
-local items = redis.call('LRANGE', KEYS[1], 0, -1)
-for i, v in ipairs(items) do
-  if string.find(v, '"prompt":', 1, true) or string.find(v, '"answer":', 1, true) then
-    local ok, e = pcall(cjson.decode, v)
-    if ok and type(e) == 'table' then
-      e.prompt = nil
-      e.answer = nil
-      redis.call('LSET', KEYS[1], i - 1, cjson.encode(e))
-      n = n + 1
-    end
-  end
-end
-return n
-`)
-
-// Scrub implements Log.
-func (r *Redis) Scrub(ctx context.Context) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*r.timeout)
-	defer cancel()
-	n, err := scrubScript.Run(ctx, r.rdb, []string{r.key}).Int()
-	return n, err
 }

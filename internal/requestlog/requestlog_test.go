@@ -4,19 +4,56 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 func logs(t *testing.T, cfg Config, f func(t *testing.T, l Log)) {
 	t.Run("memory", func(t *testing.T) { f(t, NewMemory(cfg)) })
-	t.Run("redis", func(t *testing.T) { f(t, NewRedis(testenv.Redis(t).Universal(t), "pg:", cfg)) })
+	t.Run("redis", func(t *testing.T) { f(t, NewRedis(conn(testenv.Redis(t).Universal(t), "pg:"), cfg)) })
 	t.Run("cluster", func(t *testing.T) {
-		f(t, NewRedis(testenv.RedisCluster(t, 3, 0, 5*time.Second).Universal(t), "pg:", cfg))
+		f(t, NewRedis(conn(testenv.RedisCluster(t, 3, 0, 5*time.Second).Universal(t), "pg:"), cfg))
 	})
+}
+
+// conn is the stores' connection on client under prefix.
+func conn(client redisconn.Client, prefix string) *redisconn.Conn {
+	return redisconn.NewConn(redisconn.ConnConfig{Prefix: prefix, Logger: slog.New(slog.DiscardHandler)}, client)
+}
+
+// A batch tried again under its number is stored once; another writer's
+// numbers are its own. On a Cluster the marks share the list's slot,
+// with a prefix that has a hash tag of its own too.
+func TestRetriedBatchStoredOnce(t *testing.T) {
+	for name, start := range testenv.StoreTargets() {
+		for _, prefix := range []string{"pg:", "{pg}:"} {
+			t.Run(name+"/"+prefix, func(t *testing.T) {
+				client := start(t).Universal(t)
+				a, b := NewRedis(conn(client, prefix), Config{}), NewRedis(conn(client, prefix), Config{})
+				ctx := context.Background()
+				for i, step := range []struct {
+					l   *Redis
+					seq uint64
+				}{{a, 1}, {a, 1}, {a, 2}, {a, 1}, {b, 1}, {a, 0}, {a, 0}} {
+					if err := step.l.Add(ctx, step.seq, []Entry{entry(i, "k", 200)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				all, err := a.List(ctx, Filter{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := ids(all), "req-6 req-5 req-4 req-2 req-0"; got != want {
+					t.Errorf("stored %s, want %s (the tries again of a's batch 1 are not)", got, want)
+				}
+			})
+		}
+	}
 }
 
 func entry(i int, key string, status int) Entry {
@@ -32,7 +69,7 @@ func TestNewestFirstFilteredAndBounded(t *testing.T) {
 			if i%2 == 1 {
 				key, status = "bob", 429
 			}
-			if err := l.Add(ctx, []Entry{entry(i, key, status)}); err != nil {
+			if err := l.Add(ctx, 0, []Entry{entry(i, key, status)}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -57,7 +94,7 @@ func TestNewestFirstFilteredAndBounded(t *testing.T) {
 		for i := 8; i < 15; i++ {
 			batch = append(batch, entry(i, "carol", 200))
 		}
-		if err := l.Add(ctx, batch); err != nil {
+		if err := l.Add(ctx, 0, batch); err != nil {
 			t.Fatal(err)
 		}
 		if all, _ := l.List(ctx, Filter{}); ids(all) != "req-14 req-13 req-12 req-11 req-10" {
@@ -73,7 +110,7 @@ func TestBytesBoundAndDebug(t *testing.T) {
 		for i := range 50 {
 			e := entry(i, "k", 500)
 			e.Prompt, e.Answer, e.Error = huge, huge, huge
-			if err := l.Add(ctx, []Entry{e}); err != nil {
+			if err := l.Add(ctx, 0, []Entry{e}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -109,10 +146,10 @@ func BenchmarkMemoryAdd(b *testing.B) {
 		batch[i] = entry(i, "alice", 200)
 	}
 	for range m.keep/len(batch) + 1 {
-		_ = m.Add(ctx, batch)
+		_ = m.Add(ctx, 0, batch)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = m.Add(ctx, batch)
+		_ = m.Add(ctx, 0, batch)
 	}
 }

@@ -42,6 +42,9 @@ const (
 	AttrTarget     = "poolgate.target"
 	AttrForwarded  = "poolgate.forwarded_by"
 	AttrLoginStage = "poolgate.login.result"
+	// AttrConversation is the conversation's name (pool/route: a keyed
+	// hash, never its text).
+	AttrConversation = "poolgate.conversation"
 )
 
 // Tracer starts poolgate's spans, or nothing when tracing is off.

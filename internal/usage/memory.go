@@ -30,8 +30,9 @@ func NewMemory(retention time.Duration, now func() time.Time) *Memory {
 	return &Memory{retention: max(retention, 24*time.Hour), now: now, buckets: map[bucket]map[slot]Totals{}}
 }
 
-// Add implements Store.
-func (m *Memory) Add(_ context.Context, recs []Record) error {
+// Add implements Store. A Memory cannot fail, so no batch is given twice:
+// seq is not needed.
+func (m *Memory) Add(_ context.Context, _ uint64, recs []Record) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i := range recs {

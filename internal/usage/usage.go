@@ -4,8 +4,10 @@
 // Redis when there is one, so every replica adds to and reads the same
 // totals, and in memory otherwise.
 //
-// Counting is off the request path: a Recorder takes one Record per finished
-// request without blocking and adds them to the store in batches.
+// Counting is off the request path: the daemon's batch writer takes one
+// Record per finished request without blocking and adds them to the store
+// in numbered batches, holding and retrying those that fail (a Redis
+// failover), which the Redis store counts exactly once.
 package usage
 
 import (
@@ -80,8 +82,11 @@ type Query struct {
 
 // Store keeps the counters.
 type Store interface {
-	// Add adds a batch of records.
-	Add(ctx context.Context, recs []Record) error
+	// Add adds a batch of records. seq numbers the batch among those of
+	// one writer (internal/batch's order); a batch tried again after an
+	// error keeps its seq and is counted at most once. 0 is no number:
+	// the batch is added as often as it is given.
+	Add(ctx context.Context, seq uint64, recs []Record) error
 	// Query returns the matching rows, by bucket, key and account.
 	Query(ctx context.Context, q Query) ([]Row, error)
 }

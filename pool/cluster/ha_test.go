@@ -75,19 +75,3 @@ func TestLeaseWaitsForTheReplica(t *testing.T) {
 		t.Errorf("AcquireLease(acct-2) after the thaw = %+v, %v, %v; want a's lease", l2, ok, err)
 	}
 }
-
-func TestConnectedReplicas(t *testing.T) {
-	tests := []struct {
-		give string
-		want int
-	}{
-		{give: "# Replication\r\nrole:master\r\nconnected_slaves:2\r\nslave0:ip=...\r\n", want: 2},
-		{give: "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n", want: 0},
-		{give: "", want: 0},
-	}
-	for _, tt := range tests {
-		if got := connectedReplicas(tt.give); got != tt.want {
-			t.Errorf("connectedReplicas(%q) = %d, want %d", tt.give, got, tt.want)
-		}
-	}
-}

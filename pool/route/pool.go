@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/pool/supervisor"
@@ -77,6 +79,21 @@ type member struct {
 	st       supervisor.Status // the worker's latest report
 	inFlight int
 	fence    time.Time // zero: unfenced; else usable only before it (lease)
+	// followUps and reused are the account's series of follow-up turns
+	// served and those that continued their upstream session (nil
+	// without metrics), looked up once.
+	followUps, reused prometheus.Counter
+}
+
+// followUp counts a follow-up turn the member served.
+func (m *member) followUp(reused bool) {
+	if m.followUps == nil {
+		return
+	}
+	m.followUps.Inc()
+	if reused {
+		m.reused.Inc()
+	}
 }
 
 // usable reports whether the picker may give this worker a turn; p.mu held.
@@ -108,6 +125,10 @@ var _ supervisor.Members = (*Pool)(nil)
 // it, one made after has a higher Seq and is taken by observe.
 func (p *Pool) joinLocked(w *supervisor.Worker) {
 	mb := &member{w: w, name: w.Name(), account: w.Account(), max: w.MaxInFlight(), st: w.Status()}
+	if p.metrics != nil {
+		mb.followUps = p.metrics.FollowUps.WithLabelValues(mb.account)
+		mb.reused = p.metrics.FollowUpsReused.WithLabelValues(mb.account)
+	}
 	p.members = append(p.members, mb)
 	p.byName[mb.name] = mb
 }
@@ -138,9 +159,25 @@ func (p *Pool) Left(name string) {
 			}
 		}
 		p.rebuildModels()
+		p.dropSeries(m.account)
 	}
 	p.mu.Unlock()
 	p.broadcast()
+}
+
+// dropSeries removes an account's follow-up series once no member serves
+// it, so the series stay bounded by the configuration; p.mu held.
+func (p *Pool) dropSeries(account string) {
+	if p.metrics == nil {
+		return
+	}
+	for _, m := range p.members {
+		if m.account == account {
+			return
+		}
+	}
+	p.metrics.FollowUps.DeleteLabelValues(account)
+	p.metrics.FollowUpsReused.DeleteLabelValues(account)
 }
 
 // observe takes a worker's report into the view.

@@ -23,6 +23,20 @@ type Affinity struct {
 	Instance  string `json:"i"`
 	SessionID string `json:"s"`
 	Model     string `json:"m,omitempty"`
+	// At is when the turn that wrote the entry finished (Unix ms, the
+	// writing replica's clock): of two entries for one conversation the
+	// newer wins when a replica writes back what it kept while Redis was
+	// away. 0 (entries from before it existed) is older than any.
+	At int64 `json:"t,omitempty"`
+	// Conv is the conversation's name (names.go), so that a follow-up
+	// that finds the entry need not compute it again.
+	Conv string `json:"c,omitempty"`
+}
+
+// SameSession reports whether a and b name the same upstream session:
+// writing one over the other abandons nothing.
+func (a Affinity) SameSession(b Affinity) bool {
+	return a.Instance == b.Instance && a.SessionID == b.SessionID
 }
 
 // AffinityStore keeps conversation -> (instance, upstream session) entries.
@@ -52,6 +66,10 @@ type RouterConfig struct {
 	// Tracing traces affinity lookups, admission, each attempt and the
 	// hop to another replica (nil: off).
 	Tracing trace.TracerProvider
+	// ConversationKey keys the conversations' names in the turn log, the
+	// request log and the spans (names.go): replicas with the same key name
+	// a conversation alike (nil: a random key of this process's own).
+	ConversationKey []byte
 }
 
 // Router runs one request on the pool: affinity, admission, retries,
@@ -65,13 +83,14 @@ type Router struct {
 	wg      sync.WaitGroup
 	remote  Remote
 	tracer  telemetry.Tracer
+	names   *namer
 }
 
 // NewRouter returns a router over p. store may be nil (no affinity).
 func NewRouter(cfg RouterConfig, p *Pool, store AffinityStore, m *metrics.Metrics, log *slog.Logger) *Router {
 	cfg.Retries = max(cfg.Retries, 0)
 	return &Router{cfg: cfg, pool: p, store: store, metrics: m, log: log,
-		tracer: telemetry.New(cfg.Tracing, "github.com/poolgate/poolgate/pool/route")}
+		tracer: telemetry.New(cfg.Tracing, "github.com/poolgate/poolgate/pool/route"), names: newNamer(cfg.ConversationKey)}
 }
 
 // Wait waits for the router's background work (upstream session deletes).
@@ -99,9 +118,14 @@ type Served struct {
 	Instance string
 	Account  string
 	Model    string
-	// Reused says the turn continued an upstream session.
-	Reused bool
-	Usage  chat.Usage
+	// Conversation names the request's conversation (names.go): the same
+	// for all its turns, on every replica with the same key.
+	Conversation string
+	// FollowUp says the request continues a conversation (it holds an
+	// earlier answer); Reused says the turn continued an upstream session.
+	FollowUp bool
+	Reused   bool
+	Usage    chat.Usage
 	// TTFT is the time from the request to its answer's first event, 0
 	// before one.
 	TTFT time.Duration
@@ -141,6 +165,7 @@ type request struct {
 	owner    string
 	mayHop   bool
 	capture  bool
+	conv     string // the conversation's name
 	split    int    // index of the newest assistant message, -1 if none
 	key      string // the affinity entry taken, if any
 	hit      Affinity
@@ -173,6 +198,10 @@ func (r *Router) Open(ctx context.Context, c Call) (Opened, error) {
 	rq := &request{Request: req, start: time.Now(), api: c.API, model: r.ResolveModel(req.Model),
 		owner: req.Owner, split: lastAssistant(req.Messages), mayHop: c.MayHop, capture: c.Capture}
 	r.lookup(ctx, rq)
+	if rq.conv == "" {
+		rq.conv = r.names.name(rq.owner, rq.model, req.Messages)
+	}
+	rq.served = Served{Model: rq.model, Conversation: rq.conv, FollowUp: rq.split >= 0}
 	if holder := r.holder(ctx, rq); holder != "" {
 		return Opened{Holder: holder}, nil
 	}
@@ -251,7 +280,12 @@ func (r *Router) lookup(ctx context.Context, rq *request) {
 	key := conversationKey(rq.owner, rq.model, rq.Messages[:rq.split+1], nil)
 	lctx, span := r.tracer.Start(ctx, telemetry.SpanAffinity)
 	a, err := r.store.TakeAffinity(lctx, key)
-	endAffinitySpan(span, a, err)
+	// The entry knows the conversation's name: a follow-up that finds
+	// its session does not hash its opening again.
+	if rq.conv = a.Conv; err != nil || rq.conv == "" {
+		rq.conv = r.names.name(rq.owner, rq.model, rq.Messages)
+	}
+	endAffinitySpan(span, rq.conv, a, err)
 	if err != nil {
 		if r.metrics != nil {
 			r.metrics.CacheMisses.Inc()
@@ -311,7 +345,8 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream,
 			rq.reused = true
 		}
 	}
-	rq.served = Served{Instance: slot.Instance(), Account: slot.m.account, Model: rq.model, Reused: rq.reused}
+	rq.served = Served{Instance: slot.Instance(), Account: slot.m.account, Model: rq.model, Conversation: rq.conv,
+		FollowUp: rq.split >= 0, Reused: rq.reused}
 	r.startAttempt(ctx, rq, slot)
 	tctx, cancel := context.WithCancel(ctx)
 	src, err := slot.Backend.Start(tctx, turn)
@@ -487,7 +522,8 @@ func (f *forwarding) finish(done chat.Event, keep bool) {
 	default:
 		answer := chat.Message{Role: chat.RoleAssistant, Content: text, ToolCalls: calls}
 		key := conversationKey(rq.owner, rq.model, rq.Messages, &answer)
-		a := Affinity{Instance: slot.Instance(), SessionID: sessionID, Model: rq.model}
+		a := Affinity{Instance: slot.Instance(), SessionID: sessionID, Model: rq.model, At: time.Now().UnixMilli(),
+			Conv: rq.conv}
 		// Detached from the request: the answer is complete even if the
 		// client goes away now.
 		pctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -495,6 +531,9 @@ func (f *forwarding) finish(done chat.Event, keep bool) {
 			r.log.Debug("affinity write-back failed", "err", err)
 		}
 		cancel()
+	}
+	if rq.split >= 0 {
+		slot.m.followUp(rq.reused)
 	}
 	slot.m.w.TurnOK()
 	r.logTurn(rq, slot, string(done.Finish), nil)

@@ -7,8 +7,8 @@ import (
 )
 
 // logTurn writes the one line per turn that says who served it: the
-// instance, its account, the model, whether the upstream session was
-// continued, the latency and how the turn ended.
+// instance, its account, the model, the conversation's name, whether the
+// upstream session was continued, the latency and how the turn ended.
 func (r *Router) logTurn(rq *request, slot *Slot, outcome string, err error) {
 	defer r.endAttempt(rq, outcome, err)
 	level := slog.LevelInfo
@@ -20,9 +20,9 @@ func (r *Router) logTurn(rq *request, slot *Slot, outcome string, err error) {
 	}
 	// Typed attributes in a fixed array: no value is boxed into an
 	// interface, and the slice stays on the stack.
-	var buf [10]slog.Attr
+	var buf [12]slog.Attr
 	attrs := append(buf[:0], slog.String("instance", slot.Instance()), slog.String("account", slot.m.account),
-		slog.String("model", rq.model), slog.Bool("reused", rq.reused),
+		slog.String("model", rq.model), slog.String("conversation", rq.conv), slog.Bool("reused", rq.reused),
 		slog.Int64("latency_ms", time.Since(rq.start).Milliseconds()), slog.String("outcome", outcome),
 		slog.String("request_id", rq.RequestID))
 	if rq.api != "" {

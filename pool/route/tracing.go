@@ -40,13 +40,13 @@ func (r *Router) acquire(ctx context.Context, rq *request) (*Slot, error) {
 	return slot, err
 }
 
-// endAffinitySpan ends the affinity lookup's span: whether the
-// conversation had an entry, and the instance it names.
-func endAffinitySpan(span trace.Span, a Affinity, err error) {
+// endAffinitySpan ends the affinity lookup's span: the conversation's
+// name, whether it had an entry, and the instance it names.
+func endAffinitySpan(span trace.Span, conv string, a Affinity, err error) {
 	if !span.IsRecording() {
 		return
 	}
-	span.SetAttributes(attribute.Bool(telemetry.AttrHit, err == nil))
+	span.SetAttributes(attribute.String(telemetry.AttrConversation, conv), attribute.Bool(telemetry.AttrHit, err == nil))
 	if err == nil {
 		span.SetAttributes(attribute.String(telemetry.AttrInstance, a.Instance))
 	}
@@ -64,6 +64,7 @@ func (r *Router) startAttempt(ctx context.Context, rq *request, slot *Slot) {
 		attribute.String(telemetry.AttrInstance, slot.Instance()),
 		attribute.String(telemetry.AttrAccount, slot.m.account),
 		attribute.String(telemetry.AttrModel, rq.model),
+		attribute.String(telemetry.AttrConversation, rq.conv),
 		attribute.Bool(telemetry.AttrReused, rq.reused)))
 	rq.began = time.Now()
 }
