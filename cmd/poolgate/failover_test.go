@@ -148,13 +148,13 @@ func (s *scale) startLoad(t *testing.T, paced bool) *underLoad {
 	return l
 }
 
-// check fails t for any moment with an account ready on two replicas, and
-// any follow-up that neither continued its session nor fell back to the
-// whole transcript.
+// check fails t for any instant an account was served by two replicas
+// (the sampler's overlapping serving stretches), and any follow-up that
+// neither continued its session nor fell back to the whole transcript.
 func (l *underLoad) check(t *testing.T) {
 	t.Helper()
 	if l.violations.Load() > 0 {
-		t.Errorf("%d samples with an account ready on two replicas", l.violations.Load())
+		t.Errorf("%d times an account was served by two replicas at one instant", l.violations.Load())
 	}
 	if l.fu.wrong.Load() > 0 {
 		t.Errorf("%d follow-ups neither reused their session nor fell back to the transcript", l.fu.wrong.Load())

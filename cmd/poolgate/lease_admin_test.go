@@ -141,6 +141,6 @@ func TestAdminActionsFollowTheLease(t *testing.T) {
 	}
 	s.waitSpread(10 * time.Second)
 	if violations.Load() > 0 {
-		t.Fatalf("%d samples with an account ready on two replicas", violations.Load())
+		t.Fatalf("%d times an account was served by two replicas at one instant", violations.Load())
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -31,10 +33,22 @@ const soakTTL = 3 * time.Second
 // others' ticks. Every cycle must end spread (each replica
 // holds one or two accounts, each account ready on one replica) within TTL
 // + 2 s of the rejoin, still be spread two ticks later, and have handed no
-// account over more than once.
+// account over more than once. No account may be served by two replicas at
+// one instant meanwhile (the sampler's serving stretches).
 func TestRejoinSoak(t *testing.T) {
 	s := startReplicas(t, testenv.Redis(t))
 	s.waitSpread(30 * time.Second)
+	var violations atomic.Int32
+	stop := make(chan struct{})
+	var sampler sync.WaitGroup
+	s.sample(stop, &violations, &sampler)
+	defer func() {
+		close(stop)
+		sampler.Wait()
+		if violations.Load() > 0 {
+			t.Errorf("%d times an account was served by two replicas at one instant", violations.Load())
+		}
+	}()
 	var stats soakStats
 	for cycle := 1; cycle <= *rejoinCycles; cycle++ {
 		victim, graceful := cycle%3, cycle%2 == 0

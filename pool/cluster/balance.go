@@ -213,10 +213,12 @@ func (c *Cluster) handOver(name string, token int64, receiver string) {
 		_ = c.workers.Stop(name)
 		c.workers.WaitStopped(name, time.Now().Add(c.interval()))
 	}
-	c.adm.Fence(name, start) // no new turn here once the lease can pass on
 	ctx, cancel := context.WithTimeout(context.Background(), c.interval())
 	defer cancel()
 	c.mu.Lock()
+	// No new turn here once the lease can pass on; under c.mu, so that a
+	// renewal under way cannot move the fence back (hold.go).
+	c.adm.Fence(name, start)
 	delete(c.held, name)
 	delete(c.releasing, name)
 	c.mu.Unlock()

@@ -12,7 +12,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sort"
 	"sync"
@@ -24,9 +23,10 @@ import (
 )
 
 // Store is the shared state replicas coordinate through (Redis).
-// Lease calls must fail, never pretend, when the store is unreachable, and
-// after the store lost its data it admits no new owner for one lease TTL
-// (RedisStore does both).
+// Lease calls must fail, never pretend, when the store is unreachable, each
+// within a bounded time of its own (renewals are not given a shared
+// deadline), and after the store lost its data it admits no new owner for
+// one lease TTL (RedisStore does all three).
 type Store interface {
 	AcquireLease(ctx context.Context, account, holder string, ttl time.Duration) (Lease, bool, error)
 	RenewLease(ctx context.Context, account, holder string, token int64, ttl time.Duration) (Lease, error)
@@ -76,7 +76,8 @@ type Config struct {
 
 // Cluster holds this replica's accounts: it acquires, renews and releases
 // leases, fences workers to the lease it is sure of, and answers which
-// replica serves an account. Only its Run loop changes what it holds.
+// replica serves an account. Only its Run loop changes what it holds (its
+// fence loop only lets go of what it can no longer trust).
 type Cluster struct {
 	cfg     Config
 	workers Workers
@@ -97,6 +98,9 @@ type Cluster struct {
 	// settled: the last balance found nothing to give away, so the accounts
 	// held now are kept (automatic logins wait for it: gate.go).
 	settled bool
+	// fenceMoved wakes the fence loop when a lease's deadline was set
+	// (hold.go).
+	fenceMoved chan struct{}
 }
 
 type heldLease struct {
@@ -120,7 +124,7 @@ func New(cfg Config, workers Workers, adm Admission, store Store, m *metrics.Met
 	}
 	return &Cluster{cfg: cfg, workers: workers, adm: adm, m: m, store: store, log: log.With("replica", cfg.ID),
 		held: map[string]*heldLease{}, leases: map[string]Lease{}, replicas: map[string]Replica{},
-		releasing: map[string]bool{}}
+		releasing: map[string]bool{}, fenceMoved: make(chan struct{}, 1)}
 }
 
 // notLeased is the fence of a worker whose lease this replica never held: a
@@ -136,49 +140,6 @@ func (c *Cluster) margin() time.Duration { return c.cfg.LeaseTTL / 5 }
 
 func (c *Cluster) interval() time.Duration { return c.cfg.LeaseTTL / 5 }
 
-// Run coordinates until ctx ends, then releases every lease it holds (the
-// pool must be drained by then).
-func (c *Cluster) Run(ctx context.Context) {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	t := time.NewTimer(0)
-	defer t.Stop()
-	next := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if now := time.Now(); !now.Before(next) {
-			c.tick(ctx, &wg)
-			next = now.Add(c.interval())
-		} else {
-			c.enforceFences()
-		}
-		// Wake at the next tick, or earlier at the first fence, so a worker
-		// is stopped the moment its lease can no longer be trusted.
-		wake := time.Until(next)
-		if f, ok := c.firstFence(); ok {
-			wake = min(wake, time.Until(f))
-		}
-		t.Reset(max(wake, 0))
-	}
-}
-
-// firstFence returns the earliest end of a held lease.
-func (c *Cluster) firstFence() (time.Time, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var first time.Time
-	for _, h := range c.held {
-		if first.IsZero() || h.valid.Before(first) {
-			first = h.valid
-		}
-	}
-	return first, !first.IsZero()
-}
-
 // Leave releases every lease and deregisters; call after the pool stopped.
 func (c *Cluster) Leave(ctx context.Context) {
 	c.mu.Lock()
@@ -192,38 +153,6 @@ func (c *Cluster) Leave(ctx context.Context) {
 	}
 	if err := c.store.LeaveCluster(ctx, c.cfg.ID); err != nil {
 		c.log.Warn("leave cluster", "err", err)
-	}
-}
-
-func (c *Cluster) tick(ctx context.Context, wg *sync.WaitGroup) {
-	c.enforceFences()
-	cctx, cancel := context.WithTimeout(ctx, c.interval())
-	defer cancel()
-	c.heartbeat(cctx)
-	c.renew(cctx)
-	if err := c.refresh(cctx); err != nil {
-		c.log.Warn("cluster view", "err", err)
-		return
-	}
-	c.balance(cctx, wg)
-}
-
-// enforceFences stops every worker whose lease this replica can no longer
-// be sure of: before the lease can pass to another replica, never after.
-func (c *Cluster) enforceFences() {
-	now := time.Now()
-	c.mu.Lock()
-	var lost []string
-	for name, h := range c.held {
-		if !now.Before(h.valid) {
-			lost = append(lost, name)
-			delete(c.held, name)
-		}
-	}
-	c.mu.Unlock()
-	for _, name := range lost {
-		c.log.Warn("lease not renewed in time: stopping the account's worker", "account", name)
-		_ = c.workers.Stop(name)
 	}
 }
 
@@ -245,50 +174,6 @@ func (c *Cluster) heartbeat(ctx context.Context) {
 	if err := c.store.Heartbeat(ctx, r, c.cfg.LeaseTTL); err != nil {
 		c.log.Warn("heartbeat", "err", err)
 	}
-}
-
-func (c *Cluster) renew(ctx context.Context) {
-	c.mu.Lock()
-	names := make([]string, 0, len(c.held))
-	for name := range c.held {
-		names = append(names, name)
-	}
-	c.mu.Unlock()
-	for _, name := range names {
-		c.mu.Lock()
-		h, ok := c.held[name]
-		c.mu.Unlock()
-		if !ok {
-			continue
-		}
-		start := time.Now()
-		_, err := c.store.RenewLease(ctx, name, c.cfg.ID, h.token, c.cfg.LeaseTTL)
-		switch {
-		case err == nil:
-			c.setValid(name, h, start)
-		case errors.Is(err, ErrLeaseLost):
-			c.log.Warn("lease lost to another replica: stopping the account's worker", "account", name)
-			c.mu.Lock()
-			delete(c.held, name)
-			c.mu.Unlock()
-			c.adm.Fence(name, time.Now())
-			_ = c.workers.Stop(name)
-		default:
-			// Unreachable store: keep serving until the fence, renewing on
-			// the next tick.
-			c.log.Warn("renew lease", "account", name, "err", err)
-		}
-	}
-}
-
-// setValid extends what this replica may assume after a renewal or an
-// acquisition that started at start.
-func (c *Cluster) setValid(name string, h *heldLease, start time.Time) {
-	valid := start.Add(c.cfg.LeaseTTL - c.margin())
-	c.mu.Lock()
-	h.valid = valid
-	c.mu.Unlock()
-	c.adm.Fence(name, valid)
 }
 
 func (c *Cluster) refresh(ctx context.Context) error {
@@ -317,28 +202,6 @@ func (c *Cluster) refresh(ctx context.Context) error {
 		c.replicas[r.ID] = r
 	}
 	return nil
-}
-
-func (c *Cluster) acquire(ctx context.Context, name string) {
-	start := time.Now()
-	l, ok, err := c.store.AcquireLease(ctx, name, c.cfg.ID, c.cfg.LeaseTTL)
-	if err == nil && !ok && l.Holder == "" && time.Now().Before(l.Expires) {
-		c.mu.Lock()
-		c.quarantine = l.Expires
-		c.mu.Unlock()
-	}
-	if err != nil || !ok {
-		return
-	}
-	h := &heldLease{token: l.Token}
-	c.mu.Lock()
-	c.held[name] = h
-	c.mu.Unlock()
-	c.setValid(name, h, start)
-	c.log.Info("lease acquired: starting the account's worker", "account", name, "token", l.Token)
-	if err := c.workers.Restart(name); err != nil {
-		c.unheld(name, h)
-	}
 }
 
 // Holder reports whether this replica holds the account's lease now (and

@@ -48,11 +48,6 @@ func (c *Cluster) release(name string, token int64, why string) {
 // unheld drops a lease just won for an account whose worker is no longer
 // there to start (it was removed while the lease was being acquired).
 func (c *Cluster) unheld(name string, h *heldLease) {
-	c.mu.Lock()
-	if c.held[name] == h {
-		delete(c.held, name)
-	}
-	c.mu.Unlock()
-	c.adm.Fence(name, time.Now())
+	c.drop(name, h, time.Now())
 	c.release(name, h.token, "account removed while its lease was acquired")
 }

@@ -35,6 +35,8 @@ type Slot struct {
 	pool    *Pool
 	start   time.Time
 	once    sync.Once
+	// turns ends when the instance's fence passes (fence.go).
+	turns context.Context
 }
 
 // Instance names the worker the turn runs on.
@@ -47,6 +49,7 @@ func (s *Slot) Release() {
 		d := time.Since(s.start)
 		p.mu.Lock()
 		s.m.inFlight--
+		s.m.look(time.Now())
 		p.inFlight--
 		p.avgTurn = (p.avgTurn*7 + d) / 8
 		p.mu.Unlock()
@@ -292,7 +295,7 @@ func (p *Pool) tryPick(want Want, giveUpPrefer bool) *Slot {
 	}
 	pick.inFlight++
 	p.inFlight++
-	return &Slot{Backend: pick.st.Backend, m: pick, pool: p, start: time.Now()}
+	return &Slot{Backend: pick.st.Backend, m: pick, pool: p, start: time.Now(), turns: pick.turns}
 }
 
 func rendezvous(key, node string) uint64 {

@@ -83,6 +83,16 @@ type member struct {
 	// served and those that continued their upstream session (nil
 	// without metrics), looked up once.
 	followUps, reused prometheus.Counter
+	// fenceTimer cuts the turns still running when the fence passes;
+	// turns is the context of the turns admitted before it, ended then
+	// (cause errFenced) by cut (fence.go).
+	fenceTimer *time.Timer
+	turns      context.Context
+	cut        context.CancelCauseFunc
+	// serving says the member served (took turns or could) at its last
+	// look, without a break since since (fence.go).
+	serving bool
+	since   time.Time
 }
 
 // followUp counts a follow-up turn the member served.
@@ -98,8 +108,7 @@ func (m *member) followUp(reused bool) {
 
 // usable reports whether the picker may give this worker a turn; p.mu held.
 func (m *member) usable() bool {
-	return m.st.State == supervisor.StateReady && m.st.Backend != nil && m.st.CooldownUntil.IsZero() &&
-		(m.fence.IsZero() || time.Now().Before(m.fence))
+	return m.st.State == supervisor.StateReady && m.st.Backend != nil && m.st.CooldownUntil.IsZero() && m.leased(time.Now())
 }
 
 // New returns a pool over sup's workers. It subscribes to their reports and
@@ -129,6 +138,8 @@ func (p *Pool) joinLocked(w *supervisor.Worker) {
 		mb.followUps = p.metrics.FollowUps.WithLabelValues(mb.account)
 		mb.reused = p.metrics.FollowUpsReused.WithLabelValues(mb.account)
 	}
+	mb.turns, mb.cut = context.WithCancelCause(context.Background())
+	mb.look(time.Now())
 	p.members = append(p.members, mb)
 	p.byName[mb.name] = mb
 }
@@ -151,6 +162,7 @@ func (p *Pool) Joined(w *supervisor.Worker) {
 func (p *Pool) Left(name string) {
 	p.mu.Lock()
 	if m, ok := p.byName[name]; ok {
+		m.disarm()
 		delete(p.byName, name)
 		for i, x := range p.members {
 			if x == m {
@@ -191,7 +203,10 @@ func (p *Pool) observe(st supervisor.Status) {
 	// A worker lists its models once, on its first ready: a list of another
 	// length is that one.
 	newModels := len(st.Models) != len(m.st.Models)
+	now := time.Now()
+	m.look(now)
 	m.st = st
+	m.look(now)
 	if newModels {
 		p.rebuildModels()
 	}
@@ -225,20 +240,6 @@ func (p *Pool) Size() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.members)
-}
-
-// Fence makes the named instance unusable for new turns from until on (the
-// end of the lease this replica is sure it holds); zero removes the fence.
-func (p *Pool) Fence(name string, until time.Time) {
-	p.mu.Lock()
-	m, ok := p.byName[name]
-	if ok {
-		m.fence = until
-	}
-	p.mu.Unlock()
-	if ok {
-		p.broadcast()
-	}
 }
 
 // waitIdle waits until no turn is in flight or ctx ends.
@@ -279,10 +280,22 @@ type InstanceStatus struct {
 	CooldownUntil *time.Time       `json:"cooldown_until"`
 	Port          int              `json:"port,omitempty"`
 	UptimeSeconds float64          `json:"uptime_seconds"`
+	// Serving says the instance takes turns now, or a turn still runs on
+	// it: it is ready and, on a replica of a cluster, within the lease the
+	// replica holds on its account (cooling down or not). ServingSince is
+	// when it last began to, without a break since.
+	Serving      bool       `json:"serving"`
+	ServingSince *time.Time `json:"serving_since,omitempty"`
+	// LeaseUntil is, on a replica of a cluster, when this replica stops
+	// trusting its lease on the account (the fence): no turn is admitted
+	// or runs on the instance from then on. Absent when none is in force.
+	LeaseUntil *time.Time `json:"lease_until,omitempty"`
 }
 
 // Snapshot is the pool's state at one moment.
 type Snapshot struct {
+	// At is that moment, the instant the instances' Serving holds at.
+	At        time.Time        `json:"at"`
 	Instances []InstanceStatus `json:"instances"`
 	InFlight  int              `json:"in_flight"`
 	Waiting   int              `json:"queue_depth"`
@@ -302,11 +315,21 @@ func (s Snapshot) Instance(name string) (InstanceStatus, bool) {
 func (p *Pool) Snapshot() Snapshot {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := Snapshot{InFlight: p.inFlight, Waiting: p.waiting, Instances: make([]InstanceStatus, 0, len(p.members))}
+	now := time.Now()
+	s := Snapshot{At: now, InFlight: p.inFlight, Waiting: p.waiting, Instances: make([]InstanceStatus, 0, len(p.members))}
 	for _, m := range p.members {
 		st := m.st
 		in := InstanceStatus{Name: m.name, Account: st.Account, State: st.State, PID: st.PID,
 			Restarts: st.Restarts, InFlight: m.inFlight, MaxInFlight: m.max, LastError: st.LastError}
+		m.look(now)
+		if m.serving {
+			since := m.since
+			in.Serving, in.ServingSince = true, &since
+		}
+		if !m.fence.IsZero() && now.Before(m.fence) {
+			f := m.fence
+			in.LeaseUntil = &f
+		}
 		if !st.CooldownUntil.IsZero() {
 			t := st.CooldownUntil
 			in.CooldownUntil = &t

@@ -87,6 +87,8 @@ func (p *Pool) probeSlot(m *member) (*Slot, string, error) {
 	switch {
 	case p.closing || m.st.State != supervisor.StateReady || m.st.Backend == nil:
 		return nil, "", fmt.Errorf("%w: instance %s is %s", ErrBusy, m.name, m.st.State)
+	case !m.leased(time.Now()):
+		return nil, "", fmt.Errorf("%w: instance %s is fenced: this replica does not hold its account's lease", ErrBusy, m.name)
 	case m.inFlight >= m.max:
 		return nil, "", fmt.Errorf("%w: instance %s has %d turns in flight", ErrBusy, m.name, m.inFlight)
 	}
@@ -99,13 +101,16 @@ func (p *Pool) probeSlot(m *member) (*Slot, string, error) {
 	if len(m.st.Models) > 0 {
 		model = m.st.Models[0].ID
 	}
-	return &Slot{Backend: m.st.Backend, m: m, pool: p, start: time.Now()}, model, nil
+	return &Slot{Backend: m.st.Backend, m: m, pool: p, start: time.Now(), turns: m.turns}, model, nil
 }
 
 // probeTurn runs the probe turn to its end and frees its upstream session.
-func probeTurn(ctx context.Context, slot *Slot, model string) error {
+func probeTurn(ctx context.Context, slot *Slot, model string) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	ctx, unfence := withFence(ctx, slot)
+	defer unfence()
+	defer func() { err = fenced(ctx, err) }()
 	t := &chat.Turn{RequestID: "probe-" + strconv.FormatInt(time.Now().UnixNano(), 36), Model: model, MaxTokens: 16,
 		Messages: []chat.Message{{Role: chat.RoleUser, Content: probePrompt}}}
 	a, err := slot.Backend.Start(ctx, t)

@@ -348,9 +348,10 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream,
 	rq.served = Served{Instance: slot.Instance(), Account: slot.m.account, Model: rq.model, Conversation: rq.conv,
 		FollowUp: rq.split >= 0, Reused: rq.reused}
 	r.startAttempt(ctx, rq, slot)
-	tctx, cancel := context.WithCancel(ctx)
+	tctx, cancel := withFence(ctx, slot) // the turn ends with the lease it runs under
 	src, err := slot.Backend.Start(tctx, turn)
 	if err != nil {
+		err = fenced(tctx, err)
 		cancel()
 		r.failed(rq, slot, err)
 		r.endAttempt(rq, failureOutcome(err), err)
@@ -369,6 +370,7 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream,
 			ev = chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}
 		}
 		if ev.Type == chat.EventError {
+			ev.Err = fenced(tctx, ev.Err)
 			src.Close()
 			cancel()
 			r.failed(rq, slot, ev.Err)

@@ -36,6 +36,10 @@ func (s *Stream) Next() (chat.Event, bool) { return s.q.Next(&s.over, s.step) }
 func (s *Stream) step() {
 	ev, ok := s.src.Next()
 	switch {
+	case fenced(s.f.ctx, nil) != nil:
+		// The lease the turn ran under ended: the caller is told.
+		s.f.handle(chat.Event{Type: chat.EventError, Err: errFenced})
+		s.end()
 	case s.f.ctx.Err() != nil:
 		// The caller went away: what the worker said last is moot.
 		s.f.cancelled()

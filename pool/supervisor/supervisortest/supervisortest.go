@@ -47,6 +47,10 @@ type Workers struct {
 	// Continues says whether a turn on the named instance may continue an
 	// upstream session (the reuse policy a driver may have); nil: always.
 	Continues func(instance string, t *chat.Turn) bool
+	// Health answers the named instance's health checks; nil: logged in
+	// unless SetLoggedIn said otherwise. One that waits for ctx plays a
+	// worker too starved to answer, whose loop takes no command meanwhile.
+	Health func(ctx context.Context, instance string) (worker.AuthState, error)
 
 	mu         sync.Mutex
 	loggedOut  map[string]bool // by instance; missing: logged in
@@ -159,8 +163,12 @@ type Backend struct {
 	name string
 }
 
-// Status reports the instance logged in unless the test logged it out.
-func (b *Backend) Status(context.Context) (worker.AuthState, error) {
+// Status answers with the test's Health, or reports the instance logged in
+// unless the test logged it out.
+func (b *Backend) Status(ctx context.Context) (worker.AuthState, error) {
+	if b.f.Health != nil {
+		return b.f.Health(ctx, b.name)
+	}
 	b.f.mu.Lock()
 	defer b.f.mu.Unlock()
 	return worker.AuthState{LoggedIn: !b.f.loggedOut[b.name]}, nil
