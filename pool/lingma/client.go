@@ -247,7 +247,8 @@ func (c *Client) call(ctx context.Context, method string, params, out any) error
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		return fmt.Errorf("lingma %s: %s: %w", c.name, method, err)
+		// The connection ended before this call: it cannot be the cause.
+		return fmt.Errorf("lingma %s: %s: %w: %w", c.name, method, chat.ErrNotSent, err)
 	}
 	c.pending[id] = ch
 	c.mu.Unlock()
@@ -259,6 +260,10 @@ func (c *Client) call(ctx context.Context, method string, params, out any) error
 	frame, err := requestFrame(id, method, params)
 	if err != nil {
 		return fmt.Errorf("lingma %s: %w", c.name, err)
+	}
+	if int64(len(frame)) > c.cfg.MaxFrame {
+		// The worker would drop the whole connection (bound.go).
+		return fmt.Errorf("lingma %s: %s: %w", c.name, method, &chat.TooLargeError{Size: int64(len(frame)), Limit: c.cfg.MaxFrame})
 	}
 	if err := c.write(frame, c.cfg.CallTimeout); err != nil {
 		return fmt.Errorf("lingma %s: %s: %w", c.name, method, err)

@@ -86,6 +86,12 @@ type Config struct {
 	// binary does after an acknowledged tool/invoke is not publicly
 	// documented (the bundled simulator finishes at once). Default 3s.
 	ToolSettle time.Duration
+	// MaxFrame is the largest frame (Content-Length header and JSON-RPC
+	// message, one WebSocket message) sent to the worker: a turn that would
+	// need a larger one is refused before anything is sent (bound.go).
+	// What the real binary accepts is not publicly known; the bundled
+	// simulator accepts lingmarpc.MaxFrame, the default.
+	MaxFrame int64
 	// Logger receives the driver's warnings (refused tool calls). Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -125,6 +131,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ToolMode == "" {
 		c.ToolMode = ToolsEmulated
+	}
+	if c.MaxFrame <= 0 {
+		c.MaxFrame = lingmarpc.MaxFrame
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
