@@ -180,7 +180,8 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 		affinity = nil // every turn starts an upstream session of its own
 	}
 	a.router = route.NewRouter(route.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
-		Retries: cfg.Retries, Count: a.count.Count, Tools: toolPolicy(cfg), Tracing: tp}, a.pool, affinity, m, log)
+		Retries: cfg.Retries, Count: a.count.Count, Tools: toolPolicy(cfg), Tracing: tp, CheckTurn: checkTurn(driver)},
+		a.pool, affinity, m, log)
 	if err := a.setupLogin(m, lookup, childEnv(environ)); err != nil {
 		return nil, err
 	}

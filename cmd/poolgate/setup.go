@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/redisconn"
@@ -273,14 +274,34 @@ func workerSetup(cfg config.Config, log *slog.Logger) (worker.Driver, []supervis
 	switch cfg.Driver {
 	case "openai":
 		template := append(append([]string(nil), prefix...), extra...)
-		driver = modelserver.New(modelserver.Config{Command: template, APIKey: cfg.WorkerAPIKey, IdleConns: cfg.InstanceMaxInFlight})
+		driver = modelserver.New(modelserver.Config{Command: template, APIKey: cfg.WorkerAPIKey, IdleConns: cfg.InstanceMaxInFlight,
+			MaxRequest: cfg.WorkerMaxTurnBytes})
 	default:
 		driver = lingma.New(lingma.Config{Command: prefix, ExtraArgs: extra,
 			TurnTimeout: cfg.LingmaTurnTimeout, ReplyTimeout: cfg.LingmaIdleTimeout, CallTimeout: cfg.LingmaRPCTimeout,
 			Mode: cfg.LingmaAskMode, ToolMode: cfg.LingmaToolMode, ToolSettle: cfg.LingmaToolSettle,
-			DedicatedDomain: cfg.LingmaDedicatedDomain, Logger: log.With("component", "lingma")})
+			DedicatedDomain: cfg.LingmaDedicatedDomain, MaxFrame: cfg.WorkerMaxTurnBytes, Logger: log.With("component", "lingma")})
 	}
 	return driver, workers, nil
+}
+
+// turnChecker is a driver that knows the largest turn its workers take.
+type turnChecker interface {
+	CheckTurn(t *chat.Turn) error
+}
+
+var (
+	_ turnChecker = (*lingma.Driver)(nil)
+	_ turnChecker = (*modelserver.Driver)(nil)
+)
+
+// checkTurn is the router's bound on turns: the driver's (nil for a driver
+// without one).
+func checkTurn(d worker.Driver) func(*chat.Turn) error {
+	if c, ok := d.(turnChecker); ok {
+		return c.CheckTurn
+	}
+	return nil
 }
 
 // workerConfigs makes one worker config per account: the configured ones,

@@ -75,6 +75,10 @@ type Config struct {
 	Accounts     []Account `yaml:"accounts"`       // the accounts, one worker each; a JSON list in the environment (none = two simulated accounts)
 	AccountsFile string    `yaml:"accounts_file"`  // YAML or JSON file with the account list
 
+	// WorkerMaxTurnBytes exists because a worker that is sent more than it
+	// takes may drop its whole connection, not just refuse the turn.
+	WorkerMaxTurnBytes int64 `yaml:"worker_max_turn_bytes"` // largest turn sent to a worker as encoded for it (a Lingma frame, a model server's request body); a larger one gets 413 before any worker sees it (16 MiB)
+
 	InstanceMaxInFlight int           `yaml:"instance_max_in_flight"` // turns at once per instance (1)
 	MaxInFlight         int           `yaml:"max_in_flight"`          // turns at once in the pool (64)
 	MaxQueue            int           `yaml:"max_queue"`              // requests waiting for a slot (256)
@@ -147,6 +151,7 @@ func Defaults() Config {
 	return Config{
 		Listen:                    "127.0.0.1:8080",
 		MaxBodyBytes:              16 << 20,
+		WorkerMaxTurnBytes:        16 << 20,
 		BodyTimeout:               60 * time.Second,
 		LogLevel:                  "info",
 		LogFormat:                 "text",
@@ -386,7 +391,7 @@ func (c *Config) Validate() error {
 		"stored_responses_per_key": int64(c.StoredResponsesPerKey), "stored_response_bytes_per_key": c.StoredResponseBytesPerKey,
 		"session_cache_size": int64(c.SessionCacheSize), "login_attempts": int64(c.LoginAttempts),
 		"usage_retention_days": int64(c.UsageRetentionDays), "request_log_size": int64(c.RequestLogSize),
-		"request_log_bytes": int64(c.RequestLogBytes)}
+		"request_log_bytes": int64(c.RequestLogBytes), "worker_max_turn_bytes": c.WorkerMaxTurnBytes}
 	for k, v := range positive {
 		if v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %d", k, v))
