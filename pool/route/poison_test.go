@@ -44,7 +44,9 @@ func (f *failingFirst) count() int {
 // again only with evidence the failure was not the turn's doing.
 func TestPoisonTurnIsNotRetried(t *testing.T) {
 	gone := func(error) func(context.Context) (chat.Answer, error) {
-		return func(context.Context) (chat.Answer, error) { return nil, fmt.Errorf("write chat/ask: %w", chat.ErrWorkerGone) }
+		return func(context.Context) (chat.Answer, error) {
+			return nil, fmt.Errorf("write chat/ask: %w", chat.ErrWorkerGone)
+		}
 	}
 	tests := []struct {
 		name      string
