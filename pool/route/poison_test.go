@@ -43,10 +43,8 @@ func (f *failingFirst) count() int {
 // drops its connection) is not tried on a second worker; a turn is tried
 // again only with evidence the failure was not the turn's doing.
 func TestPoisonTurnIsNotRetried(t *testing.T) {
-	gone := func(error) func(context.Context) (chat.Answer, error) {
-		return func(context.Context) (chat.Answer, error) {
-			return nil, fmt.Errorf("write chat/ask: %w", chat.ErrWorkerGone)
-		}
+	gone := func(context.Context) (chat.Answer, error) {
+		return nil, fmt.Errorf("write chat/ask: %w", chat.ErrWorkerGone)
 	}
 	tests := []struct {
 		name      string
@@ -54,7 +52,7 @@ func TestPoisonTurnIsNotRetried(t *testing.T) {
 		wantTurns int
 		wantErr   error // nil: served by a second worker
 	}{
-		{"gone while the turn was sent", gone(nil), 1, chat.ErrWorkerGone},
+		{"gone while the turn was sent", gone, 1, chat.ErrWorkerGone},
 		{"too large for the worker", func(context.Context) (chat.Answer, error) {
 			return nil, &chat.TooLargeError{Size: 2, Limit: 1}
 		}, 1, &chat.TooLargeError{}},
