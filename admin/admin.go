@@ -27,9 +27,6 @@ import (
 // decided before they run, at the edge (internal/access); the handlers read
 // the caller it established.
 type Config struct {
-	// BodyTimeout bounds how long a request body may take to arrive
-	// (default 60s).
-	BodyTimeout time.Duration
 	// BundleImportPlain accepts unsealed bundles on import (the Python
 	// gateway's exports). Default off.
 	BundleImportPlain bool
@@ -146,11 +143,7 @@ func (a *Admin) Register(r gin.IRouter) gin.IRouter {
 	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg})
 	r.GET("/metrics", gin.WrapH(metrics))
 
-	timeout := a.cfg.BodyTimeout
-	if timeout <= 0 {
-		timeout = 60 * time.Second
-	}
-	in := r.Group("/internal", bodyLimit(a.bodyCap, timeout), a.pickInstance(), a.leased())
+	in := r.Group("/internal", bodyLimit(a.bodyCap), a.pickInstance(), a.leased())
 	in.GET("/pool", func(c *gin.Context) { c.JSON(http.StatusOK, a.pool.Snapshot()) })
 	in.POST("/pool/:instance/restart", a.poolAction("restart", a.workers.Restart))
 	in.POST("/pool/:instance/drain", a.poolAction("drain", a.workers.Drain))

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/internal/access"
 )
 
@@ -24,6 +25,14 @@ func Authorize(cr *access.Credentials, adminErr AdminErrorFunc) gin.HandlerFunc 
 		path := c.FullPath()
 		caller, v, ok := cr.Identify(c.Request)
 		access.StripHop(c.Request)
+		if presented(caller) {
+			httpx.Trust(c.Request.Context())
+		} else {
+			// Nothing ties this connection to anyone: it serves one
+			// request, and its count against max_unauthenticated_conns
+			// ends with it.
+			c.Header("Connection", "close")
+		}
 		if ok && path != "" {
 			need, known := access.NeedOf(c.Request.Method, path)
 			if !known {
@@ -43,4 +52,10 @@ func Authorize(cr *access.Credentials, adminErr AdminErrorFunc) gin.HandlerFunc 
 		c.Request = c.Request.WithContext(access.WithCaller(c.Request.Context(), caller))
 		c.Next()
 	}
+}
+
+// presented reports whether the caller showed a credential in force (a key,
+// a token, a replica's proof; on an open gateway anyone counts).
+func presented(c access.Caller) bool {
+	return c.Key != nil || c.Token != "" || c.Replica != ""
 }

@@ -66,6 +66,8 @@ type Config struct {
 	LogLevel      string        `yaml:"log_level"`      // debug, info, warn, error (info)
 	LogFormat     string        `yaml:"log_format"`     // text or json (text)
 
+	MaxUnauthenticatedConns int `yaml:"max_unauthenticated_conns"` // connections one listener keeps open before any request on them showed a key or token; past it the oldest is closed (1024)
+
 	Driver       string    `yaml:"driver"`         // worker protocol: lingma or openai (lingma)
 	WorkerAPIKey string    `yaml:"worker_api_key"` // Bearer key sent to openai-driver workers
 	DataDir      string    `yaml:"data_dir"`       // parent of the per-account work dirs
@@ -153,6 +155,7 @@ func Defaults() Config {
 		MaxBodyBytes:              16 << 20,
 		WorkerMaxTurnBytes:        16 << 20,
 		BodyTimeout:               60 * time.Second,
+		MaxUnauthenticatedConns:   1024,
 		LogLevel:                  "info",
 		LogFormat:                 "text",
 		Driver:                    "lingma",
@@ -391,7 +394,8 @@ func (c *Config) Validate() error {
 		"stored_responses_per_key": int64(c.StoredResponsesPerKey), "stored_response_bytes_per_key": c.StoredResponseBytesPerKey,
 		"session_cache_size": int64(c.SessionCacheSize), "login_attempts": int64(c.LoginAttempts),
 		"usage_retention_days": int64(c.UsageRetentionDays), "request_log_size": int64(c.RequestLogSize),
-		"request_log_bytes": int64(c.RequestLogBytes), "worker_max_turn_bytes": c.WorkerMaxTurnBytes}
+		"request_log_bytes": int64(c.RequestLogBytes), "worker_max_turn_bytes": c.WorkerMaxTurnBytes,
+		"max_unauthenticated_conns": int64(c.MaxUnauthenticatedConns)}
 	for k, v := range positive {
 		if v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %d", k, v))

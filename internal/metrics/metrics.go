@@ -37,6 +37,7 @@ type Metrics struct {
 	KeyRequests      *prometheus.CounterVec   // poolgate_key_requests_total{key,code}
 	KeyTokens        *prometheus.CounterVec   // poolgate_key_tokens_total{key,direction}
 	KeyLimited       *prometheus.CounterVec   // poolgate_key_limited_total{key,limit}
+	ConnsEvicted     prometheus.Counter       // poolgate_unauthenticated_conns_closed_total
 
 	// The series every request touches, looked up once here so that a
 	// request pays no label hashing for them.
@@ -140,11 +141,15 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "poolgate_key_limited_total",
 			Help: "Requests refused with 429 by an API key's own limit, by key name and limit.",
 		}, []string{"key", "limit"}),
+		ConnsEvicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "poolgate_unauthenticated_conns_closed_total",
+			Help: "Connections closed because more than max_unauthenticated_conns were open without a credential (the oldest goes).",
+		}),
 	}
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Tokens, m.InFlight, m.QueueDepth, m.QueueWait,
 		m.Rejections, m.Retries, m.Cooldowns, m.Restarts, m.CacheHits, m.CacheMisses, m.CacheInvalidated,
 		m.StoreErrors, m.LoginAttempts, m.LoginDuration, m.FieldsIgnored, m.ToolsWithheld, m.Handovers,
-		m.KeyRequests, m.KeyTokens, m.KeyLimited)
+		m.KeyRequests, m.KeyTokens, m.KeyLimited, m.ConnsEvicted)
 	for _, r := range ToolWithheldReasons {
 		m.ToolsWithheld.WithLabelValues(r)
 	}
