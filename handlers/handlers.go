@@ -12,6 +12,7 @@ package handlers
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -50,6 +51,9 @@ type Config struct {
 	// take to arrive is bounded around the whole engine, before any
 	// middleware (httpx.Deadlines, which main wraps every listener in).
 	MaxBodyBytes int64
+	// BodyBudget caps the bytes of the API's request bodies held at once
+	// (nil: no cap).
+	BodyBudget *httpx.Budget
 	// Insecure says the listener may be public without API keys (the
 	// operator's explicit choice): requests for any host name are served.
 	Insecure bool
@@ -101,7 +105,7 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	e.NoRoute(notFound)
 	e.NoMethod(notAllowed)
 
-	api := e.Group("", BodyCap(cfg.MaxBodyBytes))
+	api := e.Group("", BodyCap(cfg.MaxBodyBytes, cfg.BodyBudget))
 	an := &answers{router: p.Router, hop: cfg.Hop, tracer: cfg.Accounting.tracer}
 	chat := observe(m, cfg.Accounting, log, "chat", an, p.Chat.Completions)
 	api.POST("/v1/chat/completions", chat)
@@ -238,21 +242,47 @@ func Recover(log *slog.Logger) gin.HandlerFunc {
 	})
 }
 
-// BodyCap limits request bodies in size: one announced larger is refused at
-// once, and protocol decoders turn the overflow of one that was not into
-// 413. How long a body may take is bounded before any middleware runs
-// (httpx.Deadlines), and a refusal written before its body was read closes
-// the connection there.
-func BodyCap(n int64) gin.HandlerFunc {
+// BodyCap limits request bodies in size, and in bytes held at once across
+// the gateway: one announced larger than n is refused at once, and protocol
+// decoders turn the overflow of one that was not into 413; one the budget
+// has no room for gets 429 with Retry-After before it is read (a body of
+// unknown length reserves its room as it arrives, and the reader fails
+// when there is none). The room is given back when the request is over.
+// How long a body may take is bounded before any middleware runs
+// (httpx.Deadlines), and a refusal written before its body was read
+// closes the connection there.
+func BodyCap(n int64, budget *httpx.Budget) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if c.Request.ContentLength > n {
-			WriteError(c.Writer, c.Request, http.StatusRequestEntityTooLarge, "request body exceeds "+formatBytes(n))
+		r := c.Request
+		if r.ContentLength > n {
+			WriteError(c.Writer, r, http.StatusRequestEntityTooLarge, "request body exceeds "+formatBytes(n))
 			c.Abort()
 			return
 		}
-		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, n)
+		r.Body = http.MaxBytesReader(c.Writer, r.Body, n)
+		switch {
+		case budget == nil || r.ContentLength == 0:
+		case r.ContentLength > 0:
+			if !budget.Take(r.ContentLength) {
+				p := apierr.Classify(httpx.ErrBudget)
+				writeProblem(c.Writer, r, &p)
+				c.Abort()
+				return
+			}
+			defer budget.Put(r.ContentLength)
+		default:
+			b := &budgetBody{Reader: httpx.Reader{R: r.Body, B: budget}, Closer: r.Body}
+			r.Body = b
+			defer func() { budget.Put(b.Taken) }()
+		}
 		c.Next()
 	}
+}
+
+// budgetBody is a body of unknown length read under the budget.
+type budgetBody struct {
+	httpx.Reader
+	io.Closer
 }
 
 func formatBytes(n int64) string {

@@ -34,6 +34,7 @@ import (
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/live"
 	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/internal/sysmem"
 	"github.com/poolgate/poolgate/internal/tokens"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool/cluster"
@@ -254,7 +255,8 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		MetricsPublic: cfg.MetricsPublic}
 	hcfg := handlers.Config{Credentials: creds, AdminError: admin.WriteError,
 		Accounting: a.acct.forHTTP(cfg.RequestLogDebug, a.live), MaxBodyBytes: cfg.MaxBodyBytes,
-		Insecure: cfg.Insecure, Tracing: a.tracing}
+		BodyBudget: httpx.NewBudget(bodyBudget(cfg, log), m.BodyBytes.Set, m.Rejections.Inc),
+		Insecure:   cfg.Insecure, Tracing: a.tracing}
 	var workers admin.Workers = a.sup
 	var hop *cluster.Proxy // the one hop between replicas, for API turns and admin actions
 	if a.cluster != nil {
@@ -406,6 +408,23 @@ func (a *app) httpServer(addr string, h http.Handler) (*http.Server, *httpx.Conn
 	conns := httpx.NewConnGuard(a.cfg.MaxUnauthenticatedConns, a.metrics.ConnsEvicted.Inc)
 	return &http.Server{Addr: addr, Handler: httpx.Deadlines(h, a.cfg.BodyTimeout), ReadHeaderTimeout: headerTimeout,
 		IdleTimeout: 120 * time.Second, MaxHeaderBytes: 1 << 20, ConnContext: conns.ConnContext}, conns
+}
+
+// bodyBudget is the bytes of API request bodies held at once: the
+// configured figure, else an eighth of the memory this process may use,
+// and at least four bodies of the largest size.
+func bodyBudget(cfg config.Config, log *slog.Logger) int64 {
+	if cfg.BodyBudgetBytes > 0 {
+		return cfg.BodyBudgetBytes
+	}
+	mem, from := sysmem.Limit()
+	budget := max(mem/8, 4*cfg.MaxBodyBytes)
+	if mem == 0 {
+		from = "unknown: 16 bodies of max_body_bytes"
+		budget = 16 * cfg.MaxBodyBytes
+	}
+	log.Info("request body budget", "bytes", budget, "memory", mem, "from", from)
+	return budget
 }
 
 // headerTimeout bounds a request's headers, on every listener.

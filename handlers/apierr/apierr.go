@@ -152,6 +152,8 @@ func Classify(err error) Problem {
 		p.Kind, p.Code, p.Message = TooLarge, "request_too_large", tle.Error()
 	case errors.Is(err, httpx.ErrBodyTooLarge):
 		p.Kind, p.Code, p.Message = TooLarge, "request_too_large", "request body too large"
+	case errors.Is(err, httpx.ErrBudget):
+		p.Kind, p.Code, p.Message, p.RetryAfter = RateLimited, "overloaded", "the gateway is at capacity, retry later", time.Second
 	case errors.Is(err, httpx.ErrBodyTimeout):
 		p.Kind, p.Code, p.Message = RequestTimeout, "request_timeout", httpx.ErrBodyTimeout.Error()
 	case errors.As(err, &ole):

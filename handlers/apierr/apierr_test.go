@@ -30,6 +30,7 @@ func TestClassify(t *testing.T) {
 		{httpx.ErrBodyTooLarge, TooLarge, 413, "request_too_large", "", 0, "request body too large"},
 		{fmt.Errorf("turn on acct-1: %w", &chat.TooLargeError{Size: 36 << 20, Limit: 16 << 20}), TooLarge, 413, "request_too_large", "", 0,
 			"the conversation is 37748736 bytes as a worker receives it; the workers accept at most 16777216"},
+		{httpx.ErrBudget, RateLimited, 429, "overloaded", "", time.Second, "the gateway is at capacity, retry later"},
 		{httpx.ErrBodyTimeout, RequestTimeout, 408, "request_timeout", "", 0, httpx.ErrBodyTimeout.Error()},
 		{&chat.OverloadedError{RetryAfter: 2100 * time.Millisecond, Reason: "queue full"}, RateLimited, 429, "overloaded", "", 2100 * time.Millisecond, "the gateway is at capacity, retry later"},
 		{&chat.OverloadedError{}, RateLimited, 429, "overloaded", "", time.Second, "the gateway is at capacity, retry later"},

@@ -66,7 +66,8 @@ type Config struct {
 	LogLevel      string        `yaml:"log_level"`      // debug, info, warn, error (info)
 	LogFormat     string        `yaml:"log_format"`     // text or json (text)
 
-	MaxUnauthenticatedConns int `yaml:"max_unauthenticated_conns"` // connections one listener keeps open before any request on them showed a key or token; past it the oldest is closed (1024)
+	MaxUnauthenticatedConns int   `yaml:"max_unauthenticated_conns"` // connections one listener keeps open before any request on them showed a key or token; past it the oldest is closed (1024)
+	BodyBudgetBytes         int64 `yaml:"body_budget_bytes"`         // bytes of API request bodies held at once, gateway-wide; past it a request gets 429 with Retry-After before its body is read (0 = an eighth of the memory the process may use, at least 4 times max_body_bytes)
 
 	Driver       string    `yaml:"driver"`         // worker protocol: lingma or openai (lingma)
 	WorkerAPIKey string    `yaml:"worker_api_key"` // Bearer key sent to openai-driver workers
@@ -396,6 +397,9 @@ func (c *Config) Validate() error {
 		"usage_retention_days": int64(c.UsageRetentionDays), "request_log_size": int64(c.RequestLogSize),
 		"request_log_bytes": int64(c.RequestLogBytes), "worker_max_turn_bytes": c.WorkerMaxTurnBytes,
 		"max_unauthenticated_conns": int64(c.MaxUnauthenticatedConns)}
+	if c.BodyBudgetBytes < 0 {
+		errs = append(errs, fmt.Errorf("body_budget_bytes must be 0 (sized for the machine) or positive, got %d", c.BodyBudgetBytes))
+	}
 	for k, v := range positive {
 		if v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %d", k, v))

@@ -38,6 +38,7 @@ type Metrics struct {
 	KeyTokens        *prometheus.CounterVec   // poolgate_key_tokens_total{key,direction}
 	KeyLimited       *prometheus.CounterVec   // poolgate_key_limited_total{key,limit}
 	ConnsEvicted     prometheus.Counter       // poolgate_unauthenticated_conns_closed_total
+	BodyBytes        prometheus.Gauge         // poolgate_request_body_bytes
 
 	// The series every request touches, looked up once here so that a
 	// request pays no label hashing for them.
@@ -145,11 +146,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "poolgate_unauthenticated_conns_closed_total",
 			Help: "Connections closed because more than max_unauthenticated_conns were open without a credential (the oldest goes).",
 		}),
+		BodyBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "poolgate_request_body_bytes", Help: "Bytes of API request bodies held now, against body_budget_bytes.",
+		}),
 	}
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Tokens, m.InFlight, m.QueueDepth, m.QueueWait,
 		m.Rejections, m.Retries, m.Cooldowns, m.Restarts, m.CacheHits, m.CacheMisses, m.CacheInvalidated,
 		m.StoreErrors, m.LoginAttempts, m.LoginDuration, m.FieldsIgnored, m.ToolsWithheld, m.Handovers,
-		m.KeyRequests, m.KeyTokens, m.KeyLimited, m.ConnsEvicted)
+		m.KeyRequests, m.KeyTokens, m.KeyLimited, m.ConnsEvicted, m.BodyBytes)
 	for _, r := range ToolWithheldReasons {
 		m.ToolsWithheld.WithLabelValues(r)
 	}
