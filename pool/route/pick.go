@@ -2,7 +2,6 @@ package route
 
 import (
 	"context"
-	"hash/fnv"
 	"slices"
 	"sync"
 	"time"
@@ -19,8 +18,9 @@ import (
 type Want struct {
 	// Prefer names the instance holding the conversation's session.
 	Prefer string
-	// Hint spreads new conversations stably (rendezvous hash).
-	Hint string
+	// Hint spreads new conversations stably (rendezvous hash): the FNV-1a
+	// hash of the conversation's hint text (textHint), 0 for none.
+	Hint uint64
 	// Exclude lists instances already tried for this request.
 	Exclude []string
 }
@@ -242,7 +242,7 @@ func (p *Pool) tryPick(want Want, giveUpPrefer bool) *Slot {
 			return nil // busy: wait a little for the instance that holds the session
 		}
 	}
-	if pick == nil && want.Hint != "" {
+	if pick == nil && want.Hint != 0 {
 		var best uint64
 		for _, m := range p.members {
 			if !m.usable() {
@@ -274,12 +274,33 @@ func (p *Pool) tryPick(want Want, giveUpPrefer bool) *Slot {
 	return &Slot{Backend: pick.st.Backend, m: pick, pool: p, start: time.Now()}
 }
 
-func rendezvous(key, node string) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(key))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(node))
-	return h.Sum64()
+// FNV-1a, 64 bits (hash/fnv's New64a), computed inline so that a hint
+// over a large system prompt is hashed once and never copied.
+const (
+	fnvOffset uint64 = 14695981039346656037
+	fnvPrime  uint64 = 1099511628211
+)
+
+// textHint is the FNV-1a hash of the parts written one after the other.
+func textHint(parts ...string) uint64 {
+	h := fnvOffset
+	for _, p := range parts {
+		h = fnvString(h, p)
+	}
+	return h
+}
+
+func fnvString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * fnvPrime
+	}
+	return h
+}
+
+// rendezvous is the score of node for a hint: FNV-1a of the hint's text, a
+// zero byte and the node's name, continued from the hint's hash.
+func rendezvous(hint uint64, node string) uint64 {
+	return fnvString(hint*fnvPrime, node) // the zero byte: h ^ 0 = h
 }
 
 // backend returns the named instance's current connection (nil when none).

@@ -3,6 +3,7 @@ package route
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -57,7 +58,7 @@ func TestHintIsStable(t *testing.T) {
 	p, _, _ := testPool(t, Config{}, "a", "b", "c", "d")
 	first := ""
 	for range 5 {
-		s, err := p.Acquire(context.Background(), Want{Hint: "user-42"})
+		s, err := p.Acquire(context.Background(), Want{Hint: textHint("user-42")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,5 +184,18 @@ func TestFenceTakesInstanceOutOfRotation(t *testing.T) {
 	s, err := p.Acquire(context.Background(), Want{Prefer: "a"})
 	if err != nil || s.Instance() != "a" {
 		t.Fatalf("unfenced instance not picked: %v", err)
+	}
+}
+
+// TestRendezvousIsFNV: the hint hashed once and continued per instance
+// scores as FNV-1a over hint, zero byte and name did, so new conversations
+// spread as they did before the hint stopped being copied.
+func TestRendezvousIsFNV(t *testing.T) {
+	for _, tt := range []struct{ prefix, text, node string }{{"s:", "be brief", "acct-1"}, {"u:", "", "w"}, {"f:", "日本\xff", "sim-2"}} {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(tt.prefix + tt.text + "\x00" + tt.node))
+		if got, want := rendezvous(textHint(tt.prefix, tt.text), tt.node), h.Sum64(); got != want {
+			t.Errorf("rendezvous(%q, %q) = %x, want %x", tt.prefix+tt.text, tt.node, got, want)
+		}
 	}
 }

@@ -147,6 +147,7 @@ type request struct {
 	mayHop   bool
 	capture  bool
 	turn     chat.Turn // the whole transcript's turn; an attempt narrows a copy
+	hint     uint64    // spreads a new conversation (affinityHint)
 	split    int       // index of the newest assistant message, -1 if none
 	key      string    // the affinity entry taken, if any
 	hit      Affinity
@@ -245,7 +246,8 @@ func (r *Router) newRequest(c Call) (*request, error) {
 		return nil, err
 	}
 	rq := &request{Request: req, start: time.Now(), api: c.API, model: r.ResolveModel(req.Model),
-		owner: OwnerKey(req.APIKey), split: lastAssistant(req.Messages), mayHop: c.MayHop, capture: c.Capture}
+		owner: OwnerKey(req.APIKey), split: lastAssistant(req.Messages), mayHop: c.MayHop, capture: c.Capture,
+		hint: affinityHint(req)}
 	rq.turn = chat.Turn{RequestID: req.RequestID, Model: rq.model, Messages: req.Messages, Tools: req.Tools,
 		ToolChoice: req.ToolChoice, MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP,
 		Agent: wantsAgent(req), Whole: !req.Stream}
