@@ -95,7 +95,9 @@ func observe(m *metrics.Metrics, acct *Accounting, log *slog.Logger, api string,
 		if body, err := httpx.ReadBody(c.Request); err != nil {
 			rec.Error = readFailed(&x.w, c.Request, err)
 		} else {
-			x.body = body
+			if x.hop != nil {
+				x.body = body // for the hop; otherwise the body may go once decoded
+			}
 			out := h(&x.w, c.Request, relay.Call{Body: body, Pool: x})
 			rec = record{Served: x.record(), Error: out.Told, Forwarded: out.Forwarded}
 		}
