@@ -257,15 +257,7 @@ func (c *Client) call(ctx context.Context, method string, params, out any) error
 		delete(c.pending, id)
 		c.mu.Unlock()
 	}()
-	frame, err := requestFrame(id, method, params)
-	if err != nil {
-		return fmt.Errorf("lingma %s: %w", c.name, err)
-	}
-	if int64(len(frame)) > c.cfg.MaxFrame {
-		// The worker would drop the whole connection (bound.go).
-		return fmt.Errorf("lingma %s: %s: %w", c.name, method, &chat.TooLargeError{Size: int64(len(frame)), Limit: c.cfg.MaxFrame})
-	}
-	if err := c.write(frame, c.cfg.CallTimeout); err != nil {
+	if err := c.send(id, method, params); err != nil {
 		return fmt.Errorf("lingma %s: %s: %w", c.name, method, err)
 	}
 	select {
@@ -505,10 +497,19 @@ func errorFrame(id json.RawMessage, code int, msg string) []byte {
 
 // requestFrame encodes a framed request. It writes the JSON body once into a
 // buffer that reserves room for the header in front, and does not escape
-// HTML characters (prompts are full of "<<<").
+// HTML characters (prompts are full of "<<<"). A large chat/ask is framed
+// by newAskMessage (send).
 func requestFrame(id int64, method string, params any) ([]byte, error) {
-	const room = frameRoom
-	buf := bytes.NewBuffer(make([]byte, room, 256))
+	b, err := requestJSON(id, method, params)
+	if err != nil {
+		return nil, err
+	}
+	return withHeader(b, frameRoom), nil
+}
+
+// requestJSON encodes a request's JSON after frameRoom bytes of room.
+func requestJSON(id int64, method string, params any) ([]byte, error) {
+	buf := bytes.NewBuffer(make([]byte, frameRoom, 256))
 	buf.WriteString(`{"jsonrpc":"2.0","id":`)
 	buf.WriteString(strconv.FormatInt(id, 10))
 	buf.WriteString(`,"method":`)
@@ -521,8 +522,7 @@ func requestFrame(id int64, method string, params any) ([]byte, error) {
 	}
 	buf.Truncate(buf.Len() - 1) // Encode's newline
 	buf.WriteByte('}')
-	b := buf.Bytes()
-	return withHeader(b, room), nil
+	return buf.Bytes(), nil
 }
 
 // reply answers the worker's request id with an empty result. Only the
