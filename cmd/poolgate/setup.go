@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -247,6 +248,13 @@ func workerSetup(cfg config.Config, log *slog.Logger) (worker.Driver, []supervis
 	// prefix starts the worker binary; extra follows the driver's own
 	// arguments (for the openai driver, the whole template is prefix+extra).
 	prefix, extra := []string{cfg.WorkerBin}, cfg.WorkerArgs
+	if cfg.WorkerBin != "" {
+		// A binary that is not there would have every worker restarted
+		// forever while the daemon looks alive: refuse the start instead.
+		if _, err := exec.LookPath(cfg.WorkerBin); err != nil {
+			return nil, nil, fmt.Errorf("worker_bin %q cannot be run (%w): set POOLGATE_WORKER_BIN to the worker binary's path, executable by this user", cfg.WorkerBin, err)
+		}
+	}
 	if cfg.WorkerBin == "" {
 		self, err := os.Executable()
 		if err != nil {
