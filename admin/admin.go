@@ -11,6 +11,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -90,10 +91,14 @@ type health struct {
 	Status string `json:"status"`
 	// OK: some instance is ready (the Python gateway's field; /readyz
 	// answers the same with its status code).
-	OK        bool  `json:"ok"`
-	Time      int64 `json:"time"`
-	PoolSize  int   `json:"pool_size"`
-	PoolReady int   `json:"pool_ready"`
+	OK bool `json:"ok"`
+	// Reason says why no instance is ready, or how many failed for good
+	// (a worker that failed to start the same way again and again waits
+	// for a restart): "" when every instance is fine.
+	Reason    string `json:"reason,omitempty"`
+	Time      int64  `json:"time"`
+	PoolSize  int    `json:"pool_size"`
+	PoolReady int    `json:"pool_ready"`
 	// Simulated: the bundled simulator serves the pool, not a real model.
 	Simulated bool `json:"simulated"`
 	// Instances are shown to admin callers only (their names may be
@@ -105,21 +110,35 @@ type healthInstance struct {
 	Name     string           `json:"name"`
 	State    supervisor.State `json:"state"`
 	InFlight int              `json:"in_flight"`
+	// LastError says why the instance is not ready (a failed one: why it
+	// failed).
+	LastError string `json:"last_error,omitempty"`
 }
 
 func (a *Admin) health(c *gin.Context) {
 	snap := a.pool.Snapshot()
 	h := health{Status: "ok", Time: time.Now().Unix(), PoolSize: len(snap.Instances), Simulated: a.cfg.Simulated}
+	failed := 0
 	for _, in := range snap.Instances {
-		if in.State == supervisor.StateReady {
+		switch in.State {
+		case supervisor.StateReady:
 			h.PoolReady++
+		case supervisor.StateFailed:
+			failed++
 		}
 	}
 	h.OK = h.PoolReady > 0
+	switch {
+	case !h.OK:
+		_, h.Reason = a.pool.Ready()
+	case failed > 0:
+		h.Reason = strconv.Itoa(failed) + " of " + strconv.Itoa(len(snap.Instances)) + " instances failed"
+	}
 	if access.From(c.Request.Context()).SeesAll() {
 		h.Instances = make([]healthInstance, 0, len(snap.Instances))
 		for _, in := range snap.Instances {
-			h.Instances = append(h.Instances, healthInstance{Name: in.Name, State: in.State, InFlight: in.InFlight})
+			h.Instances = append(h.Instances, healthInstance{Name: in.Name, State: in.State, InFlight: in.InFlight,
+				LastError: in.LastError})
 		}
 	}
 	c.JSON(http.StatusOK, h)
