@@ -2,6 +2,7 @@ package route
 
 import (
 	"context"
+	"hash/maphash"
 	"slices"
 	"sync"
 	"time"
@@ -18,8 +19,8 @@ import (
 type Want struct {
 	// Prefer names the instance holding the conversation's session.
 	Prefer string
-	// Hint spreads new conversations stably (rendezvous hash): the FNV-1a
-	// hash of the conversation's hint text (textHint), 0 for none.
+	// Hint spreads new conversations stably (rendezvous hash): the hash of
+	// the conversation's hint text (textHint), 0 for none.
 	Hint uint64
 	// Exclude lists instances already tried for this request.
 	Exclude []string
@@ -274,33 +275,29 @@ func (p *Pool) tryPick(want Want, giveUpPrefer bool) *Slot {
 	return &Slot{Backend: pick.st.Backend, m: pick, pool: p, start: time.Now()}
 }
 
-// FNV-1a, 64 bits (hash/fnv's New64a), computed inline so that a hint
-// over a large system prompt is hashed once and never copied.
-const (
-	fnvOffset uint64 = 14695981039346656037
-	fnvPrime  uint64 = 1099511628211
-)
+// hintSeed seeds the spread hints: a hint is stable for the life of the
+// process, which is what spreading new conversations needs (no replica or
+// store keeps one).
+var hintSeed = maphash.MakeSeed()
 
-// textHint is the FNV-1a hash of the parts written one after the other.
+// textHint hashes the parts written one after the other. maphash reads a
+// large system prompt at memory speed and copies none of it.
 func textHint(parts ...string) uint64 {
-	h := fnvOffset
+	var h maphash.Hash
+	h.SetSeed(hintSeed)
 	for _, p := range parts {
-		h = fnvString(h, p)
+		_, _ = h.WriteString(p) // never fails
 	}
-	return h
+	return h.Sum64()
 }
 
-func fnvString(h uint64, s string) uint64 {
-	for i := 0; i < len(s); i++ {
-		h = (h ^ uint64(s[i])) * fnvPrime
-	}
-	return h
-}
-
-// rendezvous is the score of node for a hint: FNV-1a of the hint's text, a
-// zero byte and the node's name, continued from the hint's hash.
+// rendezvous is the score of node for a hint: the hint and the node's name
+// mixed (splitmix64's finalizer), so each hint ranks the nodes its own way.
 func rendezvous(hint uint64, node string) uint64 {
-	return fnvString(hint*fnvPrime, node) // the zero byte: h ^ 0 = h
+	z := hint ^ maphash.String(hintSeed, node)
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
 }
 
 // backend returns the named instance's current connection (nil when none).

@@ -3,7 +3,7 @@ package route
 import (
 	"context"
 	"errors"
-	"hash/fnv"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -187,15 +187,23 @@ func TestFenceTakesInstanceOutOfRotation(t *testing.T) {
 	}
 }
 
-// TestRendezvousIsFNV: the hint hashed once and continued per instance
-// scores as FNV-1a over hint, zero byte and name did, so new conversations
-// spread as they did before the hint stopped being copied.
-func TestRendezvousIsFNV(t *testing.T) {
-	for _, tt := range []struct{ prefix, text, node string }{{"s:", "be brief", "acct-1"}, {"u:", "", "w"}, {"f:", "日本\xff", "sim-2"}} {
-		h := fnv.New64a()
-		_, _ = h.Write([]byte(tt.prefix + tt.text + "\x00" + tt.node))
-		if got, want := rendezvous(textHint(tt.prefix, tt.text), tt.node), h.Sum64(); got != want {
-			t.Errorf("rendezvous(%q, %q) = %x, want %x", tt.prefix+tt.text, tt.node, got, want)
+// TestHintsSpread: hints rank the instances each their own way, so new
+// conversations spread over the pool.
+func TestHintsSpread(t *testing.T) {
+	nodes := []string{"acct-1", "acct-2", "acct-3", "acct-4"}
+	got := map[string]int{}
+	for i := range 4000 {
+		hint, best, pick := textHint("s:", strconv.Itoa(i)), uint64(0), ""
+		for _, n := range nodes {
+			if s := rendezvous(hint, n); pick == "" || s > best {
+				best, pick = s, n
+			}
+		}
+		got[pick]++
+	}
+	for _, n := range nodes {
+		if got[n] < 800 || got[n] > 1200 {
+			t.Errorf("spread %v: %s got %d of 4000 hints, want about 1000", got, n, got[n])
 		}
 	}
 }
