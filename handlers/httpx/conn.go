@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -23,8 +24,9 @@ import (
 // must not be cut by it). An answer that starts before its body was read
 // closes the connection, at once: the server neither waits for the rest of
 // the body nor reads another request from a connection whose unread bytes
-// are on the wire. A request the body is late for gets its handler's
-// answer to the read error (408 from the body readers here) in time.
+// are on the wire (closeUnread). A request the body is late for gets its
+// handler's answer to the read error (408 from the body readers here) in
+// time.
 func Deadlines(h http.Handler, timeout time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
@@ -74,7 +76,7 @@ func (b *bodyWatch) start() {
 	}
 	b.started = true
 	if !b.done {
-		CloseUnread(b.ResponseWriter)
+		closeUnread(b.ResponseWriter)
 	}
 }
 
@@ -105,12 +107,16 @@ func (b *bodyWatch) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // Unwrap lets http.ResponseController reach the connection's deadlines.
 func (b *bodyWatch) Unwrap() http.ResponseWriter { return b.ResponseWriter }
 
-// CloseUnread makes the answer about to be written on w the connection's
-// last, and ends any wait for an unread request body: the server reads
-// nothing more from the client. Call it before the answer's header goes
-// out (Deadlines does for every answer that starts before its body was
-// read).
-func CloseUnread(w http.ResponseWriter) {
+// closeUnread makes the answer about to be written on w (the server's own
+// writer) the connection's last, and ends any wait for the unread body: the
+// server reads nothing more from the client. It closes the connection as
+// net/http closes one whose body went over its limit, which is what it
+// tells w: gracefully, a FIN after the answer and a pause before the close,
+// so the client reads the answer before the unread bytes it keeps sending
+// make the close a reset.
+func closeUnread(w http.ResponseWriter) {
+	over := http.MaxBytesReader(w, io.NopCloser(strings.NewReader(" ")), 0)
+	_, _ = over.Read(make([]byte, 1)) // a byte past a limit of none
 	w.Header().Set("Connection", "close")
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now()) // best effort: a recorder has no connection
 }

@@ -2,6 +2,7 @@ package httpx
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -173,4 +174,27 @@ func (r *stringReader) Read(p []byte) (int, error) {
 	n := copy(p, r.s)
 	r.s = r.s[n:]
 	return n, nil
+}
+
+// TestRefusalOfALargeBodyIsRead: a refusal of a large body the client is
+// still sending reaches the client: the close is graceful (a FIN, a pause),
+// so Go's client reads the answer instead of failing its write on a reset.
+func TestRefusalOfALargeBodyIsRead(t *testing.T) {
+	refuse := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+	})
+	addr, _ := serve(t, refuse, time.Minute, 100)
+	body := make([]byte, 16<<20)
+	client := &http.Client{Timeout: 10 * time.Second}
+	defer client.CloseIdleConnections()
+	for i := range 10 {
+		resp, err := client.Post("http://"+addr+"/", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatalf("request %d: %v, want the 413", i, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("request %d: %d, want 413", i, resp.StatusCode)
+		}
+	}
 }

@@ -88,6 +88,15 @@ func (c *guardedConn) Close() error {
 	return c.Conn.Close()
 }
 
+// CloseWrite lets net/http close a connection gracefully (a FIN before the
+// close), as it does a TCP connection's.
+func (c *guardedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 // add counts c, closing the oldest untrusted connection when there are too
 // many.
 func (g *ConnGuard) add(c *guardedConn) {
