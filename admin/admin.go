@@ -11,6 +11,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -27,9 +28,6 @@ import (
 // decided before they run, at the edge (internal/access); the handlers read
 // the caller it established.
 type Config struct {
-	// BodyTimeout bounds how long a request body may take to arrive
-	// (default 60s).
-	BodyTimeout time.Duration
 	// BundleImportPlain accepts unsealed bundles on import (the Python
 	// gateway's exports). Default off.
 	BundleImportPlain bool
@@ -96,10 +94,14 @@ type health struct {
 	Status string `json:"status"`
 	// OK: some instance is ready (the Python gateway's field; /readyz
 	// answers the same with its status code).
-	OK        bool  `json:"ok"`
-	Time      int64 `json:"time"`
-	PoolSize  int   `json:"pool_size"`
-	PoolReady int   `json:"pool_ready"`
+	OK bool `json:"ok"`
+	// Reason says why no instance is ready, or how many failed for good
+	// (a worker that failed to start the same way again and again waits
+	// for a restart): "" when every instance is fine.
+	Reason    string `json:"reason,omitempty"`
+	Time      int64  `json:"time"`
+	PoolSize  int    `json:"pool_size"`
+	PoolReady int    `json:"pool_ready"`
 	// Simulated: the bundled simulator serves the pool, not a real model.
 	Simulated bool `json:"simulated"`
 	// Instances are shown to admin callers only (their names may be
@@ -111,21 +113,35 @@ type healthInstance struct {
 	Name     string           `json:"name"`
 	State    supervisor.State `json:"state"`
 	InFlight int              `json:"in_flight"`
+	// LastError says why the instance is not ready (a failed one: why it
+	// failed).
+	LastError string `json:"last_error,omitempty"`
 }
 
 func (a *Admin) health(c *gin.Context) {
 	snap := a.pool.Snapshot()
 	h := health{Status: "ok", Time: time.Now().Unix(), PoolSize: len(snap.Instances), Simulated: a.cfg.Simulated}
+	failed := 0
 	for _, in := range snap.Instances {
-		if in.State == supervisor.StateReady {
+		switch in.State {
+		case supervisor.StateReady:
 			h.PoolReady++
+		case supervisor.StateFailed:
+			failed++
 		}
 	}
 	h.OK = h.PoolReady > 0
+	switch {
+	case !h.OK:
+		_, h.Reason = a.pool.Ready()
+	case failed > 0:
+		h.Reason = strconv.Itoa(failed) + " of " + strconv.Itoa(len(snap.Instances)) + " instances failed"
+	}
 	if access.From(c.Request.Context()).SeesAll() {
 		h.Instances = make([]healthInstance, 0, len(snap.Instances))
 		for _, in := range snap.Instances {
-			h.Instances = append(h.Instances, healthInstance{Name: in.Name, State: in.State, InFlight: in.InFlight})
+			h.Instances = append(h.Instances, healthInstance{Name: in.Name, State: in.State, InFlight: in.InFlight,
+				LastError: in.LastError})
 		}
 	}
 	c.JSON(http.StatusOK, h)
@@ -149,11 +165,7 @@ func (a *Admin) Register(r gin.IRouter) gin.IRouter {
 	metrics := promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg})
 	r.GET("/metrics", gin.WrapH(metrics))
 
-	timeout := a.cfg.BodyTimeout
-	if timeout <= 0 {
-		timeout = 60 * time.Second
-	}
-	in := r.Group("/internal", bodyLimit(a.bodyCap, timeout), a.pickInstance(), a.leased())
+	in := r.Group("/internal", bodyLimit(a.bodyCap), a.pickInstance(), a.leased())
 	in.GET("/pool", func(c *gin.Context) { c.JSON(http.StatusOK, a.pool.Snapshot()) })
 	in.POST("/pool/:instance/restart", a.poolAction("restart", a.workers.Restart))
 	in.POST("/pool/:instance/drain", a.poolAction("drain", a.workers.Drain))

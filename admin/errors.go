@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"time"
 
 	"github.com/gin-gonic/gin"
 )
@@ -73,12 +72,10 @@ func WriteError(w http.ResponseWriter, status int, code, message string) {
 	_, _ = w.Write(b)
 }
 
-// bodyLimit caps admin request bodies in size and in time: over max is a
-// 413 at once (or when reading finds it), and a body that has not arrived
-// within timeout is a 408. A request without a body gets no read deadline
-// (a probe may run longer than the body timeout), and one with a body has
-// it lifted once the body is read, so a long action after it is not cut.
-func bodyLimit(capOf func(*gin.Context) int64, timeout time.Duration) gin.HandlerFunc {
+// bodyLimit caps admin request bodies in size: over max is a 413 at once
+// (or when reading finds it). How long a body may take is bounded before
+// any middleware runs (httpx.Deadlines, which main wraps every listener in).
+func bodyLimit(capOf func(*gin.Context) int64) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		r, max := c.Request, capOf(c)
 		if r.ContentLength > max {
@@ -86,29 +83,8 @@ func bodyLimit(capOf func(*gin.Context) int64, timeout time.Duration) gin.Handle
 			return
 		}
 		r.Body = http.MaxBytesReader(c.Writer, r.Body, max)
-		if r.ContentLength != 0 {
-			rc := http.NewResponseController(c.Writer)
-			if rc.SetReadDeadline(time.Now().Add(timeout)) == nil {
-				r.Body = &untilEOF{ReadCloser: r.Body, atEOF: func() { _ = rc.SetReadDeadline(time.Time{}) }}
-			}
-		}
 		c.Next()
 	}
-}
-
-// untilEOF calls atEOF once, when the body has been read to its end.
-type untilEOF struct {
-	io.ReadCloser
-	atEOF func()
-}
-
-func (b *untilEOF) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF && b.atEOF != nil {
-		b.atEOF()
-		b.atEOF = nil
-	}
-	return n, err
 }
 
 // readBody reads the request body under bodyLimit's caps, or answers the

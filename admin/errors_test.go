@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poolgate/poolgate/handlers"
+	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/pool/cluster"
@@ -77,12 +78,13 @@ func (h fakeHolders) Holder(string) (bool, string) { return false, h.url }
 func (h fakeHolders) ID() string                   { return "r1" }
 
 // adminServer serves the /internal API as main wires it, with body timeout
-// bodyTimeout; holders, when set, makes it a replica that holds nothing.
+// bodyTimeout (httpx.Deadlines around the engine); holders, when set,
+// makes it a replica that holds nothing.
 func adminServer(t *testing.T, holders Holders, bodyTimeout time.Duration) (*httptest.Server, *fakePool) {
 	t.Helper()
 	gin.SetMode(gin.TestMode)
 	p := &fakePool{}
-	a := New(Config{BodyTimeout: bodyTimeout}, p, p, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	a := New(Config{}, p, p, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	cr := &access.Credentials{Keys: apikey.NewRegistry(nil), AdminToken: "adm"}
 	if holders != nil {
 		cr.Hops = testHops(t, holders.ID(), "http://r1:8080")
@@ -93,7 +95,7 @@ func adminServer(t *testing.T, holders Holders, bodyTimeout time.Duration) (*htt
 	in := a.Register(e)
 	a.RegisterSession(in, nil)
 	a.RegisterBundles(in, p)
-	srv := httptest.NewServer(e)
+	srv := httptest.NewServer(httpx.Deadlines(e, bodyTimeout))
 	t.Cleanup(srv.Close)
 	return srv, p
 }

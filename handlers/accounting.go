@@ -96,7 +96,9 @@ func observe(m *metrics.Metrics, acct *Accounting, log *slog.Logger, api string,
 		if body, err := httpx.ReadBody(c.Request); err != nil {
 			rec.Error = readFailed(&x.w, c.Request, err)
 		} else {
-			x.body = body
+			if x.hop != nil {
+				x.body = body // for the hop; otherwise the body may go once decoded
+			}
 			out := h(&x.w, c.Request, relay.Call{Body: body, Pool: x})
 			rec = record{Served: x.record(), Error: out.Told, Forwarded: out.Forwarded}
 		}
@@ -113,14 +115,15 @@ func observe(m *metrics.Metrics, acct *Accounting, log *slog.Logger, api string,
 	}
 }
 
-// readFailed answers a body that could not be read (over its cap, late, or
-// cut off) in the request's protocol shape and returns what it told.
+// readFailed answers a body that could not be read (over its cap, late, over
+// the gateway's body budget, or cut off) in the request's protocol shape and
+// returns what it told.
 func readFailed(w http.ResponseWriter, r *http.Request, err error) string {
 	if apierr.Gone(r.Context(), err) {
 		w.WriteHeader(apierr.StatusClientClosed)
 		return relay.ClientGone
 	}
-	if !errors.Is(err, httpx.ErrBodyTooLarge) && !errors.Is(err, httpx.ErrBodyTimeout) {
+	if !errors.Is(err, httpx.ErrBodyTooLarge) && !errors.Is(err, httpx.ErrBodyTimeout) && !errors.Is(err, httpx.ErrBudget) {
 		err = &apierr.RequestError{Message: "could not read the request body: " + err.Error()}
 	}
 	p := apierr.Classify(err)

@@ -6,7 +6,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/poolgate/poolgate/handlers/gemini"
-
+	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/internal/access"
 )
 
@@ -32,6 +32,14 @@ func Authorize(cr *access.Credentials, adminErr AdminErrorFunc) gin.HandlerFunc 
 		}
 		caller, v, ok := cr.Identify(c.Request)
 		access.StripHop(c.Request)
+		if presented(caller) {
+			httpx.Trust(c.Request.Context())
+		} else {
+			// Nothing ties this connection to anyone: it serves one
+			// request, and its count against max_unauthenticated_conns
+			// ends with it.
+			c.Header("Connection", "close")
+		}
 		if answer := caller.HopAnswer(); answer != "" {
 			// The forwarding replica relays only an answer signed for its
 			// hop; the body it sent may sit in a temporary file.
@@ -57,4 +65,10 @@ func Authorize(cr *access.Credentials, adminErr AdminErrorFunc) gin.HandlerFunc 
 		c.Request = c.Request.WithContext(access.WithCaller(c.Request.Context(), caller))
 		c.Next()
 	}
+}
+
+// presented reports whether the caller showed a credential in force (a key,
+// a token, a replica's proof; on an open gateway anyone counts).
+func presented(c access.Caller) bool {
+	return c.Key != nil || c.Token != "" || c.Replica != ""
 }

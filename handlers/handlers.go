@@ -48,11 +48,13 @@ type Config struct {
 	AdminError AdminErrorFunc
 	// Accounting limits and records each key's use (nil: none).
 	Accounting *Accounting
-	// MaxBodyBytes caps request bodies (default 16 MiB).
+	// MaxBodyBytes caps request bodies (default 16 MiB). How long a body may
+	// take to arrive is bounded around the whole engine, before any
+	// middleware (httpx.Deadlines, which main wraps every listener in).
 	MaxBodyBytes int64
-	// BodyTimeout bounds how long a request body may take to arrive
-	// (default 60s): a slow client can't hold a goroutine and its buffer.
-	BodyTimeout time.Duration
+	// BodyBudget caps the bytes of the API's request bodies held at once
+	// (nil: no cap).
+	BodyBudget *httpx.Budget
 	// Insecure says the listener may be public without API keys (the
 	// operator's explicit choice): requests for any host name are served.
 	Insecure bool
@@ -89,9 +91,6 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 16 << 20
 	}
-	if cfg.BodyTimeout <= 0 {
-		cfg.BodyTimeout = 60 * time.Second
-	}
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	if telemetry.Enabled(cfg.Tracing) {
@@ -115,7 +114,7 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	e.NoRoute(notFound)
 	e.NoMethod(notAllowed)
 
-	api := e.Group("", BodyCap(cfg.MaxBodyBytes, cfg.BodyTimeout))
+	api := e.Group("", BodyCap(cfg.MaxBodyBytes, cfg.BodyBudget))
 	an := &answers{router: p.Router, hop: cfg.Hop, tracer: cfg.Accounting.tracer}
 	chat := observe(m, cfg.Accounting, log, "chat", an, p.Chat.Completions)
 	api.POST("/v1/chat/completions", chat)
@@ -269,42 +268,47 @@ func Recover(log *slog.Logger) gin.HandlerFunc {
 	})
 }
 
-// BodyCap limits request bodies in size and in time: protocol decoders turn
-// the overflow into 413 and a body that did not arrive in time into 408. The
-// deadline ends with the body: a connection's read deadline that outlived it
-// would cancel a long stream's context when the server's background read
-// hits it.
-func BodyCap(n int64, timeout time.Duration) gin.HandlerFunc {
+// BodyCap limits request bodies in size, and in bytes held at once across
+// the gateway: one announced larger than n is refused at once, and protocol
+// decoders turn the overflow of one that was not into 413; one the budget
+// has no room for gets 429 with Retry-After before it is read (a body of
+// unknown length reserves its room as it arrives, and the reader fails
+// when there is none). The room is given back when the request is over.
+// How long a body may take is bounded before any middleware runs
+// (httpx.Deadlines), and a refusal written before its body was read
+// closes the connection there.
+func BodyCap(n int64, budget *httpx.Budget) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if c.Request.ContentLength > n {
-			WriteError(c.Writer, c.Request, http.StatusRequestEntityTooLarge, "request body exceeds "+formatBytes(n))
+		r := c.Request
+		if r.ContentLength > n {
+			WriteError(c.Writer, r, http.StatusRequestEntityTooLarge, "request body exceeds "+formatBytes(n))
 			c.Abort()
 			return
 		}
-		rc := http.NewResponseController(c.Writer)
-		if rc.SetReadDeadline(time.Now().Add(timeout)) == nil {
-			c.Request.Body = &timedBody{ReadCloser: http.MaxBytesReader(c.Writer, c.Request.Body, n), rc: rc}
-		} else {
-			c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, n)
+		r.Body = http.MaxBytesReader(c.Writer, r.Body, n)
+		switch {
+		case budget == nil || r.ContentLength == 0:
+		case r.ContentLength > 0:
+			if !budget.Take(r.ContentLength) {
+				p := apierr.Classify(httpx.ErrBudget)
+				writeProblem(c.Writer, r, &p)
+				c.Abort()
+				return
+			}
+			defer budget.Put(r.ContentLength)
+		default:
+			b := &budgetBody{Reader: httpx.Reader{R: r.Body, B: budget}, Closer: r.Body}
+			r.Body = b
+			defer func() { budget.Put(b.Taken) }()
 		}
 		c.Next()
 	}
 }
 
-// timedBody clears the read deadline once the body is read.
-type timedBody struct {
-	io.ReadCloser
-	rc   *http.ResponseController
-	done bool
-}
-
-func (b *timedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF && !b.done {
-		b.done = true
-		_ = b.rc.SetReadDeadline(time.Time{})
-	}
-	return n, err
+// budgetBody is a body of unknown length read under the budget.
+type budgetBody struct {
+	httpx.Reader
+	io.Closer
 }
 
 func formatBytes(n int64) string {

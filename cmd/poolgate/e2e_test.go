@@ -187,7 +187,8 @@ func TestBadInputGetsItsStatusAndShape(t *testing.T) {
 }
 
 func TestNoReadyInstanceIs503(t *testing.T) {
-	d := testenv.StartDaemon(t, "POOLGATE_WORKER_BIN=/nonexistent/worker", `POOLGATE_ACCOUNTS=[{"name":"a"}]`)
+	// A worker that exits at once: never ready.
+	d := testenv.StartDaemon(t, "POOLGATE_WORKER_BIN="+executable(t), `POOLGATE_ACCOUNTS=[{"name":"a"}]`)
 	resp, err := http.Get(d.URL + "/readyz")
 	if err != nil {
 		t.Fatal(err)

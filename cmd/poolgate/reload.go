@@ -72,6 +72,9 @@ func (a *app) Reload() (admin.ReloadReport, error) {
 	a.applied = merged
 	rep.Applied.Accounts = admin.Diff{Added: orEmpty(ch.Added), Removed: orEmpty(ch.Removed), Changed: orEmpty(ch.Changed)}
 	a.logReload(rep)
+	if len(ch.Restarted) > 0 {
+		a.log.Info("reload: failed instances started again", "instances", ch.Restarted)
+	}
 	return rep, nil
 }
 

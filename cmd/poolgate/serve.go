@@ -27,6 +27,7 @@ import (
 	"github.com/poolgate/poolgate/handlers"
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/gemini"
+	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/openaichat"
 	"github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/internal/access"
@@ -35,6 +36,7 @@ import (
 	"github.com/poolgate/poolgate/internal/live"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/redisconn"
+	"github.com/poolgate/poolgate/internal/sysmem"
 	"github.com/poolgate/poolgate/internal/tokens"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool/cluster"
@@ -113,6 +115,8 @@ type app struct {
 	bundleStore bundle.Store // sealed bundles, beside it
 	api         *http.Server
 	admin       *http.Server // nil when admin shares the API listener
+	apiConns    *httpx.ConnGuard
+	adminConns  *httpx.ConnGuard // nil with admin
 	keys        *apikey.Registry
 	acct        *accounting
 	metrics     *metrics.Metrics
@@ -188,7 +192,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	}
 	a.router = route.NewRouter(route.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
 		Retries: cfg.Retries, Count: a.count.Count, Tools: toolPolicy(cfg), Tracing: tp,
-		ConversationKey: conversationKey(cfg)}, a.pool, affinity, m, log)
+		ConversationKey: conversationKey(cfg), CheckTurn: checkTurn(driver)}, a.pool, affinity, m, log)
 	if err := a.setupLogin(m, lookup, childEnv(environ)); err != nil {
 		return nil, err
 	}
@@ -262,18 +266,19 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	creds := &access.Credentials{Keys: a.keys, AdminToken: cfg.AdminToken, MetricsToken: cfg.MetricsToken,
 		MetricsPublic: cfg.MetricsPublic}
 	hcfg := handlers.Config{Credentials: creds, AdminError: admin.WriteError,
-		Accounting: a.acct.forHTTP(cfg.RequestLogDebug, a.live), MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout,
-		Insecure: cfg.Insecure, Tracing: a.tracing, PythonCompat: cfg.PythonCompat}
+		Accounting: a.acct.forHTTP(cfg.RequestLogDebug, a.live), MaxBodyBytes: cfg.MaxBodyBytes,
+		BodyBudget: httpx.NewBudget(bodyBudget(cfg, log), m.BodyBytes.Set, m.Rejections.Inc),
+		Insecure:   cfg.Insecure, Tracing: a.tracing, PythonCompat: cfg.PythonCompat}
 	var workers admin.Workers = a.sup
 	if a.cluster != nil {
 		creds.Hops, hcfg.Hop = a.hop.Hops, a.hop
 		workers = leasedWorkers{a.sup, a.cluster}
 	}
 	engine := handlers.New(hcfg, protocols, m, log)
-	adm := admin.New(admin.Config{BodyTimeout: cfg.BodyTimeout, BundleImportPlain: cfg.BundleImportPlain,
+	adm := admin.New(admin.Config{BundleImportPlain: cfg.BundleImportPlain,
 		BundleExportPlain: cfg.BundleExportPlain, Simulated: cfg.Simulated()}, adminPool{a.pool, ready}, workers, reg, log)
 	adm.RegisterProbes(engine)
-	a.api = httpServer(cfg.Listen, engine)
+	a.api, a.apiConns = a.httpServer(cfg.Listen, engine)
 	adminEngine := engine
 	if cfg.AdminListen != "" {
 		var open func() bool
@@ -284,7 +289,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		}
 		adminEngine = handlers.NewAdmin(creds, admin.WriteError, log, open, cfg.PythonCompat)
 		adm.RegisterProbes(adminEngine)
-		a.admin = httpServer(cfg.AdminListen, adminEngine)
+		a.admin, a.adminConns = a.httpServer(cfg.AdminListen, adminEngine)
 	}
 	if a.cluster != nil {
 		// The advertised URL serves the admin API unless it has a listener
@@ -402,13 +407,37 @@ func replicaID(name string) string {
 	return name + "-" + hex.EncodeToString(b[:])
 }
 
-// httpServer sets the timeouts both servers need: a slow client can't hold
-// a connection with headers that never end, nor an idle one forever. No
-// server-wide write timeout: streams set their own write deadlines.
-func httpServer(addr string, h http.Handler) *http.Server {
-	return &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
-		MaxHeaderBytes: 1 << 20}
+// httpServer sets the bounds both servers need, all of them before any
+// middleware decides who is calling: a slow client can't hold a connection
+// with headers that never end, a body that never arrives, nor an idle one
+// forever, and connections that have shown no credential are limited in
+// number (the guard, which serve wraps the listener in). No server-wide
+// write timeout: streams set their own write deadlines.
+func (a *app) httpServer(addr string, h http.Handler) (*http.Server, *httpx.ConnGuard) {
+	conns := httpx.NewConnGuard(a.cfg.MaxUnauthenticatedConns, a.metrics.ConnsEvicted.Inc)
+	return &http.Server{Addr: addr, Handler: httpx.Deadlines(h, a.cfg.BodyTimeout), ReadHeaderTimeout: headerTimeout,
+		IdleTimeout: 120 * time.Second, MaxHeaderBytes: 1 << 20, ConnContext: conns.ConnContext}, conns
 }
+
+// bodyBudget is the bytes of API request bodies held at once: the
+// configured figure, else an eighth of the memory this process may use,
+// and at least four bodies of the largest size.
+func bodyBudget(cfg config.Config, log *slog.Logger) int64 {
+	if cfg.BodyBudgetBytes > 0 {
+		return cfg.BodyBudgetBytes
+	}
+	mem, from := sysmem.Limit()
+	budget := max(mem/8, 4*cfg.MaxBodyBytes)
+	if mem == 0 {
+		from = "unknown: 16 bodies of max_body_bytes"
+		budget = 16 * cfg.MaxBodyBytes
+	}
+	log.Info("request body budget", "bytes", budget, "memory", mem, "from", from)
+	return budget
+}
+
+// headerTimeout bounds a request's headers, on every listener.
+const headerTimeout = 10 * time.Second
 
 // run serves until ctx ends, then shuts down: stop accepting, let turns in
 // flight finish within the grace period, stop the workers (SIGINT, then
@@ -452,9 +481,9 @@ func (a *app) run(ctx context.Context) error {
 		defer stopProf()
 	}
 	errc := make(chan error, 2)
-	go func() { errc <- a.api.Serve(lis) }()
+	go func() { errc <- a.api.Serve(a.apiConns.Listen(lis)) }()
 	if a.admin != nil {
-		go func() { errc <- a.admin.Serve(adminLis) }()
+		go func() { errc <- a.admin.Serve(a.adminConns.Listen(adminLis)) }()
 	}
 	a.log.Info("poolgate listening", "addr", lis.Addr().String(), "accounts", a.pool.Size(),
 		"store", storeName(a.cfg), "admin", strings.TrimSpace(a.cfg.AdminListen), "simulated", a.cfg.Simulated())
@@ -528,7 +557,7 @@ func servePprof(addr string) (func(), error) {
 		}
 		mux.ServeHTTP(w, r)
 	})
-	srv := &http.Server{Handler: guard, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: httpx.Deadlines(guard, time.Minute), ReadHeaderTimeout: headerTimeout}
 	go func() { _ = srv.Serve(lis) }()
 	return func() { _ = srv.Close() }, nil
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/pycompat"
@@ -272,6 +274,13 @@ func workerSetup(cfg config.Config, log *slog.Logger) (worker.Driver, []supervis
 	// prefix starts the worker binary; extra follows the driver's own
 	// arguments (for the openai driver, the whole template is prefix+extra).
 	prefix, extra := []string{cfg.WorkerBin}, cfg.WorkerArgs
+	if cfg.WorkerBin != "" {
+		// A binary that is not there would have every worker restarted
+		// forever while the daemon looks alive: refuse the start instead.
+		if _, err := exec.LookPath(cfg.WorkerBin); err != nil {
+			return nil, nil, fmt.Errorf("worker_bin %q cannot be run (%w): set POOLGATE_WORKER_BIN to the worker binary's path, executable by this user", cfg.WorkerBin, err)
+		}
+	}
 	if cfg.WorkerBin == "" {
 		self, err := os.Executable()
 		if err != nil {
@@ -296,18 +305,38 @@ func workerSetup(cfg config.Config, log *slog.Logger) (worker.Driver, []supervis
 	switch cfg.Driver {
 	case "openai":
 		template := append(append([]string(nil), prefix...), extra...)
-		driver = modelserver.New(modelserver.Config{Command: template, APIKey: cfg.WorkerAPIKey, IdleConns: cfg.InstanceMaxInFlight})
+		driver = modelserver.New(modelserver.Config{Command: template, APIKey: cfg.WorkerAPIKey, IdleConns: cfg.InstanceMaxInFlight,
+			MaxRequest: cfg.WorkerMaxTurnBytes})
 	default:
 		driver = lingma.New(lingma.Config{Command: prefix, ExtraArgs: extra,
 			TurnTimeout: cfg.LingmaTurnTimeout, ReplyTimeout: cfg.LingmaIdleTimeout, CallTimeout: cfg.LingmaRPCTimeout,
 			Mode: cfg.LingmaAskMode, AgentSessionType: cfg.LingmaAgentSession, ChatContext: cfg.LingmaChatContext, Reuse: cfg.LingmaReuse,
-			ToolMode: cfg.LingmaToolMode, ToolSettle: cfg.LingmaToolSettle,
+			ToolMode: cfg.LingmaToolMode, ToolSettle: cfg.LingmaToolSettle, MaxFrame: cfg.WorkerMaxTurnBytes,
 			NoIsolation: !cfg.LingmaIsolateHome, DedicatedDomain: cfg.LingmaDedicatedDomain, RateLimitText: regexp.MustCompile(cfg.LingmaRateLimitText),
 			LoginText: regexp.MustCompile(cfg.LingmaLoginText), Logger: log.With("component", "lingma"),
 			Record: lingma.RecordConfig{All: cfg.LingmaRecord, Dir: cfg.LingmaRecordDir, MaxBytes: cfg.LingmaRecordBytes,
 				Keep: cfg.LingmaRecordKeep, Prompts: cfg.RequestLogDebug}})
 	}
 	return driver, workers, nil
+}
+
+// turnChecker is a driver that knows the largest turn its workers take.
+type turnChecker interface {
+	CheckTurn(t *chat.Turn) error
+}
+
+var (
+	_ turnChecker = (*lingma.Driver)(nil)
+	_ turnChecker = (*modelserver.Driver)(nil)
+)
+
+// checkTurn is the router's bound on turns: the driver's (nil for a driver
+// without one).
+func checkTurn(d worker.Driver) func(*chat.Turn) error {
+	if c, ok := d.(turnChecker); ok {
+		return c.CheckTurn
+	}
+	return nil
 }
 
 // workerConfigs makes one worker config per account: the configured ones,

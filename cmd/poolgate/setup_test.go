@@ -24,7 +24,7 @@ func TestSimulatorCredentialsReachOnlyTheSimulator(t *testing.T) {
 		wantSim   bool
 	}{
 		{"the bundled simulator", "", true},
-		{"a real worker", "/opt/lingma/bin/lingma", false},
+		{"a real worker", executable(t), false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := config.Config{Driver: "lingma", WorkerBin: tt.workerBin, Accounts: accounts, DataDir: t.TempDir()}
@@ -39,6 +39,51 @@ func TestSimulatorCredentialsReachOnlyTheSimulator(t *testing.T) {
 			}
 			if !slices.Contains(env, "MINE=a1") {
 				t.Errorf("env %q lacks the account's own MINE=a1", env)
+			}
+		})
+	}
+}
+
+// executable is a file this user may run, standing in for a worker binary.
+func executable(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "lingma")
+	if err := os.WriteFile(path, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A worker_bin that is missing, not executable or not a file refuses the
+// start, naming the setting and why: it would otherwise have every worker
+// restarted forever while the daemon looked alive (issue 35).
+func TestWorkerBinMustRun(t *testing.T) {
+	dir := t.TempDir()
+	plain := filepath.Join(dir, "not-executable")
+	if err := os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	tests := []struct {
+		name string
+		give string
+		want string // "" = starts
+	}{
+		{"missing", filepath.Join(dir, "nowhere", "Lingma"), "no such file"},
+		{"not executable", plain, "permission denied"},
+		{"a directory", dir, "worker_bin"},
+		{"not on PATH", "no-such-worker-binary", "not found"},
+		{"executable", executable(t), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := config.Config{Driver: "lingma", WorkerBin: tt.give, Accounts: []config.Account{{Name: "a1"}}, DataDir: t.TempDir()}
+			_, _, err := workerSetup(cfg, log)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("workerSetup = %v, want a start", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "POOLGATE_WORKER_BIN")):
+				t.Errorf("workerSetup = %v, want an error saying %q and naming POOLGATE_WORKER_BIN", err, tt.want)
 			}
 		})
 	}

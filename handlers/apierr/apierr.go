@@ -135,6 +135,7 @@ func Classify(err error) Problem {
 		ole *chat.OverloadedError
 		rle *chat.RateLimitedError
 		ue  *chat.UpstreamError
+		tle *chat.TooLargeError
 	)
 	p := Problem{Err: err}
 	switch {
@@ -147,8 +148,12 @@ func Classify(err error) Problem {
 		p.Kind, p.Param, p.Code, p.Message = InvalidRequest, ve.Path(), ValidationCode(ve.Problem), ve.Error()
 	case errors.As(err, &pe):
 		p.Kind, p.Param, p.Code, p.Message = InvalidRequest, pe.Param, "tool_not_allowed", pe.Message
+	case errors.As(err, &tle):
+		p.Kind, p.Code, p.Message = TooLarge, "request_too_large", tle.Error()
 	case errors.Is(err, httpx.ErrBodyTooLarge):
 		p.Kind, p.Code, p.Message = TooLarge, "request_too_large", "request body too large"
+	case errors.Is(err, httpx.ErrBudget):
+		p.Kind, p.Code, p.Message, p.RetryAfter = RateLimited, "overloaded", "the gateway is at capacity, retry later", time.Second
 	case errors.Is(err, httpx.ErrBodyTimeout):
 		p.Kind, p.Code, p.Message = RequestTimeout, "request_timeout", httpx.ErrBodyTimeout.Error()
 	case errors.As(err, &ole):

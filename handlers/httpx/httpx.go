@@ -49,10 +49,12 @@ var ErrBodyTimeout = errors.New("the request body did not arrive in time")
 // size and time; ReadBody turns those caps into ErrBodyTooLarge and
 // ErrBodyTimeout.
 //
-// A body that declares its length is read into a buffer of that size (up to
-// maxPresize, so a client cannot make the gateway reserve memory it never
-// sends), not grown from 512 bytes by doubling as io.ReadAll does: an
-// agent's turn is tens of KiB.
+// A body that declares its length is read into a buffer of that size, not
+// grown from 512 bytes by doubling as io.ReadAll does: an agent's turn is
+// tens of KiB, and a large body would otherwise cost twice its size while
+// it is read. A client that announces a body it never sends holds that
+// buffer for the body timeout at most; on the API, the body budget
+// (BodyCap) has counted it before it is made.
 func ReadBody(r *http.Request) ([]byte, error) {
 	b, err := readAll(r.Body, r.ContentLength)
 	var mbe *http.MaxBytesError
@@ -65,13 +67,10 @@ func ReadBody(r *http.Request) ([]byte, error) {
 	return b, err
 }
 
-// maxPresize bounds the buffer ReadBody reserves on a declared length.
-const maxPresize = 256 << 10
-
 // readAll is io.ReadAll starting from a buffer of the declared length n
 // (plus one byte, so the read that meets the end needs no growth).
 func readAll(r io.Reader, n int64) ([]byte, error) {
-	if n <= 0 || n > maxPresize {
+	if n <= 0 {
 		return io.ReadAll(r)
 	}
 	b := make([]byte, 0, n+1)

@@ -215,7 +215,28 @@ var (
 	ErrNotLoggedIn = errors.New("worker is not logged in")
 	// ErrWorkerGone: the worker process or its connection went away mid-turn.
 	ErrWorkerGone = errors.New("worker connection lost")
+	// ErrNotSent marks a failure that came before the turn reached the
+	// worker: its connection had already ended, or could not be made. The
+	// turn cannot have caused it, so the router may try another worker; a
+	// worker that went away while it was being sent a turn may have been
+	// broken by that turn, and no second one is risked on it.
+	ErrNotSent = errors.New("the turn was not sent to the worker")
 )
+
+// TooLargeError is a turn larger, as encoded for the worker, than the
+// worker accepts. A driver refuses it before sending anything, and the
+// router before any worker is picked: every worker of a pool has the same
+// limit, so no other could take it either.
+type TooLargeError struct {
+	// Size is the turn's size in bytes as the driver would send it (an
+	// upper bound when it was estimated); Limit the most the worker
+	// accepts.
+	Size, Limit int64
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("the conversation is %d bytes as a worker receives it; the workers accept at most %d", e.Size, e.Limit)
+}
 
 // OverloadedError is returned when the admission guard rejects a request.
 type OverloadedError struct {

@@ -68,6 +68,9 @@ type Config struct {
 	LogLevel      string        `yaml:"log_level"`      // debug, info, warn, error (info)
 	LogFormat     string        `yaml:"log_format"`     // text or json (text)
 
+	MaxUnauthenticatedConns int   `yaml:"max_unauthenticated_conns"` // connections one listener keeps open before any request on them showed a key or token; past it the oldest is closed (1024)
+	BodyBudgetBytes         int64 `yaml:"body_budget_bytes"`         // bytes of API request bodies held at once, gateway-wide; past it a request gets 429 with Retry-After before its body is read (0 = an eighth of the memory the process may use, at least 4 times max_body_bytes)
+
 	Driver       string    `yaml:"driver"`         // worker protocol: lingma or openai (lingma)
 	WorkerAPIKey string    `yaml:"worker_api_key"` // Bearer key sent to openai-driver workers
 	DataDir      string    `yaml:"data_dir"`       // parent of the per-account work dirs
@@ -76,6 +79,10 @@ type Config struct {
 	WorkerArgs   []string  `yaml:"worker_args"`    // extra worker arguments
 	Accounts     []Account `yaml:"accounts"`       // the accounts, one worker each; a JSON list in the environment (none = two simulated accounts)
 	AccountsFile string    `yaml:"accounts_file"`  // YAML or JSON file with the account list
+
+	// WorkerMaxTurnBytes exists because a worker that is sent more than it
+	// takes may drop its whole connection, not just refuse the turn.
+	WorkerMaxTurnBytes int64 `yaml:"worker_max_turn_bytes"` // largest turn sent to a worker as encoded for it (a Lingma frame, a model server's request body); a larger one gets 413 before any worker sees it (16 MiB)
 
 	InstanceMaxInFlight int           `yaml:"instance_max_in_flight"` // turns at once per instance (1)
 	MaxInFlight         int           `yaml:"max_in_flight"`          // turns at once in the pool (64)
@@ -163,7 +170,9 @@ func Defaults() Config {
 	return Config{
 		Listen:                    "127.0.0.1:8080",
 		MaxBodyBytes:              16 << 20,
+		WorkerMaxTurnBytes:        16 << 20,
 		BodyTimeout:               60 * time.Second,
+		MaxUnauthenticatedConns:   1024,
 		LogLevel:                  "info",
 		LogFormat:                 "text",
 		Driver:                    "lingma",
@@ -405,7 +414,11 @@ func (c *Config) Validate() error {
 		"stored_responses_per_key": int64(c.StoredResponsesPerKey), "stored_response_bytes_per_key": c.StoredResponseBytesPerKey,
 		"session_cache_size": int64(c.SessionCacheSize), "login_attempts": int64(c.LoginAttempts),
 		"usage_retention_days": int64(c.UsageRetentionDays), "request_log_size": int64(c.RequestLogSize),
-		"request_log_bytes": int64(c.RequestLogBytes)}
+		"request_log_bytes": int64(c.RequestLogBytes), "worker_max_turn_bytes": c.WorkerMaxTurnBytes,
+		"max_unauthenticated_conns": int64(c.MaxUnauthenticatedConns)}
+	if c.BodyBudgetBytes < 0 {
+		errs = append(errs, fmt.Errorf("body_budget_bytes must be 0 (sized for the machine) or positive, got %d", c.BodyBudgetBytes))
+	}
 	for k, v := range positive {
 		if v <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %d", k, v))

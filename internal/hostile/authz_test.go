@@ -473,8 +473,11 @@ func TestExampleConfigGivesUsersNoAdmin(t *testing.T) {
 	path, env := testenv.ExampleConfig(t)
 	// Loopback and memory instead of the compose network's names: the rest
 	// of the file as shipped.
-	// The file names its worker_bin: no simulator, and no worker is needed here.
-	d := testenv.StartDaemonArgs(t, []string{"-config", path}, append(env, "POOLGATE_REDIS_URL=", "POOLGATE_SIMULATE=auto")...)
+	// The file names a worker_bin this machine does not have, which would
+	// refuse the start: any program stands in for it (no worker is needed
+	// here), and no simulator runs.
+	d := testenv.StartDaemonArgs(t, []string{"-config", path}, append(env, "POOLGATE_REDIS_URL=", "POOLGATE_SIMULATE=auto",
+		"POOLGATE_WORKER_BIN="+testenv.PoolgateBin(t))...)
 	tg := target{api: d.URL}
 	for _, r := range access.Routes {
 		if r.Need != access.Admin && r.Need != access.Viewer || r.Clustered {

@@ -303,20 +303,27 @@ func childProcesses(pid int) int {
 // metric reads one unlabelled metric from /metrics.
 func metric(t *testing.T, d *testenv.Daemon, name string) float64 {
 	t.Helper()
+	v, err := scrape(d, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// scrape is metric for a goroutine other than the test's.
+func scrape(d *testenv.Daemon, name string) (float64, error) {
 	req, _ := http.NewRequest(http.MethodGet, d.URL+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+adminToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return f
+			return strconv.ParseFloat(v, 64)
 		}
 	}
-	t.Fatalf("no metric %s", name)
-	return 0
+	return 0, fmt.Errorf("no metric %s", name)
 }

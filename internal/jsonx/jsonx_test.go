@@ -1,6 +1,7 @@
 package jsonx
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 )
@@ -22,6 +23,18 @@ func FuzzAppendString(f *testing.F) {
 		_ = json.Unmarshal(ref, &want)
 		if back != want {
 			t.Errorf("AppendString(%q) decodes to %q, want %q", s, back, want)
+		}
+		if n := StringLen(s); n != len(got) {
+			t.Errorf("StringLen(%q) = %d, AppendString wrote %d bytes", s, n, len(got))
+		}
+		// Drivers that encode with encoding/json (HTML escaping off) rely
+		// on StringLen as an upper bound of its length too.
+		var std bytes.Buffer
+		enc := json.NewEncoder(&std)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(s)
+		if n := std.Len() - 1; n > StringLen(s) {
+			t.Errorf("encoding/json writes %q in %d bytes, more than StringLen's %d", s, n, StringLen(s))
 		}
 	})
 }

@@ -37,6 +37,8 @@ type Metrics struct {
 	KeyRequests      *prometheus.CounterVec   // poolgate_key_requests_total{key,code}
 	KeyTokens        *prometheus.CounterVec   // poolgate_key_tokens_total{key,direction}
 	KeyLimited       *prometheus.CounterVec   // poolgate_key_limited_total{key,limit}
+	ConnsEvicted     prometheus.Counter       // poolgate_unauthenticated_conns_closed_total
+	BodyBytes        prometheus.Gauge         // poolgate_request_body_bytes
 
 	// AccountingHeld and AccountingDropped are the accounting records
 	// (usage, request log, key limits) that wait to be written to Redis
@@ -176,11 +178,18 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Follow-up turns (requests that continue a conversation) served, by account."}, []string{"account"}),
 		FollowUpsReused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolgate_follow_ups_reused_total",
 			Help: "Follow-up turns served that continued their upstream session, by account."}, []string{"account"}),
+		ConnsEvicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "poolgate_unauthenticated_conns_closed_total",
+			Help: "Connections closed because more than max_unauthenticated_conns were open without a credential (the oldest goes).",
+		}),
+		BodyBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "poolgate_request_body_bytes", Help: "Bytes of API request bodies held now, against body_budget_bytes.",
+		}),
 	}
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Tokens, m.InFlight, m.QueueDepth, m.QueueWait,
 		m.Rejections, m.Retries, m.Cooldowns, m.Restarts, m.CacheHits, m.CacheMisses, m.CacheInvalidated,
 		m.StoreErrors, m.LoginAttempts, m.LoginDuration, m.FieldsIgnored, m.ToolsWithheld, m.Handovers,
-		m.KeyRequests, m.KeyTokens, m.KeyLimited)
+		m.KeyRequests, m.KeyTokens, m.KeyLimited, m.ConnsEvicted, m.BodyBytes)
 	reg.MustRegister(m.AccountingHeld, m.AccountingDropped, m.RedisUp, m.AffinityHeld, m.FollowUps, m.FollowUpsReused)
 	for _, r := range ToolWithheldReasons {
 		m.ToolsWithheld.WithLabelValues(r)

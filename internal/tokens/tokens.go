@@ -45,7 +45,7 @@ var ranks = sync.OnceValues(func() (map[string]int, error) {
 // such as "<|endoftext|>" counts as ordinary text; invalid UTF-8 counts as
 // U+FFFD. If the embedded table cannot be loaded (a corrupt build), Count
 // falls back to an estimate of one token per four bytes. It is safe for
-// concurrent use and does not allocate for pieces up to 65 bytes.
+// concurrent use and does not allocate.
 func Count(s string) int {
 	if s == "" {
 		return 0
@@ -85,10 +85,33 @@ func bpeCount(ranks map[string]int, piece string) int {
 	if _, ok := ranks[piece]; ok {
 		return 1
 	}
+	if len(piece) >= shortPiece {
+		// A long piece (a run of letters or digits without a break, cut at
+		// maxPiece) merges in pooled buffers: a hostile prompt of one
+		// megabyte-long word must not cost kilobytes of garbage per slice.
+		b := longPieces.Get().(*longPiece)
+		n := merge(ranks, piece, b.start[:0], b.rank[:0])
+		longPieces.Put(b)
+		return n
+	}
+	var startBuf, rankBuf [shortPiece]int
+	return merge(ranks, piece, startBuf[:0], rankBuf[:0])
+}
+
+// shortPiece bounds the pieces merged in buffers on the stack (a common word
+// is a few bytes).
+const shortPiece = 66
+
+// longPiece holds the merge state of a piece up to maxPiece bytes long.
+type longPiece struct{ start, rank [maxPiece + 1]int }
+
+var longPieces = sync.Pool{New: func() any { return new(longPiece) }}
+
+// merge runs bpeCount's merges in start and rank, which have room for a
+// part per byte of piece.
+func merge(ranks map[string]int, piece string, start, rank []int) int {
 	// Part i is piece[start[i]:start[i+1]]; rank[i] is the rank of parts i
 	// and i+1 joined (noRank when that pair is not in the table).
-	var startBuf, rankBuf [66]int
-	start, rank := startBuf[:0], rankBuf[:0]
 	for i := 0; i <= len(piece); i++ {
 		start = append(start, i)
 	}

@@ -159,6 +159,9 @@ func (c *Client) Start(ctx context.Context, t *chat.Turn) (chat.Answer, error) {
 
 // ask sends chat/ask and returns the turn's answer, ready to be read.
 func (c *Client) ask(ctx context.Context, t *chat.Turn) (*turnAnswer, error) {
+	if err := c.cfg.checkTurn(t); err != nil {
+		return nil, fmt.Errorf("lingma %s: %w", c.name, err) // before the prompt is built
+	}
 	// The worker's requestId is unique per ask even when the router retries a
 	// request on the same worker: a stopped turn's late chat/finish must not
 	// reach its successor. The gateway's id stays in front for the logs.

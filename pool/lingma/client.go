@@ -256,7 +256,8 @@ func (c *Client) call(ctx context.Context, method string, params, out any) error
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		return fmt.Errorf("lingma %s: %s: %w", c.name, method, err)
+		// The connection ended before this call: it cannot be the cause.
+		return fmt.Errorf("lingma %s: %s: %w: %w", c.name, method, chat.ErrNotSent, err)
 	}
 	c.pending[id] = ch
 	c.mu.Unlock()
@@ -265,11 +266,7 @@ func (c *Client) call(ctx context.Context, method string, params, out any) error
 		delete(c.pending, id)
 		c.mu.Unlock()
 	}()
-	frame, err := requestFrame(id, method, params)
-	if err != nil {
-		return fmt.Errorf("lingma %s: %w", c.name, err)
-	}
-	if err := c.write(frame, c.cfg.CallTimeout); err != nil {
+	if err := c.send(id, method, params); err != nil {
 		return fmt.Errorf("lingma %s: %s: %w", c.name, method, err)
 	}
 	select {
@@ -451,10 +448,19 @@ func resultFrame(id json.RawMessage, v any) []byte {
 
 // requestFrame encodes a framed request. It writes the JSON body once into a
 // buffer that reserves room for the header in front, and does not escape
-// HTML characters (prompts are full of "<<<").
+// HTML characters (prompts are full of "<<<"). A large chat/ask is framed
+// by newAskMessage (send).
 func requestFrame(id int64, method string, params any) ([]byte, error) {
-	const room = frameRoom
-	buf := bytes.NewBuffer(make([]byte, room, 256))
+	b, err := requestJSON(id, method, params)
+	if err != nil {
+		return nil, err
+	}
+	return withHeader(b, frameRoom), nil
+}
+
+// requestJSON encodes a request's JSON after frameRoom bytes of room.
+func requestJSON(id int64, method string, params any) ([]byte, error) {
+	buf := bytes.NewBuffer(make([]byte, frameRoom, 256))
 	buf.WriteString(`{"jsonrpc":"2.0","id":`)
 	buf.WriteString(strconv.FormatInt(id, 10))
 	buf.WriteString(`,"method":`)
@@ -467,8 +473,7 @@ func requestFrame(id int64, method string, params any) ([]byte, error) {
 	}
 	buf.Truncate(buf.Len() - 1) // Encode's newline
 	buf.WriteByte('}')
-	b := buf.Bytes()
-	return withHeader(b, room), nil
+	return buf.Bytes(), nil
 }
 
 // reply answers the worker's request id with an empty result. Only the

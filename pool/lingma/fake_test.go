@@ -32,6 +32,7 @@ type fake struct {
 
 	mu      sync.Mutex
 	methods []string
+	sizes   []int                // the JSON size of each request, beside methods
 	replies []*lingmarpc.Message // the client's responses to our requests
 }
 
@@ -58,6 +59,7 @@ func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer ws.CloseNow()
+	ws.SetReadLimit(readLimit)
 	fc := &fakeConn{ws: ws, f: f}
 	var buf []byte
 	for {
@@ -82,6 +84,7 @@ func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
 				f.replies = append(f.replies, m)
 			} else {
 				f.methods = append(f.methods, m.Method)
+				f.sizes = append(f.sizes, len(body))
 			}
 			f.mu.Unlock()
 			switch {

@@ -131,6 +131,12 @@ type Config struct {
 	// Record says which workers write a transcript of each turn, and
 	// where. Default: none.
 	Record RecordConfig
+	// MaxFrame is the largest frame (Content-Length header and JSON-RPC
+	// message, one WebSocket message) sent to the worker: a turn that would
+	// need a larger one is refused before anything is sent (bound.go).
+	// What the real binary accepts is not publicly known; the bundled
+	// simulator accepts lingmarpc.MaxFrame, the default.
+	MaxFrame int64
 	// Logger receives the driver's warnings (refused tool calls). Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -198,6 +204,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.LoginText == nil {
 		c.LoginText = regexp.MustCompile(lingmarpc.DefaultLoginText)
+	}
+	if c.MaxFrame <= 0 {
+		c.MaxFrame = lingmarpc.MaxFrame
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

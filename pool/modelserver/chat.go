@@ -36,11 +36,18 @@ func (c *Client) Start(ctx context.Context, t *chat.Turn) (chat.Answer, error) {
 // open sends the turn and returns its answer, ready to be read.
 func (c *Client) open(ctx context.Context, t *chat.Turn) (*reader, error) {
 	if !c.begin() {
-		return nil, fmt.Errorf("openai %s: chat: client closed: %w", c.name, chat.ErrWorkerGone)
+		return nil, fmt.Errorf("openai %s: chat: client closed: %w: %w", c.name, chat.ErrWorkerGone, chat.ErrNotSent)
+	}
+	if err := c.d.CheckTurn(t); err != nil {
+		return nil, fmt.Errorf("openai %s: %w", c.name, err) // before the request is encoded
 	}
 	p, err := c.d.encode(t, c.head)
 	if err != nil {
 		return nil, fmt.Errorf("openai %s: encode request: %w", c.name, err)
+	}
+	if n := int64(p.buf.Len()); n > c.d.cfg.MaxRequest {
+		c.d.release(p)
+		return nil, fmt.Errorf("openai %s: %w", c.name, &chat.TooLargeError{Size: n, Limit: c.d.cfg.MaxRequest})
 	}
 	// The turn's deadline lives on its connection: no timer or context of
 	// its own.

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // A chat turn does not go through net/http's client. Its transport keeps two
@@ -317,7 +319,9 @@ func (c *Client) exchange(ctx context.Context, p *payload, deadline time.Time) (
 	for attempt := 0; ; attempt++ {
 		w, err := c.conns.get(ctx, attempt > 0)
 		if err != nil {
-			return nil, nil, err
+			// No connection (the worker refused it, or the client is
+			// closed): nothing of the turn reached the worker.
+			return nil, nil, fmt.Errorf("%w: %w", chat.ErrNotSent, err)
 		}
 		resp, retry, err := w.roundTrip(ctx, p, c.d.cfg.HeaderTimeout, deadline)
 		if err == nil {

@@ -65,6 +65,10 @@ type Config struct {
 	ProbeTimeout time.Duration
 	// DialTimeout bounds one TCP connect to a worker on loopback. Default 2s.
 	DialTimeout time.Duration
+	// MaxRequest is the largest chat request body sent to a worker: a turn
+	// that would need a larger one is refused with a *chat.TooLargeError
+	// before anything is sent (bound.go). Default 16 MiB.
+	MaxRequest int64
 	// Models is a static model list, for servers whose /v1/models is missing
 	// or odd. When set, Models returns it and any answer of /v1/models below
 	// 500 counts as ready (a 5xx, such as llama-server's 503 while loading,
@@ -88,6 +92,9 @@ func (c *Config) setDefaults() {
 	def(&c.HeaderTimeout, 60*time.Second)
 	def(&c.ProbeTimeout, 2*time.Second)
 	def(&c.DialTimeout, 2*time.Second)
+	if c.MaxRequest <= 0 {
+		c.MaxRequest = defaultMaxRequest
+	}
 }
 
 // Driver starts and connects to OpenAI-compatible workers. It owns the

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"hash"
 	"strings"
 	"sync"
 
@@ -20,22 +21,27 @@ import (
 // session is not tied to a tool set, and agents change theirs mid-way (a
 // tool search loads one, an MCP server connects).
 
-// conversationKey hashes msgs under the request's model and tools. It
-// writes everything into one pooled buffer and hashes that once: it runs
-// twice per follow-up turn, so it must not allocate per message.
+// conversationKey hashes msgs under the request's model and tools. It feeds
+// the canonical transcript to the hash through one pooled buffer of fixed
+// size, so it neither allocates per message (it runs twice per follow-up
+// turn) nor copies a large transcript: the key of a 10 MB prompt costs no
+// 10 MB. The bytes hashed, and so the keys, are those of one buffer holding
+// the whole canonical transcript.
 func conversationKey(owner, model string, msgs []chat.Message, extra *chat.Message) string {
-	bp := keyBufs.Get().(*[]byte)
-	b := (*bp)[:0]
-	b = appendField(b, model)
+	k := keyHashers.Get().(*keyHasher)
+	k.h.Reset()
+	k.b = k.b[:0]
+	k.field(model)
 	for i := range msgs {
-		b = appendMessage(b, &msgs[i])
+		k.message(&msgs[i])
 	}
 	if extra != nil {
-		b = appendMessage(b, extra)
+		k.message(extra)
 	}
-	sum := sha256.Sum256(b)
-	*bp = b
-	keyBufs.Put(bp)
+	k.flush()
+	var sum [sha256.Size]byte
+	k.h.Sum(sum[:0])
+	keyHashers.Put(k)
 	var out [64]byte
 	n := copy(out[:], owner)
 	out[n] = ':'
@@ -43,23 +49,52 @@ func conversationKey(owner, model string, msgs []chat.Message, extra *chat.Messa
 	return string(out[:n+33])
 }
 
-var keyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
-
-func appendField(b []byte, s string) []byte {
-	b = append(b, s...)
-	return append(b, 0)
+// keyHasher feeds a conversation's canonical bytes to sha256 through b.
+type keyHasher struct {
+	h hash.Hash
+	b []byte
 }
 
-func appendMessage(b []byte, m *chat.Message) []byte {
-	b = append(b, 0x1e)
-	b = appendField(b, m.Role)
-	b = appendText(b, m.Content)
-	for _, tc := range m.ToolCalls {
-		b = append(b, 0x1f)
-		b = appendField(b, tc.Name)
-		b = appendCanonical(b, tc.Arguments)
+var keyHashers = sync.Pool{New: func() any { return &keyHasher{h: sha256.New(), b: make([]byte, 0, 16<<10)} }}
+
+// write adds s, through the buffer: a long s is hashed a buffer at a time.
+func (k *keyHasher) write(s string) {
+	for len(s) > 0 {
+		if len(k.b) == cap(k.b) {
+			k.flush()
+		}
+		n := min(len(s), cap(k.b)-len(k.b))
+		k.b = append(k.b, s[:n]...)
+		s = s[n:]
 	}
-	return b
+}
+
+func (k *keyHasher) byte(c byte) {
+	if len(k.b) == cap(k.b) {
+		k.flush()
+	}
+	k.b = append(k.b, c)
+}
+
+func (k *keyHasher) flush() {
+	_, _ = k.h.Write(k.b) // a hash.Hash never fails
+	k.b = k.b[:0]
+}
+
+func (k *keyHasher) field(s string) {
+	k.write(s)
+	k.byte(0)
+}
+
+func (k *keyHasher) message(m *chat.Message) {
+	k.byte(0x1e)
+	k.field(m.Role)
+	k.text(m.Content)
+	for _, tc := range m.ToolCalls {
+		k.byte(0x1f)
+		k.field(tc.Name)
+		k.canonical(tc.Arguments)
+	}
 }
 
 // Coding agents put <system-reminder> blocks into the transcript (the date,
@@ -72,8 +107,8 @@ const (
 	reminderClose = "</system-reminder>"
 )
 
-// appendText appends text trimmed and without reminder blocks.
-func appendText(b []byte, s string) []byte {
+// text adds text trimmed and without reminder blocks.
+func (k *keyHasher) text(s string) {
 	s = strings.TrimSpace(s)
 	for {
 		i := strings.Index(s, reminderOpen)
@@ -84,28 +119,28 @@ func appendText(b []byte, s string) []byte {
 		if j < 0 {
 			break
 		}
-		b = append(b, strings.TrimSpace(s[:i])...)
+		k.write(strings.TrimSpace(s[:i]))
 		s = strings.TrimSpace(s[i+j+len(reminderClose):])
 	}
-	return append(b, s...)
+	k.write(s)
 }
 
-// appendCanonical appends tool arguments re-encoded with sorted keys and no
-// spaces, so a client that re-encodes a call's arguments (the Anthropic SDKs
-// send them back as objects) doesn't split the conversation; invalid JSON is
-// appended trimmed.
-func appendCanonical(b []byte, args string) []byte {
+// canonical adds tool arguments re-encoded with sorted keys and no spaces,
+// so a client that re-encodes a call's arguments (the Anthropic SDKs send
+// them back as objects) doesn't split the conversation; invalid JSON is
+// added trimmed.
+func (k *keyHasher) canonical(args string) {
 	args = strings.TrimSpace(args)
 	if args == "" || args == "{}" {
-		return append(b, args...)
+		k.write(args)
+		return
 	}
-	if c, ok := canonicalArgs.get(args); ok {
-		return append(b, c...)
+	c, ok := canonicalArgs.get(args)
+	if !ok {
+		c = string(canonicalize(nil, args))
+		canonicalArgs.put(args, c)
 	}
-	n := len(b)
-	b = canonicalize(b, args)
-	canonicalArgs.put(args, string(b[n:]))
-	return b
+	k.write(c)
 }
 
 func canonicalize(b []byte, args string) []byte {
@@ -132,20 +167,22 @@ func lastAssistant(msgs []chat.Message) int {
 	return -1
 }
 
-// affinityHint returns a stable hint for spreading new conversations.
-func affinityHint(req *chat.Request) string {
+// affinityHint returns a stable hint for spreading new conversations: the
+// hash of the client's hint, else of the system prompt, else of the first
+// message (0: none).
+func affinityHint(req *chat.Request) uint64 {
 	if req.AffinityHint != "" {
-		return "u:" + req.AffinityHint
+		return textHint("u:", req.AffinityHint)
 	}
 	for _, m := range req.Messages {
 		if m.Role == chat.RoleSystem && m.Content != "" {
-			return "s:" + m.Content
+			return textHint("s:", m.Content)
 		}
 	}
 	if len(req.Messages) > 0 {
-		return "f:" + req.Messages[0].Content
+		return textHint("f:", req.Messages[0].Content)
 	}
-	return ""
+	return 0
 }
 
 // argsCache remembers canonical tool arguments: a conversation's calls come
@@ -155,7 +192,7 @@ type argsCache struct {
 	m  map[string]string
 }
 
-// canonicalArgs is process-wide like keyBufs: a pure function's memo, with
+// canonicalArgs is process-wide like keyHashers: a pure function's memo, with
 // no state a caller could observe.
 var canonicalArgs = &argsCache{m: map[string]string{}}
 

@@ -1,6 +1,7 @@
 package route
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/poolgate/poolgate/internal/chat"
@@ -58,5 +59,27 @@ func TestConversationKeyCanonicalForm(t *testing.T) {
 				t.Errorf("key unchanged by %s", tt.name)
 			}
 		})
+	}
+}
+
+// TestConversationKeyIsStable: keys are stored in Redis and must survive an
+// upgrade; these are what the transcripts hashed to when the whole canonical
+// transcript was first copied into one buffer.
+func TestConversationKeyIsStable(t *testing.T) {
+	big := strings.Repeat("lorem <system-reminder>x</system-reminder> ipsum\n", 2000) // several buffers
+	tests := []struct {
+		give []chat.Message
+		want string
+	}{
+		{[]chat.Message{{Role: chat.RoleUser, Content: "hi"}}, "owner:e54d1419f37338664ad79e5035f58f60"},
+		{[]chat.Message{{Role: chat.RoleSystem, Content: big}, {Role: chat.RoleUser, Content: " q "},
+			{Role: chat.RoleAssistant, Content: "a", ToolCalls: []chat.ToolCall{{ID: "c", Name: "read", Arguments: ` {"b":1, "a":[2]} `},
+				{Name: "x", Arguments: "not json"}}},
+			{Role: chat.RoleTool, ToolCallID: "c", Content: "r\xff"}}, "owner:d0f1502fb245c94a616831ab215ea23a"},
+	}
+	for _, tt := range tests {
+		if got := conversationKey("owner", "m", tt.give, &chat.Message{Role: chat.RoleAssistant, Content: "ans"}); got != tt.want {
+			t.Errorf("key %s, want %s", got, tt.want)
+		}
 	}
 }

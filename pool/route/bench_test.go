@@ -66,9 +66,9 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		want Want
 	}{
 		{"least busy", Want{}},
-		{"hint", Want{Hint: "user-42"}},
+		{"hint", Want{Hint: textHint("user-42")}},
 		{"prefer", Want{Prefer: "w5"}},
-		{"retry, 2 excluded", Want{Hint: "user-42", Exclude: []string{"w5", "w6"}}},
+		{"retry, 2 excluded", Want{Hint: textHint("user-42"), Exclude: []string{"w5", "w6"}}},
 	} {
 		b.Run(bb.name, func(b *testing.B) {
 			p := benchPool(b, 8, 1)

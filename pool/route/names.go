@@ -51,19 +51,21 @@ func (n *namer) name(owner, model string, msgs []chat.Message) string {
 			break
 		}
 	}
-	bp := keyBufs.Get().(*[]byte)
-	b := appendField((*bp)[:0], owner)
-	b = appendField(b, model)
-	for i := range msgs[:end] {
-		b = appendMessage(b, &msgs[i])
-	}
 	mac := n.macs.Get().(hash.Hash)
 	mac.Reset()
-	mac.Write(b)
+	k := keyHashers.Get().(*keyHasher)
+	plain := k.h
+	k.h, k.b = mac, k.b[:0]
+	k.field(owner)
+	k.field(model)
+	for i := range msgs[:end] {
+		k.message(&msgs[i])
+	}
+	k.flush()
 	var sum [sha256.Size]byte
 	mac.Sum(sum[:0])
+	k.h = plain
+	keyHashers.Put(k)
 	n.macs.Put(mac)
-	*bp = b
-	keyBufs.Put(bp)
 	return hex.EncodeToString(sum[:nameBytes])
 }

@@ -3,7 +3,7 @@ package route
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
+	"hash/maphash"
 	"slices"
 	"sync"
 	"time"
@@ -21,8 +21,9 @@ import (
 type Want struct {
 	// Prefer names the instance holding the conversation's session.
 	Prefer string
-	// Hint spreads new conversations stably (rendezvous hash).
-	Hint string
+	// Hint spreads new conversations stably (rendezvous hash): the hash of
+	// the conversation's hint text (textHint), 0 for none.
+	Hint uint64
 	// Exclude lists instances already tried for this request.
 	Exclude []string
 }
@@ -266,7 +267,7 @@ func (p *Pool) tryPick(want Want, giveUpPrefer bool) *Slot {
 			return nil // busy: wait a little for the instance that holds the session
 		}
 	}
-	if pick == nil && want.Hint != "" {
+	if pick == nil && want.Hint != 0 {
 		var best uint64
 		for _, m := range p.members {
 			if !m.usable() {
@@ -298,12 +299,29 @@ func (p *Pool) tryPick(want Want, giveUpPrefer bool) *Slot {
 	return &Slot{Backend: pick.st.Backend, m: pick, pool: p, start: time.Now(), turns: pick.turns}
 }
 
-func rendezvous(key, node string) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(key))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(node))
+// hintSeed seeds the spread hints: a hint is stable for the life of the
+// process, which is what spreading new conversations needs (no replica or
+// store keeps one).
+var hintSeed = maphash.MakeSeed()
+
+// textHint hashes the parts written one after the other. maphash reads a
+// large system prompt at memory speed and copies none of it.
+func textHint(parts ...string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(hintSeed)
+	for _, p := range parts {
+		_, _ = h.WriteString(p) // never fails
+	}
 	return h.Sum64()
+}
+
+// rendezvous is the score of node for a hint: the hint and the node's name
+// mixed (splitmix64's finalizer), so each hint ranks the nodes its own way.
+func rendezvous(hint uint64, node string) uint64 {
+	z := hint ^ maphash.String(hintSeed, node)
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
 }
 
 // backend returns the named instance's current connection (nil when none).

@@ -3,6 +3,7 @@ package route
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -57,7 +58,7 @@ func TestHintIsStable(t *testing.T) {
 	p, _, _ := testPool(t, Config{}, "a", "b", "c", "d")
 	first := ""
 	for range 5 {
-		s, err := p.Acquire(context.Background(), Want{Hint: "user-42"})
+		s, err := p.Acquire(context.Background(), Want{Hint: textHint("user-42")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,5 +203,26 @@ func TestFenceTakesInstanceOutOfRotation(t *testing.T) {
 	s, err := p.Acquire(context.Background(), Want{Prefer: "a"})
 	if err != nil || s.Instance() != "a" {
 		t.Fatalf("unfenced instance not picked: %v", err)
+	}
+}
+
+// TestHintsSpread: hints rank the instances each their own way, so new
+// conversations spread over the pool.
+func TestHintsSpread(t *testing.T) {
+	nodes := []string{"acct-1", "acct-2", "acct-3", "acct-4"}
+	got := map[string]int{}
+	for i := range 4000 {
+		hint, best, pick := textHint("s:", strconv.Itoa(i)), uint64(0), ""
+		for _, n := range nodes {
+			if s := rendezvous(hint, n); pick == "" || s > best {
+				best, pick = s, n
+			}
+		}
+		got[pick]++
+	}
+	for _, n := range nodes {
+		if got[n] < 800 || got[n] > 1200 {
+			t.Errorf("spread %v: %s got %d of 4000 hints, want about 1000", got, n, got[n])
+		}
 	}
 }

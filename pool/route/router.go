@@ -70,6 +70,11 @@ type RouterConfig struct {
 	// request log and the spans (names.go): replicas with the same key name
 	// a conversation alike (nil: a random key of this process's own).
 	ConversationKey []byte
+	// CheckTurn refuses a turn larger than the pool's workers accept (the
+	// driver's, returning a *chat.TooLargeError); Open asks it before the
+	// affinity lookup and admission, so such a turn costs no slot and no
+	// affinity entry (nil: no bound).
+	CheckTurn func(*chat.Turn) error
 }
 
 // Router runs one request on the pool: affinity, admission, retries,
@@ -165,9 +170,11 @@ type request struct {
 	owner    string
 	mayHop   bool
 	capture  bool
-	conv     string // the conversation's name
-	split    int    // index of the newest assistant message, -1 if none
-	key      string // the affinity entry taken, if any
+	conv     string    // the conversation's name
+	turn     chat.Turn // the whole transcript's turn; an attempt narrows a copy
+	hint     uint64    // spreads a new conversation (affinityHint)
+	split    int       // index of the newest assistant message, -1 if none
+	key      string    // the affinity entry taken, if any
 	hit      Affinity
 	hasHit   bool
 	reused   bool
@@ -183,7 +190,9 @@ type request struct {
 // answer: once it is whole); the caller reads it on its own goroutine,
 // with no goroutine or channel between the worker's connection and the
 // caller, and must Close it. An error returned here happened before any
-// event reached the caller, after retries.
+// event reached the caller, after retries. A turn larger than the workers
+// accept (RouterConfig.CheckTurn) is refused before anything else, and a
+// turn is tried on another instance only when that is safe (retryable).
 //
 // When c.MayHop and the turn belongs to another replica (that replica
 // holds the conversation's upstream session, or no instance here is ready
@@ -191,12 +200,11 @@ type request struct {
 // Opened.Holder, with nothing admitted here: the caller carries the
 // request there, and calls Open again without MayHop if it cannot.
 func (r *Router) Open(ctx context.Context, c Call) (Opened, error) {
-	req := c.Request
-	if err := r.toolPolicy(req); err != nil {
+	rq, err := r.newRequest(c)
+	if err != nil {
 		return Opened{}, err
 	}
-	rq := &request{Request: req, start: time.Now(), api: c.API, model: r.ResolveModel(req.Model),
-		owner: req.Owner, split: lastAssistant(req.Messages), mayHop: c.MayHop, capture: c.Capture}
+	req := c.Request
 	r.lookup(ctx, rq)
 	if rq.conv == "" {
 		rq.conv = r.names.name(rq.owner, rq.model, req.Messages)
@@ -207,8 +215,8 @@ func (r *Router) Open(ctx context.Context, c Call) (Opened, error) {
 	}
 	var lastErr error
 	// attempts counts turns a worker took; a turn refused by an instance
-	// that was already gone (its death not yet noticed) or logged out never
-	// ran, so it doesn't spend the retry budget, up to one refusal per
+	// that was already gone (its death not yet noticed: chat.ErrNotSent)
+	// or logged out never ran, so it doesn't spend the retry budget, up to one refusal per
 	// instance. Tried instances are excluded until every one has been: by
 	// then those restarted are new processes, worth another try.
 	refused := 0
@@ -239,7 +247,12 @@ func (r *Router) Open(ctx context.Context, c Call) (Opened, error) {
 		if ctx.Err() != nil {
 			return Opened{Served: rq.served}, ctx.Err()
 		}
-		if started || !(errors.Is(err, chat.ErrWorkerGone) || errors.Is(err, chat.ErrNotLoggedIn)) {
+		if !retryable(err, started) {
+			r.log.Warn("turn failed before any output, not tried on another instance", "instance", slot.Instance(),
+				"err", err, "request_id", req.RequestID)
+			return Opened{Served: rq.served}, err
+		}
+		if started || !(errors.Is(err, chat.ErrNotSent) || errors.Is(err, chat.ErrNotLoggedIn)) {
 			attempts++
 		} else if refused++; refused > r.pool.Size() {
 			attempts++
@@ -252,6 +265,49 @@ func (r *Router) Open(ctx context.Context, c Call) (Opened, error) {
 		}
 	}
 	return Opened{Served: rq.served}, lastErr
+}
+
+// newRequest is c's routing state, once the operator's tool policy and the
+// workers' size bound let it through.
+func (r *Router) newRequest(c Call) (*request, error) {
+	req := c.Request
+	if err := r.toolPolicy(req); err != nil {
+		return nil, err
+	}
+	rq := &request{Request: req, start: time.Now(), api: c.API, model: r.ResolveModel(req.Model),
+		owner: req.Owner, split: lastAssistant(req.Messages), mayHop: c.MayHop, capture: c.Capture,
+		hint: affinityHint(req)}
+	rq.turn = chat.Turn{RequestID: req.RequestID, Model: rq.model, Messages: req.Messages, Tools: req.Tools,
+		ToolChoice: req.ToolChoice, MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP,
+		Format: req.Format, Agent: wantsAgent(req), Whole: !req.Stream}
+	// The whole transcript, as a worker without the conversation's session
+	// gets it: whichever worker takes the turn, it must fit.
+	if r.cfg.CheckTurn != nil {
+		if err := r.cfg.CheckTurn(&rq.turn); err != nil {
+			return nil, err
+		}
+	}
+	return rq, nil
+}
+
+// retryable says whether a turn that failed before any output may be tried
+// on another instance. A turn no worker would take (too large) is not. Nor
+// is one whose worker went away while the turn was being sent to it, before
+// it acknowledged the turn: the turn may be what broke it, and would break
+// the next one the same way. A worker going away is retried only with
+// evidence the turn did not cause it: the turn never reached the worker
+// (chat.ErrNotSent: its connection had already ended, or could not be
+// made), or the worker had taken it (started: it acknowledged the turn,
+// so it had read and parsed the request) before it went away.
+func retryable(err error, started bool) bool {
+	var tooLarge *chat.TooLargeError
+	switch {
+	case errors.As(err, &tooLarge):
+		return false
+	case errors.Is(err, chat.ErrWorkerGone):
+		return started || errors.Is(err, chat.ErrNotSent)
+	}
+	return true
 }
 
 // toolPolicy applies the operator's tool policy to req.
@@ -332,9 +388,8 @@ func (r *Router) DeleteSession(a Affinity) {
 // turn failed before its first event, and whether the worker had taken the
 // turn; a non-streaming turn is buffered whole and fails here on any error.
 func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream, bool, error) {
-	turn := &chat.Turn{RequestID: rq.RequestID, Model: rq.model, Messages: rq.Messages, Tools: rq.Tools,
-		ToolChoice: rq.ToolChoice, MaxTokens: rq.MaxTokens, Temperature: rq.Temperature, TopP: rq.TopP,
-		Format: rq.Format, Agent: wantsAgent(rq.Request), Whole: !rq.Stream}
+	turn := new(chat.Turn)
+	*turn = rq.turn
 	rq.reused = false
 	if rq.hasHit {
 		if slot.Instance() != rq.hit.Instance || rq.hit.SessionID != "" && !continues(slot.Backend, turn) {

@@ -2,6 +2,7 @@ package route
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +13,8 @@ import (
 )
 
 // refusing is a fake worker script: each instance refuses its first n turns
-// as a dead connection, then answers "ok".
+// as a connection that had already ended (nothing was sent), then answers
+// "ok".
 type refusing struct {
 	mu      sync.Mutex
 	refused map[string]int
@@ -24,7 +26,7 @@ func (r *refusing) start(ctx context.Context, instance string, _ *chat.Turn) (ch
 	defer r.mu.Unlock()
 	if r.refused[instance] < r.n {
 		r.refused[instance]++
-		return nil, chat.ErrWorkerGone
+		return nil, fmt.Errorf("%w: %w", chat.ErrWorkerGone, chat.ErrNotSent)
 	}
 	return chattest.Text(ctx, "ok"), nil
 }

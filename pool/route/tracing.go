@@ -21,7 +21,7 @@ import (
 // acquire waits for a slot for rq's turn; traced, the wait is the
 // admission span, with the time spent in the queue.
 func (r *Router) acquire(ctx context.Context, rq *request) (*Slot, error) {
-	want := Want{Prefer: rq.hit.Instance, Hint: affinityHint(rq.Request), Exclude: rq.excluded}
+	want := Want{Prefer: rq.hit.Instance, Hint: rq.hint, Exclude: rq.excluded}
 	if !r.tracer.On() {
 		return r.pool.Acquire(ctx, want)
 	}

@@ -206,17 +206,26 @@ func TestKilledWorkerIsReplaced(t *testing.T) {
 	}
 }
 
-func TestMissingBinaryBacksOffWithAClearError(t *testing.T) {
-	s := startExec(t, helperDriver{bin: "/nonexistent/lingma-worker"}, execWorker(t, "w1"))
-	testenv.WaitFor(t, 5*time.Second, "backoff with an error", func() bool {
+// A worker binary that is not there: a few starts with backoff, each saying
+// what to fix, then the worker is marked failed with the reason and is not
+// started again until a restart asks.
+func TestMissingBinaryIsMarkedFailed(t *testing.T) {
+	wc := execWorker(t, "w1")
+	wc.FailAfter = 3
+	s := startExec(t, helperDriver{bin: "/nonexistent/lingma-worker"}, wc)
+	testenv.WaitFor(t, 10*time.Second, "failed with the reason", func() bool {
 		st := status(s, "w1")
-		return st.State == supervisor.StateBackoff && strings.Contains(st.LastError, "POOLGATE_WORKER_BIN")
+		return st.State == supervisor.StateFailed && strings.Contains(st.LastError, "no such file") &&
+			strings.Contains(st.LastError, "POOLGATE_WORKER_BIN")
 	})
-	time.Sleep(3 * time.Second)
-	// Backoff doubles from 100ms to a 1s cap: about 5 tries in 3s, never a hot loop.
-	if n := status(s, "w1").Restarts; n > 10 {
-		t.Errorf("%d restarts in 3s: the backoff is not holding", n)
+	n := status(s, "w1").Restarts
+	time.Sleep(2 * time.Second) // two backoff caps
+	if st := status(s, "w1"); st.Restarts != n || st.State != supervisor.StateFailed {
+		t.Errorf("after failing: %s with %d restarts, was %d; want it left failed", st.State, st.Restarts, n)
 	}
+	w, _ := s.Worker("w1")
+	w.Restart()
+	testenv.WaitFor(t, 5*time.Second, "started again on the restart", func() bool { return status(s, "w1").Restarts > n })
 }
 
 func TestWorkerThatNeverGetsReadyIsKilledAndRetried(t *testing.T) {

@@ -59,6 +59,9 @@ type Changes struct {
 	Removed []string
 	// Changed were drained, stopped and started again on their new config.
 	Changed []string
+	// Restarted were failed (restarts.go) and are started again: a reload
+	// is an operator's word that what failed them may be fixed.
+	Restarted []string
 }
 
 // Empty reports whether Apply changed nothing.
@@ -87,12 +90,16 @@ func (s *Supervisor) Apply(workers []WorkerConfig) (Changes, error) {
 	var removed []*Worker
 	s.mu.RLock()
 	closed := s.closed
+	var failed []*Worker
 	for _, name := range order {
 		switch old, ok := s.byName[name]; {
 		case !ok:
 			ch.Added = append(ch.Added, name)
 		case !reflect.DeepEqual(old.cfg, want[name]):
 			ch.Changed = append(ch.Changed, name)
+		case old.Status().State == StateFailed:
+			failed = append(failed, old)
+			ch.Restarted = append(ch.Restarted, name)
 		}
 	}
 	for _, w := range s.workers {
@@ -127,6 +134,9 @@ func (s *Supervisor) Apply(workers []WorkerConfig) (Changes, error) {
 			s.retire(w, false)
 		}
 		s.join(want[name])
+	}
+	for _, w := range failed {
+		w.Restart()
 	}
 	s.reorder(order)
 	return ch, nil

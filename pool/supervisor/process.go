@@ -42,6 +42,8 @@ type ProcSpec struct {
 	Dir string
 	// Log receives the process's stdout and stderr, a line at a time.
 	Log *slog.Logger
+	// Lines, when not nil, is handed each of those lines too.
+	Lines func(line string)
 }
 
 // procEnv is the process's own environment: what the driver prepares for
@@ -128,7 +130,7 @@ func (l *ExecLauncher) Launch(spec ProcSpec) (Process, error) {
 	// environment.
 	env := make([]string, 0, len(l.Env)+len(spec.Env))
 	cmd.Env = append(append(env, l.Env...), spec.Env...)
-	lw := &lineLogger{log: spec.Log}
+	lw := &lineLogger{log: spec.Log, lines: spec.Lines}
 	cmd.Stdout, cmd.Stderr = lw, lw
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	l.init()
@@ -193,9 +195,10 @@ func (p *execProcess) Signal(sig syscall.Signal) error {
 
 // lineLogger turns a process's output into one log record per line.
 type lineLogger struct {
-	mu  sync.Mutex
-	log *slog.Logger
-	buf []byte
+	mu    sync.Mutex
+	log   *slog.Logger
+	lines func(string) // may be nil
+	buf   []byte
 }
 
 func (w *lineLogger) Write(b []byte) (int, error) {
@@ -228,10 +231,15 @@ func (w *lineLogger) flush() {
 
 func (w *lineLogger) emit(line []byte) {
 	line = bytes.TrimRight(line, "\r")
-	if len(line) == 0 || w.log == nil {
+	if len(line) == 0 {
 		return
 	}
-	w.log.Info(string(line), "source", "worker")
+	if w.lines != nil {
+		w.lines(string(line))
+	}
+	if w.log != nil {
+		w.log.Info(string(line), "source", "worker")
+	}
 }
 
 var _ io.Writer = (*lineLogger)(nil)

@@ -27,10 +27,14 @@ const (
 	StateBackoff    State = "backoff"
 	StateDraining   State = "draining"
 	StateStopped    State = "stopped"
+	// StateFailed: the worker's starts failed the same way FailAfter times
+	// in a row (failed.go); it waits for a restart.
+	StateFailed State = "failed"
 )
 
 // States lists every state, for metrics that pre-initialise their labels.
-var States = []State{StateStarting, StateReady, StateUnhealthy, StateNeedsLogin, StateBackoff, StateDraining, StateStopped}
+var States = []State{StateStarting, StateReady, StateUnhealthy, StateNeedsLogin, StateBackoff, StateDraining, StateStopped,
+	StateFailed}
 
 // WorkerConfig configures one worker. Zero fields take the defaults noted.
 type WorkerConfig struct {
@@ -55,6 +59,9 @@ type WorkerConfig struct {
 	BackoffMin, BackoffMax time.Duration
 	// StableAfter of uptime resets the backoff (default 60s).
 	StableAfter time.Duration
+	// FailAfter starts in a row that fail the same way mark the worker
+	// failed instead of restarting it again (default 5).
+	FailAfter int
 	// StopGrace is the wait between SIGINT and SIGKILL (default 3s).
 	StopGrace time.Duration
 	// AutoLogin hands a logged-out worker to the supervisor's Loginer
@@ -81,6 +88,9 @@ func (c *WorkerConfig) fill() {
 	}
 	if c.UnhealthyAfter <= 0 {
 		c.UnhealthyAfter = 3
+	}
+	if c.FailAfter <= 0 {
+		c.FailAfter = 5
 	}
 	def(&c.StartTimeout, 20*time.Second)
 	def(&c.HealthInterval, 5*time.Second)
@@ -233,6 +243,7 @@ func (w *Worker) updateIf(change func() bool) {
 func (w *Worker) run(ctx context.Context) {
 	backoff := w.cfg.BackoffMin
 	held := w.cfg.Held
+	var fails failures
 	for {
 		if held {
 			w.set(StateStopped, nil)
@@ -254,15 +265,27 @@ func (w *Worker) run(ctx context.Context) {
 		}
 		switch next {
 		case cmdDrain, cmdStop:
-			held = true
+			held, fails = true, failures{}
 			continue
 		case cmdRestart:
-			backoff = w.cfg.BackoffMin
+			backoff, fails = w.cfg.BackoffMin, failures{}
 			w.countRestart()
 			continue
 		}
 		if time.Since(started) >= w.cfg.StableAfter {
 			backoff = w.cfg.BackoffMin
+		}
+		var gaveUp bool
+		if err, gaveUp = fails.count(err, w.cfg.FailAfter); gaveUp {
+			if !w.failed(ctx, err, &held) {
+				w.set(StateStopped, nil)
+				return
+			}
+			backoff, fails = w.cfg.BackoffMin, failures{}
+			if !held {
+				w.countRestart()
+			}
+			continue
 		}
 		w.set(StateBackoff, err)
 		d := backoff/2 + rand.N(backoff/2+1) // jitter in [b/2, b]
@@ -276,43 +299,14 @@ func (w *Worker) run(ctx context.Context) {
 	}
 }
 
-// backoff waits d before the next start; a restart cuts it short, a drain or
-// stop ends it holding the worker. It reports false when ctx ended.
-func (w *Worker) backoff(ctx context.Context, d time.Duration, held *bool) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		case <-w.box.wake:
-			switch w.box.take() {
-			case cmdDrain, cmdStop:
-				*held = true
-				return true
-			case cmdRestart:
-				return true
-			}
-		}
-	}
-}
-
-func (w *Worker) countRestart() {
-	w.update(func() { w.restarts++ })
-	if m := w.env.metrics; m != nil {
-		m.Restarts.WithLabelValues(w.cfg.Name).Inc()
-	}
-}
-
 // life starts the process once and serves until it fails, ctx ends or a
 // command ends it; it returns the command (0 on failure) and the failure.
 func (w *Worker) life(ctx context.Context) (command, error) {
 	w.set(StateStarting, nil)
-	proc, be, err := w.start(ctx)
+	out := &tail{}
+	proc, be, err := w.start(ctx, out)
 	if err != nil {
-		return 0, err
+		return 0, &startFailure{err: err, lines: out.last()}
 	}
 	defer func() {
 		w.update(func() { w.backend, w.pid, w.released = nil, 0, nil })
@@ -452,7 +446,7 @@ func (w *Worker) drain(ctx context.Context, proc Process) command {
 
 // start launches the process and waits for it to answer, bounded by
 // StartTimeout, failing fast if it exits.
-func (w *Worker) start(ctx context.Context) (Process, worker.Backend, error) {
+func (w *Worker) start(ctx context.Context, out *tail) (Process, worker.Backend, error) {
 	if err := os.MkdirAll(w.cfg.WorkDir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)
 	}
@@ -473,6 +467,7 @@ func (w *Worker) start(ctx context.Context) (Process, worker.Backend, error) {
 	}
 	proc, err := w.launcher.Launch(ProcSpec{
 		Argv: append(w.driver.Command(ep), w.cfg.Account.Args...), Env: env, Dir: w.cfg.WorkDir, Log: w.log,
+		Lines: out.add,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)

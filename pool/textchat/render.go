@@ -42,7 +42,8 @@ func render(t *chat.Turn, tools bool) string {
 	if !tools && !t.Format.JSON && len(t.Messages) == 1 && t.Messages[0].Role == chat.RoleUser {
 		return t.Messages[0].Content
 	}
-	w := writer{b: make([]byte, 0, estimate(t, tools))}
+	var w writer
+	w.Grow(estimate(t, tools))
 
 	// The system messages that open the transcript make the one system
 	// section at the top; one that comes later (an agent's environment or
@@ -52,16 +53,16 @@ func render(t *chat.Turn, tools bool) string {
 		if lead == 0 {
 			w.marker(chat.RoleSystem, "", "")
 		} else {
-			w.b = append(w.b, "\n\n"...)
+			w.WriteString("\n\n")
 		}
 		w.body(t.Messages[lead].Content)
 		lead++
 	}
 	if tools {
 		w.marker(sectionTools, "", "")
-		w.toolsJSON(t.Tools, t.ToolChoice)
+		_, _ = w.Write(appendToolsJSON(make([]byte, 0, toolsEstimate(t.Tools)), t.Tools, t.ToolChoice))
 		w.marker(sectionContract, "", "")
-		w.b = append(w.b, contractText(t.ToolChoice)...)
+		w.WriteString(contractText(t.ToolChoice))
 	}
 	if t.Format.JSON {
 		// Like the tools, the format is said in every prompt, a
@@ -101,7 +102,7 @@ func render(t *chat.Turn, tools bool) string {
 			w.body(m.Content)
 		}
 	}
-	return string(w.b)
+	return w.String() // the builder's bytes: the prompt is made once, not copied
 }
 
 // toolsOffered reports whether the prompt carries the tools sections and the
@@ -125,10 +126,16 @@ func estimate(t *chat.Turn, tools bool) int {
 		}
 	}
 	if tools {
-		n += len(contractAuto) + 128
-		for _, tl := range t.Tools {
-			n += len(tl.Name) + len(tl.Description) + len(tl.Parameters) + 48
-		}
+		n += len(contractAuto) + toolsEstimate(t.Tools)
+	}
+	return n
+}
+
+// toolsEstimate sizes the tools section's JSON.
+func toolsEstimate(tools []chat.Tool) int {
+	n := 128
+	for _, tl := range tools {
+		n += len(tl.Name) + len(tl.Description) + len(tl.Parameters) + 48
 	}
 	return n
 }
@@ -148,88 +155,89 @@ func callNames(msgs []chat.Message) map[string]string {
 	return names
 }
 
-type writer struct{ b []byte }
+// writer builds a prompt in a strings.Builder sized up front (estimate), so
+// a large transcript's prompt costs one allocation of its size.
+type writer struct{ strings.Builder }
 
 // marker starts a section: a newline ends the previous body, then the marker
 // line. id and name become key=value attributes when set.
 func (w *writer) marker(role, id, name string) {
-	if len(w.b) > 0 {
-		w.b = append(w.b, '\n')
+	if w.Len() > 0 {
+		w.WriteByte('\n')
 	}
-	w.b = append(w.b, "<<<"...)
-	w.b = append(w.b, role...)
+	w.WriteString("<<<")
+	w.WriteString(role)
 	if id != "" {
-		w.b = append(w.b, " id="...)
-		w.b = appendAttr(w.b, id)
+		w.WriteString(" id=")
+		w.attr(id)
 	}
 	if name != "" {
-		w.b = append(w.b, " name="...)
-		w.b = appendAttr(w.b, name)
+		w.WriteString(" name=")
+		w.attr(name)
 	}
-	w.b = append(w.b, ">>>\n"...)
+	w.WriteString(">>>\n")
 }
 
-// appendAttr writes an attribute value; characters that would end the value
-// or the marker line become '_' (ids and names are identifiers in practice).
-func appendAttr(b []byte, v string) []byte {
+// attr writes an attribute value; characters that would end the value or
+// the marker line become '_' (ids and names are identifiers in practice).
+func (w *writer) attr(v string) {
 	for i := 0; i < len(v); i++ {
 		switch c := v[i]; c {
 		case ' ', '\t', '\r', '\n', '>', '=':
-			b = append(b, '_')
+			w.WriteByte('_')
 		default:
-			b = append(b, c)
+			w.WriteByte(c)
 		}
 	}
-	return b
 }
 
 // body writes a section body, escaping lines that start with "<<<" by one
 // leading space so they cannot be read as markers.
 func (w *writer) body(s string) {
 	if !strings.Contains(s, "<<<") {
-		w.b = append(w.b, s...)
+		w.WriteString(s)
 		return
 	}
 	for {
 		if strings.HasPrefix(s, "<<<") {
-			w.b = append(w.b, ' ')
+			w.WriteByte(' ')
 		}
 		i := strings.IndexByte(s, '\n')
 		if i < 0 {
-			w.b = append(w.b, s...)
+			w.WriteString(s)
 			return
 		}
-		w.b = append(w.b, s[:i+1]...)
+		w.WriteString(s[:i+1])
 		s = s[i+1:]
 	}
 }
 
-// toolsJSON writes the tools section body: one line of JSON.
-func (w *writer) toolsJSON(tools []chat.Tool, choice chat.ToolChoice) {
-	w.b = append(w.b, `{"tool_choice":`...)
+// appendToolsJSON appends the tools section body: one line of JSON.
+func appendToolsJSON(b []byte, tools []chat.Tool, choice chat.ToolChoice) []byte {
+	b = append(b, `{"tool_choice":`...)
 	switch choice.Mode {
 	case chat.ToolRequired:
-		w.b = append(w.b, `"required"`...)
+		b = append(b, `"required"`...)
 	case chat.ToolNamed:
-		w.b = jsonx.AppendString(w.b, choice.Name)
+		b = jsonx.AppendString(b, choice.Name)
 	default:
-		w.b = append(w.b, `"auto"`...)
+		b = append(b, `"auto"`...)
 	}
-	w.b = append(w.b, `,"tools":[`...)
+	b = append(b, `,"tools":[`...)
 	for i, tl := range tools {
 		if i > 0 {
-			w.b = append(w.b, ',')
+			b = append(b, ',')
 		}
-		w.b = append(w.b, `{"name":`...)
-		w.b = jsonx.AppendString(w.b, tl.Name)
+		b = append(b, `{"name":`...)
+		b = jsonx.AppendString(b, tl.Name)
 		if tl.Description != "" {
-			w.b = append(w.b, `,"description":`...)
-			w.b = jsonx.AppendString(w.b, tl.Description)
+			b = append(b, `,"description":`...)
+			b = jsonx.AppendString(b, tl.Description)
 		}
-		w.b = appendSchema(w.b, tl.Parameters)
-		w.b = append(w.b, '}')
+		b = appendSchema(b, tl.Parameters)
+		b = append(b, '}')
 	}
-	w.b = append(w.b, "]}"...)
+	return append(b, "]}"...)
 }
 
 // appendSchema writes `,"parameters":<schema>` on one line; a missing or
@@ -254,19 +262,17 @@ const formatJSON = "Answer with one JSON value and nothing else: no prose, no co
 // format writes the format section's body: the instruction, then the
 // schema on a line of its own when there is one.
 func (w *writer) format(schema json.RawMessage) {
-	w.b = append(w.b, formatJSON...)
+	w.WriteString(formatJSON)
 	s := bytes.TrimSpace(schema)
 	if len(s) == 0 || bytes.Equal(s, []byte("null")) {
 		return
 	}
-	n := len(w.b)
-	w.b = append(w.b, "\nThe value must follow this JSON Schema:\n"...)
-	buf := bytes.NewBuffer(w.b)
-	if err := json.Compact(buf, s); err != nil {
-		w.b = w.b[:n]
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, s); err != nil {
 		return
 	}
-	w.b = buf.Bytes()
+	w.WriteString("\nThe value must follow this JSON Schema:\n")
+	w.Write(compact.Bytes())
 }
 
 const contractHead = "To call tools, answer with nothing but one fenced block like this one, listing one or more calls:\n" +

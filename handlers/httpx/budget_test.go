@@ -1,0 +1,55 @@
+package httpx
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestBudget(t *testing.T) {
+	var gauge float64
+	refused := 0
+	b := NewBudget(100, func(v float64) { gauge = v }, func() { refused++ })
+	steps := []struct {
+		take int64
+		want bool
+	}{{60, true}, {50, false}, {40, true}, {1, false}}
+	for _, s := range steps {
+		if got := b.Take(s.take); got != s.want {
+			t.Fatalf("Take(%d) = %v with %d held, want %v", s.take, got, b.Held(), s.want)
+		}
+	}
+	b.Put(60)
+	if b.Held() != 40 || gauge != 40 || refused != 2 {
+		t.Errorf("held %d, gauge %v, %d refusals; want 40, 40, 2", b.Held(), gauge, refused)
+	}
+}
+
+// TestReaderReservesAsItReads: a body of unknown length reserves room as
+// it arrives and fails with ErrBudget once there is none; it holds what it
+// read, no more than the budget.
+func TestReaderReservesAsItReads(t *testing.T) {
+	tests := []struct {
+		name    string
+		budget  int64
+		size    int
+		wantErr error
+	}{
+		{"fits", 4 * budgetStep, 3*budgetStep + 10, nil},
+		{"too large", 2 * budgetStep, 3 * budgetStep, ErrBudget},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := NewBudget(tt.budget, nil, nil)
+			r := &Reader{R: strings.NewReader(strings.Repeat("x", tt.size)), B: b}
+			got, err := io.ReadAll(r)
+			if !errors.Is(err, tt.wantErr) || (err == nil && len(got) != tt.size) {
+				t.Errorf("read %d bytes, %v; want %d, %v", len(got), err, tt.size, tt.wantErr)
+			}
+			if r.Taken > tt.budget || b.Held() != r.Taken || (err == nil && r.Taken != int64(tt.size)) {
+				t.Errorf("reserved %d, budget holds %d of %d", r.Taken, b.Held(), tt.budget)
+			}
+		})
+	}
+}
