@@ -14,8 +14,13 @@ import (
 // before it picks a worker) and never writes a frame over MaxFrame (call).
 
 // promptCopies is how many times chat/ask carries the prompt: in
-// questionText and in chatContext.text.
-const promptCopies = 2
+// questionText, and again in chatContext.text when ChatContext says so.
+func (c *Config) promptCopies() int {
+	if c.ChatContext == ContextPrompt {
+		return 2
+	}
+	return 1
+}
 
 // askOverhead bounds what a chat/ask frame holds beside its strings: the
 // Content-Length header, the JSON-RPC envelope, the field names and the
@@ -33,7 +38,7 @@ func (d *Driver) CheckTurn(t *chat.Turn) error { return d.cfg.checkTurn(t) }
 
 // checkTurn is CheckTurn for a driver or a client of cfg.
 func (c *Config) checkTurn(t *chat.Turn) error {
-	if quickBound(t) <= c.MaxFrame {
+	if quickBound(t, c.promptCopies()) <= c.MaxFrame {
 		return nil
 	}
 	if size := c.turnBound(t); size > c.MaxFrame {
@@ -49,9 +54,10 @@ func (c *Config) turnBound(t *chat.Turn) int64 {
 	// minted id when the turn has none.
 	ids := jsonx.StringLen(t.RequestID) + len("-18446744073709551615") + len(newRequestID()) +
 		jsonx.StringLen(t.SessionID) + jsonx.StringLen(t.Model)
-	size := promptCopies * textchat.JSONBound(t, false)
+	copies := c.promptCopies()
+	size := copies * textchat.JSONBound(t, false)
 	if c.ToolMode != ToolsEmulated && len(t.Tools) > 0 {
-		native := promptCopies*textchat.JSONBound(t, true) + jsonx.StringLen(t.ToolChoice.Name)
+		native := copies*textchat.JSONBound(t, true) + jsonx.StringLen(t.ToolChoice.Name)
 		for _, tl := range t.Tools {
 			native += 64 + jsonx.StringLen(tl.Name) + jsonx.StringLen(tl.Description) + jsonx.StringLen(string(tl.Parameters))
 		}
@@ -63,7 +69,7 @@ func (c *Config) turnBound(t *chat.Turn) int64 {
 // quickBound is a cheaper bound than turnBound, from lengths alone: every
 // byte of text at its most expensive (6 bytes escaped, 12 when escaped
 // twice in the tools section) and generous room for each section's marker.
-func quickBound(t *chat.Turn) int64 {
+func quickBound(t *chat.Turn, copies int) int64 {
 	var text, items, callName int64
 	for i := range t.Messages {
 		m := &t.Messages[i]
@@ -82,5 +88,5 @@ func quickBound(t *chat.Turn) int64 {
 	}
 	ids := int64(len(t.RequestID) + len(t.SessionID) + len(t.Model) + len(t.ToolChoice.Name) + 64)
 	prompt := 4096 + 128*items + 7*text + 6*callName*items + 12*(tools+ids)
-	return askOverhead + 6*ids + 6*tools + 64*items + promptCopies*prompt
+	return askOverhead + 6*ids + 6*tools + 64*items + int64(copies)*prompt
 }

@@ -36,12 +36,13 @@ func boundTurns(s string) []*chat.Turn {
 func TestTurnBound(t *testing.T) {
 	texts := []string{"plain", "a\xff\xfe b", "\x00\x1f\"\\\n\t", "<<<user>>>\n<<<x", "\u2028 é 日本 \ufffd",
 		strings.Repeat("\xff", 3000), strings.Repeat("ab\"\n\x01<<<\xff", 5000)}
-	for _, mode := range []string{ToolsEmulated, ToolsNative} {
+	for _, mc := range [][2]string{{ToolsEmulated, ContextNone}, {ToolsNative, ContextNone}, {ToolsEmulated, ContextPrompt}, {ToolsNative, ContextPrompt}} {
+		mode := mc[0] + "/" + mc[1]
 		var sizes []int
 		f := newFake(t, askThen(func(fc *fakeConn, reqID string) {
 			fc.notify("", "chat/finish", map[string]any{"requestId": reqID, "statusCode": 200})
 		}))
-		cfg := Config{ToolMode: mode}
+		cfg := Config{ToolMode: mc[0], ChatContext: mc[1]}
 		d, c := New(cfg), fakeClient(t, f, cfg)
 		for _, s := range texts {
 			for _, turn := range boundTurns(s) {
@@ -55,7 +56,7 @@ func TestTurnBound(t *testing.T) {
 				}
 				body := sizes[len(sizes)-1]
 				frame := int64(len("Content-Length: \r\n\r\n") + len(strconv.Itoa(body)) + body)
-				bound, quick := d.cfg.turnBound(turn), quickBound(turn)
+				bound, quick := d.cfg.turnBound(turn), quickBound(turn, d.cfg.promptCopies())
 				if frame > bound || quick < bound {
 					t.Fatalf("%s: frame of %d bytes, bound %d, quick bound %d (text %q)", mode, frame, bound, quick, s[:min(len(s), 40)])
 				}
@@ -68,13 +69,14 @@ func TestTurnBound(t *testing.T) {
 }
 
 // TestOversizedTurnKeepsTheWorker is the poison turn at the driver: a
-// message whose frame is larger than the worker takes (10 MiB of U+FFFD, as
-// 6 MiB of invalid UTF-8 decodes into, twice in chat/ask) is refused with a
-// *chat.TooLargeError before anything is sent, so the simulator keeps its
-// connection and serves the next turn; CheckTurn refuses it the same.
+// message whose frame is larger than the worker takes (18 MiB of U+FFFD, as
+// 6 MiB of invalid UTF-8 decodes into) is refused with a *chat.TooLargeError
+// before anything is sent, so the simulator keeps its connection and serves
+// the next turn; CheckTurn refuses it the same, and with the prompt also in
+// chatContext (lingma_chat_context prompt) a message of half that size.
 func TestOversizedTurnKeepsTheWorker(t *testing.T) {
 	_, c := newSim(t)
-	poison := &chat.Turn{RequestID: "poison", Messages: user(strings.Repeat("\ufffd", 10<<20/3))}
+	poison := &chat.Turn{RequestID: "poison", Messages: user(strings.Repeat("\ufffd", 6<<20))}
 	var tooLarge *chat.TooLargeError
 	if err := New(Config{}).CheckTurn(poison); !errors.As(err, &tooLarge) || tooLarge.Limit != lingmarpc.MaxFrame {
 		t.Fatalf("CheckTurn = %v, want a *chat.TooLargeError at %d bytes", err, lingmarpc.MaxFrame)
@@ -85,8 +87,15 @@ func TestOversizedTurnKeepsTheWorker(t *testing.T) {
 	if a := runTurn(t, c, &chat.Turn{Messages: user("still there?")}); a.err != nil || !strings.HasPrefix(a.text, "You said: still there?") {
 		t.Fatalf("the next turn = %q, %v; want the simulator's answer", a.text, a.err)
 	}
+	half := &chat.Turn{Messages: user(strings.Repeat("\ufffd", 3<<20))}
+	if err := New(Config{ChatContext: ContextPrompt}).CheckTurn(half); !errors.As(err, &tooLarge) {
+		t.Errorf("CheckTurn of 9 MiB carried twice = %v, want a *chat.TooLargeError", err)
+	}
+	if err := New(Config{}).CheckTurn(half); err != nil {
+		t.Errorf("CheckTurn of a 9 MiB message carried once = %v, want nil", err)
+	}
 	ok := &chat.Turn{Messages: user(strings.Repeat("a", 4<<20))}
-	if err := New(Config{}).CheckTurn(ok); err != nil {
+	if err := New(Config{ChatContext: ContextPrompt}).CheckTurn(ok); err != nil {
 		t.Errorf("CheckTurn of a 4 MiB message = %v, want nil (8 MiB of frame)", err)
 	}
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
-// chat/ask carries the prompt, which may be megabytes, twice (questionText
-// and chatContext.text). encoding/json would escape it into a buffer of its
+// chat/ask carries the prompt, which may be megabytes, in questionText (and
+// again in chatContext.text with lingma_chat_context prompt). encoding/json would escape it into a buffer of its
 // own, grown by doubling, then copy that into the frame: some four times
 // the frame in all, on top of the request it came from. So chat/ask's frame
 // is built here: its envelope is encoded with the prompt left out, its size
@@ -58,8 +58,8 @@ func newAskMessage(id int64, p askParams) (*askMessage, bool, error) {
 	m := &askMessage{prompt: p.QuestionText}
 	holes := 1
 	p.QuestionText = promptHole
-	if p.ChatContext.Text == m.prompt {
-		p.ChatContext.Text = promptHole
+	if p.ChatContext != nil && p.ChatContext.Text == m.prompt {
+		p.ChatContext = &chatContext{Text: promptHole} // p is a copy; its context is shared
 		holes++
 	}
 	env, err := requestJSON(id, "chat/ask", p)

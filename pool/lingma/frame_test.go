@@ -21,7 +21,7 @@ func TestAskMessageIsTheEncodedRequest(t *testing.T) {
 			p := askParams{RequestID: "r-1", SessionID: "s", QuestionText: prompt, ChatTask: "FREE_INPUT", Mode: ModeAgent,
 				Extra: &askExtra{ModelConfig: &modelConfig{Key: "k"}}}
 			if context {
-				p.ChatContext.Text = prompt
+				p.ChatContext = &chatContext{Text: prompt}
 			}
 			m, ok, err := newAskMessage(7, p)
 			if err != nil || !ok {
