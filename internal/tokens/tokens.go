@@ -89,9 +89,9 @@ func bpeCount(ranks map[string]int, piece string) int {
 		// A long piece (a run of letters or digits without a break, cut at
 		// maxPiece) merges in pooled buffers: a hostile prompt of one
 		// megabyte-long word must not cost kilobytes of garbage per slice.
-		b := longPieces.Get().(*longPiece)
+		b := getLongPiece()
 		n := merge(ranks, piece, b.start[:0], b.rank[:0])
-		longPieces.Put(b)
+		putLongPiece(b)
 		return n
 	}
 	var startBuf, rankBuf [shortPiece]int
@@ -105,7 +105,27 @@ const shortPiece = 66
 // longPiece holds the merge state of a piece up to maxPiece bytes long.
 type longPiece struct{ start, rank [maxPiece + 1]int }
 
-var longPieces = sync.Pool{New: func() any { return new(longPiece) }}
+// longPieces keeps a few longPieces for reuse. A channel rather than a
+// sync.Pool: a sync.Pool may drop what it is given (the race detector's
+// build drops a quarter on purpose), and a dropped one is 8 KiB of garbage
+// per long piece; these stay, a handful per process.
+var longPieces = make(chan *longPiece, 8)
+
+func getLongPiece() *longPiece {
+	select {
+	case b := <-longPieces:
+		return b
+	default:
+		return new(longPiece)
+	}
+}
+
+func putLongPiece(b *longPiece) {
+	select {
+	case longPieces <- b:
+	default: // enough are kept
+	}
+}
 
 // merge runs bpeCount's merges in start and rank, which have room for a
 // part per byte of piece.
