@@ -28,10 +28,11 @@ var (
 	streamOff      = false
 )
 
-// newWireRequest translates a turn. The result points into t, so it must be
-// encoded before t changes.
-func newWireRequest(t *chat.Turn) *wireRequest {
-	r := &wireRequest{
+// newWireRequest translates a turn into r, whose tool definitions go into
+// defs (both reused from the payload, so a turn allocates neither). The
+// result points into t, so it must be encoded before t changes.
+func newWireRequest(t *chat.Turn, r *wireRequest, defs *[]openaiwire.ToolFunction) {
+	*r = wireRequest{
 		Model:       t.Model,
 		Messages:    make([]openaiwire.TextMessage, len(t.Messages)),
 		Stream:      &streamOff,
@@ -74,17 +75,17 @@ func newWireRequest(t *chat.Turn) *wireRequest {
 		}
 	}
 	if len(t.Tools) == 0 {
-		return r
+		return
 	}
 	r.Tools = make([]openaiwire.Tool, len(t.Tools))
-	defs := make([]openaiwire.ToolFunction, len(t.Tools))
+	*defs = append((*defs)[:0], make([]openaiwire.ToolFunction, len(t.Tools))...)
 	for i, tool := range t.Tools {
 		params := tool.Parameters
 		if len(params) == 0 {
 			params = emptySchema // some servers' templates require a schema
 		}
-		defs[i] = openaiwire.ToolFunction{Name: tool.Name, Description: tool.Description, Parameters: params}
-		r.Tools[i] = openaiwire.Tool{Type: "function", Function: &defs[i]}
+		(*defs)[i] = openaiwire.ToolFunction{Name: tool.Name, Description: tool.Description, Parameters: params}
+		r.Tools[i] = openaiwire.Tool{Type: "function", Function: &(*defs)[i]}
 	}
 	switch t.ToolChoice.Mode {
 	case chat.ToolNone:
@@ -95,12 +96,13 @@ func newWireRequest(t *chat.Turn) *wireRequest {
 		named, _ := json.Marshal(map[string]any{"type": "function", "function": map[string]string{"name": t.ToolChoice.Name}})
 		r.ToolChoice = named
 	}
-	return r
 }
 
 // payload is one request: its encoded body and its head, in buffers pooled
 // by the driver.
 type payload struct {
+	req  wireRequest
+	defs []openaiwire.ToolFunction
 	buf  bytes.Buffer
 	head []byte
 	vec  [2][]byte
@@ -114,7 +116,11 @@ func (d *Driver) encode(t *chat.Turn, head []byte) (*payload, error) {
 	p.buf.Reset()
 	enc := json.NewEncoder(&p.buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(newWireRequest(t)); err != nil {
+	newWireRequest(t, &p.req, &p.defs)
+	err := enc.Encode(&p.req)
+	p.req = wireRequest{} // it points into t
+	clear(p.defs)
+	if err != nil {
 		d.release(p)
 		return nil, err
 	}
