@@ -13,6 +13,7 @@ import (
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/jsonx"
+	"github.com/poolgate/poolgate/internal/openaiwire"
 )
 
 // wireRequest is the request body of POST /v1/chat/completions. Fields the
@@ -22,47 +23,7 @@ import (
 // Unknown fields are accepted and ignored: clients and SDKs add vendor
 // extensions freely (reasoning_effort, extra_body leftovers), and rejecting
 // them would break more callers than it protects.
-type wireRequest struct {
-	Model               string              `json:"model"`
-	Messages            []wireMessage       `json:"messages"`
-	Tools               []wireTool          `json:"tools"`
-	ToolChoice          json.RawMessage     `json:"tool_choice"`
-	Stream              *bool               `json:"stream"`
-	StreamOptions       *wireStreamOptions  `json:"stream_options"`
-	MaxTokens           *int                `json:"max_tokens"`
-	MaxCompletionTokens *int                `json:"max_completion_tokens"`
-	Stop                json.RawMessage     `json:"stop"`
-	Temperature         *float64            `json:"temperature"`
-	TopP                *float64            `json:"top_p"`
-	FrequencyPenalty    *float64            `json:"frequency_penalty"`
-	PresencePenalty     *float64            `json:"presence_penalty"`
-	N                   *int                `json:"n"`
-	ResponseFormat      *wireResponseFormat `json:"response_format"`
-	User                string              `json:"user"`
-	Seed                *int64              `json:"seed"`
-	ParallelToolCalls   *bool               `json:"parallel_tool_calls"`
-	ServiceTier         *string             `json:"service_tier"`
-	Metadata            map[string]string   `json:"metadata"`
-	Store               *bool               `json:"store"`
-	Logprobs            *bool               `json:"logprobs"`
-	TopLogprobs         *int                `json:"top_logprobs"`
-	Audio               json.RawMessage     `json:"audio"`
-	Modalities          []string            `json:"modalities"`
-	Prediction          json.RawMessage     `json:"prediction"`
-	Functions           json.RawMessage     `json:"functions"`
-	FunctionCall        json.RawMessage     `json:"function_call"`
-
-	// Sent routinely by coding agents and OpenAI-compatible servers' clients;
-	// no worker can honour them, so they are dropped visibly.
-	ReasoningEffort    json.RawMessage `json:"reasoning_effort"`
-	Reasoning          json.RawMessage `json:"reasoning"`
-	EnableThinking     json.RawMessage `json:"enable_thinking"`
-	ThinkingBudget     json.RawMessage `json:"thinking_budget"`
-	Thinking           json.RawMessage `json:"thinking"`
-	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
-	WebSearchOptions   json.RawMessage `json:"web_search_options"`
-	Verbosity          json.RawMessage `json:"verbosity"`
-}
+type wireRequest = openaiwire.Request[openaiwire.Message]
 
 // Fields this protocol accepts but drops, as counted in
 // poolgate_request_fields_ignored_total{protocol="chat"}.
@@ -87,7 +48,7 @@ var DroppedFields = []string{
 }
 
 // dropTopLevel records the top-level fields a worker cannot honour.
-func (w *wireRequest) dropTopLevel(d *httpx.Dropped) {
+func dropTopLevel(w *wireRequest, d *httpx.Dropped) {
 	d.AddSet(dropReasoning, w.ReasoningEffort)
 	d.AddSet(dropReasoning, w.Reasoning)
 	d.AddSet(dropThinking, w.EnableThinking)
@@ -98,21 +59,9 @@ func (w *wireRequest) dropTopLevel(d *httpx.Dropped) {
 	d.AddSet(dropVerbosity, w.Verbosity)
 }
 
-type wireStreamOptions struct {
-	IncludeUsage bool `json:"include_usage"`
-}
-
-type wireResponseFormat struct {
-	Type       string `json:"type"`
-	JSONSchema *struct {
-		Strict *bool           `json:"strict"`
-		Schema json.RawMessage `json:"schema"`
-	} `json:"json_schema"`
-}
-
 // format is the answer format asked for: json_object and a non-strict
 // json_schema ask the worker for a JSON answer (the schema as a hint).
-func (f *wireResponseFormat) format() chat.Format {
+func format(f *openaiwire.ResponseFormat) chat.Format {
 	switch {
 	case f == nil, f.Type == "text":
 		return chat.Format{}
@@ -120,56 +69,6 @@ func (f *wireResponseFormat) format() chat.Format {
 		return chat.Format{JSON: true, Schema: f.JSONSchema.Schema}
 	}
 	return chat.Format{JSON: true}
-}
-
-type wireMessage struct {
-	Role         string          `json:"role"`
-	Content      json.RawMessage `json:"content"`
-	Name         string          `json:"name"`
-	ToolCalls    []wireToolCall  `json:"tool_calls"`
-	ToolCallID   string          `json:"tool_call_id"`
-	Refusal      *string         `json:"refusal"`
-	FunctionCall json.RawMessage `json:"function_call"`
-	// ReasoningContent is an earlier turn's reasoning (DeepSeek and Qwen
-	// style); the workers neither make nor read it.
-	ReasoningContent json.RawMessage `json:"reasoning_content"`
-}
-
-type wireToolCall struct {
-	ID       string       `json:"id"`
-	Type     string       `json:"type"`
-	Function wireFunction `json:"function"`
-}
-
-type wireFunction struct {
-	Name      string `json:"name"`
-	Arguments string `json:"arguments"`
-}
-
-type wirePart struct {
-	Type         string          `json:"type"`
-	Text         *string         `json:"text"`
-	Refusal      *string         `json:"refusal"`
-	CacheControl json.RawMessage `json:"cache_control"`
-}
-
-type wireTool struct {
-	Type     string        `json:"type"`
-	Function *wireToolFunc `json:"function"`
-}
-
-type wireToolFunc struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	Parameters  json.RawMessage `json:"parameters"`
-	Strict      *bool           `json:"strict"`
-}
-
-type wireToolChoice struct {
-	Type     string `json:"type"`
-	Function *struct {
-		Name string `json:"name"`
-	} `json:"function"`
 }
 
 // options are the request's settings that shape the response, not the
@@ -187,18 +86,18 @@ const maxStops = 4
 // validates it. Every error it returns is an *apierr.RequestError (a 400).
 func decodeRequest(body []byte) (*chat.Request, options, error) {
 	var w wireRequest
-	if !fastRequest(body, &w) {
+	if !openaiwire.FastRequest(body, &w) {
 		w = wireRequest{}
 		if err := unmarshal(body, &w, ""); err != nil {
 			return nil, options{}, locate(body, err)
 		}
 	}
-	if err := w.reject(); err != nil {
+	if err := reject(&w); err != nil {
 		return nil, options{}, err
 	}
 	var opt options
-	w.dropTopLevel(&opt.dropped)
-	req := &chat.Request{Model: w.Model, AffinityHint: w.User, Format: w.ResponseFormat.format()}
+	dropTopLevel(&w, &opt.dropped)
+	req := &chat.Request{Model: w.Model, AffinityHint: w.User, Format: format(w.ResponseFormat)}
 	var err error
 	if req.Messages, err = decodeMessages(w.Messages, &opt.dropped); err != nil {
 		return nil, options{}, err
@@ -212,7 +111,7 @@ func decodeRequest(body []byte) (*chat.Request, options, error) {
 	if req.Stop, err = decodeStop(w.Stop); err != nil {
 		return nil, options{}, err
 	}
-	if err := w.checkRanges(); err != nil {
+	if err := checkRanges(&w); err != nil {
 		return nil, options{}, err
 	}
 	// max_completion_tokens replaces the deprecated max_tokens; 0 means no cap.
@@ -233,7 +132,7 @@ func decodeRequest(body []byte) (*chat.Request, options, error) {
 }
 
 // reject refuses features the text-only workers cannot provide.
-func (w *wireRequest) reject() error {
+func reject(w *wireRequest) error {
 	switch {
 	case w.N != nil && *w.N != 1:
 		return badRequest("n", codeUnsupValue, "only n=1 is supported")
@@ -272,7 +171,7 @@ func (w *wireRequest) reject() error {
 }
 
 // checkRanges validates numeric fields against OpenAI's documented ranges.
-func (w *wireRequest) checkRanges() error {
+func checkRanges(w *wireRequest) error {
 	ranges := []struct {
 		param  string
 		v      *float64
@@ -305,7 +204,7 @@ type msgDecoder struct {
 	toolNames map[string]string // tool call id -> function name
 }
 
-func decodeMessages(items []wireMessage, dropped *httpx.Dropped) ([]chat.Message, error) {
+func decodeMessages(items []openaiwire.Message, dropped *httpx.Dropped) ([]chat.Message, error) {
 	if items == nil {
 		return nil, badRequest("messages", codeMissing, "is required")
 	}
@@ -345,9 +244,9 @@ func locate(body []byte, err error) error {
 	var elem any
 	switch {
 	case strings.HasPrefix(re.Param, "messages"):
-		arr, name, elem = probe.Messages, "messages", new(wireMessage)
+		arr, name, elem = probe.Messages, "messages", new(openaiwire.Message)
 	case strings.HasPrefix(re.Param, "tools"):
-		arr, name, elem = probe.Tools, "tools", new(wireTool)
+		arr, name, elem = probe.Tools, "tools", new(openaiwire.Tool)
 	default:
 		return err
 	}
@@ -364,7 +263,7 @@ type msgPath int
 
 func (i msgPath) at(suffix string) string { return "messages[" + strconv.Itoa(int(i)) + "]" + suffix }
 
-func (d *msgDecoder) decodeMessage(wm *wireMessage, i int, m *chat.Message) error {
+func (d *msgDecoder) decodeMessage(wm *openaiwire.Message, i int, m *chat.Message) error {
 	path := msgPath(i)
 	switch wm.Role {
 	case "system", "developer":
@@ -402,7 +301,7 @@ func (d *msgDecoder) decodeMessage(wm *wireMessage, i int, m *chat.Message) erro
 	return nil
 }
 
-func decodeToolCalls(calls []wireToolCall, path msgPath, toolNames *map[string]string) ([]chat.ToolCall, error) {
+func decodeToolCalls(calls []openaiwire.ToolCall, path msgPath, toolNames *map[string]string) ([]chat.ToolCall, error) {
 	if len(calls) == 0 {
 		return nil, nil
 	}
@@ -442,8 +341,8 @@ func (d *msgDecoder) decodeContent(raw json.RawMessage, path msgPath, current bo
 	if raw[0] != '[' {
 		return "", badRequest(path.at(".content"), codeInvalidType, "must be a string, an array of content parts or null")
 	}
-	var parts []wirePart
-	if !fastParts(raw, &parts) {
+	var parts []openaiwire.Part
+	if !openaiwire.FastParts(raw, &parts) {
 		parts = nil
 		if err := unmarshal(raw, &parts, path.at(".content")); err != nil {
 			return "", err
@@ -496,7 +395,7 @@ var (
 	mediaDrops = map[string]string{"image_url": dropImages, "input_audio": dropAudio, "file": dropFiles}
 )
 
-func decodeTools(tools []wireTool) ([]chat.Tool, error) {
+func decodeTools(tools []openaiwire.Tool) ([]chat.Tool, error) {
 	if len(tools) == 0 {
 		return nil, nil
 	}
@@ -545,7 +444,7 @@ func decodeToolChoice(raw json.RawMessage) (chat.ToolChoice, error) {
 			return tc, badRequest("tool_choice", codeInvalidVal, "unknown tool_choice %q (want auto, none, required or a function)", s)
 		}
 	} else {
-		var w wireToolChoice
+		var w openaiwire.NamedToolChoice
 		if err := unmarshal(raw, &w, "tool_choice"); err != nil {
 			return tc, err
 		}

@@ -10,46 +10,14 @@ import (
 	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/jsonx"
+	"github.com/poolgate/poolgate/internal/openaiwire"
 )
 
 // completion is the non-streaming response body.
-type completion struct {
-	ID      string   `json:"id"`
-	Object  string   `json:"object"`
-	Created int64    `json:"created"`
-	Model   string   `json:"model"`
-	Choices []choice `json:"choices"`
-	Usage   usage    `json:"usage"`
-}
+type completion = openaiwire.Completion
 
-type choice struct {
-	Index        int          `json:"index"`
-	Message      replyMessage `json:"message"`
-	Logprobs     *struct{}    `json:"logprobs"`
-	FinishReason string       `json:"finish_reason"`
-}
-
-type replyMessage struct {
-	Role      string          `json:"role"`
-	Content   *string         `json:"content"`
-	Refusal   *string         `json:"refusal"`
-	ToolCalls []replyToolCall `json:"tool_calls,omitempty"`
-}
-
-type replyToolCall struct {
-	ID       string       `json:"id"`
-	Type     string       `json:"type"`
-	Function wireFunction `json:"function"`
-}
-
-type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-}
-
-func usageOf(u chat.Usage) usage {
-	return usage{PromptTokens: u.InputTokens, CompletionTokens: u.OutputTokens, TotalTokens: u.InputTokens + u.OutputTokens}
+func usageOf(u chat.Usage) openaiwire.Usage {
+	return openaiwire.Usage{PromptTokens: u.InputTokens, CompletionTokens: u.OutputTokens, TotalTokens: u.InputTokens + u.OutputTokens}
 }
 
 // finishReason maps the neutral finish reason to OpenAI's. A stop sequence
@@ -281,18 +249,18 @@ func (r *reply) Text(s string) error {
 }
 
 func (r *reply) Body(done chat.Event) ([]byte, error) {
-	var calls []replyToolCall
+	var calls []openaiwire.ToolCall
 	if len(r.Calls) > 0 {
-		calls = make([]replyToolCall, len(r.Calls))
+		calls = make([]openaiwire.ToolCall, len(r.Calls))
 		for i := range r.Calls {
 			calls[i] = replyCall(&r.Calls[i], r.newID)
 		}
 	}
-	msg := replyMessage{Role: "assistant", ToolCalls: calls}
+	msg := openaiwire.CompletionMessage{Role: "assistant", ToolCalls: calls}
 	if s := r.Content(); s != "" || len(calls) == 0 {
 		msg.Content = &s
 	}
-	r.c.Choices = []choice{{Message: msg, FinishReason: finishReason(done.Finish, len(calls) > 0)}}
+	r.c.Choices = []openaiwire.Choice{{Message: msg, FinishReason: finishReason(done.Finish, len(calls) > 0)}}
 	r.c.Usage = usageOf(done.Usage)
 	if p := r.compat; p != nil {
 		now := time.Now()
@@ -308,7 +276,7 @@ func (r *reply) Body(done chat.Event) ([]byte, error) {
 
 // replyCall is a call as the client sees it: an id (made up when the worker
 // gave none) and an arguments object ("{}" when empty).
-func replyCall(tc *chat.ToolCall, newID func(string) string) replyToolCall {
+func replyCall(tc *chat.ToolCall, newID func(string) string) openaiwire.ToolCall {
 	id := tc.ID
 	if id == "" {
 		id = newID("call_")
@@ -317,5 +285,5 @@ func replyCall(tc *chat.ToolCall, newID func(string) string) replyToolCall {
 	if args == "" {
 		args = "{}"
 	}
-	return replyToolCall{ID: id, Type: "function", Function: wireFunction{Name: tc.Name, Arguments: args}}
+	return openaiwire.ToolCall{ID: id, Type: "function", Function: openaiwire.Function{Name: tc.Name, Arguments: args}}
 }

@@ -9,50 +9,17 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/openaiwire"
 )
 
 // maxBody caps an OpenAI request body (32 MiB).
 const maxBody = 32 << 20
 
-// oaiRequest is the part of a chat completion request the simulator reads;
-// other fields are accepted and ignored, as most model servers do.
-type oaiRequest struct {
-	Model         string       `json:"model"`
-	Messages      []oaiMessage `json:"messages"`
-	Stream        bool         `json:"stream"`
-	StreamOptions *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-	Tools []struct {
-		Type     string  `json:"type"`
-		Function toolDef `json:"function"`
-	} `json:"tools"`
-	ToolChoice     json.RawMessage `json:"tool_choice"`
-	ResponseFormat *struct {
-		Type       string `json:"type"`
-		JSONSchema *struct {
-			Schema json.RawMessage `json:"schema"`
-		} `json:"json_schema"`
-	} `json:"response_format"`
-}
-
-type oaiMessage struct {
-	Role       string          `json:"role"`
-	Content    json.RawMessage `json:"content"`
-	ToolCalls  []oaiToolCall   `json:"tool_calls"`
-	ToolCallID string          `json:"tool_call_id"`
-	Name       string          `json:"name"`
-}
-
-type oaiToolCall struct {
-	Index    *int   `json:"index,omitempty"`
-	ID       string `json:"id,omitempty"`
-	Type     string `json:"type,omitempty"`
-	Function struct {
-		Name      string `json:"name,omitempty"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
-}
+// oaiRequest is a chat completion request as the simulator reads it: the
+// fields it uses are decoded as any OpenAI-compatible server would; other
+// fields are ignored.
+type oaiRequest = openaiwire.Request[openaiwire.Message]
 
 // contentText flattens a message content: a string, null, or a list of parts
 // of which the text parts count.
@@ -61,21 +28,20 @@ func contentText(raw json.RawMessage) string {
 	if json.Unmarshal(raw, &s) == nil {
 		return s
 	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
+	var parts []openaiwire.Part
 	_ = json.Unmarshal(raw, &parts) // anything else has no text
 	var b strings.Builder
 	for _, p := range parts {
-		b.WriteString(p.Text)
+		if p.Text != nil {
+			b.WriteString(*p.Text)
+		}
 	}
 	return b.String()
 }
 
 // sections maps the message list onto prompt-contract sections, so both
 // protocols share one answer planner.
-func (req *oaiRequest) sections() []section {
+func sections(req *oaiRequest) []section {
 	var out []section
 	for _, m := range req.Messages {
 		text := contentText(m.Content)
@@ -108,9 +74,9 @@ func (req *oaiRequest) sections() []section {
 	return out
 }
 
-// toolSpec returns the offered tools, or nil when there are none or the
+// offeredTools returns the offered tools, or nil when there are none or the
 // choice is "none".
-func (req *oaiRequest) toolSpec() *toolSpec {
+func offeredTools(req *oaiRequest) *toolSpec {
 	if len(req.Tools) == 0 {
 		return nil
 	}
@@ -127,7 +93,11 @@ func (req *oaiRequest) toolSpec() *toolSpec {
 		return nil
 	}
 	for _, t := range req.Tools {
-		ts.Tools = append(ts.Tools, t.Function)
+		var def toolDef
+		if f := t.Function; f != nil {
+			def = toolDef{Name: f.Name, Description: f.Description, Parameters: f.Parameters}
+		}
+		ts.Tools = append(ts.Tools, def)
 	}
 	return ts
 }
@@ -155,7 +125,7 @@ type completion struct {
 	prompt    int // prompt tokens (words)
 }
 
-func (c *completion) usage() map[string]int {
+func (c *completion) usage() openaiwire.Usage {
 	out := wordCount(c.text)
 	if len(c.calls) > 0 {
 		out = 0
@@ -163,7 +133,7 @@ func (c *completion) usage() map[string]int {
 			out += wordCount(call.name) + len(call.args)
 		}
 	}
-	return map[string]int{"prompt_tokens": c.prompt, "completion_tokens": out, "total_tokens": c.prompt + out}
+	return openaiwire.Usage{PromptTokens: c.prompt, CompletionTokens: out, TotalTokens: c.prompt + out}
 }
 
 func (c *completion) finishReason() string {
@@ -184,7 +154,7 @@ func (s *Sim) serveCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	nth := s.asks.Add(1)
-	secs := req.sections()
+	secs := sections(&req)
 	f := s.cfg.Faults
 	d := parseDirectives(directiveText(secs)).withDefaults(f)
 	ctx := r.Context()
@@ -205,7 +175,7 @@ func (s *Sim) serveCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := s.newCompletion(&req, secs, d)
-	if req.Stream {
+	if req.Stream != nil && *req.Stream {
 		s.streamCompletion(w, r, c, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
 	}
@@ -227,7 +197,7 @@ func (s *Sim) newCompletion(req *oaiRequest, secs []section, d directives) *comp
 		c.text = whoamiText("none", 1, false, len(req.Messages), chars)
 		return c
 	}
-	p := planAnswer(secs, req.toolSpec(), d.calls)
+	p := planAnswer(secs, offeredTools(req), d.calls)
 	c.text, c.calls = p.text, p.calls
 	for range c.calls {
 		c.callIDs = append(c.callIDs, "call_"+randomHex(12))
@@ -253,19 +223,18 @@ func (s *Sim) writeCompletion(w http.ResponseWriter, r *http.Request, c *complet
 		oaiError(w, http.StatusInternalServerError, "server_error", "simulated error")
 		return
 	}
-	msg := map[string]any{"role": "assistant", "content": c.text}
+	msg := openaiwire.CompletionMessage{Role: "assistant", Content: &c.text}
 	if len(c.calls) > 0 {
-		tcs := make([]oaiToolCall, len(c.calls))
+		msg.Content, msg.ToolCalls = nil, make([]openaiwire.ToolCall, len(c.calls))
 		for i, call := range c.calls {
-			tcs[i] = oaiToolCall{ID: c.callIDs[i], Type: "function"}
-			tcs[i].Function.Name, tcs[i].Function.Arguments = call.name, marshalPlain(call.args)
+			msg.ToolCalls[i] = openaiwire.ToolCall{ID: c.callIDs[i], Type: "function",
+				Function: openaiwire.Function{Name: call.name, Arguments: marshalPlain(call.args)}}
 		}
-		msg["content"], msg["tool_calls"] = nil, tcs
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"id": c.id, "object": "chat.completion", "created": c.created, "model": c.model,
-		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": c.finishReason()}},
-		"usage":   c.usage(),
+	writeJSON(w, http.StatusOK, openaiwire.Completion{
+		ID: c.id, Object: "chat.completion", Created: c.created, Model: c.model,
+		Choices: []openaiwire.Choice{{Message: msg, FinishReason: c.finishReason()}},
+		Usage:   c.usage(),
 	})
 }
 
@@ -316,13 +285,11 @@ func (c *completion) deltas() []map[string]any {
 	}
 	var out []map[string]any
 	for i, call := range c.calls {
-		head := oaiToolCall{Index: &i, ID: c.callIDs[i], Type: "function"}
-		head.Function.Name = call.name
-		out = append(out, map[string]any{"tool_calls": []oaiToolCall{head}})
+		head := openaiwire.ToolCallDelta{Index: &i, ID: c.callIDs[i], Type: "function", Function: openaiwire.FunctionDelta{Name: call.name}}
+		out = append(out, map[string]any{"tool_calls": []openaiwire.ToolCallDelta{head}})
 		for _, frag := range splitRunes(marshalPlain(call.args), max(2, c.d.chunks)) {
-			tc := oaiToolCall{Index: &i}
-			tc.Function.Arguments = frag
-			out = append(out, map[string]any{"tool_calls": []oaiToolCall{tc}})
+			tc := openaiwire.ToolCallDelta{Index: &i, Function: openaiwire.FunctionDelta{Arguments: frag}}
+			out = append(out, map[string]any{"tool_calls": []openaiwire.ToolCallDelta{tc}})
 		}
 	}
 	return out

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/openaiwire"
 )
 
 // oaiPost sends a chat completion request and returns the response.
@@ -38,9 +40,9 @@ var oaiWeather = []map[string]any{{"type": "function", "function": map[string]an
 type oaiChunk struct {
 	Choices []struct {
 		Delta struct {
-			Role      string        `json:"role"`
-			Content   string        `json:"content"`
-			ToolCalls []oaiToolCall `json:"tool_calls"`
+			Role      string                     `json:"role"`
+			Content   string                     `json:"content"`
+			ToolCalls []openaiwire.ToolCallDelta `json:"tool_calls"`
 		} `json:"delta"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
@@ -170,7 +172,7 @@ func TestOpenAINonStream(t *testing.T) {
 				Choices []struct {
 					Message struct {
 						Content   *string
-						ToolCalls []oaiToolCall `json:"tool_calls"`
+						ToolCalls []openaiwire.ToolCallDelta `json:"tool_calls"`
 					}
 					FinishReason string `json:"finish_reason"`
 				}

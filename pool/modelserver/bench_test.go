@@ -69,3 +69,38 @@ func BenchmarkChat100(b *testing.B) {
 		}
 	}
 }
+
+// agentTurn is a coding agent's turn: a system prompt, a tool round trip,
+// two tools, a JSON format and a transcript of a few kilobytes.
+func agentTurn() *chat.Turn {
+	temp := 0.2
+	return &chat.Turn{Model: "kmodel", MaxTokens: 512, Temperature: &temp,
+		Format: chat.Format{JSON: true, Schema: []byte(`{"type":"object"}`)},
+		Messages: []chat.Message{
+			{Role: chat.RoleSystem, Content: strings.Repeat("You are a careful coding assistant; cite files. ", 40)},
+			{Role: chat.RoleUser, Content: "Find where the retry budget is configured."},
+			{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: "call_1", Name: "grep", Arguments: `{"pattern":"retry"}`}}},
+			{Role: chat.RoleTool, ToolCallID: "call_1", Name: "grep", Content: strings.Repeat("pool/router.go:42: retryBudget := cfg.Retries\n", 60)},
+			{Role: chat.RoleUser, Content: "Great, and what is the \"default\"?"},
+		},
+		Tools: []chat.Tool{
+			{Name: "grep", Description: "Search files", Parameters: []byte(`{"type":"object","properties":{"pattern":{"type":"string"}}}`)},
+			{Name: "read_file", Description: "Read a file"},
+		},
+		ToolChoice: chat.ToolChoice{Mode: chat.ToolNamed, Name: "grep"},
+	}
+}
+
+// BenchmarkEncodeTurn measures encoding an agent's turn into a request.
+func BenchmarkEncodeTurn(b *testing.B) {
+	d := New(Config{})
+	turn := agentTurn()
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := d.encode(turn, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d.release(p)
+	}
+}

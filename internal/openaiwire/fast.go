@@ -1,4 +1,4 @@
-package openaichat
+package openaiwire
 
 import (
 	"encoding/json"
@@ -9,10 +9,10 @@ import (
 
 // encoding/json decodes a request body by reflection after scanning it once
 // to validate it, and the body of a coding agent's turn is mostly the
-// transcript: long strings scanned twice. fastRequest reads the fields
+// transcript: long strings scanned twice. FastRequest reads the fields
 // agents and SDKs send in one pass and gives up on anything else (a field it
 // does not read, a key spelt in another case, a repeated key, a value of an
-// unexpected type or a number it would have to round), so the wireRequest
+// unexpected type or a number it would have to round), so the Request
 // it fills is always the one encoding/json would have decoded, and every
 // error is still encoding/json's.
 
@@ -43,19 +43,19 @@ var (
 	partKeys     = jsonx.NewNames(partFields...)
 )
 
-// fastRequest decodes body into w, which must be zero, when body is a
+// FastRequest decodes body into w, which must be zero, when body is a
 // request of the common shape, and reports whether it did; false leaves w to
 // be reset and decoded by encoding/json.
-func fastRequest(body []byte, w *wireRequest) bool {
+func FastRequest(body []byte, w *Request[Message]) bool {
 	d := fastDecoder{Scanner: jsonx.NewScanner(body)}
 	return d.request(w) && d.End()
 }
 
-// fastParts decodes a message's content parts into parts, which must be
-// nil, as fastRequest decodes a body.
-func fastParts(raw []byte, parts *[]wirePart) bool {
+// FastParts decodes a message's content parts into parts, which must be
+// nil, as FastRequest decodes a body.
+func FastParts(raw []byte, parts *[]Part) bool {
 	d := fastDecoder{Scanner: jsonx.NewScanner(raw)}
-	return list(&d, parts, 0, func(p *wirePart) bool {
+	return list(&d, parts, 0, func(p *Part) bool {
 		return d.fields(partKeys, func(i int) bool {
 			switch partFields[i] {
 			case "type":
@@ -102,7 +102,7 @@ func (d *fastDecoder) fields(names *jsonx.Names, read func(i int) bool) bool {
 	})
 }
 
-func (d *fastDecoder) request(w *wireRequest) bool {
+func (d *fastDecoder) request(w *Request[Message]) bool {
 	return d.fields(requestKeys, func(i int) bool {
 		switch requestFields[i] {
 		case "model":
@@ -191,7 +191,7 @@ func list[T any](d *fastDecoder, out *[]T, size int, elem func(*T) bool) bool {
 	return ok
 }
 
-func (d *fastDecoder) message(m *wireMessage) bool {
+func (d *fastDecoder) message(m *Message) bool {
 	return d.fields(messageKeys, func(i int) bool {
 		switch messageFields[i] {
 		case "role":
@@ -215,7 +215,7 @@ func (d *fastDecoder) message(m *wireMessage) bool {
 	})
 }
 
-func (d *fastDecoder) toolCall(c *wireToolCall) bool {
+func (d *fastDecoder) toolCall(c *ToolCall) bool {
 	return d.fields(toolCallKeys, func(i int) bool {
 		switch toolCallFields[i] {
 		case "id":
@@ -232,7 +232,7 @@ func (d *fastDecoder) toolCall(c *wireToolCall) bool {
 	})
 }
 
-func (d *fastDecoder) tool(t *wireTool) bool {
+func (d *fastDecoder) tool(t *Tool) bool {
 	return d.fields(toolKeys, func(i int) bool {
 		if i == 0 {
 			return d.str(&t.Type)
@@ -240,7 +240,7 @@ func (d *fastDecoder) tool(t *wireTool) bool {
 		if d.null() {
 			return true
 		}
-		f := &wireToolFunc{}
+		f := &ToolFunction{}
 		t.Function = f
 		return d.fields(toolFuncKeys, func(i int) bool {
 			switch toolFuncFields[i] {
@@ -256,8 +256,8 @@ func (d *fastDecoder) tool(t *wireTool) bool {
 	})
 }
 
-func (d *fastDecoder) streamOptions(out **wireStreamOptions) bool {
-	o := &wireStreamOptions{}
+func (d *fastDecoder) streamOptions(out **StreamOptions) bool {
+	o := &StreamOptions{}
 	*out = o
 	return d.fields(includeKeys, func(int) bool {
 		if d.null() {

@@ -1,4 +1,4 @@
-package openaichat
+package openaiwire
 
 import (
 	"encoding/json"
@@ -38,11 +38,11 @@ var fastRequestSeeds = []string{
 // encoding/json decodes, and reports whether it took it.
 func sameAsJSON(t *testing.T, b []byte) bool {
 	t.Helper()
-	var fast wireRequest
-	if !fastRequest(b, &fast) {
+	var fast Request[Message]
+	if !FastRequest(b, &fast) {
 		return false
 	}
-	var slow wireRequest
+	var slow Request[Message]
 	if err := json.Unmarshal(b, &slow); err != nil {
 		t.Fatalf("fast reader took %q, encoding/json fails it: %v", b, err)
 	}
@@ -53,8 +53,8 @@ func sameAsJSON(t *testing.T, b []byte) bool {
 		if len(m.Content) == 0 || m.Content[0] != '[' {
 			continue
 		}
-		var fp, sp []wirePart
-		if !fastParts(m.Content, &fp) {
+		var fp, sp []Part
+		if !FastParts(m.Content, &fp) {
 			continue
 		}
 		if err := json.Unmarshal(m.Content, &sp); err != nil {
