@@ -17,12 +17,12 @@ func TestPickLeastInFlight(t *testing.T) {
 	wcs[0].MaxInFlight = 2
 	p, _ := startFake(t, Config{}, supervisortest.New(), wcs, nil)
 	waitReady(t, p, "a", "b", "c")
-	s1, err := p.Acquire(context.Background(), Want{})
+	s1, err := p.acquire(context.Background(), preference{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2, _ := p.Acquire(context.Background(), Want{})
-	s3, _ := p.Acquire(context.Background(), Want{})
+	s2, _ := p.acquire(context.Background(), preference{})
+	s3, _ := p.acquire(context.Background(), preference{})
 	got := map[string]bool{s1.Instance(): true, s2.Instance(): true, s3.Instance(): true}
 	if len(got) != 3 {
 		t.Errorf("three turns on %v, want one on each instance", got)
@@ -32,18 +32,18 @@ func TestPickLeastInFlight(t *testing.T) {
 func TestPickPreferAndHint(t *testing.T) {
 	tests := []struct {
 		name string
-		give Want
+		give preference
 		want string
 	}{
-		{"prefer", Want{Prefer: "b"}, "b"},
-		{"prefer unknown falls back", Want{Prefer: "zz", Exclude: []string{"a", "c"}}, "b"},
-		{"exclude", Want{Exclude: []string{"a", "b"}}, "c"},
-		{"every one excluded: tried again", Want{Exclude: []string{"a", "b", "c"}}, ""},
+		{"prefer", preference{Prefer: "b"}, "b"},
+		{"prefer unknown falls back", preference{Prefer: "zz", Exclude: []string{"a", "c"}}, "b"},
+		{"exclude", preference{Exclude: []string{"a", "b"}}, "c"},
+		{"every one excluded: tried again", preference{Exclude: []string{"a", "b", "c"}}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p, _, _ := testPool(t, Config{}, "a", "b", "c")
-			s, err := p.Acquire(context.Background(), tt.give)
+			s, err := p.acquire(context.Background(), tt.give)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,7 +58,7 @@ func TestHintIsStable(t *testing.T) {
 	p, _, _ := testPool(t, Config{}, "a", "b", "c", "d")
 	first := ""
 	for range 5 {
-		s, err := p.Acquire(context.Background(), Want{Hint: textHint("user-42")})
+		s, err := p.acquire(context.Background(), preference{Hint: textHint("user-42")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,13 +75,13 @@ func TestHintIsStable(t *testing.T) {
 func TestQueueWaitsForRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p, _, _ := testPool(t, Config{QueueTimeout: time.Minute}, "a")
-		s1, _ := p.Acquire(context.Background(), Want{})
+		s1, _ := p.acquire(context.Background(), preference{})
 		go func() {
 			time.Sleep(3 * time.Second)
 			s1.Release()
 		}()
 		start := time.Now()
-		s2, err := p.Acquire(context.Background(), Want{})
+		s2, err := p.acquire(context.Background(), preference{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,9 +95,9 @@ func TestQueueWaitsForRelease(t *testing.T) {
 func TestBusyPreferredWaitsThenFallsBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p, _, _ := testPool(t, Config{AffinityWait: 2 * time.Second}, "a", "b")
-		held, _ := p.Acquire(context.Background(), Want{Prefer: "a"})
+		held, _ := p.acquire(context.Background(), preference{Prefer: "a"})
 		start := time.Now()
-		s, err := p.Acquire(context.Background(), Want{Prefer: "a"})
+		s, err := p.acquire(context.Background(), preference{Prefer: "a"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,14 +111,14 @@ func TestBusyPreferredWaitsThenFallsBack(t *testing.T) {
 func TestOverloaded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p, _, _ := testPool(t, Config{MaxQueue: 1, QueueTimeout: 5 * time.Second}, "a")
-		held, _ := p.Acquire(context.Background(), Want{})
+		held, _ := p.acquire(context.Background(), preference{})
 		queued := make(chan error, 1)
 		go func() {
-			_, err := p.Acquire(context.Background(), Want{})
+			_, err := p.acquire(context.Background(), preference{})
 			queued <- err
 		}()
 		synctest.Wait()
-		_, err := p.Acquire(context.Background(), Want{})
+		_, err := p.acquire(context.Background(), preference{})
 		var oe *chat.OverloadedError
 		if !errors.As(err, &oe) || oe.RetryAfter < time.Second {
 			t.Fatalf("queue full: got %v, want OverloadedError with RetryAfter >= 1s", err)
@@ -154,7 +154,7 @@ func TestNoInstance(t *testing.T) {
 				}
 				p, _ := startFake(t, Config{NoInstanceWait: 3 * time.Second}, f, supervisortest.Configs(t, false, "a", "b"), nil)
 				start := time.Now()
-				_, err := p.Acquire(context.Background(), Want{})
+				_, err := p.acquire(context.Background(), preference{})
 				if !errors.Is(err, chat.ErrNoInstance) || errors.Is(err, chat.ErrNotLoggedIn) != tt.wantLogins {
 					t.Fatalf("got %v, want ErrNoInstance, and ErrNotLoggedIn %v", err, tt.wantLogins)
 				}
@@ -171,7 +171,7 @@ func TestCooldownSkipsInstance(t *testing.T) {
 	w, _ := sup.Worker("a")
 	w.Cooldown(time.Minute)
 	for range 3 {
-		s, err := p.Acquire(context.Background(), Want{Prefer: "a"})
+		s, err := p.acquire(context.Background(), preference{Prefer: "a"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +189,7 @@ func TestFenceTakesInstanceOutOfRotation(t *testing.T) {
 	p, _, _ := testPool(t, Config{}, "a", "b")
 	p.Fence("a", time.Now().Add(-time.Millisecond))
 	for range 3 {
-		s, err := p.Acquire(context.Background(), Want{Prefer: "a"})
+		s, err := p.acquire(context.Background(), preference{Prefer: "a"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,7 +200,7 @@ func TestFenceTakesInstanceOutOfRotation(t *testing.T) {
 		t.Fatal("picked a fenced instance")
 	}
 	p.Fence("a", time.Time{})
-	s, err := p.Acquire(context.Background(), Want{Prefer: "a"})
+	s, err := p.acquire(context.Background(), preference{Prefer: "a"})
 	if err != nil || s.Instance() != "a" {
 		t.Fatalf("unfenced instance not picked: %v", err)
 	}

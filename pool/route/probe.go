@@ -81,7 +81,7 @@ func (p *Pool) Probe(ctx context.Context, name string) (ProbeResult, error) {
 
 // probeSlot takes a slot on m whether or not it is cooling down, and names
 // the model to ask (the first the worker listed; "" lets it choose).
-func (p *Pool) probeSlot(m *member) (*Slot, string, error) {
+func (p *Pool) probeSlot(m *member) (*turnSlot, string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -101,11 +101,11 @@ func (p *Pool) probeSlot(m *member) (*Slot, string, error) {
 	if len(m.st.Models) > 0 {
 		model = m.st.Models[0].ID
 	}
-	return &Slot{Backend: m.st.Backend, m: m, pool: p, start: time.Now(), turns: m.turns}, model, nil
+	return &turnSlot{Backend: m.st.Backend, m: m, pool: p, start: time.Now(), turns: m.turns}, model, nil
 }
 
 // probeTurn runs the probe turn to its end and frees its upstream session.
-func probeTurn(ctx context.Context, slot *Slot, model string) (err error) {
+func probeTurn(ctx context.Context, slot *turnSlot, model string) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	ctx, unfence := withFence(ctx, slot)

@@ -139,9 +139,9 @@ type Served struct {
 	Prompt, Answer string
 }
 
-// Answer is a started answer as Open hands it on: a chat.Answer that says,
-// once it is over, how its request was served (*Stream is the one).
-type Answer interface {
+// Started is a started answer as Open hands it on: a chat.Answer that says,
+// once it is over, how its request was served (*turnStream is the one).
+type Started interface {
 	chat.Answer
 	Served() Served
 }
@@ -151,7 +151,7 @@ type Answer interface {
 type Opened struct {
 	// Answer is the started answer, nil when the turn is another
 	// replica's or Open failed.
-	Answer Answer
+	Answer Started
 	// Holder is the URL of the replica that serves the turn instead;
 	// nothing was admitted here.
 	Holder string
@@ -387,7 +387,7 @@ func (r *Router) DeleteSession(a Affinity) {
 // attempt runs the turn on slot. It returns an error (slot released) if the
 // turn failed before its first event, and whether the worker had taken the
 // turn; a non-streaming turn is buffered whole and fails here on any error.
-func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream, bool, error) {
+func (r *Router) attempt(ctx context.Context, rq *request, slot *turnSlot) (*turnStream, bool, error) {
 	turn := new(chat.Turn)
 	*turn = rq.turn
 	rq.reused = false
@@ -416,7 +416,7 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream,
 	// a non-streaming answer whole, a stream from its first event on (the
 	// caller reads the rest). An error before then fails the attempt, to
 	// be retried.
-	st := &Stream{src: src, cancel: cancel}
+	st := &turnStream{src: src, cancel: cancel}
 	st.q = chat.QueueIn(st.qbuf[:])
 	st.f = forwarding{r: r, ctx: tctx, rq: rq, slot: slot, q: &st.q, lim: newLimiter(rq.Stop, rq.MaxTokens, r.cfg.Count)}
 	for first := true; ; first = false {
@@ -468,7 +468,7 @@ func continues(b any, t *chat.Turn) bool {
 }
 
 // failed handles a turn that failed before any output.
-func (r *Router) failed(rq *request, slot *Slot, err error) {
+func (r *Router) failed(rq *request, slot *turnSlot, err error) {
 	slot.Release()
 	if rq.reused || (rq.hasHit && rq.hit.Instance == slot.Instance()) {
 		r.dropHit(rq)
@@ -493,7 +493,7 @@ type forwarding struct {
 	r     *Router
 	ctx   context.Context
 	rq    *request
-	slot  *Slot
+	slot  *turnSlot
 	q     *chat.Queue // what the caller has yet to take
 	lim   *limiter
 	text  strings.Builder
