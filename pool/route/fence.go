@@ -118,6 +118,7 @@ func (m *member) disarm() {
 	if m.fenceTimer != nil {
 		m.fenceTimer.Stop()
 	}
+	m.cool.stopTimer()
 }
 
 // withFence returns ctx, ended also when the slot's instance's fence passes

@@ -167,9 +167,8 @@ func TestNoInstance(t *testing.T) {
 }
 
 func TestCooldownSkipsInstance(t *testing.T) {
-	p, sup, _ := testPool(t, Config{}, "a", "b")
-	w, _ := sup.Worker("a")
-	w.Cooldown(time.Minute)
+	p, _, _ := testPool(t, Config{}, "a", "b")
+	p.coolDown(p.byName["a"], time.Minute)
 	for range 3 {
 		s, err := p.acquire(context.Background(), preference{Prefer: "a"})
 		if err != nil {

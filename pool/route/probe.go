@@ -12,9 +12,8 @@ import (
 )
 
 // Probes: the operator asks for one short turn on an instance, cooling
-// down or not, to learn whether its account answers again. The worker's
-// cooldown itself is the supervisor's (a rate limit starts it, a health
-// check or the operator ends it); the probe acts on what the turn says.
+// down or not, to learn whether its account answers again; the probe acts
+// on what the turn says (the cooldown itself: cooldown.go).
 
 // ErrBusy: the instance has no free slot for a probe, or isn't running.
 var ErrBusy = errors.New("instance busy")
@@ -58,14 +57,15 @@ func (p *Pool) Probe(ctx context.Context, name string) (ProbeResult, error) {
 	switch {
 	case err == nil:
 		res.OK = true
-		if m.w.ClearCooldown() {
+		p.mu.Lock()
+		had := m.clearCooldownLocked()
+		p.mu.Unlock()
+		if had {
 			p.log.Info("probe answered: cooldown cleared", "instance", name)
+			p.broadcast()
 		}
 	case errors.As(err, &rl):
-		d := m.w.Cooldown(rl.RetryAfter)
-		if p.metrics != nil {
-			p.metrics.Cooldowns.Inc()
-		}
+		d := p.coolDown(m, rl.RetryAfter)
 		p.log.Warn("probe rate limited, cooling instance down", "instance", name, "for", d)
 	case errors.Is(err, chat.ErrNotLoggedIn), errors.Is(err, chat.ErrWorkerGone):
 		m.w.Check()
@@ -73,9 +73,9 @@ func (p *Pool) Probe(ctx context.Context, name string) (ProbeResult, error) {
 	if err != nil {
 		res.Error = err.Error()
 	}
-	if until := m.w.Status().CooldownUntil; !until.IsZero() {
-		res.CooldownUntil = &until
-	}
+	p.mu.Lock()
+	res.CooldownUntil = m.cooldownUntil()
+	p.mu.Unlock()
 	return res, nil
 }
 

@@ -75,6 +75,9 @@ type RouterConfig struct {
 	// affinity lookup and admission, so such a turn costs no slot and no
 	// affinity entry (nil: no bound).
 	CheckTurn func(*chat.Turn) error
+	// Remote locates the other replicas a turn may be handed to (the
+	// cluster, forward.go); nil: every turn is served here.
+	Remote Remote
 }
 
 // Router runs one request on the pool: affinity, admission, retries,
@@ -94,7 +97,7 @@ type Router struct {
 // NewRouter returns a router over p. store may be nil (no affinity).
 func NewRouter(cfg RouterConfig, p *Pool, store AffinityStore, m *metrics.Metrics, log *slog.Logger) *Router {
 	cfg.Retries = max(cfg.Retries, 0)
-	return &Router{cfg: cfg, pool: p, store: store, metrics: m, log: log,
+	return &Router{cfg: cfg, pool: p, store: store, metrics: m, log: log, remote: cfg.Remote,
 		tracer: telemetry.New(cfg.Tracing, "github.com/poolgate/poolgate/pool/route"), names: newNamer(cfg.ConversationKey)}
 }
 
@@ -476,10 +479,7 @@ func (r *Router) failed(rq *request, slot *turnSlot, err error) {
 	var rl *chat.RateLimitedError
 	switch {
 	case errors.As(err, &rl):
-		d := slot.m.w.Cooldown(rl.RetryAfter)
-		if r.metrics != nil {
-			r.metrics.Cooldowns.Inc()
-		}
+		d := slot.pool.coolDown(slot.m, rl.RetryAfter)
 		r.log.Warn("upstream rate limit, cooling instance down", "instance", slot.Instance(), "for", d)
 	case errors.Is(err, chat.ErrNotLoggedIn), errors.Is(err, chat.ErrWorkerGone):
 		slot.m.w.Check()
@@ -592,7 +592,7 @@ func (f *forwarding) finish(done chat.Event, keep bool) {
 	if rq.split >= 0 {
 		slot.m.followUp(rq.reused)
 	}
-	slot.m.w.TurnOK()
+	slot.pool.turnOK(slot.m)
 	r.logTurn(rq, slot, string(done.Finish), nil)
 	f.send(done)
 }
