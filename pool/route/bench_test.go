@@ -79,7 +79,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				s.Release()
+				s.release()
 			}
 		})
 	}
@@ -97,7 +97,7 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 				b.Error(err)
 				return
 			}
-			s.Release()
+			s.release()
 		}
 	})
 }

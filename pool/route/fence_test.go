@@ -95,7 +95,7 @@ func TestServingStretch(t *testing.T) {
 				}
 				time.Sleep(3 * time.Second)
 			}, wantServe: true, wantSince: at(5 * time.Second)},
-			{name: "the turn ended", do: func() { slot.Release() }},
+			{name: "the turn ended", do: func() { slot.release() }},
 		}
 		for _, st := range steps {
 			st.do()

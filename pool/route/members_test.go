@@ -35,8 +35,8 @@ func TestPoolFollowsTheSupervisorsSet(t *testing.T) {
 	if err != nil || other.Instance() != "w2" {
 		t.Fatalf("a new turn went to %v (%v), want the added w2", other, err)
 	}
-	other.Release()
-	slot.Release()
+	other.release()
+	slot.release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ type preference struct {
 	Exclude []string
 }
 
-// turnSlot is one admitted turn on one worker. Release it exactly once.
+// turnSlot is one admitted turn on one worker; release it exactly once.
 type turnSlot struct {
 	// Backend is the connection of the worker the turn runs on.
 	Backend worker.Backend
@@ -43,8 +43,8 @@ type turnSlot struct {
 // Instance names the worker the turn runs on.
 func (s *turnSlot) Instance() string { return s.m.name }
 
-// Release frees the slot.
-func (s *turnSlot) Release() {
+// release frees the slot.
+func (s *turnSlot) release() {
 	s.once.Do(func() {
 		p := s.pool
 		d := time.Since(s.start)

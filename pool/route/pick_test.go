@@ -68,7 +68,7 @@ func TestHintIsStable(t *testing.T) {
 		if s.Instance() != first {
 			t.Fatalf("hint picked %s, then %s", first, s.Instance())
 		}
-		s.Release()
+		s.release()
 	}
 }
 
@@ -78,7 +78,7 @@ func TestQueueWaitsForRelease(t *testing.T) {
 		s1, _ := p.acquire(context.Background(), preference{})
 		go func() {
 			time.Sleep(3 * time.Second)
-			s1.Release()
+			s1.release()
 		}()
 		start := time.Now()
 		s2, err := p.acquire(context.Background(), preference{})
@@ -88,7 +88,7 @@ func TestQueueWaitsForRelease(t *testing.T) {
 		if waited := time.Since(start); waited != 3*time.Second {
 			t.Errorf("waited %s, want 3s (until the release)", waited)
 		}
-		s2.Release()
+		s2.release()
 	})
 }
 
@@ -104,7 +104,7 @@ func TestBusyPreferredWaitsThenFallsBack(t *testing.T) {
 		if s.Instance() != "b" || time.Since(start) < 2*time.Second {
 			t.Errorf("got %s after %s, want b after the 2s affinity wait", s.Instance(), time.Since(start))
 		}
-		held.Release()
+		held.release()
 	})
 }
 
@@ -127,7 +127,7 @@ func TestOverloaded(t *testing.T) {
 		if !errors.As(err, &oe) {
 			t.Fatalf("queue timeout: got %v, want OverloadedError", err)
 		}
-		held.Release()
+		held.release()
 	})
 }
 
@@ -177,7 +177,7 @@ func TestCooldownSkipsInstance(t *testing.T) {
 		if s.Instance() != "b" {
 			t.Fatalf("picked %s while a cools down", s.Instance())
 		}
-		s.Release()
+		s.release()
 	}
 	if snap := p.Snapshot(); snap.Instances[0].CooldownUntil == nil {
 		t.Error("snapshot does not show the cooldown")
@@ -193,7 +193,7 @@ func TestFenceTakesInstanceOutOfRotation(t *testing.T) {
 			t.Fatal(err)
 		}
 		if s.Instance() != "a" {
-			s.Release()
+			s.release()
 			continue
 		}
 		t.Fatal("picked a fenced instance")

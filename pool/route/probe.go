@@ -48,7 +48,7 @@ func (p *Pool) Probe(ctx context.Context, name string) (ProbeResult, error) {
 	if err != nil {
 		return ProbeResult{}, err
 	}
-	defer slot.Release()
+	defer slot.release()
 	res := ProbeResult{Instance: name}
 	start := time.Now()
 	err = probeTurn(ctx, slot, model)

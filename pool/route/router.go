@@ -277,7 +277,7 @@ func (r *Router) newRequest(c Call) (*request, error) {
 	if err := r.toolPolicy(req); err != nil {
 		return nil, err
 	}
-	rq := &request{Request: req, start: time.Now(), api: c.API, model: r.ResolveModel(req.Model),
+	rq := &request{Request: req, start: time.Now(), api: c.API, model: r.resolveModel(req.Model),
 		owner: req.Owner, split: lastAssistant(req.Messages), mayHop: c.MayHop, capture: c.Capture,
 		hint: affinityHint(req)}
 	rq.turn = chat.Turn{RequestID: req.RequestID, Model: rq.model, Messages: req.Messages, Tools: req.Tools,
@@ -472,7 +472,7 @@ func continues(b any, t *chat.Turn) bool {
 
 // failed handles a turn that failed before any output.
 func (r *Router) failed(rq *request, slot *turnSlot, err error) {
-	slot.Release()
+	slot.release()
 	if rq.reused || (rq.hasHit && rq.hit.Instance == slot.Instance()) {
 		r.dropHit(rq)
 	}

@@ -81,7 +81,7 @@ func (s *turnStream) end() {
 	}
 	s.over = true
 	s.src.Close()
-	s.f.slot.Release()
+	s.f.slot.release()
 	s.cancel()
 	s.src = nil
 }
