@@ -37,6 +37,10 @@ type Config struct {
 	// Simulated says the bundled simulator serves the pool: /healthz,
 	// /internal/stats and the dashboard say so.
 	Simulated bool
+	// Cluster, on a replica of a cluster, makes every action on an
+	// instance follow its lease (lease.go); nil: not clustered, every
+	// instance is this replica's.
+	Cluster *ClusterConfig
 }
 
 // maxAdminBody caps admin request bodies but a streamed plain import's.
@@ -53,13 +57,16 @@ func (a *Admin) bodyCap(c *gin.Context) int64 {
 	return maxAdminBody
 }
 
-// Pool is what admin reads of the admission room (*route.Pool).
+// Pool is what admin reads and steers of the admission room (*route.Pool).
 type Pool interface {
 	Snapshot() route.Snapshot
 	Ready() (bool, string)
 	// Probe sends the instance one short turn, cooldown or not, and acts on
 	// the answer (route.ErrBusy when it cannot take one now).
 	Probe(ctx context.Context, name string) (route.ProbeResult, error)
+	// ClearCooldown ends the instance's cooldown now; false: it had none
+	// (supervisor.ErrUnknownInstance for a name it does not know).
+	ClearCooldown(name string) (bool, error)
 }
 
 // Workers is what admin steers of the supervisor (*supervisor.Supervisor);
@@ -67,8 +74,6 @@ type Pool interface {
 type Workers interface {
 	Restart(name string) error
 	Drain(name string) error
-	// ClearCooldown ends the instance's cooldown now; false: it had none.
-	ClearCooldown(name string) (bool, error)
 }
 
 // Admin serves the operator endpoints.
@@ -85,7 +90,11 @@ type Admin struct {
 // pool's scrape-time collector to it.
 func New(cfg Config, p Pool, w Workers, reg *prometheus.Registry, log *slog.Logger) *Admin {
 	reg.MustRegister(newPoolCollector(p))
-	return &Admin{cfg: cfg, pool: p, workers: w, reg: reg, log: log}
+	a := &Admin{cfg: cfg, pool: p, workers: w, reg: reg, log: log}
+	if c := cfg.Cluster; c != nil {
+		a.lease = &leaseGate{holders: c.Holders, forward: c.Forward, hop: c.Hop}
+	}
+	return a
 }
 
 // health is the answer of /healthz: the process is alive (always 200), with
@@ -176,7 +185,7 @@ func (a *Admin) Register(r gin.IRouter) gin.IRouter {
 
 func (a *Admin) clearCooldown(c *gin.Context) {
 	name := instanceParam(c)
-	had, err := a.workers.ClearCooldown(name)
+	had, err := a.pool.ClearCooldown(name)
 	if err != nil {
 		writePoolError(c, name, err)
 		return

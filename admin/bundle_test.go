@@ -76,8 +76,8 @@ func newBundleEnv(t *testing.T, key []byte, cfg admin.Config, edge gin.HandlerFu
 		WorkDir: t.TempDir(), StartTimeout: 10 * time.Second, HealthInterval: 200 * time.Millisecond,
 		HealthTimeout: time.Second, BackoffMin: 100 * time.Millisecond, BackoffMax: time.Second, StopGrace: 2 * time.Second}
 	launcher := &supervisor.ExecLauncher{}
-	sup := supervisor.New(supervisor.Config{}, []supervisor.WorkerConfig{wc}, lingma.New(lingma.Config{Command: cmd, ExtraArgs: extra}), launcher, nil, bundleLog())
-	p := route.New(route.Config{}, sup, nil, bundleLog())
+	p := route.New(route.Config{}, nil, bundleLog())
+	sup := supervisor.New(p.Watch(supervisor.Config{}), []supervisor.WorkerConfig{wc}, lingma.New(lingma.Config{Command: cmd, ExtraArgs: extra}), launcher, nil, bundleLog())
 	if start {
 		ctx, cancel := context.WithCancel(context.Background())
 		sup.Start(ctx)

@@ -159,8 +159,8 @@ func startAdmin(t *testing.T) (*route.Pool, *supervisor.Supervisor, *httptest.Se
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	drv := lingma.New(lingma.Config{Command: []string{testenv.PoolgateBin(t), "simworker"}, ExtraArgs: []string{"--logged-in"}})
 	launcher := &supervisor.ExecLauncher{}
-	sup := supervisor.New(supervisor.Config{}, []supervisor.WorkerConfig{workerConfig(t, "w1"), workerConfig(t, "w2")}, drv, launcher, nil, log)
-	p := route.New(route.Config{}, sup, nil, log)
+	p := route.New(route.Config{}, nil, log)
+	sup := supervisor.New(p.Watch(supervisor.Config{}), []supervisor.WorkerConfig{workerConfig(t, "w1"), workerConfig(t, "w2")}, drv, launcher, nil, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	sup.Start(ctx)
 	t.Cleanup(func() {

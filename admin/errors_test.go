@@ -84,12 +84,13 @@ func adminServer(t *testing.T, holders Holders, bodyTimeout time.Duration) (*htt
 	t.Helper()
 	gin.SetMode(gin.TestMode)
 	p := &fakePool{}
-	a := New(Config{}, p, p, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	cr := &access.Credentials{Keys: apikey.NewRegistry(nil), AdminToken: "adm"}
+	var cfg Config
 	if holders != nil {
 		cr.Hops = testHops(t, holders.ID(), "http://r1:8080")
-		a.SetCluster(holders, &cluster.Proxy{Hops: cr.Hops}, true)
+		cfg.Cluster = &ClusterConfig{Holders: holders, Hop: &cluster.Proxy{Hops: cr.Hops}, Forward: true}
 	}
+	a := New(cfg, p, p, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	e := gin.New()
 	e.Use(handlers.Authorize(cr, WriteError))
 	in := a.Register(e)

@@ -29,14 +29,17 @@ type leaseGate struct {
 	hop     *cluster.Proxy
 }
 
-// SetCluster makes every action on an instance follow its lease: the lease
-// decides who drives an account, so an action (a restart, a drain, a bundle
-// import, a login) on a replica that does not hold it is forwarded to the
-// holder, or refused with the holder's address. forward says whether the
-// replicas' advertised URLs serve the admin API (no separate admin
-// listener); else the action is refused.
-func (a *Admin) SetCluster(h Holders, hop *cluster.Proxy, forward bool) {
-	a.lease = &leaseGate{holders: h, forward: forward, hop: hop}
+// ClusterConfig makes every action on an instance follow its lease: the
+// lease decides who drives an account, so an action (a restart, a drain, a
+// bundle import, a login) on a replica that does not hold it is forwarded to
+// the holder, or refused with the holder's address.
+type ClusterConfig struct {
+	Holders Holders
+	// Hop carries a forwarded action to the holder.
+	Hop *cluster.Proxy
+	// Forward says whether the replicas' advertised URLs serve the admin
+	// API (no separate admin listener); else the action is refused.
+	Forward bool
 }
 
 // forwardTimeout bounds a forwarded action, the holder's answer included.

@@ -47,7 +47,7 @@ type exchange struct {
 	// the response writer, maybe from the keep-alive's goroutine.
 	mu     sync.Mutex
 	served route.Served
-	answer route.Answer
+	answer route.Started
 }
 
 var _ relay.Pool = (*exchange)(nil)

@@ -166,9 +166,27 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	clustered := cfg.AdvertiseURL != ""
 	a := &app{cfg: cfg, applied: cfg, metrics: m, log: log, launcher: &supervisor.ExecLauncher{Env: childEnv(environ)},
 		tracing: tp, stopTracing: stopTracing, live: live.New(liveStep, liveSteps, liveAccounts), count: tokens.NewMemo()}
-	a.sup = supervisor.New(supervisor.Config{}, workers, driver, a.launcher, m, log)
+	if err := a.setupLogin(m, lookup, childEnv(environ)); err != nil {
+		return nil, err
+	}
+	// The pool is made first and given to the supervisor; the supervisor's
+	// logins on a replica go through the cluster's gate, given to the
+	// cluster when it is made (it drives the supervisor's workers).
 	a.pool = route.New(route.Config{MaxInFlight: cfg.MaxInFlight, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout},
-		a.sup, m, log)
+		m, log)
+	var loginer supervisor.Loginer
+	var gate *cluster.LoginGate
+	if a.login != nil && cfg.AutoLogin {
+		loginer = a.login
+		if clustered {
+			// Logins only for the accounts this replica keeps: a hand-over
+			// would cut one halfway.
+			gate = cluster.NewLoginGate(a.login)
+			loginer = gate
+		}
+	}
+	a.sup = supervisor.New(a.pool.Watch(supervisor.Config{Hooks: a.bundleHooks(), Loginer: loginer}), workers, driver,
+		a.launcher, m, log)
 	onEvict := func(s route.Affinity) { a.router.DeleteSession(s) }
 	var redisClient redis.UniversalClient
 	if a.store, a.bundleStore, redisClient, err = openStores(cfg, m, onEvict, log); err != nil {
@@ -186,39 +204,31 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	a.acct = newAccounting(cfg, conn, m, log)
 	a.keys = apikey.NewRegistry(keysOf(cfg))
 	m.InitKeys(a.keys.Load().Names())
-	var affinity route.AffinityStore = a.store
-	if !cfg.SessionReuse {
-		affinity = nil // every turn starts an upstream session of its own
-	}
-	a.router = route.NewRouter(route.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
-		Retries: cfg.Retries, Count: a.count.Count, Tools: toolPolicy(cfg), Tracing: tp,
-		ConversationKey: conversationKey(cfg), CheckTurn: checkTurn(driver)}, a.pool, affinity, m, log)
-	if err := a.setupLogin(m, lookup, childEnv(environ)); err != nil {
-		return nil, err
-	}
 	if err := a.setupBundles(); err != nil {
 		return nil, err
 	}
 	var ready readiness = a.pool
+	var remote route.Remote // nil: not clustered
 	if clustered {
 		if redisClient == nil {
 			return nil, errors.New("clustering needs the Redis store")
 		}
 		leases := cluster.NewRedisStore(cluster.RedisConfig{Prefix: cfg.RedisPrefix}, redisClient)
 		a.cluster = cluster.New(cluster.Config{ID: replicaID(cfg.ReplicaID), URL: cfg.AdvertiseURL,
-			LeaseTTL: cfg.LeaseTTL, MaxAccounts: cfg.MaxAccountsPerReplica}, a.sup, a.pool, leases, m, log)
+			LeaseTTL: cfg.LeaseTTL, MaxAccounts: cfg.MaxAccountsPerReplica, Logins: gate}, a.sup, a.pool, leases, m, log)
 		if a.hop, err = newHop(cfg, a.cluster.ID(), a.tracing); err != nil {
 			return nil, err
 		}
-		a.router.SetRemote(a.cluster)
 		a.sup.SubscribeMembers(a.cluster) // after the pool: a new member exists before it is fenced
-		if a.login != nil && cfg.AutoLogin {
-			// Logins only for the accounts this replica keeps: a hand-over
-			// would cut one halfway.
-			a.sup.SetLoginer(a.cluster.GateLogins(a.login))
-		}
-		ready = clusterReadiness{a.pool, a.cluster}
+		ready, remote = clusterReadiness{a.pool, a.cluster}, a.cluster
 	}
+	var affinity route.AffinityStore = a.store
+	if !cfg.SessionReuse {
+		affinity = nil // every turn starts an upstream session of its own
+	}
+	a.router = route.NewRouter(route.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
+		Retries: cfg.Retries, Count: a.count.Count, Tools: toolPolicy(cfg), Tracing: tp,
+		ConversationKey: conversationKey(cfg), CheckTurn: checkTurn(driver), Remote: remote}, a.pool, affinity, m, log)
 	a.routes(reg, m, ready)
 	return a, nil
 }
@@ -270,13 +280,17 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		BodyBudget: httpx.NewBudget(bodyBudget(cfg, log), m.BodyBytes.Set, m.Rejections.Inc),
 		Insecure:   cfg.Insecure, Tracing: a.tracing, PythonCompat: cfg.PythonCompat}
 	var workers admin.Workers = a.sup
+	acfg := admin.Config{BundleImportPlain: cfg.BundleImportPlain, BundleExportPlain: cfg.BundleExportPlain,
+		Simulated: cfg.Simulated()}
 	if a.cluster != nil {
 		creds.Hops, hcfg.Hop = a.hop.Hops, a.hop
 		workers = leasedWorkers{a.sup, a.cluster}
+		// The advertised URL serves the admin API unless it has a listener
+		// of its own, whose address no replica knows.
+		acfg.Cluster = &admin.ClusterConfig{Holders: a.cluster, Hop: a.hop, Forward: cfg.AdminListen == ""}
 	}
 	engine := handlers.New(hcfg, protocols, m, log)
-	adm := admin.New(admin.Config{BundleImportPlain: cfg.BundleImportPlain,
-		BundleExportPlain: cfg.BundleExportPlain, Simulated: cfg.Simulated()}, adminPool{a.pool, ready}, workers, reg, log)
+	adm := admin.New(acfg, adminPool{a.pool, ready}, workers, reg, log)
 	adm.RegisterProbes(engine)
 	a.api, a.apiConns = a.httpServer(cfg.Listen, engine)
 	adminEngine := engine
@@ -290,11 +304,6 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		adminEngine = handlers.NewAdmin(creds, admin.WriteError, log, open, cfg.PythonCompat)
 		adm.RegisterProbes(adminEngine)
 		a.admin, a.adminConns = a.httpServer(cfg.AdminListen, adminEngine)
-	}
-	if a.cluster != nil {
-		// The advertised URL serves the admin API unless it has a listener
-		// of its own, whose address no replica knows.
-		adm.SetCluster(a.cluster, a.hop, cfg.AdminListen == "")
 	}
 	internal := adm.Register(adminEngine)
 	adm.RegisterSession(internal, a.store)

@@ -66,7 +66,15 @@ func (a *app) setupBundles() error {
 		bcfg.Token = func(account string) (int64, bool) { return a.cluster.Token(account) }
 	}
 	a.bundles = bundle.New(bcfg, bundleHomes{sup: a.sup, cluster: func() *cluster.Cluster { return a.cluster }}, a.bundleStore, a.log.With("component", "bundles"))
-	a.sup.SetHooks(supervisor.Hooks{
+	return nil
+}
+
+// bundleHooks restores credentials before a worker starts and saves them
+// when it is ready. The supervisor is made with them before the bundle
+// service, which needs the supervisor (setupBundles): they run only after
+// Start, when that service is there.
+func (a *app) bundleHooks() supervisor.Hooks {
+	return supervisor.Hooks{
 		PreStart: func(ctx context.Context, t supervisor.LoginTarget) error {
 			installed, err := pycompat.InstallPlain((*a.plainBundles.Load())[t.Account.Name], t.WorkDir)
 			if err != nil {
@@ -90,8 +98,7 @@ func (a *app) setupBundles() error {
 				a.log.Warn("save session bundle", "instance", t.Instance, "err", err)
 			}
 		},
-	})
-	return nil
+	}
 }
 
 // configuredBundles reads the accounts' configured session bundles (sealed,
@@ -193,9 +200,6 @@ func (a *app) setupLogin(m *metrics.Metrics, getenv func(string) string, env []s
 		return fmt.Errorf("login profiles dir: %w", err)
 	}
 	a.login = r
-	if cfg.AutoLogin {
-		a.sup.SetLoginer(r)
-	}
 	return nil
 }
 

@@ -37,12 +37,13 @@ type replica struct {
 
 func startReplica(t *testing.T, store Store, f *supervisortest.Workers, id string, accounts ...string) *replica {
 	m := newMetrics()
-	sup := supervisor.New(supervisor.Config{}, supervisortest.Configs(t, true, accounts...), f, f, m, slog.New(slog.DiscardHandler))
-	p := route.New(route.Config{}, sup, m, slog.New(slog.DiscardHandler))
-	c := New(Config{ID: id, URL: "http://" + id, LeaseTTL: balanceTTL, DrainTimeout: time.Second},
+	p := route.New(route.Config{}, m, slog.New(slog.DiscardHandler))
+	logins := &supervisortest.Loginer{}
+	gate := NewLoginGate(logins)
+	sup := supervisor.New(p.Watch(supervisor.Config{Loginer: gate}), supervisortest.Configs(t, true, accounts...), f, f, m, slog.New(slog.DiscardHandler))
+	c := New(Config{ID: id, URL: "http://" + id, LeaseTTL: balanceTTL, DrainTimeout: time.Second, Logins: gate},
 		sup, p, store, m, slog.New(slog.DiscardHandler))
-	r := &replica{id: id, sup: sup, pool: p, m: m, cluster: c, logins: &supervisortest.Loginer{}, done: make(chan struct{})}
-	sup.SetLoginer(c.GateLogins(r.logins))
+	r := &replica{id: id, sup: sup, pool: p, m: m, cluster: c, logins: logins, done: make(chan struct{})}
 	sup.SubscribeMembers(c)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel

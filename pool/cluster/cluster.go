@@ -72,6 +72,9 @@ type Config struct {
 	// DrainTimeout bounds the graceful hand-over of a surplus account
 	// (default 15s, and never past the lease).
 	DrainTimeout time.Duration
+	// Logins is the gate the supervisor's automatic logins go through
+	// (gate.go); New binds it to the cluster. Nil: no automatic logins.
+	Logins *LoginGate
 }
 
 // Cluster holds this replica's accounts: it acquires, renews and releases
@@ -122,9 +125,13 @@ func New(cfg Config, workers Workers, adm Admission, store Store, m *metrics.Met
 	for _, name := range workers.Names() {
 		adm.Fence(name, notLeased)
 	}
-	return &Cluster{cfg: cfg, workers: workers, adm: adm, m: m, store: store, log: log.With("replica", cfg.ID),
+	c := &Cluster{cfg: cfg, workers: workers, adm: adm, m: m, store: store, log: log.With("replica", cfg.ID),
 		held: map[string]*heldLease{}, leases: map[string]Lease{}, replicas: map[string]Replica{},
 		releasing: map[string]bool{}, fenceMoved: make(chan struct{}, 1)}
+	if cfg.Logins != nil {
+		cfg.Logins.c.Store(c)
+	}
+	return c
 }
 
 // notLeased is the fence of a worker whose lease this replica never held: a

@@ -24,8 +24,8 @@ import (
 func readyPool(t *testing.T, names ...string) (*route.Pool, *supervisor.Supervisor) {
 	t.Helper()
 	f := supervisortest.New()
-	sup := supervisor.New(supervisor.Config{}, supervisortest.Configs(t, false, names...), f, f, nil, slog.New(slog.DiscardHandler))
-	p := route.New(route.Config{}, sup, nil, slog.New(slog.DiscardHandler))
+	p := route.New(route.Config{}, nil, slog.New(slog.DiscardHandler))
+	sup := supervisor.New(p.Watch(supervisor.Config{}), supervisortest.Configs(t, false, names...), f, f, nil, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	sup.Start(ctx)
 	t.Cleanup(func() {

@@ -1,6 +1,10 @@
 package cluster
 
-import "github.com/poolgate/poolgate/pool/supervisor"
+import (
+	"sync/atomic"
+
+	"github.com/poolgate/poolgate/pool/supervisor"
+)
 
 // Automatic logins in a cluster. A login drives a browser for tens of
 // seconds and an upstream may lock an account that fails too many; one
@@ -10,22 +14,32 @@ import "github.com/poolgate/poolgate/pool/supervisor"
 // while it ran) ends it through LoginTarget.Released: the runner abandons it
 // without counting a failure or backing off.
 
-// GateLogins returns l wrapped so that a replica starts automatic logins
-// only for accounts it keeps: it holds the lease, is not handing the account
-// over, and its last balance found nothing to give away. The supervisor
-// asks again at every health check while the worker is logged out, so a
-// login held back starts within one health interval of the replica settling.
-func (c *Cluster) GateLogins(l supervisor.Loginer) supervisor.Loginer {
-	return gatedLoginer{c: c, next: l}
-}
-
-type gatedLoginer struct {
-	c    *Cluster
+// LoginGate is a login runner that starts automatic logins only for
+// accounts this replica keeps: it holds the lease, is not handing the
+// account over, and its last balance found nothing to give away. The
+// supervisor asks again at every health check while the worker is logged
+// out, so a login held back starts within one health interval of the
+// replica settling.
+//
+// The supervisor and the cluster need each other (the cluster drives the
+// supervisor's workers; the supervisor's logins ask the cluster), so the
+// gate is made first and given to both at construction: to the supervisor
+// as its Loginer, to the cluster as Config.Logins. Until the cluster is
+// made, the replica keeps nothing and the gate starts no login.
+type LoginGate struct {
 	next supervisor.Loginer
+	c    atomic.Pointer[Cluster] // the cluster made with this gate
 }
 
-func (g gatedLoginer) Ensure(t supervisor.LoginTarget) {
-	if g.c.keeps(t.Instance) {
+var _ supervisor.Loginer = (*LoginGate)(nil)
+
+// NewLoginGate returns a gate in front of l.
+func NewLoginGate(l supervisor.Loginer) *LoginGate { return &LoginGate{next: l} }
+
+// Ensure starts a login through the runner behind the gate when this
+// replica keeps the account.
+func (g *LoginGate) Ensure(t supervisor.LoginTarget) {
+	if c := g.c.Load(); c != nil && c.keeps(t.Instance) {
 		g.next.Ensure(t)
 	}
 }

@@ -63,23 +63,23 @@ func benchPool(b *testing.B, n, perWorker int) *Pool {
 func BenchmarkAcquireRelease(b *testing.B) {
 	for _, bb := range []struct {
 		name string
-		want Want
+		want preference
 	}{
-		{"least busy", Want{}},
-		{"hint", Want{Hint: textHint("user-42")}},
-		{"prefer", Want{Prefer: "w5"}},
-		{"retry, 2 excluded", Want{Hint: textHint("user-42"), Exclude: []string{"w5", "w6"}}},
+		{"least busy", preference{}},
+		{"hint", preference{Hint: textHint("user-42")}},
+		{"prefer", preference{Prefer: "w5"}},
+		{"retry, 2 excluded", preference{Hint: textHint("user-42"), Exclude: []string{"w5", "w6"}}},
 	} {
 		b.Run(bb.name, func(b *testing.B) {
 			p := benchPool(b, 8, 1)
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
-				s, err := p.Acquire(ctx, bb.want)
+				s, err := p.acquire(ctx, bb.want)
 				if err != nil {
 					b.Fatal(err)
 				}
-				s.Release()
+				s.release()
 			}
 		})
 	}
@@ -92,12 +92,12 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			s, err := p.Acquire(context.Background(), Want{})
+			s, err := p.acquire(context.Background(), preference{})
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			s.Release()
+			s.release()
 		}
 	})
 }

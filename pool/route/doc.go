@@ -8,9 +8,11 @@
 // turn), and, once the answer is over, what was Served. Nothing travels in
 // the context.
 //
-// It sits above the workers: pool/supervisor runs their processes (route
-// knows a worker only from the reports it subscribes to, and asks it for
-// changes, a cooldown or a check, through its methods), and pool/worker is
+// It sits above the workers: pool/supervisor runs their processes, and
+// route owns whether one takes turns (its cooldown after a rate limit, its
+// lease fence: the member record). Route knows a worker only from its
+// reports, given the pool at the supervisor's construction (Pool.Watch),
+// and asks it for nothing but a health check; pool/worker is
 // the seam through which it talks to them, implemented by pool/lingma and
 // pool/modelserver. pool/cluster sits above it. It knows nothing about HTTP:
 // handlers translate wire JSON into chat values and back.

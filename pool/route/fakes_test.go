@@ -20,8 +20,8 @@ import (
 // test ends.
 func startFake(t testing.TB, cfg Config, f *supervisortest.Workers, wcs []supervisor.WorkerConfig, m *metrics.Metrics) (*Pool, *supervisor.Supervisor) {
 	t.Helper()
-	sup := supervisor.New(supervisor.Config{}, wcs, f, f, m, slog.New(slog.DiscardHandler))
-	p := New(cfg, sup, m, slog.New(slog.DiscardHandler))
+	p := New(cfg, m, slog.New(slog.DiscardHandler))
+	sup := supervisor.New(p.Watch(supervisor.Config{}), wcs, f, f, m, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	sup.Start(ctx)
 	t.Cleanup(func() {

@@ -118,11 +118,12 @@ func (m *member) disarm() {
 	if m.fenceTimer != nil {
 		m.fenceTimer.Stop()
 	}
+	m.cool.stopTimer()
 }
 
 // withFence returns ctx, ended also when the slot's instance's fence passes
 // (cause errFenced), and the function that releases it.
-func withFence(ctx context.Context, s *Slot) (context.Context, context.CancelFunc) {
+func withFence(ctx context.Context, s *turnSlot) (context.Context, context.CancelFunc) {
 	tctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(s.turns, func() { cancel(context.Cause(s.turns)) })
 	return tctx, func() {

@@ -73,7 +73,7 @@ func TestServingStretch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p, _, _ := testPool(t, Config{}, "w1")
 		t0 := time.Now()
-		var slot *Slot
+		var slot *turnSlot
 		at := func(d time.Duration) time.Time { return t0.Add(d) }
 		steps := []struct {
 			name      string
@@ -90,12 +90,12 @@ func TestServingStretch(t *testing.T) {
 				wantServe: true, wantSince: at(5 * time.Second)},
 			{name: "a turn in flight past the fence", do: func() {
 				var err error
-				if slot, err = p.Acquire(context.Background(), Want{}); err != nil {
+				if slot, err = p.acquire(context.Background(), preference{}); err != nil {
 					t.Fatal(err)
 				}
 				time.Sleep(3 * time.Second)
 			}, wantServe: true, wantSince: at(5 * time.Second)},
-			{name: "the turn ended", do: func() { slot.Release() }},
+			{name: "the turn ended", do: func() { slot.release() }},
 		}
 		for _, st := range steps {
 			st.do()

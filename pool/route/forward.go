@@ -12,10 +12,6 @@ type Remote interface {
 	Spare() (string, bool)
 }
 
-// SetRemote lets the router hand turns to other replicas; call before
-// serving.
-func (r *Router) SetRemote(rm Remote) { r.remote = rm }
-
 // holder returns the URL of the replica that should serve rq instead of
 // this one, "" when it is served here: the replica that holds its
 // conversation's upstream session, or, when no instance here is ready, one

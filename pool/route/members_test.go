@@ -13,7 +13,7 @@ import (
 // from the view once the turn released its slot.
 func TestPoolFollowsTheSupervisorsSet(t *testing.T) {
 	p, sup, _ := testPool(t, Config{}, "w1")
-	slot, err := p.Acquire(context.Background(), Want{Prefer: "w1"})
+	slot, err := p.acquire(context.Background(), preference{Prefer: "w1"})
 	if err != nil || slot.Instance() != "w1" {
 		t.Fatalf("acquire on w1: %v", err)
 	}
@@ -31,12 +31,12 @@ func TestPoolFollowsTheSupervisorsSet(t *testing.T) {
 	if _, ok := p.Snapshot().Instance("w1"); !ok {
 		t.Error("w1 left the view while its turn runs")
 	}
-	other, err := p.Acquire(context.Background(), Want{})
+	other, err := p.acquire(context.Background(), preference{})
 	if err != nil || other.Instance() != "w2" {
 		t.Fatalf("a new turn went to %v (%v), want the added w2", other, err)
 	}
-	other.Release()
-	slot.Release()
+	other.release()
+	slot.release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

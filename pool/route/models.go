@@ -32,10 +32,10 @@ func (p *Pool) rebuildModels() {
 // Models returns the pool's models.
 func (r *Router) Models() []chat.Model { return r.pool.Models() }
 
-// ResolveModel maps a client's model name to a pool model id: an exact id,
+// resolveModel maps a client's model name to a pool model id: an exact id,
 // a display name, an alias, else the default model. Clients such as Claude
 // Code send their own model names and must still be served.
-func (r *Router) ResolveModel(name string) string {
+func (r *Router) resolveModel(name string) string {
 	if a, ok := r.cfg.Aliases[name]; ok {
 		name = a
 	}

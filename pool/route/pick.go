@@ -17,8 +17,8 @@ import (
 // instance; the picker prefers the instance that holds the conversation's
 // session, then a stable spread of new conversations, then the least busy.
 
-// Want says which instance a turn would like.
-type Want struct {
+// preference says which instance a turn would like.
+type preference struct {
 	// Prefer names the instance holding the conversation's session.
 	Prefer string
 	// Hint spreads new conversations stably (rendezvous hash): the hash of
@@ -28,8 +28,8 @@ type Want struct {
 	Exclude []string
 }
 
-// Slot is one admitted turn on one worker. Release it exactly once.
-type Slot struct {
+// turnSlot is one admitted turn on one worker; release it exactly once.
+type turnSlot struct {
 	// Backend is the connection of the worker the turn runs on.
 	Backend worker.Backend
 	m       *member
@@ -41,10 +41,10 @@ type Slot struct {
 }
 
 // Instance names the worker the turn runs on.
-func (s *Slot) Instance() string { return s.m.name }
+func (s *turnSlot) Instance() string { return s.m.name }
 
-// Release frees the slot.
-func (s *Slot) Release() {
+// release frees the slot.
+func (s *turnSlot) release() {
 	s.once.Do(func() {
 		p := s.pool
 		d := time.Since(s.start)
@@ -61,10 +61,10 @@ func (s *Slot) Release() {
 	})
 }
 
-// Acquire admits a turn: it waits, bounded, for a slot on a usable instance
+// acquire admits a turn: it waits, bounded, for a slot on a usable instance
 // and returns it, or an *OverloadedError (queue full or wait too long), or
 // ErrNoInstance when nothing is ready.
-func (p *Pool) Acquire(ctx context.Context, want Want) (*Slot, error) {
+func (p *Pool) acquire(ctx context.Context, want preference) (*turnSlot, error) {
 	start := time.Now()
 	p.mu.Lock()
 	if s := p.tryPick(want, false); s != nil {
@@ -126,7 +126,7 @@ func (p *Pool) Acquire(ctx context.Context, want Want) (*Slot, error) {
 	}
 }
 
-func (p *Pool) admitted(s *Slot, start time.Time, queued bool) *Slot {
+func (p *Pool) admitted(s *turnSlot, start time.Time, queued bool) *turnSlot {
 	if p.metrics != nil {
 		p.metrics.InFlight.Inc()
 		if queued {
@@ -235,7 +235,7 @@ func (p *Pool) Serves(name string) bool {
 
 // tryPick takes a slot if one is free now; p.mu held. Affinity first (unless
 // giveUpPrefer), then the hint's rendezvous choice, then least in-flight.
-func (p *Pool) tryPick(want Want, giveUpPrefer bool) *Slot {
+func (p *Pool) tryPick(want preference, giveUpPrefer bool) *turnSlot {
 	if p.closing || p.inFlight >= p.cfg.MaxInFlight {
 		return nil
 	}
@@ -296,7 +296,7 @@ func (p *Pool) tryPick(want Want, giveUpPrefer bool) *Slot {
 	}
 	pick.inFlight++
 	p.inFlight++
-	return &Slot{Backend: pick.st.Backend, m: pick, pool: p, start: time.Now(), turns: pick.turns}
+	return &turnSlot{Backend: pick.st.Backend, m: pick, pool: p, start: time.Now(), turns: pick.turns}
 }
 
 // hintSeed seeds the spread hints: a hint is stable for the life of the

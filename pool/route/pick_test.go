@@ -17,12 +17,12 @@ func TestPickLeastInFlight(t *testing.T) {
 	wcs[0].MaxInFlight = 2
 	p, _ := startFake(t, Config{}, supervisortest.New(), wcs, nil)
 	waitReady(t, p, "a", "b", "c")
-	s1, err := p.Acquire(context.Background(), Want{})
+	s1, err := p.acquire(context.Background(), preference{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2, _ := p.Acquire(context.Background(), Want{})
-	s3, _ := p.Acquire(context.Background(), Want{})
+	s2, _ := p.acquire(context.Background(), preference{})
+	s3, _ := p.acquire(context.Background(), preference{})
 	got := map[string]bool{s1.Instance(): true, s2.Instance(): true, s3.Instance(): true}
 	if len(got) != 3 {
 		t.Errorf("three turns on %v, want one on each instance", got)
@@ -32,18 +32,18 @@ func TestPickLeastInFlight(t *testing.T) {
 func TestPickPreferAndHint(t *testing.T) {
 	tests := []struct {
 		name string
-		give Want
+		give preference
 		want string
 	}{
-		{"prefer", Want{Prefer: "b"}, "b"},
-		{"prefer unknown falls back", Want{Prefer: "zz", Exclude: []string{"a", "c"}}, "b"},
-		{"exclude", Want{Exclude: []string{"a", "b"}}, "c"},
-		{"every one excluded: tried again", Want{Exclude: []string{"a", "b", "c"}}, ""},
+		{"prefer", preference{Prefer: "b"}, "b"},
+		{"prefer unknown falls back", preference{Prefer: "zz", Exclude: []string{"a", "c"}}, "b"},
+		{"exclude", preference{Exclude: []string{"a", "b"}}, "c"},
+		{"every one excluded: tried again", preference{Exclude: []string{"a", "b", "c"}}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p, _, _ := testPool(t, Config{}, "a", "b", "c")
-			s, err := p.Acquire(context.Background(), tt.give)
+			s, err := p.acquire(context.Background(), tt.give)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,7 +58,7 @@ func TestHintIsStable(t *testing.T) {
 	p, _, _ := testPool(t, Config{}, "a", "b", "c", "d")
 	first := ""
 	for range 5 {
-		s, err := p.Acquire(context.Background(), Want{Hint: textHint("user-42")})
+		s, err := p.acquire(context.Background(), preference{Hint: textHint("user-42")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,57 +68,57 @@ func TestHintIsStable(t *testing.T) {
 		if s.Instance() != first {
 			t.Fatalf("hint picked %s, then %s", first, s.Instance())
 		}
-		s.Release()
+		s.release()
 	}
 }
 
 func TestQueueWaitsForRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p, _, _ := testPool(t, Config{QueueTimeout: time.Minute}, "a")
-		s1, _ := p.Acquire(context.Background(), Want{})
+		s1, _ := p.acquire(context.Background(), preference{})
 		go func() {
 			time.Sleep(3 * time.Second)
-			s1.Release()
+			s1.release()
 		}()
 		start := time.Now()
-		s2, err := p.Acquire(context.Background(), Want{})
+		s2, err := p.acquire(context.Background(), preference{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if waited := time.Since(start); waited != 3*time.Second {
 			t.Errorf("waited %s, want 3s (until the release)", waited)
 		}
-		s2.Release()
+		s2.release()
 	})
 }
 
 func TestBusyPreferredWaitsThenFallsBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p, _, _ := testPool(t, Config{AffinityWait: 2 * time.Second}, "a", "b")
-		held, _ := p.Acquire(context.Background(), Want{Prefer: "a"})
+		held, _ := p.acquire(context.Background(), preference{Prefer: "a"})
 		start := time.Now()
-		s, err := p.Acquire(context.Background(), Want{Prefer: "a"})
+		s, err := p.acquire(context.Background(), preference{Prefer: "a"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if s.Instance() != "b" || time.Since(start) < 2*time.Second {
 			t.Errorf("got %s after %s, want b after the 2s affinity wait", s.Instance(), time.Since(start))
 		}
-		held.Release()
+		held.release()
 	})
 }
 
 func TestOverloaded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p, _, _ := testPool(t, Config{MaxQueue: 1, QueueTimeout: 5 * time.Second}, "a")
-		held, _ := p.Acquire(context.Background(), Want{})
+		held, _ := p.acquire(context.Background(), preference{})
 		queued := make(chan error, 1)
 		go func() {
-			_, err := p.Acquire(context.Background(), Want{})
+			_, err := p.acquire(context.Background(), preference{})
 			queued <- err
 		}()
 		synctest.Wait()
-		_, err := p.Acquire(context.Background(), Want{})
+		_, err := p.acquire(context.Background(), preference{})
 		var oe *chat.OverloadedError
 		if !errors.As(err, &oe) || oe.RetryAfter < time.Second {
 			t.Fatalf("queue full: got %v, want OverloadedError with RetryAfter >= 1s", err)
@@ -127,7 +127,7 @@ func TestOverloaded(t *testing.T) {
 		if !errors.As(err, &oe) {
 			t.Fatalf("queue timeout: got %v, want OverloadedError", err)
 		}
-		held.Release()
+		held.release()
 	})
 }
 
@@ -154,7 +154,7 @@ func TestNoInstance(t *testing.T) {
 				}
 				p, _ := startFake(t, Config{NoInstanceWait: 3 * time.Second}, f, supervisortest.Configs(t, false, "a", "b"), nil)
 				start := time.Now()
-				_, err := p.Acquire(context.Background(), Want{})
+				_, err := p.acquire(context.Background(), preference{})
 				if !errors.Is(err, chat.ErrNoInstance) || errors.Is(err, chat.ErrNotLoggedIn) != tt.wantLogins {
 					t.Fatalf("got %v, want ErrNoInstance, and ErrNotLoggedIn %v", err, tt.wantLogins)
 				}
@@ -167,18 +167,17 @@ func TestNoInstance(t *testing.T) {
 }
 
 func TestCooldownSkipsInstance(t *testing.T) {
-	p, sup, _ := testPool(t, Config{}, "a", "b")
-	w, _ := sup.Worker("a")
-	w.Cooldown(time.Minute)
+	p, _, _ := testPool(t, Config{}, "a", "b")
+	p.coolDown(p.byName["a"], time.Minute)
 	for range 3 {
-		s, err := p.Acquire(context.Background(), Want{Prefer: "a"})
+		s, err := p.acquire(context.Background(), preference{Prefer: "a"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if s.Instance() != "b" {
 			t.Fatalf("picked %s while a cools down", s.Instance())
 		}
-		s.Release()
+		s.release()
 	}
 	if snap := p.Snapshot(); snap.Instances[0].CooldownUntil == nil {
 		t.Error("snapshot does not show the cooldown")
@@ -189,18 +188,18 @@ func TestFenceTakesInstanceOutOfRotation(t *testing.T) {
 	p, _, _ := testPool(t, Config{}, "a", "b")
 	p.Fence("a", time.Now().Add(-time.Millisecond))
 	for range 3 {
-		s, err := p.Acquire(context.Background(), Want{Prefer: "a"})
+		s, err := p.acquire(context.Background(), preference{Prefer: "a"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if s.Instance() != "a" {
-			s.Release()
+			s.release()
 			continue
 		}
 		t.Fatal("picked a fenced instance")
 	}
 	p.Fence("a", time.Time{})
-	s, err := p.Acquire(context.Background(), Want{Prefer: "a"})
+	s, err := p.acquire(context.Background(), preference{Prefer: "a"})
 	if err != nil || s.Instance() != "a" {
 		t.Fatalf("unfenced instance not picked: %v", err)
 	}

@@ -72,12 +72,13 @@ type Pool struct {
 
 // member is the pool's view of one worker; p.mu guards it.
 type member struct {
-	w        *supervisor.Worker // for its commands: Cooldown, Check, TurnOK
+	w        *supervisor.Worker // for its health checks (Check)
 	name     string
 	account  string
 	max      int               // the worker's cap on turns at once
 	st       supervisor.Status // the worker's latest report
 	inFlight int
+	cool     cooldown  // a rate limit's (cooldown.go)
 	fence    time.Time // zero: unfenced; else usable only before it (lease)
 	// followUps and reused are the account's series of follow-up turns
 	// served and those that continued their upstream session (nil
@@ -108,26 +109,32 @@ func (m *member) followUp(reused bool) {
 
 // usable reports whether the picker may give this worker a turn; p.mu held.
 func (m *member) usable() bool {
-	return m.st.State == supervisor.StateReady && m.st.Backend != nil && m.st.CooldownUntil.IsZero() && m.leased(time.Now())
+	return m.st.State == supervisor.StateReady && m.st.Backend != nil && !m.cooling() && m.leased(time.Now())
 }
 
-// New returns a pool over sup's workers. It subscribes to their reports and
-// counts the turns sup's drains wait for; call it before sup.Start.
-func New(cfg Config, sup *supervisor.Supervisor, m *metrics.Metrics, log *slog.Logger) *Pool {
+// New returns an empty pool: it learns of the workers from the supervisor
+// made with Watch's config.
+func New(cfg Config, m *metrics.Metrics, log *slog.Logger) *Pool {
 	cfg.fill()
-	p := &Pool{cfg: cfg, log: log, metrics: m, byName: map[string]*member{}, changed: make(chan struct{}),
+	return &Pool{cfg: cfg, log: log, metrics: m, byName: map[string]*member{}, changed: make(chan struct{}),
 		avgTurn: 2 * time.Second}
-	for _, w := range sup.Workers() {
-		p.joinLocked(w)
-	}
-	p.rebuildModels()
-	sup.Subscribe(p.observe)
-	sup.SubscribeMembers(p)
-	sup.SetTurns(p)
-	return p
 }
 
-var _ supervisor.Members = (*Pool)(nil)
+// Watch returns cfg with the pool in it: told of the supervisor's workers
+// (the first set included) and of their every report, and counting the
+// turns its drains wait for. The pool is made first and given to the
+// supervisor at construction, so that neither needs a setter.
+func (p *Pool) Watch(cfg supervisor.Config) supervisor.Config {
+	cfg.Busy = p
+	cfg.Members = append(cfg.Members, p)
+	cfg.Reports = append(cfg.Reports, p.observe)
+	return cfg
+}
+
+var (
+	_ supervisor.Members = (*Pool)(nil)
+	_ supervisor.Busy    = (*Pool)(nil)
+)
 
 // joinLocked adds a member for w; p.mu held (or the pool not yet shared).
 // Its view starts from the worker's status now: a report made before is in
@@ -210,12 +217,16 @@ func (p *Pool) observe(st supervisor.Status) {
 	if newModels {
 		p.rebuildModels()
 	}
+	ended := m.endCooldownLocked(st)
 	p.mu.Unlock()
+	if ended {
+		p.log.Info("cooldown over, back in rotation", "instance", st.Name)
+	}
 	p.broadcast()
 }
 
 // InFlight returns how many turns run on the named instance, and a channel
-// closed when that may have changed (supervisor.Turns, for drains).
+// closed when that may have changed (supervisor.Busy, for drains).
 func (p *Pool) InFlight(name string) (int, <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -330,10 +341,7 @@ func (p *Pool) Snapshot() Snapshot {
 			f := m.fence
 			in.LeaseUntil = &f
 		}
-		if !st.CooldownUntil.IsZero() {
-			t := st.CooldownUntil
-			in.CooldownUntil = &t
-		}
+		in.CooldownUntil = m.cooldownUntil()
 		if st.PID != 0 {
 			in.Port = st.Port
 			in.UptimeSeconds = time.Since(st.StartedAt).Seconds()

@@ -12,9 +12,8 @@ import (
 )
 
 // Probes: the operator asks for one short turn on an instance, cooling
-// down or not, to learn whether its account answers again. The worker's
-// cooldown itself is the supervisor's (a rate limit starts it, a health
-// check or the operator ends it); the probe acts on what the turn says.
+// down or not, to learn whether its account answers again; the probe acts
+// on what the turn says (the cooldown itself: cooldown.go).
 
 // ErrBusy: the instance has no free slot for a probe, or isn't running.
 var ErrBusy = errors.New("instance busy")
@@ -49,7 +48,7 @@ func (p *Pool) Probe(ctx context.Context, name string) (ProbeResult, error) {
 	if err != nil {
 		return ProbeResult{}, err
 	}
-	defer slot.Release()
+	defer slot.release()
 	res := ProbeResult{Instance: name}
 	start := time.Now()
 	err = probeTurn(ctx, slot, model)
@@ -58,14 +57,15 @@ func (p *Pool) Probe(ctx context.Context, name string) (ProbeResult, error) {
 	switch {
 	case err == nil:
 		res.OK = true
-		if m.w.ClearCooldown() {
+		p.mu.Lock()
+		had := m.clearCooldownLocked()
+		p.mu.Unlock()
+		if had {
 			p.log.Info("probe answered: cooldown cleared", "instance", name)
+			p.broadcast()
 		}
 	case errors.As(err, &rl):
-		d := m.w.Cooldown(rl.RetryAfter)
-		if p.metrics != nil {
-			p.metrics.Cooldowns.Inc()
-		}
+		d := p.coolDown(m, rl.RetryAfter)
 		p.log.Warn("probe rate limited, cooling instance down", "instance", name, "for", d)
 	case errors.Is(err, chat.ErrNotLoggedIn), errors.Is(err, chat.ErrWorkerGone):
 		m.w.Check()
@@ -73,15 +73,15 @@ func (p *Pool) Probe(ctx context.Context, name string) (ProbeResult, error) {
 	if err != nil {
 		res.Error = err.Error()
 	}
-	if until := m.w.Status().CooldownUntil; !until.IsZero() {
-		res.CooldownUntil = &until
-	}
+	p.mu.Lock()
+	res.CooldownUntil = m.cooldownUntil()
+	p.mu.Unlock()
 	return res, nil
 }
 
 // probeSlot takes a slot on m whether or not it is cooling down, and names
 // the model to ask (the first the worker listed; "" lets it choose).
-func (p *Pool) probeSlot(m *member) (*Slot, string, error) {
+func (p *Pool) probeSlot(m *member) (*turnSlot, string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -101,11 +101,11 @@ func (p *Pool) probeSlot(m *member) (*Slot, string, error) {
 	if len(m.st.Models) > 0 {
 		model = m.st.Models[0].ID
 	}
-	return &Slot{Backend: m.st.Backend, m: m, pool: p, start: time.Now(), turns: m.turns}, model, nil
+	return &turnSlot{Backend: m.st.Backend, m: m, pool: p, start: time.Now(), turns: m.turns}, model, nil
 }
 
 // probeTurn runs the probe turn to its end and frees its upstream session.
-func probeTurn(ctx context.Context, slot *Slot, model string) (err error) {
+func probeTurn(ctx context.Context, slot *turnSlot, model string) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	ctx, unfence := withFence(ctx, slot)

@@ -75,6 +75,9 @@ type RouterConfig struct {
 	// affinity lookup and admission, so such a turn costs no slot and no
 	// affinity entry (nil: no bound).
 	CheckTurn func(*chat.Turn) error
+	// Remote locates the other replicas a turn may be handed to (the
+	// cluster, forward.go); nil: every turn is served here.
+	Remote Remote
 }
 
 // Router runs one request on the pool: affinity, admission, retries,
@@ -94,7 +97,7 @@ type Router struct {
 // NewRouter returns a router over p. store may be nil (no affinity).
 func NewRouter(cfg RouterConfig, p *Pool, store AffinityStore, m *metrics.Metrics, log *slog.Logger) *Router {
 	cfg.Retries = max(cfg.Retries, 0)
-	return &Router{cfg: cfg, pool: p, store: store, metrics: m, log: log,
+	return &Router{cfg: cfg, pool: p, store: store, metrics: m, log: log, remote: cfg.Remote,
 		tracer: telemetry.New(cfg.Tracing, "github.com/poolgate/poolgate/pool/route"), names: newNamer(cfg.ConversationKey)}
 }
 
@@ -139,9 +142,9 @@ type Served struct {
 	Prompt, Answer string
 }
 
-// Answer is a started answer as Open hands it on: a chat.Answer that says,
-// once it is over, how its request was served (*Stream is the one).
-type Answer interface {
+// Started is a started answer as Open hands it on: a chat.Answer that says,
+// once it is over, how its request was served (*turnStream is the one).
+type Started interface {
 	chat.Answer
 	Served() Served
 }
@@ -151,7 +154,7 @@ type Answer interface {
 type Opened struct {
 	// Answer is the started answer, nil when the turn is another
 	// replica's or Open failed.
-	Answer Answer
+	Answer Started
 	// Holder is the URL of the replica that serves the turn instead;
 	// nothing was admitted here.
 	Holder string
@@ -274,7 +277,7 @@ func (r *Router) newRequest(c Call) (*request, error) {
 	if err := r.toolPolicy(req); err != nil {
 		return nil, err
 	}
-	rq := &request{Request: req, start: time.Now(), api: c.API, model: r.ResolveModel(req.Model),
+	rq := &request{Request: req, start: time.Now(), api: c.API, model: r.resolveModel(req.Model),
 		owner: req.Owner, split: lastAssistant(req.Messages), mayHop: c.MayHop, capture: c.Capture,
 		hint: affinityHint(req)}
 	rq.turn = chat.Turn{RequestID: req.RequestID, Model: rq.model, Messages: req.Messages, Tools: req.Tools,
@@ -387,7 +390,7 @@ func (r *Router) DeleteSession(a Affinity) {
 // attempt runs the turn on slot. It returns an error (slot released) if the
 // turn failed before its first event, and whether the worker had taken the
 // turn; a non-streaming turn is buffered whole and fails here on any error.
-func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream, bool, error) {
+func (r *Router) attempt(ctx context.Context, rq *request, slot *turnSlot) (*turnStream, bool, error) {
 	turn := new(chat.Turn)
 	*turn = rq.turn
 	rq.reused = false
@@ -416,7 +419,7 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *Slot) (*Stream,
 	// a non-streaming answer whole, a stream from its first event on (the
 	// caller reads the rest). An error before then fails the attempt, to
 	// be retried.
-	st := &Stream{src: src, cancel: cancel}
+	st := &turnStream{src: src, cancel: cancel}
 	st.q = chat.QueueIn(st.qbuf[:])
 	st.f = forwarding{r: r, ctx: tctx, rq: rq, slot: slot, q: &st.q, lim: newLimiter(rq.Stop, rq.MaxTokens, r.cfg.Count)}
 	for first := true; ; first = false {
@@ -468,18 +471,15 @@ func continues(b any, t *chat.Turn) bool {
 }
 
 // failed handles a turn that failed before any output.
-func (r *Router) failed(rq *request, slot *Slot, err error) {
-	slot.Release()
+func (r *Router) failed(rq *request, slot *turnSlot, err error) {
+	slot.release()
 	if rq.reused || (rq.hasHit && rq.hit.Instance == slot.Instance()) {
 		r.dropHit(rq)
 	}
 	var rl *chat.RateLimitedError
 	switch {
 	case errors.As(err, &rl):
-		d := slot.m.w.Cooldown(rl.RetryAfter)
-		if r.metrics != nil {
-			r.metrics.Cooldowns.Inc()
-		}
+		d := slot.pool.coolDown(slot.m, rl.RetryAfter)
 		r.log.Warn("upstream rate limit, cooling instance down", "instance", slot.Instance(), "for", d)
 	case errors.Is(err, chat.ErrNotLoggedIn), errors.Is(err, chat.ErrWorkerGone):
 		slot.m.w.Check()
@@ -493,7 +493,7 @@ type forwarding struct {
 	r     *Router
 	ctx   context.Context
 	rq    *request
-	slot  *Slot
+	slot  *turnSlot
 	q     *chat.Queue // what the caller has yet to take
 	lim   *limiter
 	text  strings.Builder
@@ -592,7 +592,7 @@ func (f *forwarding) finish(done chat.Event, keep bool) {
 	if rq.split >= 0 {
 		slot.m.followUp(rq.reused)
 	}
-	slot.m.w.TurnOK()
+	slot.pool.turnOK(slot.m)
 	r.logTurn(rq, slot, string(done.Finish), nil)
 	f.send(done)
 }

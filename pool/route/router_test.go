@@ -70,10 +70,10 @@ func TestRefusalsAreBounded(t *testing.T) {
 }
 
 // open runs req through r as a client's request on a single replica.
-func open(ctx context.Context, r *Router, req *chat.Request) (*Stream, error) {
+func open(ctx context.Context, r *Router, req *chat.Request) (*turnStream, error) {
 	o, err := r.Open(ctx, Call{Request: req})
 	if err != nil {
 		return nil, err
 	}
-	return o.Answer.(*Stream), nil
+	return o.Answer.(*turnStream), nil
 }

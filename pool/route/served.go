@@ -9,7 +9,7 @@ import (
 // logTurn writes the one line per turn that says who served it: the
 // instance, its account, the model, the conversation's name, whether the
 // upstream session was continued, the latency and how the turn ended.
-func (r *Router) logTurn(rq *request, slot *Slot, outcome string, err error) {
+func (r *Router) logTurn(rq *request, slot *turnSlot, outcome string, err error) {
 	defer r.endAttempt(rq, outcome, err)
 	level := slog.LevelInfo
 	if err != nil {

@@ -6,12 +6,12 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 )
 
-// Stream is a started answer as the router hands it on (Router.Open): a
+// turnStream is a started answer as the router hands it on (Router.Open): a
 // chat.Answer whose every Next reads from the worker only when no event
 // waits, with stop sequences, the token cap and the affinity write-back
 // applied on the way. It is read on the caller's goroutine and is not safe
 // for concurrent use.
-type Stream struct {
+type turnStream struct {
 	f forwarding
 	q chat.Queue // handled, not yet taken
 	// qbuf is q's first storage: a whole non-streaming answer (its text
@@ -24,16 +24,16 @@ type Stream struct {
 	over bool
 }
 
-var _ chat.Answer = (*Stream)(nil)
+var _ chat.Answer = (*turnStream)(nil)
 
 // Next returns the answer's next event; false once the answer is over,
 // after its closing event (EventDone or EventError). When the request's
 // context ends first, the answer ends with an EventError carrying the
 // context's error.
-func (s *Stream) Next() (chat.Event, bool) { return s.q.Next(&s.over, s.step) }
+func (s *turnStream) Next() (chat.Event, bool) { return s.q.Next(&s.over, s.step) }
 
 // step reads and handles the worker's next event.
-func (s *Stream) step() {
+func (s *turnStream) step() {
 	ev, ok := s.src.Next()
 	switch {
 	case fenced(s.f.ctx, nil) != nil:
@@ -56,7 +56,7 @@ func (s *Stream) step() {
 
 // Buffered says whether Next has an event without waiting for the worker:
 // events the worker already sent are handled to find out.
-func (s *Stream) Buffered() bool {
+func (s *turnStream) Buffered() bool {
 	for s.q.Len() == 0 && !s.over && s.src.Buffered() {
 		s.step()
 	}
@@ -65,23 +65,23 @@ func (s *Stream) Buffered() bool {
 
 // Close ends the turn, unfinished or not, and frees its slot; events not
 // taken yet are dropped. Safe to call more than once.
-func (s *Stream) Close() {
+func (s *turnStream) Close() {
 	s.end()
 	s.q = chat.Queue{}
 }
 
 // Served says how the request was served; once the answer is over, with
 // its usage.
-func (s *Stream) Served() Served { return s.f.rq.served }
+func (s *turnStream) Served() Served { return s.f.rq.served }
 
 // end releases the turn once.
-func (s *Stream) end() {
+func (s *turnStream) end() {
 	if s.src == nil {
 		return
 	}
 	s.over = true
 	s.src.Close()
-	s.f.slot.Release()
+	s.f.slot.release()
 	s.cancel()
 	s.src = nil
 }

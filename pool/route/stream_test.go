@@ -41,7 +41,7 @@ func pullPool(t *testing.T) (*Router, *Pool, *scripted) {
 func inFlight(p *Pool) int { return p.Snapshot().InFlight }
 
 // pullStream starts a streamed turn whose worker has sent "a".
-func pullStream(t *testing.T, ctx context.Context, r *Router, w *scripted) *Stream {
+func pullStream(t *testing.T, ctx context.Context, r *Router, w *scripted) *turnStream {
 	t.Helper()
 	s, err := open(ctx, r, &chat.Request{Stream: true, Messages: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}})
 	if err != nil {

@@ -20,14 +20,14 @@ import (
 
 // acquire waits for a slot for rq's turn; traced, the wait is the
 // admission span, with the time spent in the queue.
-func (r *Router) acquire(ctx context.Context, rq *request) (*Slot, error) {
-	want := Want{Prefer: rq.hit.Instance, Hint: rq.hint, Exclude: rq.excluded}
+func (r *Router) acquire(ctx context.Context, rq *request) (*turnSlot, error) {
+	want := preference{Prefer: rq.hit.Instance, Hint: rq.hint, Exclude: rq.excluded}
 	if !r.tracer.On() {
-		return r.pool.Acquire(ctx, want)
+		return r.pool.acquire(ctx, want)
 	}
 	begin := time.Now()
 	actx, span := r.tracer.Start(ctx, telemetry.SpanAdmission)
-	slot, err := r.pool.Acquire(actx, want)
+	slot, err := r.pool.acquire(actx, want)
 	span.SetAttributes(attribute.Int64(telemetry.AttrQueueMS, time.Since(begin).Milliseconds()))
 	if err != nil {
 		span.SetAttributes(attribute.String(telemetry.AttrOutcome, failureOutcome(err)))
@@ -54,7 +54,7 @@ func endAffinitySpan(span trace.Span, conv string, a Affinity, err error) {
 }
 
 // startAttempt opens the span of one try of rq's turn on slot's worker.
-func (r *Router) startAttempt(ctx context.Context, rq *request, slot *Slot) {
+func (r *Router) startAttempt(ctx context.Context, rq *request, slot *turnSlot) {
 	rq.tries++
 	if !r.tracer.On() {
 		return

@@ -117,8 +117,8 @@ func TestStopDuringDrainIsNotLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := supervisortest.New()
 		f.Start = slowWords(f)
-		sup := supervisor.New(supervisor.Config{DrainTimeout: time.Minute}, supervisortest.Configs(t, false, "w1"), f, f, nil, slog.New(slog.DiscardHandler))
-		p := New(Config{}, sup, nil, slog.New(slog.DiscardHandler))
+		p := New(Config{}, nil, slog.New(slog.DiscardHandler))
+		sup := supervisor.New(p.Watch(supervisor.Config{DrainTimeout: time.Minute}), supervisortest.Configs(t, false, "w1"), f, f, nil, slog.New(slog.DiscardHandler))
 		ctx, cancel := context.WithCancel(context.Background())
 		sup.Start(ctx)
 		defer func() { cancel(); sup.Shutdown() }()

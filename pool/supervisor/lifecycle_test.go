@@ -16,11 +16,12 @@ import (
 // The supervisor's life cycle against fake workers (supervisortest), in a
 // synctest bubble: every wait is on the fake clock.
 
-// fakeSupervisor runs the real supervisor over f's workers until the test
-// ends; set, when given, installs what must be there before Start.
-func fakeSupervisor(t *testing.T, f *supervisortest.Workers, set func(*supervisor.Supervisor), names ...string) *supervisor.Supervisor {
+// fakeSupervisor runs the real supervisor made with cfg over f's workers
+// until the test ends; set, when given, subscribes what must be there
+// before Start.
+func fakeSupervisor(t *testing.T, f *supervisortest.Workers, cfg supervisor.Config, set func(*supervisor.Supervisor), names ...string) *supervisor.Supervisor {
 	t.Helper()
-	s := supervisor.New(supervisor.Config{}, supervisortest.Configs(t, false, names...), f, f, nil, slog.New(slog.DiscardHandler))
+	s := supervisor.New(cfg, supervisortest.Configs(t, false, names...), f, f, nil, slog.New(slog.DiscardHandler))
 	if set != nil {
 		set(s)
 	}
@@ -50,7 +51,7 @@ func TestLoginTargetReleasedOnPurposeOnly(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := supervisortest.New("acct-1")
 				logins := &supervisortest.Loginer{}
-				s := fakeSupervisor(t, f, func(s *supervisor.Supervisor) { s.SetLoginer(logins) }, "acct-1")
+				s := fakeSupervisor(t, f, supervisor.Config{Loginer: logins}, nil, "acct-1")
 				time.Sleep(time.Second)
 				target, ok := logins.Asked()["acct-1"]
 				if !ok || target.Released == nil {
@@ -108,7 +109,7 @@ func TestWorkerReportsEveryChange(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := supervisortest.New()
 		var r reports
-		s := fakeSupervisor(t, f, func(s *supervisor.Supervisor) { s.Subscribe(r.add) }, "w1")
+		s := fakeSupervisor(t, f, supervisor.Config{Reports: []func(supervisor.Status){r.add}}, nil, "w1")
 		w, _ := s.Worker("w1")
 		time.Sleep(time.Second)
 		if got := r.states(); !slices.Equal(got, []supervisor.State{supervisor.StateStarting, supervisor.StateReady}) {
@@ -117,12 +118,14 @@ func TestWorkerReportsEveryChange(t *testing.T) {
 		if st := r.last(); st.PID == 0 || st.Backend == nil || st.Seq != w.Status().Seq {
 			t.Errorf("last report %+v, want the running worker as it is now (seq %d)", st, w.Status().Seq)
 		}
-		w.Cooldown(time.Minute)
-		if st := r.last(); st.CooldownUntil.IsZero() {
-			t.Error("a cooldown was not reported")
-		}
-		if !w.ClearCooldown() || !r.last().CooldownUntil.IsZero() {
-			t.Error("the cleared cooldown was not reported")
+		// A check asked for is reported once it passes, though nothing
+		// else changed: the admission room ends a cooldown on it.
+		first := r.last().CheckedAt
+		time.Sleep(time.Second)
+		w.Check()
+		synctest.Wait()
+		if st := r.last(); first.IsZero() || !st.CheckedAt.After(first) || st.State != supervisor.StateReady {
+			t.Errorf("after an asked check the last report is %+v, want ready and checked after %v", st, first)
 		}
 		f.Crash("w1")
 		time.Sleep(time.Second)
@@ -161,7 +164,7 @@ func (c *turns) set(n int) {
 func TestDrainWaitsForTheTurns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := &turns{n: 2, changed: make(chan struct{})}
-		s := fakeSupervisor(t, supervisortest.New(), func(s *supervisor.Supervisor) { s.SetTurns(c) }, "w1")
+		s := fakeSupervisor(t, supervisortest.New(), supervisor.Config{Busy: c}, nil, "w1")
 		w, _ := s.Worker("w1")
 		time.Sleep(time.Second)
 		w.Drain()

@@ -29,8 +29,10 @@ type Members interface {
 	Left(name string)
 }
 
-// SubscribeMembers has m told of every change of the set; call before
-// Start. Subscribers are told in the order they subscribed.
+// SubscribeMembers has m told of every change of the set from now on, after
+// Config.Members; call before Start. It is for what is made after the
+// supervisor because it drives the supervisor's workers (pool/cluster's
+// Cluster): m is not told of the set as it is now.
 func (s *Supervisor) SubscribeMembers(m Members) {
 	s.env.members = append(s.env.members, m)
 }

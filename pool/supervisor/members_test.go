@@ -44,10 +44,8 @@ func TestApplyChangesTheSetWhileItRuns(t *testing.T) {
 		f := supervisortest.New()
 		c := &turns{n: 1, changed: make(chan struct{})}
 		var m members
-		s := fakeSupervisor(t, f, func(s *supervisor.Supervisor) {
-			s.SetTurns(c)
-			s.SubscribeMembers(&m)
-		}, "w1", "w2", "w3")
+		s := fakeSupervisor(t, f, supervisor.Config{Busy: c}, func(s *supervisor.Supervisor) { s.SubscribeMembers(&m) },
+			"w1", "w2", "w3")
 		time.Sleep(time.Second)
 		w3, _ := s.Worker("w3")
 		w3pid := w3.Status().PID

@@ -1,8 +1,10 @@
 // Package supervisor runs poolgate's worker processes, one per account: it
 // starts each through a worker.Driver and a Launcher, health-checks it,
-// restarts it with backoff, drains and stops it on command, keeps it out of
-// rotation after a rate limit (its cooldown), and hands a logged-out worker
-// to a login runner (its login target). What a kind of worker implements is
+// restarts it with backoff, drains and stops it on command, and hands a
+// logged-out worker to a login runner (its login target). Whether a worker
+// takes turns (a rate limit's cooldown, a lease's fence) is not its
+// business: it reports health (its state, its last passed check) and obeys
+// lifecycle commands. What a kind of worker implements is
 // pool/worker's; the supervisor owns only how processes run: Launcher and
 // Process.
 //
@@ -11,8 +13,9 @@
 // reads or writes its fields. The admission room (pool/route's Pool) keeps its
 // picker's view from those reports and runs turns on the Backend a report
 // carries; the cluster (pool/cluster) starts and stops workers through the
-// Supervisor's commands. The supervisor must not know about turns beyond
-// what a drain waits for (Turns), nor about routing, affinity or leases.
+// Supervisor's commands. Everything a supervisor calls out to is given at
+// construction (Config); it must not know about turns beyond the count a
+// drain waits for (Busy), nor about routing, cooldowns, affinity or leases.
 package supervisor
 
 import (
@@ -31,15 +34,31 @@ import (
 // ErrUnknownInstance: no instance has that name.
 var ErrUnknownInstance = errors.New("unknown instance")
 
-// Config configures the supervisor. Zero fields take the defaults noted.
+// Config configures the supervisor and names what it calls out to. Zero
+// fields take the defaults noted.
 type Config struct {
 	// DrainTimeout bounds how long a drain waits for turns (default 15s).
 	DrainTimeout time.Duration
+	// Busy counts what a drain waits for; nil: a drain does not wait.
+	Busy Busy
+	// Members are told of every change of the set of workers, the first
+	// set included (from New), in this order; SubscribeMembers adds more.
+	Members []Members
+	// Reports are called with a worker's Status after every change of it,
+	// from the goroutine that made the change and without the worker's
+	// lock held; they must not block. Reports of one worker may arrive out
+	// of order from different goroutines: the higher Seq is the newer.
+	Reports []func(Status)
+	// Hooks run around each worker's life.
+	Hooks Hooks
+	// Loginer logs a logged-out worker in when its config says AutoLogin;
+	// nil: it stays needs_login until it is logged in by hand.
+	Loginer Loginer
 }
 
-// Turns tells a drain how many turns run on a worker; the admission room
-// (pool/route's Pool) implements it.
-type Turns interface {
+// Busy tells a drain how much work runs on a worker process: the turns the
+// admission room (pool/route's Pool) admitted onto it.
+type Busy interface {
 	// InFlight returns how many turns run on the named instance, and a
 	// channel that is closed when that may have changed.
 	InFlight(name string) (n int, changed <-chan struct{})
@@ -81,7 +100,7 @@ type env struct {
 	metrics      *metrics.Metrics
 	hooks        Hooks
 	loginer      Loginer
-	turns        Turns
+	busy         Busy
 	subscribers  []func(Status)
 	members      []Members
 	wg           sync.WaitGroup // the workers' loops and their hooks
@@ -94,15 +113,22 @@ func (e *env) notify(st Status) {
 	}
 }
 
-// New makes one worker per config; nothing starts until Start.
+// New makes one worker per config and tells cfg.Members of each; nothing
+// starts until Start.
 func New(cfg Config, workers []WorkerConfig, driver worker.Driver, launcher Launcher, m *metrics.Metrics, log *slog.Logger) *Supervisor {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 15 * time.Second
 	}
 	s := &Supervisor{byName: map[string]*Worker{}, runs: map[string]*run{}, driver: driver, launch: launcher, log: log,
-		env: &env{drainTimeout: cfg.DrainTimeout, metrics: m}}
+		env: &env{drainTimeout: cfg.DrainTimeout, metrics: m, hooks: cfg.Hooks, loginer: cfg.Loginer, busy: cfg.Busy,
+			subscribers: cfg.Reports, members: cfg.Members}}
 	for _, wc := range workers {
 		s.add(s.newWorker(wc))
+	}
+	for _, w := range s.workers {
+		for _, mb := range cfg.Members {
+			mb.Joined(w)
+		}
 	}
 	return s
 }
@@ -124,25 +150,6 @@ func (s *Supervisor) add(w *Worker) {
 	s.workers = append(s.workers, w)
 	s.byName[w.cfg.Name] = w
 }
-
-// Subscribe has fn called with a worker's Status after every change of it,
-// from the goroutine that made the change and without the worker's lock
-// held; fn must not block. Reports of one worker may reach fn out of order
-// from different goroutines: the higher Seq is the newer. Call before Start.
-func (s *Supervisor) Subscribe(fn func(Status)) {
-	s.env.subscribers = append(s.env.subscribers, fn)
-}
-
-// SetHooks installs hooks; call before Start.
-func (s *Supervisor) SetHooks(h Hooks) { s.env.hooks = h }
-
-// SetLoginer installs the login runner; call before Start. Without one, a
-// logged-out instance stays needs_login until it is logged in by hand.
-func (s *Supervisor) SetLoginer(l Loginer) { s.env.loginer = l }
-
-// SetTurns tells drains where to count turns; call before Start. Without
-// it a drain does not wait.
-func (s *Supervisor) SetTurns(t Turns) { s.env.turns = t }
 
 // Start runs every worker's loop until ctx ends or Shutdown.
 func (s *Supervisor) Start(ctx context.Context) {
@@ -221,16 +228,6 @@ func (s *Supervisor) Drain(name string) error { return s.do(name, (*Worker).Drai
 // Stop stops the named instance now, cutting its turns (a lost lease must
 // not be driven a moment longer); Restart starts it again.
 func (s *Supervisor) Stop(name string) error { return s.do(name, (*Worker).Stop) }
-
-// ClearCooldown puts the named instance back in rotation now (and starts its
-// cooldown backoff over). It reports whether there was a cooldown.
-func (s *Supervisor) ClearCooldown(name string) (bool, error) {
-	w, ok := s.Worker(name)
-	if !ok {
-		return false, ErrUnknownInstance
-	}
-	return w.ClearCooldown(), nil
-}
 
 // LoginTarget returns the named instance's login target (for the admin API's
 // on-demand login).

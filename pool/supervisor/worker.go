@@ -113,9 +113,10 @@ type Status struct {
 	// Restarts counts the starts after the first.
 	Restarts  int
 	LastError string
-	// CooldownUntil is when a cooldown after a rate limit may end (a
-	// health check must pass too); zero when the worker is not cooling down.
-	CooldownUntil time.Time
+	// CheckedAt is when the worker last passed a health check (zero
+	// before the first). A check asked for with Check is reported as soon
+	// as it passes, changed or not, so whoever asked learns that it did.
+	CheckedAt time.Time
 	// StartedAt is when the running process answered its first check.
 	StartedAt time.Time
 	// Backend is the connected worker to run turns on; nil unless a
@@ -150,8 +151,7 @@ type Worker struct {
 	restarts  int
 	lastErr   string
 	backend   worker.Backend
-	coolUntil time.Time // zero: not cooling down
-	coolCount int       // consecutive cooldowns, for exponential backoff
+	checkedAt time.Time // the last passed health check
 	startedAt time.Time
 	ep        worker.Endpoint
 	models    []chat.Model
@@ -202,7 +202,7 @@ func (w *Worker) Status() Status {
 
 func (w *Worker) statusLocked() Status {
 	st := Status{Name: w.cfg.Name, Account: w.cfg.Account.Name, State: w.state, PID: w.pid, Restarts: w.restarts,
-		LastError: w.lastErr, CooldownUntil: w.coolUntil, StartedAt: w.startedAt, Backend: w.backend,
+		LastError: w.lastErr, CheckedAt: w.checkedAt, StartedAt: w.startedAt, Backend: w.backend,
 		Models: w.models, LoginPending: w.state == StateNeedsLogin && w.autoLogin(), Seq: w.seq}
 	if w.pid != 0 {
 		st.Port = w.ep.Port
@@ -324,7 +324,8 @@ func (w *Worker) life(ctx context.Context) (command, error) {
 
 func (w *Worker) serve(ctx context.Context, proc Process, be worker.Backend) (command, error) {
 	failures := 0
-	check := func() error {
+	// asked: the check was asked for (Check), so its passing is reported.
+	check := func(asked bool) error {
 		cctx, cancel := context.WithTimeout(ctx, w.cfg.HealthTimeout)
 		defer cancel()
 		st, err := be.Status(cctx)
@@ -338,7 +339,7 @@ func (w *Worker) serve(ctx context.Context, proc Process, be worker.Backend) (co
 			return nil
 		}
 		failures = 0
-		w.endCooldown()
+		w.updateIf(func() bool { w.checkedAt = time.Now(); return asked })
 		if !st.LoggedIn {
 			w.set(StateNeedsLogin, chat.ErrNotLoggedIn)
 			if w.autoLogin() {
@@ -354,29 +355,24 @@ func (w *Worker) serve(ctx context.Context, proc Process, be worker.Backend) (co
 		}
 		return nil
 	}
-	if err := check(); err != nil {
+	if err := check(false); err != nil {
 		return 0, err
 	}
 	tick := time.NewTicker(w.cfg.HealthInterval)
 	defer tick.Stop()
-	cool := time.NewTimer(time.Hour)
-	defer cool.Stop()
 	for {
-		var coolC <-chan time.Time
-		if d, cooling := w.cooldownLeft(); cooling {
-			cool.Reset(d)
-			coolC = cool.C
-		}
+		asked := false
 		select {
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-proc.Exited():
 			return 0, fmt.Errorf("worker process %d exited: %v", proc.Pid(), proc.Wait())
 		case <-tick.C:
-		case <-coolC: // the cooldown ended: probe before returning to rotation
 		case <-w.box.wake:
 			switch c := w.box.take(); c {
-			case 0, cmdCheck:
+			case 0:
+			case cmdCheck:
+				asked = true
 			case cmdStop:
 				return c, nil
 			default:
@@ -386,7 +382,7 @@ func (w *Worker) serve(ctx context.Context, proc Process, be worker.Backend) (co
 				return c, nil
 			}
 		}
-		if err := check(); err != nil {
+		if err := check(asked); err != nil {
 			return 0, err
 		}
 	}
@@ -416,14 +412,14 @@ func (w *Worker) release() {
 // returned, as is a later restart or drain, which replaces the one under way.
 func (w *Worker) drain(ctx context.Context, proc Process) command {
 	w.set(StateDraining, nil)
-	turns := w.env.turns
-	if turns == nil {
+	busy := w.env.busy
+	if busy == nil {
 		return 0
 	}
 	deadline := time.NewTimer(w.env.drainTimeout)
 	defer deadline.Stop()
 	for {
-		n, changed := turns.InFlight(w.cfg.Name)
+		n, changed := busy.InFlight(w.cfg.Name)
 		if n == 0 {
 			return 0
 		}
