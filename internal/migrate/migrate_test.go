@@ -9,13 +9,18 @@ import (
 
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/pool/lingma"
+	"github.com/poolgate/poolgate/pool/modelserver"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
-// run is one `poolgate migrate` with args in environment env.
+// run is one `poolgate migrate` with args in environment env. The Python
+// gateway ran Lingma workers, so the Lingma kind's credential layout is
+// what its work dirs hold.
 func run(t *testing.T, env []string, args ...string) (stdout, report string, err error) {
 	t.Helper()
 	var out, rep bytes.Buffer
-	err = Run(args, env, &out, &rep)
+	err = Run(args, env, []worker.Kind{lingma.Kind, modelserver.Kind}, &out, &rep)
 	return out.String(), rep.String(), err
 }
 
