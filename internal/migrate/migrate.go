@@ -79,7 +79,7 @@ func Run(args, environ []string, kinds []worker.Kind, stdout, stderr io.Writer) 
 	}
 	kind, ok := worker.ByName(kinds, cfg.Driver)
 	if !ok || kind.Credentials.Dir == "" {
-		return fmt.Errorf("migrate: driver %q keeps no login in its work dirs: there is nothing to bring over", cfg.Driver)
+		return fmt.Errorf("migrate: driver %q keeps no login in its work dirs, so there is none to bring over (nothing was changed)", cfg.Driver)
 	}
 	m.spec = bundle.Spec(kind.Credentials)
 	plan, err := m.plan(cfg)

@@ -128,6 +128,8 @@ func TestRefusesBeforeChangingAnything(t *testing.T) {
 			filepath.Join(old, "acct-1", "poolgate"), "inside the old work dir"},
 		{"a target with files of its own", []string{accounts, "LINGMA_BIN=/opt/lingma", "LINGMA_WORK_DIR=" + old}, crowded,
 			"holds files but no credentials"},
+		{"a driver that keeps no login", []string{accounts, "LINGMA_BIN=/opt/lingma", "LINGMA_WORK_DIR=" + old, "POOLGATE_DRIVER=openai"}, "",
+			`driver "openai" keeps no login`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

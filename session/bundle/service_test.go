@@ -170,6 +170,40 @@ func TestWithoutAKeyNothingHappens(t *testing.T) {
 	}
 }
 
+// A kind of worker that keeps no login in its work dir (the zero Spec, a
+// model server's) has nothing to bundle: export and import say so, save and
+// restore do nothing, even with a key and a bundle in the store.
+func TestWithoutALayoutNothingIsBundled(t *testing.T) {
+	key := newKey(t)
+	store := bundle.NewMemoryStore()
+	sealed := pack(t, key, loggedIn(t, "u1", time.Now().Add(time.Hour)), "acct", time.Now())
+	_ = store.SaveBundle(context.Background(), "acct", sealed, bundle.Version{})
+	dir := loggedIn(t, "u1", time.Now().Add(time.Hour))
+	svc := bundle.New(bundle.Config{Key: key}, oneInstance{dir}, store, slog.New(slog.DiscardHandler))
+	if err := svc.Saved(context.Background(), "acct", dir); err != nil {
+		t.Errorf("Saved() = %v, want nil", err)
+	}
+	empty := t.TempDir()
+	if ok, err := svc.Restore(context.Background(), "acct", empty); ok || err != nil {
+		t.Errorf("Restore() = %v, %v; want false, nil", ok, err)
+	}
+	if entries, _ := os.ReadDir(empty); len(entries) != 0 {
+		t.Errorf("Restore wrote %d entries into the work dir", len(entries))
+	}
+	if _, _, err := svc.Export(context.Background(), "w1"); !errors.Is(err, bundle.ErrNoCredentials) {
+		t.Errorf("Export() = %v, want ErrNoCredentials", err)
+	}
+	if _, _, err := svc.ExportPlain(context.Background(), "w1"); !errors.Is(err, bundle.ErrNoCredentials) {
+		t.Errorf("ExportPlain() = %v, want ErrNoCredentials", err)
+	}
+	if err := svc.Import(context.Background(), "w1", sealed); !errors.Is(err, bundle.ErrNoCredentials) {
+		t.Errorf("Import() = %v, want ErrNoCredentials", err)
+	}
+	if err := svc.ImportPlain(context.Background(), "w1", "", strings.NewReader("x")); !errors.Is(err, bundle.ErrNoCredentials) {
+		t.Errorf("ImportPlain() = %v, want ErrNoCredentials", err)
+	}
+}
+
 // oneInstance is the supervisor as the service sees it: one instance, w1,
 // of account acct, whose worker never runs.
 type oneInstance struct{ workDir string }
