@@ -45,7 +45,7 @@ type Account struct {
 	// Recipe names the login recipe for this account (default by driver).
 	Recipe string `yaml:"recipe" json:"recipe"`
 	// Record writes a transcript of each of this account's turns, as
-	// lingma_record does for every account.
+	// the driver's record setting (lingma.record) does for every account.
 	Record bool `yaml:"record" json:"record"`
 	// Unnamed: the configuration gave no name, so it is account-N by the
 	// account's place (never its username, which API callers would see).
@@ -429,7 +429,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %s", k, d))
 		}
 	}
-	errs = append(errs, c.Lingma.Validate()...)
+	errs = append(errs, c.sectionErrors()...)
 	if c.Retries < 0 {
 		errs = append(errs, fmt.Errorf("retries must be >= 0, got %d", c.Retries))
 	}

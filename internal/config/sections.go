@@ -54,6 +54,22 @@ func Keys() []string {
 	return keys
 }
 
+// sectionErrors validates each section that has a Validate method (a
+// driver's own checks of its settings, each error naming its key).
+func (c *Config) sectionErrors() []error {
+	var errs []error
+	v := reflect.ValueOf(*c)
+	for i := range v.NumField() {
+		if !isSection(v.Type().Field(i).Type) {
+			continue
+		}
+		if s, ok := v.Field(i).Interface().(interface{ Validate() []error }); ok {
+			errs = append(errs, s.Validate()...)
+		}
+	}
+	return errs
+}
+
 // envFields maps each environment variable to the index path of its field:
 // a section's fields are POOLGATE_<SECTION>_<KEY>.
 func envFields() map[string][]int {
