@@ -222,15 +222,15 @@ func Load(path string, environ []string) (Config, []string, error) {
 	}
 	env := envMap(environ)
 	notes, pending, err := applyLegacy(&cfg, env)
-	notes = append(flat, notes...)
 	if err != nil {
-		return cfg, notes, err
+		return cfg, append(flat, notes...), err
 	}
 	warnings, err := applyEnv(&cfg, environ)
 	warnings = append(notes, warnings...)
 	if len(notes) > 0 && !cfg.PythonCompat {
 		warnings = append(warnings, compatNote)
 	}
+	warnings = append(flat, warnings...) // a flat section key is poolgate's own, not the Python gateway's
 	if err != nil {
 		return cfg, warnings, err
 	}

@@ -52,6 +52,9 @@ func TestDriverSectionIsRead(t *testing.T) {
 			if tt.note != "" && !strings.Contains(joined, tt.note) {
 				t.Errorf("warnings %q, want one mentioning %q", warnings, tt.note)
 			}
+			if strings.Contains(joined, "python_compat") {
+				t.Errorf("warnings %q: a flat section key is no Python gateway setting", warnings)
+			}
 			if tt.note == "" && joined != "" {
 				t.Errorf("warnings %q, want none", warnings)
 			}
