@@ -91,7 +91,7 @@ func newBundleEnv(t *testing.T, key []byte, cfg admin.Config, edge gin.HandlerFu
 		})
 	}
 	store := bundle.NewMemoryStore()
-	svc := bundle.New(bundle.Config{Key: key}, homes{sup}, store, bundleLog())
+	svc := bundle.New(bundle.Config{Key: key, Spec: bundle.Spec(lingma.Kind.Credentials)}, homes{sup}, store, bundleLog())
 	a := admin.New(cfg, p, sup, prometheus.NewRegistry(), bundleLog())
 	r := gin.New()
 	r.Use(edge)
@@ -265,11 +265,11 @@ func TestBundleImportRejectsBadBundlesAndLeavesTheWorkerAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	good, _, err := bundle.Pack(src.workDir, bundle.LingmaSpec(), "acct", key, time.Now())
+	good, _, err := bundle.Pack(src.workDir, bundle.Spec(lingma.Kind.Credentials), "acct", key, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherAcct, _, err := bundle.Pack(src.workDir, bundle.LingmaSpec(), "someone-else", key, time.Now())
+	otherAcct, _, err := bundle.Pack(src.workDir, bundle.Spec(lingma.Kind.Credentials), "someone-else", key, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +346,7 @@ func TestBundleImportRejectsBadBundlesAndLeavesTheWorkerAlone(t *testing.T) {
 // mustPackOther seals dir's credentials under a key of its own.
 func mustPackOther(t *testing.T, dir string) []byte {
 	t.Helper()
-	s, _, err := bundle.Pack(dir, bundle.LingmaSpec(), "acct", bundleKey(t), time.Now())
+	s, _, err := bundle.Pack(dir, bundle.Spec(lingma.Kind.Credentials), "acct", bundleKey(t), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -445,7 +445,7 @@ func TestComposeTraceBackend(t *testing.T) {
 // is the real default.
 func TestEnvExampleDocumentsEverySetting(t *testing.T) {
 	vars := readEnvExample(t)
-	keys := testenv.ConfigKeys()
+	keys := config.Keys()
 	for _, k := range keys {
 		name := config.EnvName(k)
 		v, ok := vars[name]
@@ -470,7 +470,7 @@ func TestEnvExampleDocumentsEverySetting(t *testing.T) {
 }
 
 // pendingKeys are settings the issues in flight add; .env.example documents
-// them already. Remove a key once testenv.ConfigKeys() has it.
+// them already. Remove a key once config.Keys() has it.
 var pendingKeys = []string{"bundle_key"}
 
 // containerDefaults are the keys whose value in .env.example is what the
@@ -480,7 +480,7 @@ var containerDefaults = map[string]bool{"data_dir": true}
 func checkDocumentedDefaults(t *testing.T, vars map[string]envVar) {
 	t.Helper()
 	def := config.Defaults()
-	for _, k := range testenv.ConfigKeys() {
+	for _, k := range config.Keys() {
 		v, ok := vars[config.EnvName(k)]
 		if !ok || v.defaultValue == "" || containerDefaults[k] {
 			continue
@@ -498,12 +498,19 @@ func checkDocumentedDefaults(t *testing.T, vars map[string]envVar) {
 
 func fieldByKey(c config.Config, key string) any {
 	v := reflect.ValueOf(c)
-	for i := range v.NumField() {
-		if v.Type().Field(i).Tag.Get("yaml") == key {
-			return v.Field(i).Interface()
+	for name := range strings.SplitSeq(key, ".") { // a section's key is SECTION.KEY
+		found := false
+		for i := range v.NumField() {
+			if v.Type().Field(i).Tag.Get("yaml") == name {
+				v, found = v.Field(i), true
+				break
+			}
+		}
+		if !found {
+			return nil
 		}
 	}
-	return nil
+	return v.Interface()
 }
 
 type envVar struct {

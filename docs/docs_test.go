@@ -237,7 +237,7 @@ var envName = regexp.MustCompile(`POOLGATE_[A-Z0-9_]*[A-Z0-9]`)
 func TestDocsNameRealSettings(t *testing.T) {
 	env := map[string]bool{}
 	keys := map[string]bool{}
-	for _, k := range testenv.ConfigKeys() {
+	for _, k := range config.Keys() {
 		env[config.EnvName(k)], keys[k] = true, true
 	}
 	for _, k := range subKeys() {

@@ -11,7 +11,7 @@ import (
 
 // TestWorkerHomes: each worker runs with a home, a temp dir and a runtime
 // dir of its own under its work dir, so two workers on one host share no
-// files outside their work dirs; lingma_isolate_home=false gives them
+// files outside their work dirs; lingma.isolate_home=false gives them
 // poolgate's own.
 func TestWorkerHomes(t *testing.T) {
 	data := t.TempDir()

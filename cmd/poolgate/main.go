@@ -42,7 +42,7 @@ func run(ctx context.Context, args []string, environ func() []string, hup <-chan
 		return sim.Main(ctx, args[1:], getenv(environ()), stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "migrate" {
-		return migrate.Run(args[1:], environ(), stdout, stderr)
+		return migrate.Run(args[1:], environ(), kinds, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "doctor" {
 		return doctor.Main(ctx, args[1:], childEnv(environ()), getenv(environ()), stdout, stderr)

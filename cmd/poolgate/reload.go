@@ -47,7 +47,7 @@ func (a *app) Reload() (admin.ReloadReport, error) {
 	if err != nil {
 		return admin.ReloadReport{}, a.refuse(err)
 	}
-	plain, err := pycompat.PlainBundles(merged)
+	plain, err := pycompat.PlainBundles(merged, a.spec())
 	if err != nil {
 		return admin.ReloadReport{}, a.refuse(err)
 	}

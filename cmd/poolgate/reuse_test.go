@@ -9,7 +9,7 @@ import (
 )
 
 // TestReusePolicies: which follow-ups continue their upstream session,
-// through the whole gateway, per lingma_reuse. The controlled policy (the
+// through the whole gateway, per lingma.reuse. The controlled policy (the
 // default) continues plain and emulated-tool conversations, but not one in
 // which the worker ran its own tools; chat-only continues only plain
 // conversations without tools.

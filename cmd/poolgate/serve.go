@@ -42,6 +42,7 @@ import (
 	"github.com/poolgate/poolgate/pool/cluster"
 	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 	"github.com/poolgate/poolgate/session"
 	"github.com/poolgate/poolgate/session/bundle"
 )
@@ -103,6 +104,7 @@ func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 type app struct {
 	cfg         config.Config
 	log         *slog.Logger
+	kind        worker.Kind // the configured driver's registration
 	sup         *supervisor.Supervisor
 	pool        *route.Pool
 	launcher    *supervisor.ExecLauncher
@@ -155,7 +157,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	m := metrics.New(reg)
 
 	adoptWorkDirs(cfg, log)
-	driver, workers, err := workerSetup(cfg, log)
+	kind, driver, workers, err := workerSetup(cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +166,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 		return nil, err
 	}
 	clustered := cfg.AdvertiseURL != ""
-	a := &app{cfg: cfg, applied: cfg, metrics: m, log: log, launcher: &supervisor.ExecLauncher{Env: childEnv(environ)},
+	a := &app{cfg: cfg, applied: cfg, kind: kind, metrics: m, log: log, launcher: &supervisor.ExecLauncher{Env: childEnv(environ)},
 		tracing: tp, stopTracing: stopTracing, live: live.New(liveStep, liveSteps, liveAccounts), count: tokens.NewMemo()}
 	if err := a.setupLogin(m, lookup, childEnv(environ)); err != nil {
 		return nil, err
@@ -228,7 +230,8 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	}
 	a.router = route.NewRouter(route.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
 		Retries: cfg.Retries, Count: a.count.Count, Tools: toolPolicy(cfg), Tracing: tp,
-		ConversationKey: conversationKey(cfg), CheckTurn: checkTurn(driver), Remote: remote}, a.pool, affinity, m, log)
+		ConversationKey: conversationKey(cfg), CheckTurn: checkTurn(driver), AgentModels: kind.AgentModels, Remote: remote},
+		a.pool, affinity, m, log)
 	a.routes(reg, m, ready)
 	return a, nil
 }

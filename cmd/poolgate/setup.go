@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -26,8 +25,6 @@ import (
 	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool/cluster"
-	"github.com/poolgate/poolgate/pool/lingma"
-	"github.com/poolgate/poolgate/pool/modelserver"
 	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/pool/worker"
@@ -54,12 +51,12 @@ func (a *app) setupBundles() error {
 	if err != nil {
 		return err
 	}
-	plain, err := pycompat.PlainBundles(a.cfg)
+	plain, err := pycompat.PlainBundles(a.cfg, a.spec())
 	if err != nil {
 		return err
 	}
 	a.plainBundles.Store(&plain)
-	bcfg := bundle.Config{Key: key, Configured: configured}
+	bcfg := bundle.Config{Key: key, Spec: a.spec(), Configured: configured}
 	if a.cfg.AdvertiseURL != "" {
 		// The cluster is made after the bundles; it is there before any
 		// worker starts, which is when the first bundle is saved.
@@ -76,7 +73,7 @@ func (a *app) setupBundles() error {
 func (a *app) bundleHooks() supervisor.Hooks {
 	return supervisor.Hooks{
 		PreStart: func(ctx context.Context, t supervisor.LoginTarget) error {
-			installed, err := pycompat.InstallPlain((*a.plainBundles.Load())[t.Account.Name], t.WorkDir)
+			installed, err := pycompat.InstallPlain((*a.plainBundles.Load())[t.Account.Name], t.WorkDir, a.spec())
 			if err != nil {
 				return fmt.Errorf("install the configured plain session bundle: %w", err)
 			}
@@ -100,6 +97,10 @@ func (a *app) bundleHooks() supervisor.Hooks {
 		},
 	}
 }
+
+// spec is the credential layout of the driver's workers, which session
+// bundles carry.
+func (a *app) spec() bundle.Spec { return bundle.Spec(a.kind.Credentials) }
 
 // configuredBundles reads the accounts' configured session bundles (sealed,
 // by account name).
@@ -181,8 +182,8 @@ func (a *app) setupLogin(m *metrics.Metrics, getenv func(string) string, env []s
 	recipe := cfg.LoginRecipe
 	if recipe == "" {
 		recipe = "simworker"
-		if cfg.WorkerBin != "" && cfg.Driver == "lingma" {
-			recipe = "lingma-alibaba"
+		if cfg.WorkerBin != "" && a.kind.LoginRecipe != "" {
+			recipe = a.kind.LoginRecipe
 		}
 	}
 	r, err := login.NewRunner(login.Config{Chromium: cfg.Chromium, Concurrency: cfg.LoginConcurrency,
@@ -271,73 +272,53 @@ func toolPolicy(cfg config.Config) route.ToolPolicy {
 	return p
 }
 
-// workerSetup builds the driver and one worker config per account. With no
-// worker binary configured, the pool runs this executable's simworker; with
-// no accounts either, two simulated accounts that start logged in.
-func workerSetup(cfg config.Config, log *slog.Logger) (worker.Driver, []supervisor.WorkerConfig, error) {
+// workerSetup finds the configured driver's kind and builds its driver and
+// one worker config per account. With no worker binary configured, the
+// pool runs this executable's simworker, speaking the kind's protocol; with
+// no accounts either, two simulated accounts (logged in, for a kind with a
+// login).
+func workerSetup(cfg config.Config, log *slog.Logger) (worker.Kind, worker.Driver, []supervisor.WorkerConfig, error) {
+	kind, ok := worker.ByName(kinds, cfg.Driver)
+	if !ok {
+		return worker.Kind{}, nil, nil, fmt.Errorf("driver %q: use %s", cfg.Driver, kindNames())
+	}
 	// prefix starts the worker binary; extra follows the driver's own
-	// arguments (for the openai driver, the whole template is prefix+extra).
+	// arguments.
 	prefix, extra := []string{cfg.WorkerBin}, cfg.WorkerArgs
 	if cfg.WorkerBin != "" {
 		// A binary that is not there would have every worker restarted
 		// forever while the daemon looks alive: refuse the start instead.
 		if _, err := exec.LookPath(cfg.WorkerBin); err != nil {
-			return nil, nil, fmt.Errorf("worker_bin %q cannot be run (%w): set POOLGATE_WORKER_BIN to the worker binary's path, executable by this user", cfg.WorkerBin, err)
+			return kind, nil, nil, fmt.Errorf("worker_bin %q cannot be run (%w): set POOLGATE_WORKER_BIN to the worker binary's path, executable by this user", cfg.WorkerBin, err)
 		}
 	}
 	if cfg.WorkerBin == "" {
 		self, err := os.Executable()
 		if err != nil {
-			return nil, nil, fmt.Errorf("find own executable for the simulated workers: %w", err)
+			return kind, nil, nil, fmt.Errorf("find own executable for the simulated workers: %w", err)
 		}
-		prefix = []string{self, "simworker"}
-		if cfg.Driver == "openai" {
-			prefix = append(prefix, "start", "--protocol=openai", "--port={port}", "--workDir={workdir}")
-		}
+		prefix = append([]string{self, "simworker"}, kind.SimArgs...)
 		if len(cfg.Accounts) == 0 {
-			if cfg.Driver == "lingma" {
-				extra = append(extra, "--logged-in")
-			}
+			extra = append(extra, kind.DemoArgs...)
 			log.Warn("SIMULATED POOL: nothing is configured, so poolgate serves two simulated accounts whose answers come from no model (set POOLGATE_ACCOUNTS and POOLGATE_WORKER_BIN for real ones)",
 				"simulate", cfg.Simulate)
 		} else {
 			log.Warn("SIMULATED POOL: the configured accounts are served by the bundled simulator (simulate=true), not by a real worker")
 		}
 	}
-	workers := workerConfigs(cfg)
-	var driver worker.Driver
-	switch cfg.Driver {
-	case "openai":
-		template := append(append([]string(nil), prefix...), extra...)
-		driver = modelserver.New(modelserver.Config{Command: template, APIKey: cfg.WorkerAPIKey, IdleConns: cfg.InstanceMaxInFlight,
-			MaxRequest: cfg.WorkerMaxTurnBytes})
-	default:
-		driver = lingma.New(lingma.Config{Command: prefix, ExtraArgs: extra,
-			TurnTimeout: cfg.LingmaTurnTimeout, ReplyTimeout: cfg.LingmaIdleTimeout, CallTimeout: cfg.LingmaRPCTimeout,
-			Mode: cfg.LingmaAskMode, AgentSessionType: cfg.LingmaAgentSession, ChatContext: cfg.LingmaChatContext, Reuse: cfg.LingmaReuse,
-			ToolMode: cfg.LingmaToolMode, ToolSettle: cfg.LingmaToolSettle, MaxFrame: cfg.WorkerMaxTurnBytes,
-			NoIsolation: !cfg.LingmaIsolateHome, DedicatedDomain: cfg.LingmaDedicatedDomain, RateLimitText: regexp.MustCompile(cfg.LingmaRateLimitText),
-			LoginText: regexp.MustCompile(cfg.LingmaLoginText), Logger: log.With("component", "lingma"),
-			Record: lingma.RecordConfig{All: cfg.LingmaRecord, Dir: cfg.LingmaRecordDir, MaxBytes: cfg.LingmaRecordBytes,
-				Keep: cfg.LingmaRecordKeep, Prompts: cfg.RequestLogDebug}})
+	driver, err := kind.New(worker.Setup{Command: prefix, ExtraArgs: extra, APIKey: cfg.WorkerAPIKey,
+		MaxInFlight: cfg.InstanceMaxInFlight, MaxTurnBytes: cfg.WorkerMaxTurnBytes, Debug: cfg.RequestLogDebug,
+		Section: cfg.Section(kind.Name), Logger: log.With("component", kind.Name)})
+	if err != nil {
+		return kind, nil, nil, fmt.Errorf("driver %s: %w", kind.Name, err)
 	}
-	return driver, workers, nil
+	return kind, driver, workerConfigs(cfg), nil
 }
-
-// turnChecker is a driver that knows the largest turn its workers take.
-type turnChecker interface {
-	CheckTurn(t *chat.Turn) error
-}
-
-var (
-	_ turnChecker = (*lingma.Driver)(nil)
-	_ turnChecker = (*modelserver.Driver)(nil)
-)
 
 // checkTurn is the router's bound on turns: the driver's (nil for a driver
 // without one).
 func checkTurn(d worker.Driver) func(*chat.Turn) error {
-	if c, ok := d.(turnChecker); ok {
+	if c, ok := d.(worker.TurnChecker); ok {
 		return c.CheckTurn
 	}
 	return nil

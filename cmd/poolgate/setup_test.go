@@ -27,8 +27,9 @@ func TestSimulatorCredentialsReachOnlyTheSimulator(t *testing.T) {
 		{"a real worker", executable(t), false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := config.Config{Driver: "lingma", WorkerBin: tt.workerBin, Accounts: accounts, DataDir: t.TempDir()}
-			_, workers, err := workerSetup(cfg, log)
+			cfg := config.Defaults()
+			cfg.WorkerBin, cfg.Accounts, cfg.DataDir = tt.workerBin, accounts, t.TempDir()
+			_, _, workers, err := workerSetup(cfg, log)
 			if err != nil || len(workers) != 1 {
 				t.Fatalf("workerSetup() = %d workers, %v", len(workers), err)
 			}
@@ -47,7 +48,7 @@ func TestSimulatorCredentialsReachOnlyTheSimulator(t *testing.T) {
 // executable is a file this user may run, standing in for a worker binary.
 func executable(t *testing.T) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "lingma")
+	path := filepath.Join(t.TempDir(), "worker")
 	if err := os.WriteFile(path, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestWorkerBinMustRun(t *testing.T) {
 		give string
 		want string // "" = starts
 	}{
-		{"missing", filepath.Join(dir, "nowhere", "Lingma"), "no such file"},
+		{"missing", filepath.Join(dir, "nowhere", "worker"), "no such file"},
 		{"not executable", plain, "permission denied"},
 		{"a directory", dir, "worker_bin"},
 		{"not on PATH", "no-such-worker-binary", "not found"},
@@ -77,8 +78,9 @@ func TestWorkerBinMustRun(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := config.Config{Driver: "lingma", WorkerBin: tt.give, Accounts: []config.Account{{Name: "a1"}}, DataDir: t.TempDir()}
-			_, _, err := workerSetup(cfg, log)
+			cfg := config.Defaults()
+			cfg.WorkerBin, cfg.Accounts, cfg.DataDir = tt.give, []config.Account{{Name: "a1"}}, t.TempDir()
+			_, _, _, err := workerSetup(cfg, log)
 			switch {
 			case tt.want == "" && err != nil:
 				t.Errorf("workerSetup = %v, want a start", err)
@@ -110,5 +112,31 @@ func TestUnnamedAccountKeepsItsWorkDir(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(data, "workers", "taken@example.com")); err != nil {
 		t.Errorf("the dir of an account named taken@example.com was moved: %v", err)
+	}
+}
+
+// The driver setting picks a kind from the daemon's table; a name that is
+// none refuses the start, naming the kinds there are.
+func TestUnknownDriverRefusesTheStart(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tt := range []struct {
+		driver, want string
+	}{
+		{"bogus", `driver "bogus": use lingma or openai`},
+		{"", `driver "": use lingma or openai`},
+		{"openai", ""},
+		{"lingma", ""},
+	} {
+		t.Run(tt.driver, func(t *testing.T) {
+			cfg := config.Defaults()
+			cfg.Driver, cfg.DataDir = tt.driver, t.TempDir()
+			kind, driver, _, err := workerSetup(cfg, log)
+			switch {
+			case tt.want != "" && (err == nil || err.Error() != tt.want):
+				t.Errorf("workerSetup = %v, want %q", err, tt.want)
+			case tt.want == "" && (err != nil || driver == nil || kind.Name != tt.driver):
+				t.Errorf("workerSetup = kind %q, driver %v, %v; want the %s kind's driver", kind.Name, driver, err, tt.driver)
+			}
+		})
 	}
 }

@@ -165,7 +165,7 @@ type Event struct {
 	Finish       FinishReason
 	StopSequence string
 	Usage        Usage
-	// SessionID is the upstream session that served the turn (Lingma), for
+	// SessionID is the upstream session that served the turn (for a driver with sessions), for
 	// reuse by a follow-up turn; empty for workers without sessions.
 	SessionID string
 	// Err is set on EventError.

@@ -19,8 +19,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/poolgate/poolgate/internal/lingmarpc"
 	"github.com/poolgate/poolgate/internal/redisconn"
+	"github.com/poolgate/poolgate/pool/lingma"
 )
 
 // Account is one upstream account.
@@ -45,7 +45,7 @@ type Account struct {
 	// Recipe names the login recipe for this account (default by driver).
 	Recipe string `yaml:"recipe" json:"recipe"`
 	// Record writes a transcript of each of this account's turns, as
-	// lingma_record does for every account.
+	// the driver's record setting (lingma.record) does for every account.
 	Record bool `yaml:"record" json:"record"`
 	// Unnamed: the configuration gave no name, so it is account-N by the
 	// account's place (never its username, which API callers would see).
@@ -95,33 +95,13 @@ type Config struct {
 	BackoffMax          time.Duration `yaml:"backoff_max"`            // restart backoff cap (30s)
 	ShutdownGrace       time.Duration `yaml:"shutdown_grace"`         // in-flight grace on shutdown (30s)
 
-	StreamKeepAlive       time.Duration `yaml:"stream_keepalive"`        // longest silence on a stream before a keep-alive (15s)
-	LingmaTurnTimeout     time.Duration `yaml:"lingma_turn_timeout"`     // whole Lingma turn, ask to finish (30m)
-	LingmaIdleTimeout     time.Duration `yaml:"lingma_idle_timeout"`     // longest silence within a turn: a stuck worker (2m)
-	LingmaRPCTimeout      time.Duration `yaml:"lingma_rpc_timeout"`      // each Lingma call but a turn's stream (5s)
-	LingmaAskMode         string        `yaml:"lingma_ask_mode"`         // normal, chat or agent, for requests without tools (normal)
-	LingmaAgentSession    string        `yaml:"lingma_agent_session"`    // chat/ask's sessionType in agent mode: chat, assistant, developer or inline (assistant)
-	LingmaChatContext     string        `yaml:"lingma_chat_context"`     // what chat/ask's chatContext holds: none (null) or prompt (the prompt again) (none)
-	LingmaToolMode        string        `yaml:"lingma_tool_mode"`        // emulated, native or auto (emulated)
-	LingmaDedicatedDomain string        `yaml:"lingma_dedicated_domain"` // enterprise endpoint set before a login ("" = none)
-	LingmaRecord          bool          `yaml:"lingma_record"`           // write a redacted transcript of every turn of every worker (false)
-	LingmaRecordDir       string        `yaml:"lingma_record_dir"`       // where transcripts go, a sub-directory per instance ("" = each work dir's transcripts/)
-	LingmaRecordBytes     int64         `yaml:"lingma_record_bytes"`     // cap of one transcript in bytes; the rest of the turn is dropped (1 MiB)
-	LingmaRecordKeep      int           `yaml:"lingma_record_keep"`      // transcripts kept per instance, the oldest removed first (100)
-	LingmaIsolateHome     bool          `yaml:"lingma_isolate_home"`     // give each worker its own HOME, TMPDIR and XDG_RUNTIME_DIR under its work dir (true)
-	LingmaRateLimitText   string        `yaml:"lingma_ratelimit_text"`   // regular expression: a worker's error text that means the account is throttled, so the worker cools down
-	LingmaLoginText       string        `yaml:"lingma_login_text"`       // regular expression: a worker's error text that means its login is gone, so the worker is checked
-	// LingmaToolSettle exists because how the real worker ends a turn after
-	// an acknowledged tool/invoke is not publicly documented: it may send
-	// chat/finish at once (the bundled simulator does, and the turn then
-	// ends at once) or wait for the results, which the gateway never runs.
-	LingmaToolSettle time.Duration `yaml:"lingma_tool_settle"` // after a native tool call, longest silence before the turn ends with its calls and the worker is stopped (3s)
+	StreamKeepAlive time.Duration   `yaml:"stream_keepalive"` // longest silence on a stream before a keep-alive (15s)
+	Lingma          lingma.Settings `yaml:"lingma"`           // the Lingma driver's section: its keys are lingma.KEY, its environment POOLGATE_LINGMA_KEY (the table below)
 
 	ToolAllowlist  []string `yaml:"tool_allowlist"`  // tools that may be offered to workers (none = all)
 	ToolForwarding bool     `yaml:"tool_forwarding"` // offer the request's tools to workers at all (true)
 
 	SessionReuse     bool          `yaml:"session_reuse"`      // continue upstream sessions on follow-ups (true)
-	LingmaReuse      string        `yaml:"lingma_reuse"`       // which Lingma sessions a follow-up continues: controlled (those holding only what the gateway sent) or chat-only (plain turns without tools) (controlled)
 	SessionCacheSize int           `yaml:"session_cache_size"` // affinity entries kept in memory (10000)
 	SessionCacheTTL  time.Duration `yaml:"session_cache_ttl"`  // life of an affinity entry after its last turn (30m)
 
@@ -176,6 +156,7 @@ func Defaults() Config {
 		LogLevel:                  "info",
 		LogFormat:                 "text",
 		Driver:                    "lingma",
+		Lingma:                    lingma.DefaultSettings(),
 		Simulate:                  "auto",
 		DataDir:                   defaultDataDir(),
 		InstanceMaxInFlight:       1,
@@ -198,22 +179,8 @@ func Defaults() Config {
 		LeaseTTL:                  15 * time.Second,
 		ClusterPeerNetworks:       []string{"127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"},
 		StreamKeepAlive:           15 * time.Second,
-		LingmaTurnTimeout:         30 * time.Minute,
-		LingmaIdleTimeout:         2 * time.Minute,
-		LingmaRPCTimeout:          5 * time.Second,
-		LingmaAskMode:             "normal",
-		LingmaAgentSession:        "assistant",
-		LingmaChatContext:         "none",
-		LingmaToolMode:            "emulated",
-		LingmaToolSettle:          3 * time.Second,
-		LingmaRecordBytes:         1 << 20,
-		LingmaRecordKeep:          100,
-		LingmaIsolateHome:         true,
-		LingmaRateLimitText:       lingmarpc.DefaultRateLimitText,
-		LingmaLoginText:           lingmarpc.DefaultLoginText,
 		ToolForwarding:            true,
 		SessionReuse:              true,
-		LingmaReuse:               "controlled",
 		SessionCacheSize:          10000,
 		SessionCacheTTL:           30 * time.Minute,
 		LoginTimeout:              3 * time.Minute,
@@ -246,21 +213,24 @@ const envPrefix = "POOLGATE_"
 // variables) separately from errors.
 func Load(path string, environ []string) (Config, []string, error) {
 	cfg := Defaults()
+	var flat []string
 	if path != "" {
-		if err := decodeFile(&cfg, path); err != nil {
+		var err error
+		if flat, err = decodeFile(&cfg, path); err != nil {
 			return cfg, nil, err
 		}
 	}
 	env := envMap(environ)
 	notes, pending, err := applyLegacy(&cfg, env)
 	if err != nil {
-		return cfg, notes, err
+		return cfg, append(flat, notes...), err
 	}
 	warnings, err := applyEnv(&cfg, environ)
 	warnings = append(notes, warnings...)
 	if len(notes) > 0 && !cfg.PythonCompat {
 		warnings = append(warnings, compatNote)
 	}
+	warnings = append(flat, warnings...) // a flat section key is poolgate's own, not the Python gateway's
 	if err != nil {
 		return cfg, warnings, err
 	}
@@ -282,48 +252,54 @@ func Load(path string, environ []string) (Config, []string, error) {
 }
 
 // decodeFile decodes the YAML file strictly into cfg. A bare number given
-// for a duration is seconds (yaml would take it as nanoseconds).
-func decodeFile(cfg *Config, path string) error {
+// for a duration is seconds (yaml would take it as nanoseconds). A
+// section's key written flat (lingma_ask_mode for lingma: ask_mode:) is
+// still read; the returned notes say so, one a key.
+func decodeFile(cfg *Config, path string) ([]string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("read config: %w", err)
+		return nil, fmt.Errorf("read config: %w", err)
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return fmt.Errorf("config %s: %w", path, err)
+		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	if len(doc.Content) == 0 {
-		return nil // an empty file is fine
+		return nil, nil // an empty file is fine
 	}
-	secondsInYAML(doc.Content[0])
+	notes, err := nestFlatKeys(doc.Content[0])
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	secondsInYAML(doc.Content[0], reflect.TypeFor[Config]())
 	if b, err = yaml.Marshal(&doc); err != nil {
-		return fmt.Errorf("config %s: %w", path, err)
+		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config %s: %w", path, err)
+		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
-	return nil
+	return notes, nil
 }
 
-// secondsInYAML rewrites the bare numbers of duration keys in a config
-// mapping as seconds ("1800" -> "1800s").
-func secondsInYAML(m *yaml.Node) {
+// secondsInYAML rewrites the bare numbers of duration keys in a mapping
+// of t (the Config or one of its sections) as seconds ("1800" -> "1800s").
+func secondsInYAML(m *yaml.Node, t reflect.Type) {
 	if m.Kind != yaml.MappingNode {
 		return
 	}
-	durations := map[string]bool{}
-	t := reflect.TypeOf(Config{})
+	fields := map[string]reflect.Type{}
 	for i := range t.NumField() {
-		if t.Field(i).Type == reflect.TypeOf(time.Duration(0)) {
-			durations[t.Field(i).Tag.Get("yaml")] = true
-		}
+		fields[t.Field(i).Tag.Get("yaml")] = t.Field(i).Type
 	}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
-		if durations[k.Value] && v.Kind == yaml.ScalarNode && (v.Tag == "!!int" || v.Tag == "!!float") {
+		switch typ := fields[k.Value]; {
+		case typ == reflect.TypeFor[time.Duration]() && v.Kind == yaml.ScalarNode && (v.Tag == "!!int" || v.Tag == "!!float"):
 			v.Value, v.Tag, v.Style = v.Value+"s", "!!str", 0
+		case typ != nil && isSection(typ):
+			secondsInYAML(v, typ)
 		}
 	}
 }
@@ -447,21 +423,15 @@ func (c *Config) Validate() error {
 		}
 		errs = append(errs, c.validatePeers()...)
 	}
-	for k, d := range map[string]time.Duration{"body_timeout": c.BodyTimeout, "lingma_turn_timeout": c.LingmaTurnTimeout,
-		"lingma_idle_timeout": c.LingmaIdleTimeout, "lingma_rpc_timeout": c.LingmaRPCTimeout, "lingma_tool_settle": c.LingmaToolSettle,
+	for k, d := range map[string]time.Duration{"body_timeout": c.BodyTimeout,
 		"session_cache_ttl": c.SessionCacheTTL, "login_timeout": c.LoginTimeout, "stream_keepalive": c.StreamKeepAlive} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %s", k, d))
 		}
 	}
-	errs = append(errs, c.lingmaErrors()...)
+	errs = append(errs, c.sectionErrors()...)
 	if c.Retries < 0 {
 		errs = append(errs, fmt.Errorf("retries must be >= 0, got %d", c.Retries))
-	}
-	switch c.Driver {
-	case "lingma", "openai":
-	default:
-		errs = append(errs, fmt.Errorf("driver %q: use lingma or openai", c.Driver))
 	}
 	switch c.LogFormat {
 	case "text", "json":

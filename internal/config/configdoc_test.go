@@ -7,6 +7,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -83,38 +84,74 @@ func TestConfigDocListsAccountAndKeyFields(t *testing.T) {
 
 type fieldDoc struct {
 	name, key, comment string
+	// index is the field's index path in Config (a section's field has
+	// two); typ is its type.
+	index []int
+	typ   reflect.Type
 }
 
 // configFields reads Config's fields, in order, with their yaml keys and
-// trailing comments, from config.go's syntax tree.
+// trailing comments, from config.go's syntax tree; a section (a driver's
+// struct) stands for its own fields, read from its package's source, each
+// keyed SECTION.KEY.
 func configFields(t *testing.T) []fieldDoc {
 	t.Helper()
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "config.go", nil, parser.ParseComments)
+	typ := reflect.TypeFor[Config]()
+	var out []fieldDoc
+	for i, f := range structDoc(t, ".", "Config") {
+		sf := typ.Field(i)
+		if !isSection(sf.Type) {
+			out = append(out, fieldDoc{name: f.name, key: f.key, comment: f.comment, index: []int{i}, typ: sf.Type})
+			continue
+		}
+		dir := "../../" + strings.TrimPrefix(sf.Type.PkgPath(), "github.com/poolgate/poolgate/")
+		for j, sub := range structDoc(t, dir, sf.Type.Name()) {
+			out = append(out, fieldDoc{name: f.name + "." + sub.name, key: f.key + "." + sub.key, comment: sub.comment,
+				index: []int{i, j}, typ: sf.Type.Field(j).Type})
+		}
+	}
+	return out
+}
+
+// structDoc reads the fields of the struct type name, declared in the Go
+// files of dir, with their yaml keys and trailing comments, in order.
+func structDoc(t *testing.T, dir, name string) []fieldDoc {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []fieldDoc
-	ast.Inspect(f, func(n ast.Node) bool {
-		ts, ok := n.(*ast.TypeSpec)
-		if !ok || ts.Name.Name != "Config" {
-			return true
+	fset := token.NewFileSet()
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
 		}
-		for _, fl := range ts.Type.(*ast.StructType).Fields.List {
-			tag, _ := strconv.Unquote(fl.Tag.Value)
-			key := reflect.StructTag(tag).Get("yaml")
-			comment := ""
-			if fl.Comment != nil {
-				comment = strings.TrimSpace(fl.Comment.Text())
-			}
-			for _, name := range fl.Names {
-				out = append(out, fieldDoc{name: name.Name, key: key, comment: comment})
-			}
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return false
-	})
-	if len(out) != reflect.TypeFor[Config]().NumField() {
-		t.Fatalf("read %d fields of Config from config.go, the type has %d", len(out), reflect.TypeFor[Config]().NumField())
+		ast.Inspect(f, func(n ast.Node) bool {
+			ts, ok := n.(*ast.TypeSpec)
+			if !ok || ts.Name.Name != name {
+				return true
+			}
+			for _, fl := range ts.Type.(*ast.StructType).Fields.List {
+				tag, _ := strconv.Unquote(fl.Tag.Value)
+				key := reflect.StructTag(tag).Get("yaml")
+				comment := ""
+				if fl.Comment != nil {
+					comment = strings.TrimSpace(fl.Comment.Text())
+				}
+				for _, id := range fl.Names {
+					out = append(out, fieldDoc{name: id.Name, key: key, comment: comment})
+				}
+			}
+			return false
+		})
+	}
+	if len(out) == 0 {
+		t.Fatalf("no struct %s in %s", name, dir)
 	}
 	return out
 }
@@ -130,18 +167,17 @@ func configTable(t *testing.T) string {
 	var b strings.Builder
 	b.WriteString("| key | environment | type | default | reload | meaning |\n| --- | --- | --- | --- | --- | --- |\n")
 	for _, f := range configFields(t) {
-		sf, _ := def.Type().FieldByName(f.name)
 		meaning, stated := splitDefault(f.comment)
-		dflt := formatDefault(f.key, def.FieldByName(f.name))
+		dflt := formatDefault(f.key, def.FieldByIndex(f.index))
 		if dflt == "" {
-			dflt = zeroDefault(sf.Type, stated)
+			dflt = zeroDefault(f.typ, stated)
 		}
 		reload := "restart"
 		if Reloadable(f.key) {
 			reload = "live"
 		}
 		// A pipe would end the cell: regular expressions have them.
-		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s | %s | %s |\n", f.key, EnvName(f.key), typeName(f.key, sf.Type),
+		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s | %s | %s |\n", f.key, EnvName(f.key), typeName(f.key, f.typ),
 			strings.ReplaceAll(dflt, "|", `\|`), reload, strings.ReplaceAll(meaning, "|", `\|`))
 	}
 	return b.String()

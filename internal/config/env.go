@@ -11,16 +11,15 @@ import (
 	"time"
 )
 
-// EnvName returns the environment variable for a key.
-func EnvName(key string) string { return envPrefix + strings.ToUpper(key) }
+// EnvName returns the environment variable for a key; a section's key
+// (lingma.ask_mode) is POOLGATE_LINGMA_ASK_MODE.
+func EnvName(key string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
 
 func applyEnv(cfg *Config, environ []string) ([]string, error) {
 	v := reflect.ValueOf(cfg).Elem()
-	t := v.Type()
-	byEnv := map[string]int{}
-	for i := range t.NumField() {
-		byEnv[EnvName(t.Field(i).Tag.Get("yaml"))] = i
-	}
+	byEnv := envFields()
 	var warnings []string
 	var errs []error
 	for _, kv := range environ {
@@ -28,14 +27,14 @@ func applyEnv(cfg *Config, environ []string) ([]string, error) {
 		if !ok || !strings.HasPrefix(k, envPrefix) {
 			continue
 		}
-		i, known := byEnv[k]
+		path, known := byEnv[k]
 		if !known {
 			if !ignoredEnv[k] {
 				warnings = append(warnings, fmt.Sprintf("unknown environment variable %s ignored%s", k, suggest(k, byEnv)))
 			}
 			continue
 		}
-		if err := setField(v.Field(i), val); err != nil {
+		if err := setField(v.FieldByIndex(path), val); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", k, err))
 		}
 	}
@@ -95,7 +94,7 @@ func setField(f reflect.Value, val string) error {
 }
 
 // suggest names the closest known variable, if one is close.
-func suggest(k string, known map[string]int) string {
+func suggest(k string, known map[string][]int) string {
 	best, bestD := "", 4
 	for name := range known {
 		if d := levenshtein(k, name); d < bestD || (d == bestD && name < best) {

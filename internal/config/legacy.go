@@ -115,16 +115,16 @@ func LegacySettings() []Legacy {
 		{"lingma_work_dir", "LINGMA_WORK_DIR", "data_dir", "refused: poolgate keeps account NAME's work dir at data_dir/workers/NAME; run `poolgate migrate` to move the old work dirs there, then set POOLGATE_DATA_DIR and remove LINGMA_WORK_DIR", nil},
 		{"lingma_socket_port", "LINGMA_SOCKET_PORT", "", "not needed: poolgate gives each worker free loopback ports of its own", str(func(*Config, string) {})},
 		{"lingma_startup_timeout", "LINGMA_STARTUP_TIMEOUT", "start_timeout", "seconds", secs(func(c *Config, d time.Duration) { c.StartTimeout = d })},
-		{"lingma_rpc_timeout", "LINGMA_RPC_TIMEOUT", "lingma_rpc_timeout", "seconds", secs(func(c *Config, d time.Duration) { c.LingmaRPCTimeout = d })},
+		{"lingma_rpc_timeout", "LINGMA_RPC_TIMEOUT", "lingma.rpc_timeout", "seconds", secs(func(c *Config, d time.Duration) { c.Lingma.RPCTimeout = d })},
 		{"default_model", "DEFAULT_MODEL", "default_model", "the same model name", str(func(c *Config, v string) { c.DefaultModel = v })},
-		{"default_ask_mode", "DEFAULT_ASK_MODE", "lingma_ask_mode", "the same mode (chat or agent)", str(func(c *Config, v string) { c.LingmaAskMode = strings.ToLower(strings.TrimSpace(v)) })},
+		{"default_ask_mode", "DEFAULT_ASK_MODE", "lingma.ask_mode", "the same mode (chat or agent)", str(func(c *Config, v string) { c.Lingma.AskMode = strings.ToLower(strings.TrimSpace(v)) })},
 		{"tool_allowlist", "TOOL_ALLOWLIST", "tool_allowlist", "the same names, comma-separated or a JSON list", func(c *Config, v string, _ *legacyPending) error {
 			list, err := parseList(v)
 			c.ToolAllowlist = list
 			return err
 		}},
 		{"tool_forward_enabled", "TOOL_FORWARD_ENABLED", "tool_forwarding", "the same switch", boolean(func(c *Config, b bool) { c.ToolForwarding = b })},
-		{"dedicated_domain_url", "DEDICATED_DOMAIN_URL", "lingma_dedicated_domain", "the same URL", str(func(c *Config, v string) { c.LingmaDedicatedDomain = strings.TrimSpace(v) })},
+		{"dedicated_domain_url", "DEDICATED_DOMAIN_URL", "lingma.dedicated_domain", "the same URL", str(func(c *Config, v string) { c.Lingma.DedicatedDomain = strings.TrimSpace(v) })},
 		{"session_reuse_enabled", "SESSION_REUSE_ENABLED", "session_reuse", "the same switch", boolean(func(c *Config, b bool) { c.SessionReuse = b })},
 		{"session_cache_max_entries", "SESSION_CACHE_MAX_ENTRIES", "session_cache_size", "the same count; 0 turns session reuse off, as it did", integer(func(c *Config, n int) error {
 			switch {
@@ -169,7 +169,7 @@ func applyLegacy(cfg *Config, env map[string]string) ([]string, legacyPending, e
 			errs = append(errs, fmt.Errorf("%s (Python gateway setting) is %s", l.Env, l.What))
 			continue
 		}
-		if l.Key != "" && !strings.Contains(l.Key, ".") {
+		if l.Key != "" && !strings.Contains(l.Key, "[") {
 			if _, twin := env[EnvName(l.Key)]; twin {
 				errs = append(errs, fmt.Errorf("%s (Python gateway setting) and %s are both set: keep %s and remove %s",
 					l.Env, EnvName(l.Key), EnvName(l.Key), l.Env))
@@ -195,7 +195,7 @@ func legacyNote(l Legacy) string {
 		return fmt.Sprintf("%s (Python gateway setting) read: %s", l.Env, l.What)
 	}
 	rename := ""
-	if !strings.Contains(l.Key, ".") {
+	if !strings.Contains(l.Key, "[") {
 		rename = "; rename it " + EnvName(l.Key)
 	}
 	return fmt.Sprintf("%s (Python gateway setting) read as %s (%s)%s", l.Env, l.Key, l.What, rename)

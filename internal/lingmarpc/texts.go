@@ -3,7 +3,7 @@ package lingmarpc
 // The texts that classify a worker's error message. No public capture shows
 // what a real worker says when its account is throttled or its login is
 // gone, so the driver's patterns are operator settings
-// (lingma_ratelimit_text, lingma_login_text) with these defaults: the words
+// (lingma.ratelimit_text, lingma.login_text) with these defaults: the words
 // public gateways match, and the worker's own log line for missing
 // credentials ("No cached user info, please login.").
 const (

@@ -14,7 +14,7 @@ import (
 // Lingma worker, one JSON object a line: a Header first, then one Entry per
 // message in the order the client saw them, and a last {"truncated": true}
 // line when the size cap cut it short. The driver writes one per turn
-// (lingma_record), poolgate doctor one per run, and the simulator replays
+// (lingma.record), poolgate doctor one per run, and the simulator replays
 // one (--replay): answering as recorded, checking what it is sent against
 // it. docs/lingma-protocol.md describes the format.
 

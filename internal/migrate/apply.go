@@ -68,7 +68,6 @@ func unsettled(env []string) []string {
 // apply brings each account's login over, recording what it did in the
 // journal as it goes.
 func (m *migration) apply(steps []step) error {
-	spec := bundle.LingmaSpec()
 	for _, s := range steps {
 		name := s.acct.Name
 		if s.inPlace {
@@ -85,7 +84,7 @@ func (m *migration) apply(steps []step) error {
 				return err
 			}
 		}
-		installed, err := pycompat.InstallPlain(s.plain, s.target)
+		installed, err := pycompat.InstallPlain(s.plain, s.target, m.spec)
 		if err != nil {
 			return fmt.Errorf("migrate: account %s: install its plain session bundle: %w", name, err)
 		}
@@ -96,7 +95,7 @@ func (m *migration) apply(steps []step) error {
 			}
 		}
 		switch {
-		case bundle.HasCredentials(s.target, spec):
+		case bundle.HasCredentials(s.target, m.spec):
 		case s.src == "":
 			fmt.Fprintf(m.report, "%s: no old work dir found and no session bundle: it will need a login at its first start\n", name)
 		default:

@@ -20,6 +20,8 @@ import (
 	"strings"
 
 	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/pool/worker"
+	"github.com/poolgate/poolgate/session/bundle"
 )
 
 const usage = `usage: poolgate migrate -data-dir DIR [-env-file OLD/.env] [-accounts-file FILE]
@@ -57,9 +59,11 @@ type options struct {
 }
 
 // Run is `poolgate migrate` with its arguments (after "migrate") and the
-// process's environment. The configuration goes to stdout unless -o names a
-// file; the report goes to stderr.
-func Run(args, environ []string, stdout, stderr io.Writer) error {
+// process's environment; kinds are the daemon's worker kinds, of which the
+// configured driver's names the credential files a login is. The
+// configuration goes to stdout unless -o names a file; the report goes to
+// stderr.
+func Run(args, environ []string, kinds []worker.Kind, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
@@ -73,6 +77,11 @@ func Run(args, environ []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	kind, ok := worker.ByName(kinds, cfg.Driver)
+	if !ok || kind.Credentials.Dir == "" {
+		return fmt.Errorf("migrate: driver %q keeps no login in its work dirs, so there is none to bring over (nothing was changed)", cfg.Driver)
+	}
+	m.spec = bundle.Spec(kind.Credentials)
 	plan, err := m.plan(cfg)
 	if err != nil {
 		return err

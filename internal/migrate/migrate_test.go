@@ -9,13 +9,18 @@ import (
 
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/pool/lingma"
+	"github.com/poolgate/poolgate/pool/modelserver"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
-// run is one `poolgate migrate` with args in environment env.
+// run is one `poolgate migrate` with args in environment env. The Python
+// gateway ran Lingma workers, so the Lingma kind's credential layout is
+// what its work dirs hold.
 func run(t *testing.T, env []string, args ...string) (stdout, report string, err error) {
 	t.Helper()
 	var out, rep bytes.Buffer
-	err = Run(args, env, &out, &rep)
+	err = Run(args, env, []worker.Kind{lingma.Kind, modelserver.Kind}, &out, &rep)
 	return out.String(), rep.String(), err
 }
 
@@ -123,6 +128,8 @@ func TestRefusesBeforeChangingAnything(t *testing.T) {
 			filepath.Join(old, "acct-1", "poolgate"), "inside the old work dir"},
 		{"a target with files of its own", []string{accounts, "LINGMA_BIN=/opt/lingma", "LINGMA_WORK_DIR=" + old}, crowded,
 			"holds files but no credentials"},
+		{"a driver that keeps no login", []string{accounts, "LINGMA_BIN=/opt/lingma", "LINGMA_WORK_DIR=" + old, "POOLGATE_DRIVER=openai"}, "",
+			`driver "openai" keeps no login`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,6 +27,9 @@ type migration struct {
 	// turned it on.
 	compatSet bool
 	journal   *journal
+	// spec is the credential layout of the configured driver's workers:
+	// the files that are a login, which the old work dirs must hold.
+	spec bundle.Spec
 }
 
 // step is what one account needs to have its login here.
@@ -98,11 +101,11 @@ func (m *migration) plan(cfg config.Config) ([]step, error) {
 		return nil, err
 	}
 	m.journal = j
-	plain, err := pycompat.PlainBundles(cfg)
+	plain, err := pycompat.PlainBundles(cfg, m.spec)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	spec := bundle.LingmaSpec()
+	spec := m.spec
 	steps := make([]step, 0, len(cfg.Accounts))
 	for i, acct := range cfg.Accounts {
 		s := step{acct: acct, target: filepath.Join(m.opts.dataDir, "workers", acct.Name), plain: plain[acct.Name]}
@@ -122,7 +125,8 @@ func (m *migration) plan(cfg config.Config) ([]step, error) {
 }
 
 // oldWorkDir finds the account's old work dir: given with -work-dir-of,
-// else the first candidate under the old work dir holding cache/.
+// else the first candidate under the old work dir holding the credential
+// dir (cache/).
 func (m *migration) oldWorkDir(i, n int, acct config.Account) string {
 	if d, ok := m.opts.workDirOf[acct.Name]; ok {
 		return d
@@ -139,7 +143,7 @@ func (m *migration) oldWorkDir(i, n int, acct config.Account) string {
 			continue
 		}
 		d := filepath.Join(m.workDir, c)
-		if st, err := os.Stat(filepath.Join(d, bundle.LingmaSpec().Dir)); err == nil && st.IsDir() {
+		if st, err := os.Stat(filepath.Join(d, m.spec.Dir)); err == nil && st.IsDir() {
 			return d
 		}
 	}

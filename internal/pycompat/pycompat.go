@@ -24,15 +24,15 @@ import (
 // PlainBundles opens the accounts' plain bundles (session_bundle_plain, or
 // the Python gateway's LINGMA_ACCOUNTS session_bundle and
 // LINGMA_SESSION_BUNDLE), by account name, so that a bad one stops the
-// start with its account named.
-func PlainBundles(cfg config.Config) (map[string]*bundle.Bundle, error) {
+// start with its account named. spec is the driver's credential layout.
+func PlainBundles(cfg config.Config, spec bundle.Spec) (map[string]*bundle.Bundle, error) {
 	out := map[string]*bundle.Bundle{}
 	for _, acct := range cfg.Accounts {
 		s := strings.TrimSpace(acct.SessionBundlePlain)
 		if s == "" {
 			continue
 		}
-		b, err := OpenPlain(s, acct.Name)
+		b, err := OpenPlain(s, acct.Name, spec)
 		if err != nil {
 			return nil, fmt.Errorf("account %s: session_bundle_plain: %w", acct.Name, err)
 		}
@@ -42,8 +42,9 @@ func PlainBundles(cfg config.Config) (map[string]*bundle.Bundle, error) {
 }
 
 // OpenPlain reads a plain bundle given as its base64 or as the Python
-// gateway's export answer ({"bundle_b64": ...}), for account.
-func OpenPlain(s, account string) (*bundle.Bundle, error) {
+// gateway's export answer ({"bundle_b64": ...}), for account, whose
+// credential files spec names.
+func OpenPlain(s, account string, spec bundle.Spec) (*bundle.Bundle, error) {
 	if strings.HasPrefix(s, "{") {
 		var exp struct {
 			BundleB64 string `json:"bundle_b64"`
@@ -57,13 +58,14 @@ func OpenPlain(s, account string) (*bundle.Bundle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("not standard base64: %w", err)
 	}
-	return bundle.OpenPlain(raw, bundle.LingmaSpec(), bundle.Limits{}, account, time.Now())
+	return bundle.OpenPlain(raw, spec, bundle.Limits{}, account, time.Now())
 }
 
 // InstallPlain installs b into workDir unless it holds credentials
-// already; it reports whether it did. A nil b installs nothing.
-func InstallPlain(b *bundle.Bundle, workDir string) (bool, error) {
-	if b == nil || bundle.HasCredentials(workDir, bundle.LingmaSpec()) {
+// already (the files spec names); it reports whether it did. A nil b
+// installs nothing.
+func InstallPlain(b *bundle.Bundle, workDir string, spec bundle.Spec) (bool, error) {
+	if b == nil || bundle.HasCredentials(workDir, spec) {
 		return false, nil
 	}
 	if err := b.Install(workDir); err != nil {

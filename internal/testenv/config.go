@@ -1,28 +1,12 @@
 package testenv
 
 import (
-	"reflect"
-	"sort"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/redisconn"
 )
-
-// ConfigKeys returns every configuration key (the yaml names of
-// config.Config's fields), sorted: for the tests that hold the docs and the
-// examples to the settings the daemon reads.
-func ConfigKeys() []string {
-	t := reflect.TypeFor[config.Config]()
-	keys := make([]string, 0, t.NumField())
-	for i := range t.NumField() {
-		keys = append(keys, t.Field(i).Tag.Get("yaml"))
-	}
-	sort.Strings(keys)
-	return keys
-}
 
 // Dial connects to the Redis at url (in mode's form) the way the daemon
 // connects, and closes the client when the test ends: for the stores under

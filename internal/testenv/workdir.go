@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// LoggedInWorkDir lays out a logged-in Lingma work dir at dir, as the
+// LoggedInWorkDir lays out a logged-in work dir at dir, as the
 // simulator and the real worker leave it: cache/id and cache/user (for
 // username, valid for a day), and a log beside them.
 func LoggedInWorkDir(t testing.TB, dir, username string) {

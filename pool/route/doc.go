@@ -13,23 +13,22 @@
 // lease fence: the member record). Route knows a worker only from its
 // reports, given the pool at the supervisor's construction (Pool.Watch),
 // and asks it for nothing but a health check; pool/worker is
-// the seam through which it talks to them, implemented by pool/lingma and
-// pool/modelserver. pool/cluster sits above it. It knows nothing about HTTP:
+// the seam through which it talks to them, implemented by the drivers. pool/cluster sits above it. It knows nothing about HTTP:
 // handlers translate wire JSON into chat values and back.
 package route
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/poolgate/poolgate/internal/chat"
 )
 
-// agentModels are model names that ask for the worker's agent mode.
-var agentModels = map[string]bool{"lingma-agent": true, "agent": true}
-
-// wantsAgent reports whether req calls for the worker's agent mode.
-func wantsAgent(req *chat.Request) bool {
-	if len(req.Tools) > 0 || agentModels[strings.ToLower(req.Model)] {
+// wantsAgent reports whether req calls for the worker's agent mode: it
+// has tools or tool history, or names one of agentModels (the driver's,
+// RouterConfig.AgentModels).
+func wantsAgent(req *chat.Request, agentModels []string) bool {
+	if len(req.Tools) > 0 || slices.Contains(agentModels, strings.ToLower(req.Model)) {
 		return true
 	}
 	for i := range req.Messages {

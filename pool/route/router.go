@@ -54,7 +54,7 @@ type RouterConfig struct {
 	// the first model the pool lists).
 	DefaultModel string
 	// Aliases maps client model names to pool model ids (e.g. Claude Code's
-	// "claude-sonnet-4-5" to a Lingma model key).
+	// "claude-sonnet-4-5" to a worker's model key).
 	Aliases map[string]string
 	// Retries is how many other instances a failed turn is retried on before
 	// anything reached the client (config default 2; 0 disables retries).
@@ -78,6 +78,10 @@ type RouterConfig struct {
 	// Remote locates the other replicas a turn may be handed to (the
 	// cluster, forward.go); nil: every turn is served here.
 	Remote Remote
+	// AgentModels are the model names (lower case) that ask for the
+	// worker's agent mode (chat.Turn.Agent): the driver's
+	// worker.Kind.AgentModels (nil: none).
+	AgentModels []string
 }
 
 // Router runs one request on the pool: affinity, admission, retries,
@@ -282,7 +286,7 @@ func (r *Router) newRequest(c Call) (*request, error) {
 		hint: affinityHint(req)}
 	rq.turn = chat.Turn{RequestID: req.RequestID, Model: rq.model, Messages: req.Messages, Tools: req.Tools,
 		ToolChoice: req.ToolChoice, MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP,
-		Format: req.Format, Agent: wantsAgent(req), Whole: !req.Stream}
+		Format: req.Format, Agent: wantsAgent(req, r.cfg.AgentModels), Whole: !req.Stream}
 	// The whole transcript, as a worker without the conversation's session
 	// gets it: whichever worker takes the turn, it must fit.
 	if r.cfg.CheckTurn != nil {
@@ -458,7 +462,7 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *turnSlot) (*tur
 }
 
 // sessionKeeper is a backend whose policy says which turns may continue
-// an upstream session (the Lingma driver's reuse setting): a conversation
+// an upstream session (a driver's reuse setting): a conversation
 // whose next turn is of another kind starts a new session with its whole
 // transcript. A backend without one continues every session it handed out.
 type sessionKeeper interface {

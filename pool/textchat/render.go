@@ -1,12 +1,12 @@
 // Package textchat adapts the neutral chat model (internal/chat) to
-// text-only workers such as Lingma's chat mode, which take one prompt and
-// answer with text. It implements both directions of
+// text-only workers, whose chat mode takes one prompt and answers with
+// text. It implements both directions of
 // docs/prompt-contract.md: Render turns a Turn into one prompt (markers,
 // tools and contract sections), and Parser turns the answer's text deltas
 // back into neutral events, recognising tool calls.
 //
 // The package is neutral: it knows the prompt contract, not any worker's wire
-// format. Drivers (pool/lingma) call it; cmd/simworker reads the same contract.
+// format. Text-only drivers call it; cmd/simworker reads the same contract.
 package textchat
 
 import (

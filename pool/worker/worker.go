@@ -115,6 +115,6 @@ type Account struct {
 	// Args are extra worker arguments for this account only.
 	Args []string
 	// Record asks the driver to write a transcript of this worker's turns
-	// (the Lingma driver's lingma_record, for one account).
+	// (a driver's record setting, for one account).
 	Record bool
 }

@@ -33,8 +33,8 @@ import (
 	"time"
 )
 
-// A session bundle is the credential files of one worker's work dir (for
-// Lingma the cache/ directory: cache/id and cache/user), packed as tar.gz
+// A session bundle is the credential files of one worker's work dir (those
+// its driver's Spec names, e.g. cache/id and cache/user), packed as tar.gz
 // behind a manifest.json and sealed with AES-256-GCM. It lets another replica
 // or a wiped disk start the account without logging in again. Open verifies a
 // bundle completely before Install touches a work dir.
@@ -80,29 +80,23 @@ const (
 // sealAD is the associated data of version 1; it binds the version byte.
 var sealAD = []byte("poolgate-bundle-v1")
 
-// Spec names a driver's credential files inside a work dir.
+// Spec names a driver's credential files inside a work dir: its
+// worker.Kind's Credentials, which has the same fields and converts to it.
 type Spec struct {
 	// Dir is the credential directory relative to the work dir, one path
-	// element ("cache" for Lingma). Required.
+	// element (e.g. "cache"). Required.
 	Dir string
 	// Required are file names in Dir that must all exist for the work dir to
-	// count as logged in, and that every bundle must carry ("id", "user" for
-	// Lingma).
+	// count as logged in, and that every bundle must carry (e.g. "id",
+	// "user").
 	Required []string
 	// MachineIDFile names the file in Dir whose content is the machine id
-	// the credentials are bound to ("id" for Lingma); "" when none.
+	// the credentials are bound to (e.g. "id"); "" when none.
 	MachineIDFile string
 	// ExpiryFile names a JSON file in Dir with an "expiresAt" field (RFC 3339
 	// or Unix seconds/milliseconds), copied to the manifest when readable;
 	// "" when the driver knows no expiry.
 	ExpiryFile string
-}
-
-// LingmaSpec is the credential layout of the Lingma worker: cache/id (the
-// machine id the login is bound to) and cache/user (the login, with its
-// expiry), which are only valid as a pair.
-func LingmaSpec() Spec {
-	return Spec{Dir: "cache", Required: []string{"id", "user"}, MachineIDFile: "id", ExpiryFile: "user"}
 }
 
 func (s Spec) validate() error {

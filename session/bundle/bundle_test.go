@@ -54,7 +54,7 @@ func TestHasCredentials(t *testing.T) {
 		give map[string]string
 		want bool
 	}{
-		{name: "both", give: lingmaCreds("u"), want: true},
+		{name: "both", give: simCreds("u"), want: true},
 		{name: "id only", give: map[string]string{"cache/id": "m"}, want: false},
 		{name: "user only", give: map[string]string{"cache/user": "{}"}, want: false},
 		{name: "empty user", give: map[string]string{"cache/id": "m", "cache/user": ""}, want: false},
@@ -62,7 +62,7 @@ func TestHasCredentials(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := HasCredentials(credWorkDir(t, tt.give), LingmaSpec()); got != tt.want {
+			if got := HasCredentials(credWorkDir(t, tt.give), simSpec()); got != tt.want {
 				t.Errorf("HasCredentials() = %v, want %v", got, tt.want)
 			}
 		})
@@ -71,11 +71,11 @@ func TestHasCredentials(t *testing.T) {
 
 func TestBundleRoundTrip(t *testing.T) {
 	key := testKey(t)
-	creds := lingmaCreds("alice")
+	creds := simCreds("alice")
 	creds["cache/extra"] = "more state"
 	creds["cache/sub/ignored"] = "subdirectories are not credentials"
 	src := credWorkDir(t, creds)
-	sealed, m, err := Pack(src, LingmaSpec(), "alice", key, testNow)
+	sealed, m, err := Pack(src, simSpec(), "alice", key, testNow)
 	if err != nil {
 		t.Fatalf("Pack() = %v", err)
 	}
@@ -88,7 +88,7 @@ func TestBundleRoundTrip(t *testing.T) {
 		t.Errorf("manifest = %+v", m)
 	}
 
-	b, err := Open(sealed, key, LingmaSpec(), Limits{})
+	b, err := Open(sealed, key, simSpec(), Limits{})
 	if err != nil {
 		t.Fatalf("Open() = %v", err)
 	}
@@ -104,30 +104,30 @@ func TestBundleRoundTrip(t *testing.T) {
 	if got, want := testenv.TreeHash(t, dst), testenv.TreeHash(t, credWorkDir(t, creds)); got != want {
 		t.Errorf("installed tree:\n%s\nwant:\n%s", got, want)
 	}
-	if !HasCredentials(dst, LingmaSpec()) {
+	if !HasCredentials(dst, simSpec()) {
 		t.Error("HasCredentials() = false after Install")
 	}
 	// Installing into a work dir that does not exist yet creates it.
 	fresh := filepath.Join(t.TempDir(), "new", "work")
-	if err := b.Install(fresh); err != nil || !HasCredentials(fresh, LingmaSpec()) {
-		t.Errorf("Install(new dir) = %v, credentials %v", err, HasCredentials(fresh, LingmaSpec()))
+	if err := b.Install(fresh); err != nil || !HasCredentials(fresh, simSpec()) {
+		t.Errorf("Install(new dir) = %v, credentials %v", err, HasCredentials(fresh, simSpec()))
 	}
 }
 
 func TestPackWithoutCredentials(t *testing.T) {
 	dir := credWorkDir(t, map[string]string{"cache/id": "machine"})
-	if _, _, err := Pack(dir, LingmaSpec(), "a", testKey(t), testNow); !errors.Is(err, ErrNoCredentials) {
+	if _, _, err := Pack(dir, simSpec(), "a", testKey(t), testNow); !errors.Is(err, ErrNoCredentials) {
 		t.Errorf("Pack() error = %v, want ErrNoCredentials", err)
 	}
 }
 
 func TestOpenRejectsEveryFlippedByte(t *testing.T) {
 	key := testKey(t)
-	sealed, _, err := Pack(credWorkDir(t, lingmaCreds("a")), LingmaSpec(), "a", key, testNow)
+	sealed, _, err := Pack(credWorkDir(t, simCreds("a")), simSpec(), "a", key, testNow)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dst := credWorkDir(t, lingmaCreds("old"))
+	dst := credWorkDir(t, simCreds("old"))
 	before := testenv.TreeHash(t, dst)
 	for i := range sealed {
 		bad := slices.Clone(sealed)
@@ -149,7 +149,7 @@ func TestOpenRejectsEveryFlippedByte(t *testing.T) {
 
 // openAndInstall is an import: open, and install only what opened.
 func openAndInstall(sealed, key []byte, workDir string) (*Bundle, error) {
-	b, err := Open(sealed, key, LingmaSpec(), Limits{})
+	b, err := Open(sealed, key, simSpec(), Limits{})
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +203,7 @@ func TestOpenRejectsBadContent(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dst := credWorkDir(t, lingmaCreds("old"))
+			dst := credWorkDir(t, simCreds("old"))
 			before := testenv.TreeHash(t, dst)
 			_, err := openAndInstall(mustSeal(t, key, tt.give), key, dst)
 			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.wantMsg) {
@@ -232,7 +232,7 @@ func TestOpenRejectsPayloadChecksum(t *testing.T) {
 	files := map[string]string{"id": "m", "user": "u"}
 	man := manifestFor(t, []string{"id", "user"}, files)
 	man = reg(manifestName, strings.Replace(man.data, `"payload_sha256":"`, `"payload_sha256":"00`, 1))
-	_, err := Open(mustSeal(t, key, tarGz(t, []entry{man, reg("cache/id", "m"), reg("cache/user", "u")})), key, LingmaSpec(), Limits{})
+	_, err := Open(mustSeal(t, key, tarGz(t, []entry{man, reg("cache/id", "m"), reg("cache/user", "u")})), key, simSpec(), Limits{})
 	if !errors.Is(err, ErrChecksum) {
 		t.Errorf("error = %v, want ErrChecksum", err)
 	}
@@ -242,25 +242,25 @@ func TestOpenRejectsOversizedSealed(t *testing.T) {
 	key := testKey(t)
 	big := make([]byte, 1<<20+1)
 	_, _ = rand.Read(big)
-	if _, err := Open(big, key, LingmaSpec(), Limits{}); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "over the 1048576-byte limit") {
+	if _, err := Open(big, key, simSpec(), Limits{}); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "over the 1048576-byte limit") {
 		t.Errorf("error = %v, want ErrMalformed over the limit", err)
 	}
 	small := mustSeal(t, key, tarGz(t, validEntries(t)))
-	if _, err := Open(small, key, LingmaSpec(), Limits{MaxSealed: 10}); !errors.Is(err, ErrMalformed) {
+	if _, err := Open(small, key, simSpec(), Limits{MaxSealed: 10}); !errors.Is(err, ErrMalformed) {
 		t.Errorf("MaxSealed 10: error = %v, want ErrMalformed", err)
 	}
-	if _, err := Open(small, key, LingmaSpec(), Limits{MaxUnpacked: 5}); !errors.Is(err, ErrMalformed) {
+	if _, err := Open(small, key, simSpec(), Limits{MaxUnpacked: 5}); !errors.Is(err, ErrMalformed) {
 		t.Errorf("MaxUnpacked 5: error = %v, want ErrMalformed", err)
 	}
 }
 
 func TestInstallFailureKeepsOldCredentials(t *testing.T) {
 	key := testKey(t)
-	sealed, _, err := Pack(credWorkDir(t, lingmaCreds("new")), LingmaSpec(), "a", key, testNow)
+	sealed, _, err := Pack(credWorkDir(t, simCreds("new")), simSpec(), "a", key, testNow)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Open(sealed, key, LingmaSpec(), Limits{})
+	b, err := Open(sealed, key, simSpec(), Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestInstallFailureKeepsOldCredentials(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dst := credWorkDir(t, lingmaCreds("old"))
+			dst := credWorkDir(t, simCreds("old"))
 			before := testenv.TreeHash(t, dst)
 			if err := b.install(dst, tt.give); !errors.Is(err, boom) {
 				t.Fatalf("install() = %v, want the injected failure", err)
@@ -310,18 +310,18 @@ func TestInstallFailureKeepsOldCredentials(t *testing.T) {
 
 func TestInstallRepairsAnInterruptedInstall(t *testing.T) {
 	key := testKey(t)
-	sealed, _, err := Pack(credWorkDir(t, lingmaCreds("new")), LingmaSpec(), "a", key, testNow)
+	sealed, _, err := Pack(credWorkDir(t, simCreds("new")), simSpec(), "a", key, testNow)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Open(sealed, key, LingmaSpec(), Limits{})
+	b, err := Open(sealed, key, simSpec(), Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A crash after the old dir moved aside, before the new one moved in.
-	want := testenv.TreeHash(t, credWorkDir(t, lingmaCreds("old")))
+	want := testenv.TreeHash(t, credWorkDir(t, simCreds("old")))
 	dst := credWorkDir(t, map[string]string{".cache.bundle-old/id": "machine-old\n", ".cache.bundle-new/id": "half"})
-	writeFiles(t, dst, map[string]string{".cache.bundle-old/user": lingmaCreds("old")["cache/user"]})
+	writeFiles(t, dst, map[string]string{".cache.bundle-old/user": simCreds("old")["cache/user"]})
 	ops := osInstallOps()
 	ops.writeFile = func(string, []byte) error { return errors.New("still failing") }
 	if err := b.install(dst, ops); err == nil {
@@ -333,7 +333,7 @@ func TestInstallRepairsAnInterruptedInstall(t *testing.T) {
 	if err := b.Install(dst); err != nil {
 		t.Fatalf("Install() = %v", err)
 	}
-	if got, want := testenv.TreeHash(t, dst), testenv.TreeHash(t, credWorkDir(t, lingmaCreds("new"))); got != want {
+	if got, want := testenv.TreeHash(t, dst), testenv.TreeHash(t, credWorkDir(t, simCreds("new"))); got != want {
 		t.Errorf("after Install:\n%s\nwant:\n%s", got, want)
 	}
 }

@@ -16,18 +16,18 @@ func FuzzOpen(f *testing.F) {
 	f.Add(tarGz(f, ok[1:]))
 	f.Add(gzipOf(f, "not a tar"))
 	f.Add([]byte{})
-	sealed, _, err := Pack(credWorkDir(f, lingmaCreds("fuzz")), LingmaSpec(), "fuzz", key, testNow)
+	sealed, _, err := Pack(credWorkDir(f, simCreds("fuzz")), simSpec(), "fuzz", key, testNow)
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Add(sealed)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_, _ = Open(data, key, LingmaSpec(), Limits{})
+		_, _ = Open(data, key, simSpec(), Limits{})
 		s, err := Seal(key, data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := Open(s, key, LingmaSpec(), Limits{})
+		b, err := Open(s, key, simSpec(), Limits{})
 		if err != nil {
 			return
 		}

@@ -40,8 +40,15 @@ func writeFiles(t testing.TB, dir string, files map[string]string) {
 	}
 }
 
-// lingmaCreds is a logged-in Lingma work dir as the simulator writes it.
-func lingmaCreds(user string) map[string]string {
+// simSpec is the credential layout of the bundled simulator's work dir
+// (as a driver registers one): cache/id, the machine id the
+// login is bound to, and cache/user, the login with its expiry.
+func simSpec() Spec {
+	return Spec{Dir: "cache", Required: []string{"id", "user"}, MachineIDFile: "id", ExpiryFile: "user"}
+}
+
+// simCreds is a logged-in work dir as the simulator writes it.
+func simCreds(user string) map[string]string {
 	return map[string]string{
 		"cache/id":   "machine-" + user + "\n",
 		"cache/user": `{"username":"` + user + `","token":"tok","expiresAt":"2026-04-30T12:00:00Z"}`,
@@ -85,7 +92,7 @@ func manifestFor(t testing.TB, names []string, files map[string]string) entry {
 	return reg(manifestName, string(b))
 }
 
-// validEntries is a consistent Lingma bundle's entries.
+// validEntries is a consistent bundle's entries (simSpec's layout).
 func validEntries(t testing.TB) []entry {
 	files := map[string]string{"id": "machine-1", "user": `{"username":"u"}`}
 	return []entry{manifestFor(t, []string{"id", "user"}, files), reg("cache/id", files["id"]), reg("cache/user", files["user"])}

@@ -121,7 +121,7 @@ func plainEntry(h *tar.Header, spec Spec) (name string, ok bool, err error) {
 // directly in spec.Dir) as a plain bundle: a tar.gz of spec.Dir and those
 // files, paths relative to the work dir, with no manifest and no seal. That
 // is the form the Python gateway exported a work dir in and unpacks back
-// into one (its LINGMA_SESSION_BUNDLE), so a login can return to it; only
+// into one (its global session bundle setting), so a login can return to it; only
 // the credentials travel, not the logs and caches beside them. It returns
 // ErrNoCredentials when a required file is missing or empty.
 func PackPlain(workDir string, spec Spec, now time.Time) ([]byte, error) {

@@ -25,13 +25,13 @@ func plainDir() []entry {
 		reg("./cache/user", `{"username":"u","expiresAt":"2026-04-30T12:00:00Z"}`),
 		{hdr: tar.Header{Name: "./cache/sub/", Typeflag: tar.TypeDir, Mode: 0o700}},
 		reg("./cache/sub/index", "not a credential"),
-		reg("./logs/lingma.log", "log line\n"),
+		reg("./logs/worker.log", "log line\n"),
 		{hdr: tar.Header{Name: "./logs/latest", Typeflag: tar.TypeSymlink, Linkname: "/var/log/x"}},
 	}
 }
 
 func TestOpenPlain(t *testing.T) {
-	b, err := OpenPlain(tarGz(t, plainDir()), LingmaSpec(), Limits{}, "acct-1", testNow)
+	b, err := OpenPlain(tarGz(t, plainDir()), simSpec(), Limits{}, "acct-1", testNow)
 	if err != nil {
 		t.Fatalf("OpenPlain: %v", err)
 	}
@@ -43,11 +43,11 @@ func TestOpenPlain(t *testing.T) {
 		b.Manifest.ExpiresAt == nil {
 		t.Errorf("manifest %+v, want the two credential files of acct-1 with machine id and expiry", b.Manifest)
 	}
-	dst := credWorkDir(t, lingmaCreds("old"))
+	dst := credWorkDir(t, simCreds("old"))
 	if err := b.Install(dst); err != nil {
 		t.Fatal(err)
 	}
-	if !HasCredentials(dst, LingmaSpec()) {
+	if !HasCredentials(dst, simSpec()) {
 		t.Error("installed plain bundle has no credentials")
 	}
 	// Without the "./" prefix too.
@@ -56,7 +56,7 @@ func TestOpenPlain(t *testing.T) {
 		e.hdr.Name = strings.TrimPrefix(e.hdr.Name, "./")
 		bare = append(bare, e)
 	}
-	if _, err := OpenPlain(tarGz(t, bare), LingmaSpec(), Limits{}, "acct-1", testNow); err != nil {
+	if _, err := OpenPlain(tarGz(t, bare), simSpec(), Limits{}, "acct-1", testNow); err != nil {
 		t.Errorf("OpenPlain without ./: %v", err)
 	}
 }
@@ -87,9 +87,9 @@ func TestOpenPlainRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dst := credWorkDir(t, lingmaCreds("old"))
+			dst := credWorkDir(t, simCreds("old"))
 			before := testenv.TreeHash(t, dst)
-			b, err := OpenPlain(tt.give, LingmaSpec(), Limits{}, "acct-1", testNow)
+			b, err := OpenPlain(tt.give, simSpec(), Limits{}, "acct-1", testNow)
 			if err == nil {
 				err = b.Install(dst)
 			}
@@ -111,7 +111,7 @@ func FuzzOpenPlain(f *testing.F) {
 	f.Add(gzipOf(f, "not a tar"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		b, err := OpenPlain(data, LingmaSpec(), Limits{}, "fuzz", testNow)
+		b, err := OpenPlain(data, simSpec(), Limits{}, "fuzz", testNow)
 		if err != nil {
 			return
 		}
@@ -130,9 +130,9 @@ func FuzzOpenPlain(f *testing.F) {
 // its credential files by relative path, nothing else of the work dir, no
 // manifest; OpenPlain takes it back unchanged.
 func TestPackPlain(t *testing.T) {
-	dir := credWorkDir(t, lingmaCreds("u1"))
-	writeFiles(t, dir, map[string]string{"logs/lingma.log": "a log line\n", "cache/sub/index": "not a credential"})
-	payload, err := PackPlain(dir, LingmaSpec(), testNow)
+	dir := credWorkDir(t, simCreds("u1"))
+	writeFiles(t, dir, map[string]string{"logs/worker.log": "a log line\n", "cache/sub/index": "not a credential"})
+	payload, err := PackPlain(dir, simSpec(), testNow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestPackPlain(t *testing.T) {
 	if want := []string{"cache/", "cache/id", "cache/user"}; !slices.Equal(names, want) {
 		t.Errorf("entries %q, want %q", names, want)
 	}
-	b, err := OpenPlain(payload, LingmaSpec(), Limits{}, "acct-1", testNow)
+	b, err := OpenPlain(payload, simSpec(), Limits{}, "acct-1", testNow)
 	if err != nil {
 		t.Fatalf("OpenPlain(PackPlain()): %v", err)
 	}
@@ -163,12 +163,12 @@ func TestPackPlain(t *testing.T) {
 	if err := b.Install(dst); err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range lingmaCreds("u1") {
+	for name, want := range simCreds("u1") {
 		if got, err := os.ReadFile(filepath.Join(dst, name)); err != nil || string(got) != want {
 			t.Errorf("%s after the round trip: %q %v, want %q", name, got, err, want)
 		}
 	}
-	if _, err := PackPlain(t.TempDir(), LingmaSpec(), testNow); !errors.Is(err, ErrNoCredentials) {
+	if _, err := PackPlain(t.TempDir(), simSpec(), testNow); !errors.Is(err, ErrNoCredentials) {
 		t.Errorf("PackPlain of an empty work dir: %v, want ErrNoCredentials", err)
 	}
 }

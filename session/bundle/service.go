@@ -21,7 +21,9 @@ type Config struct {
 	// ParseKey). Default none: bundles are disabled, Export and
 	// Import return ErrNoKey, Restore and Saved do nothing.
 	Key []byte
-	// Spec is the driver's credential layout. Default LingmaSpec().
+	// Spec is the driver's credential layout (its worker.Kind's
+	// Credentials). The zero Spec: the kind of worker keeps no login in its
+	// work dir, so there is nothing to export, import, save or restore.
 	Spec Spec
 	// Limits bound what Import and Restore accept. Default Limits'
 	// defaults (1 MiB sealed, 4 MiB unpacked, 64 files).
@@ -79,9 +81,6 @@ type Service struct {
 // New returns a bundle service. instances may be nil when only Restore and
 // Saved are used.
 func New(cfg Config, instances Instances, store Store, log *slog.Logger) *Service {
-	if cfg.Spec.Dir == "" {
-		cfg.Spec = LingmaSpec()
-	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -106,6 +105,13 @@ func (s *Service) configuredFor(account string) ([]byte, bool) {
 	return sealed, ok
 }
 
+// errNoLayout: the driver names no credential files, so a bundle of its
+// workers would carry nothing.
+var errNoLayout = fmt.Errorf("this kind of worker keeps no login in its work dir: %w", ErrNoCredentials)
+
+// hasLayout reports whether the driver names credential files.
+func (s *Service) hasLayout() bool { return s.cfg.Spec.Dir != "" }
+
 // Enabled reports whether a bundle key is configured.
 func (s *Service) Enabled() bool { return len(s.cfg.Key) > 0 }
 
@@ -123,6 +129,9 @@ func (s *Service) home(instance string) (Home, error) {
 func (s *Service) Export(ctx context.Context, instance string) (account string, sealed []byte, err error) {
 	if !s.Enabled() {
 		return "", nil, ErrNoKey
+	}
+	if !s.hasLayout() {
+		return "", nil, errNoLayout
 	}
 	h, err := s.home(instance)
 	if err != nil {
@@ -147,6 +156,9 @@ func (s *Service) Export(ctx context.Context, instance string) (account string, 
 // the caller's decision (an admin, with the export allowed by a setting).
 // Errors: supervisor.ErrUnknownInstance, ErrNoCredentials.
 func (s *Service) ExportPlain(_ context.Context, instance string) (Home, []byte, error) {
+	if !s.hasLayout() {
+		return Home{}, nil, errNoLayout
+	}
 	h, err := s.home(instance)
 	if err != nil {
 		return Home{}, nil, err
@@ -171,6 +183,9 @@ func (s *Service) ExportPlain(_ context.Context, instance string) (Home, []byte,
 func (s *Service) Import(ctx context.Context, instance string, sealed []byte) error {
 	if !s.Enabled() {
 		return ErrNoKey
+	}
+	if !s.hasLayout() {
+		return errNoLayout
 	}
 	h, err := s.home(instance)
 	if err != nil {
@@ -200,6 +215,9 @@ func (s *Service) Import(ctx context.Context, instance string, sealed []byte) er
 // hook saves them sealed (with a key). Errors: supervisor.ErrUnknownInstance,
 // ErrMalformed, ErrWrongAccount.
 func (s *Service) ImportPlain(_ context.Context, instance, account string, payload io.Reader) error {
+	if !s.hasLayout() {
+		return errNoLayout
+	}
 	h, err := s.home(instance)
 	if err != nil {
 		return err
@@ -273,6 +291,9 @@ func (s *Service) Saved(ctx context.Context, account, workDir string) error {
 		s.warnNoKey()
 		return nil
 	}
+	if !s.hasLayout() {
+		return nil
+	}
 	s.mu.Lock()
 	sealed, m, err := Pack(workDir, s.cfg.Spec, account, s.cfg.Key, s.cfg.Now())
 	s.mu.Unlock()
@@ -304,7 +325,7 @@ func (s *Service) Restore(ctx context.Context, account, workDir string) (bool, e
 		s.warnNoKey()
 		return false, nil
 	}
-	if HasCredentials(workDir, s.cfg.Spec) {
+	if !s.hasLayout() || HasCredentials(workDir, s.cfg.Spec) {
 		return false, nil
 	}
 	var cands []candidate

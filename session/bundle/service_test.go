@@ -28,7 +28,7 @@ func newKey(t *testing.T) []byte {
 	return k
 }
 
-// loggedIn returns a work dir with Lingma credentials for user, expiring at exp.
+// loggedIn returns a work dir with the simulator's credentials for user, expiring at exp.
 func loggedIn(t *testing.T, user string, exp time.Time) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -46,7 +46,7 @@ func loggedIn(t *testing.T, user string, exp time.Time) string {
 
 func pack(t *testing.T, key []byte, dir, account string, at time.Time) []byte {
 	t.Helper()
-	s, _, err := bundle.Pack(dir, bundle.LingmaSpec(), account, key, at)
+	s, _, err := bundle.Pack(dir, bundle.SimSpec(), account, key, at)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestRestore(t *testing.T) {
 			if tt.store != nil {
 				_ = store.SaveBundle(context.Background(), "acct", tt.store, bundle.Version{})
 			}
-			cfg := bundle.Config{Key: key, Now: func() time.Time { return t0.Add(24 * time.Hour) }}
+			cfg := bundle.Config{Key: key, Spec: bundle.SimSpec(), Now: func() time.Time { return t0.Add(24 * time.Hour) }}
 			if tt.config != nil {
 				cfg.Configured = map[string][]byte{"acct": tt.config}
 			}
@@ -121,7 +121,7 @@ func TestRestore(t *testing.T) {
 func TestSavedThenRestoredElsewhere(t *testing.T) {
 	key := newKey(t)
 	store := bundle.NewMemoryStore()
-	svc := bundle.New(bundle.Config{Key: key}, nil, store, slog.New(slog.DiscardHandler))
+	svc := bundle.New(bundle.Config{Key: key, Spec: bundle.SimSpec()}, nil, store, slog.New(slog.DiscardHandler))
 	src := loggedIn(t, "u1", time.Now().Add(time.Hour))
 	if err := svc.Saved(context.Background(), "acct", src); err != nil {
 		t.Fatalf("Saved() = %v", err)
@@ -130,7 +130,7 @@ func TestSavedThenRestoredElsewhere(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadBundle() = %v", err)
 	}
-	if b, err := bundle.Open(sealed, key, bundle.LingmaSpec(), bundle.Limits{}); err != nil || b.Manifest.Account != "acct" || b.Manifest.MachineID != "machine-u1" {
+	if b, err := bundle.Open(sealed, key, bundle.SimSpec(), bundle.Limits{}); err != nil || b.Manifest.Account != "acct" || b.Manifest.MachineID != "machine-u1" {
 		t.Fatalf("saved bundle: %v, %+v", err, b)
 	}
 	dst := t.TempDir() // a wiped disk
@@ -149,7 +149,7 @@ func TestWithoutAKeyNothingHappens(t *testing.T) {
 	var logs testenv.Buffer
 	store := bundle.NewMemoryStore()
 	_ = store.SaveBundle(context.Background(), "acct", []byte("sealed"), bundle.Version{})
-	svc := bundle.New(bundle.Config{}, nil, store, slog.New(slog.NewTextHandler(&logs, nil)))
+	svc := bundle.New(bundle.Config{Spec: bundle.SimSpec()}, nil, store, slog.New(slog.NewTextHandler(&logs, nil)))
 	dir := loggedIn(t, "u1", time.Now().Add(time.Hour))
 	for range 3 {
 		if err := svc.Saved(context.Background(), "acct", dir); err != nil {
@@ -170,6 +170,40 @@ func TestWithoutAKeyNothingHappens(t *testing.T) {
 	}
 }
 
+// A kind of worker that keeps no login in its work dir (the zero Spec, a
+// model server's) has nothing to bundle: export and import say so, save and
+// restore do nothing, even with a key and a bundle in the store.
+func TestWithoutALayoutNothingIsBundled(t *testing.T) {
+	key := newKey(t)
+	store := bundle.NewMemoryStore()
+	sealed := pack(t, key, loggedIn(t, "u1", time.Now().Add(time.Hour)), "acct", time.Now())
+	_ = store.SaveBundle(context.Background(), "acct", sealed, bundle.Version{})
+	dir := loggedIn(t, "u1", time.Now().Add(time.Hour))
+	svc := bundle.New(bundle.Config{Key: key}, oneInstance{dir}, store, slog.New(slog.DiscardHandler))
+	if err := svc.Saved(context.Background(), "acct", dir); err != nil {
+		t.Errorf("Saved() = %v, want nil", err)
+	}
+	empty := t.TempDir()
+	if ok, err := svc.Restore(context.Background(), "acct", empty); ok || err != nil {
+		t.Errorf("Restore() = %v, %v; want false, nil", ok, err)
+	}
+	if entries, _ := os.ReadDir(empty); len(entries) != 0 {
+		t.Errorf("Restore wrote %d entries into the work dir", len(entries))
+	}
+	if _, _, err := svc.Export(context.Background(), "w1"); !errors.Is(err, bundle.ErrNoCredentials) {
+		t.Errorf("Export() = %v, want ErrNoCredentials", err)
+	}
+	if _, _, err := svc.ExportPlain(context.Background(), "w1"); !errors.Is(err, bundle.ErrNoCredentials) {
+		t.Errorf("ExportPlain() = %v, want ErrNoCredentials", err)
+	}
+	if err := svc.Import(context.Background(), "w1", sealed); !errors.Is(err, bundle.ErrNoCredentials) {
+		t.Errorf("Import() = %v, want ErrNoCredentials", err)
+	}
+	if err := svc.ImportPlain(context.Background(), "w1", "", strings.NewReader("x")); !errors.Is(err, bundle.ErrNoCredentials) {
+		t.Errorf("ImportPlain() = %v, want ErrNoCredentials", err)
+	}
+}
+
 // oneInstance is the supervisor as the service sees it: one instance, w1,
 // of account acct, whose worker never runs.
 type oneInstance struct{ workDir string }
@@ -187,7 +221,7 @@ func TestExportImportWithoutProcesses(t *testing.T) {
 	key := newKey(t)
 	srcDir := loggedIn(t, "u1", time.Now().Add(time.Hour))
 	store := bundle.NewMemoryStore()
-	src := bundle.New(bundle.Config{Key: key}, oneInstance{srcDir}, store, slog.New(slog.DiscardHandler))
+	src := bundle.New(bundle.Config{Key: key, Spec: bundle.SimSpec()}, oneInstance{srcDir}, store, slog.New(slog.DiscardHandler))
 	account, sealed, err := src.Export(context.Background(), "w1")
 	if err != nil || account != "acct" {
 		t.Fatalf("Export() = %q, %v", account, err)
@@ -196,7 +230,7 @@ func TestExportImportWithoutProcesses(t *testing.T) {
 		t.Errorf("Export(unknown) = %v, want ErrUnknownInstance", err)
 	}
 	dstDir := t.TempDir()
-	dst := bundle.New(bundle.Config{Key: key}, oneInstance{dstDir}, nil, slog.New(slog.DiscardHandler))
+	dst := bundle.New(bundle.Config{Key: key, Spec: bundle.SimSpec()}, oneInstance{dstDir}, nil, slog.New(slog.DiscardHandler))
 	if _, _, err := dst.Export(context.Background(), "w1"); !errors.Is(err, bundle.ErrNoCredentials) {
 		t.Errorf("Export(empty work dir) = %v, want ErrNoCredentials", err)
 	}
@@ -220,7 +254,7 @@ func TestSavesFollowTheLease(t *testing.T) {
 	store := bundle.NewMemoryStore()
 	dir := loggedIn(t, "u1", time.Now().Add(time.Hour))
 	saver := func(tok int64, held bool) *bundle.Service {
-		return bundle.New(bundle.Config{Key: key, Token: func(string) (int64, bool) { return tok, held }},
+		return bundle.New(bundle.Config{Key: key, Spec: bundle.SimSpec(), Token: func(string) (int64, bool) { return tok, held }},
 			nil, store, slog.New(slog.DiscardHandler))
 	}
 	if err := saver(0, false).Saved(context.Background(), "acct", dir); err == nil {

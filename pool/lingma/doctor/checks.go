@@ -207,7 +207,7 @@ func (r *run) models(ctx context.Context, c *conn, loggedIn bool) {
 }
 
 // refusal: a logged-out worker refuses a turn in the reply's shape, with a
-// text lingma_login_text matches.
+// text lingma.login_text matches.
 func (r *run) refusal(ctx context.Context, c *conn) {
 	s := r.turn(ctx, c, plain("Reply with exactly: pong"), turnOpts{drv: r.driver(lingma.Config{})})
 	login := regexp.MustCompile(lingmarpc.DefaultLoginText)
@@ -218,7 +218,7 @@ func (r *run) refusal(ctx context.Context, c *conn) {
 	case s.reply == nil || msg == "":
 		r.add("refusal while logged out", Differs, "not {success: false, errorMessage}: %s", s.refusal())
 	case !login.MatchString(msg):
-		r.add("refusal while logged out", Differs, "%q, which lingma_login_text's default does not match: set it", msg)
+		r.add("refusal while logged out", Differs, "%q, which lingma.login_text's default does not match: set it", msg)
 	default:
 		r.add("refusal while logged out", Holds, "%q", msg)
 	}

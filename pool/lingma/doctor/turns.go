@@ -87,7 +87,7 @@ func (r *run) finished(s *seen) {
 		why := s.ended
 		if s.stepEnd {
 			why = fmt.Sprintf("none came within %s of the last step callback (step_end); the driver ends a turn at "+
-				"chat/finish and would wait lingma_idle_timeout", r.cfg.FinishWait)
+				"chat/finish and would wait lingma.idle_timeout", r.cfg.FinishWait)
 		}
 		r.add("chat/finish", Differs, "%s", why)
 		return
