@@ -37,6 +37,7 @@ import (
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/internal/sysmem"
+	"github.com/poolgate/poolgate/internal/telemetry/otelenv"
 	"github.com/poolgate/poolgate/internal/tokens"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool/cluster"
@@ -159,7 +160,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	if err != nil {
 		return nil, err
 	}
-	tp, stopTracing, err := tracing(lookup, log)
+	tp, stopTracing, err := otelenv.FromEnv(lookup, log)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +176,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 		return nil, err
 	}
 	if redisClient != nil {
-		if err := traceRedis(redisClient, tp); err != nil {
+		if err := otelenv.TraceRedis(redisClient, tp); err != nil {
 			return nil, fmt.Errorf("redis tracing: %w", err)
 		}
 	}

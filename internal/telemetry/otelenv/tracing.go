@@ -1,4 +1,9 @@
-package daemon
+// Package otelenv sets up OpenTelemetry's SDK for the daemon: the tracer
+// provider and its OTLP exporter from the standard OTEL_* environment, and the
+// tracing of Redis calls. It is apart from internal/telemetry, which every
+// package that traces imports, so that only the daemon links the SDK and the
+// exporter: the packages see the trace API alone.
+package otelenv
 
 import (
 	"context"
@@ -24,13 +29,13 @@ import (
 	"github.com/poolgate/poolgate/internal/telemetry"
 )
 
-// tracing builds the tracer provider from the standard OTEL_* variables
+// FromEnv builds the tracer provider from the standard OTEL_* variables
 // (docs/observability.md lists those read). Tracing is on when an OTLP
 // endpoint is set (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else
 // OTEL_EXPORTER_OTLP_ENDPOINT) and OTEL_TRACES_EXPORTER is not "none";
 // off, the provider is a no-op and every package skips its spans. The
 // returned func flushes and stops the exporter.
-func tracing(getenv func(string) string, log *slog.Logger) (trace.TracerProvider, func(context.Context) error, error) {
+func FromEnv(getenv func(string) string, log *slog.Logger) (trace.TracerProvider, func(context.Context) error, error) {
 	off := func(context.Context) error { return nil }
 	switch exp := strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")); exp {
 	case "none":
@@ -213,11 +218,11 @@ func batchOptions(getenv func(string) string) ([]sdktrace.BatchSpanProcessorOpti
 	return out, nil
 }
 
-// traceRedis adds the client's calls to the traces of the requests and
+// TraceRedis adds the client's calls to the traces of the requests and
 // logins that make them (never a trace per background tick). Commands'
 // arguments are never recorded: they hold conversation keys and stored
 // answers.
-func traceRedis(client redis.UniversalClient, tp trace.TracerProvider) error {
+func TraceRedis(client redis.UniversalClient, tp trace.TracerProvider) error {
 	if !telemetry.Enabled(tp) {
 		return nil
 	}

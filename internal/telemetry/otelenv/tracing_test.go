@@ -1,4 +1,4 @@
-package daemon
+package otelenv
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/poolgate/poolgate/internal/telemetry"
 )
 
-// tracing reads only the standard OTEL_* variables: on with an endpoint
+// FromEnv reads only the standard OTEL_* variables: on with an endpoint
 // unless the exporter is none, and a clear error for what it cannot do.
 func TestTracingFromEnvironment(t *testing.T) {
 	tests := []struct {
@@ -50,7 +50,7 @@ func TestTracingFromEnvironment(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tp, stop, err := tracing(func(k string) string { return tt.env[k] }, log)
+			tp, stop, err := FromEnv(func(k string) string { return tt.env[k] }, log)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || strings.Contains(err.Error(), "s3cr3t") {
 					t.Fatalf("err = %v, want one saying %q and showing no secret", err, tt.wantErr)
