@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -47,5 +48,13 @@ func run(ctx context.Context, args []string, environ func() []string, hup <-chan
 	if len(args) > 0 && args[0] == "doctor" {
 		return doctor.Main(ctx, args[1:], daemon.ChildEnv(environ()), daemon.Getenv(environ()), stdout, stderr)
 	}
-	return daemon.Serve(ctx, args, environ, hup, stderr)
+	fs := flag.NewFlagSet("poolgate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var opts daemon.Options
+	fs.StringVar(&opts.ConfigPath, "config", "", "YAML config file (keys in docs/configuration.md; env POOLGATE_* overrides)")
+	fs.StringVar(&opts.EnvFile, "env-file", "", ".env file of KEY=VALUE lines read once at start, below the environment (the Python gateway's .env works)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return daemon.Serve(ctx, opts, environ, hup, stderr)
 }

@@ -12,11 +12,17 @@ import (
 	"os"
 )
 
-// Serve runs the daemon with the command-line arguments args. environ
-// returns the process environment, read again at each reload; hup delivers
-// SIGHUP (nil: none); logs and flag errors go to stderr.
-func Serve(ctx context.Context, args []string, environ func() []string, hup <-chan os.Signal, stderr io.Writer) error {
-	return serve(ctx, args, environ, hup, stderr)
+// Options are the daemon's command-line settings; cmd/poolgate parses them.
+type Options struct {
+	ConfigPath string // YAML config file, read again at each reload ("": none)
+	EnvFile    string // .env file of KEY=VALUE lines read once at start, below the environment ("": none)
+}
+
+// Serve runs the daemon until ctx ends. environ returns the process
+// environment, read again at each reload; hup delivers SIGHUP (nil: none);
+// the log goes to stderr.
+func Serve(ctx context.Context, opts Options, environ func() []string, hup <-chan os.Signal, stderr io.Writer) error {
+	return serve(ctx, opts, environ, hup, stderr)
 }
 
 // ChildEnv filters environ down to what a spawned worker process inherits,

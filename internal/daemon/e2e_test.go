@@ -210,7 +210,7 @@ func TestNoReadyInstanceIs503(t *testing.T) {
 }
 
 func TestRefusesPublicListenWithoutKeys(t *testing.T) {
-	err := serve(context.Background(), nil, func() []string { return []string{"POOLGATE_LISTEN=0.0.0.0:0"} }, nil, io.Discard)
+	err := serve(context.Background(), Options{}, func() []string { return []string{"POOLGATE_LISTEN=0.0.0.0:0"} }, nil, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "POOLGATE_API_KEYS") {
 		t.Errorf("got %v, want a refusal naming POOLGATE_API_KEYS", err)
 	}

@@ -99,7 +99,7 @@ func poolInstance(t *testing.T, d *testenv.Daemon, name string) route.InstanceSt
 func TestMissingWorkerBinRefusesTheStart(t *testing.T) {
 	env := []string{"POOLGATE_LISTEN=127.0.0.1:0", "POOLGATE_DATA_DIR=" + t.TempDir(), "POOLGATE_WORKER_BIN=/nonexistent/Lingma",
 		`POOLGATE_ACCOUNTS=[{"name":"a"}]`}
-	err := serve(context.Background(), nil, func() []string { return env }, nil, io.Discard)
+	err := serve(context.Background(), Options{}, func() []string { return env }, nil, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "no such file") || !strings.Contains(err.Error(), "POOLGATE_WORKER_BIN") {
 		t.Errorf("run = %v, want a refusal naming POOLGATE_WORKER_BIN and the missing file", err)
 	}

@@ -31,7 +31,7 @@ func TestAdminListenerNeedsCredentials(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			env := append(tt.give, "POOLGATE_DATA_DIR="+t.TempDir())
-			err := serve(ctx, nil, func() []string { return env }, nil, io.Discard)
+			err := serve(ctx, Options{}, func() []string { return env }, nil, io.Discard)
 			if err == nil || !strings.Contains(err.Error(), "POOLGATE_ADMIN_TOKEN") {
 				t.Errorf("run = %v, want a refusal naming POOLGATE_ADMIN_TOKEN", err)
 			}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -49,23 +48,16 @@ import (
 
 // serve runs the daemon. environ returns the process environment, read
 // again at each reload; hup delivers SIGHUP (nil: none).
-func serve(ctx context.Context, args []string, environ func() []string, hup <-chan os.Signal, stderr io.Writer) error {
-	fs := flag.NewFlagSet("poolgate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "YAML config file (keys in docs/configuration.md; env POOLGATE_* overrides)")
-	envFile := fs.String("env-file", "", ".env file of KEY=VALUE lines read once at start, below the environment (the Python gateway's .env works)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *envFile != "" {
-		vars, err := config.ReadEnvFile(*envFile)
+func serve(ctx context.Context, opts Options, environ func() []string, hup <-chan os.Signal, stderr io.Writer) error {
+	if opts.EnvFile != "" {
+		vars, err := config.ReadEnvFile(opts.EnvFile)
 		if err != nil {
 			return err
 		}
 		base := environ
 		environ = func() []string { return append(append([]string(nil), vars...), base()...) }
 	}
-	cfg, warnings, err := config.Load(*cfgPath, environ())
+	cfg, warnings, err := config.Load(opts.ConfigPath, environ())
 	if err != nil {
 		return err
 	}
@@ -80,7 +72,7 @@ func serve(ctx context.Context, args []string, environ func() []string, hup <-ch
 	if err != nil {
 		return err
 	}
-	app.cfgPath, app.environ, app.hup = *cfgPath, environ, hup
+	app.cfgPath, app.environ, app.hup = opts.ConfigPath, environ, hup
 	return app.run(ctx)
 }
 

@@ -37,7 +37,7 @@ func TestNoAccidentalSimulator(t *testing.T) {
 			defer cancel()
 			data := t.TempDir()
 			env := append([]string{"POOLGATE_LISTEN=127.0.0.1:0", "POOLGATE_DATA_DIR=" + data}, tt.give...)
-			err := serve(ctx, nil, func() []string { return env }, nil, io.Discard)
+			err := serve(ctx, Options{}, func() []string { return env }, nil, io.Discard)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("run = %v, want a refusal mentioning %q", err, tt.want)
 			}
