@@ -2,9 +2,9 @@
 // SIGINT/SIGTERM and shuts down gracefully; SIGHUP reloads the accounts and
 // API keys. With the argument "simworker" it runs the bundled reference
 // worker instead, so the default pool needs no second binary; with "migrate"
-// it moves a Python gateway deployment over (internal/migrate); with "doctor"
-// it checks a real worker binary against what the Lingma driver relies on
-// (pool/lingma/doctor).
+// it moves a Python gateway deployment over (internal/pycompat/migrate);
+// with "doctor" it checks a real worker binary against what the Lingma
+// driver relies on (pool/lingma/doctor).
 package main
 
 import (
@@ -17,7 +17,7 @@ import (
 	"syscall"
 
 	"github.com/poolgate/poolgate/internal/daemon"
-	"github.com/poolgate/poolgate/internal/migrate"
+	"github.com/poolgate/poolgate/internal/pycompat/migrate"
 	"github.com/poolgate/poolgate/internal/sim"
 	"github.com/poolgate/poolgate/pool/lingma/doctor"
 )

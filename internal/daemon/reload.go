@@ -10,7 +10,7 @@ import (
 
 	"github.com/poolgate/poolgate/admin"
 	"github.com/poolgate/poolgate/internal/config"
-	"github.com/poolgate/poolgate/internal/pycompat"
+	"github.com/poolgate/poolgate/internal/pycompat/plainbundle"
 )
 
 // Live reload: SIGHUP or POST /internal/reload re-reads the config file and
@@ -47,7 +47,7 @@ func (a *app) Reload() (admin.ReloadReport, error) {
 	if err != nil {
 		return admin.ReloadReport{}, a.refuse(err)
 	}
-	plain, err := pycompat.PlainBundles(merged)
+	plain, err := plainbundle.Load(merged)
 	if err != nil {
 		return admin.ReloadReport{}, a.refuse(err)
 	}

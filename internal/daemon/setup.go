@@ -22,7 +22,7 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/metrics"
-	"github.com/poolgate/poolgate/internal/pycompat"
+	"github.com/poolgate/poolgate/internal/pycompat/plainbundle"
 	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool/cluster"
@@ -54,7 +54,7 @@ func (a *app) setupBundles() error {
 	if err != nil {
 		return err
 	}
-	plain, err := pycompat.PlainBundles(a.cfg)
+	plain, err := plainbundle.Load(a.cfg)
 	if err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func (a *app) setupBundles() error {
 	a.bundles = bundle.New(bcfg, bundleHomes{sup: a.sup, cluster: func() *cluster.Cluster { return a.cluster }}, a.bundleStore, a.log.With("component", "bundles"))
 	a.sup.SetHooks(supervisor.Hooks{
 		PreStart: func(ctx context.Context, t supervisor.LoginTarget) error {
-			installed, err := pycompat.InstallPlain((*a.plainBundles.Load())[t.Account.Name], t.WorkDir)
+			installed, err := plainbundle.Install((*a.plainBundles.Load())[t.Account.Name], t.WorkDir)
 			if err != nil {
 				return fmt.Errorf("install the configured plain session bundle: %w", err)
 			}

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/poolgate/poolgate/internal/config"
-	"github.com/poolgate/poolgate/internal/pycompat"
+	"github.com/poolgate/poolgate/internal/pycompat/plainbundle"
 	"github.com/poolgate/poolgate/session/bundle"
 )
 
@@ -98,7 +98,7 @@ func (m *migration) plan(cfg config.Config) ([]step, error) {
 		return nil, err
 	}
 	m.journal = j
-	plain, err := pycompat.PlainBundles(cfg)
+	plain, err := plainbundle.Load(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}

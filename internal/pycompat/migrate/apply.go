@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/poolgate/poolgate/internal/config"
-	"github.com/poolgate/poolgate/internal/pycompat"
+	"github.com/poolgate/poolgate/internal/pycompat/plainbundle"
 	"github.com/poolgate/poolgate/session/bundle"
 )
 
@@ -85,7 +85,7 @@ func (m *migration) apply(steps []step) error {
 				return err
 			}
 		}
-		installed, err := pycompat.InstallPlain(s.plain, s.target)
+		installed, err := plainbundle.Install(s.plain, s.target)
 		if err != nil {
 			return fmt.Errorf("migrate: account %s: install its plain session bundle: %w", name, err)
 		}
