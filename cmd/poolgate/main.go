@@ -1,22 +1,23 @@
-// Command poolgate is the gateway daemon: it loads the configuration, wires
-// the pool, the session store, the protocol handlers and the admin surface
-// together, serves until SIGINT/SIGTERM and shuts down gracefully; SIGHUP
-// reloads the accounts and API keys. With the argument "simworker" it runs
-// the bundled reference worker instead, so the default pool needs no second
-// binary; with "migrate" it moves a Python gateway deployment over
-// (internal/migrate); with "doctor" it checks a real worker binary against
-// what the Lingma driver relies on (pool/lingma/doctor).
+// Command poolgate is the gateway daemon (internal/daemon): it serves until
+// SIGINT/SIGTERM and shuts down gracefully; SIGHUP reloads the accounts and
+// API keys. With the argument "simworker" it runs the bundled reference
+// worker instead, so the default pool needs no second binary; with "migrate"
+// it moves a Python gateway deployment over (internal/pycompat/migrate);
+// with "doctor" it checks a real worker binary against what the Lingma
+// driver relies on (pool/lingma/doctor).
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
-	"github.com/poolgate/poolgate/internal/migrate"
+	"github.com/poolgate/poolgate/internal/daemon"
+	"github.com/poolgate/poolgate/internal/pycompat/migrate"
 	"github.com/poolgate/poolgate/internal/sim"
 	"github.com/poolgate/poolgate/pool/lingma/doctor"
 )
@@ -39,26 +40,21 @@ func main() {
 // reads it again); hup delivers SIGHUP, the reload signal (nil: none).
 func run(ctx context.Context, args []string, environ func() []string, hup <-chan os.Signal, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "simworker" {
-		return sim.Main(ctx, args[1:], getenv(environ()), stdout, stderr)
+		return sim.Main(ctx, args[1:], daemon.Getenv(environ()), stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "migrate" {
-		return migrate.Run(args[1:], environ(), kinds, stdout, stderr)
+		return migrate.Run(args[1:], environ(), daemon.Kinds(), stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "doctor" {
-		return doctor.Main(ctx, args[1:], childEnv(environ()), getenv(environ()), stdout, stderr)
+		return doctor.Main(ctx, args[1:], daemon.ChildEnv(environ()), daemon.Getenv(environ()), stdout, stderr)
 	}
-	return serve(ctx, args, environ, hup, stderr)
-}
-
-func getenv(environ []string) func(string) string {
-	m := make(map[string]string, len(environ))
-	for _, kv := range environ {
-		for i := 0; i < len(kv); i++ {
-			if kv[i] == '=' {
-				m[kv[:i]] = kv[i+1:]
-				break
-			}
-		}
+	fs := flag.NewFlagSet("poolgate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var opts daemon.Options
+	fs.StringVar(&opts.ConfigPath, "config", "", "YAML config file (keys in docs/configuration.md; env POOLGATE_* overrides)")
+	fs.StringVar(&opts.EnvFile, "env-file", "", ".env file of KEY=VALUE lines read once at start, below the environment (the Python gateway's .env works)")
+	if err := fs.Parse(args); err != nil {
+		return err
 	}
-	return func(k string) string { return m[k] }
+	return daemon.Serve(ctx, opts, environ, hup, stderr)
 }

@@ -1,9 +1,9 @@
 // Package telemetry is how poolgate's packages trace: each is handed a
-// trace.TracerProvider (main builds it from the OTEL_* environment) and
-// makes a Tracer of it here. A Tracer made of nil or of a no-op provider is
-// off: Start hands back the caller's context and a span that records
-// nothing, so a package guards its attribute building with On and costs
-// nothing while tracing is off. The span and attribute names poolgate
+// trace.TracerProvider (the daemon builds it from the OTEL_* environment
+// with otelenv, which alone links the SDK) and makes a Tracer of it here. A
+// Tracer made of nil or of a no-op provider is off: Start hands back the
+// caller's context and a span that records nothing, so a package guards its
+// attribute building with On and costs nothing while tracing is off. The span and attribute names poolgate
 // emits are listed here, in one place.
 package telemetry
 

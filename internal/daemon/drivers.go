@@ -1,0 +1,31 @@
+package daemon
+
+import (
+	"strings"
+
+	"github.com/poolgate/poolgate/pool/lingma"
+	"github.com/poolgate/poolgate/pool/modelserver"
+	"github.com/poolgate/poolgate/pool/worker"
+)
+
+// kinds are the kinds of worker the daemon runs, one entry a driver: the
+// driver setting picks one by name, and everything the daemon knows of a
+// driver (its configuration section, credential layout, agent model names,
+// login recipe, how the simulator plays it) comes from its entry.
+var kinds = []worker.Kind{lingma.Kind, modelserver.Kind}
+
+// kindNames lists the kinds' names for an error: "a, b or c".
+func kindNames() string {
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = k.Name
+	}
+	if len(names) == 1 {
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// Kinds returns the kinds of worker the daemon runs (for the subcommands
+// that need a driver's layout, such as migrate).
+func Kinds() []worker.Kind { return kinds }
