@@ -167,6 +167,16 @@ func tracingEnv(r *otlpReceiver, replica string) []string {
 // reads the stream to its end.
 func streamChat(t *testing.T, base, key, traceparent, body string) (http.Header, string) {
 	t.Helper()
+	h, b, err := tryStreamChat(base, key, traceparent, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, b
+}
+
+// tryStreamChat is streamChat for a goroutine of its own, which must not
+// call t.Fatal: it returns what went wrong.
+func tryStreamChat(base, key, traceparent, body string) (http.Header, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
@@ -177,17 +187,18 @@ func streamChat(t *testing.T, base, key, traceparent, body string) (http.Header,
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("POST: %v", err)
+		return nil, "", fmt.Errorf("POST: %w", err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("status %d: %s", resp.StatusCode, b)
+		return nil, "", fmt.Errorf("status %d: %s", resp.StatusCode, b)
 	}
-	return resp.Header, string(b)
+	return resp.Header, string(b), nil
 }
 
-// A streamed chat whose first worker is killed before it answered is
+// A streamed chat whose first worker is killed after it took the turn and
+// before it answered is
 // retried on the other: one trace, continuing the client's traceparent,
 // with the admission and one attempt span per worker under the request's
 // span, each naming its instance, account, reuse and outcome; the trace id
@@ -211,15 +222,16 @@ func TestTracingRetryOnKilledWorker(t *testing.T) {
 
 	const traceID, clientSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"` + secretPrompt +
-		` [[sim:delay=1500ms]] [[sim:words=5]]"}]}`
+		` [[sim:delay=5000ms]] [[sim:words=5]]"}]}`
 	type result struct {
 		h    http.Header
 		body string
+		err  error
 	}
 	done := make(chan result, 1)
 	go func() {
-		h, b := streamChat(t, d.URL, secretKey, "00-"+traceID+"-"+clientSpan+"-01", body)
-		done <- result{h, b}
+		h, b, err := tryStreamChat(d.URL, secretKey, "00-"+traceID+"-"+clientSpan+"-01", body)
+		done <- result{h, b, err}
 	}()
 	// The turn waits in its worker: kill that worker before it answers.
 	var victim route.InstanceStatus
@@ -232,10 +244,17 @@ func TestTracingRetryOnKilledWorker(t *testing.T) {
 		}
 		return false
 	})
+	// Only a turn the worker had taken is retried when the worker dies (a
+	// death before it could be the turn's own doing): give the worker time
+	// to acknowledge the ask, which it does at once, well within the delay.
+	time.Sleep(time.Second)
 	if err := syscall.Kill(victim.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	res := <-done
+	if res.err != nil {
+		t.Fatalf("the retried stream: %v\npoolgate log:\n%s", res.err, d.Log())
+	}
 	if !strings.Contains(res.body, "data: [DONE]") {
 		t.Fatalf("stream did not finish: %s", res.body)
 	}
