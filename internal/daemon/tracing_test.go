@@ -198,12 +198,11 @@ func tryStreamChat(base, key, traceparent, body string) (http.Header, string, er
 }
 
 // A streamed chat whose first worker is killed after it took the turn and
-// before it answered is
-// retried on the other: one trace, continuing the client's traceparent,
-// with the admission and one attempt span per worker under the request's
-// span, each naming its instance, account, reuse and outcome; the trace id
-// is the request id, and is in the access log, the turn line and the
-// request log. No attribute holds the prompt or the key.
+// before it answered is retried on the other: one trace, continuing the
+// client's traceparent, with the admission and one attempt span per worker
+// under the request's span, each naming its instance, account, reuse and
+// outcome; the trace id is the request id, and is in the access log, the
+// turn line and the request log. No attribute holds the prompt or the key.
 func TestTracingRetryOnKilledWorker(t *testing.T) {
 	rcv := newOTLPReceiver(t)
 	const secretKey, secretPrompt = "sk-tracing-secret-4417", "the-prompt-text-9931"
