@@ -14,6 +14,7 @@ import (
 	"github.com/poolgate/poolgate/handlers"
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/openaichat"
+	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/handlers/responses/responsestest"
@@ -24,26 +25,26 @@ import (
 // protocol runs one request body through one protocol's handler.
 type protocol struct {
 	name  string
-	route relaytest.Route
+	proto relay.Protocol
 	// body is a request with the given extra top-level fields.
 	body func(stream bool, extra string) string
 }
 
 var protocols = []protocol{
-	{"chat", openaichat.New(openaichat.Config{}, nil).Completions, func(stream bool, extra string) string {
+	{"chat", openaichat.New(openaichat.Config{}, nil), func(stream bool, extra string) string {
 		return fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hi"}]%s}`, stream, extra)
 	}},
-	{"responses", responses.New(responses.Config{}, &responsestest.Store{}, nil).Create, func(stream bool, extra string) string {
+	{"responses", responses.New(responses.Config{}, &responsestest.Store{}, nil), func(stream bool, extra string) string {
 		return fmt.Sprintf(`{"model":"m","stream":%v,"input":"hi"%s}`, stream, extra)
 	}},
-	{"messages", anthropic.New(anthropic.Config{}, nil).Messages, func(stream bool, extra string) string {
+	{"messages", anthropic.New(anthropic.Config{}, nil), func(stream bool, extra string) string {
 		return fmt.Sprintf(`{"model":"m","max_tokens":5,"stream":%v,"messages":[{"role":"user","content":"hi"}]%s}`, stream, extra)
 	}},
 }
 
 func (p protocol) do(fake *chattest.Pool, body string) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
-	relaytest.Serve(p.route, fake)(rec, httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body)))
+	relaytest.Serve(p.proto, fake)(rec, httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body)))
 	return rec
 }
 

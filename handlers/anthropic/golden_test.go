@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
-	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
@@ -26,8 +25,8 @@ func checkGolden(t *testing.T, name, got string) {
 }
 
 // messages returns the messages route of a handler with cfg, answered by p.
-func messages(cfg anthropic.Config, p relay.Pool) http.HandlerFunc {
-	return relaytest.Serve(anthropic.New(cfg, nil).Messages, p)
+func messages(cfg anthropic.Config, p relaytest.Source) http.HandlerFunc {
+	return relaytest.Serve(anthropic.New(cfg, nil), p)
 }
 
 // call runs one handler call and returns status, content type and body.

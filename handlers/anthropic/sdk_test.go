@@ -13,7 +13,6 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
@@ -77,11 +76,11 @@ func cutAtStop(chunks, stops []string) []chat.Event {
 	return append(evs, chat.Event{Type: chat.EventDone, Finish: chat.FinishStop, Usage: chat.Usage{InputTokens: 10, OutputTokens: 6}})
 }
 
-func newClient(t *testing.T, p relay.Pool) sdk.Client {
+func newClient(t *testing.T, p relaytest.Source) sdk.Client {
 	t.Helper()
 	h := anthropic.New(anthropic.Config{}, nil)
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/messages", relaytest.Serve(h.Messages, p))
+	mux.HandleFunc("POST /v1/messages", relaytest.Serve(h, p))
 	mux.HandleFunc("POST /v1/messages/count_tokens", h.CountTokens)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := access.WithCaller(httpx.WithRequestID(r.Context(), "req-1"), access.Caller{Key: &apikey.Key{Secret: r.Header.Get("X-Api-Key")}})

@@ -11,7 +11,6 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/gemini"
-	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
@@ -27,8 +26,8 @@ func checkGolden(t *testing.T, name, got string) {
 }
 
 // generate returns the generate route of a handler with cfg, answered by p.
-func generate(cfg gemini.Config, p relay.Pool) http.HandlerFunc {
-	return relaytest.Serve(gemini.New(cfg, nil).Generate, p)
+func generate(cfg gemini.Config, p relaytest.Source) http.HandlerFunc {
+	return relaytest.Serve(gemini.New(cfg, nil), p)
 }
 
 // call runs one handler call on path and returns its transcript.

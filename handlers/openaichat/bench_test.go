@@ -3,7 +3,6 @@ package openaichat
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -71,9 +70,6 @@ func (p replay) Open(ctx context.Context, _ *chat.Request, _ bool) (chat.Answer,
 	return chattest.Script(ctx, p.events...), "", nil
 }
 
-func (replay) Hop(context.Context, string) error { return errors.New("no other replica") }
-func (replay) Instance() string                  { return "" }
-
 // BenchmarkStreamEvent measures the handler's CPU per streamed text event:
 // reading the answer, keep-alive timer reset, chunk encoding and the SSE write
 // with its flush. ns/op is per event.
@@ -84,7 +80,7 @@ func BenchmarkStreamEvent(b *testing.B) {
 		events = append(events, chat.Event{Type: chat.EventText, Text: " token"})
 	}
 	events = append(events, chat.Event{Type: chat.EventDone, Finish: chat.FinishStop})
-	h := relaytest.Serve(New(Config{}, nil).Completions, replay{events})
+	h := relaytest.Serve(New(Config{}, nil), replay{events})
 	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 	b.ReportAllocs()
 	for i := 0; i < b.N; i += perStream {
@@ -98,7 +94,7 @@ func BenchmarkNonStream(b *testing.B) {
 		{Type: chat.EventText, Text: "The default is three retries."},
 		{Type: chat.EventDone, Finish: chat.FinishStop, Usage: chat.Usage{InputTokens: 120, OutputTokens: 7}},
 	}
-	h := relaytest.Serve(New(Config{}, nil).Completions, replay{events})
+	h := relaytest.Serve(New(Config{}, nil), replay{events})
 	body := strings.Replace(benchBody, `"stream":true`, `"stream":false`, 1)
 	b.ReportAllocs()
 	for b.Loop() {

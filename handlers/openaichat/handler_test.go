@@ -3,7 +3,6 @@ package openaichat
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -21,20 +20,19 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/openaierr"
-	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
 )
 
 // newTestHandler returns the completions route answered by p, with a fixed
 // clock and counting ids, so transcripts are stable.
-func newTestHandler(t *testing.T, p relay.Pool, cfg Config) http.HandlerFunc {
+func newTestHandler(t *testing.T, p relaytest.Source, cfg Config) http.HandlerFunc {
 	t.Helper()
 	h := New(cfg, nil)
 	h.now = func() time.Time { return time.Unix(1700000000, 0) }
 	var n atomic.Int64
 	h.newID = func(prefix string) string { return fmt.Sprintf("%stest%d", prefix, n.Add(1)) }
-	return relaytest.Serve(h.Completions, p)
+	return relaytest.Serve(h, p)
 }
 
 // serve runs one request through h the way the gin middleware would.
@@ -196,9 +194,6 @@ func (p thinkingPool) Open(ctx context.Context, _ *chat.Request, _ bool) (chat.A
 	}()
 	return f, "", nil
 }
-
-func (thinkingPool) Hop(context.Context, string) error { return errors.New("no other replica") }
-func (thinkingPool) Instance() string                  { return "" }
 
 func TestClientDisconnectCancelsWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

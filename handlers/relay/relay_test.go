@@ -20,8 +20,6 @@ import (
 	"github.com/poolgate/poolgate/internal/testenv"
 )
 
-var _ Pool = (*chattest.Pool)(nil)
-
 // fakeStream is a protocol encoder that writes one event per call, named
 // after the call, so a transcript shows what the relay asked for.
 type fakeStream struct{ w EventWriter }
@@ -42,14 +40,30 @@ func writeError(w http.ResponseWriter, p *apierr.Problem) {
 
 // runStream relays one streamed answer from p and returns the status, the
 // body and the outcome.
-func runStream(ctx context.Context, p Pool, keepAlive time.Duration) (int, string, Outcome) {
+func runStream(ctx context.Context, p *chattest.Pool, keepAlive time.Duration) (int, string, Outcome) {
 	rl := New(Config{Protocol: "test", KeepAlive: keepAlive, WriteError: writeError}, nil)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	rec := httptest.NewRecorder()
-	sse := rl.NewSSE(rec)
-	out := rl.Stream(ctx, cancel, sse, p, &chat.Request{Stream: true}, &fakeStream{w: sse})
+	out := streamFrom(ctx, cancel, rl, rl.NewStream(rec, ""), p)
 	return rec.Code, rec.Body.String(), out
+}
+
+// streamFrom streams p's answer through a fakeStream the way the edge
+// does: started before the answer is opened, a turn p says another replica
+// holds carried there while the response is untouched.
+func streamFrom(ctx context.Context, cancel context.CancelFunc, rl *Relay, sse *SSE, p *chattest.Pool) Outcome {
+	st := rl.Start(ctx, cancel, sse, &fakeStream{w: sse})
+	req := &chat.Request{Stream: true}
+	ans, holder, err := p.Open(ctx, req, true)
+	if holder != "" {
+		if st.Hop(holder, func() error { return p.Hop(ctx, holder) }) {
+			st.Stop()
+			return Outcome{Forwarded: true}
+		}
+		ans, _, err = p.Open(ctx, req, false)
+	}
+	return st.Relay(ans, err)
 }
 
 func text(s string) chat.Event { return chat.Event{Type: chat.EventText, Text: s} }
@@ -60,7 +74,7 @@ func TestStream(t *testing.T) {
 	upstream := &chat.UpstreamError{Status: 500, Message: "crashed"}
 	tests := []struct {
 		name       string
-		give       Pool
+		give       *chattest.Pool
 		keepAlive  time.Duration
 		deadline   time.Duration // of the request; 0 for none
 		wantStatus int
@@ -175,7 +189,8 @@ func TestReply(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rl := New(Config{WriteError: writeError}, nil)
 			rec := httptest.NewRecorder()
-			rl.Reply(context.Background(), rec, tt.give, &chat.Request{}, &fakeReply{})
+			ans, _, err := tt.give.Open(context.Background(), &chat.Request{}, false)
+			rl.Collect(context.Background(), rec, ans, err, &fakeReply{})
 			if rec.Code != tt.wantStatus || rec.Body.String() != tt.wantBody {
 				t.Errorf("got %d %s, want %d %s", rec.Code, rec.Body, tt.wantStatus, tt.wantBody)
 			}
@@ -183,7 +198,7 @@ func TestReply(t *testing.T) {
 	}
 }
 
-type fakeReply struct{ Answer }
+type fakeReply struct{ Collected }
 
 func (f *fakeReply) Body(done chat.Event) ([]byte, error) {
 	return fmt.Appendf(nil, `{"text":%q,"calls":%d,"finish":%q}`, f.Content(), len(f.Calls), done.Finish), nil
@@ -225,8 +240,8 @@ func TestClientHangsUpMidStream(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
-		sse := rl.NewSSE(w)
-		outcomes <- rl.Stream(ctx, cancel, sse, p, &chat.Request{Stream: true}, &fakeStream{w: sse})
+		sse := rl.NewStream(w, "")
+		outcomes <- streamFrom(ctx, cancel, rl, sse, p)
 	}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)
@@ -273,8 +288,8 @@ func TestSlowAnswerThroughAServer(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
-		sse := rl.NewSSE(w)
-		rl.Stream(ctx, cancel, sse, p, &chat.Request{Stream: true}, &fakeStream{w: sse})
+		sse := rl.NewStream(w, "")
+		streamFrom(ctx, cancel, rl, sse, p)
 	}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)
@@ -313,8 +328,8 @@ func TestBurstWritesTheFirstEventAtOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w := &flushes{h: http.Header{}}
-	sse := rl.NewSSE(w)
-	if out := rl.Stream(ctx, cancel, sse, p, &chat.Request{Stream: true}, &fakeStream{w: sse}); out.Err != nil {
+	sse := rl.NewStream(w, "")
+	if out := streamFrom(ctx, cancel, rl, sse, p); out.Err != nil {
 		t.Fatal(out.Err)
 	}
 	// The opening goes out with the first event, alone; the events behind
@@ -365,9 +380,9 @@ func TestKeepAliveWhileTheAnswerIsAwaited(t *testing.T) {
 			p := &chattest.Pool{Delay: time.Hour}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			sse := rl.NewSSE(&goneWriter{h: http.Header{}})
+			sse := rl.NewStream(&goneWriter{h: http.Header{}}, "")
 			start := time.Now()
-			out := rl.Stream(ctx, cancel, sse, p, &chat.Request{Stream: true}, &fakeStream{w: sse})
+			out := streamFrom(ctx, cancel, rl, sse, p)
 			if took := time.Since(start); !errors.Is(out.Err, errClientGone) || took != 10*time.Second || ctx.Err() == nil {
 				t.Errorf("outcome %+v after %s (request %v), want the write's error at the first keep-alive, the request cancelled",
 					out, took, ctx.Err())

@@ -12,7 +12,6 @@ import (
 	"github.com/poolgate/poolgate/internal/testenv"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	rsp "github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/handlers/responses/responsestest"
@@ -40,16 +39,16 @@ func checkGolden(t *testing.T, name, got string) {
 // it, answered by its pool; its other routes are the handler's own.
 type handler struct {
 	*rsp.Handler
-	pool relay.Pool
+	pool relaytest.Source
 }
 
-func newHandler(cfg rsp.Config, p relay.Pool, store rsp.Store) handler {
+func newHandler(cfg rsp.Config, p relaytest.Source, store rsp.Store) handler {
 	return handler{Handler: rsp.New(cfg, store, nil), pool: p}
 }
 
 // Create reads the body and hands the request to the handler's Create.
 func (h handler) Create(w http.ResponseWriter, r *http.Request) {
-	relaytest.Serve(h.Handler.Create, h.pool)(w, r)
+	relaytest.Serve(h.Handler, h.pool)(w, r)
 }
 
 // record runs one create request and returns status, content type and body.
