@@ -55,9 +55,9 @@ func (f *fakeRouter) Open(ctx context.Context, c route.Call) (route.Opened, erro
 	if c.Capture {
 		s.Prompt, s.Answer = c.Request.Messages[len(c.Request.Messages)-1].Content, "the answer"
 	}
-	a := chattest.Script(ctx, chat.Event{Type: chat.EventText, Text: "the answer"},
+	a := chattest.NewScript(ctx, chat.Event{Type: chat.EventText, Text: "the answer"},
 		chat.Event{Type: chat.EventDone, Finish: chat.FinishStop, Usage: usage})
-	return route.Opened{Answer: &servedAnswer{Answer: a, served: s},
+	return route.Opened{Answer: &servedAnswer{Script: a, served: s},
 		Served: route.Served{Instance: s.Instance, Account: s.Account, Model: s.Model}}, nil
 }
 
@@ -70,7 +70,7 @@ func (f *fakeRouter) Calls() []route.Call {
 
 // servedAnswer is a scripted answer that says how it was served.
 type servedAnswer struct {
-	*chattest.Answer
+	*chattest.Script
 	served route.Served
 }
 

@@ -1,12 +1,15 @@
-// Package handlers is poolgate's public HTTP API on gin: the middleware
-// (request id, who may call, body cap, browser guard, access log), the
-// routes of the four protocols, each request's exchange with the pool (the
-// router's answer, or the hop to the replica that holds the turn), the
-// per-key accounting, and the errors the HTTP layer answers itself. Routes
-// stay thin: the protocols live in openaichat, responses, anthropic and
-// gemini (plain net/http, no gin), which only decode and encode; relay
-// carries answers from the pool to the client for all of them, apierr
-// classifies errors, openaierr is OpenAI's error shape.
+// Package handlers is poolgate's edge: the public HTTP API on gin. It holds
+// the middleware (request id, who may call, body cap, browser guard,
+// access log), registers the routes of the protocols table (Protocols.APIs,
+// one relay.Protocol per answer API), runs every turn the same way in one
+// function (edge.answer in edge.go: decode through the protocol, open
+// through the router or hop to the replica that holds the turn, encode with
+// the protocol's encoder), keeps the per-key accounting, and answers the
+// errors the HTTP layer answers itself and the model listings. The
+// protocols live in openaichat, responses, anthropic and gemini (plain
+// net/http, no gin), which only decode and encode; relay carries answers
+// from the pool to the client for all of them, apierr classifies errors,
+// openaierr is OpenAI's error shape.
 package handlers
 
 import (

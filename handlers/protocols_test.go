@@ -42,7 +42,7 @@ var protocols = []protocol{
 	}},
 }
 
-func (p protocol) do(fake *chattest.Pool, body string) *httptest.ResponseRecorder {
+func (p protocol) do(fake *chattest.Source, body string) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
 	relaytest.Serve(p.proto, fake)(rec, httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body)))
 	return rec
@@ -146,12 +146,12 @@ func TestErrorsAgreeAcrossProtocols(t *testing.T) {
 						wantStatus = want.anthropicStatus
 					}
 				}
-				rec := p.do(&chattest.Pool{Err: tt.give}, p.body(false, ""))
+				rec := p.do(&chattest.Source{Err: tt.give}, p.body(false, ""))
 				if got := wireError(t, rec.Body.Bytes()); rec.Code != wantStatus || got != wantType || rec.Header().Get("Retry-After") != want.retryAfter {
 					t.Errorf("before the stream: got %d %s Retry-After %q, want %d %s Retry-After %q",
 						rec.Code, got, rec.Header().Get("Retry-After"), wantStatus, wantType, want.retryAfter)
 				}
-				rec = p.do(&chattest.Pool{Events: []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventError, Err: tt.give}}}, p.body(true, ""))
+				rec = p.do(&chattest.Source{Events: []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventError, Err: tt.give}}}, p.body(true, ""))
 				if got := midStream(t, rec.Body.String()); rec.Code != http.StatusOK || got != wantMid {
 					t.Errorf("mid-stream: got %d %s, want 200 %s", rec.Code, got, wantMid)
 				}
@@ -212,7 +212,7 @@ func TestValidationAgreesAcrossProtocols(t *testing.T) {
 	for _, tt := range tests {
 		for _, p := range protocols {
 			t.Run(tt.name+"/"+p.name, func(t *testing.T) {
-				fake := &chattest.Pool{Events: chattest.TextEvents("ok")}
+				fake := &chattest.Source{Events: chattest.TextEvents("ok")}
 				rec := p.do(fake, p.body(false, tt.extra(p.name)))
 				if rec.Code != tt.wantStatus {
 					t.Fatalf("got %d %s, want %d", rec.Code, rec.Body, tt.wantStatus)

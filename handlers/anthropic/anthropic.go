@@ -1,9 +1,9 @@
 // Package anthropic serves Anthropic's Messages API (POST /v1/messages and
 // /v1/messages/count_tokens) on plain net/http: it decodes the wire JSON
 // into a neutral chat.Request, encodes the answer as one message or as
-// Anthropic's SSE events, and names errors in Anthropic's shape. Calling
-// the router, keep-alives (ping events), the stream's ending and the
-// classification of errors are the relay's and apierr's. It never sees
+// Anthropic's SSE events, and names errors in Anthropic's shape. Opening
+// the answer is the edge's; keep-alives (ping events), the stream's ending
+// and the classification of errors are the relay's and apierr's. It never sees
 // another protocol's types.
 package anthropic
 

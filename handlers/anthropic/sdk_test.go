@@ -121,7 +121,7 @@ func textOf(m sdk.Message) string {
 }
 
 func TestSDKStopSequenceStreamEqualsNonStream(t *testing.T) {
-	client := newClient(t, &chattest.Pool{Script: routerScript})
+	client := newClient(t, &chattest.Source{Script: routerScript})
 	plain, streamed := both(t, client, sdk.MessageNewParams{
 		Model: "claude-sonnet-4-5", MaxTokens: 100, StopSequences: []string{"STOP"},
 		Messages: []sdk.MessageParam{sdk.NewUserMessage(sdk.NewTextBlock("count"))},
@@ -140,7 +140,7 @@ func TestSDKStopSequenceStreamEqualsNonStream(t *testing.T) {
 }
 
 func TestSDKPlainStreamEqualsNonStream(t *testing.T) {
-	client := newClient(t, &chattest.Pool{Script: routerScript})
+	client := newClient(t, &chattest.Source{Script: routerScript})
 	plain, streamed := both(t, client, sdk.MessageNewParams{
 		Model: "claude-x", MaxTokens: 100,
 		System:   []sdk.TextBlockParam{{Text: "Be terse."}},
@@ -155,7 +155,7 @@ func TestSDKPlainStreamEqualsNonStream(t *testing.T) {
 }
 
 func TestSDKToolUseRoundTrip(t *testing.T) {
-	chat := &chattest.Pool{Script: routerScript}
+	chat := &chattest.Source{Script: routerScript}
 	client := newClient(t, chat)
 	tools := []sdk.ToolUnionParam{{OfTool: &sdk.ToolParam{
 		Name: "get_weather", Description: sdk.String("Weather by city"),
@@ -193,7 +193,7 @@ func TestSDKToolUseRoundTrip(t *testing.T) {
 // four tokens of framing (chat.PromptTokens); tool definitions are not
 // part of it, as they are not part of the router's count.
 func TestSDKCountTokens(t *testing.T) {
-	fake := &chattest.Pool{Events: chattest.TextEvents("ok")}
+	fake := &chattest.Source{Events: chattest.TextEvents("ok")}
 	client := newClient(t, fake)
 	ctx := context.Background()
 	system := "You are a helpful assistant."
@@ -229,7 +229,7 @@ func TestSDKCountTokens(t *testing.T) {
 }
 
 func TestSDKErrorShape(t *testing.T) {
-	client := newClient(t, &chattest.Pool{Err: chat.ErrNoInstance})
+	client := newClient(t, &chattest.Source{Err: chat.ErrNoInstance})
 	_, err := client.Messages.New(context.Background(), sdk.MessageNewParams{
 		Model: "claude-x", MaxTokens: 10, Messages: []sdk.MessageParam{sdk.NewUserMessage(sdk.NewTextBlock("hi"))},
 	})

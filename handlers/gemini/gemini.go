@@ -5,9 +5,10 @@
 // decodes the wire JSON into a neutral chat.Request (decode.go,
 // contents.go, schema.go), encodes the answer as Gemini's responses
 // (encode.go) and names errors in Google's shape (errors.go); these are
-// pure code, knowing nothing of the pool or the exchange. This file is the
-// glue to the relay, which calls the pool, keeps streams alive and ends
-// them; apierr classifies errors. It never sees another protocol's types.
+// pure code, knowing nothing of the pool. This file is the codec the edge
+// runs (relay.Protocol: its routes and Decode); the relay keeps streams
+// alive and ends them, apierr classifies errors. It never sees another
+// protocol's types.
 package gemini
 
 import (

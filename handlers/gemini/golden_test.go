@@ -81,7 +81,7 @@ func TestGoldenStreams(t *testing.T) {
 	for _, tt := range tests {
 		for _, mode := range []struct{ name, url string }{{"sse", sseURL}, {"array", arrayURL}} {
 			t.Run(tt.name+"_"+mode.name, func(t *testing.T) {
-				h := generate(gemini.Config{}, &chattest.Pool{Events: tt.give, Err: tt.giveE})
+				h := generate(gemini.Config{}, &chattest.Source{Events: tt.give, Err: tt.giveE})
 				checkGolden(t, mode.name+"_"+tt.name, call(t, h, mode.url, hello))
 			})
 		}
@@ -103,7 +103,7 @@ func TestGoldenReply(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := generate(gemini.Config{}, &chattest.Pool{Events: tt.give})
+			h := generate(gemini.Config{}, &chattest.Source{Events: tt.give})
 			checkGolden(t, "reply_"+tt.name, call(t, h, replyURL, `{"contents":[{"role":"user","parts":[{"text":"weather?"}]}],`+weatherFn+`}`))
 		})
 	}
@@ -114,7 +114,7 @@ func TestGoldenReply(t *testing.T) {
 func TestKeepAlive(t *testing.T) {
 	for _, mode := range []struct{ name, url string }{{"sse", sseURL}, {"array", arrayURL}} {
 		t.Run(mode.name, func(t *testing.T) {
-			h := generate(gemini.Config{KeepAlive: 20e6}, &chattest.Pool{Delay: 90e6, Events: chattest.TextEvents("late")})
+			h := generate(gemini.Config{KeepAlive: 20e6}, &chattest.Source{Delay: 90e6, Events: chattest.TextEvents("late")})
 			got := call(t, h, mode.url, hello)
 			if strings.Contains(got, "\n:") || strings.Contains(got, "event:") {
 				t.Errorf("%s stream carries SSE comments or event names:\n%s", mode.name, got)

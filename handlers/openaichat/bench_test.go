@@ -63,11 +63,11 @@ func (d *discardWriter) Flush()                      {}
 func (d *discardWriter) SetWriteDeadline(time.Time) error { return nil }
 
 // replay answers every request with prepared events, recording nothing
-// (chattest.Pool keeps each request, which a benchmark would count).
+// (chattest.Source keeps each request, which a benchmark would count).
 type replay struct{ events []chat.Event }
 
 func (p replay) Open(ctx context.Context, _ *chat.Request, _ bool) (chat.Answer, string, error) {
-	return chattest.Script(ctx, p.events...), "", nil
+	return chattest.NewScript(ctx, p.events...), "", nil
 }
 
 // BenchmarkStreamEvent measures the handler's CPU per streamed text event:

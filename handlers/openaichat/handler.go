@@ -1,8 +1,8 @@
 // Package openaichat serves OpenAI's POST /v1/chat/completions: it decodes
 // the wire JSON into a neutral chat.Request and encodes the answer as one
-// chat.completion body or as chat.completion.chunk SSE frames. Everything
-// between (calling the router, keep-alives, the stream's ending, errors)
-// is the relay's; the error shape is openaierr's. It imports no web
+// chat.completion body or as chat.completion.chunk SSE frames. Opening the
+// answer is the edge's; keep-alives, the stream's ending and errors are
+// the relay's; the error shape is openaierr's. It imports no web
 // framework.
 //
 // Stream framing: the SSE headers go out with the first event (or the first

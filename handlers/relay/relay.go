@@ -235,7 +235,7 @@ func received(ctx context.Context, ev chat.Event, ok bool) (chat.Event, error) {
 	return ev, nil
 }
 
-// Start starts a streamed answer on sse (from rl.NewSSE), encoded by enc,
+// Start starts a streamed answer on sse (from rl.NewStream), encoded by enc,
 // before the answer is opened: from now to Stop, one timer writes the
 // keep-alives whenever nothing was written for a whole interval. A long
 // wait in the queue, an answer held back until it is clear whether it is

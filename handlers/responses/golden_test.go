@@ -90,7 +90,7 @@ func TestGoldenStreams(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			chat := &chattest.Pool{Events: tt.give, Err: tt.giveFn}
+			chat := &chattest.Source{Events: tt.give, Err: tt.giveFn}
 			h := newHandler(rsp.Config{}, chat, &responsestest.Store{})
 			body := tt.body
 			if body == "" {
@@ -102,7 +102,7 @@ func TestGoldenStreams(t *testing.T) {
 }
 
 func TestGoldenNonStream(t *testing.T) {
-	chat := &chattest.Pool{Events: []chat.Event{
+	chat := &chattest.Source{Events: []chat.Event{
 		{Type: chat.EventText, Text: "Let me look."},
 		{Type: chat.EventToolCall, ToolCall: chat.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
 		{Type: chat.EventDone, Finish: chat.FinishToolCalls, Usage: chat.Usage{InputTokens: 30, OutputTokens: 9}},
@@ -116,7 +116,7 @@ func TestGoldenNonStream(t *testing.T) {
 
 func TestStreamFailureIsStored(t *testing.T) {
 	store := &responsestest.Store{}
-	chat := &chattest.Pool{Events: []chat.Event{
+	chat := &chattest.Source{Events: []chat.Event{
 		{Type: chat.EventText, Text: "Half"},
 		{Type: chat.EventError, Err: errors.New("boom")},
 	}}

@@ -4,8 +4,8 @@
 // stored conversation that previous_response_id continues), encodes the
 // answer as a response object or as the Responses stream events, and keeps
 // each stored response (with the neutral transcript behind it) in a Store.
-// Calling the router, keep-alives, the stream's ending and the
-// classification of errors are the relay's and apierr's; the error shape is
+// Opening the answer is the edge's; keep-alives, the stream's ending and
+// the classification of errors are the relay's and apierr's; the error shape is
 // openaierr's.
 package responses
 

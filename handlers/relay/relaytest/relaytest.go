@@ -1,6 +1,6 @@
 // Package relaytest serves a protocol's answer route in a test the way the
 // HTTP edge runs it: the body read once, decoded by the protocol, the
-// answer opened from a scripted source (usually a chattest.Pool) and
+// answer opened from a scripted source (usually a chattest.Source) and
 // encoded by the protocol's encoder through its relay. It never hops: the
 // edge's tests check that.
 package relaytest
@@ -14,7 +14,7 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 )
 
-// Source answers requests as the pool would (*chattest.Pool).
+// Source answers requests as the pool would (*chattest.Source).
 type Source interface {
 	// Open runs req and returns its answer once it has started; mayHop is
 	// always false here.
