@@ -30,7 +30,9 @@ func newEcho() *echoProtocol {
 func (p *echoProtocol) Relay() *relay.Relay { return p.rl }
 
 func (p *echoProtocol) Routes() []relay.Route {
-	count := func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("counted " + r.PathValue("action"))) }
+	count := func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("counted " + r.PathValue("action")))
+	}
 	return []relay.Route{{Method: http.MethodPost, Path: "/v1/chat/completions"},
 		{Method: http.MethodPost, Path: "/v1beta/models/*action", Serve: count, Pick: func(r *http.Request) relay.Kind {
 			switch {
