@@ -42,7 +42,8 @@ type edge struct {
 // hop to the replica that holds the turn, while the response is
 // untouched), encoded by p's encoder through p's relay. It returns how the
 // request ended and what the router said of it, for the request's record.
-// This is the one place that opens answers.
+// Every turn goes through here, and Router.Open is called nowhere else
+// (edge.open, from stream or collect).
 func (e *edge) answer(w http.ResponseWriter, r *http.Request, api string, p relay.Protocol, body []byte) (relay.Outcome, route.Served) {
 	rl := p.Relay()
 	t, err := p.Decode(r, body)
@@ -57,45 +58,14 @@ func (e *edge) answer(w http.ResponseWriter, r *http.Request, api string, p rela
 	// frees them even when we stop reading early (a failed client write).
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	req := t.Request
-	req.RequestID, req.Owner = httpx.RequestID(ctx), httpx.Owner(ctx).Affinity
-	forward := func(holder string) func() error {
-		return func() error { return e.forward(ctx, w, r, body, holder) }
-	}
+	t.Request.RequestID, t.Request.Owner = httpx.RequestID(ctx), httpx.Owner(ctx).Affinity
+	c := &call{w: w, r: r, api: api, body: body, mayHop: mayHop}
 	var out relay.Outcome
 	var o route.Opened
 	if t.Stream != nil {
-		// The keep-alives run from before the answer is opened: a wait in
-		// the queue is kept alive too.
-		sse := rl.NewStream(w, t.ContentType)
-		st := rl.Start(ctx, cancel, sse, t.Stream(sse))
-		o, err = e.open(ctx, api, req, mayHop)
-		if o.Holder != "" && st.Hop(o.Holder, forward(o.Holder)) {
-			st.Stop()
-			out = relay.Outcome{Forwarded: true}
-		} else {
-			if o.Holder != "" {
-				o, err = e.open(ctx, api, req, false)
-			}
-			st.Served(o.Served.Instance)
-			out = st.Relay(answerOf(o), err)
-		}
+		out, o = e.stream(ctx, cancel, c, rl, t)
 	} else {
-		// Nothing is written before the whole answer: the hop can always
-		// be tried.
-		o, err = e.open(ctx, api, req, mayHop)
-		if o.Holder != "" && rl.Hop(ctx, o.Holder, forward(o.Holder)) {
-			out = relay.Outcome{Forwarded: true}
-		} else {
-			if o.Holder != "" {
-				o, err = e.open(ctx, api, req, false)
-			}
-			served(w, o.Served.Instance)
-			if s, ok := t.Body.(relay.ServedBy); ok {
-				s.ServedBy(o.Served.Instance)
-			}
-			out = rl.Collect(ctx, w, answerOf(o), err, t.Body)
-		}
+		out, o = e.collect(ctx, c, rl, t)
 	}
 	if t.Over != nil {
 		t.Over(ctx, out)
@@ -104,6 +74,54 @@ func (e *edge) answer(w http.ResponseWriter, r *http.Request, api string, p rela
 		return out, o.Answer.Served()
 	}
 	return out, o.Served
+}
+
+// call is one request on its way through answer.
+type call struct {
+	w      http.ResponseWriter
+	r      *http.Request
+	api    string
+	body   []byte // for the hop; nil when it may not hop
+	mayHop bool
+}
+
+// forwardTo returns the hop of c to holder, for the relay to run.
+func (e *edge) forwardTo(ctx context.Context, c *call, holder string) func() error {
+	return func() error { return e.forward(ctx, c.w, c.r, c.body, holder) }
+}
+
+// stream runs a streamed turn. The keep-alives run from before the answer
+// is opened: a wait in the queue is kept alive too.
+func (e *edge) stream(ctx context.Context, cancel context.CancelFunc, c *call, rl *relay.Relay, t *relay.Turn) (relay.Outcome, route.Opened) {
+	sse := rl.NewStream(c.w, t.ContentType)
+	st := rl.Start(ctx, cancel, sse, t.Stream(sse))
+	o, err := e.open(ctx, c.api, t.Request, c.mayHop)
+	if o.Holder != "" && st.Hop(o.Holder, e.forwardTo(ctx, c, o.Holder)) {
+		st.Stop()
+		return relay.Outcome{Forwarded: true}, o
+	}
+	if o.Holder != "" {
+		o, err = e.open(ctx, c.api, t.Request, false)
+	}
+	st.Served(o.Served.Instance)
+	return st.Relay(answerOf(o), err), o
+}
+
+// collect runs a turn answered with one body. Nothing is written before
+// the whole answer: the hop can always be tried.
+func (e *edge) collect(ctx context.Context, c *call, rl *relay.Relay, t *relay.Turn) (relay.Outcome, route.Opened) {
+	o, err := e.open(ctx, c.api, t.Request, c.mayHop)
+	if o.Holder != "" && rl.Hop(ctx, o.Holder, e.forwardTo(ctx, c, o.Holder)) {
+		return relay.Outcome{Forwarded: true}, o
+	}
+	if o.Holder != "" {
+		o, err = e.open(ctx, c.api, t.Request, false)
+	}
+	served(c.w, o.Served.Instance)
+	if s, ok := t.Body.(relay.ServedBy); ok {
+		s.ServedBy(o.Served.Instance)
+	}
+	return rl.Collect(ctx, c.w, answerOf(o), err, t.Body), o
 }
 
 // open runs req on the router as this request; mayHop lets it name the
