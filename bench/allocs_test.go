@@ -65,13 +65,13 @@ func TestOwnFrame(t *testing.T) {
 		want bool
 	}{
 		{"github.com/poolgate/poolgate/pool.(*Router).forward", true},
-		{"github.com/poolgate/poolgate/handlers.(*servedWriter).Flush", false},
+		{"github.com/poolgate/poolgate/handlers.(*edge).answer", false},
 		{"github.com/poolgate/poolgate/handlers.New.RequestID.func1", false},
 		{"encoding/json.(*Decoder).Decode", true},
 		{"github.com/redis/go-redis/v9.(*Script).Run", true},
 		{"net/http.(*conn).serve", false},
-		{"github.com/poolgate/poolgate/handlers/openaichat.(*Handler).Completions", false},
-		{"github.com/poolgate/poolgate/handlers/relay.(*Relay).Reply", true},
+		{"github.com/poolgate/poolgate/handlers/anthropic.(*Handler).CountTokens", false},
+		{"github.com/poolgate/poolgate/handlers/relay.(*Relay).Collect", true},
 		{"github.com/poolgate/poolgate/pool.(*Router).attempt.func1", false},
 	}
 	for _, tt := range tests {

@@ -23,7 +23,6 @@ import (
 	"github.com/poolgate/poolgate/internal/requestlog"
 	"github.com/poolgate/poolgate/internal/telemetry"
 	"github.com/poolgate/poolgate/internal/usage"
-	"github.com/poolgate/poolgate/pool/cluster"
 	"github.com/poolgate/poolgate/pool/route"
 )
 
@@ -44,19 +43,6 @@ type Accounting struct {
 	tracer telemetry.Tracer // New sets it from Config.Tracing
 }
 
-// Protocol serves one answer API's request (a protocol package's
-// handler): the edge hands it the body, read once, and the pool's way to
-// the answer, and it says how the request ended.
-type Protocol func(w http.ResponseWriter, r *http.Request, c relay.Call) relay.Outcome
-
-// answers is what the answer routes share: the router, and the hop to
-// another replica (nil on a single node).
-type answers struct {
-	router Router
-	hop    *cluster.Proxy
-	tracer telemetry.Tracer
-}
-
 // record is one request's record once it is over.
 type record struct {
 	route.Served
@@ -67,12 +53,13 @@ type record struct {
 }
 
 // observe serves an answer API's route with its protocol: admission under
-// the caller's key's limits, the body read once, the protocol on its
-// exchange with the pool, then the request's record once it is over
-// (metrics, usage, the request log). A request another replica forwarded
+// the caller's key's limits, the body read once, the turn run by the edge
+// (answer), then the request's record once it is over (metrics, usage, the
+// request log). A request another replica forwarded
 // here was admitted there, so only its record is kept here; a request this
 // replica forwarded is recorded by the replica that served it.
-func observe(m *metrics.Metrics, acct *Accounting, log *slog.Logger, api string, an *answers, h Protocol) gin.HandlerFunc {
+func observe(m *metrics.Metrics, acct *Accounting, log *slog.Logger, e *edge, p relay.Protocol) gin.HandlerFunc {
+	api := p.Relay().Name()
 	var series *metrics.API // the API's own series, looked up once
 	if m != nil {
 		series = m.ForAPI(api)
@@ -86,21 +73,12 @@ func observe(m *metrics.Metrics, acct *Accounting, log *slog.Logger, api string,
 			finish(m, series, acct, api, c, key, record{Error: denied.Error()}, start)
 			return
 		}
-		x := &exchange{router: an.router, api: api, capture: acct.Capture, tracer: an.tracer, r: c.Request,
-			id: httpx.RequestID(ctx), owner: httpx.Owner(ctx).Affinity}
-		if !Forwarded(c.Request) {
-			x.hop = an.hop
-		}
-		x.w = servedWriter{ResponseWriter: c.Writer, x: x}
 		var rec record
 		if body, err := httpx.ReadBody(c.Request); err != nil {
-			rec.Error = readFailed(&x.w, c.Request, err)
+			rec.Error = readFailed(c.Writer, c.Request, err)
 		} else {
-			if x.hop != nil {
-				x.body = body // for the hop; otherwise the body may go once decoded
-			}
-			out := h(&x.w, c.Request, relay.Call{Body: body, Pool: x})
-			rec = record{Served: x.record(), Error: out.Told, Forwarded: out.Forwarded}
+			out, served := e.answer(c.Writer, c.Request, api, p, body)
+			rec = record{Served: served, Error: out.Told, Forwarded: out.Forwarded}
 		}
 		finish(m, series, acct, api, c, key, rec, start)
 		tokens := int64(rec.Usage.InputTokens + rec.Usage.OutputTokens)

@@ -101,8 +101,8 @@ func accountingEngine(t *testing.T, lim *fakeLimiter, rec *recorded, capture boo
 	e := gin.New()
 	e.Use(Authorize(&access.Credentials{Keys: keys, Hops: testHops(t, "cluster-secret", "replica-1")}, nil))
 	// The chat protocol, answered by a router that says what it served.
-	e.POST("/v1/chat/completions", observe(nil, acct, slog.New(slog.DiscardHandler), "chat", &answers{router: &fakeRouter{}},
-		openaichat.New(openaichat.Config{}, nil).Completions))
+	e.POST("/v1/chat/completions", observe(nil, acct, slog.New(slog.DiscardHandler), &edge{router: &fakeRouter{}, capture: capture},
+		openaichat.New(openaichat.Config{}, nil)))
 	e.POST("/v1/messages/count_tokens", limited(nil, acct, slog.New(slog.DiscardHandler), func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 	}))

@@ -22,8 +22,8 @@ func TestBodyBudget(t *testing.T) {
 	gin.SetMode(gin.TestMode)
 	budget := httpx.NewBudget(int64(len(chatBody))+10, nil, nil)
 	e := gin.New()
-	e.POST("/v1/chat/completions", BodyCap(1<<20, budget), observe(nil, &Accounting{}, slog.New(slog.DiscardHandler), "chat",
-		&answers{router: &fakeRouter{}}, openaichat.New(openaichat.Config{}, nil).Completions))
+	e.POST("/v1/chat/completions", BodyCap(1<<20, budget), observe(nil, &Accounting{}, slog.New(slog.DiscardHandler),
+		&edge{router: &fakeRouter{}}, openaichat.New(openaichat.Config{}, nil)))
 	padded := chatBody[:len(chatBody)-1] + `,"user":"` + strings.Repeat("x", 100) + `"}`
 	tests := []struct {
 		name    string

@@ -1,12 +1,15 @@
-// Package handlers is poolgate's public HTTP API on gin: the middleware
-// (request id, who may call, body cap, browser guard, access log), the
-// routes of the four protocols, each request's exchange with the pool (the
-// router's answer, or the hop to the replica that holds the turn), the
-// per-key accounting, and the errors the HTTP layer answers itself. Routes
-// stay thin: the protocols live in openaichat, responses, anthropic and
-// gemini (plain net/http, no gin), which only decode and encode; relay
-// carries answers from the pool to the client for all of them, apierr
-// classifies errors, openaierr is OpenAI's error shape.
+// Package handlers is poolgate's edge: the public HTTP API on gin. It holds
+// the middleware (request id, who may call, body cap, browser guard,
+// access log), registers the routes of the protocols table (Protocols.APIs,
+// one relay.Protocol per answer API), runs every turn the same way in one
+// function (edge.answer in edge.go: decode through the protocol, open
+// through the router or hop to the replica that holds the turn, encode with
+// the protocol's encoder), keeps the per-key accounting, and answers the
+// errors the HTTP layer answers itself and the model listings. The
+// protocols live in openaichat, responses, anthropic and gemini (plain
+// net/http, no gin), which only decode and encode; relay carries answers
+// from the pool to the client for all of them, apierr classifies errors,
+// openaierr is OpenAI's error shape.
 package handlers
 
 import (
@@ -22,12 +25,9 @@ import (
 	"github.com/gin-gonic/gin"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/apierr"
-	"github.com/poolgate/poolgate/handlers/gemini"
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/handlers/openaichat"
-	"github.com/poolgate/poolgate/handlers/responses"
+	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/chat"
@@ -74,15 +74,16 @@ type ModelLister interface {
 	Models() []chat.Model
 }
 
-// Protocols are the protocol handlers the routes call, and the router that
-// answers them.
+// Protocols are the answer APIs the edge serves, the router that answers
+// them and the pool's models, which the edge lists in each protocol's
+// shape.
 type Protocols struct {
-	Router    Router
-	Chat      *openaichat.Handler
-	Responses *responses.Handler
-	Messages  *anthropic.Handler
-	Gemini    *gemini.Handler
-	Models    ModelLister
+	Router Router
+	// APIs is the protocols table: one protocol package's codec each,
+	// whose routes the edge registers and whose turns it runs (adding a
+	// protocol is one package and one line here, where main builds it).
+	APIs   []relay.Protocol
+	Models ModelLister
 }
 
 // New returns the gin engine serving the public API.
@@ -115,30 +116,17 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	e.NoMethod(notAllowed)
 
 	api := e.Group("", BodyCap(cfg.MaxBodyBytes, cfg.BodyBudget))
-	an := &answers{router: p.Router, hop: cfg.Hop, tracer: cfg.Accounting.tracer}
-	chat := observe(m, cfg.Accounting, log, "chat", an, p.Chat.Completions)
-	api.POST("/v1/chat/completions", chat)
-	api.POST("/chat/completions", chat)
-	create := observe(m, cfg.Accounting, log, "responses", an, p.Responses.Create)
-	api.POST("/v1/responses", create)
-	api.POST("/responses", create)
-	// Remote compaction is an OpenAI-only service: an encrypted summary only
-	// OpenAI's servers can read back. Answer it as OpenAI answers a route it
-	// does not have, so a client falls back to compacting with a plain turn.
-	api.POST("/v1/responses/compact", unsupported)
-	api.GET("/v1/responses/:id", withID(p.Responses.Get))
-	api.DELETE("/v1/responses/:id", withID(p.Responses.Delete))
-	api.GET("/v1/responses/:id/input_items", withID(p.Responses.InputItems))
-	api.POST("/v1/messages", observe(m, cfg.Accounting, log, "messages", an, p.Messages.Messages))
-	api.POST("/v1/messages/count_tokens", limited(m, cfg.Accounting, log, p.Messages.CountTokens))
-	api.GET("/v1/models", models(p.Models))
-	g := geminiRoutes{generate: observe(m, cfg.Accounting, log, "gemini", an, p.Gemini.Generate),
-		count: limited(m, cfg.Accounting, log, p.Gemini.CountTokens), models: p.Models}
-	for _, v := range []string{"/v1beta", "/v1"} {
-		api.POST(v+"/models/*action", g.post)
-		api.GET(v+"/models/*name", g.model)
+	ed := &edge{router: p.Router, hop: cfg.Hop, tracer: cfg.Accounting.tracer, capture: cfg.Accounting.Capture}
+	for _, proto := range p.APIs {
+		for _, rt := range proto.Routes() {
+			api.Handle(rt.Method, rt.Path, serveRoute(m, cfg.Accounting, log, ed, proto, rt))
+		}
 	}
-	api.GET("/v1beta/models", g.list)
+	api.GET("/v1/models", models(p.Models))
+	for _, v := range []string{"/v1beta", "/v1"} {
+		api.GET(v+"/models/*name", model(p.Models))
+	}
+	api.GET("/v1beta/models", geminiModels(p.Models))
 	if hops := cfg.Credentials.Hops; hops != nil {
 		// Where a replica proves to the others that it holds the cluster
 		// key, before they forward anything to its URL.
@@ -147,11 +135,34 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	return e
 }
 
-// withID exposes gin's :id as the request's path value.
-func withID(h http.HandlerFunc) gin.HandlerFunc {
+// serveRoute serves a protocol's route as its kind says: a turn by the
+// edge under the caller's key (observe), a token count under the key's
+// limits (limited), anything else as the protocol serves it. The route's
+// parameters are the request's path values.
+func serveRoute(m *metrics.Metrics, acct *Accounting, log *slog.Logger, e *edge, p relay.Protocol, rt relay.Route) gin.HandlerFunc {
+	turn := observe(m, acct, log, e, p)
+	var count gin.HandlerFunc
+	if rt.Serve != nil {
+		count = limited(m, acct, log, rt.Serve)
+	}
 	return func(c *gin.Context) {
-		c.Request.SetPathValue("id", c.Param("id"))
-		h(c.Writer, c.Request)
+		for _, pv := range c.Params {
+			c.Request.SetPathValue(pv.Key, pv.Value)
+		}
+		kind := rt.Kind
+		if rt.Pick != nil {
+			kind = rt.Pick(c.Request)
+		}
+		switch kind {
+		case relay.KindTurn:
+			turn(c)
+		case relay.KindLimited:
+			count(c)
+		case relay.KindPlain:
+			rt.Serve(c.Writer, c.Request)
+		default:
+			notFound(c)
+		}
 	}
 }
 
@@ -180,11 +191,6 @@ func WriteError(w http.ResponseWriter, r *http.Request, status int, message stri
 
 func notFound(c *gin.Context) {
 	WriteError(c.Writer, c.Request, http.StatusNotFound, "unknown route "+c.Request.Method+" "+c.Request.URL.Path)
-}
-
-func unsupported(c *gin.Context) {
-	WriteError(c.Writer, c.Request, http.StatusNotFound, c.Request.Method+" "+c.Request.URL.Path+
-		" is not supported by this gateway (its workers have no server-side compaction)")
 }
 
 func notAllowed(c *gin.Context) {
@@ -317,40 +323,3 @@ func formatBytes(n int64) string {
 	}
 	return strconv.FormatInt(n, 10) + " bytes"
 }
-
-// InstanceHeader names the instance that served a request.
-const InstanceHeader = "X-Poolgate-Instance"
-
-// servedWriter sets InstanceHeader from the request's exchange when the
-// response headers go out: by then the router has picked the worker (a
-// stream that had to open before any worker took its turn goes without).
-type servedWriter struct {
-	http.ResponseWriter
-	x       *exchange
-	stamped bool
-}
-
-func (w *servedWriter) stamp() {
-	if w.stamped {
-		return
-	}
-	w.stamped = true
-	if in := w.x.Instance(); in != "" && w.Header().Get(InstanceHeader) == "" {
-		w.Header().Set(InstanceHeader, in)
-	}
-}
-
-func (w *servedWriter) WriteHeader(code int) { w.stamp(); w.ResponseWriter.WriteHeader(code) }
-
-func (w *servedWriter) Write(b []byte) (int, error) { w.stamp(); return w.ResponseWriter.Write(b) }
-
-// Flush keeps streaming working through the wrapper.
-func (w *servedWriter) Flush() {
-	w.stamp()
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-// Unwrap lets http.ResponseController reach the connection's deadlines.
-func (w *servedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -28,6 +28,9 @@ type anthropicModel struct {
 	CreatedAt   string `json:"created_at"`
 }
 
+// The model listings are the edge's, not a protocol's: they read the
+// pool, and one path answers in the shape of whichever protocol asks.
+
 // models serves GET /v1/models in the OpenAI list shape, Anthropic's when
 // the client sends anthropic-version (the Anthropic SDK's models.list), or
 // Gemini's for a Google client (the Gemini SDKs' models.list on /v1).
@@ -68,4 +71,23 @@ func writeOpenAIModel(c *gin.Context, ms []chat.Model, id string) {
 		}
 	}
 	WriteError(c.Writer, c.Request, http.StatusNotFound, "model "+id+" is not one of the pool's models (GET /v1/models lists them)")
+}
+
+// geminiModels serves GET /v1beta/models, the Gemini API's list.
+func geminiModels(ml ModelLister) gin.HandlerFunc {
+	return func(c *gin.Context) { gemini.WriteModels(c.Writer, ml.Models()) }
+}
+
+// model serves GET .../models/{model}: Gemini's model under /v1beta and for
+// Google's clients on /v1; OpenAI's model object for anyone else on /v1
+// (GET /v1/models/{id} is OpenAI's models.retrieve too).
+func model(ml ModelLister) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		ms, name := ml.Models(), c.Param("name")
+		if gemini.IsRequest(c.Request) {
+			gemini.WriteModel(c.Writer, ms, name)
+			return
+		}
+		writeOpenAIModel(c, ms, name[1:])
+	}
 }

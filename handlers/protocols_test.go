@@ -14,6 +14,7 @@ import (
 	"github.com/poolgate/poolgate/handlers"
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/openaichat"
+	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/handlers/responses/responsestest"
@@ -24,26 +25,26 @@ import (
 // protocol runs one request body through one protocol's handler.
 type protocol struct {
 	name  string
-	route relaytest.Route
+	proto relay.Protocol
 	// body is a request with the given extra top-level fields.
 	body func(stream bool, extra string) string
 }
 
 var protocols = []protocol{
-	{"chat", openaichat.New(openaichat.Config{}, nil).Completions, func(stream bool, extra string) string {
+	{"chat", openaichat.New(openaichat.Config{}, nil), func(stream bool, extra string) string {
 		return fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hi"}]%s}`, stream, extra)
 	}},
-	{"responses", responses.New(responses.Config{}, &responsestest.Store{}, nil).Create, func(stream bool, extra string) string {
+	{"responses", responses.New(responses.Config{}, &responsestest.Store{}, nil), func(stream bool, extra string) string {
 		return fmt.Sprintf(`{"model":"m","stream":%v,"input":"hi"%s}`, stream, extra)
 	}},
-	{"messages", anthropic.New(anthropic.Config{}, nil).Messages, func(stream bool, extra string) string {
+	{"messages", anthropic.New(anthropic.Config{}, nil), func(stream bool, extra string) string {
 		return fmt.Sprintf(`{"model":"m","max_tokens":5,"stream":%v,"messages":[{"role":"user","content":"hi"}]%s}`, stream, extra)
 	}},
 }
 
-func (p protocol) do(fake *chattest.Pool, body string) *httptest.ResponseRecorder {
+func (p protocol) do(fake *chattest.Source, body string) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
-	relaytest.Serve(p.route, fake)(rec, httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body)))
+	relaytest.Serve(p.proto, fake)(rec, httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body)))
 	return rec
 }
 
@@ -145,12 +146,12 @@ func TestErrorsAgreeAcrossProtocols(t *testing.T) {
 						wantStatus = want.anthropicStatus
 					}
 				}
-				rec := p.do(&chattest.Pool{Err: tt.give}, p.body(false, ""))
+				rec := p.do(&chattest.Source{Err: tt.give}, p.body(false, ""))
 				if got := wireError(t, rec.Body.Bytes()); rec.Code != wantStatus || got != wantType || rec.Header().Get("Retry-After") != want.retryAfter {
 					t.Errorf("before the stream: got %d %s Retry-After %q, want %d %s Retry-After %q",
 						rec.Code, got, rec.Header().Get("Retry-After"), wantStatus, wantType, want.retryAfter)
 				}
-				rec = p.do(&chattest.Pool{Events: []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventError, Err: tt.give}}}, p.body(true, ""))
+				rec = p.do(&chattest.Source{Events: []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventError, Err: tt.give}}}, p.body(true, ""))
 				if got := midStream(t, rec.Body.String()); rec.Code != http.StatusOK || got != wantMid {
 					t.Errorf("mid-stream: got %d %s, want 200 %s", rec.Code, got, wantMid)
 				}
@@ -211,7 +212,7 @@ func TestValidationAgreesAcrossProtocols(t *testing.T) {
 	for _, tt := range tests {
 		for _, p := range protocols {
 			t.Run(tt.name+"/"+p.name, func(t *testing.T) {
-				fake := &chattest.Pool{Events: chattest.TextEvents("ok")}
+				fake := &chattest.Source{Events: chattest.TextEvents("ok")}
 				rec := p.do(fake, p.body(false, tt.extra(p.name)))
 				if rec.Code != tt.wantStatus {
 					t.Fatalf("got %d %s, want %d", rec.Code, rec.Body, tt.wantStatus)

@@ -1,14 +1,13 @@
 // Package anthropic serves Anthropic's Messages API (POST /v1/messages and
 // /v1/messages/count_tokens) on plain net/http: it decodes the wire JSON
 // into a neutral chat.Request, encodes the answer as one message or as
-// Anthropic's SSE events, and names errors in Anthropic's shape. Calling
-// the router, keep-alives (ping events), the stream's ending and the
-// classification of errors are the relay's and apierr's. It never sees
+// Anthropic's SSE events, and names errors in Anthropic's shape. Opening
+// the answer is the edge's; keep-alives (ping events), the stream's ending
+// and the classification of errors are the relay's and apierr's. It never sees
 // another protocol's types.
 package anthropic
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 	"runtime"
@@ -75,26 +74,36 @@ func New(cfg Config, log *slog.Logger) *Handler {
 	return &Handler{cfg: cfg, relay: rl, log: log, counts: make(chan struct{}, cfg.CountConcurrency)}
 }
 
-// Messages serves POST /v1/messages, streaming when the body says stream.
-func (h *Handler) Messages(w http.ResponseWriter, r *http.Request, c relay.Call) relay.Outcome {
-	d, err := h.decode(r, c.Body, false)
+// Relay is the protocol's relay (relay.Protocol).
+func (h *Handler) Relay() *relay.Relay { return h.relay }
+
+// Routes are POST /v1/messages and its count_tokens (relay.Protocol).
+func (h *Handler) Routes() []relay.Route {
+	return []relay.Route{{Method: http.MethodPost, Path: "/v1/messages"},
+		{Method: http.MethodPost, Path: "/v1/messages/count_tokens", Kind: relay.KindLimited, Serve: h.CountTokens}}
+}
+
+// Decode decodes a POST /v1/messages request into its turn, streamed when
+// the body says stream (relay.Protocol).
+func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Turn, error) {
+	d, err := h.decode(r, body, false)
 	if err != nil {
-		return h.relay.Fail(r.Context(), w, err)
+		return nil, err
 	}
 	req := &d.chat
-	// The router's goroutines select on this ctx; cancelling it on return
-	// frees them even when we stop reading early (a failed client write).
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	if req.Stream {
-		sse := h.relay.NewSSE(w)
+	t := &relay.Turn{Request: req}
+	if !req.Stream {
+		t.Body = &reply{model: d.wire.Model}
+		return t, nil
+	}
+	t.Stream = func(sse *relay.SSE) relay.Encoder {
 		enc := newStreamEncoder(sse, d.wire.Model)
 		if h.cfg.Count != nil {
 			enc.inputTokens = chat.PromptTokens(req.Messages, h.cfg.Count)
 		}
-		return h.relay.Stream(ctx, cancel, sse, c.Pool, req, enc)
+		return enc
 	}
-	return h.relay.Reply(ctx, w, c.Pool, req, &reply{model: d.wire.Model})
+	return t, nil
 }
 
 // decode decodes a body and reports what it dropped. Claude Code names its

@@ -91,7 +91,7 @@ func stopReason(f chat.FinishReason, madeCalls bool) string {
 
 // reply folds a whole answer into the non-streaming message.
 type reply struct {
-	relay.Answer
+	relay.Collected
 	model string
 }
 
@@ -149,7 +149,7 @@ func newStreamEncoder(w eventWriter, model string) *streamEncoder {
 	return &streamEncoder{w: w, id: newMessageID(), model: model, buf: make([]byte, 0, 512)}
 }
 
-var _ relay.Stream = (*streamEncoder)(nil)
+var _ relay.Encoder = (*streamEncoder)(nil)
 
 // Open writes message_start, with the prompt's input tokens as the gateway
 // counts them (Config.Count); message_delta's usage carries the final

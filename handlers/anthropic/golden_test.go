@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
-	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
@@ -26,8 +25,8 @@ func checkGolden(t *testing.T, name, got string) {
 }
 
 // messages returns the messages route of a handler with cfg, answered by p.
-func messages(cfg anthropic.Config, p relay.Pool) http.HandlerFunc {
-	return relaytest.Serve(anthropic.New(cfg, nil).Messages, p)
+func messages(cfg anthropic.Config, p relaytest.Source) http.HandlerFunc {
+	return relaytest.Serve(anthropic.New(cfg, nil), p)
 }
 
 // call runs one handler call and returns status, content type and body.
@@ -77,14 +76,14 @@ func TestGoldenStreams(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := messages(anthropic.Config{}, &chattest.Pool{Events: tt.give, Err: tt.giveE})
+			h := messages(anthropic.Config{}, &chattest.Source{Events: tt.give, Err: tt.giveE})
 			checkGolden(t, "stream_"+tt.name, call(t, h, streamBody))
 		})
 	}
 }
 
 func TestGoldenNonStream(t *testing.T) {
-	h := messages(anthropic.Config{}, &chattest.Pool{Events: []chat.Event{
+	h := messages(anthropic.Config{}, &chattest.Source{Events: []chat.Event{
 		{Type: chat.EventText, Text: "Let me look."},
 		{Type: chat.EventToolCall, ToolCall: chat.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
 		{Type: chat.EventDone, Finish: chat.FinishToolCalls, Usage: chat.Usage{InputTokens: 30, OutputTokens: 9}},
@@ -128,7 +127,7 @@ func TestValidationErrors(t *testing.T) {
 		{"prefill", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}`, 400, "prefill"},
 		{"mcp", `{"model":"m","max_tokens":5,"mcp_servers":[{"type":"url"}],` + msgs + `}`, 400, "mcp_servers"},
 	}
-	h := messages(anthropic.Config{}, &chattest.Pool{Events: chattest.TextEvents("ok")})
+	h := messages(anthropic.Config{}, &chattest.Source{Events: chattest.TextEvents("ok")})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
@@ -161,7 +160,7 @@ func TestErrorMapping(t *testing.T) {
 		{chat.ErrWorkerGone, 502, "api_error"},
 	}
 	for _, tt := range tests {
-		h := messages(anthropic.Config{}, &chattest.Pool{Err: tt.give})
+		h := messages(anthropic.Config{}, &chattest.Source{Err: tt.give})
 		rec := httptest.NewRecorder()
 		h(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
 		if rec.Code != tt.wantStatus || !strings.Contains(rec.Body.String(), `"type":"`+tt.wantType+`"`) {

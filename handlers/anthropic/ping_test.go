@@ -17,7 +17,7 @@ import (
 
 func TestQuietStreamGetsPings(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := messages(anthropic.Config{PingInterval: 10 * time.Second}, &chattest.Pool{Events: []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventDone, Finish: chat.FinishStop}}, Pause: 25 * time.Second})
+		h := messages(anthropic.Config{PingInterval: 10 * time.Second}, &chattest.Source{Events: []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventDone, Finish: chat.FinishStop}}, Pause: 25 * time.Second})
 		rec := httptest.NewRecorder()
 		h(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
 		// One ping after the first block start, two more during the pause.
@@ -32,7 +32,7 @@ func TestQuietStreamGetsPings(t *testing.T) {
 
 func TestClientGoneStopsStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := messages(anthropic.Config{}, &chattest.Pool{Events: []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventDone, Finish: chat.FinishStop}}, Pause: time.Hour})
+		h := messages(anthropic.Config{}, &chattest.Source{Events: []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventDone, Finish: chat.FinishStop}}, Pause: time.Hour})
 		ctx, cancel := context.WithCancel(context.Background())
 		rec := httptest.NewRecorder()
 		done := make(chan struct{})
@@ -55,13 +55,13 @@ func TestClientGoneStopsStream(t *testing.T) {
 func TestSlowStartOpensTheStreamEarly(t *testing.T) {
 	tests := []struct {
 		name  string
-		give  *chattest.Pool
+		give  *chattest.Source
 		want  []string // in order
 		avoid string
 	}{
-		{"answer after a wait", &chattest.Pool{Delay: 25 * time.Second, Events: chattest.TextEvents("hi")},
+		{"answer after a wait", &chattest.Source{Delay: 25 * time.Second, Events: chattest.TextEvents("hi")},
 			[]string{"event: message_start\n", "event: ping\n", "event: ping\n", "event: content_block_start\n", "hi", "event: message_stop\n"}, "event: error"},
-		{"overloaded after a wait", &chattest.Pool{Delay: 25 * time.Second, Err: &chat.OverloadedError{RetryAfter: time.Second}},
+		{"overloaded after a wait", &chattest.Source{Delay: 25 * time.Second, Err: &chat.OverloadedError{RetryAfter: time.Second}},
 			[]string{"event: message_start\n", "event: ping\n", "event: error\n", `"type":"overloaded_error"`}, "message_stop"},
 	}
 	for _, tt := range tests {
@@ -82,7 +82,7 @@ func TestSlowStartOpensTheStreamEarly(t *testing.T) {
 // A quick failure is still a JSON error with its own status.
 func TestQuickFailureIsAStatus(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := messages(anthropic.Config{PingInterval: 10 * time.Second}, &chattest.Pool{Delay: time.Second, Err: &chat.OverloadedError{RetryAfter: 2 * time.Second}})
+		h := messages(anthropic.Config{PingInterval: 10 * time.Second}, &chattest.Source{Delay: time.Second, Err: &chat.OverloadedError{RetryAfter: 2 * time.Second}})
 		rec := httptest.NewRecorder()
 		h(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
 		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "2" {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
@@ -77,11 +76,11 @@ func cutAtStop(chunks, stops []string) []chat.Event {
 	return append(evs, chat.Event{Type: chat.EventDone, Finish: chat.FinishStop, Usage: chat.Usage{InputTokens: 10, OutputTokens: 6}})
 }
 
-func newClient(t *testing.T, p relay.Pool) sdk.Client {
+func newClient(t *testing.T, p relaytest.Source) sdk.Client {
 	t.Helper()
 	h := anthropic.New(anthropic.Config{}, nil)
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/messages", relaytest.Serve(h.Messages, p))
+	mux.HandleFunc("POST /v1/messages", relaytest.Serve(h, p))
 	mux.HandleFunc("POST /v1/messages/count_tokens", h.CountTokens)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := access.WithCaller(httpx.WithRequestID(r.Context(), "req-1"), access.Caller{Key: &apikey.Key{Secret: r.Header.Get("X-Api-Key")}})
@@ -122,7 +121,7 @@ func textOf(m sdk.Message) string {
 }
 
 func TestSDKStopSequenceStreamEqualsNonStream(t *testing.T) {
-	client := newClient(t, &chattest.Pool{Script: routerScript})
+	client := newClient(t, &chattest.Source{Script: routerScript})
 	plain, streamed := both(t, client, sdk.MessageNewParams{
 		Model: "claude-sonnet-4-5", MaxTokens: 100, StopSequences: []string{"STOP"},
 		Messages: []sdk.MessageParam{sdk.NewUserMessage(sdk.NewTextBlock("count"))},
@@ -141,7 +140,7 @@ func TestSDKStopSequenceStreamEqualsNonStream(t *testing.T) {
 }
 
 func TestSDKPlainStreamEqualsNonStream(t *testing.T) {
-	client := newClient(t, &chattest.Pool{Script: routerScript})
+	client := newClient(t, &chattest.Source{Script: routerScript})
 	plain, streamed := both(t, client, sdk.MessageNewParams{
 		Model: "claude-x", MaxTokens: 100,
 		System:   []sdk.TextBlockParam{{Text: "Be terse."}},
@@ -156,7 +155,7 @@ func TestSDKPlainStreamEqualsNonStream(t *testing.T) {
 }
 
 func TestSDKToolUseRoundTrip(t *testing.T) {
-	chat := &chattest.Pool{Script: routerScript}
+	chat := &chattest.Source{Script: routerScript}
 	client := newClient(t, chat)
 	tools := []sdk.ToolUnionParam{{OfTool: &sdk.ToolParam{
 		Name: "get_weather", Description: sdk.String("Weather by city"),
@@ -194,7 +193,7 @@ func TestSDKToolUseRoundTrip(t *testing.T) {
 // four tokens of framing (chat.PromptTokens); tool definitions are not
 // part of it, as they are not part of the router's count.
 func TestSDKCountTokens(t *testing.T) {
-	fake := &chattest.Pool{Events: chattest.TextEvents("ok")}
+	fake := &chattest.Source{Events: chattest.TextEvents("ok")}
 	client := newClient(t, fake)
 	ctx := context.Background()
 	system := "You are a helpful assistant."
@@ -230,7 +229,7 @@ func TestSDKCountTokens(t *testing.T) {
 }
 
 func TestSDKErrorShape(t *testing.T) {
-	client := newClient(t, &chattest.Pool{Err: chat.ErrNoInstance})
+	client := newClient(t, &chattest.Source{Err: chat.ErrNoInstance})
 	_, err := client.Messages.New(context.Background(), sdk.MessageNewParams{
 		Model: "claude-x", MaxTokens: 10, Messages: []sdk.MessageParam{sdk.NewUserMessage(sdk.NewTextBlock("hi"))},
 	})

@@ -97,7 +97,7 @@ func (r *response) close(b []byte, done *chat.Event) []byte {
 
 // reply folds a whole answer into one response.
 type reply struct {
-	relay.Answer
+	relay.Collected
 	response
 }
 
@@ -105,7 +105,7 @@ func newReply(model string) *reply {
 	return &reply{response: response{model: model, id: newResponseID()}}
 }
 
-var _ relay.Reply = (*reply)(nil)
+var _ relay.BodyEncoder = (*reply)(nil)
 
 // Body is the whole answer: its text as one part, then its calls.
 func (r *reply) Body(done chat.Event) ([]byte, error) {
@@ -149,7 +149,7 @@ func newStreamEncoder(w eventWriter, model string, array bool) *streamEncoder {
 	return &streamEncoder{response: response{model: model, id: newResponseID()}, w: w, array: array, buf: make([]byte, 0, 512)}
 }
 
-var _ relay.Stream = (*streamEncoder)(nil)
+var _ relay.Encoder = (*streamEncoder)(nil)
 
 // Open starts the JSON array; an event stream needs no opening.
 func (e *streamEncoder) Open() error {

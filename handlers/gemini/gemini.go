@@ -5,9 +5,10 @@
 // decodes the wire JSON into a neutral chat.Request (decode.go,
 // contents.go, schema.go), encodes the answer as Gemini's responses
 // (encode.go) and names errors in Google's shape (errors.go); these are
-// pure code, knowing nothing of the pool or the exchange. This file is the
-// glue to the relay, which calls the pool, keeps streams alive and ends
-// them; apierr classifies errors. It never sees another protocol's types.
+// pure code, knowing nothing of the pool. This file is the codec the edge
+// runs (relay.Protocol: its routes and Decode); the relay keeps streams
+// alive and ends them, apierr classifies errors. It never sees another
+// protocol's types.
 package gemini
 
 import (
@@ -67,29 +68,59 @@ func New(cfg Config, log *slog.Logger) *Handler {
 	return &Handler{cfg: cfg, relay: rl, log: log, counts: make(chan struct{}, cfg.CountConcurrency)}
 }
 
-// Generate serves models/{model}:generateContent, and
-// :streamGenerateContent as server-sent events (alt=sse) or a JSON array.
-func (h *Handler) Generate(w http.ResponseWriter, r *http.Request, c relay.Call) relay.Outcome {
+// Relay is the protocol's relay (relay.Protocol).
+func (h *Handler) Relay() *relay.Relay { return h.relay }
+
+// Routes are a model's methods under /v1beta and /v1: its paths put the
+// method after a colon in the last segment
+// (models/gemini-2.5-pro:generateContent), which gin cannot route on, so
+// one catch-all under models/ takes them and the method is read here
+// (relay.Protocol). The model listings are the edge's, which serves every
+// protocol's.
+func (h *Handler) Routes() []relay.Route {
+	var rs []relay.Route
+	for _, v := range []string{"/v1beta", "/v1"} {
+		rs = append(rs, relay.Route{Method: http.MethodPost, Path: v + "/models/*action", Serve: h.CountTokens, Pick: pick})
+	}
+	return rs
+}
+
+// pick says how the edge serves a model's method: generateContent and
+// streamGenerateContent run a turn, countTokens counts under the key's
+// limits, anything else is no route.
+func pick(r *http.Request) relay.Kind {
+	a, ok := ParseAction(r.URL.Path)
+	switch {
+	case ok && (a.Method == MethodGenerate || a.Method == MethodStream):
+		return relay.KindTurn
+	case ok && a.Method == MethodCount:
+		return relay.KindLimited
+	}
+	return relay.KindNone
+}
+
+// Decode decodes a models/{model}:generateContent request into its turn,
+// and :streamGenerateContent into a streamed one: server-sent events
+// (alt=sse) or a JSON array (relay.Protocol).
+func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Turn, error) {
 	a, _ := ParseAction(r.URL.Path) // the edge routes only a model's method here
 	stream := a.Method == MethodStream
-	d, err := decodeGenerate(c.Body, a.Model, stream)
+	d, err := decodeGenerate(body, a.Model, stream)
 	if err != nil {
-		return h.relay.Fail(r.Context(), w, err)
+		return nil, err
 	}
 	d.dropped.Report(r.Context(), h.log, h.cfg.CountDropped, protocol)
-	// The router's goroutines select on this ctx; cancelling it on return
-	// frees them even when we stop reading early (a failed client write).
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
+	t := &relay.Turn{Request: &d.chat}
 	if !stream {
-		return h.relay.Reply(ctx, w, c.Pool, &d.chat, newReply(a.Model))
+		t.Body = newReply(a.Model)
+		return t, nil
 	}
-	if r.URL.Query().Get("alt") == "sse" {
-		sse := h.relay.NewSSE(w)
-		return h.relay.Stream(ctx, cancel, sse, c.Pool, &d.chat, newStreamEncoder(sse, a.Model, false))
+	raw := r.URL.Query().Get("alt") != "sse"
+	if raw {
+		t.ContentType = "application/json; charset=UTF-8"
 	}
-	raw := h.relay.NewRaw(w, "application/json; charset=UTF-8")
-	return h.relay.Stream(ctx, cancel, raw, c.Pool, &d.chat, newStreamEncoder(raw, a.Model, true))
+	t.Stream = func(s *relay.SSE) relay.Encoder { return newStreamEncoder(s, a.Model, raw) }
+	return t, nil
 }
 
 // CountTokens serves models/{model}:countTokens as {"totalTokens": n}: the

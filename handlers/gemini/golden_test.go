@@ -11,7 +11,6 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/gemini"
-	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
@@ -27,8 +26,8 @@ func checkGolden(t *testing.T, name, got string) {
 }
 
 // generate returns the generate route of a handler with cfg, answered by p.
-func generate(cfg gemini.Config, p relay.Pool) http.HandlerFunc {
-	return relaytest.Serve(gemini.New(cfg, nil).Generate, p)
+func generate(cfg gemini.Config, p relaytest.Source) http.HandlerFunc {
+	return relaytest.Serve(gemini.New(cfg, nil), p)
 }
 
 // call runs one handler call on path and returns its transcript.
@@ -82,7 +81,7 @@ func TestGoldenStreams(t *testing.T) {
 	for _, tt := range tests {
 		for _, mode := range []struct{ name, url string }{{"sse", sseURL}, {"array", arrayURL}} {
 			t.Run(tt.name+"_"+mode.name, func(t *testing.T) {
-				h := generate(gemini.Config{}, &chattest.Pool{Events: tt.give, Err: tt.giveE})
+				h := generate(gemini.Config{}, &chattest.Source{Events: tt.give, Err: tt.giveE})
 				checkGolden(t, mode.name+"_"+tt.name, call(t, h, mode.url, hello))
 			})
 		}
@@ -104,7 +103,7 @@ func TestGoldenReply(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := generate(gemini.Config{}, &chattest.Pool{Events: tt.give})
+			h := generate(gemini.Config{}, &chattest.Source{Events: tt.give})
 			checkGolden(t, "reply_"+tt.name, call(t, h, replyURL, `{"contents":[{"role":"user","parts":[{"text":"weather?"}]}],`+weatherFn+`}`))
 		})
 	}
@@ -115,7 +114,7 @@ func TestGoldenReply(t *testing.T) {
 func TestKeepAlive(t *testing.T) {
 	for _, mode := range []struct{ name, url string }{{"sse", sseURL}, {"array", arrayURL}} {
 		t.Run(mode.name, func(t *testing.T) {
-			h := generate(gemini.Config{KeepAlive: 20e6}, &chattest.Pool{Delay: 90e6, Events: chattest.TextEvents("late")})
+			h := generate(gemini.Config{KeepAlive: 20e6}, &chattest.Source{Delay: 90e6, Events: chattest.TextEvents("late")})
 			got := call(t, h, mode.url, hello)
 			if strings.Contains(got, "\n:") || strings.Contains(got, "event:") {
 				t.Errorf("%s stream carries SSE comments or event names:\n%s", mode.name, got)

@@ -3,7 +3,6 @@ package openaichat
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -64,15 +63,12 @@ func (d *discardWriter) Flush()                      {}
 func (d *discardWriter) SetWriteDeadline(time.Time) error { return nil }
 
 // replay answers every request with prepared events, recording nothing
-// (chattest.Pool keeps each request, which a benchmark would count).
+// (chattest.Source keeps each request, which a benchmark would count).
 type replay struct{ events []chat.Event }
 
 func (p replay) Open(ctx context.Context, _ *chat.Request, _ bool) (chat.Answer, string, error) {
-	return chattest.Script(ctx, p.events...), "", nil
+	return chattest.NewScript(ctx, p.events...), "", nil
 }
-
-func (replay) Hop(context.Context, string) error { return errors.New("no other replica") }
-func (replay) Instance() string                  { return "" }
 
 // BenchmarkStreamEvent measures the handler's CPU per streamed text event:
 // reading the answer, keep-alive timer reset, chunk encoding and the SSE write
@@ -84,7 +80,7 @@ func BenchmarkStreamEvent(b *testing.B) {
 		events = append(events, chat.Event{Type: chat.EventText, Text: " token"})
 	}
 	events = append(events, chat.Event{Type: chat.EventDone, Finish: chat.FinishStop})
-	h := relaytest.Serve(New(Config{}, nil).Completions, replay{events})
+	h := relaytest.Serve(New(Config{}, nil), replay{events})
 	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 	b.ReportAllocs()
 	for i := 0; i < b.N; i += perStream {
@@ -98,7 +94,7 @@ func BenchmarkNonStream(b *testing.B) {
 		{Type: chat.EventText, Text: "The default is three retries."},
 		{Type: chat.EventDone, Finish: chat.FinishStop, Usage: chat.Usage{InputTokens: 120, OutputTokens: 7}},
 	}
-	h := relaytest.Serve(New(Config{}, nil).Completions, replay{events})
+	h := relaytest.Serve(New(Config{}, nil), replay{events})
 	body := strings.Replace(benchBody, `"stream":true`, `"stream":false`, 1)
 	b.ReportAllocs()
 	for b.Loop() {

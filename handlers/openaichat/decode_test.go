@@ -141,7 +141,7 @@ func TestValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			chat := &chattest.Pool{Events: chattest.TextEvents("x")}
+			chat := &chattest.Source{Events: chattest.TextEvents("x")}
 			rec := serve(newTestHandler(t, chat, Config{}), tt.give)
 			if rec.Code != http.StatusBadRequest {
 				t.Fatalf("got status %d (%s), want 400", rec.Code, rec.Body)
@@ -185,7 +185,7 @@ func TestAccepted(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			chat := &chattest.Pool{Events: chattest.TextEvents("x")}
+			chat := &chattest.Source{Events: chattest.TextEvents("x")}
 			rec := serve(newTestHandler(t, chat, Config{}), tt.give)
 			if rec.Code != http.StatusOK {
 				t.Errorf("got status %d (%s), want 200", rec.Code, rec.Body)

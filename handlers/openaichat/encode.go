@@ -157,7 +157,7 @@ type stream struct {
 	begun  bool // the role chunk was sent
 }
 
-var _ relay.Stream = (*stream)(nil)
+var _ relay.Encoder = (*stream)(nil)
 
 // Open sends nothing: this protocol has no opening frame.
 func (s *stream) Open() error { return nil }
@@ -216,7 +216,7 @@ func (s *stream) KeepAlive() error { return s.w.Comment("keep-alive") }
 
 // reply folds a whole answer into one chat.completion body.
 type reply struct {
-	relay.Answer
+	relay.Collected
 	c      completion
 	newID  func(prefix string) string
 	compat *pythonCompat // nil: OpenAI's shape only
@@ -224,7 +224,7 @@ type reply struct {
 
 // pythonCompat adds the Python gateway's fields to a non-stream body.
 type pythonCompat struct {
-	pool         relay.Pool // names the instance
+	instance     string // the instance that served the answer
 	start, first time.Time
 }
 
@@ -245,7 +245,14 @@ func (r *reply) Text(s string) error {
 	if r.compat != nil && r.compat.first.IsZero() {
 		r.compat.first = time.Now()
 	}
-	return r.Answer.Text(s)
+	return r.Collected.Text(s)
+}
+
+// ServedBy notes the instance for the Python gateway's served_by.
+func (r *reply) ServedBy(instance string) {
+	if r.compat != nil {
+		r.compat.instance = instance
+	}
 }
 
 func (r *reply) Body(done chat.Event) ([]byte, error) {
@@ -268,7 +275,7 @@ func (r *reply) Body(done chat.Event) ([]byte, error) {
 		if first.IsZero() {
 			first = now // tool calls only: the answer came at the end
 		}
-		return json.Marshal(compatCompletion{completion: &r.c, ServedBy: p.pool.Instance(),
+		return json.Marshal(compatCompletion{completion: &r.c, ServedBy: p.instance,
 			Latency: compatLatency{FirstTokenMS: first.Sub(p.start).Milliseconds(), TotalMS: now.Sub(p.start).Milliseconds()}})
 	}
 	return json.Marshal(&r.c)

@@ -1,8 +1,8 @@
 // Package openaichat serves OpenAI's POST /v1/chat/completions: it decodes
 // the wire JSON into a neutral chat.Request and encodes the answer as one
-// chat.completion body or as chat.completion.chunk SSE frames. Everything
-// between (calling the router, keep-alives, the stream's ending, errors)
-// is the relay's; the error shape is openaierr's. It imports no web
+// chat.completion body or as chat.completion.chunk SSE frames. Opening the
+// answer is the edge's; keep-alives, the stream's ending and errors are
+// the relay's; the error shape is openaierr's. It imports no web
 // framework.
 //
 // Stream framing: the SSE headers go out with the first event (or the first
@@ -14,7 +14,6 @@
 package openaichat
 
 import (
-	"context"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -87,25 +86,36 @@ func randomID(prefix string) string {
 	return prefix + string(b[:])
 }
 
-// Completions serves POST /v1/chat/completions.
-func (h *Handler) Completions(w http.ResponseWriter, r *http.Request, c relay.Call) relay.Outcome {
-	req, opt, err := decodeRequest(c.Body)
+// Relay is the protocol's relay (relay.Protocol).
+func (h *Handler) Relay() *relay.Relay { return h.relay }
+
+// Routes are the chat completions route, and its path without /v1 for
+// clients whose base URL has none (relay.Protocol).
+func (h *Handler) Routes() []relay.Route {
+	return []relay.Route{{Method: http.MethodPost, Path: "/v1/chat/completions"},
+		{Method: http.MethodPost, Path: "/chat/completions"}}
+}
+
+// Decode decodes a POST /v1/chat/completions request into its turn
+// (relay.Protocol).
+func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Turn, error) {
+	req, opt, err := decodeRequest(body)
 	if err != nil {
-		return h.relay.Fail(r.Context(), w, err)
+		return nil, err
 	}
 	opt.dropped.Report(r.Context(), h.log, h.cfg.CountDropped, protocol)
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel() // ends the worker call if we stop reading early
-
 	id, created := h.newID("chatcmpl-"), h.now().Unix()
+	t := &relay.Turn{Request: req}
 	if opt.stream {
-		sse := h.relay.NewSSE(w)
-		st := &stream{w: sse, enc: newStreamEncoder(id, req.Model, created, opt.includeUsage), newID: h.newID}
-		return h.relay.Stream(ctx, cancel, sse, c.Pool, req, st)
+		t.Stream = func(sse *relay.SSE) relay.Encoder {
+			return &stream{w: sse, enc: newStreamEncoder(id, req.Model, created, opt.includeUsage), newID: h.newID}
+		}
+		return t, nil
 	}
 	rp := &reply{c: completion{ID: id, Object: "chat.completion", Created: created, Model: req.Model}, newID: h.newID}
 	if h.cfg.PythonCompat {
-		rp.compat = &pythonCompat{pool: c.Pool, start: time.Now()}
+		rp.compat = &pythonCompat{start: time.Now()}
 	}
-	return h.relay.Reply(ctx, w, c.Pool, req, rp)
+	t.Body = rp
+	return t, nil
 }

@@ -3,7 +3,6 @@ package openaichat
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -21,20 +20,19 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/openaierr"
-	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
 )
 
 // newTestHandler returns the completions route answered by p, with a fixed
 // clock and counting ids, so transcripts are stable.
-func newTestHandler(t *testing.T, p relay.Pool, cfg Config) http.HandlerFunc {
+func newTestHandler(t *testing.T, p relaytest.Source, cfg Config) http.HandlerFunc {
 	t.Helper()
 	h := New(cfg, nil)
 	h.now = func() time.Time { return time.Unix(1700000000, 0) }
 	var n atomic.Int64
 	h.newID = func(prefix string) string { return fmt.Sprintf("%stest%d", prefix, n.Add(1)) }
-	return relaytest.Serve(h.Completions, p)
+	return relaytest.Serve(h, p)
 }
 
 // serve runs one request through h the way the gin middleware would.
@@ -112,7 +110,7 @@ func TestGolden(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fake := &chattest.Pool{Events: tt.events, Err: tt.err}
+			fake := &chattest.Source{Events: tt.events, Err: tt.err}
 			rec := serve(newTestHandler(t, fake, Config{}), tt.body)
 			testenv.Golden(t, tt.name, transcript(rec))
 		})
@@ -135,7 +133,7 @@ func TestRequestMapping(t *testing.T) {
 			"parameters": {"type": "object"}}}],
 		"tool_choice": {"type": "function", "function": {"name": "weather"}}
 	}`
-	fake := &chattest.Pool{Events: chattest.TextEvents("ok")}
+	fake := &chattest.Source{Events: chattest.TextEvents("ok")}
 	rec := serve(newTestHandler(t, fake, Config{}), body)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("got status %d (%s), want 200", rec.Code, rec.Body)
@@ -174,7 +172,7 @@ func TestKeepAlive(t *testing.T) {
 }
 
 // thinkingPool's answers start at once and say "late" after think, like a
-// worker thinking before its first token (chattest.Pool's Delay holds the
+// worker thinking before its first token (chattest.Source's Delay holds the
 // start instead).
 type thinkingPool struct{ think time.Duration }
 
@@ -197,12 +195,9 @@ func (p thinkingPool) Open(ctx context.Context, _ *chat.Request, _ bool) (chat.A
 	return f, "", nil
 }
 
-func (thinkingPool) Hop(context.Context, string) error { return errors.New("no other replica") }
-func (thinkingPool) Instance() string                  { return "" }
-
 func TestClientDisconnectCancelsWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fake := &chattest.Pool{Events: []chat.Event{{Type: chat.EventText, Text: "partial"}}, Hang: true}
+		fake := &chattest.Source{Events: []chat.Event{{Type: chat.EventText, Text: "partial"}}, Hang: true}
 		h := newTestHandler(t, fake, Config{})
 		ctx, cancel := context.WithCancel(context.Background())
 		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(streamBody)).WithContext(ctx)
@@ -248,7 +243,7 @@ func TestErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.give.Error(), func(t *testing.T) {
-			rec := serve(newTestHandler(t, &chattest.Pool{Err: tt.give}, Config{}), simpleBody)
+			rec := serve(newTestHandler(t, &chattest.Source{Err: tt.give}, Config{}), simpleBody)
 			e := decodeErrorBody(t, rec)
 			code := ""
 			if e.Code != nil {
@@ -276,7 +271,7 @@ func TestDeadline(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := newTestHandler(t, &chattest.Pool{Events: []chat.Event{{Type: chat.EventText, Text: "partial"}}, Hang: true}, Config{KeepAlive: -1})
+				h := newTestHandler(t, &chattest.Source{Events: []chat.Event{{Type: chat.EventText, Text: "partial"}}, Hang: true}, Config{KeepAlive: -1})
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
 				r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(tt.give)).WithContext(ctx)
@@ -296,16 +291,16 @@ func TestDeadline(t *testing.T) {
 func TestSlowStartKeepsAlive(t *testing.T) {
 	tests := []struct {
 		name       string
-		give       *chattest.Pool
+		give       *chattest.Source
 		wantStatus int
 		want       []string // in order
 		avoid      string
 	}{
-		{"answer after a wait", &chattest.Pool{Delay: 35 * time.Second, Events: chattest.TextEvents("late")}, 200,
+		{"answer after a wait", &chattest.Source{Delay: 35 * time.Second, Events: chattest.TextEvents("late")}, 200,
 			[]string{": keep-alive\n\n", ": keep-alive\n\n", `"content":"late"`, "data: [DONE]\n\n"}, "error"},
-		{"overloaded after a wait", &chattest.Pool{Delay: 35 * time.Second, Err: &chat.OverloadedError{RetryAfter: time.Second}}, 200,
+		{"overloaded after a wait", &chattest.Source{Delay: 35 * time.Second, Err: &chat.OverloadedError{RetryAfter: time.Second}}, 200,
 			[]string{": keep-alive\n\n", `data: {"error":`, "rate_limit_error"}, "[DONE]"},
-		{"overloaded at once", &chattest.Pool{Err: &chat.OverloadedError{RetryAfter: time.Second}}, 429,
+		{"overloaded at once", &chattest.Source{Err: &chat.OverloadedError{RetryAfter: time.Second}}, 429,
 			[]string{`{"error":`}, "keep-alive"},
 	}
 	for _, tt := range tests {

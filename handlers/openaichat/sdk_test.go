@@ -44,7 +44,7 @@ func weatherParams() openai.ChatCompletionNewParams {
 
 func TestSDKStreamMatchesNonStream(t *testing.T) {
 	answer := chattest.TextEvents("The ", "weather in \"Paris\"", " is\nmild ☀️", ".")
-	chat := &chattest.Pool{Events: answer}
+	chat := &chattest.Source{Events: answer}
 	client := sdkClient(t, newTestHandler(t, chat, Config{}))
 	ctx := context.Background()
 	params := weatherParams()
@@ -84,7 +84,7 @@ func TestSDKStreamMatchesNonStream(t *testing.T) {
 }
 
 func TestSDKToolCalls(t *testing.T) {
-	chat := &chattest.Pool{Events: toolAnswer()}
+	chat := &chattest.Source{Events: toolAnswer()}
 	client := sdkClient(t, newTestHandler(t, chat, Config{}))
 	ctx := context.Background()
 
@@ -125,7 +125,7 @@ func TestSDKToolCalls(t *testing.T) {
 func TestSDKErrors(t *testing.T) {
 	ctx := context.Background()
 	t.Run("overloaded", func(t *testing.T) {
-		chat := &chattest.Pool{Err: &chat.OverloadedError{RetryAfter: 3e9}}
+		chat := &chattest.Source{Err: &chat.OverloadedError{RetryAfter: 3e9}}
 		client := sdkClient(t, newTestHandler(t, chat, Config{}))
 		_, err := client.Chat.Completions.New(ctx, weatherParams())
 		var apiErr *openai.Error
@@ -136,7 +136,7 @@ func TestSDKErrors(t *testing.T) {
 	t.Run("bad request", func(t *testing.T) {
 		params := weatherParams()
 		params.N = openai.Int(3)
-		client := sdkClient(t, newTestHandler(t, &chattest.Pool{}, Config{}))
+		client := sdkClient(t, newTestHandler(t, &chattest.Source{}, Config{}))
 		_, err := client.Chat.Completions.New(ctx, params)
 		var apiErr *openai.Error
 		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Param != "n" {
@@ -144,7 +144,7 @@ func TestSDKErrors(t *testing.T) {
 		}
 	})
 	t.Run("mid-stream", func(t *testing.T) {
-		chat := &chattest.Pool{Events: failingAnswer()}
+		chat := &chattest.Source{Events: failingAnswer()}
 		client := sdkClient(t, newTestHandler(t, chat, Config{}))
 		stream := client.Chat.Completions.NewStreaming(ctx, weatherParams())
 		var acc openai.ChatCompletionAccumulator

@@ -1,14 +1,17 @@
-// Package relay carries answers from the pool to the client, the same way
-// for every protocol. It reads the answer (a chat.Answer) from the Pool the
-// edge hands each request, on the request's own goroutine. It owns the SSE
-// stream (headers, framing, flushing and the write deadline), opening a
-// stream early when the answer is slow to start, keep-alives while a stream
-// is quiet, the hop to the replica that holds the turn (while the response
-// is untouched), the ending of a complete or a failed answer, a client that
-// went away, and the non-stream path that collects the whole answer before
-// it is encoded. Errors are classified by apierr. A protocol supplies only
-// its encoders (Stream, Reply) and the writer of its JSON error body. The
-// relay knows neither the router nor the cluster.
+// Package relay is what a protocol is to the edge, and what carries an
+// answer from the pool to the client the same way for every protocol. A
+// protocol (Protocol) is a codec: it decodes a request into a Turn, the
+// neutral chat.Request and the encoder of its answer (Encoder for a stream,
+// BodyEncoder for one JSON body), and names the writer of its JSON error
+// body. The edge opens the answer (a chat.Answer) and hands it here, on the
+// request's own goroutine. The relay owns the SSE stream (headers, framing,
+// flushing and the write deadline), opening a stream early when the answer
+// is slow to start, keep-alives while a stream is quiet (from Start, before
+// the answer is opened), pausing them while the edge hops to the replica
+// that holds the turn, the ending of a complete or a failed answer, a
+// client that went away, and the non-stream path that collects the whole
+// answer before it is encoded. Errors are classified by apierr. The relay
+// knows neither the router nor the cluster.
 package relay
 
 import (
@@ -24,35 +27,9 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 )
 
-// Pool is the way to one request's answer. The HTTP edge builds one for
-// each request, over the router and the cluster; the relay knows neither.
-type Pool interface {
-	// Open runs req on the pool and returns its answer once it has started
-	// (it has already applied Stop and MaxTokens). An error happened before
-	// any event, and was already retried. When mayHop and the turn belongs
-	// to another replica, Open returns no answer and that replica's URL,
-	// having admitted nothing here.
-	Open(ctx context.Context, req *chat.Request, mayHop bool) (ans chat.Answer, holder string, err error)
-	// Hop carries the request to the replica at holder and copies its
-	// answer to the client. An error means nothing was written: the
-	// request is then served here.
-	Hop(ctx context.Context, holder string) error
-	// Instance names the instance that took the turn, "" before one did
-	// (the Python gateway's served_by).
-	Instance() string
-}
-
-// Call is one request as the edge hands it to a protocol: its body, read
-// once (and kept for a hop to another replica), and the pool that answers
-// it.
-type Call struct {
-	Body []byte
-	Pool Pool
-}
-
-// Stream is a protocol's encoder of a streamed answer. A method's error
+// Encoder is a protocol's encoder of a streamed answer. A method's error
 // means the client can no longer be written to.
-type Stream interface {
+type Encoder interface {
 	// Open writes what the protocol sends before an answer's first event
 	// (it may write nothing). The relay calls it once: with the first event,
 	// or when the wait for it outlasts the keep-alive interval.
@@ -68,35 +45,45 @@ type Stream interface {
 	KeepAlive() error
 }
 
-// Reply is a protocol's encoder of a whole answer as one JSON body.
-type Reply interface {
+// BodyEncoder is a protocol's encoder of a whole answer as one JSON body.
+type BodyEncoder interface {
 	Text(s string) error
 	ToolCall(tc chat.ToolCall) error
 	// Body is the answer's JSON, given its closing event.
 	Body(done chat.Event) ([]byte, error)
 }
 
-// Answer folds the text and tool calls of a whole answer, for a Reply whose
-// body holds the text before the calls.
-type Answer struct {
+// ServedBy is a BodyEncoder that names the instance that served the
+// answer in its body (the Python gateway's served_by); the edge tells it
+// before the body is encoded.
+type ServedBy interface {
+	ServedBy(instance string)
+}
+
+// Collected folds the text and tool calls of a whole answer, for a
+// BodyEncoder whose body holds the text before the calls.
+type Collected struct {
 	text  strings.Builder
 	Calls []chat.ToolCall
 }
 
 // Text adds a piece of text.
-func (a *Answer) Text(s string) error {
+func (a *Collected) Text(s string) error {
 	a.text.WriteString(s)
 	return nil
 }
 
 // ToolCall adds a call.
-func (a *Answer) ToolCall(tc chat.ToolCall) error {
+func (a *Collected) ToolCall(tc chat.ToolCall) error {
 	a.Calls = append(a.Calls, tc)
 	return nil
 }
 
 // Content is the text so far.
-func (a *Answer) Content() string { return a.text.String() }
+func (a *Collected) Content() string { return a.text.String() }
+
+// InstanceHeader names the instance that served a request.
+const InstanceHeader = "X-Poolgate-Instance"
 
 // Outcome is how a request a protocol served ended.
 type Outcome struct {
@@ -149,17 +136,15 @@ func New(cfg Config, log *slog.Logger) *Relay {
 	return &Relay{cfg: cfg, log: log}
 }
 
-// NewSSE returns the event stream a Stream encoder writes to on w.
-func (rl *Relay) NewSSE(w http.ResponseWriter) *SSE {
+// Name names the protocol in logs, metrics and the request log.
+func (rl *Relay) Name() string { return rl.cfg.Protocol }
+
+// NewStream returns the stream an Encoder writes to on w: server-sent
+// events, or, for a protocol that frames its stream itself (SSE.Raw), the
+// stream sent as contentType.
+func (rl *Relay) NewStream(w http.ResponseWriter, contentType string) *SSE {
 	s := newSSE(w)
 	s.WriteTimeout = rl.cfg.WriteTimeout
-	return s
-}
-
-// NewRaw returns a stream like NewSSE's for a protocol that frames its
-// stream itself (SSE.Raw), sent as contentType.
-func (rl *Relay) NewRaw(w http.ResponseWriter, contentType string) *SSE {
-	s := rl.NewSSE(w)
 	s.contentType = contentType
 	return s
 }
@@ -193,24 +178,11 @@ func (rl *Relay) logFailure(ctx context.Context, p *apierr.Problem, midStream bo
 		slog.Bool("mid_stream", midStream), slog.Any("err", p.Err))
 }
 
-// open asks p for req's answer. When the turn is another replica's, hop
-// carries the request there and says whether it did (it may not, once the
-// response has started); if not, the turn is served here.
-func (rl *Relay) open(ctx context.Context, p Pool, req *chat.Request, hop func(holder string) bool) (chat.Answer, bool, error) {
-	ans, holder, err := p.Open(ctx, req, true)
-	if holder == "" {
-		return ans, false, err
-	}
-	if hop(holder) {
-		return nil, true, nil
-	}
-	ans, _, err = p.Open(ctx, req, false)
-	return ans, false, err
-}
-
-// hop carries the request to holder; false (logged) when it could not.
-func (rl *Relay) hop(ctx context.Context, p Pool, holder string) bool {
-	err := p.Hop(ctx, holder)
+// Hop runs hop, which carries the request to the replica that holds its
+// turn, and says whether it did; a failure is logged (the turn is then
+// served here).
+func (rl *Relay) Hop(ctx context.Context, holder string, hop func() error) bool {
+	err := hop()
 	if err != nil {
 		rl.log.LogAttrs(ctx, slog.LevelWarn, "hop to the replica that holds the turn failed, serving here",
 			slog.String("holder", holder), slog.String("request_id", httpx.RequestID(ctx)), slog.Any("err", err))
@@ -218,34 +190,29 @@ func (rl *Relay) hop(ctx context.Context, p Pool, holder string) bool {
 	return err == nil
 }
 
-// Reply answers req with one JSON body: the whole answer is collected into
-// reply, then encoded. Any failure is a JSON error with its status.
-func (rl *Relay) Reply(ctx context.Context, w http.ResponseWriter, p Pool, req *chat.Request, reply Reply) Outcome {
-	// Nothing is written before the whole answer: the hop can always be
-	// tried.
-	events, hopped, err := rl.open(ctx, p, req, func(holder string) bool { return rl.hop(ctx, p, holder) })
-	if hopped {
-		return Outcome{Forwarded: true}
-	}
+// Collect answers with one JSON body: the whole answer ans (or err, when
+// it could not be opened) is collected into enc, then encoded. Any failure
+// is a JSON error with its status.
+func (rl *Relay) Collect(ctx context.Context, w http.ResponseWriter, ans chat.Answer, err error, enc BodyEncoder) Outcome {
 	if err == nil {
-		defer events.Close()
+		defer ans.Close()
 	}
 	for err == nil {
 		// The answer ends when ctx does, so this wait needs no select of
 		// its own (which would cost every request the context's done
 		// channel).
-		ev, ok := events.Next()
+		ev, ok := ans.Next()
 		if ev, err = received(ctx, ev, ok); err != nil {
 			break
 		}
 		switch ev.Type {
 		case chat.EventText:
-			err = reply.Text(ev.Text)
+			err = enc.Text(ev.Text)
 		case chat.EventToolCall:
-			err = reply.ToolCall(ev.ToolCall)
+			err = enc.ToolCall(ev.ToolCall)
 		case chat.EventDone:
 			var body []byte
-			if body, err = reply.Body(ev); err == nil {
+			if body, err = enc.Body(ev); err == nil {
 				httpx.WriteJSON(w, http.StatusOK, body)
 				return Outcome{}
 			}
@@ -268,36 +235,47 @@ func received(ctx context.Context, ev chat.Event, ok bool) (chat.Event, error) {
 	return ev, nil
 }
 
-// Stream relays a streamed answer to req, from p, through enc, which writes on sse
-// (from rl.NewSSE). Headers go out with the first thing written, so a failure
-// before it is a JSON error with its status; after it, the failure is told
-// through enc.Fail. A stream that started ends with exactly one Done or
-// Fail, unless the client went away. cancel ends the request's context: the
-// relay calls it when the client stops reading.
-func (rl *Relay) Stream(ctx context.Context, cancel context.CancelFunc, sse *SSE, p Pool, req *chat.Request, enc Stream) Outcome {
-	s := &streamer{rl: rl, ctx: ctx, cancel: cancel, sse: sse, enc: enc}
-	// One timer writes the keep-alives, from the request's start to its
-	// end, whenever nothing was written for a whole interval: a long wait
-	// in the queue, an answer held back until it is clear whether it is a
-	// tool call, or a quiet stream must not look like a dead connection to
-	// the client or a proxy. Its first keep-alive commits the stream
-	// (headers and the protocol's opening), so an error after it is an
-	// in-stream error. s.mu keeps its writes apart from the relay's.
+// Start starts a streamed answer on sse (from rl.NewStream), encoded by enc,
+// before the answer is opened: from now to Stop, one timer writes the
+// keep-alives whenever nothing was written for a whole interval. A long
+// wait in the queue, an answer held back until it is clear whether it is
+// a tool call, or a quiet stream must not look like a dead connection to
+// the client or a proxy. Its first keep-alive commits the stream (headers
+// and the protocol's opening), so an error after it is an in-stream error.
+// cancel ends ctx: the streamer calls it when the client stops reading.
+// The caller opens the answer (Hop while the response is untouched), then
+// hands it to Relay, and calls Stop.
+func (rl *Relay) Start(ctx context.Context, cancel context.CancelFunc, sse *SSE, enc Encoder) *Streamer {
+	s := &Streamer{rl: rl, ctx: ctx, cancel: cancel, sse: sse, enc: enc}
 	if every := rl.cfg.KeepAlive; every > 0 {
 		s.mu.Lock()
 		s.lastWrite = time.Now()
 		s.timer = time.AfterFunc(every, func() { s.tick(every) })
 		s.mu.Unlock()
-		defer s.stopTicks()
 	}
-	// The pool's Open returns once the answer has started; it runs on
-	// this goroutine, and so does the reading of the answer.
-	events, hopped, err := rl.open(ctx, p, req, func(holder string) bool { return s.hop(p, holder) })
-	if hopped {
-		return Outcome{Forwarded: true}
+	return s
+}
+
+// Served names the instance that took the turn on the response, unless a
+// keep-alive already sent the headers (a stream that had to open before
+// any worker took its turn goes without).
+func (s *Streamer) Served(instance string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if instance != "" && !s.sse.Started() && s.sse.w.Header().Get(InstanceHeader) == "" {
+		s.sse.w.Header().Set(InstanceHeader, instance)
 	}
-	if events != nil {
-		defer events.Close()
+}
+
+// Relay relays the streamed answer ans (or err, when it could not be
+// opened) through the encoder. Headers go out with the first thing
+// written, so a failure before it is a JSON error with its status; after
+// it, the failure is told through the encoder's Fail. A stream that
+// started ends with exactly one Done or Fail, unless the client went away.
+func (s *Streamer) Relay(ans chat.Answer, err error) Outcome {
+	defer s.Stop()
+	if ans != nil {
+		defer ans.Close()
 	}
 	s.mu.Lock()
 	s.lastWrite = time.Now()
@@ -312,9 +290,9 @@ func (rl *Relay) Stream(ctx context.Context, cancel context.CancelFunc, sse *SSE
 		return s.fail(err)
 	}
 	for {
-		ev, ok := events.Next()
+		ev, ok := ans.Next()
 		s.mu.Lock()
-		out, end := s.relay(events, ev, ok)
+		out, end := s.relay(ans, ev, ok)
 		if end {
 			s.over = true
 		}
@@ -327,7 +305,7 @@ func (rl *Relay) Stream(ctx context.Context, cancel context.CancelFunc, sse *SSE
 
 // relay writes one event read from the answer (ok false: it is over) and
 // says whether the stream ended, and how. Called with s.mu held.
-func (s *streamer) relay(events chat.Answer, ev chat.Event, ok bool) (Outcome, bool) {
+func (s *Streamer) relay(events chat.Answer, ev chat.Event, ok bool) (Outcome, bool) {
 	if s.tickErr != nil {
 		return s.writeFailed(s.tickErr), true
 	}
@@ -358,7 +336,7 @@ func (s *streamer) relay(events chat.Answer, ev chat.Event, ok bool) (Outcome, b
 // cancels the request, which ends the answer, awaited or being read. While
 // another replica's answer is being copied here (a hop), the keep-alives
 // pause.
-func (s *streamer) tick(every time.Duration) {
+func (s *Streamer) tick(every time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.over || s.tickErr != nil {
@@ -382,11 +360,12 @@ func (s *streamer) tick(every time.Duration) {
 	s.timer.Reset(every)
 }
 
-// hop carries the request to holder while the response is untouched, the
-// keep-alives paused meanwhile, and says whether it wrote the response.
-// After a hop that wrote nothing, or none tried because the response had
-// started, the keep-alives go on and the turn is served here.
-func (s *streamer) hop(p Pool, holder string) bool {
+// Hop runs hop, which carries the request to the replica at holder, while
+// the response is untouched, the keep-alives paused meanwhile, and says
+// whether it wrote the response. After a hop that wrote nothing, or none
+// tried because the response had started, the keep-alives go on and the
+// turn is served here.
+func (s *Streamer) Hop(holder string, hop func() error) bool {
 	s.mu.Lock()
 	if s.sse.Started() || s.tickErr != nil {
 		s.mu.Unlock()
@@ -394,7 +373,7 @@ func (s *streamer) hop(p Pool, holder string) bool {
 	}
 	s.hopping = true
 	s.mu.Unlock()
-	made := s.rl.hop(s.ctx, p, holder)
+	made := s.rl.Hop(s.ctx, holder, hop)
 	s.mu.Lock()
 	s.hopping = false
 	s.over = made
@@ -403,21 +382,24 @@ func (s *streamer) hop(p Pool, holder string) bool {
 	return made
 }
 
-// stopTicks ends the keep-alives; no tick writes after it returns.
-func (s *streamer) stopTicks() {
+// Stop ends the keep-alives; no tick writes after it returns. It may be
+// called more than once.
+func (s *Streamer) Stop() {
 	s.mu.Lock()
 	s.over = true
 	s.mu.Unlock()
-	s.timer.Stop()
+	if s.timer != nil {
+		s.timer.Stop()
+	}
 }
 
-// streamer is one stream under way.
-type streamer struct {
+// Streamer is one streamed answer under way.
+type Streamer struct {
 	rl     *Relay
 	ctx    context.Context
 	cancel context.CancelFunc // ends ctx
 	sse    *SSE
-	enc    Stream
+	enc    Encoder
 	opened bool
 	// flowing is set once the answer's first event was written.
 	flowing bool
@@ -437,7 +419,7 @@ type streamer struct {
 
 // open writes the protocol's opening, held in the buffer: it goes out with
 // what follows it (the first event or a keep-alive), in one write.
-func (s *streamer) open() error {
+func (s *Streamer) open() error {
 	if s.opened {
 		return nil
 	}
@@ -450,7 +432,7 @@ func (s *streamer) open() error {
 }
 
 // keepAlive opens the stream when it is not yet, and keeps it alive.
-func (s *streamer) keepAlive() error {
+func (s *Streamer) keepAlive() error {
 	if err := s.open(); err != nil {
 		return err
 	}
@@ -458,7 +440,7 @@ func (s *streamer) keepAlive() error {
 }
 
 // write writes one event; done is true once the answer is complete.
-func (s *streamer) write(ev chat.Event) (done bool, err error) {
+func (s *Streamer) write(ev chat.Event) (done bool, err error) {
 	if err := s.open(); err != nil {
 		return false, err
 	}
@@ -477,7 +459,7 @@ func (s *streamer) write(ev chat.Event) (done bool, err error) {
 }
 
 // writeFailed ends a stream whose client stopped reading.
-func (s *streamer) writeFailed(err error) Outcome {
+func (s *Streamer) writeFailed(err error) Outcome {
 	s.rl.log.LogAttrs(s.ctx, slog.LevelDebug, "stream write failed", slog.String("protocol", s.rl.cfg.Protocol),
 		slog.String("request_id", httpx.RequestID(s.ctx)), slog.Any("err", err))
 	return Outcome{Err: err, Started: s.sse.Started()}
@@ -485,7 +467,7 @@ func (s *streamer) writeFailed(err error) Outcome {
 
 // fail ends the answer with err: a JSON error before the stream started,
 // the protocol's failed ending after, nothing when the client is gone.
-func (s *streamer) fail(err error) Outcome {
+func (s *Streamer) fail(err error) Outcome {
 	out := Outcome{Err: err, Started: s.sse.Started()}
 	if !out.Started {
 		return s.rl.Fail(s.ctx, s.sse.w, err)

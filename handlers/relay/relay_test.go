@@ -20,8 +20,6 @@ import (
 	"github.com/poolgate/poolgate/internal/testenv"
 )
 
-var _ Pool = (*chattest.Pool)(nil)
-
 // fakeStream is a protocol encoder that writes one event per call, named
 // after the call, so a transcript shows what the relay asked for.
 type fakeStream struct{ w EventWriter }
@@ -42,14 +40,30 @@ func writeError(w http.ResponseWriter, p *apierr.Problem) {
 
 // runStream relays one streamed answer from p and returns the status, the
 // body and the outcome.
-func runStream(ctx context.Context, p Pool, keepAlive time.Duration) (int, string, Outcome) {
+func runStream(ctx context.Context, p *chattest.Source, keepAlive time.Duration) (int, string, Outcome) {
 	rl := New(Config{Protocol: "test", KeepAlive: keepAlive, WriteError: writeError}, nil)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	rec := httptest.NewRecorder()
-	sse := rl.NewSSE(rec)
-	out := rl.Stream(ctx, cancel, sse, p, &chat.Request{Stream: true}, &fakeStream{w: sse})
+	out := streamFrom(ctx, cancel, rl, rl.NewStream(rec, ""), p)
 	return rec.Code, rec.Body.String(), out
+}
+
+// streamFrom streams p's answer through a fakeStream the way the edge
+// does: started before the answer is opened, a turn p says another replica
+// holds carried there while the response is untouched.
+func streamFrom(ctx context.Context, cancel context.CancelFunc, rl *Relay, sse *SSE, p *chattest.Source) Outcome {
+	st := rl.Start(ctx, cancel, sse, &fakeStream{w: sse})
+	req := &chat.Request{Stream: true}
+	ans, holder, err := p.Open(ctx, req, true)
+	if holder != "" {
+		if st.Hop(holder, func() error { return p.Hop(ctx, holder) }) {
+			st.Stop()
+			return Outcome{Forwarded: true}
+		}
+		ans, _, err = p.Open(ctx, req, false)
+	}
+	return st.Relay(ans, err)
 }
 
 func text(s string) chat.Event { return chat.Event{Type: chat.EventText, Text: s} }
@@ -60,7 +74,7 @@ func TestStream(t *testing.T) {
 	upstream := &chat.UpstreamError{Status: 500, Message: "crashed"}
 	tests := []struct {
 		name       string
-		give       Pool
+		give       *chattest.Source
 		keepAlive  time.Duration
 		deadline   time.Duration // of the request; 0 for none
 		wantStatus int
@@ -68,35 +82,35 @@ func TestStream(t *testing.T) {
 		wantErr    error
 		wantStart  bool
 	}{
-		{name: "answer", give: &chattest.Pool{Events: []chat.Event{text("a"), {Type: chat.EventToolCall, ToolCall: chat.ToolCall{Name: "f"}}, done}},
+		{name: "answer", give: &chattest.Source{Events: []chat.Event{text("a"), {Type: chat.EventToolCall, ToolCall: chat.ToolCall{Name: "f"}}, done}},
 			wantStatus: 200, want: "open| text a| call f| done stop|", wantStart: true},
-		{name: "empty answer opens the stream", give: &chattest.Pool{Events: []chat.Event{done}},
+		{name: "empty answer opens the stream", give: &chattest.Source{Events: []chat.Event{done}},
 			wantStatus: 200, want: "open| done stop|", wantStart: true},
-		{name: "slow start opens early and keeps alive", give: &chattest.Pool{Delay: 25 * time.Second, Events: []chat.Event{text("a"), done}},
+		{name: "slow start opens early and keeps alive", give: &chattest.Source{Delay: 25 * time.Second, Events: []chat.Event{text("a"), done}},
 			keepAlive: 10 * time.Second, wantStatus: 200, want: "open| : ka| : ka| text a| done stop|", wantStart: true},
-		{name: "quiet stream keeps alive", give: &chattest.Pool{Events: []chat.Event{text("a"), done}, Pause: 25 * time.Second}, keepAlive: 10 * time.Second,
+		{name: "quiet stream keeps alive", give: &chattest.Source{Events: []chat.Event{text("a"), done}, Pause: 25 * time.Second}, keepAlive: 10 * time.Second,
 			wantStatus: 200, want: "open| text a| : ka| : ka| done stop|", wantStart: true},
-		{name: "keep-alives off", give: &chattest.Pool{Delay: 25 * time.Second, Events: []chat.Event{text("a"), done}},
+		{name: "keep-alives off", give: &chattest.Source{Delay: 25 * time.Second, Events: []chat.Event{text("a"), done}},
 			keepAlive: -1, wantStatus: 200, want: "open| text a| done stop|", wantStart: true},
-		{name: "error before the start is a JSON status", give: &chattest.Pool{Err: chat.ErrNoInstance},
+		{name: "error before the start is a JSON status", give: &chattest.Source{Err: chat.ErrNoInstance},
 			wantStatus: 503, want: `{"code":"no_instance"}`, wantErr: chat.ErrNoInstance},
-		{name: "error as the first event is a JSON status", give: &chattest.Pool{Events: []chat.Event{{Type: chat.EventError, Err: upstream}}},
+		{name: "error as the first event is a JSON status", give: &chattest.Source{Events: []chat.Event{{Type: chat.EventError, Err: upstream}}},
 			wantStatus: 502, want: `{"code":"upstream_error"}`, wantErr: upstream},
-		{name: "error after a slow start is in-stream", give: &chattest.Pool{Delay: 15 * time.Second, Err: &chat.OverloadedError{}},
+		{name: "error after a slow start is in-stream", give: &chattest.Source{Delay: 15 * time.Second, Err: &chat.OverloadedError{}},
 			keepAlive: 10 * time.Second, wantStatus: 200, want: "open| : ka| fail 429 overloaded|", wantErr: &chat.OverloadedError{}, wantStart: true},
-		{name: "error mid-stream", give: &chattest.Pool{Events: []chat.Event{text("a"), {Type: chat.EventError, Err: upstream}}},
+		{name: "error mid-stream", give: &chattest.Source{Events: []chat.Event{text("a"), {Type: chat.EventError, Err: upstream}}},
 			wantStatus: 200, want: "open| text a| fail 502 upstream_error|", wantErr: upstream, wantStart: true},
-		{name: "an error event without an error is a lost worker", give: &chattest.Pool{Events: []chat.Event{text("a"), {Type: chat.EventError}}},
+		{name: "an error event without an error is a lost worker", give: &chattest.Source{Events: []chat.Event{text("a"), {Type: chat.EventError}}},
 			wantStatus: 200, want: "open| text a| fail 502 worker_gone|", wantErr: chat.ErrWorkerGone, wantStart: true},
-		{name: "a stream closed without an ending is a lost worker", give: &chattest.Pool{Events: []chat.Event{text("a")}},
+		{name: "a stream closed without an ending is a lost worker", give: &chattest.Source{Events: []chat.Event{text("a")}},
 			wantStatus: 200, want: "open| text a| fail 502 worker_gone|", wantErr: chat.ErrWorkerGone, wantStart: true},
-		{name: "a deadline mid-stream is told", give: &chattest.Pool{Events: []chat.Event{text("a"), done}, Pause: time.Hour}, deadline: time.Minute, keepAlive: -1,
+		{name: "a deadline mid-stream is told", give: &chattest.Source{Events: []chat.Event{text("a"), done}, Pause: time.Hour}, deadline: time.Minute, keepAlive: -1,
 			wantStatus: 200, want: "open| text a| fail 504 timeout|", wantErr: context.DeadlineExceeded, wantStart: true},
-		{name: "a turn another replica holds is carried there", give: &chattest.Pool{Holder: "http://b", Events: []chat.Event{text("a"), done}},
+		{name: "a turn another replica holds is carried there", give: &chattest.Source{Holder: "http://b", Events: []chat.Event{text("a"), done}},
 			wantStatus: 200, want: ""},
-		{name: "a hop that fails is served here", give: &chattest.Pool{Holder: "http://b", HopErr: errors.New("refused"), Events: []chat.Event{text("a"), done}},
+		{name: "a hop that fails is served here", give: &chattest.Source{Holder: "http://b", HopErr: errors.New("refused"), Events: []chat.Event{text("a"), done}},
 			wantStatus: 200, want: "open| text a| done stop|", wantStart: true},
-		{name: "no hop once keep-alives started the response", give: &chattest.Pool{Delay: 12 * time.Second, Holder: "http://b", Events: []chat.Event{text("a"), done}},
+		{name: "no hop once keep-alives started the response", give: &chattest.Source{Delay: 12 * time.Second, Holder: "http://b", Events: []chat.Event{text("a"), done}},
 			keepAlive: 10 * time.Second, wantStatus: 200, want: "open| : ka| : ka| text a| done stop|", wantStart: true},
 	}
 	for _, tt := range tests {
@@ -150,7 +164,7 @@ func flat(body string) string {
 // keep-alives write nothing: the response is the hop's.
 func TestKeepAlivesPauseWhileAHopCopiesTheAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := &chattest.Pool{Holder: "http://b", HopTime: 35 * time.Second}
+		p := &chattest.Source{Holder: "http://b", HopTime: 35 * time.Second}
 		status, body, out := runStream(context.Background(), p, 10*time.Second)
 		if status != 200 || body != "" || !out.Forwarded || len(p.Hops()) != 1 {
 			t.Errorf("got %d %q %+v after %d hops, want nothing written by the relay", status, body, out, len(p.Hops()))
@@ -161,21 +175,22 @@ func TestKeepAlivesPauseWhileAHopCopiesTheAnswer(t *testing.T) {
 func TestReply(t *testing.T) {
 	tests := []struct {
 		name       string
-		give       *chattest.Pool
+		give       *chattest.Source
 		wantStatus int
 		wantBody   string
 	}{
-		{"answer", &chattest.Pool{Events: []chat.Event{text("a"), {Type: chat.EventToolCall, ToolCall: chat.ToolCall{Name: "f"}}, text("b"), done}},
+		{"answer", &chattest.Source{Events: []chat.Event{text("a"), {Type: chat.EventToolCall, ToolCall: chat.ToolCall{Name: "f"}}, text("b"), done}},
 			200, `{"text":"ab","calls":1,"finish":"stop"}`},
-		{"error before the answer", &chattest.Pool{Err: &chat.RateLimitedError{RetryAfter: time.Second}}, 429, `{"code":"rate_limit_exceeded"}`},
-		{"error in the answer", &chattest.Pool{Events: []chat.Event{text("a"), {Type: chat.EventError, Err: chat.ErrNotLoggedIn}}}, 503, `{"code":"not_logged_in"}`},
-		{"answer without an ending", &chattest.Pool{Events: []chat.Event{text("a")}}, 502, `{"code":"worker_gone"}`},
+		{"error before the answer", &chattest.Source{Err: &chat.RateLimitedError{RetryAfter: time.Second}}, 429, `{"code":"rate_limit_exceeded"}`},
+		{"error in the answer", &chattest.Source{Events: []chat.Event{text("a"), {Type: chat.EventError, Err: chat.ErrNotLoggedIn}}}, 503, `{"code":"not_logged_in"}`},
+		{"answer without an ending", &chattest.Source{Events: []chat.Event{text("a")}}, 502, `{"code":"worker_gone"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rl := New(Config{WriteError: writeError}, nil)
 			rec := httptest.NewRecorder()
-			rl.Reply(context.Background(), rec, tt.give, &chat.Request{}, &fakeReply{})
+			ans, _, err := tt.give.Open(context.Background(), &chat.Request{}, false)
+			rl.Collect(context.Background(), rec, ans, err, &fakeReply{})
 			if rec.Code != tt.wantStatus || rec.Body.String() != tt.wantBody {
 				t.Errorf("got %d %s, want %d %s", rec.Code, rec.Body, tt.wantStatus, tt.wantBody)
 			}
@@ -183,7 +198,7 @@ func TestReply(t *testing.T) {
 	}
 }
 
-type fakeReply struct{ Answer }
+type fakeReply struct{ Collected }
 
 func (f *fakeReply) Body(done chat.Event) ([]byte, error) {
 	return fmt.Appendf(nil, `{"text":%q,"calls":%d,"finish":%q}`, f.Content(), len(f.Calls), done.Finish), nil
@@ -219,14 +234,14 @@ func TestFailWhenTheClientIsGone(t *testing.T) {
 func TestClientHangsUpMidStream(t *testing.T) {
 	// The answer says "partial", then waits for the request to end, as a
 	// worker does that is cut off.
-	p := &chattest.Pool{Events: []chat.Event{text("partial")}, Hang: true}
+	p := &chattest.Source{Events: []chat.Event{text("partial")}, Hang: true}
 	outcomes := make(chan Outcome, 1)
 	rl := New(Config{Protocol: "test", KeepAlive: 50 * time.Millisecond, WriteError: writeError}, nil)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
-		sse := rl.NewSSE(w)
-		outcomes <- rl.Stream(ctx, cancel, sse, p, &chat.Request{Stream: true}, &fakeStream{w: sse})
+		sse := rl.NewStream(w, "")
+		outcomes <- streamFrom(ctx, cancel, rl, sse, p)
 	}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)
@@ -269,12 +284,12 @@ func TestClientHangsUpMidStream(t *testing.T) {
 // comments, and the stream ends with the protocol's ending.
 func TestSlowAnswerThroughAServer(t *testing.T) {
 	rl := New(Config{Protocol: "test", KeepAlive: 20 * time.Millisecond, WriteError: writeError}, nil)
-	p := &chattest.Pool{Delay: 70 * time.Millisecond, Events: []chat.Event{text("late"), done}}
+	p := &chattest.Source{Delay: 70 * time.Millisecond, Events: []chat.Event{text("late"), done}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
-		sse := rl.NewSSE(w)
-		rl.Stream(ctx, cancel, sse, p, &chat.Request{Stream: true}, &fakeStream{w: sse})
+		sse := rl.NewStream(w, "")
+		streamFrom(ctx, cancel, rl, sse, p)
 	}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)
@@ -309,12 +324,12 @@ func TestBurstWritesTheFirstEventAtOnce(t *testing.T) {
 	// The whole answer is at hand at once, as when a worker sends its
 	// events faster than they are written.
 	rl := New(Config{Protocol: "test", KeepAlive: -1, WriteError: writeError}, nil)
-	p := &chattest.Pool{Events: []chat.Event{text("a"), text("b"), text("c"), done}}
+	p := &chattest.Source{Events: []chat.Event{text("a"), text("b"), text("c"), done}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w := &flushes{h: http.Header{}}
-	sse := rl.NewSSE(w)
-	if out := rl.Stream(ctx, cancel, sse, p, &chat.Request{Stream: true}, &fakeStream{w: sse}); out.Err != nil {
+	sse := rl.NewStream(w, "")
+	if out := streamFrom(ctx, cancel, rl, sse, p); out.Err != nil {
 		t.Fatal(out.Err)
 	}
 	// The opening goes out with the first event, alone; the events behind
@@ -350,7 +365,7 @@ func TestKeepAliveWhileTheAnswerIsAwaited(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				p := &chattest.Pool{Delay: tt.wait, Events: []chat.Event{text("late"), done}}
+				p := &chattest.Source{Delay: tt.wait, Events: []chat.Event{text("late"), done}}
 				status, body, out := runStream(context.Background(), p, 10*time.Second)
 				if n := strings.Count(body, ": ka\n"); status != 200 || out.Err != nil || n != tt.wantTicks ||
 					!strings.HasSuffix(flat(body), "text late| done stop|") {
@@ -362,12 +377,12 @@ func TestKeepAliveWhileTheAnswerIsAwaited(t *testing.T) {
 	t.Run("a failed keep-alive ends the wait", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			rl := New(Config{Protocol: "test", KeepAlive: 10 * time.Second, WriteError: writeError}, nil)
-			p := &chattest.Pool{Delay: time.Hour}
+			p := &chattest.Source{Delay: time.Hour}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			sse := rl.NewSSE(&goneWriter{h: http.Header{}})
+			sse := rl.NewStream(&goneWriter{h: http.Header{}}, "")
 			start := time.Now()
-			out := rl.Stream(ctx, cancel, sse, p, &chat.Request{Stream: true}, &fakeStream{w: sse})
+			out := streamFrom(ctx, cancel, rl, sse, p)
 			if took := time.Since(start); !errors.Is(out.Err, errClientGone) || took != 10*time.Second || ctx.Err() == nil {
 				t.Errorf("outcome %+v after %s (request %v), want the write's error at the first keep-alive, the request cancelled",
 					out, took, ctx.Err())

@@ -29,7 +29,7 @@ func create(t *testing.T, h handler, body string) (string, int) {
 // reaches the worker with every earlier message.
 func TestChainsAreStoredByReference(t *testing.T) {
 	var seen []int
-	chat := &chattest.Pool{Script: func(req *chat.Request) ([]chat.Event, error) {
+	chat := &chattest.Source{Script: func(req *chat.Request) ([]chat.Event, error) {
 		seen = append(seen, len(req.Messages))
 		return chattest.TextEvents(strings.Repeat("answer ", 50)), nil
 	}}
@@ -61,7 +61,7 @@ func TestChainsAreStoredByReference(t *testing.T) {
 // continued: a 404 naming previous_response_id, not a silently shorter
 // conversation.
 func TestBrokenChainIsNotFound(t *testing.T) {
-	h := newHandler(rsp.Config{}, &chattest.Pool{Events: chattest.TextEvents("ok")}, &responsestest.Store{})
+	h := newHandler(rsp.Config{}, &chattest.Source{Events: chattest.TextEvents("ok")}, &responsestest.Store{})
 	first, _ := create(t, h, `{"model":"m","input":"one"}`)
 	second, _ := create(t, h, `{"model":"m","input":"two","previous_response_id":"`+first+`"}`)
 	rec := httptest.NewRecorder()

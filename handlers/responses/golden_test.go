@@ -12,7 +12,6 @@ import (
 	"github.com/poolgate/poolgate/internal/testenv"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	rsp "github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/handlers/responses/responsestest"
@@ -40,16 +39,16 @@ func checkGolden(t *testing.T, name, got string) {
 // it, answered by its pool; its other routes are the handler's own.
 type handler struct {
 	*rsp.Handler
-	pool relay.Pool
+	pool relaytest.Source
 }
 
-func newHandler(cfg rsp.Config, p relay.Pool, store rsp.Store) handler {
+func newHandler(cfg rsp.Config, p relaytest.Source, store rsp.Store) handler {
 	return handler{Handler: rsp.New(cfg, store, nil), pool: p}
 }
 
 // Create reads the body and hands the request to the handler's Create.
 func (h handler) Create(w http.ResponseWriter, r *http.Request) {
-	relaytest.Serve(h.Handler.Create, h.pool)(w, r)
+	relaytest.Serve(h.Handler, h.pool)(w, r)
 }
 
 // record runs one create request and returns status, content type and body.
@@ -91,7 +90,7 @@ func TestGoldenStreams(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			chat := &chattest.Pool{Events: tt.give, Err: tt.giveFn}
+			chat := &chattest.Source{Events: tt.give, Err: tt.giveFn}
 			h := newHandler(rsp.Config{}, chat, &responsestest.Store{})
 			body := tt.body
 			if body == "" {
@@ -103,7 +102,7 @@ func TestGoldenStreams(t *testing.T) {
 }
 
 func TestGoldenNonStream(t *testing.T) {
-	chat := &chattest.Pool{Events: []chat.Event{
+	chat := &chattest.Source{Events: []chat.Event{
 		{Type: chat.EventText, Text: "Let me look."},
 		{Type: chat.EventToolCall, ToolCall: chat.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
 		{Type: chat.EventDone, Finish: chat.FinishToolCalls, Usage: chat.Usage{InputTokens: 30, OutputTokens: 9}},
@@ -117,7 +116,7 @@ func TestGoldenNonStream(t *testing.T) {
 
 func TestStreamFailureIsStored(t *testing.T) {
 	store := &responsestest.Store{}
-	chat := &chattest.Pool{Events: []chat.Event{
+	chat := &chattest.Source{Events: []chat.Event{
 		{Type: chat.EventText, Text: "Half"},
 		{Type: chat.EventError, Err: errors.New("boom")},
 	}}

@@ -18,7 +18,7 @@ import (
 
 func TestQuietStreamGetsKeepAlives(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHandler(rsp.Config{KeepAlive: 10 * time.Second}, &chattest.Pool{Events: []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventDone, Finish: chat.FinishStop}}, Pause: 25 * time.Second}, &responsestest.Store{})
+		h := newHandler(rsp.Config{KeepAlive: 10 * time.Second}, &chattest.Source{Events: []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventDone, Finish: chat.FinishStop}}, Pause: 25 * time.Second}, &responsestest.Store{})
 		rec := httptest.NewRecorder()
 		h.Create(rec, httptest.NewRequest(http.MethodPost, "/v1/responses", strings.NewReader(`{"model":"m","input":"hi","stream":true}`)))
 		if got := strings.Count(rec.Body.String(), ": keep-alive\n\n"); got != 2 {
@@ -33,7 +33,7 @@ func TestQuietStreamGetsKeepAlives(t *testing.T) {
 func TestDeadlineMidStreamEndsWithFailed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &responsestest.Store{}
-		h := newHandler(rsp.Config{}, &chattest.Pool{Events: []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventDone, Finish: chat.FinishStop}}, Pause: time.Hour}, store)
+		h := newHandler(rsp.Config{}, &chattest.Source{Events: []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventDone, Finish: chat.FinishStop}}, Pause: time.Hour}, store)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		rec := httptest.NewRecorder()
@@ -54,15 +54,15 @@ func TestDeadlineMidStreamEndsWithFailed(t *testing.T) {
 func TestSlowStartOpensTheStreamEarly(t *testing.T) {
 	tests := []struct {
 		name       string
-		give       *chattest.Pool
+		give       *chattest.Source
 		wantStatus int
 		want       []string // in order
 	}{
-		{"answer after a wait", &chattest.Pool{Delay: 25 * time.Second, Events: chattest.TextEvents("hi")}, 200,
+		{"answer after a wait", &chattest.Source{Delay: 25 * time.Second, Events: chattest.TextEvents("hi")}, 200,
 			[]string{"event: response.created\n", "event: response.in_progress\n", ": keep-alive\n", "hi", "event: response.completed\n"}},
-		{"overloaded after a wait", &chattest.Pool{Delay: 25 * time.Second, Err: &chat.OverloadedError{RetryAfter: time.Second}}, 200,
+		{"overloaded after a wait", &chattest.Source{Delay: 25 * time.Second, Err: &chat.OverloadedError{RetryAfter: time.Second}}, 200,
 			[]string{"event: response.created\n", ": keep-alive\n", "event: response.failed\n"}},
-		{"overloaded at once", &chattest.Pool{Err: &chat.OverloadedError{RetryAfter: time.Second}}, 429,
+		{"overloaded at once", &chattest.Source{Err: &chat.OverloadedError{RetryAfter: time.Second}}, 429,
 			[]string{`"type":"rate_limit_error"`}},
 	}
 	for _, tt := range tests {

@@ -31,7 +31,7 @@ func TestGoldenPythonCompat(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pool := &chattest.Pool{Events: tt.give, Err: tt.giveFn}
+			pool := &chattest.Source{Events: tt.give, Err: tt.giveFn}
 			h := newHandler(rsp.Config{PythonCompat: true}, pool, &responsestest.Store{})
 			body := tt.body
 			if body == "" {
@@ -63,7 +63,7 @@ func TestPythonCompatRequests(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pool := &chattest.Pool{Events: chattest.TextEvents("ok")}
+			pool := &chattest.Source{Events: chattest.TextEvents("ok")}
 			h := newHandler(rsp.Config{PythonCompat: tt.compat}, pool, &responsestest.Store{})
 			got := record(t, h, tt.body)
 			if !strings.Contains(got, tt.want) {

@@ -4,8 +4,8 @@
 // stored conversation that previous_response_id continues), encodes the
 // answer as a response object or as the Responses stream events, and keeps
 // each stored response (with the neutral transcript behind it) in a Store.
-// Calling the router, keep-alives, the stream's ending and the
-// classification of errors are the relay's and apierr's; the error shape is
+// Opening the answer is the edge's; keep-alives, the stream's ending and
+// the classification of errors are the relay's and apierr's; the error shape is
 // openaierr's.
 package responses
 
@@ -88,22 +88,55 @@ func New(cfg Config, store Store, log *slog.Logger) *Handler {
 	return &Handler{cfg: cfg, relay: rl, store: store, log: log, now: time.Now}
 }
 
-// Create serves POST /v1/responses.
-func (h *Handler) Create(w http.ResponseWriter, r *http.Request, c relay.Call) relay.Outcome {
-	// The router's goroutines select on this ctx; cancelling it on return
-	// frees them even when we stop reading early (a failed client write).
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	t, err := h.prepare(ctx, r, c.Body)
+// Relay is the protocol's relay (relay.Protocol).
+func (h *Handler) Relay() *relay.Relay { return h.relay }
+
+// Routes are the Responses API's: create (also without /v1, for clients
+// whose base URL has none), the stored responses' retrieve, delete and
+// input items, and remote compaction, which this gateway has not
+// (relay.Protocol).
+func (h *Handler) Routes() []relay.Route {
+	return []relay.Route{{Method: http.MethodPost, Path: "/v1/responses"}, {Method: http.MethodPost, Path: "/responses"},
+		{Method: http.MethodPost, Path: "/v1/responses/compact", Kind: relay.KindPlain, Serve: unsupported},
+		{Method: http.MethodGet, Path: "/v1/responses/:id", Kind: relay.KindPlain, Serve: h.Get},
+		{Method: http.MethodDelete, Path: "/v1/responses/:id", Kind: relay.KindPlain, Serve: h.Delete},
+		{Method: http.MethodGet, Path: "/v1/responses/:id/input_items", Kind: relay.KindPlain, Serve: h.InputItems}}
+}
+
+// unsupported answers remote compaction, an OpenAI-only service: an
+// encrypted summary only OpenAI's servers can read back. It is answered as
+// OpenAI answers a route it does not have, so a client falls back to
+// compacting with a plain turn.
+func unsupported(w http.ResponseWriter, r *http.Request) {
+	p := apierr.ForStatus(http.StatusNotFound, r.Method+" "+r.URL.Path+
+		" is not supported by this gateway (its workers have no server-side compaction)")
+	openaierr.Write(w, &p)
+}
+
+// Decode decodes a POST /v1/responses request into its turn, with the
+// stored conversation it continues; the response is stored once its answer
+// is over (relay.Protocol).
+func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Turn, error) {
+	ctx := r.Context()
+	t, err := h.prepare(ctx, r, body)
 	if err != nil {
-		return h.relay.Fail(ctx, w, err)
+		return nil, err
 	}
-	if t.d.chat.Stream {
-		return h.stream(ctx, cancel, w, c.Pool, t)
+	rt := &relay.Turn{Request: &t.d.chat}
+	if !t.d.chat.Stream {
+		enc := newStreamEncoder(discard{}, t.resp, t.d.refs)
+		enc.compat = h.cfg.PythonCompat
+		rt.Body = &reply{enc: enc, h: h, ctx: ctx, t: t}
+		return rt, nil
 	}
-	enc := newStreamEncoder(discard{}, t.resp, t.d.refs)
-	enc.compat = h.cfg.PythonCompat
-	return h.relay.Reply(ctx, w, c.Pool, &t.d.chat, &reply{enc: enc, h: h, ctx: ctx, t: t})
+	var enc *streamEncoder
+	rt.Stream = func(sse *relay.SSE) relay.Encoder {
+		enc = newStreamEncoder(sse, t.resp, t.d.refs)
+		enc.compat = h.cfg.PythonCompat
+		return enc
+	}
+	rt.Over = func(ctx context.Context, out relay.Outcome) { h.streamed(ctx, t, enc, out) }
+	return rt, nil
 }
 
 // turn is one create request on its way: the decoded body, the history it
@@ -189,19 +222,15 @@ func (r *reply) Body(done chat.Event) ([]byte, error) {
 	return obj, err
 }
 
-// stream writes the answer as Responses stream events. When the answer
-// takes longer than a keep-alive interval to start (a wait in the queue, an
-// answer held back until it is clear it is not a tool call), the stream
-// opens early with response.created, as OpenAI's own API does. A response
-// that ended, completed or failed, is stored, even when the client has gone.
-func (h *Handler) stream(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, p relay.Pool, t *turn) relay.Outcome {
-	sse := h.relay.NewSSE(w)
-	enc := newStreamEncoder(sse, t.resp, t.d.refs)
-	enc.compat = h.cfg.PythonCompat
-	out := h.relay.Stream(ctx, cancel, sse, p, &t.d.chat, enc)
+// streamed stores a streamed response once it ended, completed or failed,
+// even when the client has gone. When the answer takes longer than a
+// keep-alive interval to start (a wait in the queue, an answer held back
+// until it is clear it is not a tool call), the stream opens early with
+// response.created, as OpenAI's own API does.
+func (h *Handler) streamed(ctx context.Context, t *turn, enc *streamEncoder, out relay.Outcome) {
 	switch {
 	case out.Forwarded, out.Err != nil && !out.Started:
-		return out // another replica answered, or a JSON error did
+		return // another replica answered, or a JSON error did
 	case out.Err != nil && enc.final == nil:
 		// The stream ended without response.failed (the client went away):
 		// the stored response says how it ended all the same.
@@ -209,5 +238,4 @@ func (h *Handler) stream(ctx context.Context, cancel context.CancelFunc, w http.
 		enc.final = enc.failedObject(&p)
 	}
 	h.save(ctx, t, enc, enc.final)
-	return out
 }

@@ -63,7 +63,7 @@ func newClient(srv *httptest.Server) openai.Client {
 }
 
 func TestSDKStreamEqualsNonStream(t *testing.T) {
-	fake := &chattest.Pool{Script: weatherScript}
+	fake := &chattest.Source{Script: weatherScript}
 	client := newClient(newServer(t, newHandler(rsp.Config{}, fake, &responsestest.Store{})))
 	ctx := context.Background()
 	params := responses.ResponseNewParams{
@@ -112,7 +112,7 @@ func TestSDKStreamEqualsNonStream(t *testing.T) {
 }
 
 func TestSDKToolRoundTripAndLifecycle(t *testing.T) {
-	fake := &chattest.Pool{Script: weatherScript}
+	fake := &chattest.Source{Script: weatherScript}
 	client := newClient(newServer(t, newHandler(rsp.Config{}, fake, &responsestest.Store{})))
 	ctx := context.Background()
 	tool := responses.ToolUnionParam{OfFunction: &responses.FunctionToolParam{
@@ -192,7 +192,7 @@ func wantNotFound(t *testing.T, what string, err error) {
 }
 
 func TestSDKUnknownPreviousResponse(t *testing.T) {
-	fake := &chattest.Pool{Script: weatherScript}
+	fake := &chattest.Source{Script: weatherScript}
 	client := newClient(newServer(t, newHandler(rsp.Config{}, fake, &responsestest.Store{})))
 	_, err := client.Responses.New(context.Background(), responses.ResponseNewParams{
 		Model: "gpt-test", PreviousResponseID: openai.String("resp_nope"),

@@ -26,7 +26,7 @@ type streamEncoder struct {
 	compat bool
 }
 
-var _ relay.Stream = (*streamEncoder)(nil)
+var _ relay.Encoder = (*streamEncoder)(nil)
 
 func newStreamEncoder(w relay.EventWriter, resp *responseObject, refs toolRefs) *streamEncoder {
 	return &streamEncoder{builder: builder{resp: resp, refs: refs}, w: w, buf: make([]byte, 0, 512)}

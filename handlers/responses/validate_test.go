@@ -53,7 +53,7 @@ func TestValidationErrors(t *testing.T) {
 		{"output without call_id", `{"model":"m","input":[{"type":"function_call_output","output":"x"}]}`, 400, "input[0].call_id"},
 		{"unknown previous", `{"input":"hi","previous_response_id":"resp_nope"}`, 404, "previous_response_id"},
 	}
-	h := newHandler(rsp.Config{}, &chattest.Pool{Events: chattest.TextEvents("ok")}, &responsestest.Store{})
+	h := newHandler(rsp.Config{}, &chattest.Source{Events: chattest.TextEvents("ok")}, &responsestest.Store{})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
@@ -87,7 +87,7 @@ func TestHarmlessFieldsAccepted(t *testing.T) {
 	give := `{"model":"m","input":[{"type":"reasoning","id":"rs_1","summary":[]},{"role":"user","content":"hi"}],` +
 		`"user":"u1","parallel_tool_calls":false,"service_tier":"auto","truncation":"auto","reasoning":{"effort":"high"},` +
 		`"include":["reasoning.encrypted_content"],"store":false,"prompt_cache_key":"conv-9","text":{"format":{"type":"text"},"verbosity":"low"}}`
-	chat := &chattest.Pool{Events: chattest.TextEvents("ok")}
+	chat := &chattest.Source{Events: chattest.TextEvents("ok")}
 	store := &responsestest.Store{}
 	h := newHandler(rsp.Config{}, chat, store)
 	rec := httptest.NewRecorder()
@@ -104,7 +104,7 @@ func TestHarmlessFieldsAccepted(t *testing.T) {
 }
 
 func TestInputItemsPagination(t *testing.T) {
-	h := newHandler(rsp.Config{}, &chattest.Pool{Events: chattest.TextEvents("ok")}, &responsestest.Store{})
+	h := newHandler(rsp.Config{}, &chattest.Source{Events: chattest.TextEvents("ok")}, &responsestest.Store{})
 	srv := newServer(t, h)
 	body := `{"model":"m","input":[{"role":"user","content":"a","id":"msg_a"},{"role":"assistant","content":"b","id":"msg_b"},{"role":"user","content":"c","id":"msg_c"}]}`
 	resp, err := http.Post(srv.URL+"/v1/responses", "application/json", strings.NewReader(body))
@@ -159,7 +159,7 @@ func listSummary(t *testing.T, url string) string {
 }
 
 func TestOtherKeyCannotSeeResponse(t *testing.T) {
-	h := newHandler(rsp.Config{}, &chattest.Pool{Events: chattest.TextEvents("ok")}, &responsestest.Store{})
+	h := newHandler(rsp.Config{}, &chattest.Source{Events: chattest.TextEvents("ok")}, &responsestest.Store{})
 	srv := newServer(t, h)
 	do := func(method, path, key, body string) *http.Response {
 		t.Helper()

@@ -28,6 +28,7 @@ import (
 	"github.com/poolgate/poolgate/handlers/gemini"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/openaichat"
+	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
@@ -258,13 +259,15 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	m.InitFieldsIgnored("gemini", gemini.DroppedFields)
 	protocols := handlers.Protocols{
 		Router: a.router,
-		Chat: openaichat.New(openaichat.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive,
-			PythonCompat: cfg.PythonCompat}, log),
-		Responses: responses.New(responses.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive,
-			PythonCompat: cfg.PythonCompat}, responseStore{a.store}, log),
-		Messages: anthropic.New(anthropic.Config{CountDropped: m.CountFieldIgnored, PingInterval: cfg.StreamKeepAlive,
-			Count: a.count.Count, PythonCompat: cfg.PythonCompat}, log),
-		Gemini: gemini.New(gemini.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive}, log),
+		APIs: []relay.Protocol{
+			openaichat.New(openaichat.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive,
+				PythonCompat: cfg.PythonCompat}, log),
+			responses.New(responses.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive,
+				PythonCompat: cfg.PythonCompat}, responseStore{a.store}, log),
+			anthropic.New(anthropic.Config{CountDropped: m.CountFieldIgnored, PingInterval: cfg.StreamKeepAlive,
+				Count: a.count.Count, PythonCompat: cfg.PythonCompat}, log),
+			gemini.New(gemini.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive}, log),
+		},
 		Models: a.router,
 	}
 	// Who may call what: decided once, at the edge of every listener, from

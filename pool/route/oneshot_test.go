@@ -49,7 +49,7 @@ func (s *mapStore) len() int {
 func TestOneShotLeavesAffinityAlone(t *testing.T) {
 	f := supervisortest.New()
 	f.Start = func(ctx context.Context, _ string, t *chat.Turn) (chat.Answer, error) {
-		return chattest.Script(ctx, chat.Event{Type: chat.EventText, Text: "ok"},
+		return chattest.NewScript(ctx, chat.Event{Type: chat.EventText, Text: "ok"},
 			chat.Event{Type: chat.EventDone, Finish: chat.FinishStop, SessionID: "sess"}), nil
 	}
 	p, _ := startFake(t, Config{QueueTimeout: 5 * time.Second}, f, supervisortest.Configs(t, false, "a"), nil)

@@ -60,7 +60,7 @@ func TestPoisonTurnIsNotRetried(t *testing.T) {
 			return nil, fmt.Errorf("%w: %w", chat.ErrNotSent, chat.ErrWorkerGone)
 		}, 2, nil},
 		{"gone after the worker took the turn", func(ctx context.Context) (chat.Answer, error) {
-			return chattest.Script(ctx, chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}), nil
+			return chattest.NewScript(ctx, chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}), nil
 		}, 2, nil},
 		{"the worker's own error", func(context.Context) (chat.Answer, error) {
 			return nil, &chat.UpstreamError{Status: 500, Message: "boom"}

@@ -45,7 +45,7 @@ func TestBackendDecidesReuse(t *testing.T) {
 	var seen []chat.Turn
 	f.Start = func(ctx context.Context, _ string, turn *chat.Turn) (chat.Answer, error) {
 		seen = append(seen, *turn)
-		return chattest.Script(ctx, chat.Event{Type: chat.EventText, Text: "ok"},
+		return chattest.NewScript(ctx, chat.Event{Type: chat.EventText, Text: "ok"},
 			chat.Event{Type: chat.EventDone, Finish: chat.FinishStop, SessionID: "s-1"}), nil
 	}
 	f.Continues = func(_ string, turn *chat.Turn) bool { return !turn.Agent }

@@ -1,29 +1,63 @@
 // Package relaytest serves a protocol's answer route in a test the way the
-// HTTP edge calls it: the body read once, and a relay.Pool (usually a
-// chattest.Pool) as the way to the answer.
+// HTTP edge runs it: the body read once, decoded by the protocol, the
+// answer opened from a scripted source (usually a chattest.Source) and
+// encoded by the protocol's encoder through its relay. It never hops: the
+// edge's tests check that.
 package relaytest
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/relay"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
-// Route is a protocol's answer route (openaichat's Completions, responses'
-// Create, anthropic's Messages).
-type Route func(w http.ResponseWriter, r *http.Request, c relay.Call) relay.Outcome
+// Source answers requests as the pool would (*chattest.Source).
+type Source interface {
+	// Open runs req and returns its answer once it has started; mayHop is
+	// always false here.
+	Open(ctx context.Context, req *chat.Request, mayHop bool) (ans chat.Answer, holder string, err error)
+}
 
-// Serve returns route as a handler whose requests p answers. A body that
+// Serve returns p's answer route as a handler whose requests src answers,
+// and the outcome of each through outcome (nil: dropped). A body that
 // cannot be read is answered 400 in plain text: the edge answers that
 // itself in the caller's protocol, and its tests check how.
-func Serve(route Route, p relay.Pool) http.HandlerFunc {
+func Serve(p relay.Protocol, src Source) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, err := httpx.ReadBody(r)
 		if err != nil {
 			http.Error(w, "relaytest: reading the body: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		route(w, r, relay.Call{Body: body, Pool: p})
+		Run(w, r, p, body, src)
 	}
+}
+
+// Run serves one request whose body was read, as Serve does, and returns
+// how it ended.
+func Run(w http.ResponseWriter, r *http.Request, p relay.Protocol, body []byte, src Source) relay.Outcome {
+	rl := p.Relay()
+	t, err := p.Decode(r, body)
+	if err != nil {
+		return rl.Fail(r.Context(), w, err)
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	var out relay.Outcome
+	if t.Stream != nil {
+		sse := rl.NewStream(w, t.ContentType)
+		st := rl.Start(ctx, cancel, sse, t.Stream(sse))
+		ans, _, err := src.Open(ctx, t.Request, false)
+		out = st.Relay(ans, err)
+	} else {
+		ans, _, err := src.Open(ctx, t.Request, false)
+		out = rl.Collect(ctx, w, ans, err, t.Body)
+	}
+	if t.Over != nil {
+		t.Over(ctx, out)
+	}
+	return out
 }

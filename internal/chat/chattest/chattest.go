@@ -15,12 +15,12 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 )
 
-// Answer is a scripted chat.Answer: it returns its events in order, and
+// Script is a scripted chat.Answer: it returns its events in order, and
 // ends after the first EventDone or EventError among them. Its script may
 // pause between events, and may leave the answer open once the events are
 // spent, as a worker that goes quiet does; the answer then ends with an
 // EventError when its context ends.
-type Answer struct {
+type Script struct {
 	ctx    context.Context
 	events []chat.Event
 	// Pause is waited before each event but the first (the context ending
@@ -36,17 +36,17 @@ type Answer struct {
 	once   sync.Once
 }
 
-var _ chat.Answer = (*Answer)(nil)
+var _ chat.Answer = (*Script)(nil)
 
-// Script returns an answer of events that ends with ctx, if not before.
-func Script(ctx context.Context, events ...chat.Event) *Answer {
-	return &Answer{ctx: ctx, events: events, closed: make(chan struct{})}
+// NewScript returns an answer of events that ends with ctx, if not before.
+func NewScript(ctx context.Context, events ...chat.Event) *Script {
+	return &Script{ctx: ctx, events: events, closed: make(chan struct{})}
 }
 
 // Text returns an answer that says the pieces and ends cleanly, with usage
 // (10 input tokens, one output token per piece).
-func Text(ctx context.Context, pieces ...string) *Answer {
-	return Script(ctx, TextEvents(pieces...)...)
+func Text(ctx context.Context, pieces ...string) *Script {
+	return NewScript(ctx, TextEvents(pieces...)...)
 }
 
 // TextEvents are the events of an answer that says the pieces and ends
@@ -61,7 +61,7 @@ func TextEvents(pieces ...string) []chat.Event {
 }
 
 // Next returns the next scripted event.
-func (a *Answer) Next() (chat.Event, bool) {
+func (a *Script) Next() (chat.Event, bool) {
 	if a.ended {
 		return chat.Event{}, false
 	}
@@ -90,21 +90,21 @@ func (a *Answer) Next() (chat.Event, bool) {
 }
 
 // cut ends the answer with its context's error.
-func (a *Answer) cut() (chat.Event, bool) {
+func (a *Script) cut() (chat.Event, bool) {
 	a.ended = true
 	return chat.Event{Type: chat.EventError, Err: a.ctx.Err()}, true
 }
 
 // Buffered says whether the next event needs no wait.
-func (a *Answer) Buffered() bool {
+func (a *Script) Buffered() bool {
 	return !a.ended && a.sent < len(a.events) && (a.sent == 0 || a.Pause <= 0)
 }
 
 // Close records that the reader is done.
-func (a *Answer) Close() { a.once.Do(func() { close(a.closed) }) }
+func (a *Script) Close() { a.once.Do(func() { close(a.closed) }) }
 
 // Closed is closed once Close was called.
-func (a *Answer) Closed() <-chan struct{} { return a.closed }
+func (a *Script) Closed() <-chan struct{} { return a.closed }
 
 // Collect reads a to its end and closes it.
 func Collect(a chat.Answer) []chat.Event {
@@ -180,11 +180,12 @@ func (f *Feed) Close() { f.once.Do(func() { close(f.closed) }) }
 // Closed is closed once Close was called.
 func (f *Feed) Closed() <-chan struct{} { return f.closed }
 
-// Pool is a scripted fake of the pool as the HTTP edge hands it to the
-// protocols (relay.Pool). Each Open records its request and answers with
-// Holder (when it may hop), Err (before any event), or a scripted Answer
-// of Events (or of what Script says for the request).
-type Pool struct {
+// Source is a scripted fake of the pool as the edge opens answers on it,
+// for the tests of the relay and the protocols (relaytest.Source). Each
+// Open records its request and answers with Holder (when it may hop), Err
+// (before any event), or a Script of Events (or of what Script says for
+// the request).
+type Source struct {
 	// Err, when set, is returned before any event.
 	Err error
 	// Events are the answer's; the fake adds no closing event, so a script
@@ -195,7 +196,7 @@ type Pool struct {
 	// Delay holds Open before it answers, as the router holds a request
 	// that waits in the queue or whose answer has not started.
 	Delay time.Duration
-	// Pause and Hang are the answers' (see Answer's Pause and Open).
+	// Pause and Hang are the answers' (see Script's Pause and Open).
 	Pause time.Duration
 	Hang  bool
 	// Holder, when set, is the replica an Open that may hop names.
@@ -207,12 +208,12 @@ type Pool struct {
 
 	mu      sync.Mutex
 	reqs    []*chat.Request
-	answers []*Answer
+	answers []*Script
 	hops    []string
 }
 
 // Open records req and answers as scripted.
-func (p *Pool) Open(ctx context.Context, req *chat.Request, mayHop bool) (chat.Answer, string, error) {
+func (p *Source) Open(ctx context.Context, req *chat.Request, mayHop bool) (chat.Answer, string, error) {
 	p.mu.Lock()
 	p.reqs = append(p.reqs, req)
 	p.mu.Unlock()
@@ -235,7 +236,7 @@ func (p *Pool) Open(ctx context.Context, req *chat.Request, mayHop bool) (chat.A
 	if err != nil {
 		return nil, "", err
 	}
-	a := Script(ctx, events...)
+	a := NewScript(ctx, events...)
 	a.Pause, a.Open = p.Pause, p.Hang
 	p.mu.Lock()
 	p.answers = append(p.answers, a)
@@ -244,7 +245,7 @@ func (p *Pool) Open(ctx context.Context, req *chat.Request, mayHop bool) (chat.A
 }
 
 // Hop records the holder and returns HopErr.
-func (p *Pool) Hop(_ context.Context, holder string) error {
+func (p *Source) Hop(_ context.Context, holder string) error {
 	p.mu.Lock()
 	p.hops = append(p.hops, holder)
 	p.mu.Unlock()
@@ -253,24 +254,24 @@ func (p *Pool) Hop(_ context.Context, holder string) error {
 }
 
 // Instance names no instance: the fake has none.
-func (p *Pool) Instance() string { return "" }
+func (p *Source) Instance() string { return "" }
 
 // Requests returns the requests seen so far.
-func (p *Pool) Requests() []*chat.Request {
+func (p *Source) Requests() []*chat.Request {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]*chat.Request(nil), p.reqs...)
 }
 
 // Answers returns the answers handed out so far.
-func (p *Pool) Answers() []*Answer {
+func (p *Source) Answers() []*Script {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]*Answer(nil), p.answers...)
+	return append([]*Script(nil), p.answers...)
 }
 
 // Hops returns the holders Hop was asked to carry requests to.
-func (p *Pool) Hops() []string {
+func (p *Source) Hops() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]string(nil), p.hops...)

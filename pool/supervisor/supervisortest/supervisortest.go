@@ -179,7 +179,7 @@ func (b *Backend) Start(ctx context.Context, t *chat.Turn) (chat.Answer, error) 
 	if b.f.Start != nil {
 		return b.f.Start(ctx, b.name, t)
 	}
-	return chattest.Script(ctx, chat.Event{Type: chat.EventText, Text: "ok"},
+	return chattest.NewScript(ctx, chat.Event{Type: chat.EventText, Text: "ok"},
 		chat.Event{Type: chat.EventDone, Finish: chat.FinishStop}), nil
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/openaichat"
+	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/handlers/responses/responsestest"
 	"github.com/poolgate/poolgate/internal/access"
@@ -54,9 +55,9 @@ func (f *fakeRouter) Open(ctx context.Context, c route.Call) (route.Opened, erro
 	if c.Capture {
 		s.Prompt, s.Answer = c.Request.Messages[len(c.Request.Messages)-1].Content, "the answer"
 	}
-	a := chattest.Script(ctx, chat.Event{Type: chat.EventText, Text: "the answer"},
+	a := chattest.NewScript(ctx, chat.Event{Type: chat.EventText, Text: "the answer"},
 		chat.Event{Type: chat.EventDone, Finish: chat.FinishStop, Usage: usage})
-	return route.Opened{Answer: &servedAnswer{Answer: a, served: s},
+	return route.Opened{Answer: &servedAnswer{Script: a, served: s},
 		Served: route.Served{Instance: s.Instance, Account: s.Account, Model: s.Model}}, nil
 }
 
@@ -69,15 +70,15 @@ func (f *fakeRouter) Calls() []route.Call {
 
 // servedAnswer is a scripted answer that says how it was served.
 type servedAnswer struct {
-	*chattest.Answer
+	*chattest.Script
 	served route.Served
 }
 
 func (a *servedAnswer) Served() route.Served { return a.served }
 
-// edge is the public API as main wires it, on r, with keys sk-a (alice) and
+// testEdge is the public API as main wires it, on r, with keys sk-a (alice) and
 // sk-b (bob); cfg says the rest (cluster, body cap).
-func edge(t *testing.T, r Router, cfg Config, rec *recorded) *gin.Engine {
+func testEdge(t *testing.T, r Router, cfg Config, rec *recorded) *gin.Engine {
 	t.Helper()
 	cfg.Credentials = &access.Credentials{Keys: apikey.NewRegistry([]apikey.Key{{Name: "alice", Secret: "sk-a"},
 		{Name: "bob", Secret: "sk-b"}})}
@@ -87,8 +88,8 @@ func edge(t *testing.T, r Router, cfg Config, rec *recorded) *gin.Engine {
 	cfg.Accounting = &Accounting{Usage: func(u usage.Record) { rec.mu.Lock(); rec.usage = append(rec.usage, u); rec.mu.Unlock() },
 		Log: func(e requestlog.Entry) { rec.mu.Lock(); rec.entries = append(rec.entries, e); rec.mu.Unlock() }}
 	log := slog.New(slog.DiscardHandler)
-	return New(cfg, Protocols{Router: r, Chat: openaichat.New(openaichat.Config{}, log),
-		Responses: responses.New(responses.Config{}, &responsestest.Store{}, log), Messages: anthropic.New(anthropic.Config{}, log)},
+	return New(cfg, Protocols{Router: r, APIs: []relay.Protocol{openaichat.New(openaichat.Config{}, log),
+		responses.New(responses.Config{}, &responsestest.Store{}, log), anthropic.New(anthropic.Config{}, log)}},
 		nil, log)
 }
 
@@ -115,7 +116,7 @@ func TestEdgeNamesTheRequest(t *testing.T) {
 		t.Run(tt.api, func(t *testing.T) {
 			fr := &fakeRouter{}
 			rec := &recorded{}
-			w := post(edge(t, fr, Config{}, rec), tt.path, tt.body)
+			w := post(testEdge(t, fr, Config{}, rec), tt.path, tt.body)
 			if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "the answer") ||
 				w.Header().Get(InstanceHeader) != "sim-1" || w.Header().Get("X-Request-Id") != "req-7" {
 				t.Fatalf("got %d %v %s", w.Code, w.Header(), w.Body)
@@ -146,7 +147,7 @@ func TestBodyOverTheCap(t *testing.T) {
 	for _, declared := range []bool{true, false} {
 		for _, path := range []string{"/v1/chat/completions", "/v1/messages"} {
 			fr := &fakeRouter{}
-			e := edge(t, fr, Config{MaxBodyBytes: 100}, &recorded{})
+			e := testEdge(t, fr, Config{MaxBodyBytes: 100}, &recorded{})
 			r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(big))
 			r.Header.Set("Authorization", "Bearer sk-b")
 			if !declared {
@@ -187,13 +188,13 @@ func TestHopToTheHolder(t *testing.T) {
 		t.Run(fmt.Sprint("stream=", stream), func(t *testing.T) {
 			holderRouter, holderRec := &fakeRouter{}, &recorded{}
 			holder := httptest.NewUnstartedServer(nil)
-			holder.Config.Handler = edge(t, holderRouter, Config{Hop: testProxy(t, "replica-2", "http://"+holder.Listener.Addr().String())},
+			holder.Config.Handler = testEdge(t, holderRouter, Config{Hop: testProxy(t, "replica-2", "http://"+holder.Listener.Addr().String())},
 				holderRec)
 			holder.Start()
 			defer holder.Close()
 			fr := &fakeRouter{holder: holder.URL}
 			rec := &recorded{}
-			e := edge(t, fr, Config{Hop: testProxy(t, "replica-1", "http://replica-1:8080")}, rec)
+			e := testEdge(t, fr, Config{Hop: testProxy(t, "replica-1", "http://replica-1:8080")}, rec)
 			w := post(e, "/v1/chat/completions", body)
 			if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "the answer") || w.Header().Get(InstanceHeader) != "sim-1" ||
 				w.Header().Get("X-Request-Id") != "req-7" || w.Header().Get(access.AnswerHeader) != "" {
@@ -218,7 +219,7 @@ func TestHopToTheHolder(t *testing.T) {
 			holder.Close()
 			fr = &fakeRouter{holder: holder.URL}
 			rec = &recorded{}
-			e = edge(t, fr, Config{Hop: testProxy(t, "replica-1", "http://replica-1:8080")}, rec)
+			e = testEdge(t, fr, Config{Hop: testProxy(t, "replica-1", "http://replica-1:8080")}, rec)
 			w = post(e, "/v1/chat/completions", body)
 			if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "the answer") || w.Header().Get(InstanceHeader) != "sim-1" {
 				t.Errorf("client got %d %v %s, want this replica's answer", w.Code, w.Header(), w.Body)
