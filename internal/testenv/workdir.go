@@ -21,7 +21,7 @@ func LoggedInWorkDir(t testing.TB, dir, username string) {
 	user, _ := json.Marshal(map[string]any{"username": username, "token": "tok-" + username,
 		"expiresAt": time.Now().Add(24 * time.Hour).Format(time.RFC3339)})
 	for name, data := range map[string][]byte{"cache/id": []byte("machine-" + username), "cache/user": user,
-		"logs/worker.log": []byte("old log\n")} {
+		"logs/lingma.log": []byte("old log\n")} {
 		p := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 			t.Fatal(err)

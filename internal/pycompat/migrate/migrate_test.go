@@ -43,7 +43,7 @@ func TestOneInstanceDeployment(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, report)
 		}
 	}
-	for _, f := range []string{"cache/id", "cache/user", "logs/worker.log"} {
+	for _, f := range []string{"cache/id", "cache/user", "logs/lingma.log"} {
 		if _, err := os.Stat(filepath.Join(data, "workers", "lingma-0", f)); err != nil {
 			t.Errorf("copy: %v", err)
 		}
