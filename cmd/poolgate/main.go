@@ -3,8 +3,8 @@
 // API keys. With the argument "simworker" it runs the bundled reference
 // worker instead, so the default pool needs no second binary; with "migrate"
 // it moves a Python gateway deployment over (internal/pycompat/migrate);
-// with "doctor" it checks a real worker binary against what the Lingma
-// driver relies on (pool/lingma/doctor).
+// with the name of a command a driver supplies (worker.Kind's Commands, in
+// pool/drivers' table), such as doctor, it runs that command.
 package main
 
 import (
@@ -19,7 +19,8 @@ import (
 	"github.com/poolgate/poolgate/internal/daemon"
 	"github.com/poolgate/poolgate/internal/pycompat/migrate"
 	"github.com/poolgate/poolgate/internal/sim"
-	"github.com/poolgate/poolgate/pool/lingma/doctor"
+	"github.com/poolgate/poolgate/pool/drivers"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 func main() {
@@ -43,10 +44,12 @@ func run(ctx context.Context, args []string, environ func() []string, hup <-chan
 		return sim.Main(ctx, args[1:], daemon.Getenv(environ()), stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "migrate" {
-		return migrate.Run(args[1:], environ(), daemon.Kinds(), stdout, stderr)
+		return migrate.Run(args[1:], environ(), drivers.Kinds(), stdout, stderr)
 	}
-	if len(args) > 0 && args[0] == "doctor" {
-		return doctor.Main(ctx, args[1:], daemon.ChildEnv(environ()), daemon.Getenv(environ()), stdout, stderr)
+	if len(args) > 0 {
+		if cmd := driverCommand(args[0]); cmd != nil {
+			return cmd(ctx, args[1:], daemon.ChildEnv(environ()), daemon.Getenv(environ()), stdout, stderr)
+		}
 	}
 	fs := flag.NewFlagSet("poolgate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -57,4 +60,15 @@ func run(ctx context.Context, args []string, environ func() []string, hup <-chan
 		return err
 	}
 	return daemon.Serve(ctx, opts, environ, hup, stderr)
+}
+
+// driverCommand returns the command named name that a driver supplies, nil
+// when none does.
+func driverCommand(name string) worker.Command {
+	for _, k := range drivers.Kinds() {
+		if cmd := k.Commands[name]; cmd != nil {
+			return cmd
+		}
+	}
+	return nil
 }

@@ -45,7 +45,7 @@ type Account struct {
 	// Recipe names the login recipe for this account (default by driver).
 	Recipe string `yaml:"recipe" json:"recipe"`
 	// Record writes a transcript of each of this account's turns, as
-	// the driver's record setting (lingma.record) does for every account.
+	// a driver's record setting does for every account.
 	Record bool `yaml:"record" json:"record"`
 	// Unnamed: the configuration gave no name, so it is account-N by the
 	// account's place (never its username, which API callers would see).
@@ -253,7 +253,7 @@ func Load(path string, environ []string) (Config, []string, error) {
 
 // decodeFile decodes the YAML file strictly into cfg. A bare number given
 // for a duration is seconds (yaml would take it as nanoseconds). A
-// section's key written flat (lingma_ask_mode for lingma: ask_mode:) is
+// section's key written flat (section_key for section: key:) is
 // still read; the returned notes say so, one a key.
 func decodeFile(cfg *Config, path string) ([]string, error) {
 	b, err := os.ReadFile(path)

@@ -12,7 +12,7 @@ import (
 )
 
 // EnvName returns the environment variable for a key; a section's key
-// (lingma.ask_mode) is POOLGATE_LINGMA_ASK_MODE.
+// (section.some_key) is POOLGATE_SECTION_SOME_KEY.
 func EnvName(key string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
 }

@@ -10,8 +10,8 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// A section is a struct-typed field of Config that a driver defines (the
-// Lingma driver's Settings under lingma:): its keys are KEY under the
+// A section is a struct-typed field of Config that a driver defines (a
+// driver's settings under its name): its keys are KEY under the
 // section's own, its environment variables POOLGATE_<SECTION>_<KEY>, and
 // the flat key <section>_<key> that came before sections is still read.
 
@@ -90,7 +90,7 @@ func envFields() map[string][]int {
 }
 
 // nestFlatKeys moves each flat section key of a config mapping
-// (lingma_ask_mode) under its section (lingma: ask_mode:), and returns a
+// (section_key) under its section (section: key:), and returns a
 // note for each, naming where it goes. A key set both ways is an error.
 func nestFlatKeys(m *yaml.Node) ([]string, error) {
 	if m.Kind != yaml.MappingNode {

@@ -3,16 +3,14 @@ package daemon
 import (
 	"strings"
 
-	"github.com/poolgate/poolgate/pool/lingma"
-	"github.com/poolgate/poolgate/pool/modelserver"
-	"github.com/poolgate/poolgate/pool/worker"
+	"github.com/poolgate/poolgate/pool/drivers"
 )
 
-// kinds are the kinds of worker the daemon runs, one entry a driver: the
+// kinds are the kinds of worker the daemon runs (pool/drivers' table): the
 // driver setting picks one by name, and everything the daemon knows of a
 // driver (its configuration section, credential layout, agent model names,
 // login recipe, how the simulator plays it) comes from its entry.
-var kinds = []worker.Kind{lingma.Kind, modelserver.Kind}
+var kinds = drivers.Kinds()
 
 // kindNames lists the kinds' names for an error: "a, b or c".
 func kindNames() string {
@@ -25,7 +23,3 @@ func kindNames() string {
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
-
-// Kinds returns the kinds of worker the daemon runs (for the subcommands
-// that need a driver's layout, such as migrate).
-func Kinds() []worker.Kind { return kinds }

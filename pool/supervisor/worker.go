@@ -44,8 +44,8 @@ type WorkerConfig struct {
 	// WorkDir is the worker's own directory (required).
 	WorkDir string
 	// MaxInFlight is the per-instance cap on concurrent turns (default 1:
-	// one turn at a time per Lingma instance). The supervisor only carries
-	// it to the admission room, which enforces it.
+	// one turn at a time, as a driver's agent worker takes them). The
+	// supervisor only carries it to the admission room, which enforces it.
 	MaxInFlight int
 	// StartTimeout bounds process start to readiness (default 20s).
 	StartTimeout time.Duration

@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"context"
+	"io"
 	"log/slog"
 
 	"github.com/poolgate/poolgate/internal/chat"
@@ -9,7 +11,7 @@ import (
 // Kind is one kind of worker as the daemon registers it: everything the
 // daemon, the router and the session bundles know of a driver comes from
 // its Kind, so a new kind of worker is one package and one entry in the
-// daemon's table of kinds. Nothing outside the driver's package names it.
+// table of kinds (pool/drivers); nothing else names it.
 type Kind struct {
 	// Name is the value of the driver setting that selects this kind.
 	Name string
@@ -30,7 +32,16 @@ type Kind struct {
 	SimArgs, DemoArgs []string
 	// New makes the kind's Driver.
 	New func(Setup) (Driver, error)
+	// Commands are subcommands of the poolgate binary the kind supplies
+	// (the name after "poolgate" to its command), such as a check of a
+	// real worker binary; none when it has none.
+	Commands map[string]Command
 }
+
+// Command is a subcommand a Kind supplies. args follow its name; env is
+// the environment a worker process started by the command gets (the
+// daemon's filtered child environment), getenv looks up the process's own.
+type Command func(ctx context.Context, args, env []string, getenv func(string) string, stdout, stderr io.Writer) error
 
 // Credentials name a driver's credential files inside a work dir (the
 // layout session/bundle seals).

@@ -1,10 +1,11 @@
 // Package worker is the seam between poolgate and one kind of backend
 // worker: the Driver a kind of worker implements (how to start a process
 // and connect to it) and the Backend it connects (health, turns, and the
-// optional operations its Capabilities name). Drivers live beside it, in
-// pool/lingma and pool/modelserver; pool/supervisor runs the processes and
-// the admission room and router above it use the backends. It holds no
-// process, no state and no goroutine.
+// optional operations its Capabilities name). Drivers live beside it,
+// each in its own package under pool/, listed in pool/drivers;
+// pool/supervisor runs the processes and the admission room and router
+// above it use the backends. It holds no process, no state and no
+// goroutine.
 package worker
 
 import (
@@ -68,10 +69,10 @@ type Endpoint struct {
 	Name string
 	// WorkDir is the worker's own directory.
 	WorkDir string
-	// Port is the worker's main port (Lingma's socket port, the HTTP port of
-	// an OpenAI-compatible server).
+	// Port is the worker's main port (the port its protocol is spoken on:
+	// an RPC socket, the HTTP port of an OpenAI-compatible server).
 	Port int
-	// AuxPort is a second port (Lingma's --httpPort for the login callback);
+	// AuxPort is a second port (for instance a login callback's);
 	// 0 when the driver needs none.
 	AuxPort int
 	// Account is the account the worker runs as (for command templates).
