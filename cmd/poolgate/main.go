@@ -14,6 +14,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sort"
+	"strings"
 	"syscall"
 
 	"github.com/poolgate/poolgate/internal/daemon"
@@ -59,6 +61,10 @@ func run(ctx context.Context, args []string, environ func() []string, hup <-chan
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		// A mistyped subcommand must not start a gateway instead.
+		return fmt.Errorf("unknown command %q: the commands are %s (or none, to serve)", fs.Arg(0), commandNames())
+	}
 	return daemon.Serve(ctx, opts, environ, hup, stderr)
 }
 
@@ -71,4 +77,16 @@ func driverCommand(name string) worker.Command {
 		}
 	}
 	return nil
+}
+
+// commandNames lists the subcommands, the drivers' included.
+func commandNames() string {
+	names := []string{"simworker", "migrate"}
+	for _, k := range drivers.Kinds() {
+		for name := range k.Commands {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names[2:])
+	return strings.Join(names, ", ")
 }
