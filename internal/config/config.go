@@ -98,7 +98,8 @@ type Config struct {
 	// Sections are the drivers' own settings by section name, each a
 	// pointer to the struct its driver registered (Register): the yaml
 	// key NAME, the environment POOLGATE_NAME_KEY. They read and document
-	// as if they were fields here, in this place.
+	// as if they were fields here, in this place. Load fills them; a copy
+	// of a Config shares them, so nothing changes them after.
 	Sections map[string]any `yaml:"-"`
 
 	ToolAllowlist  []string `yaml:"tool_allowlist"`  // tools that may be offered to workers (none = all)
