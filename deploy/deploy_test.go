@@ -19,6 +19,7 @@ import (
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/internal/testenv"
+	_ "github.com/poolgate/poolgate/pool/drivers" // the drivers' sections are settings too
 )
 
 // repoRoot is the repository root (this file is in deploy/).

@@ -22,6 +22,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/testenv"
+	_ "github.com/poolgate/poolgate/pool/drivers" // the drivers' sections are settings too
 )
 
 // page is one Markdown file, by its path from the repository root.

@@ -20,7 +20,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/poolgate/poolgate/internal/redisconn"
-	"github.com/poolgate/poolgate/pool/lingma"
 )
 
 // Account is one upstream account.
@@ -95,8 +94,13 @@ type Config struct {
 	BackoffMax          time.Duration `yaml:"backoff_max"`            // restart backoff cap (30s)
 	ShutdownGrace       time.Duration `yaml:"shutdown_grace"`         // in-flight grace on shutdown (30s)
 
-	StreamKeepAlive time.Duration   `yaml:"stream_keepalive"` // longest silence on a stream before a keep-alive (15s)
-	Lingma          lingma.Settings `yaml:"lingma"`           // the Lingma driver's section: its keys are lingma.KEY, its environment POOLGATE_LINGMA_KEY (the table below)
+	StreamKeepAlive time.Duration `yaml:"stream_keepalive"` // longest silence on a stream before a keep-alive (15s)
+	// Sections are the drivers' own settings by section name, each a
+	// pointer to the struct its driver registered (Register): the yaml
+	// key NAME, the environment POOLGATE_NAME_KEY. They read and document
+	// as if they were fields here, in this place. Load fills them; a copy
+	// of a Config shares them, so nothing changes them after.
+	Sections map[string]any `yaml:"-"`
 
 	ToolAllowlist  []string `yaml:"tool_allowlist"`  // tools that may be offered to workers (none = all)
 	ToolForwarding bool     `yaml:"tool_forwarding"` // offer the request's tools to workers at all (true)
@@ -156,7 +160,7 @@ func Defaults() Config {
 		LogLevel:                  "info",
 		LogFormat:                 "text",
 		Driver:                    "lingma",
-		Lingma:                    lingma.DefaultSettings(),
+		Sections:                  sectionDefaults(),
 		Simulate:                  "auto",
 		DataDir:                   defaultDataDir(),
 		InstanceMaxInFlight:       1,
@@ -271,16 +275,33 @@ func decodeFile(cfg *Config, path string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
-	secondsInYAML(doc.Content[0], reflect.TypeFor[Config]())
+	typ, _ := shape()
+	secondsInYAML(doc.Content[0], typ)
 	if b, err = yaml.Marshal(&doc); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+	v := cfg.view()
+	if err := dec.Decode(v.Addr().Interface()); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("config %s: %w", path, nameShape(err, typ))
 	}
+	cfg.store(v)
 	return notes, nil
+}
+
+// nameShape calls the shape typ config.Config in a decoding error, which
+// would otherwise spell out the whole struct.
+func nameShape(err error, typ reflect.Type) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return err
+	}
+	out := &yaml.TypeError{Errors: make([]string, len(te.Errors))}
+	for i, e := range te.Errors {
+		out.Errors[i] = strings.ReplaceAll(e, typ.String(), "config.Config")
+	}
+	return out
 }
 
 // secondsInYAML rewrites the bare numbers of duration keys in a mapping

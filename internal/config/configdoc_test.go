@@ -91,23 +91,26 @@ type fieldDoc struct {
 }
 
 // configFields reads Config's fields, in order, with their yaml keys and
-// trailing comments, from config.go's syntax tree; a section (a driver's
-// struct) stands for its own fields, read from its package's source, each
-// keyed SECTION.KEY.
+// trailing comments, from config.go's syntax tree; the registered sections
+// stand in Sections' place, each for its own fields, read from its
+// package's source, each keyed SECTION.KEY. index is the field's path in
+// the shape (view).
 func configFields(t *testing.T) []fieldDoc {
 	t.Helper()
-	typ := reflect.TypeFor[Config]()
+	typ, from := shape()
+	docs := structDoc(t, ".", "Config")
 	var out []fieldDoc
-	for i, f := range structDoc(t, ".", "Config") {
+	for i, src := range from {
 		sf := typ.Field(i)
-		if !isSection(sf.Type) {
+		if src.section == "" {
+			f := docs[src.config]
 			out = append(out, fieldDoc{name: f.name, key: f.key, comment: f.comment, index: []int{i}, typ: sf.Type})
 			continue
 		}
 		dir := "../../" + strings.TrimPrefix(sf.Type.PkgPath(), "github.com/poolgate/poolgate/")
 		for j, sub := range structDoc(t, dir, sf.Type.Name()) {
-			out = append(out, fieldDoc{name: f.name + "." + sub.name, key: f.key + "." + sub.key, comment: sub.comment,
-				index: []int{i, j}, typ: sf.Type.Field(j).Type})
+			out = append(out, fieldDoc{name: "Sections[" + src.section + "]." + sub.name, key: src.section + "." + sub.key,
+				comment: sub.comment, index: []int{i, j}, typ: sf.Type.Field(j).Type})
 		}
 	}
 	return out
@@ -163,7 +166,8 @@ func configTable(t *testing.T) string {
 	// with an ordinary home, not as on the machine that runs the test.
 	t.Setenv("XDG_CACHE_HOME", "")
 	t.Setenv("HOME", "~")
-	def := reflect.ValueOf(Defaults())
+	cfg := Defaults()
+	def := cfg.view()
 	var b strings.Builder
 	b.WriteString("| key | environment | type | default | reload | meaning |\n| --- | --- | --- | --- | --- | --- |\n")
 	for _, f := range configFields(t) {

@@ -18,7 +18,8 @@ func EnvName(key string) string {
 }
 
 func applyEnv(cfg *Config, environ []string) ([]string, error) {
-	v := reflect.ValueOf(cfg).Elem()
+	v := cfg.view()
+	defer cfg.store(v)
 	byEnv := envFields()
 	var warnings []string
 	var errs []error

@@ -115,16 +115,26 @@ func LegacySettings() []Legacy {
 		{"lingma_work_dir", "LINGMA_WORK_DIR", "data_dir", "refused: poolgate keeps account NAME's work dir at data_dir/workers/NAME; run `poolgate migrate` to move the old work dirs there, then set POOLGATE_DATA_DIR and remove LINGMA_WORK_DIR", nil},
 		{"lingma_socket_port", "LINGMA_SOCKET_PORT", "", "not needed: poolgate gives each worker free loopback ports of its own", str(func(*Config, string) {})},
 		{"lingma_startup_timeout", "LINGMA_STARTUP_TIMEOUT", "start_timeout", "seconds", secs(func(c *Config, d time.Duration) { c.StartTimeout = d })},
-		{"lingma_rpc_timeout", "LINGMA_RPC_TIMEOUT", "lingma.rpc_timeout", "seconds", secs(func(c *Config, d time.Duration) { c.Lingma.RPCTimeout = d })},
+		{"lingma_rpc_timeout", "LINGMA_RPC_TIMEOUT", "lingma.rpc_timeout", "seconds", func(c *Config, v string, _ *legacyPending) error {
+			d, err := ParseDuration(v)
+			if err != nil {
+				return err
+			}
+			return c.setSectionKey("lingma.rpc_timeout", d)
+		}},
 		{"default_model", "DEFAULT_MODEL", "default_model", "the same model name", str(func(c *Config, v string) { c.DefaultModel = v })},
-		{"default_ask_mode", "DEFAULT_ASK_MODE", "lingma.ask_mode", "the same mode (chat or agent)", str(func(c *Config, v string) { c.Lingma.AskMode = strings.ToLower(strings.TrimSpace(v)) })},
+		{"default_ask_mode", "DEFAULT_ASK_MODE", "lingma.ask_mode", "the same mode (chat or agent)", func(c *Config, v string, _ *legacyPending) error {
+			return c.setSectionKey("lingma.ask_mode", strings.ToLower(strings.TrimSpace(v)))
+		}},
 		{"tool_allowlist", "TOOL_ALLOWLIST", "tool_allowlist", "the same names, comma-separated or a JSON list", func(c *Config, v string, _ *legacyPending) error {
 			list, err := parseList(v)
 			c.ToolAllowlist = list
 			return err
 		}},
 		{"tool_forward_enabled", "TOOL_FORWARD_ENABLED", "tool_forwarding", "the same switch", boolean(func(c *Config, b bool) { c.ToolForwarding = b })},
-		{"dedicated_domain_url", "DEDICATED_DOMAIN_URL", "lingma.dedicated_domain", "the same URL", str(func(c *Config, v string) { c.Lingma.DedicatedDomain = strings.TrimSpace(v) })},
+		{"dedicated_domain_url", "DEDICATED_DOMAIN_URL", "lingma.dedicated_domain", "the same URL", func(c *Config, v string, _ *legacyPending) error {
+			return c.setSectionKey("lingma.dedicated_domain", strings.TrimSpace(v))
+		}},
 		{"session_reuse_enabled", "SESSION_REUSE_ENABLED", "session_reuse", "the same switch", boolean(func(c *Config, b bool) { c.SessionReuse = b })},
 		{"session_cache_max_entries", "SESSION_CACHE_MAX_ENTRIES", "session_cache_size", "the same count; 0 turns session reuse off, as it did", integer(func(c *Config, n int) error {
 			switch {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/poolgate/poolgate/pool/lingma"
 )
 
 // pythonSettings are the fields of the Python gateway's settings object,
@@ -79,13 +81,13 @@ func TestLegacySettingsAreRead(t *testing.T) {
 		{"INSTANCE_COUNT=1", func(c Config) any { return len(c.Accounts) }, 1},
 		{"LINGMA_SOCKET_PORT=36510", func(c Config) any { return c.WorkerBin }, "/opt/lingma/bin/lingma"},
 		{"LINGMA_STARTUP_TIMEOUT=45", func(c Config) any { return c.StartTimeout }, 45 * time.Second},
-		{"LINGMA_RPC_TIMEOUT=7.5", func(c Config) any { return c.Lingma.RPCTimeout }, 7500 * time.Millisecond},
+		{"LINGMA_RPC_TIMEOUT=7.5", func(c Config) any { return c.Section("lingma").(lingma.Settings).RPCTimeout }, 7500 * time.Millisecond},
 		{"DEFAULT_MODEL=qwen3-coder", func(c Config) any { return c.DefaultModel }, "qwen3-coder"},
-		{"DEFAULT_ASK_MODE=agent", func(c Config) any { return c.Lingma.AskMode }, "agent"},
+		{"DEFAULT_ASK_MODE=agent", func(c Config) any { return c.Section("lingma").(lingma.Settings).AskMode }, "agent"},
 		{`TOOL_ALLOWLIST=["read","write"]`, func(c Config) any { return c.ToolAllowlist }, []string{"read", "write"}},
 		{"TOOL_ALLOWLIST=read, write", func(c Config) any { return c.ToolAllowlist }, []string{"read", "write"}},
 		{"TOOL_FORWARD_ENABLED=false", func(c Config) any { return c.ToolForwarding }, false},
-		{"DEDICATED_DOMAIN_URL=https://lingma.example.com", func(c Config) any { return c.Lingma.DedicatedDomain }, "https://lingma.example.com"},
+		{"DEDICATED_DOMAIN_URL=https://lingma.example.com", func(c Config) any { return c.Section("lingma").(lingma.Settings).DedicatedDomain }, "https://lingma.example.com"},
 		{"SESSION_REUSE_ENABLED=0", func(c Config) any { return c.SessionReuse }, false},
 		{"SESSION_CACHE_MAX_ENTRIES=500", func(c Config) any { return c.SessionCacheSize }, 500},
 		{"SESSION_CACHE_MAX_ENTRIES=0", func(c Config) any { return c.SessionReuse }, false},

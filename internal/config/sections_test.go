@@ -1,8 +1,11 @@
 package config
 
 import (
+	"errors"
+	"go/build"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -62,5 +65,88 @@ func TestDriverSectionIsRead(t *testing.T) {
 	}
 	if s := Defaults().Section("nope"); s != nil {
 		t.Errorf("Section(nope) = %v, want nil", s)
+	}
+}
+
+// testSection is a driver section this package knows nothing of, to show
+// that any registered section reads like the Lingma one.
+type testSection struct {
+	Wait  time.Duration `yaml:"wait"`  // how long
+	Level int           `yaml:"level"` // how much
+}
+
+func (s testSection) Validate() []error {
+	if s.Level < 0 {
+		return []error{errors.New("testdrv.level must be 0 or more")}
+	}
+	return nil
+}
+
+// A section is whatever the kinds register: its keys read from the file
+// (nested and flat), from the environment, are listed by Keys, are set by
+// setSectionKey and validated by the section's own Validate.
+func TestRegisteredSection(t *testing.T) {
+	Register("testdrv", func() any { return &testSection{Wait: time.Second, Level: 1} })
+	t.Cleanup(func() { unregister("testdrv") })
+	if !slices.Contains(Keys(), "testdrv.wait") || !slices.Contains(Keys(), "testdrv.level") {
+		t.Fatalf("Keys() = %v, want the testdrv keys", Keys())
+	}
+	tests := []struct {
+		name, file string
+		env        []string
+		want       testSection
+		err        string
+	}{
+		{"defaults", "", nil, testSection{Wait: time.Second, Level: 1}, ""},
+		{"nested", "testdrv:\n  wait: 90\n", nil, testSection{Wait: 90 * time.Second, Level: 1}, ""},
+		{"flat", "testdrv_level: 3\n", nil, testSection{Wait: time.Second, Level: 3}, ""},
+		{"environment", "", []string{"POOLGATE_TESTDRV_WAIT=2m"}, testSection{Wait: 2 * time.Minute, Level: 1}, ""},
+		{"unknown key", "testdrv:\n  nope: 1\n", nil, testSection{}, "field nope not found in type config.testSection"},
+		{"invalid", "", []string{"POOLGATE_TESTDRV_LEVEL=-1"}, testSection{}, "testdrv.level must be 0 or more"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := ""
+			if tt.file != "" {
+				path = filepath.Join(t.TempDir(), "c.yaml")
+				if err := os.WriteFile(path, []byte(tt.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg, _, err := Load(path, append([]string{sim}, tt.env...))
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err %v, want one containing %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.Section("testdrv"); got != tt.want {
+				t.Errorf("section %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+	cfg := Defaults()
+	if err := cfg.setSectionKey("testdrv.level", 5); err != nil || cfg.Section("testdrv").(testSection).Level != 5 {
+		t.Errorf("setSectionKey: %v, section %+v", err, cfg.Section("testdrv"))
+	}
+	if err := cfg.setSectionKey("absent.level", 5); err == nil {
+		t.Error("setSectionKey on an unregistered section: no error")
+	}
+}
+
+// The configuration names no driver: the drivers register their sections
+// (pool/drivers does), so this package imports none of pool/.
+func TestNoDriverImported(t *testing.T) {
+	pkg, err := build.ImportDir(".", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range pkg.Imports {
+		if strings.HasPrefix(imp, "github.com/poolgate/poolgate/pool/") {
+			t.Errorf("internal/config imports %s: a driver's settings are its registered section", imp)
+		}
 	}
 }

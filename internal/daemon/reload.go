@@ -110,14 +110,9 @@ func (a *app) onSignal() {
 // next differs from the one in force.
 func restartOnly(cur, next config.Config) []string {
 	out := []string{}
-	cv, nv := reflect.ValueOf(cur), reflect.ValueOf(next)
-	t := cv.Type()
-	for i := range t.NumField() {
-		key := t.Field(i).Tag.Get("yaml")
-		if config.Reloadable(key) {
-			continue
-		}
-		if !reflect.DeepEqual(cv.Field(i).Interface(), nv.Field(i).Interface()) {
+	cv, nv := cur.ByKey(), next.ByKey()
+	for key, v := range cv {
+		if !config.Reloadable(key) && !reflect.DeepEqual(v, nv[key]) {
 			out = append(out, key)
 		}
 	}

@@ -5,11 +5,22 @@
 package drivers
 
 import (
+	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/pool/lingma"
 	"github.com/poolgate/poolgate/pool/lingma/doctor"
 	"github.com/poolgate/poolgate/pool/modelserver"
 	"github.com/poolgate/poolgate/pool/worker"
 )
+
+// init registers each kind's configuration section, so that a
+// configuration read by any program that imports the table has them.
+func init() {
+	for _, k := range Kinds() {
+		if k.Section != nil {
+			config.Register(k.Name, k.Section)
+		}
+	}
+}
 
 // Kinds returns the kinds of worker poolgate runs, in the order an error
 // listing them names them; the driver setting picks one by name. A kind's

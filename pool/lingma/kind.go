@@ -21,6 +21,7 @@ var Kind = worker.Kind{
 	AgentModels: []string{"lingma-agent", "agent"},
 	LoginRecipe: "lingma-alibaba",
 	DemoArgs:    []string{"--logged-in"},
+	Section:     func() any { s := DefaultSettings(); return &s },
 	New:         newFromSetup,
 }
 

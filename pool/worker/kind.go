@@ -30,6 +30,12 @@ type Kind struct {
 	// configured), so that its workers start logged in when the kind has a
 	// login.
 	SimArgs, DemoArgs []string
+	// Section makes the kind's configuration section with its defaults: a
+	// pointer to a struct whose fields carry yaml tags (the keys under the
+	// kind's name) and trailing comments (their documentation), with an
+	// optional Validate() []error; nil when the kind has no settings of
+	// its own. Setup.Section is that struct as configured.
+	Section func() any
 	// New makes the kind's Driver.
 	New func(Setup) (Driver, error)
 	// Commands are subcommands of the poolgate binary the kind supplies

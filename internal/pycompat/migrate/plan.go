@@ -11,6 +11,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/pycompat/plainbundle"
+	_ "github.com/poolgate/poolgate/pool/drivers" // the Python gateway's settings fill the Lingma section
 	"github.com/poolgate/poolgate/session/bundle"
 )
 

@@ -12,16 +12,13 @@ import (
 
 // configYAML renders the settings that differ from poolgate's defaults.
 func configYAML(cfg config.Config) ([]byte, error) {
-	def := config.Defaults()
-	v, dv := reflect.ValueOf(cfg), reflect.ValueOf(def)
+	def := config.Defaults().ByKey()
 	out := map[string]any{}
-	for i := range v.NumField() {
-		key := v.Type().Field(i).Tag.Get("yaml")
-		f := v.Field(i)
-		if reflect.DeepEqual(f.Interface(), dv.Field(i).Interface()) {
+	for key, val := range cfg.ByKey() {
+		if reflect.DeepEqual(val, def[key]) {
 			continue
 		}
-		switch x := f.Interface().(type) {
+		switch x := val.(type) {
 		case time.Duration:
 			out[key] = x.String()
 		case config.APIKeys:

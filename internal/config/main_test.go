@@ -1,0 +1,25 @@
+package config
+
+import (
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/poolgate/poolgate/pool/lingma"
+)
+
+// TestMain registers the Lingma kind's section, as the table of kinds
+// (pool/drivers, which imports this package) does for the daemon: the
+// tests here read and document its keys.
+func TestMain(m *testing.M) {
+	Register(lingma.Kind.Name, lingma.Kind.Section)
+	os.Exit(m.Run())
+}
+
+// unregister removes the section name (for tests).
+func unregister(name string) {
+	registered.Lock()
+	defer registered.Unlock()
+	delete(registered.make, name)
+	registered.names = slices.DeleteFunc(registered.names, func(n string) bool { return n == name })
+}
