@@ -82,10 +82,14 @@ func launch(ctx context.Context, cfg *Config, log *slog.Logger) (_ *browser, err
 	unwatch := context.AfterFunc(ctx, stop)
 	defer unwatch()
 	// Trace off: rod's trace would log what is typed, i.e. the password.
-	br.b = rod.New().ControlURL(u).Context(connCtx).Trace(false).SlowMotion(0)
-	if err := br.b.Connect(); err != nil {
+	b := rod.New().ControlURL(u).Context(connCtx).Trace(false).SlowMotion(0)
+	if err := b.Connect(); err != nil {
+		// Not kept: a browser whose connection never started has no
+		// client, and closing it over CDP would dereference none (close
+		// kills the process instead).
 		return nil, fmt.Errorf("connect to chromium: %w", err)
 	}
+	br.b = b
 	if cfg.Stealth {
 		br.page, err = stealth.Page(br.b)
 	} else {
