@@ -217,9 +217,10 @@ func ParseRecipes(b []byte) (map[string]*Recipe, error) {
 //go:embed recipes/*.yaml
 var builtinFS embed.FS
 
-// BuiltinRecipes returns the recipes that ship with poolgate: "simworker"
-// (the bundled simulator, every login page variant) and "lingma-alibaba"
-// (best effort, not verified against the live site).
+// BuiltinRecipes returns the recipes that ship with poolgate (recipes/):
+// "simworker" (the bundled simulator, every login page variant) and the
+// drivers' default recipes, which their kinds name (best effort, not
+// verified against the live sites).
 func BuiltinRecipes() (map[string]*Recipe, error) {
 	entries, err := builtinFS.ReadDir("recipes")
 	if err != nil {
