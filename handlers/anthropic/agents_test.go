@@ -102,18 +102,18 @@ func TestForcedDeferredToolIsOffered(t *testing.T) {
 func TestCountTokensIsAdmitted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := New(Config{CountConcurrency: 1, CountWait: 2 * time.Second}, nil)
-		h.counts <- struct{}{} // the one slot is busy
+		h.counts.Take(t.Context()) // the one slot is busy
 		rec := httptest.NewRecorder()
 		body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 		h.CountTokens(rec, httptest.NewRequest(http.MethodPost, "/v1/messages/count_tokens", strings.NewReader(body)))
 		if rec.Code != http.StatusTooManyRequests || !strings.Contains(rec.Body.String(), `"rate_limit_error"`) {
 			t.Errorf("busy: got %d %s, want 429 rate_limit_error", rec.Code, rec.Body.String())
 		}
-		<-h.counts
+		h.counts.Release()
 		rec = httptest.NewRecorder()
 		h.CountTokens(rec, httptest.NewRequest(http.MethodPost, "/v1/messages/count_tokens", strings.NewReader(body)))
-		if rec.Code != http.StatusOK || len(h.counts) != 0 {
-			t.Errorf("free: got %d %s with %d slots held, want 200 and the slot given back", rec.Code, rec.Body.String(), len(h.counts))
+		if rec.Code != http.StatusOK || h.counts.Held() != 0 {
+			t.Errorf("free: got %d %s with %d slots held, want 200 and the slot given back", rec.Code, rec.Body.String(), h.counts.Held())
 		}
 	})
 }

@@ -10,7 +10,6 @@ package anthropic
 import (
 	"log/slog"
 	"net/http"
-	"runtime"
 	"time"
 
 	"github.com/poolgate/poolgate/handlers/apierr"
@@ -52,17 +51,11 @@ type Handler struct {
 	cfg    Config
 	relay  *relay.Relay
 	log    *slog.Logger
-	counts chan struct{} // count_tokens slots
+	counts *httpx.Slots // count_tokens slots
 }
 
 // New returns a Handler. A nil log discards.
 func New(cfg Config, log *slog.Logger) *Handler {
-	if cfg.CountConcurrency <= 0 {
-		cfg.CountConcurrency = runtime.GOMAXPROCS(0)
-	}
-	if cfg.CountWait <= 0 {
-		cfg.CountWait = 5 * time.Second
-	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -71,7 +64,7 @@ func New(cfg Config, log *slog.Logger) *Handler {
 		writeError = apierr.PythonGatewayWriter(writeError)
 	}
 	rl := relay.New(relay.Config{Protocol: protocol, KeepAlive: cfg.PingInterval, WriteError: writeError}, log)
-	return &Handler{cfg: cfg, relay: rl, log: log, counts: make(chan struct{}, cfg.CountConcurrency)}
+	return &Handler{cfg: cfg, relay: rl, log: log, counts: httpx.NewSlots(cfg.CountConcurrency, cfg.CountWait)}
 }
 
 // Relay is the protocol's relay (relay.Protocol).

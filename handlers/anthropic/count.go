@@ -1,7 +1,6 @@
 package anthropic
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -23,11 +22,11 @@ func (h *Handler) CountTokens(w http.ResponseWriter, r *http.Request) {
 		h.relay.Fail(r.Context(), w, err)
 		return
 	}
-	if !h.countSlot(r.Context()) {
+	if !h.counts.Take(r.Context()) {
 		h.relay.Fail(r.Context(), w, &chat.OverloadedError{RetryAfter: time.Second})
 		return
 	}
-	defer func() { <-h.counts }()
+	defer h.counts.Release()
 	d, err := h.decode(r, body, true)
 	if err != nil {
 		h.relay.Fail(r.Context(), w, err)
@@ -36,22 +35,4 @@ func (h *Handler) CountTokens(w http.ResponseWriter, r *http.Request) {
 	n := chat.PromptTokens(d.chat.Messages, tokens.Count)
 	b := strconv.AppendInt(append(make([]byte, 0, 32), `{"input_tokens":`...), int64(n), 10)
 	httpx.WriteJSON(w, http.StatusOK, append(b, '}'))
-}
-
-// countSlot waits, bounded, for a count_tokens slot.
-func (h *Handler) countSlot(ctx context.Context) bool {
-	select {
-	case h.counts <- struct{}{}:
-		return true
-	default:
-	}
-	t := time.NewTimer(h.cfg.CountWait)
-	defer t.Stop()
-	select {
-	case h.counts <- struct{}{}:
-		return true
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return false
 }

@@ -12,10 +12,8 @@
 package gemini
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
-	"runtime"
 	"strconv"
 	"time"
 
@@ -50,22 +48,16 @@ type Handler struct {
 	cfg    Config
 	relay  *relay.Relay
 	log    *slog.Logger
-	counts chan struct{} // countTokens slots
+	counts *httpx.Slots // countTokens slots
 }
 
 // New returns a Handler. A nil log discards.
 func New(cfg Config, log *slog.Logger) *Handler {
-	if cfg.CountConcurrency <= 0 {
-		cfg.CountConcurrency = runtime.GOMAXPROCS(0)
-	}
-	if cfg.CountWait <= 0 {
-		cfg.CountWait = 5 * time.Second
-	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	rl := relay.New(relay.Config{Protocol: protocol, KeepAlive: cfg.KeepAlive, WriteError: WriteProblem}, log)
-	return &Handler{cfg: cfg, relay: rl, log: log, counts: make(chan struct{}, cfg.CountConcurrency)}
+	return &Handler{cfg: cfg, relay: rl, log: log, counts: httpx.NewSlots(cfg.CountConcurrency, cfg.CountWait)}
 }
 
 // Relay is the protocol's relay (relay.Protocol).
@@ -133,11 +125,11 @@ func (h *Handler) CountTokens(w http.ResponseWriter, r *http.Request) {
 		h.relay.Fail(r.Context(), w, err)
 		return
 	}
-	if !h.countSlot(r.Context()) {
+	if !h.counts.Take(r.Context()) {
 		h.relay.Fail(r.Context(), w, &chat.OverloadedError{RetryAfter: time.Second})
 		return
 	}
-	defer func() { <-h.counts }()
+	defer h.counts.Release()
 	a, _ := ParseAction(r.URL.Path)
 	d, err := decodeCount(body, a.Model)
 	if err != nil {
@@ -147,22 +139,4 @@ func (h *Handler) CountTokens(w http.ResponseWriter, r *http.Request) {
 	n := chat.PromptTokens(d.chat.Messages, tokens.Count)
 	b := strconv.AppendInt(append(make([]byte, 0, 32), `{"totalTokens":`...), int64(n), 10)
 	httpx.WriteJSON(w, http.StatusOK, append(b, '}'))
-}
-
-// countSlot waits, bounded, for a countTokens slot.
-func (h *Handler) countSlot(ctx context.Context) bool {
-	select {
-	case h.counts <- struct{}{}:
-		return true
-	default:
-	}
-	t := time.NewTimer(h.cfg.CountWait)
-	defer t.Stop()
-	select {
-	case h.counts <- struct{}{}:
-		return true
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return false
 }

@@ -1,10 +1,13 @@
 package httpx
 
 import (
+	"context"
 	"errors"
 	"io"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 )
 
 func TestBudget(t *testing.T) {
@@ -52,4 +55,33 @@ func TestReaderReservesAsItReads(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSlots: a free slot is taken at once; with none free a taker waits the
+// slots' wait and is refused, or is refused when its context ends first; a
+// released slot is taken again.
+func TestSlots(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewSlots(1, 2*time.Second)
+		if !s.Take(t.Context()) || s.Held() != 1 {
+			t.Fatal("the free slot was not taken")
+		}
+		start := time.Now()
+		if s.Take(t.Context()) {
+			t.Fatal("a second slot of one was taken")
+		}
+		if waited := time.Since(start); waited != 2*time.Second {
+			t.Errorf("refused after %s, want the 2s wait", waited)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		defer cancel()
+		start = time.Now()
+		if s.Take(ctx) || time.Since(start) != 500*time.Millisecond {
+			t.Errorf("a taker whose context ended after 500ms waited %s", time.Since(start))
+		}
+		s.Release()
+		if !s.Take(t.Context()) {
+			t.Error("the released slot was not taken again")
+		}
+	})
 }
