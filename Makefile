@@ -29,7 +29,7 @@ agents: ## install the pinned Claude Code, Codex CLI and qwen-code into AGENTS_D
 	@POOLGATE_AGENTS_DIR=$(AGENTS_DIR) bash scripts/agents.sh
 
 agents-capture: agents build ## re-record the agents' requests into internal/agents/testdata
-	POOLGATE_AGENTS_DIR=$(AGENTS_DIR) POOLGATE_TEST_BIN=$(BIN)/poolgate $(GO) test ./internal/daemon \
+	POOLGATE_AGENTS_DIR=$(AGENTS_DIR) POOLGATE_TEST_BIN=$(BIN)/poolgate $(GO) test ./cmd/poolgate/internal/daemon \
 	  -run 'TestAgentsEndToEnd' -count=1 -v -args -capture-agents
 
 lint: ## gofmt, go vet, staticcheck

@@ -266,7 +266,7 @@ func checkPageHeaders(t *testing.T, base string) {
 	}
 }
 
-// The browser helpers, shared with internal/daemon's dashboard tests.
+// The browser helpers, shared with cmd/poolgate/internal/daemon's dashboard tests.
 var (
 	findChromium   = browsertest.Chromium
 	openPage       = browsertest.Open

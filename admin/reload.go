@@ -8,7 +8,7 @@ import (
 )
 
 // Reloader re-reads the daemon's configuration and applies what may change
-// while it runs (internal/daemon).
+// while it runs (cmd/poolgate/internal/daemon).
 type Reloader interface {
 	// Reload applies the configuration as it is now and reports what
 	// changed. A configuration it refuses is an error wrapping

@@ -11,7 +11,7 @@ import (
 )
 
 // allocBudget is the Go benchmark of the whole handler path in one process
-// (internal/daemon's BenchmarkRequestPath): allocations and bytes per request,
+// (cmd/poolgate/internal/daemon's BenchmarkRequestPath): allocations and bytes per request,
 // without the inbound connection, against the same simulated worker.
 type allocBudget struct {
 	name          string
@@ -33,7 +33,7 @@ var allocBudgets = map[string][2]int64{ // allocs, bytes
 
 // runAllocBudget runs BenchmarkRequestPath with -benchmem against bin.
 func runAllocBudget(ctx context.Context, bin string, n int) ([]allocBudget, error) {
-	cmd := exec.CommandContext(ctx, "go", "test", "./internal/daemon", "-run", "^$", "-bench", "RequestPath",
+	cmd := exec.CommandContext(ctx, "go", "test", "./cmd/poolgate/internal/daemon", "-run", "^$", "-bench", "RequestPath",
 		"-benchmem", "-benchtime", strconv.Itoa(n)+"x", "-count", "1")
 	cmd.Env = append(cleanEnv(), "POOLGATE_TEST_BIN="+bin)
 	var out bytes.Buffer

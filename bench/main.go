@@ -170,7 +170,7 @@ func (b *bench) runAll(ctx context.Context) (*results, error) {
 		res.streams = append(res.streams, s)
 	}
 	if b.selected("allocs") {
-		b.logf("allocation budget: go test -bench RequestPath ./internal/daemon")
+		b.logf("allocation budget: go test -bench RequestPath ./cmd/poolgate/internal/daemon")
 		n := map[bool]int{true: 2000, false: 10000}[b.plan.short]
 		var err error
 		if res.allocs, err = runAllocBudget(ctx, b.bin, n); err != nil {

@@ -135,7 +135,7 @@ func (res *results) markdown(svgName string) string {
 	}
 	if len(res.allocs) > 0 {
 		b.WriteString("## Allocation budget of the handler path\n\n")
-		b.WriteString("`internal/daemon`'s `BenchmarkRequestPath` with `-benchmem`: one request through the gateway wired as " +
+		b.WriteString("`cmd/poolgate/internal/daemon`'s `BenchmarkRequestPath` with `-benchmem`: one request through the gateway wired as " +
 			"the daemon wires it (engine, key check, accounting with usage and the request log, protocol decode and encode, " +
 			"relay, router with affinity in memory, pool, openai driver) against the same simulated worker process, " +
 			"with only the inbound connection left out. Allocations and bytes are per request (per stream of 100 " +
@@ -236,7 +236,7 @@ The hot paths one request crosses, in isolation:
 
 ` + "```sh" + `
 go test -run '^$' -bench . -benchmem ./handlers/... ./pool/ ./pool/modelserver/ ./pool/textchat/ ./session/
-make build && POOLGATE_TEST_BIN=$PWD/bin/poolgate go test ./internal/daemon -run '^$' -bench RequestPath -benchmem
+make build && POOLGATE_TEST_BIN=$PWD/bin/poolgate go test ./cmd/poolgate/internal/daemon -run '^$' -bench RequestPath -benchmem
 ` + "```" + `
 
 Request decode per protocol and SSE encode per event (` + "`handlers/*`" + `), the affinity key of a

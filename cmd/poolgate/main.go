@@ -1,4 +1,4 @@
-// Command poolgate is the gateway daemon (internal/daemon): it serves until
+// Command poolgate is the gateway daemon (cmd/poolgate/internal/daemon): it serves until
 // SIGINT/SIGTERM and shuts down gracefully; SIGHUP reloads the accounts and
 // API keys. With the argument "simworker" it runs the bundled reference
 // worker instead, so the default pool needs no second binary; with "migrate"
@@ -18,7 +18,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/poolgate/poolgate/internal/daemon"
+	"github.com/poolgate/poolgate/cmd/poolgate/internal/daemon"
 	"github.com/poolgate/poolgate/internal/pycompat/migrate"
 	"github.com/poolgate/poolgate/internal/sim"
 	"github.com/poolgate/poolgate/pool/drivers"

@@ -1,6 +1,6 @@
 // Package config is poolgate's configuration: one struct read from an
 // optional YAML file and POOLGATE_* environment variables (the same keys),
-// decoded strictly and validated once. Only internal/daemon uses it; it hands
+// decoded strictly and validated once. Only cmd/poolgate/internal/daemon uses it; it hands
 // each package its own typed sub-config.
 package config
 

@@ -2,7 +2,7 @@
 // or a log line shows it: the user info of a URL (a Redis password, an
 // OTLP collector's credentials) and the values of query parameters that
 // carry a password or token. It is a leaf: config, redisconn and
-// internal/daemon use it wherever they echo a URL.
+// cmd/poolgate/internal/daemon use it wherever they echo a URL.
 package redact
 
 import "strings"

@@ -1,7 +1,7 @@
 // Package sysmem tells how much memory this process may use: its control
 // group's limit when one is set (cgroup v2 memory.max, v1
 // memory.limit_in_bytes), else the machine's (MemTotal in /proc/meminfo).
-// internal/daemon sizes the settings that default to a share of the memory
+// cmd/poolgate/internal/daemon sizes the settings that default to a share of the memory
 // from it (the body budget). It is a leaf: it imports nothing of poolgate's.
 package sysmem
 

@@ -1,6 +1,6 @@
 // Package responsestest has a hand-written fake of the responses.Store for
 // the tests of the responses handler and of the packages that wire it. The
-// real stores live in session, behind an adapter in internal/daemon.
+// real stores live in session, behind an adapter in cmd/poolgate/internal/daemon.
 package responsestest
 
 import (
