@@ -16,8 +16,13 @@ func (s *agentSession) turn(ctx context.Context, text string) {
 	if s.command(text) {
 		return
 	}
-	if method, _ := s.e.login(); method == "none" {
+	switch method, source := s.e.login(); {
+	case method == "none":
 		s.synthetic("authentication_failed", s.e.d.notLoggedIn, 0, "stop_sequence")
+		return
+	case strings.Contains(s.e.getenv(source), "invalid"):
+		// The upstream refuses the key (401), as the real CLI reports it.
+		s.synthetic("authentication_failed", "Invalid API key · Fix external API key", 401, "stop_sequence")
 		return
 	}
 	tctx, cancel := context.WithCancel(ctx)
@@ -41,6 +46,14 @@ func (s *agentSession) turn(ctx context.Context, text string) {
 	d := parseDirectives(directiveText(secs)).withDefaults(Faults{Chunks: -1, TimeScale: 1})
 	if d.logout {
 		_ = os.Remove(filepath.Join(s.e.configDir, s.e.d.credFile))
+	}
+	if d.offModel {
+		// Lines no CLI was seen to print: a message type outside the
+		// protocol, and a line that is not JSON.
+		s.emit(map[string]any{"type": "sim_unknown", "uuid": newUUID(), "session_id": id})
+		s.wmu.Lock()
+		_, _ = s.e.stdout.Write([]byte("this line is not JSON\n"))
+		s.wmu.Unlock()
 	}
 	if d.hang {
 		<-tctx.Done()

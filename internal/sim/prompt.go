@@ -175,6 +175,8 @@ type directives struct {
 	whoami, ask, env    bool
 	toolCode, think     bool
 	crash, hang, logout bool
+	// offModel prints lines outside the protocol first (agent-cli).
+	offModel bool
 	ratelimit, timeout  bool
 	// awaitResults keeps a native tool turn open after its tool/invoke
 	// requests instead of finishing it.
@@ -217,6 +219,8 @@ func parseDirectives(text string) directives {
 			d.awaitResults = true
 		case "logout":
 			d.logout = true
+		case "off-model":
+			d.offModel = true
 		case "error":
 			d.errAfter = 0
 		case "timeout":

@@ -30,7 +30,8 @@ type Backend struct {
 	wg   sync.WaitGroup // goroutines waiting out interrupted turns
 
 	mu        sync.Mutex
-	conns     []*conn // the supervised process first
+	conns     []*conn       // the supervised process first
+	changed   chan struct{} // closed (and replaced) when a process is freed
 	closed    bool
 	models    []chat.Model
 	rawModels json.RawMessage
@@ -52,7 +53,8 @@ type authState struct {
 var _ worker.Backend = (*Backend)(nil)
 
 func newBackend(d *Driver, ep worker.Endpoint, ds Dirs) *Backend {
-	b := &Backend{d: d, name: ep.Name, ep: ep, dirs: ds, log: d.cfg.Logger.With("instance", ep.Name)}
+	b := &Backend{d: d, name: ep.Name, ep: ep, dirs: ds, log: d.cfg.Logger.With("instance", ep.Name),
+		changed: make(chan struct{})}
 	b.rec = newRecorder(d, ep, b.log)
 	return b
 }

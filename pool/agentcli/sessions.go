@@ -30,18 +30,38 @@ var errSessionBusy = errors.New("the session's process is running another turn")
 // acquire picks the process for t and makes it ready: marked busy, reset
 // for a new conversation, set to t's model.
 func (b *Backend) acquire(ctx context.Context, t *chat.Turn) (*conn, error) {
-	b.mu.Lock()
-	if b.closed {
+	// A follow-up sent right after its conversation's turn was interrupted
+	// waits (bounded) for the interrupted turn to end on the worker.
+	wait := time.NewTimer(b.d.cfg.StopTimeout)
+	defer wait.Stop()
+	var c *conn
+	var reset bool
+	for {
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return nil, fmt.Errorf("%w (%w)", chat.ErrWorkerGone, chat.ErrNotSent)
+		}
+		var err error
+		c, reset, err = b.pick(t)
+		if c != nil {
+			c.busy = true
+		}
+		changed := b.changed
 		b.mu.Unlock()
-		return nil, fmt.Errorf("%w (%w)", chat.ErrWorkerGone, chat.ErrNotSent)
-	}
-	c, reset, err := b.pick(t)
-	if c != nil {
-		c.busy = true
-	}
-	b.mu.Unlock()
-	if err != nil {
-		return nil, err
+		if !errors.Is(err, errSessionBusy) {
+			if err != nil {
+				return nil, err
+			}
+			break
+		}
+		select {
+		case <-changed:
+		case <-wait.C:
+			return nil, err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (%w)", ctx.Err(), chat.ErrNotSent)
+		}
 	}
 	if c == nil {
 		return b.spawn(ctx, Launch{SystemPrompt: b.d.cfg.SystemPrompt, Resume: t.SessionID, Model: t.Model})
@@ -81,7 +101,7 @@ func (b *Backend) pick(t *chat.Turn) (c *conn, reset bool, err error) {
 	}
 	if id := t.SessionID; id != "" {
 		for _, c := range live {
-			if c.session == id {
+			if c.session == id && !c.stale {
 				if c.busy {
 					return nil, false, fmt.Errorf("session %s: %w (%w)", id, errSessionBusy, chat.ErrNotSent)
 				}
@@ -207,10 +227,18 @@ func (b *Backend) release(c *conn, session string, ok bool) {
 		live--
 	}
 	b.drop(stop)
+	b.notify()
 	b.mu.Unlock()
 	for _, x := range stop {
 		x.close()
 	}
+}
+
+// notify tells whoever waits for a process that one may be free; b.mu
+// held.
+func (b *Backend) notify() {
+	close(b.changed)
+	b.changed = make(chan struct{})
 }
 
 // stuckConn notes that c's interrupted turn never ended: a spawned process
@@ -222,6 +250,7 @@ func (b *Backend) stuckConn(c *conn) {
 	if c.child != nil {
 		b.drop([]*conn{c})
 	}
+	b.notify()
 	b.mu.Unlock()
 	if c.child != nil {
 		c.close()
