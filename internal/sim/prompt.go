@@ -176,8 +176,8 @@ type directives struct {
 	toolCode, think     bool
 	crash, hang, logout bool
 	// offModel prints lines outside the protocol first (agent-cli).
-	offModel bool
-	ratelimit, timeout  bool
+	offModel           bool
+	ratelimit, timeout bool
 	// awaitResults keeps a native tool turn open after its tool/invoke
 	// requests instead of finishing it.
 	awaitResults            bool

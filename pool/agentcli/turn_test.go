@@ -92,7 +92,6 @@ func TestFollowUpsContinueTheSession(t *testing.T) {
 	}
 }
 
-
 // Errors map to the neutral vocabulary.
 func TestTurnErrors(t *testing.T) {
 	p := startPool(t, nil, account(t, "a1", "sk-test-key"))
