@@ -163,6 +163,7 @@ func (d *dialect) parse(args []string) (printOptions, error) {
 	case o["--output-format"] != "stream-json":
 		return nil, errors.New("simulator: only --output-format stream-json is played")
 	case !o.has("--verbose"):
+		//lint:ignore ST1005 the real binary's words, which its callers see
 		return nil, errors.New("Error: When using --print, --output-format=stream-json requires --verbose")
 	}
 	return o, nil
