@@ -33,7 +33,6 @@ func Profile(secret string) agentcli.Profile {
 		},
 		LoginText:     regexp.MustCompile(`Not logged in|Please run /login|Invalid API key|OAuth token (has )?expired`),
 		RateLimitText: regexp.MustCompile(`(?i)\brate.?limit|usage limit|\(429\)|quota`),
-		Reset:         "/clear",
 		Escape:        escape,
 		Probe:         "get_binary_version",
 		Models:        models,
