@@ -20,7 +20,7 @@ func (s *agentSession) turn(ctx context.Context, text string) {
 	case method == "none":
 		s.synthetic("authentication_failed", s.e.d.notLoggedIn, 0, "stop_sequence")
 		return
-	case strings.Contains(s.e.getenv(source), "invalid"):
+	case strings.Contains(s.e.getenv(source), "invalid") || source == "stored" && s.e.storedRefused():
 		// The upstream refuses the key (401), as the real CLI reports it.
 		s.synthetic("authentication_failed", "Invalid API key · Fix external API key", 401, "stop_sequence")
 		return
@@ -260,6 +260,13 @@ func (s *agentSession) command(text string) bool {
 		"duration_api_ms": 0, "num_turns": 0, "result": msg, "stop_reason": nil, "session_id": old,
 		"total_cost_usd": 0, "usage": usage(0, 0), "uuid": newUUID()})
 	return true
+}
+
+// storedRefused reports whether the stored login is one the upstream
+// refuses (its token contains "invalid").
+func (e *agentEnv) storedRefused() bool {
+	c, err := e.readCreds()
+	return err == nil && strings.Contains(c.OAuth.AccessToken, "invalid")
 }
 
 // clearNote is what the real CLI keeps of a /clear in the conversation it
