@@ -57,14 +57,23 @@ func (s *agentSession) turn(ctx context.Context, text string) {
 		_, _ = s.e.stdout.Write([]byte("this line is not JSON\n"))
 		s.wmu.Unlock()
 	}
-	if d.hang {
-		<-tctx.Done()
-		s.interrupted(id, model, "", "")
+	if s.fault(tctx, id, model, d) {
 		return
 	}
-	if sleepCtx(tctx, d.delay) != nil {
+	s.stream(tctx, id, model, n, text, secs, d)
+}
+
+// fault plays the turn's fault, when its directives ask for one, and
+// reports whether it did.
+func (s *agentSession) fault(ctx context.Context, id, model string, d directives) bool {
+	if d.hang {
+		<-ctx.Done()
 		s.interrupted(id, model, "", "")
-		return
+		return true
+	}
+	if sleepCtx(ctx, d.delay) != nil {
+		s.interrupted(id, model, "", "")
+		return true
 	}
 	switch {
 	case d.ratelimit:
@@ -73,12 +82,12 @@ func (s *agentSession) turn(ctx context.Context, text string) {
 				"resetsAt": time.Now().Add(d.retryAfter).Unix()}, "uuid": newUUID(), "session_id": id})
 		}
 		s.synthetic("rate_limit", "API Error: Request rejected (429) · rate limited", 429, "stop_sequence")
-		return
+		return true
 	case d.errAfter == 0 || d.timeout:
 		s.synthetic("server_error", "API Error: 500 Internal server error. This is a server-side issue, usually temporary — try again in a moment.", 500, "stop_sequence")
-		return
+		return true
 	}
-	s.stream(tctx, id, model, n, text, secs, d)
+	return false
 }
 
 // stream plays the model's answer: partial messages when asked for, the
