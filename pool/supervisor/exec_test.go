@@ -40,8 +40,12 @@ func helperWorker(args []string) int {
 	fs := flag.NewFlagSet("helper-worker", flag.ContinueOnError)
 	port := fs.Int("port", 0, "the port to listen on")
 	mode := fs.String("mode", "serve", "serve, hang or deaf")
+	stdio := fs.Bool("stdio", false, "speak on stdin and stdout instead of a port (stdio_test.go)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *stdio {
+		return stdioHelper(*mode)
 	}
 	stop := make(chan os.Signal, 1)
 	switch *mode {
@@ -110,6 +114,7 @@ func (d helperDriver) Connect(ctx context.Context, ep worker.Endpoint) (worker.B
 
 // lineBackend asks the helper worker for its status over one connection.
 type lineBackend struct {
+	noTurns
 	mu   sync.Mutex
 	conn net.Conn
 	r    *bufio.Reader
@@ -131,20 +136,22 @@ func (b *lineBackend) Status(ctx context.Context) (worker.AuthState, error) {
 	return worker.AuthState{LoggedIn: strings.TrimSpace(line) == "logged-in"}, nil
 }
 
-func (b *lineBackend) Start(context.Context, *chat.Turn) (chat.Answer, error) {
+// noTurns are a helper worker's answers to all but its health checks.
+type noTurns struct{}
+
+func (noTurns) Start(context.Context, *chat.Turn) (chat.Answer, error) {
 	return nil, errors.New("the helper worker takes no turns")
 }
-
-func (b *lineBackend) Capabilities() worker.Capabilities { return worker.Capabilities{} }
-func (b *lineBackend) Models(context.Context) ([]chat.Model, error) {
+func (noTurns) Capabilities() worker.Capabilities { return worker.Capabilities{} }
+func (noTurns) Models(context.Context) ([]chat.Model, error) {
 	return nil, worker.ErrUnsupported
 }
-func (b *lineBackend) RawModels(context.Context) (json.RawMessage, []chat.Model, error) {
+func (noTurns) RawModels(context.Context) (json.RawMessage, []chat.Model, error) {
 	return nil, nil, worker.ErrUnsupported
 }
-func (b *lineBackend) LoginURL(context.Context) (string, error)    { return "", worker.ErrUnsupported }
-func (b *lineBackend) DeleteSession(context.Context, string) error { return worker.ErrUnsupported }
-func (b *lineBackend) Close() error                                { return b.conn.Close() }
+func (noTurns) LoginURL(context.Context) (string, error)    { return "", worker.ErrUnsupported }
+func (noTurns) DeleteSession(context.Context, string) error { return worker.ErrUnsupported }
+func (b *lineBackend) Close() error                         { return b.conn.Close() }
 
 // execWorker is a worker config with test-speed timings.
 func execWorker(t *testing.T, name string) supervisor.WorkerConfig {
@@ -156,6 +163,12 @@ func execWorker(t *testing.T, name string) supervisor.WorkerConfig {
 // startExec runs the supervisor over real helper processes until the test
 // ends.
 func startExec(t *testing.T, drv helperDriver, workers ...supervisor.WorkerConfig) *supervisor.Supervisor {
+	t.Helper()
+	return startExecWith(t, drv, workers...)
+}
+
+// startExecWith is startExec with any driver.
+func startExecWith(t *testing.T, drv worker.Driver, workers ...supervisor.WorkerConfig) *supervisor.Supervisor {
 	t.Helper()
 	launcher := &supervisor.ExecLauncher{Env: []string{helperEnv + "=1"}}
 	s := supervisor.New(supervisor.Config{}, workers, drv, launcher, nil, slog.New(slog.DiscardHandler))
