@@ -258,11 +258,18 @@ type UnknownModelError struct {
 }
 
 func (e *UnknownModelError) Error() string {
-	if len(e.Models) == 0 {
-		return fmt.Sprintf("no account serves the model %q, and the pool lists no models yet", e.Model)
+	name := e.Model
+	if len(name) > maxQuotedName {
+		name = name[:maxQuotedName] + "..." // a name is the caller's, of any length
 	}
-	return fmt.Sprintf("no account serves the model %q; the pool's models are %s", e.Model, strings.Join(e.Models, ", "))
+	if len(e.Models) == 0 {
+		return fmt.Sprintf("no account serves the model %q, and the pool lists no models yet", name)
+	}
+	return fmt.Sprintf("no account serves the model %q; the pool's models are %s", name, strings.Join(e.Models, ", "))
 }
+
+// maxQuotedName bounds how much of a name from a request an error quotes.
+const maxQuotedName = 200
 
 // OverloadedError is returned when the admission guard rejects a request.
 type OverloadedError struct {

@@ -18,8 +18,8 @@ import (
 
 // catalogue is the pool's models as requests read them: rebuilt when a
 // member joins or leaves, lists its models, or another replica's list
-// changes, and never changed once built, so a request reads it without
-// the pool's lock.
+// changes (under the pool's lock), and never changed once built, so a
+// request reads it without that lock.
 type catalogue struct {
 	// models is the union, in the order of the members (then the other
 	// replicas'), each with the kinds that serve it (chat.Model.Driver);
@@ -100,12 +100,9 @@ func (p *Pool) Models() []chat.Model { return p.catalogue().models }
 // Models lists them: what a replica tells the others it has.
 func (p *Pool) LocalModels() []chat.Model { return p.catalogue().local }
 
-// catalogue returns the catalogue in force.
-func (p *Pool) catalogue() *catalogue {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.cat
-}
+// catalogue returns the catalogue in force, without the pool's lock: a
+// request reads it twice before admission.
+func (p *Pool) catalogue() *catalogue { return p.cat.Load() }
 
 // SetRemoteModels gives the pool the models the other replicas' accounts
 // list (pool/cluster's heartbeats): listed alongside this replica's, and
@@ -167,7 +164,7 @@ func (p *Pool) rebuildModels() {
 	for _, md := range c.models {
 		c.ids = append(c.ids, md.ID)
 	}
-	p.cat = c
+	p.cat.Store(c)
 }
 
 // Models returns the pool's models.

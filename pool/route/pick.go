@@ -156,7 +156,7 @@ func (p *Pool) gauge() {
 func (p *Pool) overloaded(reason string, t *target) error {
 	capacity := 0
 	for _, m := range p.members {
-		if m.usable() && t.admits(m, p.cat) {
+		if m.usable() && t.admits(m, p.cat.Load()) {
 			capacity += m.max
 		}
 	}
@@ -181,7 +181,7 @@ func (p *Pool) anyReady(t *target) bool {
 // failing at once; p.mu held.
 func (p *Pool) loginPendingLocked(t *target) bool {
 	for _, m := range p.members {
-		if m.st.LoginPending && t.admits(m, p.cat) {
+		if m.st.LoginPending && t.admits(m, p.cat.Load()) {
 			return true
 		}
 	}
@@ -198,7 +198,7 @@ var errLoggedOut = fmt.Errorf("%w: %w: every account needs a login", chat.ErrNoI
 func (p *Pool) noInstanceLocked(t *target) error {
 	n := 0
 	for _, m := range p.members {
-		if !t.admits(m, p.cat) {
+		if !t.admits(m, p.cat.Load()) {
 			continue
 		}
 		if n++; m.st.State != supervisor.StateNeedsLogin {
@@ -213,7 +213,7 @@ func (p *Pool) noInstanceLocked(t *target) error {
 
 func (p *Pool) anyReadyLocked(t *target) bool {
 	for _, m := range p.members {
-		if m.usable() && t.admits(m, p.cat) {
+		if m.usable() && t.admits(m, p.cat.Load()) {
 			return true
 		}
 	}
@@ -226,7 +226,7 @@ func (p *Pool) sizeFor(t *target) int {
 	defer p.mu.Unlock()
 	n := 0
 	for _, m := range p.members {
-		if t.admits(m, p.cat) {
+		if t.admits(m, p.cat.Load()) {
 			n++
 		}
 	}
@@ -241,7 +241,7 @@ func (p *Pool) allUsableExcludedLocked(t *target, exclude []string) bool {
 	}
 	found := false
 	for _, m := range p.members {
-		if !m.usable() || !t.admits(m, p.cat) {
+		if !m.usable() || !t.admits(m, p.cat.Load()) {
 			continue
 		}
 		if !slices.Contains(exclude, m.name) {
@@ -275,7 +275,7 @@ func (p *Pool) tryPick(want preference, giveUpPrefer bool) *turnSlot {
 		// ever when this replica leases fewer accounts than the pool has.
 		exclude = nil
 	}
-	serves := func(m *member) bool { return m.usable() && t.admits(m, p.cat) }
+	serves := func(m *member) bool { return m.usable() && t.admits(m, p.cat.Load()) }
 	free := func(m *member) bool {
 		if !serves(m) || m.inFlight >= m.max {
 			return false

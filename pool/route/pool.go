@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,8 +72,8 @@ type Pool struct {
 	// waitingFor counts the waiting requests by their target (its key),
 	// for the Retry-After of those accounts alone.
 	waitingFor map[string]int
-	cat        *catalogue   // the models, rebuilt on change (models.go)
-	remote     []chat.Model // the other replicas' models (SetRemoteModels)
+	cat        atomic.Pointer[catalogue] // the models, rebuilt on change under mu (models.go)
+	remote     []chat.Model              // the other replicas' models (SetRemoteModels)
 }
 
 // member is the pool's view of one worker; p.mu guards it.

@@ -29,7 +29,9 @@ func (r *Router) logTurn(rq *request, slot *turnSlot, outcome string, err error)
 		slog.Bool("reused", rq.reused), slog.Int64("latency_ms", time.Since(rq.start).Milliseconds()),
 		slog.String("outcome", outcome), slog.String("request_id", rq.RequestID))
 	if rq.Model != rq.model {
-		attrs = append(attrs, slog.String("requested", rq.Model)) // an alias, or the default model
+		// An alias, or the default model, stood in for the name, which is
+		// the caller's and of any length.
+		attrs = append(attrs, slog.String("requested", rq.Model[:min(len(rq.Model), 200)]))
 	}
 	if rq.fresh != "" {
 		attrs = append(attrs, slog.String("new_session", rq.fresh))

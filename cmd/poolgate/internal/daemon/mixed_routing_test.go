@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
 // One daemon, simulated Lingma accounts beside simulated model servers:
@@ -284,5 +286,43 @@ func TestMixedPoolOfOwnBinaries(t *testing.T) {
 		if err != nil || !strings.Contains(string(cmdline), "simworker") {
 			t.Errorf("%s runs %q (%v), want its worker_bin", name, cmdline, err)
 		}
+	}
+}
+
+// A kind whose accounts all fail to start (here the model servers' worker
+// refuses its arguments) leaves the other kind serving. The failed kind
+// never listed its models, so a name it might serve goes to its accounts
+// and gets their 503, not a 404.
+func TestMixedPoolOneKindFailed(t *testing.T) {
+	accounts := mixedKinds()
+	for i := range accounts {
+		if accounts[i].Driver == "openai" {
+			accounts[i].Args = []string{"--fail-rate=2"} // the simulator exits: --fail-rate=2: want 0..1
+		}
+	}
+	path := filepath.Join(t.TempDir(), "poolgate.yaml")
+	writeMixed(t, path, accounts, "backoff_max: 1s\n")
+	d := testenv.StartDaemonArgs(t, []string{"-config", path})
+	testenv.WaitForNoError(t, 30*time.Second, "the model servers failed, the Lingma accounts ready", func() error {
+		ins := instancesOf(t, d)
+		for name, in := range ins {
+			want := supervisor.StateReady
+			if strings.HasPrefix(name, "ms-") {
+				want = supervisor.StateFailed
+			}
+			if in.State != want {
+				return fmt.Errorf("%s is %s", name, in.State)
+			}
+		}
+		return nil
+	})
+	for _, model := range []string{"lm-coder", "lm-chat"} {
+		if code, inst, _, body := mixedPost(t, d, "/v1/chat/completions", nil, convBody(model, "hello")); code != http.StatusOK ||
+			!strings.HasPrefix(inst, "lm-") {
+			t.Errorf("%s with the model servers failed: %d on %q: %s", model, code, inst, body)
+		}
+	}
+	if code, _, _, body := mixedPost(t, d, "/v1/chat/completions", nil, convBody("ms-small", "anyone?")); code != http.StatusServiceUnavailable {
+		t.Errorf("ms-small with its kind failed: %d %s, want 503", code, body)
 	}
 }
