@@ -64,13 +64,13 @@ func TestMixedPoolReloadChangesKinds(t *testing.T) {
 	// lm-2 becomes a model server of its own model; lm-1 and ms-1 run on.
 	before = pids()
 	changed := slices.Clone(withServer)
-	changed[1] = mixedAccount{Name: "lm-2", Driver: "openai", Models: []string{"ms-small"}}
+	changed[1] = mixedAccount{Name: "lm-2", Driver: "openai", Models: []string{"ms-tiny"}}
 	apply(changed, []string{}, []string{}, []string{"lm-2"})
-	if in := instancesOf(t, d)["lm-2"]; in.Driver != "openai" || !slices.Equal(in.Models, []string{"ms-small"}) {
-		t.Errorf("lm-2 after its kind changed: driver %q, models %v; want openai, [ms-small]", in.Driver, in.Models)
+	if in := instancesOf(t, d)["lm-2"]; in.Driver != "openai" || !slices.Equal(in.Models, []string{"ms-tiny"}) {
+		t.Errorf("lm-2 after its kind changed: driver %q, models %v; want openai, [ms-tiny]", in.Driver, in.Models)
 	}
-	if inst := serve("ms-small", "openai"); inst != "lm-2" {
-		t.Errorf("ms-small went to %s, want lm-2", inst)
+	if inst := serve("ms-tiny", "openai"); inst != "lm-2" {
+		t.Errorf("ms-tiny went to %s, want lm-2", inst)
 	}
 	now = pids()
 	for _, name := range []string{"lm-1", "ms-1"} {
