@@ -29,6 +29,7 @@ import (
 	"github.com/poolgate/poolgate/pool/lingma"
 	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/supervisor/supervisortest"
 	"github.com/poolgate/poolgate/pool/worker"
 	"github.com/poolgate/poolgate/session/bundle"
 )
@@ -77,7 +78,7 @@ func newBundleEnv(t *testing.T, key []byte, cfg admin.Config, edge gin.HandlerFu
 		HealthTimeout: time.Second, BackoffMin: 100 * time.Millisecond, BackoffMax: time.Second, StopGrace: 2 * time.Second}
 	launcher := &supervisor.ExecLauncher{}
 	p := route.New(route.Config{}, nil, bundleLog())
-	sup := supervisor.New(p.Watch(supervisor.Config{}), []supervisor.WorkerConfig{wc}, lingma.New(lingma.Config{Command: cmd, ExtraArgs: extra}), launcher, nil, bundleLog())
+	sup := supervisor.New(p.Watch(supervisor.Config{}), supervisortest.Drive(lingma.New(lingma.Config{Command: cmd, ExtraArgs: extra}), []supervisor.WorkerConfig{wc}), launcher, nil, bundleLog())
 	if start {
 		ctx, cancel := context.WithCancel(context.Background())
 		sup.Start(ctx)

@@ -28,6 +28,7 @@ import (
 	"github.com/poolgate/poolgate/pool/lingma"
 	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/supervisor/supervisortest"
 	"github.com/poolgate/poolgate/pool/worker"
 )
 
@@ -160,7 +161,7 @@ func startAdmin(t *testing.T) (*route.Pool, *supervisor.Supervisor, *httptest.Se
 	drv := lingma.New(lingma.Config{Command: []string{testenv.PoolgateBin(t), "simworker"}, ExtraArgs: []string{"--logged-in"}})
 	launcher := &supervisor.ExecLauncher{}
 	p := route.New(route.Config{}, nil, log)
-	sup := supervisor.New(p.Watch(supervisor.Config{}), []supervisor.WorkerConfig{workerConfig(t, "w1"), workerConfig(t, "w2")}, drv, launcher, nil, log)
+	sup := supervisor.New(p.Watch(supervisor.Config{}), supervisortest.Drive(drv, []supervisor.WorkerConfig{workerConfig(t, "w1"), workerConfig(t, "w2")}), launcher, nil, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	sup.Start(ctx)
 	t.Cleanup(func() {

@@ -19,6 +19,9 @@ type openAIModel struct {
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
 	Name    string `json:"name,omitempty"`
+	// Driver is poolgate's own field, in every protocol's listing: the
+	// kind of worker that serves the model (chat.Model.Driver).
+	Driver string `json:"driver,omitempty"`
 }
 
 type anthropicModel struct {
@@ -26,6 +29,7 @@ type anthropicModel struct {
 	ID          string `json:"id"`
 	DisplayName string `json:"display_name"`
 	CreatedAt   string `json:"created_at"`
+	Driver      string `json:"driver,omitempty"`
 }
 
 // The model listings are the edge's, not a protocol's: they read the
@@ -45,7 +49,7 @@ func models(ml ModelLister) gin.HandlerFunc {
 			data := make([]anthropicModel, 0, len(ms))
 			created := time.Unix(startTime, 0).UTC().Format(time.RFC3339)
 			for _, m := range ms {
-				data = append(data, anthropicModel{Type: "model", ID: m.ID, DisplayName: m.Name, CreatedAt: created})
+				data = append(data, anthropicModel{Type: "model", ID: m.ID, DisplayName: m.Name, CreatedAt: created, Driver: m.Driver})
 			}
 			var first, last *string
 			if len(data) > 0 {
@@ -56,7 +60,7 @@ func models(ml ModelLister) gin.HandlerFunc {
 		}
 		data := make([]openAIModel, 0, len(ms))
 		for _, m := range ms {
-			data = append(data, openAIModel{ID: m.ID, Object: "model", Created: startTime, OwnedBy: "poolgate", Name: m.Name})
+			data = append(data, openAIModel{ID: m.ID, Object: "model", Created: startTime, OwnedBy: "poolgate", Name: m.Name, Driver: m.Driver})
 		}
 		c.JSON(http.StatusOK, gin.H{"object": "list", "data": data})
 	}
@@ -66,7 +70,7 @@ func models(ml ModelLister) gin.HandlerFunc {
 func writeOpenAIModel(c *gin.Context, ms []chat.Model, id string) {
 	for _, m := range ms {
 		if m.ID == id {
-			c.JSON(http.StatusOK, openAIModel{ID: m.ID, Object: "model", Created: startTime, OwnedBy: "poolgate", Name: m.Name})
+			c.JSON(http.StatusOK, openAIModel{ID: m.ID, Object: "model", Created: startTime, OwnedBy: "poolgate", Name: m.Name, Driver: m.Driver})
 			return
 		}
 	}

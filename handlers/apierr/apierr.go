@@ -136,6 +136,7 @@ func Classify(err error) Problem {
 		rle *chat.RateLimitedError
 		ue  *chat.UpstreamError
 		tle *chat.TooLargeError
+		ume *chat.UnknownModelError
 	)
 	p := Problem{Err: err}
 	switch {
@@ -148,6 +149,8 @@ func Classify(err error) Problem {
 		p.Kind, p.Param, p.Code, p.Message = InvalidRequest, ve.Path(), ValidationCode(ve.Problem), ve.Error()
 	case errors.As(err, &pe):
 		p.Kind, p.Param, p.Code, p.Message = InvalidRequest, pe.Param, "tool_not_allowed", pe.Message
+	case errors.As(err, &ume):
+		p.Kind, p.Param, p.Code, p.Message = NotFound, "model", "model_not_found", ume.Error()
 	case errors.As(err, &tle):
 		p.Kind, p.Code, p.Message = TooLarge, "request_too_large", tle.Error()
 	case errors.Is(err, httpx.ErrBodyTooLarge):

@@ -17,6 +17,8 @@ type modelInfo struct {
 	Version                    string   `json:"version"`
 	DisplayName                string   `json:"displayName"`
 	SupportedGenerationMethods []string `json:"supportedGenerationMethods"`
+	// Driver is poolgate's own: the kind of worker that serves the model.
+	Driver string `json:"driver,omitempty"`
 }
 
 var methods = []string{MethodGenerate, MethodStream, MethodCount}
@@ -26,7 +28,8 @@ func info(m chat.Model) modelInfo {
 	if name == "" {
 		name = m.ID
 	}
-	return modelInfo{Name: "models/" + m.ID, BaseModelID: m.ID, Version: "1", DisplayName: name, SupportedGenerationMethods: methods}
+	return modelInfo{Name: "models/" + m.ID, BaseModelID: m.ID, Version: "1", DisplayName: name, SupportedGenerationMethods: methods,
+		Driver: m.Driver}
 }
 
 // WriteModels answers models.list with the pool's models, all on one page.
@@ -43,8 +46,8 @@ func WriteModels(w http.ResponseWriter, ms []chat.Model) {
 
 // WriteModel answers models.get for name ("models/{id}" or the id) with
 // the pool's model of that id, or NOT_FOUND. A name the pool does not
-// list is still served by generateContent (through the aliases or the
-// default model), but the gateway cannot describe it.
+// list may still be served by generateContent (through the aliases or
+// the default model), but the gateway cannot describe it.
 func WriteModel(w http.ResponseWriter, ms []chat.Model, name string) {
 	id := strings.TrimPrefix(strings.TrimPrefix(name, "/"), "models/")
 	for _, m := range ms {
@@ -55,6 +58,6 @@ func WriteModel(w http.ResponseWriter, ms []chat.Model, name string) {
 		}
 	}
 	p := apierr.ForStatus(http.StatusNotFound, "model "+id+" is not one of the pool's models (GET /v1beta/models lists them); "+
-		"generateContent still serves it through the model aliases or the default model")
+		"generateContent may still serve it through the model aliases or the default model (docs/routing.md)")
 	WriteProblem(w, &p)
 }

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -176,6 +177,12 @@ type Event struct {
 type Model struct {
 	ID   string `json:"id"`
 	Name string `json:"name"`
+	// Driver names the kind of worker (its driver setting) whose
+	// accounts serve the model, as the pool lists it, comma-separated in
+	// the rare pool where accounts of several kinds serve one model id:
+	// the router fills it in; a worker's own list leaves it empty. A
+	// string, so that a Model stays comparable.
+	Driver string `json:"driver,omitempty"`
 }
 
 // Turn is what the router asks of one worker: the neutral request narrowed to
@@ -225,8 +232,9 @@ var (
 
 // TooLargeError is a turn larger, as encoded for the worker, than the
 // worker accepts. A driver refuses it before sending anything, and the
-// router before any worker is picked: every worker of a pool has the same
-// limit, so no other could take it either.
+// router before any worker is picked: every worker of a kind has the same
+// limit, and the turn must fit every kind its model routes to, so no other
+// worker could take it either.
 type TooLargeError struct {
 	// Size is the turn's size in bytes as the driver would send it (an
 	// upper bound when it was estimated); Limit the most the worker
@@ -237,6 +245,31 @@ type TooLargeError struct {
 func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("the conversation is %d bytes as a worker receives it; the workers accept at most %d", e.Size, e.Limit)
 }
+
+// UnknownModelError is a request for a model no account of the pool
+// serves, in a pool where such a name takes no default model
+// (docs/routing.md): answered 404 in the caller's protocol, naming the
+// models there are.
+type UnknownModelError struct {
+	// Model is the name the client asked for.
+	Model string
+	// Models are the ids of the models the pool serves.
+	Models []string
+}
+
+func (e *UnknownModelError) Error() string {
+	name := e.Model
+	if len(name) > maxQuotedName {
+		name = name[:maxQuotedName] + "..." // a name is the caller's, of any length
+	}
+	if len(e.Models) == 0 {
+		return fmt.Sprintf("no account serves the model %q, and the pool lists no models yet", name)
+	}
+	return fmt.Sprintf("no account serves the model %q; the pool's models are %s", name, strings.Join(e.Models, ", "))
+}
+
+// maxQuotedName bounds how much of a name from a request an error quotes.
+const maxQuotedName = 200
 
 // OverloadedError is returned when the admission guard rejects a request.
 type OverloadedError struct {

@@ -2,12 +2,15 @@ package config
 
 import (
 	"fmt"
+	"path"
+	"slices"
 	"strings"
 )
 
-// validateAccounts checks the accounts: names, and that a worker binary has
-// accounts to run (the bundled simulator serves its demo accounts without),
-// and that sealed bundles come with the key that opens them. The daemon and
+// validateAccounts checks the accounts: names, that a worker binary has
+// accounts to run (the bundled simulator serves its demo accounts without)
+// and each account a binary once one is named, and that sealed bundles
+// come with the key that opens them. The daemon and
 // `poolgate migrate` both load through here, so a configuration migrate
 // writes is one the daemon starts with.
 func (c *Config) validateAccounts() []error {
@@ -23,6 +26,19 @@ func (c *Config) validateAccounts() []error {
 		}
 		if c.BundleKey == "" && (a.SessionBundle != "" || a.SessionBundleFile != "") {
 			errs = append(errs, fmt.Errorf("account %s carries a sealed session bundle but bundle_key (POOLGATE_BUNDLE_KEY) is not set: set the key it was sealed with", a.Name))
+		}
+		if slices.Contains(a.Models, "") {
+			errs = append(errs, fmt.Errorf("account %s: models lists an empty name", a.Name))
+		}
+		// A pool is simulated whole or not at all (Simulated): once any
+		// binary is named, an account without one would have none.
+		if c.BinOf(a) == "" && !c.Simulated() {
+			errs = append(errs, fmt.Errorf("account %s has no worker binary while others have one: set its worker_bin, or the top-level worker_bin (POOLGATE_WORKER_BIN)", a.Name))
+		}
+	}
+	for _, p := range c.DefaultModelNames {
+		if _, err := path.Match(p, ""); err != nil {
+			errs = append(errs, fmt.Errorf("default_model_names %q: %w (a shell pattern such as claude-*)", p, err))
 		}
 	}
 	if c.WorkerBin != "" && len(c.Accounts) == 0 {

@@ -43,6 +43,20 @@ type Account struct {
 	SessionBundlePlain string `yaml:"session_bundle_plain" json:"session_bundle_plain"`
 	// Recipe names the login recipe for this account (default by driver).
 	Recipe string `yaml:"recipe" json:"recipe"`
+	// Driver is the account's kind of worker ("" = the top-level
+	// driver), so that one pool mixes kinds; each kind's own settings stay
+	// in its section.
+	Driver string `yaml:"driver" json:"driver"`
+	// WorkerBin and WorkerArgs are the account's worker binary ("" = the
+	// top-level worker_bin) and the driver's arguments after it (none =
+	// the top-level worker_args for an account of the top-level driver,
+	// else none): accounts of another kind than the top-level driver's
+	// run another program. Args follow them all.
+	WorkerBin  string   `yaml:"worker_bin" json:"worker_bin"`
+	WorkerArgs []string `yaml:"worker_args" json:"worker_args"`
+	// Models are the model ids the account serves, for routing by model
+	// (none = the models its worker lists).
+	Models []string `yaml:"models" json:"models"`
 	// Record writes a transcript of each of this account's turns, as
 	// a driver's record setting does for every account.
 	Record bool `yaml:"record" json:"record"`
@@ -70,12 +84,12 @@ type Config struct {
 	MaxUnauthenticatedConns int   `yaml:"max_unauthenticated_conns"` // connections one listener keeps open before any request on them showed a key or token; past it the oldest is closed (1024)
 	BodyBudgetBytes         int64 `yaml:"body_budget_bytes"`         // bytes of API request bodies held at once, gateway-wide; past it a request gets 429 with Retry-After before its body is read (0 = an eighth of the memory the process may use, at least 4 times max_body_bytes)
 
-	Driver       string    `yaml:"driver"`         // worker protocol: lingma or openai (lingma)
+	Driver       string    `yaml:"driver"`         // worker protocol of the accounts that name none: lingma or openai (lingma)
 	WorkerAPIKey string    `yaml:"worker_api_key"` // Bearer key sent to openai-driver workers
 	DataDir      string    `yaml:"data_dir"`       // parent of the per-account work dirs
-	WorkerBin    string    `yaml:"worker_bin"`     // worker binary ("" = this executable's simworker, see simulate)
+	WorkerBin    string    `yaml:"worker_bin"`     // worker binary of the accounts that name none ("" = this executable's simworker, see simulate)
 	Simulate     string    `yaml:"simulate"`       // the bundled simulator serves the pool: auto, true or false (auto)
-	WorkerArgs   []string  `yaml:"worker_args"`    // extra worker arguments
+	WorkerArgs   []string  `yaml:"worker_args"`    // extra worker arguments of the top-level driver's accounts
 	Accounts     []Account `yaml:"accounts"`       // the accounts, one worker each; a JSON list in the environment (none = two simulated accounts)
 	AccountsFile string    `yaml:"accounts_file"`  // YAML or JSON file with the account list
 
@@ -109,8 +123,12 @@ type Config struct {
 	SessionCacheSize int           `yaml:"session_cache_size"` // affinity entries kept in memory (10000)
 	SessionCacheTTL  time.Duration `yaml:"session_cache_ttl"`  // life of an affinity entry after its last turn (30m)
 
-	DefaultModel string            `yaml:"default_model"` // model for unknown names ("" = first listed)
+	DefaultModel string            `yaml:"default_model"` // model for unknown names ("" = first listed); which names take it: docs/routing.md
 	ModelAliases map[string]string `yaml:"model_aliases"` // client model name -> pool model; a JSON object in the environment
+	// DefaultModelNames exists because coding agents send their vendor's
+	// model names (claude-sonnet-4-5, gpt-5-codex) unless told otherwise,
+	// while any other name no account serves is more likely a mistake.
+	DefaultModelNames []string `yaml:"default_model_names"` // in a pool of several kinds, the unknown model names (shell patterns) that take default_model instead of a 404; in a pool of one kind every unknown name takes it (the coding agents' names: claude-*, gpt-*, o[0-9]*, codex-*, gemini-*, qwen*)
 
 	BundleKey         string `yaml:"bundle_key"`          // base64 of 32 bytes sealing session bundles ("" = bundles off)
 	RedisURL          string `yaml:"redis_url"`           // Redis URL ("" = in-memory store), in redis_mode's form
@@ -160,6 +178,7 @@ func Defaults() Config {
 		LogLevel:                  "info",
 		LogFormat:                 "text",
 		Driver:                    "lingma",
+		DefaultModelNames:         []string{"claude-*", "gpt-*", "o[0-9]*", "codex-*", "gemini-*", "qwen*"},
 		Sections:                  sectionDefaults(),
 		Simulate:                  "auto",
 		DataDir:                   defaultDataDir(),

@@ -15,8 +15,39 @@ import (
 // developer may change them and keep the demo pool.
 
 // Simulated reports whether the bundled simulator serves the pool (no
-// worker binary; Validate has checked simulate allows it).
-func (c *Config) Simulated() bool { return c.WorkerBin == "" }
+// worker binary, neither the top-level one nor an account's; Validate has
+// checked simulate allows it, and that a pool is simulated whole or not
+// at all).
+func (c *Config) Simulated() bool { return c.WorkerBin == "" && len(c.accountBins()) == 0 }
+
+// accountBins names the accounts that set a worker binary of their own.
+func (c *Config) accountBins() []string {
+	var names []string
+	for _, a := range c.Accounts {
+		if a.WorkerBin != "" {
+			names = append(names, a.Name)
+		}
+	}
+	return names
+}
+
+// BinOf returns the worker binary of the account ("" = the bundled
+// simulator): its own, else the top-level one.
+func (c *Config) BinOf(a Account) string {
+	if a.WorkerBin != "" {
+		return a.WorkerBin
+	}
+	return c.WorkerBin
+}
+
+// ArgsOf returns the driver's arguments of the account: its own, else
+// the top-level worker_args when the account is of the top-level driver.
+func (c *Config) ArgsOf(a Account) []string {
+	if a.WorkerArgs != nil || (a.Driver != "" && a.Driver != c.Driver) {
+		return a.WorkerArgs
+	}
+	return c.WorkerArgs
+}
 
 // DeploymentSettings names the settings that mark this configuration as a
 // deployment, which in auto mode keeps the simulated pool from starting.
@@ -45,17 +76,21 @@ func (c *Config) DeploymentSettings() []string {
 // validateSimulate checks the simulate setting against the rest.
 func (c *Config) validateSimulate() error {
 	const real = "set POOLGATE_WORKER_BIN (the Python gateway's LINGMA_BIN) to the Lingma binary"
+	own := c.accountBins()
 	switch c.Simulate {
 	case "true":
 		if c.WorkerBin != "" {
 			return fmt.Errorf("simulate=true runs the bundled simulator, but worker_bin is set to %q: unset one of them", c.WorkerBin)
 		}
+		if len(own) > 0 {
+			return fmt.Errorf("simulate=true runs the bundled simulator, but accounts %s set a worker_bin of their own: unset one or the other", strings.Join(own, ", "))
+		}
 	case "false":
-		if c.WorkerBin == "" {
+		if c.WorkerBin == "" && len(own) == 0 {
 			return fmt.Errorf("simulate=false and no worker_bin: %s", real)
 		}
 	case "auto":
-		if c.WorkerBin != "" {
+		if c.WorkerBin != "" || len(own) > 0 {
 			return nil
 		}
 		if len(c.Accounts) > 0 {

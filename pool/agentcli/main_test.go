@@ -19,6 +19,7 @@ import (
 	"github.com/poolgate/poolgate/pool/agentcli"
 	"github.com/poolgate/poolgate/pool/claudecode"
 	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/supervisor/supervisortest"
 	"github.com/poolgate/poolgate/pool/worker"
 )
 
@@ -74,7 +75,7 @@ func startPool(t *testing.T, edit func(*agentcli.Config), accounts ...supervisor
 	}
 	drv := agentcli.New(cfg)
 	launcher := &supervisor.ExecLauncher{Env: []string{simEnv + "=1", "PATH=" + os.Getenv("PATH")}}
-	sup := supervisor.New(supervisor.Config{}, accounts, drv, launcher, nil, slog.New(slog.NewTextHandler(log, nil)))
+	sup := supervisor.New(supervisor.Config{}, supervisortest.Drive(drv, accounts), launcher, nil, slog.New(slog.NewTextHandler(log, nil)))
 	sup.Start(context.Background())
 	t.Cleanup(func() {
 		sup.Shutdown()

@@ -40,7 +40,7 @@ func startReplica(t *testing.T, store Store, f *supervisortest.Workers, id strin
 	p := route.New(route.Config{}, m, slog.New(slog.DiscardHandler))
 	logins := &supervisortest.Loginer{}
 	gate := NewLoginGate(logins)
-	sup := supervisor.New(p.Watch(supervisor.Config{Loginer: gate}), supervisortest.Configs(t, true, accounts...), f, f, m, slog.New(slog.DiscardHandler))
+	sup := supervisor.New(p.Watch(supervisor.Config{Loginer: gate}), supervisortest.Drive(f, supervisortest.Configs(t, true, accounts...)), f, m, slog.New(slog.DiscardHandler))
 	c := New(Config{ID: id, URL: "http://" + id, LeaseTTL: balanceTTL, DrainTimeout: time.Second, Logins: gate},
 		sup, p, store, m, slog.New(slog.DiscardHandler))
 	r := &replica{id: id, sup: sup, pool: p, m: m, cluster: c, logins: logins, done: make(chan struct{})}

@@ -13,10 +13,13 @@ package cluster
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
@@ -55,6 +58,10 @@ type Admission interface {
 	// Fence makes the instance unusable for new turns from until on.
 	Fence(name string, until time.Time)
 	Snapshot() route.Snapshot
+	// LocalModels are the models this replica's accounts list;
+	// SetRemoteModels gives it those of the other replicas'.
+	LocalModels() []chat.Model
+	SetRemoteModels(ms []chat.Model)
 }
 
 // Config configures a replica's part in the cluster.
@@ -166,7 +173,7 @@ func (c *Cluster) Leave(ctx context.Context) {
 func (c *Cluster) heartbeat(ctx context.Context) {
 	snap := c.adm.Snapshot()
 	r := Replica{ID: c.cfg.ID, URL: c.cfg.URL, InFlight: snap.InFlight, Queue: snap.Waiting,
-		MaxAccounts: c.cfg.MaxAccounts}
+		MaxAccounts: c.cfg.MaxAccounts, Models: c.adm.LocalModels()}
 	c.mu.Lock()
 	for name := range c.held {
 		r.Accounts = append(r.Accounts, name)
@@ -176,6 +183,11 @@ func (c *Cluster) heartbeat(ctx context.Context) {
 	for _, in := range snap.Instances {
 		if in.State == supervisor.StateReady {
 			r.Capacity += in.MaxInFlight
+			for _, id := range in.Models {
+				if !slices.Contains(r.Serving, id) {
+					r.Serving = append(r.Serving, id)
+				}
+			}
 		}
 	}
 	if err := c.store.Heartbeat(ctx, r, c.cfg.LeaseTTL); err != nil {
@@ -205,9 +217,17 @@ func (c *Cluster) refresh(ctx context.Context) error {
 		c.noteLease(names[i], l, now)
 	}
 	c.replicas = map[string]Replica{}
+	var remote []chat.Model
+	// In one order every time, so an unchanged cluster leaves the pool's
+	// model list alone.
+	slices.SortFunc(reps, func(a, b Replica) int { return strings.Compare(a.ID, b.ID) })
 	for _, r := range reps {
 		c.replicas[r.ID] = r
+		if r.ID != c.cfg.ID {
+			remote = append(remote, r.Models...)
+		}
 	}
+	c.adm.SetRemoteModels(remote)
 	return nil
 }
 
@@ -254,14 +274,20 @@ func (c *Cluster) Owner(account string) (string, bool) {
 	return r.URL, ok && r.URL != ""
 }
 
-// Spare returns another replica with free capacity, as far as the
-// heartbeats say, for a new conversation this replica can't serve.
-func (c *Cluster) Spare() (string, bool) {
+// Spare returns another replica with free capacity whose ready accounts
+// serve the model ("": any), as far as the heartbeats say, for a new
+// conversation this replica can't serve.
+func (c *Cluster) Spare(model string) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	best, bestFree := "", 0
 	for id, r := range c.replicas {
 		if id == c.cfg.ID || r.URL == "" {
+			continue
+		}
+		// A replica that lists no models (its accounts have listed none
+		// yet) is not ruled out for one.
+		if model != "" && len(r.Models) > 0 && !slices.Contains(r.Serving, model) {
 			continue
 		}
 		if free := r.Capacity - r.InFlight - r.Queue; free > bestFree {

@@ -25,7 +25,7 @@ func readyPool(t *testing.T, names ...string) (*route.Pool, *supervisor.Supervis
 	t.Helper()
 	f := supervisortest.New()
 	p := route.New(route.Config{}, nil, slog.New(slog.DiscardHandler))
-	sup := supervisor.New(p.Watch(supervisor.Config{}), supervisortest.Configs(t, false, names...), f, f, nil, slog.New(slog.DiscardHandler))
+	sup := supervisor.New(p.Watch(supervisor.Config{}), supervisortest.Drive(f, supervisortest.Configs(t, false, names...)), f, nil, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	sup.Start(ctx)
 	t.Cleanup(func() {

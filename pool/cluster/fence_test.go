@@ -171,7 +171,7 @@ func startFenceReplica(t *testing.T, shared Store, id, account string) *fenceRep
 	wcs[0].HealthTimeout = time.Minute // a starved worker's check hangs that long
 	log := slog.New(slog.DiscardHandler)
 	p := route.New(route.Config{NoInstanceWait: time.Second}, nil, log)
-	sup := supervisor.New(p.Watch(supervisor.Config{}), wcs, f, f, nil, log)
+	sup := supervisor.New(p.Watch(supervisor.Config{}), supervisortest.Drive(f, wcs), f, nil, log)
 	r := &fenceReplica{id: id, store: newStalling(shared), f: f, sup: sup, pool: p,
 		stops: &stopClock{Workers: sup, stopped: map[string]time.Time{}}, done: make(chan struct{})}
 	c := New(Config{ID: id, URL: "http://" + id, LeaseTTL: balanceTTL}, r.stops, p, r.store, nil, log)

@@ -15,7 +15,9 @@ import (
 func reconfigure(t *testing.T, r *replica, names ...string) supervisor.Changes {
 	t.Helper()
 	wcs := supervisortest.Configs(t, true, names...)
+	drv := r.sup.Workers()[0].Driver() // every worker of the test has the same fake
 	for i := range wcs {
+		wcs[i].Driver = drv
 		if w, ok := r.sup.Worker(wcs[i].Name); ok {
 			wcs[i].WorkDir = w.WorkDir()
 		}

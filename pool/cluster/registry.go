@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // Replica is one poolgate replica as its last heartbeat described it.
@@ -27,6 +29,12 @@ type Replica struct {
 	// MaxAccounts is the replica's own cap on the accounts it holds (0: its
 	// fair share): the others do not wait for it to reach a floor above it.
 	MaxAccounts int `json:"max_accounts,omitempty"`
+	// Models are the models its accounts list, each with the kinds that
+	// serve it, and Serving the ids of those its ready instances serve:
+	// every replica lists the pool's models, and a turn for a model none
+	// of its own accounts serves goes to a replica whose do.
+	Models  []chat.Model `json:"models,omitempty"`
+	Serving []string     `json:"serving,omitempty"`
 	// Seen is when the heartbeat was sent, by the sender's wall clock; for
 	// display only (liveness is the key's expiry in Redis).
 	Seen time.Time `json:"seen"`

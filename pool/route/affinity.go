@@ -13,15 +13,16 @@ import (
 
 // Conversation keys. A key is "<owner>:<conversation>": owner is a hash of
 // the API key (so two keys never share a session, and one key's entries can
-// be flushed alone), conversation a hash of the model and the canonical
-// transcript. Canonical means what survives a client's round trip: trimmed
+// be flushed alone), conversation a hash of the model given (the router
+// gives none, keyModel: an entry names its model and kind, kinds.go) and
+// the canonical transcript. Canonical means what survives a client's round trip: trimmed
 // text without agents' reminder blocks, tool calls by name and key-sorted
 // arguments, no call ids (clients may re-mint them). The tools offered are
 // not part of it: every prompt carries the tools anew, so an upstream
 // session is not tied to a tool set, and agents change theirs mid-way (a
 // tool search loads one, an MCP server connects).
 
-// conversationKey hashes msgs under the request's model and tools. It feeds
+// conversationKey hashes msgs under model. It feeds
 // the canonical transcript to the hash through one pooled buffer of fixed
 // size, so it neither allocates per message (it runs twice per follow-up
 // turn) nor copies a large transcript: the key of a 10 MB prompt costs no

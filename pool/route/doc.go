@@ -1,6 +1,7 @@
 // Package route admits turns onto the pool's workers and routes each
-// request: the admission room (Pool) and its slots, picking (affinity,
-// spread, least busy), the Router with its retries, conversation affinity
+// request: routing by model to the accounts that serve it (a pool may mix
+// kinds of worker: models.go, kinds.go), the admission room (Pool) and its
+// slots, picking (affinity, spread, least busy), the Router with its retries, conversation affinity
 // keys, stop sequences and token caps, the operator's tool policy and
 // probes. Its entry is Router.Open: a Call in (the request, its API, whether
 // it may hop to another replica), an Opened out (the started answer, a

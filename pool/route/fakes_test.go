@@ -21,7 +21,7 @@ import (
 func startFake(t testing.TB, cfg Config, f *supervisortest.Workers, wcs []supervisor.WorkerConfig, m *metrics.Metrics) (*Pool, *supervisor.Supervisor) {
 	t.Helper()
 	p := New(cfg, m, slog.New(slog.DiscardHandler))
-	sup := supervisor.New(p.Watch(supervisor.Config{}), wcs, f, f, m, slog.New(slog.DiscardHandler))
+	sup := supervisor.New(p.Watch(supervisor.Config{}), supervisortest.Drive(f, wcs), f, m, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	sup.Start(ctx)
 	t.Cleanup(func() {

@@ -8,14 +8,16 @@ import (
 type Remote interface {
 	// Owner returns the URL of the other replica that holds the account.
 	Owner(account string) (string, bool)
-	// Spare returns another replica with free capacity.
-	Spare() (string, bool)
+	// Spare returns another replica with free capacity whose accounts
+	// serve the model ("": any model).
+	Spare(model string) (string, bool)
 }
 
 // holder returns the URL of the replica that should serve rq instead of
 // this one, "" when it is served here: the replica that holds its
-// conversation's upstream session, or, when no instance here is ready, one
-// with spare capacity. The hop itself is the caller's (and so is its span).
+// conversation's upstream session, or, when no instance here that serves
+// its model is ready, one with spare capacity that serves it. The hop
+// itself is the caller's (and so is its span).
 func (r *Router) holder(ctx context.Context, rq *request) string {
 	if !rq.mayHop || r.remote == nil {
 		return ""
@@ -25,8 +27,12 @@ func (r *Router) holder(ctx context.Context, rq *request) string {
 	switch {
 	case rq.hasHit && !r.pool.Serves(rq.hit.Instance):
 		target, ok = r.remote.Owner(rq.hit.Instance)
-	case !rq.hasHit && !r.pool.anyReady():
-		target, ok = r.remote.Spare()
+	case !rq.hasHit && !r.pool.anyReady(&rq.target):
+		model := "" // a model nobody has listed yet: any replica may serve it
+		if rq.target.listed {
+			model = rq.model
+		}
+		target, ok = r.remote.Spare(model)
 	}
 	if !ok {
 		return ""

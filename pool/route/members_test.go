@@ -12,13 +12,13 @@ import (
 // keeps its member while its turn runs (the drain counts it), and is gone
 // from the view once the turn released its slot.
 func TestPoolFollowsTheSupervisorsSet(t *testing.T) {
-	p, sup, _ := testPool(t, Config{}, "w1")
+	p, sup, f := testPool(t, Config{}, "w1")
 	slot, err := p.acquire(context.Background(), preference{Prefer: "w1"})
 	if err != nil || slot.Instance() != "w1" {
 		t.Fatalf("acquire on w1: %v", err)
 	}
 
-	wcs := supervisortest.Configs(t, false, "w2")
+	wcs := supervisortest.Drive(f, supervisortest.Configs(t, false, "w2"))
 	done := make(chan error, 1)
 	go func() {
 		_, err := sup.Apply(wcs) // adds w2, drains and removes w1

@@ -26,6 +26,9 @@ type preference struct {
 	Hint uint64
 	// Exclude lists instances already tried for this request.
 	Exclude []string
+	// Target says which instances serve the request's model (models.go);
+	// nil: every instance does.
+	Target *target
 }
 
 // turnSlot is one admitted turn on one worker; release it exactly once.
@@ -62,10 +65,11 @@ func (s *turnSlot) release() {
 }
 
 // acquire admits a turn: it waits, bounded, for a slot on a usable instance
-// and returns it, or an *OverloadedError (queue full or wait too long), or
-// ErrNoInstance when nothing is ready.
+// of want's target and returns it, or an *OverloadedError (queue full or
+// wait too long), or ErrNoInstance when none of them is ready.
 func (p *Pool) acquire(ctx context.Context, want preference) (*turnSlot, error) {
 	start := time.Now()
+	t := want.Target
 	p.mu.Lock()
 	if s := p.tryPick(want, false); s != nil {
 		p.mu.Unlock()
@@ -76,15 +80,19 @@ func (p *Pool) acquire(ctx context.Context, want preference) (*turnSlot, error) 
 		return nil, chat.ErrNoInstance
 	}
 	if p.waiting >= p.cfg.MaxQueue {
-		err := p.overloaded("queue full")
+		err := p.overloaded("queue full", t)
 		p.mu.Unlock()
 		return nil, err
 	}
 	p.waiting++
+	p.waitingFor[t.key()]++
 	p.gauge()
 	defer func() {
 		p.mu.Lock()
 		p.waiting--
+		if p.waitingFor[t.key()]--; p.waitingFor[t.key()] == 0 {
+			delete(p.waitingFor, t.key())
+		}
 		p.gauge()
 		p.mu.Unlock()
 	}()
@@ -94,7 +102,7 @@ func (p *Pool) acquire(ctx context.Context, want preference) (*turnSlot, error) 
 		ch := p.changed
 		p.mu.Unlock()
 		var wake <-chan time.Time
-		if want.Prefer != "" || !p.anyReady() {
+		if want.Prefer != "" || !p.anyReady(t) {
 			wake = time.After(250 * time.Millisecond) // re-evaluate affinity and no-instance limits
 		}
 		select {
@@ -102,7 +110,7 @@ func (p *Pool) acquire(ctx context.Context, want preference) (*turnSlot, error) 
 			return nil, ctx.Err()
 		case <-deadline.C:
 			p.mu.Lock()
-			err := p.overloaded("timed out waiting for a free instance")
+			err := p.overloaded("timed out waiting for a free instance", t)
 			p.mu.Unlock()
 			return nil, err
 		case <-ch:
@@ -118,8 +126,8 @@ func (p *Pool) acquire(ctx context.Context, want preference) (*turnSlot, error) 
 			p.mu.Unlock()
 			return p.admitted(s, start, true), nil
 		}
-		if !p.anyReadyLocked() && waited >= p.cfg.NoInstanceWait && !p.loginPendingLocked() {
-			err := p.noInstanceLocked()
+		if !p.anyReadyLocked(t) && waited >= p.cfg.NoInstanceWait && !p.loginPendingLocked(t) {
+			err := p.noInstanceLocked(t)
 			p.mu.Unlock()
 			return nil, err
 		}
@@ -143,16 +151,17 @@ func (p *Pool) gauge() {
 }
 
 // overloaded builds the rejection with an honest Retry-After: the queue ahead
-// divided by the pool's capacity, times the average turn; p.mu held.
-func (p *Pool) overloaded(reason string) error {
+// for t's instances divided by their capacity, times the average turn;
+// p.mu held.
+func (p *Pool) overloaded(reason string, t *target) error {
 	capacity := 0
 	for _, m := range p.members {
-		if m.usable() {
+		if m.usable() && t.admits(m, p.cat.Load()) {
 			capacity += m.max
 		}
 	}
 	capacity = max(min(capacity, p.cfg.MaxInFlight), 1)
-	rounds := time.Duration((p.waiting + capacity) / capacity)
+	rounds := time.Duration((p.waitingFor[t.key()] + capacity) / capacity)
 	ra := min(max(p.avgTurn*rounds, time.Second), 5*time.Minute)
 	if p.metrics != nil {
 		p.metrics.Rejections.Inc()
@@ -160,18 +169,19 @@ func (p *Pool) overloaded(reason string) error {
 	return &chat.OverloadedError{RetryAfter: ra, Reason: reason}
 }
 
-func (p *Pool) anyReady() bool {
+// anyReady reports whether an instance of t (nil: any) can take a turn.
+func (p *Pool) anyReady(t *target) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.anyReadyLocked()
+	return p.anyReadyLocked(t)
 }
 
-// loginPendingLocked reports whether an instance is being logged in: a
-// request then waits for it (bounded by the queue timeout) instead of
+// loginPendingLocked reports whether an instance of t is being logged in:
+// a request then waits for it (bounded by the queue timeout) instead of
 // failing at once; p.mu held.
-func (p *Pool) loginPendingLocked() bool {
+func (p *Pool) loginPendingLocked(t *target) bool {
 	for _, m := range p.members {
-		if m.st.LoginPending {
+		if m.st.LoginPending && t.admits(m, p.cat.Load()) {
 			return true
 		}
 	}
@@ -183,37 +193,55 @@ func (p *Pool) loginPendingLocked() bool {
 // ErrNotLoggedIn (why), so that the caller is told the reason.
 var errLoggedOut = fmt.Errorf("%w: %w: every account needs a login", chat.ErrNoInstance, chat.ErrNotLoggedIn)
 
-// noInstanceLocked is the error of a pool with nothing ready; p.mu held.
-func (p *Pool) noInstanceLocked() error {
+// noInstanceLocked is the error of t's instances with nothing ready;
+// p.mu held.
+func (p *Pool) noInstanceLocked(t *target) error {
+	n := 0
 	for _, m := range p.members {
-		if m.st.State != supervisor.StateNeedsLogin {
+		if !t.admits(m, p.cat.Load()) {
+			continue
+		}
+		if n++; m.st.State != supervisor.StateNeedsLogin {
 			return chat.ErrNoInstance
 		}
 	}
-	if len(p.members) == 0 {
+	if n == 0 {
 		return chat.ErrNoInstance
 	}
 	return errLoggedOut
 }
 
-func (p *Pool) anyReadyLocked() bool {
+func (p *Pool) anyReadyLocked(t *target) bool {
 	for _, m := range p.members {
-		if m.usable() {
+		if m.usable() && t.admits(m, p.cat.Load()) {
 			return true
 		}
 	}
 	return false
 }
 
-// allUsableExcludedLocked reports whether some instance is usable and every
-// usable one is in exclude; p.mu held.
-func (p *Pool) allUsableExcludedLocked(exclude []string) bool {
+// sizeFor counts t's instances (nil: every instance).
+func (p *Pool) sizeFor(t *target) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, m := range p.members {
+		if t.admits(m, p.cat.Load()) {
+			n++
+		}
+	}
+	return n
+}
+
+// allUsableExcludedLocked reports whether some instance of t is usable and
+// every usable one is in exclude; p.mu held.
+func (p *Pool) allUsableExcludedLocked(t *target, exclude []string) bool {
 	if len(exclude) == 0 {
 		return false
 	}
 	found := false
 	for _, m := range p.members {
-		if !m.usable() {
+		if !m.usable() || !t.admits(m, p.cat.Load()) {
 			continue
 		}
 		if !slices.Contains(exclude, m.name) {
@@ -239,16 +267,17 @@ func (p *Pool) tryPick(want preference, giveUpPrefer bool) *turnSlot {
 	if p.closing || p.inFlight >= p.cfg.MaxInFlight {
 		return nil
 	}
-	exclude := want.Exclude
-	if p.allUsableExcludedLocked(exclude) {
+	exclude, t := want.Exclude, want.Target
+	if p.allUsableExcludedLocked(t, exclude) {
 		// Every instance that serves here now was tried: the ones usable
 		// again are new processes (after a restart or a lease taken back),
 		// or the only ones there are. Waiting for another would wait for
 		// ever when this replica leases fewer accounts than the pool has.
 		exclude = nil
 	}
+	serves := func(m *member) bool { return m.usable() && t.admits(m, p.cat.Load()) }
 	free := func(m *member) bool {
-		if !m.usable() || m.inFlight >= m.max {
+		if !serves(m) || m.inFlight >= m.max {
 			return false
 		}
 		for _, x := range exclude {
@@ -263,14 +292,14 @@ func (p *Pool) tryPick(want preference, giveUpPrefer bool) *turnSlot {
 		switch {
 		case free(m):
 			pick = m
-		case m.usable() && !giveUpPrefer:
+		case serves(m) && !giveUpPrefer:
 			return nil // busy: wait a little for the instance that holds the session
 		}
 	}
 	if pick == nil && want.Hint != 0 {
 		var best uint64
 		for _, m := range p.members {
-			if !m.usable() {
+			if !serves(m) {
 				continue
 			}
 			if s := rendezvous(want.Hint, m.name); pick == nil || s > best {
@@ -322,14 +351,4 @@ func rendezvous(hint uint64, node string) uint64 {
 	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
 	z = (z ^ z>>27) * 0x94d049bb133111eb
 	return z ^ z>>31
-}
-
-// backend returns the named instance's current connection (nil when none).
-func (p *Pool) backend(name string) worker.Backend {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if m, ok := p.byName[name]; ok {
-		return m.st.Backend
-	}
-	return nil
 }

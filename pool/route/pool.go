@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +13,7 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // Config configures the pool's admission control. Zero fields take the
@@ -66,8 +68,12 @@ type Pool struct {
 	waiting  int
 	closing  bool
 	rr       uint64        // round-robin tie breaker
-	models   []chat.Model  // union of the workers' models
 	avgTurn  time.Duration // moving average of turn duration, for Retry-After
+	// waitingFor counts the waiting requests by their target (its key),
+	// for the Retry-After of those accounts alone.
+	waitingFor map[string]int
+	cat        atomic.Pointer[catalogue] // the models, rebuilt on change under mu (models.go)
+	remote     []chat.Model              // the other replicas' models (SetRemoteModels)
 }
 
 // member is the pool's view of one worker; p.mu guards it.
@@ -75,8 +81,10 @@ type member struct {
 	w        *supervisor.Worker // for its health checks (Check)
 	name     string
 	account  string
-	max      int               // the worker's cap on turns at once
-	st       supervisor.Status // the worker's latest report
+	kind     string                 // the worker's kind (its driver setting)
+	check    func(*chat.Turn) error // its driver's bound on a turn; nil: none
+	max      int                    // the worker's cap on turns at once
+	st       supervisor.Status      // the worker's latest report
 	inFlight int
 	cool     cooldown  // a rate limit's (cooldown.go)
 	fence    time.Time // zero: unfenced; else usable only before it (lease)
@@ -116,8 +124,10 @@ func (m *member) usable() bool {
 // made with Watch's config.
 func New(cfg Config, m *metrics.Metrics, log *slog.Logger) *Pool {
 	cfg.fill()
-	return &Pool{cfg: cfg, log: log, metrics: m, byName: map[string]*member{}, changed: make(chan struct{}),
-		avgTurn: 2 * time.Second}
+	p := &Pool{cfg: cfg, log: log, metrics: m, byName: map[string]*member{}, changed: make(chan struct{}),
+		avgTurn: 2 * time.Second, waitingFor: map[string]int{}}
+	p.rebuildModels()
+	return p
 }
 
 // Watch returns cfg with the pool in it: told of the supervisor's workers
@@ -140,7 +150,10 @@ var (
 // Its view starts from the worker's status now: a report made before is in
 // it, one made after has a higher Seq and is taken by observe.
 func (p *Pool) joinLocked(w *supervisor.Worker) {
-	mb := &member{w: w, name: w.Name(), account: w.Account(), max: w.MaxInFlight(), st: w.Status()}
+	mb := &member{w: w, name: w.Name(), account: w.Account(), kind: w.Kind(), max: w.MaxInFlight(), st: w.Status()}
+	if c, ok := w.Driver().(worker.TurnChecker); ok {
+		mb.check = c.CheckTurn
+	}
 	if p.metrics != nil {
 		mb.followUps = p.metrics.FollowUps.WithLabelValues(mb.account)
 		mb.reused = p.metrics.FollowUpsReused.WithLabelValues(mb.account)
@@ -280,8 +293,13 @@ func (p *Pool) broadcast() {
 
 // InstanceStatus is one instance as /internal/pool shows it.
 type InstanceStatus struct {
-	Name          string           `json:"name"`
-	Account       string           `json:"account"`
+	Name    string `json:"name"`
+	Account string `json:"account"`
+	// Driver is the instance's kind of worker (its account's driver
+	// setting); Models the ids of the models it serves, as listed or
+	// configured (none before its worker listed them).
+	Driver        string           `json:"driver"`
+	Models        []string         `json:"models,omitempty"`
 	State         supervisor.State `json:"state"`
 	PID           int              `json:"pid"`
 	Restarts      int              `json:"restarts"`
@@ -330,8 +348,11 @@ func (p *Pool) Snapshot() Snapshot {
 	s := Snapshot{At: now, InFlight: p.inFlight, Waiting: p.waiting, Instances: make([]InstanceStatus, 0, len(p.members))}
 	for _, m := range p.members {
 		st := m.st
-		in := InstanceStatus{Name: m.name, Account: st.Account, State: st.State, PID: st.PID,
+		in := InstanceStatus{Name: m.name, Account: st.Account, Driver: m.kind, State: st.State, PID: st.PID,
 			Restarts: st.Restarts, InFlight: m.inFlight, MaxInFlight: m.max, LastError: st.LastError}
+		for _, md := range st.Models {
+			in.Models = append(in.Models, md.ID)
+		}
 		m.look(now)
 		if m.serving {
 			since := m.since
@@ -358,7 +379,7 @@ func (p *Pool) Ready() (bool, string) {
 	if p.closing {
 		return false, "shutting down"
 	}
-	if p.anyReadyLocked() {
+	if p.anyReadyLocked(nil) {
 		return true, ""
 	}
 	counts := map[supervisor.State]int{}

@@ -23,6 +23,11 @@ type Affinity struct {
 	Instance  string `json:"i"`
 	SessionID string `json:"s"`
 	Model     string `json:"m,omitempty"`
+	// Kind is the instance's kind of worker when the turn ran: a session
+	// is never continued on a worker of another kind (the account's
+	// driver changed by a reload). "" (entries from before it existed)
+	// matches any.
+	Kind string `json:"k,omitempty"`
 	// At is when the turn that wrote the entry finished (Unix ms, the
 	// writing replica's clock): of two entries for one conversation the
 	// newer wins when a replica writes back what it kept while Redis was
@@ -51,8 +56,14 @@ type AffinityStore interface {
 // RouterConfig configures routing. Zero fields take the defaults noted.
 type RouterConfig struct {
 	// DefaultModel serves requests for models the pool doesn't know (default:
-	// the first model the pool lists).
+	// the first model the pool lists); which names take it is resolve's
+	// rule (models.go).
 	DefaultModel string
+	// DefaultNames are the shell patterns of the unknown names that take
+	// the default model in a pool of several kinds; another unknown name
+	// is a *chat.UnknownModelError there (default none). In a pool of one
+	// kind every unknown name takes it.
+	DefaultNames []string
 	// Aliases maps client model names to pool model ids (e.g. Claude Code's
 	// "claude-sonnet-4-5" to a worker's model key).
 	Aliases map[string]string
@@ -70,18 +81,22 @@ type RouterConfig struct {
 	// request log and the spans (names.go): replicas with the same key name
 	// a conversation alike (nil: a random key of this process's own).
 	ConversationKey []byte
-	// CheckTurn refuses a turn larger than the pool's workers accept (the
-	// driver's, returning a *chat.TooLargeError); Open asks it before the
-	// affinity lookup and admission, so such a turn costs no slot and no
-	// affinity entry (nil: no bound).
+	// CheckTurn refuses a turn larger than every worker accepts (a
+	// *chat.TooLargeError); Open asks it, and the bound of each kind the
+	// turn may go to (its workers' driver's, worker.TurnChecker), before
+	// the affinity lookup and admission, so such a turn costs no slot and
+	// no affinity entry (nil: only the kinds' bounds).
 	CheckTurn func(*chat.Turn) error
 	// Remote locates the other replicas a turn may be handed to (the
 	// cluster, forward.go); nil: every turn is served here.
 	Remote Remote
 	// AgentModels are the model names (lower case) that ask for the
-	// worker's agent mode (chat.Turn.Agent): the driver's
-	// worker.Kind.AgentModels (nil: none).
+	// worker's agent mode (chat.Turn.Agent) whatever the kind (nil: none).
 	AgentModels []string
+	// KindAgentModels are each kind's own (worker.Kind.AgentModels), by
+	// kind: in a pool of several kinds such a name also routes to its
+	// kind's accounts (nil: none).
+	KindAgentModels map[string][]string
 }
 
 // Router runs one request on the pool: affinity, admission, retries,
@@ -174,6 +189,7 @@ type request struct {
 	start    time.Time
 	api      string
 	model    string
+	target   target // where the model's turns may go (models.go)
 	owner    string
 	mayHop   bool
 	capture  bool
@@ -185,6 +201,7 @@ type request struct {
 	hit      Affinity
 	hasHit   bool
 	reused   bool
+	fresh    string // why a follow-up whose entry was found starts a new session ("": it did not)
 	excluded []string
 	served   Served
 	tries    int        // attempts started
@@ -261,13 +278,13 @@ func (r *Router) Open(ctx context.Context, c Call) (Opened, error) {
 		}
 		if started || !(errors.Is(err, chat.ErrNotSent) || errors.Is(err, chat.ErrNotLoggedIn)) {
 			attempts++
-		} else if refused++; refused > r.pool.Size() {
+		} else if refused++; refused > r.pool.sizeFor(&rq.target) {
 			attempts++
 		}
 		r.log.Warn("turn failed before any output, trying another instance",
 			"instance", slot.Instance(), "attempts", attempts, "err", err, "request_id", req.RequestID)
 		rq.excluded = append(rq.excluded, slot.Instance())
-		if len(rq.excluded) >= r.pool.Size() {
+		if len(rq.excluded) >= r.pool.sizeFor(&rq.target) {
 			rq.excluded = rq.excluded[:0]
 		}
 	}
@@ -281,18 +298,18 @@ func (r *Router) newRequest(c Call) (*request, error) {
 	if err := r.toolPolicy(req); err != nil {
 		return nil, err
 	}
-	rq := &request{Request: req, start: time.Now(), api: c.API, model: r.resolveModel(req.Model),
+	t, err := r.resolve(req.Model)
+	if err != nil {
+		return nil, err
+	}
+	rq := &request{Request: req, start: time.Now(), api: c.API, model: t.model, target: t,
 		owner: req.Owner, split: lastAssistant(req.Messages), mayHop: c.MayHop, capture: c.Capture,
 		hint: affinityHint(req)}
 	rq.turn = chat.Turn{RequestID: req.RequestID, Model: rq.model, Messages: req.Messages, Tools: req.Tools,
 		ToolChoice: req.ToolChoice, MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP,
-		Format: req.Format, Agent: wantsAgent(req, r.cfg.AgentModels), Whole: !req.Stream}
-	// The whole transcript, as a worker without the conversation's session
-	// gets it: whichever worker takes the turn, it must fit.
-	if r.cfg.CheckTurn != nil {
-		if err := r.cfg.CheckTurn(&rq.turn); err != nil {
-			return nil, err
-		}
+		Format: req.Format, Whole: !req.Stream}
+	if err := r.kindRules(rq); err != nil {
+		return nil, err
 	}
 	return rq, nil
 }
@@ -340,7 +357,7 @@ func (r *Router) lookup(ctx context.Context, rq *request) {
 	if r.store == nil || rq.split < 0 || rq.OneShot {
 		return
 	}
-	key := conversationKey(rq.owner, rq.model, rq.Messages[:rq.split+1], nil)
+	key := conversationKey(rq.owner, keyModel, rq.Messages[:rq.split+1], nil)
 	lctx, span := r.tracer.Start(ctx, telemetry.SpanAffinity)
 	a, err := r.store.TakeAffinity(lctx, key)
 	// The entry knows the conversation's name: a follow-up that finds
@@ -353,6 +370,9 @@ func (r *Router) lookup(ctx context.Context, rq *request) {
 		if r.metrics != nil {
 			r.metrics.CacheMisses.Inc()
 		}
+		return
+	}
+	if r.modelMoved(ctx, rq, key, a) {
 		return
 	}
 	rq.key, rq.hit, rq.hasHit = key, a, true
@@ -378,7 +398,7 @@ func (r *Router) DeleteSession(a Affinity) {
 	if a.SessionID == "" {
 		return
 	}
-	del := r.pool.backend(a.Instance)
+	del := r.pool.sessionHolder(a)
 	if del == nil || !del.Capabilities().Sessions {
 		return
 	}
@@ -399,7 +419,7 @@ func (r *Router) attempt(ctx context.Context, rq *request, slot *turnSlot) (*tur
 	*turn = rq.turn
 	rq.reused = false
 	if rq.hasHit {
-		if slot.Instance() != rq.hit.Instance || rq.hit.SessionID != "" && !continues(slot.Backend, turn) {
+		if !r.hitFits(rq, slot, turn) {
 			r.dropHit(rq)
 		} else if rq.hit.SessionID != "" {
 			turn.SessionID = rq.hit.SessionID
@@ -582,9 +602,9 @@ func (f *forwarding) finish(done chat.Event, keep bool) {
 		r.DeleteSession(Affinity{Instance: slot.Instance(), SessionID: sessionID})
 	default:
 		answer := chat.Message{Role: chat.RoleAssistant, Content: text, ToolCalls: calls}
-		key := conversationKey(rq.owner, rq.model, rq.Messages, &answer)
-		a := Affinity{Instance: slot.Instance(), SessionID: sessionID, Model: rq.model, At: time.Now().UnixMilli(),
-			Conv: rq.conv}
+		key := conversationKey(rq.owner, keyModel, rq.Messages, &answer)
+		a := Affinity{Instance: slot.Instance(), SessionID: sessionID, Model: rq.model, Kind: slot.m.kind,
+			At: time.Now().UnixMilli(), Conv: rq.conv}
 		// Detached from the request: the answer is complete even if the
 		// client goes away now.
 		pctx, cancel := context.WithTimeout(context.Background(), time.Second)

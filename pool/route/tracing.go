@@ -21,7 +21,7 @@ import (
 // acquire waits for a slot for rq's turn; traced, the wait is the
 // admission span, with the time spent in the queue.
 func (r *Router) acquire(ctx context.Context, rq *request) (*turnSlot, error) {
-	want := preference{Prefer: rq.hit.Instance, Hint: rq.hint, Exclude: rq.excluded}
+	want := preference{Prefer: rq.hit.Instance, Hint: rq.hint, Exclude: rq.excluded, Target: &rq.target}
 	if !r.tracer.On() {
 		return r.pool.acquire(ctx, want)
 	}

@@ -118,7 +118,7 @@ func TestStopDuringDrainIsNotLost(t *testing.T) {
 		f := supervisortest.New()
 		f.Start = slowWords(f)
 		p := New(Config{}, nil, slog.New(slog.DiscardHandler))
-		sup := supervisor.New(p.Watch(supervisor.Config{DrainTimeout: time.Minute}), supervisortest.Configs(t, false, "w1"), f, f, nil, slog.New(slog.DiscardHandler))
+		sup := supervisor.New(p.Watch(supervisor.Config{DrainTimeout: time.Minute}), supervisortest.Drive(f, supervisortest.Configs(t, false, "w1")), f, nil, slog.New(slog.DiscardHandler))
 		ctx, cancel := context.WithCancel(context.Background())
 		sup.Start(ctx)
 		defer func() { cancel(); sup.Shutdown() }()

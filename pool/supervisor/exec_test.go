@@ -21,6 +21,7 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/supervisor/supervisortest"
 	"github.com/poolgate/poolgate/pool/worker"
 )
 
@@ -171,7 +172,7 @@ func startExec(t *testing.T, drv helperDriver, workers ...supervisor.WorkerConfi
 func startExecWith(t *testing.T, drv worker.Driver, workers ...supervisor.WorkerConfig) *supervisor.Supervisor {
 	t.Helper()
 	launcher := &supervisor.ExecLauncher{Env: []string{helperEnv + "=1"}}
-	s := supervisor.New(supervisor.Config{}, workers, drv, launcher, nil, slog.New(slog.DiscardHandler))
+	s := supervisor.New(supervisor.Config{}, supervisortest.Drive(drv, workers), launcher, nil, slog.New(slog.DiscardHandler))
 	s.Start(context.Background())
 	t.Cleanup(func() {
 		s.Shutdown()
@@ -261,8 +262,8 @@ func TestShutdownLeavesNoProcess(t *testing.T) {
 	deaf.StopGrace = 300 * time.Millisecond
 	launcher := &supervisor.ExecLauncher{Env: []string{helperEnv + "=1"}}
 	defer launcher.Close()
-	s := supervisor.New(supervisor.Config{}, []supervisor.WorkerConfig{execWorker(t, "w1"), execWorker(t, "w2")}, helperDriver{}, launcher, nil, slog.New(slog.DiscardHandler))
-	d := supervisor.New(supervisor.Config{}, []supervisor.WorkerConfig{deaf}, helperDriver{mode: "deaf"}, launcher, nil, slog.New(slog.DiscardHandler))
+	s := supervisor.New(supervisor.Config{}, supervisortest.Drive(helperDriver{}, []supervisor.WorkerConfig{execWorker(t, "w1"), execWorker(t, "w2")}), launcher, nil, slog.New(slog.DiscardHandler))
+	d := supervisor.New(supervisor.Config{}, supervisortest.Drive(helperDriver{mode: "deaf"}, []supervisor.WorkerConfig{deaf}), launcher, nil, slog.New(slog.DiscardHandler))
 	s.Start(context.Background())
 	d.Start(context.Background())
 	testenv.WaitFor(t, 20*time.Second, "ready instances", func() bool { return allReady(s) && allReady(d) })

@@ -21,7 +21,7 @@ import (
 // before Start.
 func fakeSupervisor(t *testing.T, f *supervisortest.Workers, cfg supervisor.Config, set func(*supervisor.Supervisor), names ...string) *supervisor.Supervisor {
 	t.Helper()
-	s := supervisor.New(cfg, supervisortest.Configs(t, false, names...), f, f, nil, slog.New(slog.DiscardHandler))
+	s := supervisor.New(cfg, supervisortest.Drive(f, supervisortest.Configs(t, false, names...)), f, nil, slog.New(slog.DiscardHandler))
 	if set != nil {
 		set(s)
 	}

@@ -51,7 +51,7 @@ func TestApplyChangesTheSetWhileItRuns(t *testing.T) {
 		w3pid := w3.Status().PID
 		w1exited := f.Exited("w1")
 
-		want := supervisortest.Configs(t, false, "w2", "w3", "w4")
+		want := supervisortest.Drive(f, supervisortest.Configs(t, false, "w2", "w3", "w4"))
 		want[0].Recipe = "another" // w2 changed
 		want[1].WorkDir = w3.WorkDir()
 		w2dir, _ := s.Worker("w2")
@@ -118,11 +118,11 @@ func TestApplyChangesTheSetWhileItRuns(t *testing.T) {
 func TestApplyAfterShutdownStartsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := supervisortest.New()
-		s := supervisor.New(supervisor.Config{}, supervisortest.Configs(t, false, "w1"), f, f, nil, slog.New(slog.DiscardHandler))
+		s := supervisor.New(supervisor.Config{}, supervisortest.Drive(f, supervisortest.Configs(t, false, "w1")), f, nil, slog.New(slog.DiscardHandler))
 		s.Start(t.Context())
 		time.Sleep(time.Second)
 		s.Shutdown()
-		if _, err := s.Apply(supervisortest.Configs(t, false, "w1", "w2")); !errors.Is(err, supervisor.ErrShutDown) {
+		if _, err := s.Apply(supervisortest.Drive(f, supervisortest.Configs(t, false, "w1", "w2"))); !errors.Is(err, supervisor.ErrShutDown) {
 			t.Errorf("Apply after Shutdown: %v, want ErrShutDown", err)
 		}
 	})

@@ -48,8 +48,9 @@ func TestTakenPortIsMarkedFailed(t *testing.T) {
 		ExtraArgs: []string{"--logged-in"}}), port}
 	wc := execWorker(t, "w1")
 	wc.FailAfter = 3
+	wc.Driver = drv
 	launcher := &supervisor.ExecLauncher{}
-	s := supervisor.New(supervisor.Config{}, []supervisor.WorkerConfig{wc}, drv, launcher, nil, slog.New(slog.DiscardHandler))
+	s := supervisor.New(supervisor.Config{}, []supervisor.WorkerConfig{wc}, launcher, nil, slog.New(slog.DiscardHandler))
 	s.Start(context.Background())
 	t.Cleanup(func() {
 		s.Shutdown()

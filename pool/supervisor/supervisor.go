@@ -1,5 +1,6 @@
 // Package supervisor runs poolgate's worker processes, one per account: it
-// starts each through a worker.Driver and a Launcher, health-checks it,
+// starts each through its own worker.Driver (accounts of several kinds
+// share one supervisor) and a Launcher, health-checks it,
 // restarts it with backoff, drains and stops it on command, and hands a
 // logged-out worker to a login runner (its login target). Whether a worker
 // takes turns (a rate limit's cooldown, a lease's fence) is not its
@@ -28,7 +29,6 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
-	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // ErrUnknownInstance: no instance has that name.
@@ -79,7 +79,6 @@ type Hooks struct {
 // through Apply (members.go); mu guards it.
 type Supervisor struct {
 	env     *env
-	driver  worker.Driver
 	launch  Launcher
 	log     *slog.Logger
 	applyMu sync.Mutex // one Apply at a time
@@ -113,13 +112,13 @@ func (e *env) notify(st Status) {
 	}
 }
 
-// New makes one worker per config and tells cfg.Members of each; nothing
-// starts until Start.
-func New(cfg Config, workers []WorkerConfig, driver worker.Driver, launcher Launcher, m *metrics.Metrics, log *slog.Logger) *Supervisor {
+// New makes one worker per config, each started by its config's driver,
+// and tells cfg.Members of each; nothing starts until Start.
+func New(cfg Config, workers []WorkerConfig, launcher Launcher, m *metrics.Metrics, log *slog.Logger) *Supervisor {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 15 * time.Second
 	}
-	s := &Supervisor{byName: map[string]*Worker{}, runs: map[string]*run{}, driver: driver, launch: launcher, log: log,
+	s := &Supervisor{byName: map[string]*Worker{}, runs: map[string]*run{}, launch: launcher, log: log,
 		env: &env{drainTimeout: cfg.DrainTimeout, metrics: m, hooks: cfg.Hooks, loginer: cfg.Loginer, busy: cfg.Busy,
 			subscribers: cfg.Reports, members: cfg.Members}}
 	for _, wc := range workers {
@@ -137,7 +136,7 @@ func New(cfg Config, workers []WorkerConfig, driver worker.Driver, launcher Laun
 // instance's series exist from the start, on a single node too (hand-overs
 // happen only in a cluster).
 func (s *Supervisor) newWorker(wc WorkerConfig) *Worker {
-	w := newWorker(wc, s.driver, s.launch, s.env, s.log)
+	w := newWorker(wc, s.launch, s.env, s.log)
 	if m := s.env.metrics; m != nil {
 		m.Restarts.WithLabelValues(w.cfg.Name)
 		m.Handovers.WithLabelValues(w.cfg.Name)

@@ -40,6 +40,14 @@ type WorkerConfig struct {
 	// Name is the instance name (default: the account name).
 	Name    string
 	Account worker.Account
+	// Driver starts the worker's process and connects to it (required).
+	Driver worker.Driver
+	// Kind names the worker's kind (its account's driver setting), for
+	// those who route by it; the supervisor only carries it.
+	Kind string
+	// Models are the models the account serves as configured, reported
+	// in place of the worker's own list (nil: the worker's list).
+	Models []chat.Model
 	// WorkDir is the worker's own directory (required).
 	WorkDir string
 	// MaxInFlight is the per-instance cap on concurrent turns (default 1:
@@ -157,9 +165,9 @@ type Worker struct {
 	released  chan struct{} // closed when this run is ended on purpose (LoginTarget.Released)
 }
 
-func newWorker(wc WorkerConfig, driver worker.Driver, launcher Launcher, e *env, log *slog.Logger) *Worker {
+func newWorker(wc WorkerConfig, launcher Launcher, e *env, log *slog.Logger) *Worker {
 	wc.fill()
-	return &Worker{cfg: wc, driver: driver, launcher: launcher, env: e, log: log.With("instance", wc.Name),
+	return &Worker{cfg: wc, driver: wc.Driver, launcher: launcher, env: e, log: log.With("instance", wc.Name),
 		box: newMailbox(), state: StateStopped, changed: make(chan struct{})}
 }
 
@@ -168,6 +176,12 @@ func (w *Worker) Name() string { return w.cfg.Name }
 
 // Account returns the account name.
 func (w *Worker) Account() string { return w.cfg.Account.Name }
+
+// Kind returns the worker's kind (WorkerConfig.Kind).
+func (w *Worker) Kind() string { return w.cfg.Kind }
+
+// Driver returns the driver that runs the worker.
+func (w *Worker) Driver() worker.Driver { return w.cfg.Driver }
 
 // Username returns the instance's login name ("" when it has none).
 func (w *Worker) Username() string { return w.cfg.Account.Username }
@@ -203,6 +217,9 @@ func (w *Worker) statusLocked() Status {
 	st := Status{Name: w.cfg.Name, Account: w.cfg.Account.Name, State: w.state, PID: w.pid, Restarts: w.restarts,
 		LastError: w.lastErr, CheckedAt: w.checkedAt, StartedAt: w.startedAt, Backend: w.backend,
 		Models: w.models, LoginPending: w.state == StateNeedsLogin && w.autoLogin(), Seq: w.seq}
+	if w.cfg.Models != nil {
+		st.Models = w.cfg.Models // the configured list stands; the worker's is never asked for
+	}
 	if w.pid != 0 {
 		st.Port = w.ep.Port
 	}
@@ -532,8 +549,9 @@ func (w *Worker) set(s State, err error) bool {
 	return changed
 }
 
-// fetchModels caches the worker's model list (once per worker: every
-// account of a pool serves the same models).
+// fetchModels caches the worker's model list (once per worker: what an
+// account serves does not change between its restarts). A worker whose
+// config lists its models is never asked (statusLocked reports those).
 func (w *Worker) fetchModels(ctx context.Context, be worker.Backend) {
 	if !be.Capabilities().Models {
 		return

@@ -25,6 +25,9 @@ type Config struct {
 	// Credentials). The zero Spec: the kind of worker keeps no login in its
 	// work dir, so there is nothing to export, import, save or restore.
 	Spec Spec
+	// SpecFor returns the layout of an account's kind, in a pool whose
+	// accounts are of several kinds (default nil: Spec for every account).
+	SpecFor func(account string) Spec
 	// Limits bound what Import and Restore accept. Default Limits'
 	// defaults (1 MiB sealed, 4 MiB unpacked, 64 files).
 	Limits Limits
@@ -109,8 +112,13 @@ func (s *Service) configuredFor(account string) ([]byte, bool) {
 // workers would carry nothing.
 var errNoLayout = fmt.Errorf("this kind of worker keeps no login in its work dir: %w", ErrNoCredentials)
 
-// hasLayout reports whether the driver names credential files.
-func (s *Service) hasLayout() bool { return s.cfg.Spec.Dir != "" }
+// spec is the credential layout of the account's kind.
+func (s *Service) spec(account string) Spec {
+	if s.cfg.SpecFor != nil {
+		return s.cfg.SpecFor(account)
+	}
+	return s.cfg.Spec
+}
 
 // Enabled reports whether a bundle key is configured.
 func (s *Service) Enabled() bool { return len(s.cfg.Key) > 0 }
@@ -130,18 +138,19 @@ func (s *Service) Export(ctx context.Context, instance string) (account string, 
 	if !s.Enabled() {
 		return "", nil, ErrNoKey
 	}
-	if !s.hasLayout() {
-		return "", nil, errNoLayout
-	}
 	h, err := s.home(instance)
 	if err != nil {
 		return "", nil, err
+	}
+	spec := s.spec(h.Account)
+	if spec.Dir == "" {
+		return "", nil, errNoLayout
 	}
 	if h.LoggedOut {
 		return "", nil, fmt.Errorf("instance %s is needs_login: %w", instance, ErrNoCredentials)
 	}
 	s.mu.Lock()
-	sealed, m, err := Pack(h.WorkDir, s.cfg.Spec, h.Account, s.cfg.Key, s.cfg.Now())
+	sealed, m, err := Pack(h.WorkDir, spec, h.Account, s.cfg.Key, s.cfg.Now())
 	s.mu.Unlock()
 	if err != nil {
 		return "", nil, fmt.Errorf("export instance %s: %w", instance, err)
@@ -156,18 +165,19 @@ func (s *Service) Export(ctx context.Context, instance string) (account string, 
 // the caller's decision (an admin, with the export allowed by a setting).
 // Errors: supervisor.ErrUnknownInstance, ErrNoCredentials.
 func (s *Service) ExportPlain(_ context.Context, instance string) (Home, []byte, error) {
-	if !s.hasLayout() {
-		return Home{}, nil, errNoLayout
-	}
 	h, err := s.home(instance)
 	if err != nil {
 		return Home{}, nil, err
+	}
+	spec := s.spec(h.Account)
+	if spec.Dir == "" {
+		return Home{}, nil, errNoLayout
 	}
 	if h.LoggedOut {
 		return Home{}, nil, fmt.Errorf("instance %s is needs_login: %w", instance, ErrNoCredentials)
 	}
 	s.mu.Lock()
-	payload, err := PackPlain(h.WorkDir, s.cfg.Spec, s.cfg.Now())
+	payload, err := PackPlain(h.WorkDir, spec, s.cfg.Now())
 	s.mu.Unlock()
 	if err != nil {
 		return Home{}, nil, fmt.Errorf("export instance %s: %w", instance, err)
@@ -184,14 +194,15 @@ func (s *Service) Import(ctx context.Context, instance string, sealed []byte) er
 	if !s.Enabled() {
 		return ErrNoKey
 	}
-	if !s.hasLayout() {
-		return errNoLayout
-	}
 	h, err := s.home(instance)
 	if err != nil {
 		return err
 	}
-	b, err := Open(sealed, s.cfg.Key, s.cfg.Spec, s.cfg.Limits)
+	spec := s.spec(h.Account)
+	if spec.Dir == "" {
+		return errNoLayout
+	}
+	b, err := Open(sealed, s.cfg.Key, spec, s.cfg.Limits)
 	if err != nil {
 		return fmt.Errorf("import into instance %s: %w", instance, err)
 	}
@@ -215,18 +226,19 @@ func (s *Service) Import(ctx context.Context, instance string, sealed []byte) er
 // hook saves them sealed (with a key). Errors: supervisor.ErrUnknownInstance,
 // ErrMalformed, ErrWrongAccount.
 func (s *Service) ImportPlain(_ context.Context, instance, account string, payload io.Reader) error {
-	if !s.hasLayout() {
-		return errNoLayout
-	}
 	h, err := s.home(instance)
 	if err != nil {
 		return err
+	}
+	spec := s.spec(h.Account)
+	if spec.Dir == "" {
+		return errNoLayout
 	}
 	if account != "" && account != h.Account && account != h.Username {
 		return fmt.Errorf("import into instance %s: the bundle is for account %q, the instance runs %q: %w",
 			instance, account, h.Account, ErrWrongAccount)
 	}
-	b, err := OpenPlainReader(payload, s.cfg.Spec, s.cfg.Limits, h.Account, s.cfg.Now())
+	b, err := OpenPlainReader(payload, spec, s.cfg.Limits, h.Account, s.cfg.Now())
 	if err != nil {
 		return fmt.Errorf("import into instance %s: %w", instance, err)
 	}
@@ -291,11 +303,12 @@ func (s *Service) Saved(ctx context.Context, account, workDir string) error {
 		s.warnNoKey()
 		return nil
 	}
-	if !s.hasLayout() {
+	spec := s.spec(account)
+	if spec.Dir == "" {
 		return nil
 	}
 	s.mu.Lock()
-	sealed, m, err := Pack(workDir, s.cfg.Spec, account, s.cfg.Key, s.cfg.Now())
+	sealed, m, err := Pack(workDir, spec, account, s.cfg.Key, s.cfg.Now())
 	s.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("save session bundle of %s: %w", account, err)
@@ -325,13 +338,14 @@ func (s *Service) Restore(ctx context.Context, account, workDir string) (bool, e
 		s.warnNoKey()
 		return false, nil
 	}
-	if !s.hasLayout() || HasCredentials(workDir, s.cfg.Spec) {
+	spec := s.spec(account)
+	if spec.Dir == "" || HasCredentials(workDir, spec) {
 		return false, nil
 	}
 	var cands []candidate
 	var problems []error
 	consider := func(from string, sealed []byte) {
-		b, err := Open(sealed, s.cfg.Key, s.cfg.Spec, s.cfg.Limits)
+		b, err := Open(sealed, s.cfg.Key, spec, s.cfg.Limits)
 		if err == nil {
 			if exp := b.Manifest.ExpiresAt; exp != nil && !s.cfg.Now().Before(*exp) {
 				err = fmt.Errorf("expired at %s", exp.Format(time.RFC3339))

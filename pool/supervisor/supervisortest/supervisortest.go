@@ -36,6 +36,18 @@ func Configs(t testing.TB, held bool, names ...string) []supervisor.WorkerConfig
 	return wcs
 }
 
+// Drive has d start every worker of wcs that names no driver of its own
+// (WorkerConfig.Driver) and returns them, for a supervisor over fakes:
+// New(cfg, Drive(f, wcs), f, ...).
+func Drive(d worker.Driver, wcs []supervisor.WorkerConfig) []supervisor.WorkerConfig {
+	for i := range wcs {
+		if wcs[i].Driver == nil {
+			wcs[i].Driver = d
+		}
+	}
+	return wcs
+}
+
 // Workers is a fake Launcher and Driver: one fake process per start, one
 // backend per connect, keyed by instance name.
 type Workers struct {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/poolgate/poolgate/admin"
 	"github.com/poolgate/poolgate/internal/config"
-	"github.com/poolgate/poolgate/internal/pycompat/plainbundle"
 )
 
 // Live reload: SIGHUP or POST /internal/reload re-reads the config file and
@@ -47,11 +46,16 @@ func (a *app) Reload() (admin.ReloadReport, error) {
 	if err != nil {
 		return admin.ReloadReport{}, a.refuse(err)
 	}
-	plain, err := plainbundle.Load(merged, a.spec())
+	plain, err := plainBundles(merged)
 	if err != nil {
 		return admin.ReloadReport{}, a.refuse(err)
 	}
-	workers := workerConfigs(merged)
+	// An account of a new kind or binary gets its driver here; one that
+	// keeps both keeps its driver, and so its worker.
+	workers, err := workerConfigs(merged, a.drivers)
+	if err != nil {
+		return admin.ReloadReport{}, a.refuse(err)
+	}
 
 	// Everything checked: apply. Keys first, in one swap: the next request
 	// is judged by the new set, one under way keeps its key.

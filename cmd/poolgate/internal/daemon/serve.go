@@ -98,7 +98,8 @@ func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 type app struct {
 	cfg         config.Config
 	log         *slog.Logger
-	kind        worker.Kind // the configured driver's registration
+	kind        worker.Kind    // the top-level driver's registration
+	drivers     *workerDrivers // every account's driver, by kind and binary
 	sup         *supervisor.Supervisor
 	pool        *route.Pool
 	launcher    *supervisor.ExecLauncher
@@ -151,7 +152,8 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	m := metrics.New(reg)
 
 	adoptWorkDirs(cfg, log)
-	kind, driver, workers, err := workerSetup(cfg, log)
+	drivers := newWorkerDrivers(cfg, log)
+	kind, workers, err := workerSetup(cfg, drivers, log)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +162,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 		return nil, err
 	}
 	clustered := cfg.AdvertiseURL != ""
-	a := &app{cfg: cfg, applied: cfg, kind: kind, metrics: m, log: log, launcher: &supervisor.ExecLauncher{Env: childEnv(environ)},
+	a := &app{cfg: cfg, applied: cfg, kind: kind, drivers: drivers, metrics: m, log: log, launcher: &supervisor.ExecLauncher{Env: childEnv(environ)},
 		tracing: tp, stopTracing: stopTracing, live: live.New(liveStep, liveSteps, liveAccounts), count: tokens.NewMemo()}
 	if err := a.setupLogin(m, lookup, childEnv(environ)); err != nil {
 		return nil, err
@@ -181,7 +183,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 			loginer = gate
 		}
 	}
-	a.sup = supervisor.New(a.pool.Watch(supervisor.Config{Hooks: a.bundleHooks(), Loginer: loginer}), workers, driver,
+	a.sup = supervisor.New(a.pool.Watch(supervisor.Config{Hooks: a.bundleHooks(), Loginer: loginer}), workers,
 		a.launcher, m, log)
 	onEvict := func(s route.Affinity) { a.router.DeleteSession(s) }
 	var redisClient redis.UniversalClient
@@ -222,9 +224,11 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	if !cfg.SessionReuse {
 		affinity = nil // every turn starts an upstream session of its own
 	}
-	a.router = route.NewRouter(route.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
-		Retries: cfg.Retries, Count: a.count.Count, Tools: toolPolicy(cfg), Tracing: tp,
-		ConversationKey: conversationKey(cfg), CheckTurn: checkTurn(driver), AgentModels: kind.AgentModels, Remote: remote},
+	// Each kind's bound on a turn is its workers' driver's, which the
+	// router asks of the kinds a turn may go to.
+	a.router = route.NewRouter(route.RouterConfig{DefaultModel: cfg.DefaultModel, DefaultNames: cfg.DefaultModelNames,
+		Aliases: cfg.ModelAliases, Retries: cfg.Retries, Count: a.count.Count, Tools: toolPolicy(cfg), Tracing: tp,
+		ConversationKey: conversationKey(cfg), KindAgentModels: agentModels(), Remote: remote},
 		a.pool, affinity, m, log)
 	a.routes(reg, m, ready)
 	return a, nil
@@ -364,7 +368,7 @@ func (r clusterReadiness) Ready() (bool, string) {
 	if ok {
 		return true, ""
 	}
-	if _, spare := r.cluster.Spare(); spare {
+	if _, spare := r.cluster.Spare(""); spare {
 		return true, ""
 	}
 	return false, why + "; no other replica has capacity"

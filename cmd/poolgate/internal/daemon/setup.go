@@ -9,8 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -51,12 +51,12 @@ func (a *app) setupBundles() error {
 	if err != nil {
 		return err
 	}
-	plain, err := plainbundle.Load(a.cfg, a.spec())
+	plain, err := plainBundles(a.cfg)
 	if err != nil {
 		return err
 	}
 	a.plainBundles.Store(&plain)
-	bcfg := bundle.Config{Key: key, Spec: a.spec(), Configured: configured}
+	bcfg := bundle.Config{Key: key, SpecFor: a.specFor, Configured: configured}
 	if a.cfg.AdvertiseURL != "" {
 		// The cluster is made after the bundles; it is there before any
 		// worker starts, which is when the first bundle is saved.
@@ -73,7 +73,7 @@ func (a *app) setupBundles() error {
 func (a *app) bundleHooks() supervisor.Hooks {
 	return supervisor.Hooks{
 		PreStart: func(ctx context.Context, t supervisor.LoginTarget) error {
-			installed, err := plainbundle.Install((*a.plainBundles.Load())[t.Account.Name], t.WorkDir, a.spec())
+			installed, err := plainbundle.Install((*a.plainBundles.Load())[t.Account.Name], t.WorkDir, a.specFor(t.Instance))
 			if err != nil {
 				return fmt.Errorf("install the configured plain session bundle: %w", err)
 			}
@@ -98,9 +98,37 @@ func (a *app) bundleHooks() supervisor.Hooks {
 	}
 }
 
-// spec is the credential layout of the driver's workers, which session
-// bundles carry.
-func (a *app) spec() bundle.Spec { return bundle.Spec(a.kind.Credentials) }
+// specFor is the credential layout of the named account's workers (its
+// kind's), which session bundles carry: the kind of the worker that runs
+// it now, so an account whose kind a reload changed moves to its new
+// layout with its new worker.
+func (a *app) specFor(account string) bundle.Spec {
+	if w, ok := a.sup.Worker(account); ok {
+		return specOf(w.Kind())
+	}
+	return bundle.Spec(a.kind.Credentials)
+}
+
+// plainBundles opens the accounts' plain session bundles (plainbundle.Load),
+// each account's in its kind's layout.
+func plainBundles(cfg config.Config) (map[string]*bundle.Bundle, error) {
+	out := map[string]*bundle.Bundle{}
+	for _, k := range kinds {
+		of := cfg
+		of.Accounts = nil
+		for _, acct := range cfg.Accounts {
+			if ak, err := kindOf(cfg, acct); err == nil && ak.Name == k.Name {
+				of.Accounts = append(of.Accounts, acct)
+			}
+		}
+		plain, err := plainbundle.Load(of, bundle.Spec(k.Credentials))
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(out, plain)
+	}
+	return out, nil
+}
 
 // configuredBundles reads the accounts' configured session bundles (sealed,
 // by account name).
@@ -272,84 +300,90 @@ func toolPolicy(cfg config.Config) route.ToolPolicy {
 	return p
 }
 
-// workerSetup finds the configured driver's kind and builds its driver and
-// one worker config per account. With no worker binary configured, the
-// pool runs this executable's simworker, speaking the kind's protocol; with
-// no accounts either, two simulated accounts (logged in, for a kind with a
-// login).
-func workerSetup(cfg config.Config, log *slog.Logger) (worker.Kind, worker.Driver, []supervisor.WorkerConfig, error) {
-	kind, ok := worker.ByName(kinds, cfg.Driver)
-	if !ok {
-		return worker.Kind{}, nil, nil, fmt.Errorf("driver %q: use %s", cfg.Driver, kindNames())
+// workerSetup finds the top-level driver's kind and builds one worker
+// config per account, each with its kind's driver. With no worker binary
+// configured, the pool runs this executable's simworker, speaking each
+// account's kind's protocol; with no accounts either, two simulated
+// accounts of the top-level kind (logged in, for a kind with a login).
+func workerSetup(cfg config.Config, drivers *workerDrivers, log *slog.Logger) (worker.Kind, []supervisor.WorkerConfig, error) {
+	kind, err := kindOf(cfg, config.Account{})
+	if err != nil {
+		return worker.Kind{}, nil, err
 	}
-	// prefix starts the worker binary; extra follows the driver's own
-	// arguments.
-	prefix, extra := []string{cfg.WorkerBin}, cfg.WorkerArgs
-	if cfg.WorkerBin != "" {
-		// A binary that is not there would have every worker restarted
-		// forever while the daemon looks alive: refuse the start instead.
-		if _, err := exec.LookPath(cfg.WorkerBin); err != nil {
-			return kind, nil, nil, fmt.Errorf("worker_bin %q cannot be run (%w): set POOLGATE_WORKER_BIN to the worker binary's path, executable by this user", cfg.WorkerBin, err)
-		}
-	}
-	if cfg.WorkerBin == "" {
-		self, err := os.Executable()
-		if err != nil {
-			return kind, nil, nil, fmt.Errorf("find own executable for the simulated workers: %w", err)
-		}
-		prefix = append([]string{self, "simworker"}, kind.SimArgs...)
+	if cfg.Simulated() {
 		if len(cfg.Accounts) == 0 {
-			extra = append(extra, kind.DemoArgs...)
 			log.Warn("SIMULATED POOL: nothing is configured, so poolgate serves two simulated accounts whose answers come from no model (set POOLGATE_ACCOUNTS and POOLGATE_WORKER_BIN for real ones)",
 				"simulate", cfg.Simulate)
 		} else {
 			log.Warn("SIMULATED POOL: the configured accounts are served by the bundled simulator (simulate=true), not by a real worker")
 		}
 	}
-	driver, err := kind.New(worker.Setup{Command: prefix, ExtraArgs: extra, APIKey: cfg.WorkerAPIKey,
-		MaxInFlight: cfg.InstanceMaxInFlight, MaxTurnBytes: cfg.WorkerMaxTurnBytes, Debug: cfg.RequestLogDebug,
-		Section: cfg.Section(kind.Name), Logger: log.With("component", kind.Name)})
+	workers, err := workerConfigs(cfg, drivers)
 	if err != nil {
-		return kind, nil, nil, fmt.Errorf("driver %s: %w", kind.Name, err)
+		return kind, nil, err
 	}
-	return kind, driver, workerConfigs(cfg), nil
-}
-
-// checkTurn is the router's bound on turns: the driver's (nil for a driver
-// without one).
-func checkTurn(d worker.Driver) func(*chat.Turn) error {
-	if c, ok := d.(worker.TurnChecker); ok {
-		return c.CheckTurn
-	}
-	return nil
+	return kind, workers, nil
 }
 
 // workerConfigs makes one worker config per account: the configured ones,
 // else (with the bundled simulator) two simulated accounts. In a cluster
 // (advertise_url set) every worker is held: a replica runs only the
-// accounts it leases.
-func workerConfigs(cfg config.Config) []supervisor.WorkerConfig {
-	accounts := cfg.Accounts
-	if len(accounts) == 0 {
+// accounts it leases. Each account runs its kind's driver, made for its
+// binary (drivers).
+func workerConfigs(cfg config.Config, drivers *workerDrivers) ([]supervisor.WorkerConfig, error) {
+	accounts, demo := cfg.Accounts, len(cfg.Accounts) == 0
+	if demo {
 		accounts = config.DefaultAccounts() // the simulator's demo: config.Validate refuses a worker_bin without accounts
 	}
 	workers := make([]supervisor.WorkerConfig, 0, len(accounts))
 	for _, acct := range accounts {
+		kind, err := kindOf(cfg, acct)
+		if err != nil {
+			return nil, err
+		}
+		bin := cfg.BinOf(acct)
+		drv, err := drivers.driver(kind, bin, cfg.ArgsOf(acct), demo)
+		if err != nil {
+			return nil, fmt.Errorf("account %s: %w", acct.Name, err)
+		}
+		var models []chat.Model
+		for _, id := range acct.Models {
+			models = append(models, chat.Model{ID: id})
+		}
 		workers = append(workers, supervisor.WorkerConfig{
 			Name:           acct.Name,
-			Account:        poolAccount(acct, cfg.WorkerBin == ""),
+			Account:        poolAccount(acct, kind, bin == ""),
+			Driver:         drv,
+			Kind:           kind.Name,
+			Models:         models,
 			WorkDir:        filepath.Join(cfg.DataDir, "workers", acct.Name),
 			MaxInFlight:    cfg.InstanceMaxInFlight,
 			StartTimeout:   cfg.StartTimeout,
 			HealthInterval: cfg.HealthInterval,
 			HealthTimeout:  cfg.HealthTimeout,
 			BackoffMax:     cfg.BackoffMax,
-			Recipe:         acct.Recipe,
+			Recipe:         recipeOf(cfg, acct, kind, bin == ""),
 			AutoLogin:      cfg.AutoLogin,
 			Held:           cfg.AdvertiseURL != "",
 		})
 	}
-	return workers
+	return workers, nil
+}
+
+// recipeOf names an account's login recipe: its own; for the top-level
+// driver's accounts "", the login runner's default (login_recipe, else the
+// kind's); for another kind's, its kind's recipe (the simulator's, when
+// simulated).
+func recipeOf(cfg config.Config, acct config.Account, kind worker.Kind, sim bool) string {
+	switch {
+	case acct.Recipe != "":
+		return acct.Recipe
+	case kind.Name == cfg.Driver:
+		return ""
+	case !sim && kind.LoginRecipe != "":
+		return kind.LoginRecipe
+	}
+	return "simworker"
 }
 
 // adoptWorkDirs moves the work dir of an account the configuration names
@@ -386,10 +420,16 @@ func adoptWorkDirs(cfg config.Config, log *slog.Logger) {
 
 // poolAccount converts a configured account. Its process gets the account's
 // own env entries, and the bundled simulator (only it) its credentials in
-// SIMWORKER_ACCOUNTS, which is how it knows whom to let log in.
-func poolAccount(acct config.Account, sim bool) worker.Account {
+// SIMWORKER_ACCOUNTS, which is how it knows whom to let log in. A simulated
+// account with no username has no login to play: its simulator starts
+// logged in as its own default user, as the demo accounts do.
+func poolAccount(acct config.Account, kind worker.Kind, sim bool) worker.Account {
 	var env []string
-	if sim {
+	args := acct.Args
+	switch {
+	case sim && acct.Username == "":
+		args = append(append([]string(nil), kind.DemoArgs...), acct.Args...)
+	case sim:
 		env = append(env, "SIMWORKER_ACCOUNTS="+acct.Username+":"+acct.Password)
 	}
 	keys := make([]string, 0, len(acct.Env))
@@ -400,6 +440,6 @@ func poolAccount(acct config.Account, sim bool) worker.Account {
 	for _, k := range keys {
 		env = append(env, k+"="+acct.Env[k])
 	}
-	return worker.Account{Name: acct.Name, Username: acct.Username, Password: acct.Password, Env: env, Args: acct.Args,
+	return worker.Account{Name: acct.Name, Username: acct.Username, Password: acct.Password, Env: env, Args: args,
 		Record: acct.Record}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // The bundled simulator learns whom to let log in from SIMWORKER_ACCOUNTS;
@@ -29,7 +30,7 @@ func TestSimulatorCredentialsReachOnlyTheSimulator(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := config.Defaults()
 			cfg.WorkerBin, cfg.Accounts, cfg.DataDir = tt.workerBin, accounts, t.TempDir()
-			_, _, workers, err := workerSetup(cfg, log)
+			_, workers, err := workerSetup(cfg, newWorkerDrivers(cfg, log), log)
 			if err != nil || len(workers) != 1 {
 				t.Fatalf("workerSetup() = %d workers, %v", len(workers), err)
 			}
@@ -80,7 +81,7 @@ func TestWorkerBinMustRun(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := config.Defaults()
 			cfg.WorkerBin, cfg.Accounts, cfg.DataDir = tt.give, []config.Account{{Name: "a1"}}, t.TempDir()
-			_, _, _, err := workerSetup(cfg, log)
+			_, _, err := workerSetup(cfg, newWorkerDrivers(cfg, log), log)
 			switch {
 			case tt.want == "" && err != nil:
 				t.Errorf("workerSetup = %v, want a start", err)
@@ -131,7 +132,11 @@ func TestUnknownDriverRefusesTheStart(t *testing.T) {
 		t.Run(tt.driver, func(t *testing.T) {
 			cfg := config.Defaults()
 			cfg.Driver, cfg.DataDir = tt.driver, t.TempDir()
-			kind, driver, _, err := workerSetup(cfg, log)
+			kind, workers, err := workerSetup(cfg, newWorkerDrivers(cfg, log), log)
+			var driver worker.Driver
+			if len(workers) > 0 {
+				driver = workers[0].Driver
+			}
 			switch {
 			case tt.want != "" && (err == nil || err.Error() != tt.want):
 				t.Errorf("workerSetup = %v, want %q", err, tt.want)
