@@ -83,6 +83,9 @@ type Config struct {
 	// takes may drop its whole connection, not just refuse the turn.
 	WorkerMaxTurnBytes int64 `yaml:"worker_max_turn_bytes"` // largest turn sent to a worker as encoded for it (a Lingma frame, a model server's request body); a larger one gets 413 before any worker sees it (16 MiB)
 
+	// SimDirectives is off by default because any caller writes prompts.
+	SimDirectives bool `yaml:"sim_directives"` // the bundled simulator obeys the [[sim:...]] directives in prompts (crashes, logouts, delays, answer sizes): for tests and demonstrations only (false)
+
 	InstanceMaxInFlight int           `yaml:"instance_max_in_flight"` // turns at once per instance (1)
 	MaxInFlight         int           `yaml:"max_in_flight"`          // turns at once in the pool (64)
 	MaxQueue            int           `yaml:"max_queue"`              // requests waiting for a slot (256)

@@ -29,7 +29,9 @@ type Daemon struct {
 // (POOLGATE_WORKER_BIN, or the Python gateway's LINGMA_BIN) or a simulate
 // setting of its own, POOLGATE_SIMULATE=true is added: most tests configure
 // keys or accounts on the bundled simulator, which the daemon's default
-// (auto) refuses; the tests of that default pass POOLGATE_SIMULATE=auto. The process is stopped (SIGTERM, then
+// (auto) refuses; the tests of that default pass POOLGATE_SIMULATE=auto. The
+// simulator obeys the prompts' [[sim:...]] directives (POOLGATE_SIM_DIRECTIVES=true)
+// unless env says otherwise. The process is stopped (SIGTERM, then
 // SIGKILL) at cleanup; its log is printed if the test failed.
 func StartDaemon(t testing.TB, env ...string) *Daemon {
 	t.Helper()
@@ -56,6 +58,9 @@ func StartDaemonArgs(t testing.TB, args []string, env ...string) *Daemon {
 	}
 	if !has("POOLGATE_SIMULATE") && !has("POOLGATE_WORKER_BIN") && !has("LINGMA_BIN") {
 		env = append(env, "POOLGATE_SIMULATE=true")
+	}
+	if !has("POOLGATE_SIM_DIRECTIVES") {
+		env = append(env, "POOLGATE_SIM_DIRECTIVES=true") // the tests steer the simulator with [[sim:...]]
 	}
 	d := &Daemon{log: &Buffer{}, done: make(chan struct{})}
 	for _, kv := range env {

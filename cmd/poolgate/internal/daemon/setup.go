@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -298,6 +299,9 @@ func workerSetup(cfg config.Config, log *slog.Logger) (worker.Kind, worker.Drive
 			return kind, nil, nil, fmt.Errorf("find own executable for the simulated workers: %w", err)
 		}
 		prefix = append([]string{self, "simworker"}, kind.SimArgs...)
+		if cfg.SimDirectives {
+			extra = append(slices.Clip(extra), "--directives")
+		}
 		if len(cfg.Accounts) == 0 {
 			extra = append(extra, kind.DemoArgs...)
 			log.Warn("SIMULATED POOL: nothing is configured, so poolgate serves two simulated accounts whose answers come from no model (set POOLGATE_ACCOUNTS and POOLGATE_WORKER_BIN for real ones)",
