@@ -42,6 +42,26 @@ func StartDaemon(t testing.TB, env ...string) *Daemon {
 // file).
 func StartDaemonArgs(t testing.TB, args []string, env ...string) *Daemon {
 	t.Helper()
+	return startDaemon(t, append([]string{PoolgateBin(t)}, args...), env)
+}
+
+// StartDaemonNoFile is StartDaemon for a daemon whose open-file limit is
+// nofile, soft and hard: prlimit sets it on the daemon's process before it
+// starts (the test's own limit is left alone), so the daemon sees it as it
+// would on a machine that allows no more.
+func StartDaemonNoFile(t testing.TB, nofile int, env ...string) *Daemon {
+	t.Helper()
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Fatal("this test starts the daemon under a low open-file limit with prlimit: apt-get install util-linux")
+	}
+	return startDaemon(t, []string{prlimit, fmt.Sprintf("--nofile=%d:%d", nofile, nofile), "--", PoolgateBin(t)}, env)
+}
+
+// startDaemon runs argv (the daemon, or a command that executes it in its
+// place, so that its pid is the daemon's) as StartDaemon describes.
+func startDaemon(t testing.TB, argv []string, env []string) *Daemon {
+	t.Helper()
 	has := func(k string) bool {
 		for _, kv := range env {
 			if strings.HasPrefix(kv, k+"=") {
@@ -69,7 +89,7 @@ func StartDaemonArgs(t testing.TB, args []string, env ...string) *Daemon {
 		}
 	}
 	d.URL = "http://" + d.Addr
-	d.cmd = exec.Command(PoolgateBin(t), args...)
+	d.cmd = exec.Command(argv[0], argv[1:]...)
 	d.cmd.Env = append(cleanEnv(), env...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -33,6 +34,10 @@ type Proxy struct {
 	// Its transport should dial only the peer networks (PeerNetworks);
 	// the proxy never follows a redirect.
 	Client *http.Client
+	// WriteTimeout bounds each write of the holder's answer to the client
+	// (default 30s): a client that stops reading ends the hop, which lets
+	// go of the holder's answer on both replicas.
+	WriteTimeout time.Duration
 
 	mu    sync.Mutex
 	peers map[string]peer // proven replicas by URL
@@ -91,7 +96,7 @@ func (p *Proxy) Forward(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			return err
 		}
 		if subtle.ConstantTimeCompare([]byte(resp.Header.Get(access.AnswerHeader)), []byte(answer)) == 1 {
-			relay(w, resp)
+			relay(w, resp, cmp.Or(p.WriteTimeout, 30*time.Second))
 			return nil
 		}
 		_ = resp.Body.Close()
@@ -147,8 +152,9 @@ func (p *Proxy) send(ctx context.Context, w http.ResponseWriter, r *http.Request
 	return resp, signed.Answer, nil
 }
 
-// relay copies the holder's answer to w as it comes.
-func relay(w http.ResponseWriter, resp *http.Response) {
+// relay copies the holder's answer to w as it comes, each write within
+// timeout.
+func relay(w http.ResponseWriter, resp *http.Response, timeout time.Duration) {
 	defer resp.Body.Close()
 	for k, vs := range resp.Header {
 		// This replica's request id is set already: the same id.
@@ -156,14 +162,18 @@ func relay(w http.ResponseWriter, resp *http.Response) {
 			w.Header()[k] = vs
 		}
 	}
-	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
+	// Not every ResponseWriter supports deadlines (a test's recorder); the
+	// listeners' connections also give a write of their own a deadline.
+	_ = rc.SetWriteDeadline(time.Now().Add(timeout))
+	w.WriteHeader(resp.StatusCode)
 	buf := make([]byte, 32<<10)
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
+			_ = rc.SetWriteDeadline(time.Now().Add(timeout))
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return // the client went away; its context ends the rest
+				return // the client went away or stopped reading; closing the body ends the holder's answer
 			}
 			_ = rc.Flush()
 		}
