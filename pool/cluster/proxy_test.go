@@ -412,3 +412,26 @@ func TestProxyRelayHasAWriteDeadline(t *testing.T) {
 		t.Fatal("the holder still writes its answer to the hop, 10s on")
 	}
 }
+
+// A URL whose listener failed its proof is not challenged again for a
+// while: a rogue registry entry costs the hops to it one challenge (and its
+// wait), not one each.
+func TestProxyRemembersAFailedProof(t *testing.T) {
+	var evil listener
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		evil.record(r)
+		_, _ = io.WriteString(w, `{"replica":"r2","url":"x","proof":"x"}`)
+	}))
+	defer srv.Close()
+	p := sender(t)
+	for i := range 3 {
+		rec := httptest.NewRecorder()
+		r := clientRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{}`))
+		if err := p.Forward(context.Background(), rec, r, access.NewHopBody([]byte(`{}`)), srv.URL); !errors.Is(err, ErrUnproven) {
+			t.Fatalf("hop %d: %v, want ErrUnproven", i, err)
+		}
+	}
+	if n := len(evil.all()); n != 1 {
+		t.Errorf("%d challenges for three hops, want 1", n)
+	}
+}

@@ -1,7 +1,15 @@
 package daemon
 
 import (
+	"crypto/hkdf"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"syscall"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
@@ -63,4 +71,43 @@ func newConns(cfg config.Config, m *metrics.Metrics, log *slog.Logger) *httpx.Co
 // rest of the process), and never less than half of it.
 func connsFor(nofile int) int {
 	return max(nofile/2, nofile-max(128, nofile/4))
+}
+
+// ownerKey keys the digests of the callers' API keys that name their
+// conversations and stored Responses in the store (access.Owners): derived
+// from the cluster token, which every replica shares and no client knows,
+// else a key of this node's own, kept in its data dir so that a restart
+// still finds the entries it stored.
+func ownerKey(cfg config.Config, log *slog.Logger) ([]byte, error) {
+	if cfg.ClusterToken != "" {
+		return hkdf.Key(sha256.New, []byte(cfg.ClusterToken), nil, "poolgate owner digests v1", 32)
+	}
+	path := filepath.Join(cfg.DataDir, "owner.key")
+	if key, err := os.ReadFile(path); err == nil && len(key) == 32 {
+		return key, nil
+	} else if err == nil {
+		return nil, fmt.Errorf("%s is not a key of 32 bytes: remove it, and poolgate makes a new one (stored Responses and affinity entries named under the old one are then not found)", path)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return ownerKey(cfg, log) // made by another process a moment ago
+	}
+	if err != nil {
+		return nil, fmt.Errorf("keep the owner key: %w", err)
+	}
+	_, err = f.Write(key)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(path)
+		return nil, fmt.Errorf("keep the owner key: %w", err)
+	}
+	log.Info("made the key of the digests that name API keys' entries in the store", "file", path)
+	return key, nil
 }

@@ -109,8 +109,9 @@ type app struct {
 	store       store        // conversation state
 	bundleStore bundle.Store // sealed bundles, beside it
 	api         *http.Server
-	admin       *http.Server // nil when admin shares the API listener
-	conns       *httpx.Conns // the bounds of both listeners' connections
+	admin       *http.Server   // nil when admin shares the API listener
+	conns       *httpx.Conns   // the bounds of both listeners' connections
+	owners      *access.Owners // the keyed digests of the callers' keys
 	apiConns    *httpx.ConnGuard
 	adminConns  *httpx.ConnGuard // nil with admin
 	keys        *apikey.Registry
@@ -165,6 +166,11 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	if err := a.setupLogin(m, lookup, childEnv(environ)); err != nil {
 		return nil, err
 	}
+	key, err := ownerKey(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	a.owners = access.NewOwners(key)
 	// The pool is made first and given to the supervisor; the supervisor's
 	// logins on a replica go through the cluster's gate, given to the
 	// cluster when it is made (it drives the supervisor's workers).
@@ -273,14 +279,14 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	// Who may call what: decided once, at the edge of every listener, from
 	// these credentials (the keys swapped by a reload).
 	creds := &access.Credentials{Keys: a.keys, AdminToken: cfg.AdminToken, MetricsToken: cfg.MetricsToken,
-		MetricsPublic: cfg.MetricsPublic}
+		MetricsPublic: cfg.MetricsPublic, Owners: a.owners}
 	hcfg := handlers.Config{Credentials: creds, AdminError: admin.WriteError,
 		Accounting: a.acct.forHTTP(cfg.RequestLogDebug, a.live), MaxBodyBytes: cfg.MaxBodyBytes,
 		BodyBudget: newBodyBudget(cfg, m, log),
 		Insecure:   cfg.Insecure, Tracing: a.tracing, PythonCompat: cfg.PythonCompat}
 	var workers admin.Workers = a.sup
 	acfg := admin.Config{BundleImportPlain: cfg.BundleImportPlain, BundleExportPlain: cfg.BundleExportPlain,
-		Simulated: cfg.Simulated()}
+		Simulated: cfg.Simulated(), Owners: a.owners}
 	if a.cluster != nil {
 		creds.Hops, hcfg.Hop = a.hop.Hops, a.hop
 		workers = leasedWorkers{a.sup, a.cluster}
