@@ -167,28 +167,13 @@ func TestUnauthenticatedConnectionsDoNotStopAKeyedClient(t *testing.T) {
 	}
 }
 
-// TestOneKeyCannotHoldEveryConnection is issue 45's fourth finding: a
-// connection that showed a key was never counted again, and GET /v1/models
-// (no rpm or concurrency limit) kept it from going idle, so one user key
-// held 396 connections of a daemon allowed 400 files, and /healthz and the
-// other keys' requests timed out. On a daemon started with that limit
-// (prlimit, before it starts), one key gets at most its share of the
-// connections the limit leaves (max_conns_per_key): its requests past it
-// are refused with 429 in its protocol and their connections closed, while
-// /healthz and the other key are served, each within 5 s, on new
-// connections.
-func TestOneKeyCannotHoldEveryConnection(t *testing.T) {
-	d := testenv.StartDaemonNoFile(t, 400, twoKeys, "POOLGATE_ADMIN_TOKEN="+adminToken)
-	d.WaitReady(t, 20*time.Second)
-	const n = 396
+// holdKeyed opens n connections at once, each with a GET /v1/models of the
+// holder's key, kept open until the test ends, and counts their answers'
+// statuses (0: closed without one).
+func holdKeyed(t *testing.T, d *testenv.Daemon, n int) map[int]int {
+	t.Helper()
 	var mu sync.Mutex
 	codes := map[int]int{}
-	var held []net.Conn
-	defer func() {
-		for _, c := range held {
-			c.Close()
-		}
-	}()
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
@@ -206,10 +191,28 @@ func TestOneKeyCannotHoldEveryConnection(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			codes[code]++
-			held = append(held, c)
+			t.Cleanup(func() { c.Close() })
 		})
 	}
 	wg.Wait()
+	return codes
+}
+
+// TestOneKeyCannotHoldEveryConnection is issue 45's fourth finding: a
+// connection that showed a key was never counted again, and GET /v1/models
+// (no rpm or concurrency limit) kept it from going idle, so one user key
+// held 396 connections of a daemon allowed 400 files, and /healthz and the
+// other keys' requests timed out. On a daemon started with that limit
+// (prlimit, before it starts), one key gets at most its share of the
+// connections the limit leaves (max_conns_per_key): its requests past it
+// are refused with 429 in its protocol and their connections closed, while
+// /healthz and the other key are served, each within 5 s, on new
+// connections.
+func TestOneKeyCannotHoldEveryConnection(t *testing.T) {
+	d := testenv.StartDaemonNoFile(t, 400, twoKeys, "POOLGATE_ADMIN_TOKEN="+adminToken)
+	d.WaitReady(t, 20*time.Second)
+	const n = 396
+	codes := holdKeyed(t, d, n)
 	t.Logf("the holder's %d connections: %v (status: count; 0 = no answer)", n, codes)
 	if codes[http.StatusTooManyRequests] == 0 {
 		t.Errorf("no request of the holder's %d connections was refused: %v", n, codes)

@@ -387,8 +387,8 @@ func TestProxyRelayHasAWriteDeadline(t *testing.T) {
 	p := sender(t)
 	p.WriteTimeout = 200 * time.Millisecond
 	forwarded := make(chan error, 1)
-	edge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r = clientRequest(http.MethodPost, "/v1/messages", strings.NewReader("{}"))
+	edge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		r := clientRequest(http.MethodPost, "/v1/messages", strings.NewReader("{}"))
 		forwarded <- p.Forward(context.Background(), w, r, access.NewHopBody([]byte("{}")), srv.URL)
 	}))
 	defer edge.Close()

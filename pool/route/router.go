@@ -300,18 +300,14 @@ func (r *Router) newRequest(c Call) (*request, error) {
 }
 
 // retryable says whether a turn that failed before any output may be tried
-// on another instance. A turn no worker would take (too large) is not. Nor
-// is one whose worker went away or went silent (its acknowledgement, its
-// answer or the rest of it overdue) after the turn reached it, whether or
-// not the worker had acknowledged it: an acknowledgement shows the worker
-// parsed the turn, not that it survived it, and a turn that broke one
-// worker breaks the next the same way (an answer larger than the gateway
-// reads is the worker's fault for that turn too). A worker going away is
-// retried only with evidence the turn did not cause it: the turn never
-// reached the worker (chat.ErrNotSent: its connection had already ended,
-// or could not be made), or this replica cut the turn when its lease on
-// the account ended (errFenced). Anything the worker answered itself (a
-// refusal, a rate limit, its own error) leaves it standing, and is retried.
+// on another instance. Not a turn no worker would take (too large), nor one
+// whose worker went away or fell silent after the turn reached it, even if
+// it acknowledged the turn: that shows it parsed the turn, not that it
+// survived it (an answer over the gateway's read limit is the worker's
+// failure too). A worker going away is retried only when the turn did not
+// cause it: it never reached the worker (chat.ErrNotSent), or this replica
+// cut it when its lease ended (errFenced). What the worker answered itself
+// (a refusal, a rate limit, its own error) is retried.
 func retryable(err error) bool {
 	var tooLarge *chat.TooLargeError
 	switch {
