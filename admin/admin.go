@@ -41,6 +41,9 @@ type Config struct {
 	// instance follow its lease (lease.go); nil: not clustered, every
 	// instance is this replica's.
 	Cluster *ClusterConfig
+	// Owners makes the digests the edge names a key's conversations by,
+	// for a flush of one key's affinity (nil: unkeyed, as a default edge).
+	Owners *access.Owners
 }
 
 // maxAdminBody caps admin request bodies but a streamed plain import's.

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -139,7 +140,7 @@ func (a *Admin) importBundle(c *gin.Context, svc BundleService) {
 	var err error
 	if body.BundleB64 != "" {
 		action, format = "session_import_plain", "plain"
-		err = svc.ImportPlain(c.Request.Context(), name, body.Account, bytes.NewReader(payload))
+		err = svc.ImportPlain(c.Request.Context(), name, cmp.Or(body.Account, c.Query("account")), bytes.NewReader(payload))
 	} else {
 		err = svc.Import(c.Request.Context(), name, payload)
 	}
@@ -252,6 +253,9 @@ func writeBundleError(c *gin.Context, name string, err error) {
 		status, code, msg = http.StatusConflict, CodeNotLoggedIn, "instance "+name+" is not logged in: "+msg
 	case errors.Is(err, bundle.ErrWrongAccount):
 		status, code = http.StatusConflict, CodeWrongAccount
+	case errors.Is(err, bundle.ErrNoAccount):
+		status, code = http.StatusBadRequest, CodeBadRequest
+		msg += `: name the account it is for, "account" in the body (the instance's account name or username), or ?account= with a bare bundle`
 	case errors.Is(err, bundle.ErrSeal), errors.Is(err, bundle.ErrChecksum):
 		status, code = http.StatusUnprocessableEntity, CodeBundleRejected
 	case errors.Is(err, bundle.ErrMalformed):

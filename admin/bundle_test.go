@@ -424,7 +424,19 @@ func TestBundlePlainExportAndBareImport(t *testing.T) {
 		t.Errorf("bare import without ?instance= = %d %v, want 400", code, out)
 	}
 	bare := []byte(fmt.Sprint(exp["bundle_b64"]) + "\n")
-	code, imp := dst.do(t, "/internal/session/import?instance=w1", "", bare)
+	// An unsealed bundle proves nothing about whose it is: one that names
+	// no account is refused, and the worker left alone.
+	anonymous, _ := json.Marshal(map[string]any{"instance": "w1", "bundle_b64": exp["bundle_b64"]})
+	for _, give := range []struct{ query, body string }{{"?instance=w1", string(bare)}, {"?instance=w1", string(anonymous)}, {"", string(anonymous)}} {
+		if code, out := dst.do(t, "/internal/session/import"+give.query, "", []byte(give.body)); code != http.StatusBadRequest ||
+			!strings.Contains(fmt.Sprint(out["error"]), "names no account") {
+			t.Errorf("import of a plain bundle naming no account (%s %.40s) = %d %v, want 400", give.query, give.body, code, out)
+		}
+	}
+	if now := dst.waitState(t, supervisor.StateNeedsLogin, nil); now.Restarts != before.Restarts {
+		t.Errorf("the refused imports restarted the worker: %+v, was %+v", now, before)
+	}
+	code, imp := dst.do(t, "/internal/session/import?instance=w1&account=acct", "", bare)
 	if code != http.StatusOK || imp["format"] != "plain" || imp["instance"] != "w1" {
 		t.Fatalf("bare import = %d %v", code, imp)
 	}

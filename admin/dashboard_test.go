@@ -158,7 +158,7 @@ func startBareAdmin(t *testing.T, p *route.Pool, sup *supervisor.Supervisor) (_ 
 func startAdmin(t *testing.T) (*route.Pool, *supervisor.Supervisor, *httptest.Server, *fakeLogins) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	drv := lingma.New(lingma.Config{Command: []string{testenv.PoolgateBin(t), "simworker"}, ExtraArgs: []string{"--logged-in"}})
+	drv := lingma.New(lingma.Config{Command: []string{testenv.PoolgateBin(t), "simworker"}, ExtraArgs: []string{"--logged-in", "--directives"}})
 	launcher := &supervisor.ExecLauncher{}
 	p := route.New(route.Config{}, nil, log)
 	sup := supervisor.New(p.Watch(supervisor.Config{}), supervisortest.Drive(drv, []supervisor.WorkerConfig{workerConfig(t, "w1"), workerConfig(t, "w2")}), launcher, nil, log)

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -324,7 +325,7 @@ func (a *Admin) importNamed(c *gin.Context, svc BundleService, name string) {
 	action, format, n := "session_import", "sealed", int64(len(s.sealed))
 	if plain {
 		action, format, n = "session_import_plain", "plain", s.plainLen
-		err = svc.ImportPlain(c.Request.Context(), name, s.body.Account, s.plain)
+		err = svc.ImportPlain(c.Request.Context(), name, cmp.Or(s.body.Account, c.Query("account")), s.plain)
 	} else {
 		err = svc.Import(c.Request.Context(), name, s.sealed)
 	}

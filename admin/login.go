@@ -7,11 +7,14 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool/supervisor"
@@ -157,11 +160,38 @@ func (h *loginAPI) status(c *gin.Context) {
 		}
 		all = append(all, st)
 	}
+	if !access.From(c.Request.Context()).SeesContent() {
+		for i := range all {
+			all[i] = forViewer(all[i])
+		}
+	}
 	if h.compat {
 		h.compatStatus(c, all)
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"instances": all, "browser": h.svc != nil})
+}
+
+// forViewer is a login's status as a caller who may not act on logins (a
+// viewer) sees it: the login page's address and any address in the error
+// or the page's text without their query and fragment, where a login in
+// progress keeps its state nonce (and a worker may put more).
+func forViewer(st login.Status) login.Status {
+	st.PageURL = stripQueries(st.PageURL)
+	st.LastError = stripQueries(st.LastError)
+	st.PageSnippet = stripQueries(st.PageSnippet)
+	return st
+}
+
+// urlQuery matches the query and fragment of an http(s) address in text.
+var urlQuery = regexp.MustCompile(`(?i)(\bhttps?://[^\s?#"'<>]*)[?#][^\s"'<>]*`)
+
+// stripQueries cuts the query and fragment off every http(s) address in s.
+func stripQueries(s string) string {
+	if !strings.Contains(s, "://") {
+		return s
+	}
+	return urlQuery.ReplaceAllString(s, "$1?REDACTED")
 }
 
 func (h *loginAPI) url(c *gin.Context) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/login"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
@@ -114,5 +115,10 @@ func (h *loginAPI) compatStatus(c *gin.Context, all []login.Status) {
 		wg.Go(func() { items[i].Auth = authOf(ctx, t) })
 	}
 	wg.Wait()
+	if !access.From(c.Request.Context()).SeesContent() {
+		for i := range items {
+			items[i].Auth.ID = "" // the account's username: an admin's to read
+		}
+	}
 	c.JSON(http.StatusOK, gin.H{"ok": true, "instances": items, "browser": h.svc != nil})
 }

@@ -9,8 +9,6 @@ import (
 	"net/http"
 
 	"github.com/gin-gonic/gin"
-
-	"github.com/poolgate/poolgate/internal/access"
 )
 
 // AffinityFlusher removes conversation affinity entries.
@@ -43,7 +41,7 @@ func (a *Admin) RegisterSession(r gin.IRouter, store AffinityFlusher) {
 		}
 		owner, scope := "", "all"
 		if body.APIKey != nil {
-			owner, scope = access.OwnerOf(*body.APIKey).Affinity, "api_key"
+			owner, scope = a.cfg.Owners.Of(*body.APIKey).Affinity, "api_key"
 		}
 		n, err := store.FlushAffinity(c.Request.Context(), owner)
 		if err != nil {

@@ -158,6 +158,7 @@ func startGateway(ctx context.Context, bin, dir string, cfg gatewayConfig) (*gat
 		// The accounts are the bundled simulator's, which serves configured
 		// accounts only when asked to.
 		"POOLGATE_SIMULATE=true",
+		"POOLGATE_SIM_DIRECTIVES=true", // the scenarios shape answers with [[sim:chunks=N]]
 		"POOLGATE_DRIVER=" + cfg.Driver,
 		"POOLGATE_PPROF_LISTEN=127.0.0.1:" + strconv.Itoa(pprofPort),
 		"POOLGATE_ACCOUNTS=" + string(accJSON),

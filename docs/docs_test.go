@@ -70,10 +70,17 @@ func (b block) runnable() bool { return slices.Contains(b.tags, "runnable") }
 // it runs against is started with them, and the block sees them too.
 func (b block) env() []string {
 	var env []string
+	directives := false
 	for _, w := range b.tags {
 		if strings.Contains(w, "=") {
 			env = append(env, w)
+			directives = directives || strings.HasPrefix(w, "POOLGATE_SIM_DIRECTIVES=")
 		}
+	}
+	if !directives {
+		// As `go run ./cmd/poolgate` starts: a block that uses [[sim:...]]
+		// says so.
+		env = append(env, "POOLGATE_SIM_DIRECTIVES=false")
 	}
 	return env
 }

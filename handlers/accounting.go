@@ -101,7 +101,8 @@ func readFailed(w http.ResponseWriter, r *http.Request, err error) string {
 		w.WriteHeader(apierr.StatusClientClosed)
 		return relay.ClientGone
 	}
-	if !errors.Is(err, httpx.ErrBodyTooLarge) && !errors.Is(err, httpx.ErrBodyTimeout) && !errors.Is(err, httpx.ErrBudget) {
+	if !errors.Is(err, httpx.ErrBodyTooLarge) && !errors.Is(err, httpx.ErrBodyTimeout) && !errors.Is(err, httpx.ErrBudget) &&
+		!errors.Is(err, httpx.ErrTooDeep) {
 		err = &apierr.RequestError{Message: "could not read the request body: " + err.Error()}
 	}
 	p := apierr.Classify(err)

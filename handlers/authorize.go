@@ -5,6 +5,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/gemini"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/internal/access"
@@ -27,13 +28,18 @@ type AdminErrorFunc func(w http.ResponseWriter, status int, code, message string
 func Authorize(cr *access.Credentials, adminErr AdminErrorFunc) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		path := c.FullPath()
-		if gemini.IsRequest(c.Request) {
+		// A hop is checked against the query as it arrived: the replica
+		// that signed it took the client's key out already.
+		if gemini.IsRequest(c.Request) && c.Request.Header.Get(access.HopHeader) == "" {
 			gemini.TakeKey(c.Request)
 		}
 		caller, v, ok := cr.Identify(c.Request)
 		access.StripHop(c.Request)
 		if presented(caller) {
-			httpx.Trust(c.Request.Context())
+			if !httpx.Trust(c.Request.Context(), connKey(caller)) {
+				tooManyConns(c, adminErr)
+				return
+			}
 		} else {
 			// Nothing ties this connection to anyone: it serves one
 			// request, and its count against max_unauthenticated_conns
@@ -65,6 +71,30 @@ func Authorize(cr *access.Credentials, adminErr AdminErrorFunc) gin.HandlerFunc 
 		c.Request = c.Request.WithContext(access.WithCaller(c.Request.Context(), caller))
 		c.Next()
 	}
+}
+
+// connKey names the API key whose connections the caller's counts
+// against: a client's key, not a token's, a replica's or an open gateway's
+// (httpx.Conns).
+func connKey(c access.Caller) string {
+	if c.Key == nil || c.Open || c.Replica != "" {
+		return ""
+	}
+	return c.Key.Name
+}
+
+// tooManyConns refuses a request whose key holds max_conns_per_key
+// connections already, and closes its connection: the client has others.
+func tooManyConns(c *gin.Context, adminErr AdminErrorFunc) {
+	c.Header("Connection", "close")
+	p := apierr.Classify(httpx.ErrTooManyConns)
+	if access.IsAdminPath(c.Request.URL.Path) && adminErr != nil {
+		c.Header("Retry-After", "1")
+		adminErr(c.Writer, p.Status, p.Code, p.Message)
+	} else {
+		writeProblem(c.Writer, c.Request, &p)
+	}
+	c.Abort()
 }
 
 // presented reports whether the caller showed a credential in force (a key,

@@ -20,7 +20,7 @@ import (
 // every request gives its room back.
 func TestBodyBudget(t *testing.T) {
 	gin.SetMode(gin.TestMode)
-	budget := httpx.NewBudget(int64(len(chatBody))+10, nil, nil)
+	budget := httpx.NewBudget(int64(len(chatBody))+10, 0, nil, nil)
 	e := gin.New()
 	e.POST("/v1/chat/completions", BodyCap(1<<20, budget), observe(nil, &Accounting{}, slog.New(slog.DiscardHandler),
 		&edge{router: &fakeRouter{}}, openaichat.New(openaichat.Config{}, nil)))

@@ -275,11 +275,14 @@ func Recover(log *slog.Logger) gin.HandlerFunc {
 }
 
 // BodyCap limits request bodies in size, and in bytes held at once across
-// the gateway: one announced larger than n is refused at once, and protocol
-// decoders turn the overflow of one that was not into 413; one the budget
-// has no room for gets 429 with Retry-After before it is read (a body of
-// unknown length reserves its room as it arrives, and the reader fails
-// when there is none). The room is given back when the request is over.
+// the gateway and by one key: one announced larger than n is refused at
+// once, and protocol decoders turn the overflow of one that was not into
+// 413; one the budget (or the key's share of it) has no room for gets 429
+// with Retry-After before it is read (a body of unknown length reserves
+// its room as it arrives, and the reader fails when there is none). The
+// room is given back when the request is over, however it ends: every
+// write to the client has a deadline (httpx.Conns), so one that does not
+// read its answer ends it too.
 // How long a body may take is bounded before any middleware runs
 // (httpx.Deadlines), and a refusal written before its body was read
 // closes the connection there.
@@ -292,23 +295,34 @@ func BodyCap(n int64, budget *httpx.Budget) gin.HandlerFunc {
 			return
 		}
 		r.Body = http.MaxBytesReader(c.Writer, r.Body, n)
+		key := budgetKey(access.From(r.Context()))
 		switch {
 		case budget == nil || r.ContentLength == 0:
 		case r.ContentLength > 0:
-			if !budget.Take(r.ContentLength) {
+			if !budget.Take(key, r.ContentLength) {
 				p := apierr.Classify(httpx.ErrBudget)
 				writeProblem(c.Writer, r, &p)
 				c.Abort()
 				return
 			}
-			defer budget.Put(r.ContentLength)
+			defer budget.Put(key, r.ContentLength)
 		default:
-			b := &budgetBody{Reader: httpx.Reader{R: r.Body, B: budget}, Closer: r.Body}
+			b := &budgetBody{Reader: httpx.Reader{R: r.Body, B: budget, Key: key}, Closer: r.Body}
 			r.Body = b
-			defer func() { budget.Put(b.Taken) }()
+			defer func() { budget.Put(key, b.Taken) }()
 		}
 		c.Next()
 	}
+}
+
+// budgetKey names the key whose share of the body budget a caller's
+// bodies take: its API key (also on a hop, which carries it), none on an
+// open gateway, whose callers are one.
+func budgetKey(c access.Caller) string {
+	if c.Key == nil || c.Open {
+		return ""
+	}
+	return c.Key.Name
 }
 
 // budgetBody is a body of unknown length read under the budget.

@@ -159,6 +159,10 @@ func Classify(err error) Problem {
 		p.Kind, p.Code, p.Message, p.RetryAfter = RateLimited, "overloaded", "the gateway is at capacity, retry later", time.Second
 	case errors.Is(err, httpx.ErrBodyTimeout):
 		p.Kind, p.Code, p.Message = RequestTimeout, "request_timeout", httpx.ErrBodyTimeout.Error()
+	case errors.Is(err, httpx.ErrTooManyConns):
+		p.Kind, p.Code, p.Message, p.RetryAfter = RateLimited, "too_many_connections", httpx.ErrTooManyConns.Error(), time.Second
+	case errors.Is(err, httpx.ErrTooDeep):
+		p.Kind, p.Code, p.Message = InvalidRequest, CodeInvalidJSON, httpx.ErrTooDeep.Error()
 	case errors.As(err, &ole):
 		p.Kind, p.Code, p.Message = RateLimited, "overloaded", "the gateway is at capacity, retry later"
 		p.RetryAfter = max(ole.RetryAfter, time.Second)

@@ -13,19 +13,48 @@ import (
 func TestBudget(t *testing.T) {
 	var gauge float64
 	refused := 0
-	b := NewBudget(100, func(v float64) { gauge = v }, func() { refused++ })
+	b := NewBudget(100, 0, func(v float64) { gauge = v }, func() { refused++ })
 	steps := []struct {
 		take int64
 		want bool
 	}{{60, true}, {50, false}, {40, true}, {1, false}}
 	for _, s := range steps {
-		if got := b.Take(s.take); got != s.want {
+		if got := b.Take("", s.take); got != s.want {
 			t.Fatalf("Take(%d) = %v with %d held, want %v", s.take, got, b.Held(), s.want)
 		}
 	}
-	b.Put(60)
+	b.Put("", 60)
 	if b.Held() != 40 || gauge != 40 || refused != 2 {
 		t.Errorf("held %d, gauge %v, %d refusals; want 40, 40, 2", b.Held(), gauge, refused)
+	}
+}
+
+// TestBudgetPerKey: one key holds at most its share; the others, and a
+// caller of no key, still find the rest.
+func TestBudgetPerKey(t *testing.T) {
+	b := NewBudget(100, 50, nil, nil)
+	steps := []struct {
+		key  string
+		take int64
+		want bool
+	}{
+		{"a", 40, true},
+		{"a", 20, false}, // over a's share, with room left in the budget
+		{"b", 50, true},
+		{"", 10, true},
+		{"", 1, false}, // the budget is full
+	}
+	for _, s := range steps {
+		if got := b.Take(s.key, s.take); got != s.want {
+			t.Fatalf("Take(%q, %d) = %v with %d held, want %v", s.key, s.take, got, b.Held(), s.want)
+		}
+	}
+	b.Put("a", 40)
+	if !b.Take("a", 40) || b.Take("a", 11) {
+		t.Error("a's share was not given back whole, or grew past 50")
+	}
+	if got := NewBudget(100, 0, nil, nil).PerKey(); got != 100 {
+		t.Errorf("PerKey of no share = %d, want the whole budget", got)
 	}
 }
 
@@ -44,7 +73,7 @@ func TestReaderReservesAsItReads(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := NewBudget(tt.budget, nil, nil)
+			b := NewBudget(tt.budget, 0, nil, nil)
 			r := &Reader{R: strings.NewReader(strings.Repeat("x", tt.size)), B: b}
 			got, err := io.ReadAll(r)
 			if !errors.Is(err, tt.wantErr) || (err == nil && len(got) != tt.size) {

@@ -119,7 +119,7 @@ func TestDeadlineEndsWithTheBody(t *testing.T) {
 // oldest connection that presented no credential, never one that did.
 func TestGuardClosesTheOldestUntrusted(t *testing.T) {
 	trust := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		Trust(r.Context())
+		Trust(r.Context(), "")
 		w.WriteHeader(http.StatusNoContent)
 	})
 	addr, g := serve(t, trust, time.Minute, 3)

@@ -45,9 +45,10 @@ var ErrBodyTooLarge = errors.New("request body too large")
 // within the time the middleware allows it.
 var ErrBodyTimeout = errors.New("the request body did not arrive in time")
 
-// ReadBody reads the whole request body. The middleware already capped it in
-// size and time; ReadBody turns those caps into ErrBodyTooLarge and
-// ErrBodyTimeout.
+// ReadBody reads the whole request body, a JSON text. The middleware
+// already capped it in size and time; ReadBody turns those caps into
+// ErrBodyTooLarge and ErrBodyTimeout, and refuses JSON that nests deeper
+// than MaxDepth with ErrTooDeep, before any decoder reads it.
 //
 // A body that declares its length is read into a buffer of that size, not
 // grown from 512 bytes by doubling as io.ReadAll does: an agent's turn is
@@ -63,6 +64,8 @@ func ReadBody(r *http.Request) ([]byte, error) {
 		return nil, ErrBodyTooLarge
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return nil, ErrBodyTimeout
+	case err == nil && !depthOK(b, MaxDepth):
+		return nil, ErrTooDeep
 	}
 	return b, err
 }

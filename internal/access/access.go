@@ -13,9 +13,7 @@ package access
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -53,6 +51,10 @@ type Credentials struct {
 	// Hops verifies the hops of the other replicas (nil = not clustered:
 	// every hop is refused).
 	Hops *Hops
+	// Owners makes the digests that keep callers' conversations and
+	// stored Responses apart (nil: digests under no key, OwnerOf; for
+	// tests, never a daemon).
+	Owners *Owners
 }
 
 // Caller is who sent a request, as the edge established it.
@@ -83,25 +85,6 @@ type Caller struct {
 // HopAnswer is the value of AnswerHeader the answer to a forwarded request
 // carries, "" for a request from a client.
 func (c Caller) HopAnswer() string { return c.answer }
-
-// Owner tells the caller's conversations (affinity) and stored Responses
-// apart from every other caller's: digests of the secret it presented,
-// never the secret, computed by the edge that saw it and carried on a hop.
-type Owner struct {
-	Affinity  string `json:"affinity"`
-	Responses string `json:"responses"`
-}
-
-// OwnerOf is the Owner of the caller that presented secret ("" for none).
-func OwnerOf(secret string) Owner {
-	aff := sha256.Sum256([]byte("poolgate-owner\x00" + secret))
-	o := Owner{Affinity: hex.EncodeToString(aff[:8])}
-	if secret != "" {
-		resp := sha256.Sum256([]byte(secret))
-		o.Responses = hex.EncodeToString(resp[:16])
-	}
-	return o
-}
 
 // Name says who acted, for logs: "key:NAME", "admin-token",
 // "metrics-token", "open" (a keyless gateway) or "anonymous". Never a
@@ -173,11 +156,11 @@ func (cr *Credentials) Identify(r *http.Request) (Caller, Verdict, bool) {
 			}
 		}
 	}
+	secret := ""
 	if c.Key != nil {
-		c.Owner = OwnerOf(c.Key.Secret)
-	} else {
-		c.Owner = OwnerOf("")
+		secret = c.Key.Secret
 	}
+	c.Owner = cr.Owners.Of(secret)
 	return c, Verdict{}, true
 }
 

@@ -78,13 +78,17 @@ type Config struct {
 	PprofListen   string        `yaml:"pprof_listen"`   // loopback address for Go's profiler, unauthenticated ("" = off)
 	MaxBodyBytes  int64         `yaml:"max_body_bytes"` // request body cap in bytes (16 MiB)
 	BodyTimeout   time.Duration `yaml:"body_timeout"`   // longest a request body may take to arrive (60s)
+	WriteTimeout  time.Duration `yaml:"write_timeout"`  // longest a write to a client may wait for it to read: a whole JSON answer (plus a second per MiB), each piece of a stream or a relayed hop; past it the request ends and its connection closes (30s)
 	LogLevel      string        `yaml:"log_level"`      // debug, info, warn, error (info)
 	LogFormat     string        `yaml:"log_format"`     // text or json (text)
 
 	MaxUnauthenticatedConns int   `yaml:"max_unauthenticated_conns"` // connections one listener keeps open before any request on them showed a key or token; past it the oldest is closed (1024)
+	MaxConns                int   `yaml:"max_conns"`                 // client connections open at once over the API and admin listeners; past it the oldest that showed no credential is closed, else the new one (0 = what the open-file limit leaves: the limit less a quarter of it, at least 128, and at least half of it)
+	MaxConnsPerKey          int   `yaml:"max_conns_per_key"`         // connections whose latest request came with one API key; a request past it gets 429 and its connection is closed (0 = half of max_conns)
 	BodyBudgetBytes         int64 `yaml:"body_budget_bytes"`         // bytes of API request bodies held at once, gateway-wide; past it a request gets 429 with Retry-After before its body is read (0 = an eighth of the memory the process may use, at least 4 times max_body_bytes)
+	BodyBudgetPerKey        int64 `yaml:"body_budget_per_key"`       // bytes of body_budget_bytes one API key's requests may hold at once, so one key cannot take the others' room (0 = half of it, at least max_body_bytes)
 
-	Driver       string    `yaml:"driver"`         // worker protocol of the accounts that name none: lingma or openai (lingma)
+	Driver       string    `yaml:"driver"`         // the kind of worker of the accounts that name none: lingma, openai or claude-code (lingma)
 	WorkerAPIKey string    `yaml:"worker_api_key"` // Bearer key sent to openai-driver workers
 	DataDir      string    `yaml:"data_dir"`       // parent of the per-account work dirs
 	WorkerBin    string    `yaml:"worker_bin"`     // worker binary of the accounts that name none ("" = this executable's simworker, see simulate)
@@ -96,6 +100,9 @@ type Config struct {
 	// WorkerMaxTurnBytes exists because a worker that is sent more than it
 	// takes may drop its whole connection, not just refuse the turn.
 	WorkerMaxTurnBytes int64 `yaml:"worker_max_turn_bytes"` // largest turn sent to a worker as encoded for it (a Lingma frame, a model server's request body); a larger one gets 413 before any worker sees it (16 MiB)
+
+	// SimDirectives is off by default because any caller writes prompts.
+	SimDirectives bool `yaml:"sim_directives"` // the bundled simulator obeys the [[sim:...]] directives in prompts (crashes, logouts, delays, answer sizes): for tests and demonstrations only (false)
 
 	InstanceMaxInFlight int           `yaml:"instance_max_in_flight"` // turns at once per instance (1)
 	MaxInFlight         int           `yaml:"max_in_flight"`          // turns at once in the pool (64)
@@ -175,6 +182,7 @@ func Defaults() Config {
 		WorkerMaxTurnBytes:        16 << 20,
 		BodyTimeout:               60 * time.Second,
 		MaxUnauthenticatedConns:   1024,
+		WriteTimeout:              30 * time.Second,
 		LogLevel:                  "info",
 		LogFormat:                 "text",
 		Driver:                    "lingma",
@@ -432,8 +440,15 @@ func (c *Config) Validate() error {
 		"usage_retention_days": int64(c.UsageRetentionDays), "request_log_size": int64(c.RequestLogSize),
 		"request_log_bytes": int64(c.RequestLogBytes), "worker_max_turn_bytes": c.WorkerMaxTurnBytes,
 		"max_unauthenticated_conns": int64(c.MaxUnauthenticatedConns)}
-	if c.BodyBudgetBytes < 0 {
-		errs = append(errs, fmt.Errorf("body_budget_bytes must be 0 (sized for the machine) or positive, got %d", c.BodyBudgetBytes))
+	sized := map[string]int64{"body_budget_bytes": c.BodyBudgetBytes, "body_budget_per_key": c.BodyBudgetPerKey,
+		"max_conns": int64(c.MaxConns), "max_conns_per_key": int64(c.MaxConnsPerKey)}
+	for k, v := range sized {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s must be 0 (sized for the machine) or positive, got %d", k, v))
+		}
+	}
+	if c.WriteTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("write_timeout must be positive, got %s", c.WriteTimeout))
 	}
 	for k, v := range positive {
 		if v <= 0 {

@@ -166,3 +166,93 @@ func TestUnauthenticatedConnectionsDoNotStopAKeyedClient(t *testing.T) {
 		t.Errorf("%v connections closed past the limit, want some", got)
 	}
 }
+
+// holdKeyed opens n connections at once, each with a GET /v1/models of the
+// holder's key, kept open until the test ends, and counts their answers'
+// statuses (0: closed without one).
+func holdKeyed(t *testing.T, d *testenv.Daemon, n int) map[int]int {
+	t.Helper()
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			c, err := net.DialTimeout("tcp", d.Addr, 5*time.Second)
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", holderKey)
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			code := 0
+			if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+				code = resp.StatusCode
+				_, _ = io.Copy(io.Discard, resp.Body)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			codes[code]++
+			t.Cleanup(func() { c.Close() })
+		})
+	}
+	wg.Wait()
+	return codes
+}
+
+// TestOneKeyCannotHoldEveryConnection is issue 45's fourth finding: a
+// connection that showed a key was never counted again, and GET /v1/models
+// (no rpm or concurrency limit) kept it from going idle, so one user key
+// held 396 connections of a daemon allowed 400 files, and /healthz and the
+// other keys' requests timed out. On a daemon started with that limit
+// (prlimit, before it starts), one key gets at most its share of the
+// connections the limit leaves (max_conns_per_key): its requests past it
+// are refused with 429 in its protocol and their connections closed, while
+// /healthz and the other key are served, each within 5 s, on new
+// connections.
+func TestOneKeyCannotHoldEveryConnection(t *testing.T) {
+	d := testenv.StartDaemonNoFile(t, 400, twoKeys, "POOLGATE_ADMIN_TOKEN="+adminToken)
+	d.WaitReady(t, 20*time.Second)
+	const n = 396
+	codes := holdKeyed(t, d, n)
+	t.Logf("the holder's %d connections: %v (status: count; 0 = no answer)", n, codes)
+	if codes[http.StatusTooManyRequests] == 0 {
+		t.Errorf("no request of the holder's %d connections was refused: %v", n, codes)
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range 3 {
+		start := time.Now()
+		resp, err := client.Get(d.URL + "/healthz")
+		if err != nil {
+			t.Fatalf("/healthz %d with the holder's connections open: %v", i, err)
+		}
+		resp.Body.Close()
+		req, _ := http.NewRequest("POST", d.URL+"/v1/chat/completions", bytes.NewReader(chat("")()))
+		req.Header.Set("Authorization", "Bearer "+otherKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err = client.Do(req)
+		if err != nil {
+			t.Fatalf("the other key's request %d with the holder's connections open: %v", i, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || time.Since(start) > 5*time.Second {
+			t.Errorf("the other key's request %d: %d after %s", i, resp.StatusCode, time.Since(start))
+		}
+	}
+	refused := metric(t, d, "poolgate_key_conns_refused_total")
+	// The holder's refused request came in its protocol: OpenAI's shape.
+	c, err := net.Dial("tcp", d.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", holderKey)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("the holder's next connection: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 429 || !hasShape(b, openAI) || !resp.Close || metric(t, d, "poolgate_key_conns_refused_total") != refused+1 {
+		t.Errorf("the holder's next connection: %d %s (closed %v), want 429 in OpenAI's shape and the connection closed",
+			resp.StatusCode, clip(b), resp.Close)
+	}
+}

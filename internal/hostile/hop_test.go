@@ -199,6 +199,9 @@ func TestAlteredHopsAreRefused(t *testing.T) {
 	alice := access.Caller{Key: &apikey.Key{Name: "alice"}, Role: access.RoleUser, Owner: access.OwnerOf(userKey)}
 	admin := access.Caller{Token: "admin-token", Role: access.RoleAdmin, Owner: access.OwnerOf("")}
 	const chatPath, body = "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+	// A hop is checked against its query as it arrived: a key= a client's
+	// Gemini request would carry is not taken out of a hop first.
+	const geminiCount, geminiBody = "/v1beta/models/m:countTokens", `{"contents":[{"parts":[{"text":"hi"}]}]}`
 	sender := func(token string, clock time.Duration) *access.Hops {
 		h, err := access.NewHops(token, "r-test", "http://r-test:8080")
 		if err != nil {
@@ -255,6 +258,8 @@ func TestAlteredHopsAreRefused(t *testing.T) {
 			map[string]string{access.HopHeader: sign(sender("not-"+clusterToken, 0), self, "POST", chatPath, body, alice)}, 401, "signature"},
 		{"another replica's", "POST", chatPath, body,
 			map[string]string{access.HopHeader: sign(sender(clusterToken, 0), "r-other", "POST", chatPath, body, alice)}, 401, "addressed"},
+		{"a Gemini key added to its query", "POST", geminiCount + "?key=" + userKey, geminiBody,
+			map[string]string{access.HopHeader: sign(sender(clusterToken, 0), self, "POST", geminiCount, geminiBody, alice)}, 401, "another request"},
 		{"the admin token's caller, on an admin read", "GET", "/internal/pool", "",
 			map[string]string{access.HopHeader: sign(sender(clusterToken, 0), self, "GET", "/internal/pool", "", admin)}, 200, `"instances"`},
 		{"a user's, on an admin read", "GET", "/internal/pool", "",

@@ -55,6 +55,12 @@ func repeat(n int, s string) string {
 	return b.String()
 }
 
+// The headers of a JSON body, and of an Anthropic request.
+var (
+	jsonHeader      = map[string]string{"Content-Type": "application/json"}
+	anthropicHeader = map[string]string{"Content-Type": "application/json", "anthropic-version": "2023-06-01"}
+)
+
 func fixed(s string) func() []byte { return func() []byte { return []byte(s) } }
 
 const chatMsg = `{"role":"user","content":"hi"}`

@@ -38,6 +38,8 @@ type Metrics struct {
 	KeyTokens        *prometheus.CounterVec   // poolgate_key_tokens_total{key,direction}
 	KeyLimited       *prometheus.CounterVec   // poolgate_key_limited_total{key,limit}
 	ConnsEvicted     prometheus.Counter       // poolgate_unauthenticated_conns_closed_total
+	ConnsRefused     prometheus.Counter       // poolgate_key_conns_refused_total
+	ConnsOpen        prometheus.Gauge         // poolgate_client_conns
 	BodyBytes        prometheus.Gauge         // poolgate_request_body_bytes
 
 	// AccountingHeld and AccountingDropped are the accounting records
@@ -182,6 +184,13 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "poolgate_unauthenticated_conns_closed_total",
 			Help: "Connections closed because more than max_unauthenticated_conns were open without a credential (the oldest goes).",
 		}),
+		ConnsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "poolgate_key_conns_refused_total",
+			Help: "Requests refused (429, connection closed) because their API key held max_conns_per_key connections already.",
+		}),
+		ConnsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "poolgate_client_conns", Help: "Client connections open now on the API and admin listeners, against max_conns.",
+		}),
 		BodyBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "poolgate_request_body_bytes", Help: "Bytes of API request bodies held now, against body_budget_bytes.",
 		}),
@@ -189,7 +198,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Tokens, m.InFlight, m.QueueDepth, m.QueueWait,
 		m.Rejections, m.Retries, m.Cooldowns, m.Restarts, m.CacheHits, m.CacheMisses, m.CacheInvalidated,
 		m.StoreErrors, m.LoginAttempts, m.LoginDuration, m.FieldsIgnored, m.ToolsWithheld, m.Handovers,
-		m.KeyRequests, m.KeyTokens, m.KeyLimited, m.ConnsEvicted, m.BodyBytes)
+		m.KeyRequests, m.KeyTokens, m.KeyLimited, m.ConnsEvicted, m.ConnsRefused, m.ConnsOpen, m.BodyBytes)
 	reg.MustRegister(m.AccountingHeld, m.AccountingDropped, m.RedisUp, m.AffinityHeld, m.FollowUps, m.FollowUpsReused)
 	for _, r := range ToolWithheldReasons {
 		m.ToolsWithheld.WithLabelValues(r)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -104,6 +105,9 @@ type agentEnv struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	configDir, cwd string
+	// directives: the simulator's own --directives flag was given, so
+	// prompts may steer it (Config.Directives).
+	directives bool
 }
 
 // AgentMain plays the agent CLI that args[0] names with the command line
@@ -121,7 +125,15 @@ func AgentMain(ctx context.Context, args []string, getenv func(string) string, s
 	if e.configDir == "" {
 		e.configDir = filepath.Join(getenv("HOME"), d.configDefault)
 	}
-	args = args[1:]
+	args = slices.DeleteFunc(slices.Clone(args[1:]), func(a string) bool {
+		// The simulator's own flag, which no CLI takes: it may follow
+		// the CLI's arguments anywhere (a driver's extra arguments).
+		if a == "--directives" {
+			e.directives = true
+			return true
+		}
+		return false
+	})
 	if len(args) > 0 && d.subcommands[args[0]] != nil {
 		return d.subcommands[args[0]](e, ctx, args[1:])
 	}

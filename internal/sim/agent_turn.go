@@ -45,7 +45,11 @@ func (s *agentSession) turn(ctx context.Context, text string) {
 	s.emit(map[string]any{"type": "system", "subtype": "status", "status": "requesting", "session_id": id,
 		"uuid": newUUID()})
 	secs := relayed(parsePrompt(text))
-	d := parseDirectives(directiveText(secs)).withDefaults(Faults{Chunks: -1, TimeScale: 1})
+	d := parseDirectives("")
+	if s.e.directives {
+		d = parseDirectives(directiveText(secs))
+	}
+	d = d.withDefaults(Faults{Chunks: -1, TimeScale: 1})
 	if d.logout {
 		_ = os.Remove(filepath.Join(s.e.configDir, s.e.d.credFile))
 	}

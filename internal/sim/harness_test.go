@@ -52,7 +52,7 @@ func startSimIn(t *testing.T, dir string, args ...string) *harness {
 		dir = t.TempDir()
 	}
 	h := &harness{dir: dir, socket: testenv.FreePort(t), http: testenv.FreePort(t), exits: make(chan int, 4), log: &testenv.Buffer{}}
-	all := append([]string{"start", "--transportType=websocket", "--workDir=" + dir,
+	all := append([]string{"start", "--directives", "--transportType=websocket", "--workDir=" + dir,
 		"--socketPort=" + strconv.Itoa(h.socket), "--httpPort=" + strconv.Itoa(h.http)}, args...)
 	cfg, err := ParseArgs(all, func(string) string { return "" }, io.Discard)
 	if err != nil {

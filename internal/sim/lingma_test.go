@@ -451,6 +451,28 @@ func TestCrashHook(t *testing.T) {
 	}
 }
 
+// Without --directives a prompt's directives do nothing: a caller cannot
+// crash the worker, log it out, read its environment or size its answer.
+func TestDirectivesNeedTheFlag(t *testing.T) {
+	h := startSim(t, "--logged-in", "--directives=false")
+	c := dial(t, h)
+	c.ask("r1", "", "a [[sim:crash]] [[sim:env]] [[sim:logout]] [[sim:words=50]]", false)
+	r := c.collect("r1")["r1"]
+	if r.finish.StatusCode != 200 || r.text() != "You said: a" {
+		t.Errorf("answer %q, finish %+v; want the plain echo", r.text(), r.finish)
+	}
+	select {
+	case code := <-h.exits:
+		t.Errorf("the worker exited (%d)", code)
+	default:
+	}
+	var st authStatus
+	c.result("auth/status", map[string]any{}, &st)
+	if st.Status != 2 {
+		t.Errorf("auth status %d after [[sim:logout]], want still logged in (2)", st.Status)
+	}
+}
+
 func TestConcurrentTurns(t *testing.T) {
 	h := startSim(t, "--logged-in")
 	var wg sync.WaitGroup

@@ -33,7 +33,7 @@ func buildSimworker(t *testing.T) string {
 func spawn(t *testing.T, bin string) (*harness, *exec.Cmd, chan error) {
 	t.Helper()
 	h := &harness{dir: t.TempDir(), socket: testenv.FreePort(t), http: testenv.FreePort(t), log: &testenv.Buffer{}}
-	cmd := exec.Command(bin, "start", "--transportType=websocket", "--workDir="+h.dir,
+	cmd := exec.Command(bin, "start", "--directives", "--transportType=websocket", "--workDir="+h.dir,
 		"--socketPort="+strconv.Itoa(h.socket), "--httpPort="+strconv.Itoa(h.http), "--logged-in")
 	cmd.Stderr = h.log
 	if err := cmd.Start(); err != nil {

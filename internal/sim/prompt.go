@@ -187,6 +187,15 @@ type directives struct {
 	unknown                 []string
 }
 
+// directives are the directives of a prompt's sections, when the worker
+// takes them (Config.Directives); none otherwise.
+func (s *Sim) directives(secs []section) directives {
+	if !s.cfg.Directives {
+		return parseDirectives("")
+	}
+	return parseDirectives(directiveText(secs))
+}
+
 func parseDirectives(text string) directives {
 	d := directives{words: -1, chunks: -1, errAfter: -1, delay: -1, chunkDelay: -1, retryAfter: time.Second}
 	for _, m := range directiveRE.FindAllStringSubmatch(text, -1) {
@@ -228,9 +237,9 @@ func parseDirectives(text string) directives {
 		case "error-after":
 			d.errAfter, ok = atoiOK(val)
 		case "words":
-			d.words, ok = atoiOK(val)
+			d.words, ok = countOK(val)
 		case "chunks":
-			d.chunks, ok = atoiOK(val)
+			d.chunks, ok = countOK(val)
 		case "delay":
 			d.delay, ok = durationOK(val)
 		case "chunk-delay":
@@ -291,6 +300,16 @@ func parseCall(v string) (directedCall, bool) {
 		}
 	}
 	return c, true
+}
+
+// maxCount bounds [[sim:words=N]] and [[sim:chunks=N]]: a prompt must not
+// make the worker build an answer of any size it names.
+const maxCount = 10000
+
+// countOK reads a word or chunk count, at most maxCount.
+func countOK(s string) (int, bool) {
+	n, ok := atoiOK(s)
+	return min(n, maxCount), ok
 }
 
 func atoiOK(s string) (int, bool) {

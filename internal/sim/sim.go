@@ -75,18 +75,21 @@
 //
 // # Directives
 //
-// Directives are case-sensitive tokens in the prompt. They count in system
-// sections and in the sections from the last user section on, so a replayed
-// conversation does not fire an earlier turn's fault again (for a bare prompt
-// that is the whole text). Flags of the same name set process-wide defaults.
+// Directives are case-sensitive tokens in the prompt, obeyed only with
+// --directives (Config.Directives; without it they do nothing): any caller
+// writes prompts, and a directive crashes, logs out or describes the worker.
+// They count in system sections and in the sections from the last user
+// section on, so a replayed conversation does not fire an earlier turn's
+// fault again (for a bare prompt that is the whole text). Flags of the same
+// name set process-wide defaults.
 //
 //	[[sim:whoami]]          answer "session=S turn=N reply=B sections=K chars=L" (L in bytes)
 //	[[sim:ask]]             answer "mode=M session_type=T model=K tools=W endpoint=E context=C" (the ask's
 //	                        settings; W is none, prompt:N or native:N; C null or text:N) (lingma)
 //	[[sim:env]]             answer "home=H tmpdir=T runtime=R cwd=C" (the process's HOME, TMPDIR,
 //	                        XDG_RUNTIME_DIR and working dir) (lingma)
-//	[[sim:words=N]]         pad a text answer with filler words to N words
-//	[[sim:chunks=N]]        exactly N deltas (default: one per word)
+//	[[sim:words=N]]         pad a text answer with filler words to N words (at most 10,000)
+//	[[sim:chunks=N]]        exactly N deltas (default: one per word; at most 10,000)
 //	[[sim:delay=200ms]]     wait before the first delta
 //	[[sim:chunk-delay=5ms]] wait between deltas
 //	[[sim:think]]           send chat/think before the first delta (lingma)
@@ -179,6 +182,12 @@ type Config struct {
 	// is handed out (an enterprise account on a dedicated domain); until
 	// config/updateEndpoint sets it, login/generateUrl fails.
 	RequireEndpoint string
+	// Directives lets a prompt steer the worker with [[sim:...]]
+	// directives (faults, crashes, logouts, its environment, the size of
+	// its answer): for tests and demonstrations, never a pool that serves
+	// anyone who should not crash it. Default off: a directive then does
+	// nothing.
+	Directives bool
 	// Faults are process-wide fault defaults that directives override.
 	Faults Faults
 	// ModelKeys are the model keys offered; default dashscope_qwen3_coder, kmodel.
@@ -321,6 +330,7 @@ func ParseArgs(args []string, getenv func(string) string, usage io.Writer) (Conf
 	fs.Var(loggedInFlag{&loggedIn}, "logged-in", "start logged in (as the first account, or =USER)")
 	fs.StringVar(&cfg.LoginPage, "login-page", LoginPlain, "plain, twostep, delayed or org")
 	fs.StringVar(&cfg.LoginURL, "login-url", "", "hand out this login URL instead of the worker's own page (a fault)")
+	fs.BoolVar(&cfg.Directives, "directives", false, "obey the [[sim:...]] directives in prompts")
 	fs.BoolVar(&cfg.NativeTools, "native-tools", false, "advertise and answer with native tool/invoke calls in agent mode")
 	fs.StringVar(&cfg.RequireEndpoint, "require-endpoint", "", "hand out login URLs only once the endpoint is this URL")
 	fs.StringVar(&deviate, "deviate", "", "differ from the evidence: some of "+strings.Join(Deviations, ","))

@@ -148,6 +148,7 @@ func TestParseDirectives(t *testing.T) {
 		{"none", "plain", "chunks=-1 errAfter=-1 delay=-1ns retry=1s unknown=0"},
 		{"values", "[[sim:chunks=3]] [[sim:error-after=2]] [[sim:delay=5ms]] [[sim:ratelimit=3s]]", "chunks=3 errAfter=2 delay=5ms retry=3s unknown=0"},
 		{"malformed", "[[sim:chunks=x]] [[sim:nope]] [[SIM:error]]", "chunks=-1 errAfter=-1 delay=-1ns retry=1s unknown=2"},
+		{"bounded", "[[sim:chunks=99999999]]", "chunks=10000 errAfter=-1 delay=-1ns retry=1s unknown=0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -196,7 +196,7 @@ func (c *conn) ask(m *lingmarpc.Message) {
 		return
 	}
 	secs := relayed(parsePrompt(question))
-	d := parseDirectives(directiveText(secs)).withDefaults(c.s.cfg.Faults)
+	d := c.s.directives(secs).withDefaults(c.s.cfg.Faults)
 	if len(d.unknown) > 0 {
 		c.log.Warn("ignoring unknown or malformed directives", "directives", d.unknown)
 	}

@@ -29,7 +29,9 @@ type Daemon struct {
 // (POOLGATE_WORKER_BIN, or the Python gateway's LINGMA_BIN) or a simulate
 // setting of its own, POOLGATE_SIMULATE=true is added: most tests configure
 // keys or accounts on the bundled simulator, which the daemon's default
-// (auto) refuses; the tests of that default pass POOLGATE_SIMULATE=auto. The process is stopped (SIGTERM, then
+// (auto) refuses; the tests of that default pass POOLGATE_SIMULATE=auto. The
+// simulator obeys the prompts' [[sim:...]] directives (POOLGATE_SIM_DIRECTIVES=true)
+// unless env says otherwise. The process is stopped (SIGTERM, then
 // SIGKILL) at cleanup; its log is printed if the test failed.
 func StartDaemon(t testing.TB, env ...string) *Daemon {
 	t.Helper()
@@ -39,6 +41,26 @@ func StartDaemon(t testing.TB, env ...string) *Daemon {
 // StartDaemonArgs is StartDaemon with command-line arguments (a -config
 // file).
 func StartDaemonArgs(t testing.TB, args []string, env ...string) *Daemon {
+	t.Helper()
+	return startDaemon(t, append([]string{PoolgateBin(t)}, args...), env)
+}
+
+// StartDaemonNoFile is StartDaemon for a daemon whose open-file limit is
+// nofile, soft and hard: prlimit sets it on the daemon's process before it
+// starts (the test's own limit is left alone), so the daemon sees it as it
+// would on a machine that allows no more.
+func StartDaemonNoFile(t testing.TB, nofile int, env ...string) *Daemon {
+	t.Helper()
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Fatal("this test starts the daemon under a low open-file limit with prlimit: apt-get install util-linux")
+	}
+	return startDaemon(t, []string{prlimit, fmt.Sprintf("--nofile=%d:%d", nofile, nofile), "--", PoolgateBin(t)}, env)
+}
+
+// startDaemon runs argv (the daemon, or a command that executes it in its
+// place, so that its pid is the daemon's) as StartDaemon describes.
+func startDaemon(t testing.TB, argv []string, env []string) *Daemon {
 	t.Helper()
 	has := func(k string) bool {
 		for _, kv := range env {
@@ -57,6 +79,9 @@ func StartDaemonArgs(t testing.TB, args []string, env ...string) *Daemon {
 	if !has("POOLGATE_SIMULATE") && !has("POOLGATE_WORKER_BIN") && !has("LINGMA_BIN") {
 		env = append(env, "POOLGATE_SIMULATE=true")
 	}
+	if !has("POOLGATE_SIM_DIRECTIVES") {
+		env = append(env, "POOLGATE_SIM_DIRECTIVES=true") // the tests steer the simulator with [[sim:...]]
+	}
 	d := &Daemon{log: &Buffer{}, done: make(chan struct{})}
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "POOLGATE_LISTEN="); ok {
@@ -64,7 +89,7 @@ func StartDaemonArgs(t testing.TB, args []string, env ...string) *Daemon {
 		}
 	}
 	d.URL = "http://" + d.Addr
-	d.cmd = exec.Command(PoolgateBin(t), args...)
+	d.cmd = exec.Command(argv[0], argv[1:]...)
 	d.cmd.Env = append(cleanEnv(), env...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

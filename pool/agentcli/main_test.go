@@ -67,7 +67,7 @@ func account(t *testing.T, name, password string) supervisor.WorkerConfig {
 func startPool(t *testing.T, edit func(*agentcli.Config), accounts ...supervisor.WorkerConfig) *pool {
 	t.Helper()
 	log := &testenv.Buffer{}
-	cfg := agentcli.Config{Profile: claudecode.Profile(claudecode.SecretAuto), Command: []string{os.Args[0], "claude-code"},
+	cfg := agentcli.Config{Profile: claudecode.Profile(claudecode.SecretAuto), Command: []string{os.Args[0], "claude-code"}, ExtraArgs: []string{"--directives"},
 		SystemPrompt: "test prompt", StopTimeout: 3 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	if edit != nil {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -33,9 +34,14 @@ type Proxy struct {
 	// Its transport should dial only the peer networks (PeerNetworks);
 	// the proxy never follows a redirect.
 	Client *http.Client
+	// WriteTimeout bounds each write of the holder's answer to the client
+	// (default 30s): a client that stops reading ends the hop, which lets
+	// go of the holder's answer on both replicas.
+	WriteTimeout time.Duration
 
-	mu    sync.Mutex
-	peers map[string]peer // proven replicas by URL
+	mu     sync.Mutex
+	peers  map[string]peer      // proven replicas by URL
+	failed map[string]time.Time // URLs whose proof failed, until when that stands
 }
 
 // peer is a replica that proved it holds the cluster key at a URL.
@@ -51,9 +57,13 @@ const (
 	proofTTL = 30 * time.Second
 	// proofTimeout bounds a challenge.
 	proofTimeout = 5 * time.Second
-	// maxPeers bounds the proofs kept: registry entries an attacker
-	// wrote could otherwise grow the map.
+	// maxPeers bounds the proofs kept, and the failures: registry
+	// entries an attacker wrote could otherwise grow the maps.
 	maxPeers = 64
+	// failedTTL is how long a URL whose proof failed is not challenged
+	// again: a registry entry pointing at a listener that cannot prove
+	// itself (or never answers) costs one challenge, not one per hop.
+	failedTTL = 10 * time.Second
 )
 
 // hopByHop headers describe one connection, not the request, so they are
@@ -91,7 +101,7 @@ func (p *Proxy) Forward(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			return err
 		}
 		if subtle.ConstantTimeCompare([]byte(resp.Header.Get(access.AnswerHeader)), []byte(answer)) == 1 {
-			relay(w, resp)
+			relay(w, resp, cmp.Or(p.WriteTimeout, 30*time.Second))
 			return nil
 		}
 		_ = resp.Body.Close()
@@ -147,8 +157,9 @@ func (p *Proxy) send(ctx context.Context, w http.ResponseWriter, r *http.Request
 	return resp, signed.Answer, nil
 }
 
-// relay copies the holder's answer to w as it comes.
-func relay(w http.ResponseWriter, resp *http.Response) {
+// relay copies the holder's answer to w as it comes, each write within
+// timeout.
+func relay(w http.ResponseWriter, resp *http.Response, timeout time.Duration) {
 	defer resp.Body.Close()
 	for k, vs := range resp.Header {
 		// This replica's request id is set already: the same id.
@@ -156,14 +167,18 @@ func relay(w http.ResponseWriter, resp *http.Response) {
 			w.Header()[k] = vs
 		}
 	}
-	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
+	// Not every ResponseWriter supports deadlines (a test's recorder); the
+	// listeners' connections also give a write of their own a deadline.
+	_ = rc.SetWriteDeadline(time.Now().Add(timeout))
+	w.WriteHeader(resp.StatusCode)
 	buf := make([]byte, 32<<10)
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
+			_ = rc.SetWriteDeadline(time.Now().Add(timeout))
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return // the client went away; its context ends the rest
+				return // the client went away or stopped reading; closing the body ends the holder's answer
 			}
 			_ = rc.Flush()
 		}
@@ -191,35 +206,52 @@ func (p *Proxy) client() *http.Client {
 func (p *Proxy) peer(ctx context.Context, base string) (id string, fresh bool, err error) {
 	p.mu.Lock()
 	pr, ok := p.peers[base]
+	failedUntil := p.failed[base]
 	p.mu.Unlock()
-	if ok && time.Now().Before(pr.until) {
+	now := time.Now()
+	if ok && now.Before(pr.until) {
 		return pr.id, false, nil
 	}
-	id, err = p.challenge(ctx, base)
-	if err != nil {
-		return "", false, err
+	if now.Before(failedUntil) {
+		return "", false, fmt.Errorf("hop to %s: %w (a challenge failed %s ago)", base, ErrUnproven,
+			failedTTL-failedUntil.Sub(now).Round(time.Second))
 	}
+	id, err = p.challenge(ctx, base)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.peers == nil {
-		p.peers = map[string]peer{}
+	now = time.Now()
+	if err != nil {
+		if ctx.Err() == nil { // the caller's own end says nothing of the peer
+			p.failed = keep(p.failed, base, now.Add(failedTTL), func(t time.Time) bool { return now.Before(t) })
+		}
+		return "", false, err
 	}
-	now := time.Now()
-	if len(p.peers) >= maxPeers {
-		for u, pr := range p.peers {
-			if !now.Before(pr.until) {
-				delete(p.peers, u)
+	delete(p.failed, base)
+	p.peers = keep(p.peers, base, peer{id: id, until: now.Add(proofTTL)}, func(pr peer) bool { return now.Before(pr.until) })
+	return id, true, nil
+}
+
+// keep puts v at k in m (made when nil), first making room when m holds
+// maxPeers entries: those no longer live go, then any.
+func keep[V any](m map[string]V, k string, v V, live func(V) bool) map[string]V {
+	if m == nil {
+		m = map[string]V{}
+	}
+	if len(m) >= maxPeers {
+		for u, e := range m {
+			if !live(e) {
+				delete(m, u)
 			}
 		}
-		for u := range p.peers {
-			if len(p.peers) < maxPeers {
+		for u := range m {
+			if len(m) < maxPeers {
 				break
 			}
-			delete(p.peers, u)
+			delete(m, u)
 		}
 	}
-	p.peers[base] = peer{id: id, until: now.Add(proofTTL)}
-	return id, true, nil
+	m[k] = v
+	return m
 }
 
 // forget drops the proof of the replica at base.

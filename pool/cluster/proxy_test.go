@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -348,5 +349,89 @@ func TestProxyDialsOnlyPeerNetworks(t *testing.T) {
 			!strings.Contains(err.Error(), "not an http(s) URL") {
 			t.Errorf("replica URL %s: %v, want it refused", url, err)
 		}
+	}
+}
+
+// A client that stops reading a relayed answer ends the hop within the
+// proxy's write timeout: the relay's write fails, the holder's answer is
+// closed, and the holder's own write to the hop fails in turn, so neither
+// replica keeps the answer. Before, the relay waited on the client for as
+// long as it held the connection.
+func TestProxyRelayHasAWriteDeadline(t *testing.T) {
+	var hops *access.Hops
+	holderDone := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == access.ProofPath {
+			hops.ServeProof(w, r)
+			return
+		}
+		caller, _, ok := (&access.Credentials{Keys: apikey.NewRegistry(nil), Hops: hops}).Identify(r)
+		if !ok {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		defer close(holderDone)
+		w.Header().Set(access.AnswerHeader, caller.HopAnswer())
+		chunk := []byte(strings.Repeat("x", 32<<10))
+		for {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	var err error
+	if hops, err = access.NewHops(clusterToken, "r2", srv.URL); err != nil {
+		t.Fatal(err)
+	}
+	p := sender(t)
+	p.WriteTimeout = 200 * time.Millisecond
+	forwarded := make(chan error, 1)
+	edge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		r := clientRequest(http.MethodPost, "/v1/messages", strings.NewReader("{}"))
+		forwarded <- p.Forward(context.Background(), w, r, access.NewHopBody([]byte("{}")), srv.URL)
+	}))
+	defer edge.Close()
+	c, err := net.Dial("tcp", edge.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n") // and never read
+	select {
+	case err := <-forwarded:
+		if err != nil {
+			t.Fatalf("Forward: %v, want the answer relayed until the client stopped reading", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relay still waits on a client that does not read, 10s on")
+	}
+	select {
+	case <-holderDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder still writes its answer to the hop, 10s on")
+	}
+}
+
+// A URL whose listener failed its proof is not challenged again for a
+// while: a rogue registry entry costs the hops to it one challenge (and its
+// wait), not one each.
+func TestProxyRemembersAFailedProof(t *testing.T) {
+	var evil listener
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		evil.record(r)
+		_, _ = io.WriteString(w, `{"replica":"r2","url":"x","proof":"x"}`)
+	}))
+	defer srv.Close()
+	p := sender(t)
+	for i := range 3 {
+		rec := httptest.NewRecorder()
+		r := clientRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{}`))
+		if err := p.Forward(context.Background(), rec, r, access.NewHopBody([]byte(`{}`)), srv.URL); !errors.Is(err, ErrUnproven) {
+			t.Fatalf("hop %d: %v, want ErrUnproven", i, err)
+		}
+	}
+	if n := len(evil.all()); n != 1 {
+		t.Errorf("%d challenges for three hops, want 1", n)
 	}
 }

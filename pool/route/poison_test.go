@@ -38,13 +38,19 @@ func (f *failingFirst) count() int {
 	return f.turns
 }
 
-// TestPoisonTurnIsNotRetried: a turn whose worker went away while the turn
-// was being sent to it (the issue's poison: a frame over the worker's limit
-// drops its connection) is not tried on a second worker; a turn is tried
+// TestPoisonTurnIsNotRetried: a turn whose worker went away or went silent
+// after the turn reached it (the issue's poison: a frame over the worker's
+// limit drops its connection; a worker that acknowledged the turn and then
+// died of it, issue 45) is not tried on a second worker; a turn is tried
 // again only with evidence the failure was not the turn's doing.
 func TestPoisonTurnIsNotRetried(t *testing.T) {
 	gone := func(context.Context) (chat.Answer, error) {
 		return nil, fmt.Errorf("write chat/ask: %w", chat.ErrWorkerGone)
+	}
+	after := func(err error) func(ctx context.Context) (chat.Answer, error) {
+		return func(ctx context.Context) (chat.Answer, error) {
+			return chattest.NewScript(ctx, chat.Event{Type: chat.EventError, Err: err}), nil
+		}
 	}
 	tests := []struct {
 		name      string
@@ -59,11 +65,19 @@ func TestPoisonTurnIsNotRetried(t *testing.T) {
 		{"connection gone before the turn", func(context.Context) (chat.Answer, error) {
 			return nil, fmt.Errorf("%w: %w", chat.ErrNotSent, chat.ErrWorkerGone)
 		}, 2, nil},
-		{"gone after the worker took the turn", func(ctx context.Context) (chat.Answer, error) {
-			return chattest.NewScript(ctx, chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone}), nil
-		}, 2, nil},
+		{"gone after the worker took the turn", after(chat.ErrWorkerGone), 1, chat.ErrWorkerGone},
+		{"no acknowledgement in time", func(context.Context) (chat.Answer, error) {
+			return nil, fmt.Errorf("chat/ask: %w", context.DeadlineExceeded)
+		}, 1, context.DeadlineExceeded},
+		{"silent after the worker took the turn", after(fmt.Errorf("no message for 2m: %w", context.DeadlineExceeded)),
+			1, context.DeadlineExceeded},
+		{"cut when the lease ended", after(errFenced), 2, nil},
 		{"the worker's own error", func(context.Context) (chat.Answer, error) {
 			return nil, &chat.UpstreamError{Status: 500, Message: "boom"}
+		}, 2, nil},
+		{"the worker's own error after it took the turn", after(&chat.UpstreamError{Status: 500, Message: "boom"}), 2, nil},
+		{"refused: logged out", func(context.Context) (chat.Answer, error) {
+			return nil, fmt.Errorf("chat/ask: %w", chat.ErrNotLoggedIn)
 		}, 2, nil},
 	}
 	for _, tt := range tests {

@@ -216,7 +216,9 @@ type request struct {
 // caller, and must Close it. An error returned here happened before any
 // event reached the caller, after retries. A turn larger than the workers
 // accept (RouterConfig.CheckTurn) is refused before anything else, and a
-// turn is tried on another instance only when that is safe (retryable).
+// turn is tried on another instance only when that is safe (retryable): a
+// turn whose worker died or went silent after receiving it is not, so one
+// request breaks at most one worker.
 //
 // When c.MayHop and the turn belongs to another replica (that replica
 // holds the conversation's upstream session, or no instance here is ready
@@ -271,7 +273,7 @@ func (r *Router) Open(ctx context.Context, c Call) (Opened, error) {
 		if ctx.Err() != nil {
 			return Opened{Served: rq.served}, ctx.Err()
 		}
-		if !retryable(err, started) {
+		if !retryable(err) {
 			r.log.Warn("turn failed before any output, not tried on another instance", "instance", slot.Instance(),
 				"err", err, "request_id", req.RequestID)
 			return Opened{Served: rq.served}, err
@@ -315,21 +317,23 @@ func (r *Router) newRequest(c Call) (*request, error) {
 }
 
 // retryable says whether a turn that failed before any output may be tried
-// on another instance. A turn no worker would take (too large) is not. Nor
-// is one whose worker went away while the turn was being sent to it, before
-// it acknowledged the turn: the turn may be what broke it, and would break
-// the next one the same way. A worker going away is retried only with
-// evidence the turn did not cause it: the turn never reached the worker
-// (chat.ErrNotSent: its connection had already ended, or could not be
-// made), or the worker had taken it (started: it acknowledged the turn,
-// so it had read and parsed the request) before it went away.
-func retryable(err error, started bool) bool {
+// on another instance. Not a turn no worker would take (too large), nor one
+// whose worker went away or fell silent after the turn reached it, even if
+// it acknowledged the turn: that shows it parsed the turn, not that it
+// survived it (an answer over the gateway's read limit is the worker's
+// failure too). A worker going away is retried only when the turn did not
+// cause it: it never reached the worker (chat.ErrNotSent), or this replica
+// cut it when its lease ended (errFenced). What the worker answered itself
+// (a refusal, a rate limit, its own error) is retried.
+func retryable(err error) bool {
 	var tooLarge *chat.TooLargeError
 	switch {
 	case errors.As(err, &tooLarge):
 		return false
-	case errors.Is(err, chat.ErrWorkerGone):
-		return started || errors.Is(err, chat.ErrNotSent)
+	case errors.Is(err, chat.ErrNotSent), errors.Is(err, errFenced):
+		return true
+	case errors.Is(err, chat.ErrWorkerGone), errors.Is(err, context.DeadlineExceeded):
+		return false
 	}
 	return true
 }

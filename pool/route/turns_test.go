@@ -2,6 +2,7 @@ package route
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -78,21 +79,26 @@ func busy(p *Pool) string {
 	return ""
 }
 
-// A non-streamed answer reaches the client only whole, so a worker that dies
-// mid-answer costs nothing: the turn is run again on another instance.
-func TestNonStreamTurnSurvivesAWorkerKilledMidTurn(t *testing.T) {
+// A non-streamed answer reaches the client only whole, but a worker that
+// dies mid-answer is not a reason to run the turn again on another: the
+// turn may be what killed it (issue 45). The client gets one error, and
+// the other worker never sees the turn.
+func TestNonStreamTurnDiesWithItsWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := supervisortest.New()
-		f.Start = slowWords(f)
+		turns := 0
+		words := slowWords(f)
+		f.Start = func(ctx context.Context, instance string, t *chat.Turn) (chat.Answer, error) {
+			turns++
+			return words(ctx, instance, t)
+		}
 		p, _ := startFake(t, Config{}, f, supervisortest.Configs(t, false, "w1", "w2"), nil)
 		waitReady(t, p, "w1", "w2")
 		r := NewRouter(RouterConfig{Retries: 2}, p, nil, nil, slog.New(slog.DiscardHandler))
 		defer r.Wait()
 		done := make(chan error, 1)
-		var got string
 		go func() {
-			var err error
-			got, err = ask(r, "slow and steady wins the race", false)
+			_, err := ask(r, "slow and steady wins the race", false)
 			done <- err
 		}()
 		time.Sleep(250 * time.Millisecond) // mid-answer
@@ -101,11 +107,11 @@ func TestNonStreamTurnSurvivesAWorkerKilledMidTurn(t *testing.T) {
 			t.Fatal("no turn in flight")
 		}
 		f.Crash(victim)
-		if err := <-done; err != nil {
-			t.Fatalf("non-stream turn failed although another instance was ready: %v", err)
+		if err := <-done; !errors.Is(err, chat.ErrWorkerGone) {
+			t.Fatalf("the turn ended with %v, want chat.ErrWorkerGone", err)
 		}
-		if got != "You said: slow and steady wins the race" {
-			t.Errorf("answer %q", got)
+		if turns != 1 {
+			t.Errorf("%d turns started, want 1: the turn was tried on another worker", turns)
 		}
 	})
 }

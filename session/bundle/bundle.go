@@ -64,6 +64,9 @@ var (
 	// ErrWrongAccount: the bundle belongs to another account than the
 	// instance it was meant for.
 	ErrWrongAccount = errors.New("bundle belongs to another account")
+	// ErrNoAccount: an unsealed bundle came without the account it is
+	// for. Nothing in it proves whose it is, so the importer must say.
+	ErrNoAccount = errors.New("the unsealed bundle names no account")
 )
 
 const (

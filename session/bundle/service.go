@@ -220,11 +220,14 @@ func (s *Service) Import(ctx context.Context, instance string, sealed []byte) er
 // ImportPlain installs an unsealed bundle (a base64-decoded tar.gz of a
 // whole work dir, as the Python gateway exported it) into the named
 // instance's work dir and restarts it. account is the account the exporter
-// named: when given, it must be the instance's account name or username.
-// The credential files get the sealed format's checks, and nothing is
-// written unless all pass; once the worker confirms its login, the Ready
-// hook saves them sealed (with a key). Errors: supervisor.ErrUnknownInstance,
-// ErrMalformed, ErrWrongAccount.
+// named, which must be the instance's account name or username: a plain
+// bundle carries no proof of whose it is, so one that names no account is
+// refused (ErrNoAccount), never installed into whichever instance it was
+// sent to. The credential files get the sealed format's checks, and
+// nothing is written unless all pass; once the worker confirms its login,
+// the Ready hook saves them sealed (with a key). Errors:
+// supervisor.ErrUnknownInstance, ErrMalformed, ErrWrongAccount,
+// ErrNoAccount.
 func (s *Service) ImportPlain(_ context.Context, instance, account string, payload io.Reader) error {
 	h, err := s.home(instance)
 	if err != nil {
@@ -234,7 +237,10 @@ func (s *Service) ImportPlain(_ context.Context, instance, account string, paylo
 	if spec.Dir == "" {
 		return errNoLayout
 	}
-	if account != "" && account != h.Account && account != h.Username {
+	if account == "" {
+		return fmt.Errorf("import into instance %s: %w", instance, ErrNoAccount)
+	}
+	if account != h.Account && account != h.Username {
 		return fmt.Errorf("import into instance %s: the bundle is for account %q, the instance runs %q: %w",
 			instance, account, h.Account, ErrWrongAccount)
 	}

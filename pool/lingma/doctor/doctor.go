@@ -125,7 +125,13 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if err := copyCache(cfg.WorkDir, dir); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(cfg.Transcript, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	// A new file only: the default name is predictable, and a file or a
+	// link already there (another user's, in a shared directory) is not
+	// written through.
+	f, err := os.OpenFile(cfg.Transcript, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("doctor: transcript: %s exists already: name a new file with --transcript", cfg.Transcript)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("doctor: transcript: %w", err)
 	}

@@ -160,3 +160,27 @@ func lines(res []Result) string {
 	}
 	return b.String()
 }
+
+// TestTranscriptIsANewFile: the doctor writes its transcript only to a new
+// file: through a link, or over a file, at the path named (a predictable
+// default name in a shared directory) it writes nothing, and says so.
+func TestTranscriptIsANewFile(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("keep me"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "poolgate-doctor.jsonl")
+	if err := os.Symlink(victim, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{link, victim} {
+		_, err := Run(context.Background(), Config{Command: []string{"/nonexistent/worker"}, Transcript: path})
+		if err == nil || !strings.Contains(err.Error(), "exists already") {
+			t.Errorf("Run with the transcript at %s: %v, want a refusal", path, err)
+		}
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep me" {
+		t.Errorf("the file behind the link now holds %q", b)
+	}
+}

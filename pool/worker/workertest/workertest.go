@@ -7,6 +7,7 @@ package workertest
 import (
 	"context"
 	"io"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -53,7 +54,8 @@ func Connect[B worker.Backend](t testing.TB, d worker.Driver, ep worker.Endpoint
 	return c
 }
 
-// Run starts sim.Main with args (its command line without the binary) and
+// Run starts sim.Main with args (its command line without the binary, to
+// which --directives is added: the tests steer it with [[sim:...]]) and
 // returns a stop that cancels it and waits up to wait for it to end; stop
 // also runs at the test's cleanup and is safe to call twice. getenv may be
 // nil (an empty environment); log receives the simulator's output (nil
@@ -68,6 +70,7 @@ func Run(t testing.TB, args []string, getenv func(string) string, log io.Writer,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	args = append(slices.Clip(args), "--directives")
 	go func() { done <- sim.Main(ctx, args, getenv, log, log) }()
 	var once sync.Once
 	stop = func() {

@@ -84,11 +84,11 @@ func TestChaosKilledWorkers(t *testing.T) {
 					return
 				default:
 				}
-				// Non-streaming: retried on another instance, so it succeeds,
-				// unless its worker died while the turn was being sent to it
-				// (before it acknowledged the turn): the turn may have been
-				// what killed it, and is not risked on a second worker. Each
-				// kill can cost at most that one turn.
+				// Non-streaming: it succeeds, unless its worker died after
+				// the turn reached it: the turn may have been what killed
+				// it, and is not risked on a second worker (a turn sent to
+				// a worker already dead is retried). Each kill can cost at
+				// most the one turn its worker held.
 				if i%2 == 0 {
 					resp, err := client.Chat.Completions.New(ctx, chatParams(prompt))
 					var apiErr *openai.Error

@@ -122,6 +122,9 @@ func (d *workerDrivers) driver(kind worker.Kind, bin string, args []string, demo
 		if demo {
 			extra = append(extra[:len(extra):len(extra)], kind.DemoArgs...)
 		}
+		if cfg.SimDirectives {
+			extra = append(extra[:len(extra):len(extra)], "--directives")
+		}
 	}
 	drv, err := kind.New(worker.Setup{Command: prefix, ExtraArgs: extra, APIKey: cfg.WorkerAPIKey,
 		MaxInFlight: cfg.InstanceMaxInFlight, MaxTurnBytes: cfg.WorkerMaxTurnBytes, Debug: cfg.RequestLogDebug,

@@ -25,7 +25,7 @@ func newHop(cfg config.Config, self string, tp trace.TracerProvider) (*cluster.P
 	if err != nil {
 		return nil, err
 	}
-	return &cluster.Proxy{Hops: hops, Client: hopClient(tp, nets)}, nil
+	return &cluster.Proxy{Hops: hops, Client: hopClient(tp, nets), WriteTimeout: cfg.WriteTimeout}, nil
 }
 
 // hopClient is the client one replica forwards requests with: it dials

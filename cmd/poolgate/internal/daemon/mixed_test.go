@@ -118,11 +118,12 @@ func startMixed(t *testing.T, accounts []mixedAccount, extra string, env ...stri
 
 // simworkerBin is a worker binary that runs the bundled simulator, for a
 // simulated account in a pool whose other accounts run real programs
-// (the simulate switch serves a pool whole or not at all).
+// (the simulate switch serves a pool whole or not at all), obeying the
+// test prompts' directives.
 func simworkerBin(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "simworker")
-	script := fmt.Sprintf("#!/bin/sh\nexec %q simworker \"$@\"\n", testenv.PoolgateBin(t))
+	script := fmt.Sprintf("#!/bin/sh\nexec %q simworker \"$@\" --directives\n", testenv.PoolgateBin(t))
 	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}

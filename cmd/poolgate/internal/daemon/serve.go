@@ -36,7 +36,6 @@ import (
 	"github.com/poolgate/poolgate/internal/live"
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/internal/redisconn"
-	"github.com/poolgate/poolgate/internal/sysmem"
 	"github.com/poolgate/poolgate/internal/telemetry/otelenv"
 	"github.com/poolgate/poolgate/internal/tokens"
 	"github.com/poolgate/poolgate/login"
@@ -111,7 +110,9 @@ type app struct {
 	store       store        // conversation state
 	bundleStore bundle.Store // sealed bundles, beside it
 	api         *http.Server
-	admin       *http.Server // nil when admin shares the API listener
+	admin       *http.Server   // nil when admin shares the API listener
+	conns       *httpx.Conns   // the bounds of both listeners' connections
+	owners      *access.Owners // the keyed digests of the callers' keys
 	apiConns    *httpx.ConnGuard
 	adminConns  *httpx.ConnGuard // nil with admin
 	keys        *apikey.Registry
@@ -167,6 +168,11 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	if err := a.setupLogin(m, lookup, childEnv(environ)); err != nil {
 		return nil, err
 	}
+	key, err := ownerKey(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	a.owners = access.NewOwners(key)
 	// The pool is made first and given to the supervisor; the supervisor's
 	// logins on a replica go through the cluster's gate, given to the
 	// cluster when it is made (it drives the supervisor's workers).
@@ -277,14 +283,14 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	// Who may call what: decided once, at the edge of every listener, from
 	// these credentials (the keys swapped by a reload).
 	creds := &access.Credentials{Keys: a.keys, AdminToken: cfg.AdminToken, MetricsToken: cfg.MetricsToken,
-		MetricsPublic: cfg.MetricsPublic}
+		MetricsPublic: cfg.MetricsPublic, Owners: a.owners}
 	hcfg := handlers.Config{Credentials: creds, AdminError: admin.WriteError,
 		Accounting: a.acct.forHTTP(cfg.RequestLogDebug, a.live), MaxBodyBytes: cfg.MaxBodyBytes,
-		BodyBudget: httpx.NewBudget(bodyBudget(cfg, log), m.BodyBytes.Set, m.Rejections.Inc),
+		BodyBudget: newBodyBudget(cfg, m, log),
 		Insecure:   cfg.Insecure, Tracing: a.tracing, PythonCompat: cfg.PythonCompat}
 	var workers admin.Workers = a.sup
 	acfg := admin.Config{BundleImportPlain: cfg.BundleImportPlain, BundleExportPlain: cfg.BundleExportPlain,
-		Simulated: cfg.Simulated()}
+		Simulated: cfg.Simulated(), Owners: a.owners}
 	if a.cluster != nil {
 		creds.Hops, hcfg.Hop = a.hop.Hops, a.hop
 		workers = leasedWorkers{a.sup, a.cluster}
@@ -292,6 +298,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		// of its own, whose address no replica knows.
 		acfg.Cluster = &admin.ClusterConfig{Holders: a.cluster, Hop: a.hop, Forward: cfg.AdminListen == ""}
 	}
+	a.conns = newConns(cfg, m, log)
 	engine := handlers.New(hcfg, protocols, m, log)
 	adm := admin.New(acfg, adminPool{a.pool, ready}, workers, reg, log)
 	adm.RegisterProbes(engine)
@@ -421,31 +428,15 @@ func replicaID(name string) string {
 
 // httpServer sets the bounds both servers need, all of them before any
 // middleware decides who is calling: a slow client can't hold a connection
-// with headers that never end, a body that never arrives, nor an idle one
-// forever, and connections that have shown no credential are limited in
-// number (the guard, which serve wraps the listener in). No server-wide
-// write timeout: streams set their own write deadlines.
+// with headers that never end, a body that never arrives, an answer it
+// never reads (every write has a deadline, httpx.Conns), nor an idle one
+// forever; connections are limited in number, in all, per key and before
+// they showed a credential (the guard, which serve wraps the listener in).
+// No server-wide write timeout: streams set their own write deadlines.
 func (a *app) httpServer(addr string, h http.Handler) (*http.Server, *httpx.ConnGuard) {
-	conns := httpx.NewConnGuard(a.cfg.MaxUnauthenticatedConns, a.metrics.ConnsEvicted.Inc)
+	conns := a.conns.Guard()
 	return &http.Server{Addr: addr, Handler: httpx.Deadlines(h, a.cfg.BodyTimeout), ReadHeaderTimeout: headerTimeout,
 		IdleTimeout: 120 * time.Second, MaxHeaderBytes: 1 << 20, ConnContext: conns.ConnContext}, conns
-}
-
-// bodyBudget is the bytes of API request bodies held at once: the
-// configured figure, else an eighth of the memory this process may use,
-// and at least four bodies of the largest size.
-func bodyBudget(cfg config.Config, log *slog.Logger) int64 {
-	if cfg.BodyBudgetBytes > 0 {
-		return cfg.BodyBudgetBytes
-	}
-	mem, from := sysmem.Limit()
-	budget := max(mem/8, 4*cfg.MaxBodyBytes)
-	if mem == 0 {
-		from = "unknown: 16 bodies of max_body_bytes"
-		budget = 16 * cfg.MaxBodyBytes
-	}
-	log.Info("request body budget", "bytes", budget, "memory", mem, "from", from)
-	return budget
 }
 
 // headerTimeout bounds a request's headers, on every listener.

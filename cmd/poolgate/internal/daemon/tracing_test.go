@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +21,6 @@ import (
 
 	"github.com/poolgate/poolgate/admin"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -197,17 +195,22 @@ func tryStreamChat(base, key, traceparent, body string) (http.Header, string, er
 	return resp.Header, string(b), nil
 }
 
-// A streamed chat whose first worker is killed after it took the turn and
-// before it answered is retried on the other: one trace, continuing the
-// client's traceparent, with the admission and one attempt span per worker
-// under the request's span, each naming its instance, account, reuse and
-// outcome; the trace id is the request id, and is in the access log, the
-// turn line and the request log. No attribute holds the prompt or the key.
-func TestTracingRetryOnKilledWorker(t *testing.T) {
+// A streamed chat whose first worker refuses the turn (it was logged out
+// since its last health check: the turn never ran there) is retried on the
+// other: one trace, continuing the client's traceparent, with the admission
+// and one attempt span per worker under the request's span, each naming its
+// instance, account, reuse and outcome; the trace id is the request id, and
+// is in the access log, the turn line and the request log. No attribute
+// holds the prompt or the key. (A worker that dies after it received a turn
+// is not a retry: the turn may be what killed it.)
+func TestTracingRetryOnRefusingWorker(t *testing.T) {
 	rcv := newOTLPReceiver(t)
 	const secretKey, secretPrompt = "sk-tracing-secret-4417", "the-prompt-text-9931"
 	env := append(simAccounts(2, nil), tracingEnv(rcv, "solo")...)
-	env = append(env, `POOLGATE_API_KEYS=[{"name":"team","key":"`+secretKey+`"}]`, "POOLGATE_ADMIN_TOKEN=adm")
+	// No health check between the two turns: the logged-out worker is
+	// still in rotation when the traced turn comes.
+	env = append(env, `POOLGATE_API_KEYS=[{"name":"team","key":"`+secretKey+`"}]`, "POOLGATE_ADMIN_TOKEN=adm",
+		"POOLGATE_HEALTH_INTERVAL=1h")
 	d := testenv.StartDaemon(t, env...)
 	testenv.WaitFor(t, 20*time.Second, "two ready instances", func() bool {
 		ready := 0
@@ -219,50 +222,31 @@ func TestTracingRetryOnKilledWorker(t *testing.T) {
 		return ready == 2
 	})
 
-	const traceID, clientSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"` + secretPrompt +
-		` [[sim:delay=5000ms]] [[sim:words=5]]"}]}`
-	type result struct {
-		h    http.Header
-		body string
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		h, b, err := tryStreamChat(d.URL, secretKey, "00-"+traceID+"-"+clientSpan+"-01", body)
-		done <- result{h, b, err}
-	}()
-	// The turn waits in its worker: kill that worker before it answers.
-	var victim route.InstanceStatus
-	testenv.WaitFor(t, 15*time.Second, "the turn on a worker", func() bool {
-		for _, in := range poolState(t, d, "adm").Instances {
-			if in.InFlight == 1 {
-				victim = in
-				return true
-			}
-		}
-		return false
-	})
-	// Only a turn the worker had taken is retried when the worker dies (a
-	// death before it could be the turn's own doing): give the worker time
-	// to acknowledge the ask, which it does at once, well within the delay.
-	time.Sleep(time.Second)
-	if err := syscall.Kill(victim.PID, syscall.SIGKILL); err != nil {
+	// New conversations with the same system prompt go to the same worker
+	// (the spread hint): the first turn logs that worker out, the traced
+	// one then finds it refusing.
+	const system = `{"role":"system","content":"tracing retry"}`
+	h, _, err := tryStreamChat(d.URL, secretKey, "", `{"model":"m","stream":true,"messages":[`+system+
+		`,{"role":"user","content":"bye [[sim:logout]]"}]}`)
+	if err != nil {
 		t.Fatal(err)
 	}
-	res := <-done
-	if res.err != nil {
-		t.Fatalf("the retried stream: %v\npoolgate log:\n%s", res.err, d.Log())
+	victim := h.Get("X-Poolgate-Instance")
+	const traceID, clientSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	h, body, err := tryStreamChat(d.URL, secretKey, "00-"+traceID+"-"+clientSpan+"-01", `{"model":"m","stream":true,"messages":[`+
+		system+`,{"role":"user","content":"`+secretPrompt+` [[sim:words=5]]"}]}`)
+	if err != nil {
+		t.Fatalf("the retried stream: %v\npoolgate log:\n%s", err, d.Log())
 	}
-	if !strings.Contains(res.body, "data: [DONE]") {
-		t.Fatalf("stream did not finish: %s", res.body)
+	if !strings.Contains(body, "data: [DONE]") {
+		t.Fatalf("stream did not finish: %s", body)
 	}
-	if got := res.h.Get("X-Request-Id"); got != "req_"+traceID {
+	if got := h.Get("X-Request-Id"); got != "req_"+traceID {
 		t.Errorf("request id %q, want req_ and the trace id", got)
 	}
-	winner := res.h.Get("X-Poolgate-Instance")
-	if winner == "" || winner == victim.Name {
-		t.Fatalf("answered by %q, killed %q: want the other instance", winner, victim.Name)
+	winner := h.Get("X-Poolgate-Instance")
+	if victim == "" || winner == "" || winner == victim {
+		t.Fatalf("answered by %q, logged out %q: want the other instance", winner, victim)
 	}
 
 	var spans []span
@@ -285,7 +269,7 @@ func TestTracingRetryOnKilledWorker(t *testing.T) {
 	if attempts[0].attrs["poolgate.attempt"] != "1" {
 		attempts[0], attempts[1] = attempts[1], attempts[0]
 	}
-	want := []struct{ instance, outcome string }{{victim.Name, "worker_gone"}, {winner, "stop"}}
+	want := []struct{ instance, outcome string }{{victim, "not_logged_in"}, {winner, "stop"}}
 	for i, a := range attempts {
 		if a.parent != server.id {
 			t.Errorf("attempt %d's parent %s, want the request span %s", i+1, a.parent, server.id)
