@@ -29,7 +29,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	err := run(ctx, os.Args[1:], os.Environ, hup, os.Stdout, os.Stderr)
+	err := run(ctx, os.Args[1:], os.Environ, hup, os.Stdin, os.Stdout, os.Stderr)
 	signal.Stop(hup)
 	stop()
 	if err != nil {
@@ -39,9 +39,14 @@ func main() {
 }
 
 // run is the whole program; main only adds the process's signals, arguments,
-// environment and exit code. environ returns the environment now (a reload
-// reads it again); hup delivers SIGHUP, the reload signal (nil: none).
-func run(ctx context.Context, args []string, environ func() []string, hup <-chan os.Signal, stdout, stderr io.Writer) error {
+// environment, standard streams and exit code. environ returns the
+// environment now (a reload reads it again); hup delivers SIGHUP, the
+// reload signal (nil: none).
+func run(ctx context.Context, args []string, environ func() []string, hup <-chan os.Signal, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) > 1 && args[0] == "simworker" && args[1] == "agent-cli" {
+		// The simulator playing an agent CLI, on its standard input and output.
+		return sim.AgentMain(ctx, args[2:], daemon.Getenv(environ()), stdin, stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "simworker" {
 		return sim.Main(ctx, args[1:], daemon.Getenv(environ()), stdout, stderr)
 	}

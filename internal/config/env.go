@@ -12,10 +12,14 @@ import (
 )
 
 // EnvName returns the environment variable for a key; a section's key
-// (section.some_key) is POOLGATE_SECTION_SOME_KEY.
+// (section.some_key) is POOLGATE_SECTION_SOME_KEY, and a dash in a
+// section's name (claude-code) is an underscore there, as a shell names
+// variables.
 func EnvName(key string) string {
-	return envPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+	return envPrefix + strings.ToUpper(envKey.Replace(key))
 }
+
+var envKey = strings.NewReplacer(".", "_", "-", "_")
 
 func applyEnv(cfg *Config, environ []string) ([]string, error) {
 	v := cfg.view()

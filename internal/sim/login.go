@@ -179,7 +179,11 @@ func (s *Sim) serveCallback(w http.ResponseWriter, r *http.Request) {
 		s.invalidState(w)
 		return
 	}
-	if err := s.creds.login(g.username, g.org); err != nil {
+	store := s.creds.login
+	if s.onLogin != nil {
+		store = s.onLogin
+	}
+	if err := store(g.username, g.org); err != nil {
 		s.log.Error("write credentials", "err", err)
 		s.render(w, http.StatusInternalServerError, page{Kind: "message", Title: "Sign-in failed", Message: "could not save credentials", MsgID: "login-failed"})
 		return

@@ -62,6 +62,25 @@ func parsePrompt(text string) []section {
 	return out
 }
 
+// relayed reads a prompt that an agent CLI worker passed on. A gateway
+// in front of an agent CLI (poolgate's claude-code kind) renders its
+// conversation into one user message of the contract, which the CLI sends
+// its upstream as its user's text: a model reads the sections in it as the
+// conversation, and so does the simulator. When the newest user section's
+// body is itself a prompt of the contract (it opens with a marker line),
+// its sections are the prompt's.
+func relayed(secs []section) []section {
+	i := lastUser(secs)
+	if i < 0 {
+		return secs
+	}
+	first, _, _ := strings.Cut(strings.TrimLeft(secs[i].body, "\n"), "\n")
+	if _, ok := parseMarker(first); !ok {
+		return secs
+	}
+	return parsePrompt(secs[i].body)
+}
+
 // parseMarker reads `<<<role>>>` or `<<<role key=value ...>>>`.
 func parseMarker(line string) (section, bool) {
 	line = strings.TrimRight(line, "\r")
@@ -156,7 +175,9 @@ type directives struct {
 	whoami, ask, env    bool
 	toolCode, think     bool
 	crash, hang, logout bool
-	ratelimit, timeout  bool
+	// offModel prints lines outside the protocol first (agent-cli).
+	offModel           bool
+	ratelimit, timeout bool
 	// awaitResults keeps a native tool turn open after its tool/invoke
 	// requests instead of finishing it.
 	awaitResults            bool
@@ -198,6 +219,8 @@ func parseDirectives(text string) directives {
 			d.awaitResults = true
 		case "logout":
 			d.logout = true
+		case "off-model":
+			d.offModel = true
 		case "error":
 			d.errAfter = 0
 		case "timeout":

@@ -40,6 +40,10 @@ type Sim struct {
 	// connection's replay of it.
 	script    *script
 	replaying atomic.Pointer[replayer]
+
+	// onLogin, when set, stores a login the login page granted instead of
+	// the Lingma credentials (an agent CLI's login keeps its own).
+	onLogin func(username, org string) error
 }
 
 func (s *Sim) endpoint() string {
@@ -306,7 +310,7 @@ func (s *Sim) earlierTools(sid string, n int) *toolSpec {
 	}
 	s.mu.Unlock()
 	for i := len(questions) - 1; i >= 0; i-- {
-		if ts := promptTools(parsePrompt(questions[i])); ts != nil {
+		if ts := promptTools(relayed(parsePrompt(questions[i]))); ts != nil {
 			return ts
 		}
 	}

@@ -5,6 +5,8 @@
 //
 // # Modes
 //
+// `agent-cli DIALECT` plays an agent CLI on stdio (agent.go).
+//
 // --protocol=lingma (default) speaks the Lingma local agent protocol
 // (docs/lingma-protocol.md): JSON-RPC 2.0 framed LSP-style over a WebSocket on
 // --socketPort, with the login page, the auth callback and /sim/stats on
@@ -99,6 +101,7 @@
 //	[[sim:logout]]          delete the credentials, then answer normally (lingma)
 //	[[sim:builtin=NAME]]    in agent mode, have the client run the worker's own tool NAME first (lingma)
 //	[[sim:builtin-async=NAME]] the same, asynchronously (tool/invokeResult) (lingma)
+//	[[sim:off-model]]       print a message of an unknown type and a line that is not JSON first (agent-cli)
 //
 // In openai mode an error after N deltas is an in-stream {"error": ...} event
 // with no [DONE] (a 500 for a non-stream request), a rate limit is HTTP 429

@@ -195,7 +195,7 @@ func (c *conn) ask(m *lingmarpc.Message) {
 		c.respond(m.ID, nil, &lingmarpc.Error{Code: codeInvalidParams, Message: "requestId already running: " + p.RequestID})
 		return
 	}
-	secs := parsePrompt(question)
+	secs := relayed(parsePrompt(question))
 	d := parseDirectives(directiveText(secs)).withDefaults(c.s.cfg.Faults)
 	if len(d.unknown) > 0 {
 		c.log.Warn("ignoring unknown or malformed directives", "directives", d.unknown)

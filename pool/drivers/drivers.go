@@ -6,6 +6,7 @@ package drivers
 
 import (
 	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/pool/claudecode"
 	"github.com/poolgate/poolgate/pool/lingma"
 	"github.com/poolgate/poolgate/pool/lingma/doctor"
 	"github.com/poolgate/poolgate/pool/modelserver"
@@ -29,5 +30,5 @@ func init() {
 func Kinds() []worker.Kind {
 	lm := lingma.Kind
 	lm.Commands = map[string]worker.Command{"doctor": doctor.Main}
-	return []worker.Kind{lm, modelserver.Kind}
+	return []worker.Kind{lm, modelserver.Kind, claudecode.Kind}
 }

@@ -40,8 +40,12 @@ func helperWorker(args []string) int {
 	fs := flag.NewFlagSet("helper-worker", flag.ContinueOnError)
 	port := fs.Int("port", 0, "the port to listen on")
 	mode := fs.String("mode", "serve", "serve, hang or deaf")
+	stdio := fs.Bool("stdio", false, "speak on stdin and stdout instead of a port (stdio_test.go)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *stdio {
+		return stdioHelper(*mode)
 	}
 	stop := make(chan os.Signal, 1)
 	switch *mode {
@@ -156,6 +160,12 @@ func execWorker(t *testing.T, name string) supervisor.WorkerConfig {
 // startExec runs the supervisor over real helper processes until the test
 // ends.
 func startExec(t *testing.T, drv helperDriver, workers ...supervisor.WorkerConfig) *supervisor.Supervisor {
+	t.Helper()
+	return startExecWith(t, drv, workers...)
+}
+
+// startExecWith is startExec with any driver.
+func startExecWith(t *testing.T, drv worker.Driver, workers ...supervisor.WorkerConfig) *supervisor.Supervisor {
 	t.Helper()
 	launcher := &supervisor.ExecLauncher{Env: []string{helperEnv + "=1"}}
 	s := supervisor.New(supervisor.Config{}, workers, drv, launcher, nil, slog.New(slog.DiscardHandler))

@@ -44,6 +44,12 @@ type ProcSpec struct {
 	Log *slog.Logger
 	// Lines, when not nil, is handed each of those lines too.
 	Lines func(line string)
+	// Stdin and Stdout, when set, are the process's standard input and
+	// output (a stdio transport's pipe ends, handed to the child as they
+	// are); Log then receives only its standard error. Nil: no input, and
+	// the output goes to Log.
+	Stdin  io.Reader
+	Stdout io.Writer
 }
 
 // procEnv is the process's own environment: what the driver prepares for
@@ -132,6 +138,12 @@ func (l *ExecLauncher) Launch(spec ProcSpec) (Process, error) {
 	cmd.Env = append(append(env, l.Env...), spec.Env...)
 	lw := &lineLogger{log: spec.Log, lines: spec.Lines}
 	cmd.Stdout, cmd.Stderr = lw, lw
+	if spec.Stdin != nil {
+		cmd.Stdin = spec.Stdin
+	}
+	if spec.Stdout != nil {
+		cmd.Stdout = spec.Stdout
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	l.init()
 	done := make(chan error, 1)

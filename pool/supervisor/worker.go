@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"sync"
 	"syscall"
@@ -453,7 +452,8 @@ func (w *Worker) start(ctx context.Context, out *tail) (Process, worker.Backend,
 			w.log.Warn("pre-start hook", "err", err)
 		}
 	}
-	ep, err := w.endpoint()
+	stdio := worker.TransportOf(w.driver) == worker.TransportStdio
+	ep, err := w.endpoint(stdio)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)
 	}
@@ -461,70 +461,31 @@ func (w *Worker) start(ctx context.Context, out *tail) (Process, worker.Backend,
 	if err != nil {
 		return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)
 	}
-	proc, err := w.launcher.Launch(ProcSpec{
-		Argv: append(w.driver.Command(ep), w.cfg.Account.Args...), Env: env, Dir: w.cfg.WorkDir, Log: w.log,
-		Lines: out.add,
-	})
+	spec := ProcSpec{Argv: append(w.driver.Command(ep), w.cfg.Account.Args...), Env: env, Dir: w.cfg.WorkDir, Log: w.log,
+		Lines: out.add}
+	var p *pipes
+	if stdio {
+		if p, err = newPipes(&spec); err != nil {
+			return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)
+		}
+	}
+	proc, err := w.launcher.Launch(spec)
+	if p != nil {
+		p.launched()
+	}
 	if err != nil {
+		if p != nil {
+			p.close()
+		}
 		return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)
 	}
 	w.update(func() { w.pid, w.ep = proc.Pid(), ep })
-	sctx, cancel := context.WithTimeout(ctx, w.cfg.StartTimeout)
-	defer cancel()
-	for {
-		actx, acancel := context.WithTimeout(sctx, 2*time.Second)
-		be, err := w.driver.Connect(actx, ep)
-		acancel()
-		if err == nil {
-			return proc, be, nil
-		}
-		select {
-		case <-proc.Exited():
-			w.update(func() { w.pid = 0 })
-			return nil, nil, fmt.Errorf("worker %s exited before ready: %v", w.cfg.Name, proc.Wait())
-		case <-sctx.Done():
-			w.stopProcess(proc)
-			w.update(func() { w.pid = 0 })
-			if ctx.Err() != nil {
-				return nil, nil, ctx.Err()
-			}
-			return nil, nil, fmt.Errorf("worker %s not ready within %s: %w", w.cfg.Name, w.cfg.StartTimeout, err)
-		case <-time.After(200 * time.Millisecond):
-		}
+	if p != nil {
+		ep.Stdio, ep.Spawn = p.stdio(), w.spawner(env)
+		// The pipes are closed once the process is gone, whoever ended it.
+		go func() { <-proc.Exited(); p.close() }()
 	}
-}
-
-// endpoint picks free loopback ports for this start.
-func (w *Worker) endpoint() (worker.Endpoint, error) {
-	p1, err := freePort()
-	if err != nil {
-		return worker.Endpoint{}, err
-	}
-	p2, err := freePort()
-	if err != nil {
-		return worker.Endpoint{}, err
-	}
-	return worker.Endpoint{Name: w.cfg.Name, WorkDir: w.cfg.WorkDir, Port: p1, AuxPort: p2, Account: w.cfg.Account}, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// loginPort is the port of the running worker's login callback, 0 when
-// none runs.
-func (w *Worker) loginPort() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.pid == 0 {
-		return 0
-	}
-	return w.ep.AuxPort
+	return w.ready(ctx, proc, ep)
 }
 
 // stopProcess is polite first: SIGINT, a bounded wait, then SIGKILL of the

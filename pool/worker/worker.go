@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 
 	"github.com/poolgate/poolgate/internal/chat"
 )
@@ -63,20 +64,98 @@ type Capabilities struct {
 // not name.
 var ErrUnsupported = errors.New("the worker does not support this operation")
 
-// Endpoint is where a started worker listens.
+// Endpoint is where a started worker is reached: its ports, or its
+// standard input and output, as its driver's Transport says.
 type Endpoint struct {
 	// Name is the instance name (for logs and errors).
 	Name string
 	// WorkDir is the worker's own directory.
 	WorkDir string
 	// Port is the worker's main port (the port its protocol is spoken on:
-	// an RPC socket, the HTTP port of an OpenAI-compatible server).
+	// an RPC socket, the HTTP port of an OpenAI-compatible server); 0 on a
+	// stdio transport.
 	Port int
 	// AuxPort is a second port (for instance a login callback's);
 	// 0 when the driver needs none.
 	AuxPort int
 	// Account is the account the worker runs as (for command templates).
 	Account Account
+	// Stdio is the started process's standard input and output, handed
+	// to Connect (TransportStdio only; nil otherwise, and in Command and
+	// Prepare, which run before the process starts).
+	Stdio *Stdio
+	// Spawn starts another process for this worker, beside the one the
+	// supervisor runs (TransportStdio only; nil otherwise).
+	Spawn Spawner
+}
+
+// Transport is how a driver reaches its started worker processes. It
+// comes with the driver (Transporter), so a kind that needs a new one
+// changes neither the supervisor's callers nor the router.
+type Transport uint8
+
+// Transports.
+const (
+	// TransportPorts: each start gets two free loopback ports
+	// (Endpoint.Port and AuxPort) that the worker listens on, and the
+	// supervisor calls Connect until the worker answers there: Lingma's
+	// socket, a model server's HTTP URL. The process's output goes to the
+	// log. The default.
+	TransportPorts Transport = iota
+	// TransportStdio: the process's standard input and output are the
+	// driver's (Endpoint.Stdio), and only its standard error goes to the
+	// log; Connect is called once per process, bounded by the start
+	// timeout, since the pipes cannot be opened twice. An agent CLI that
+	// speaks JSON lines is reached this way.
+	TransportStdio
+)
+
+// Transporter is a Driver whose workers are not reached on ports.
+type Transporter interface {
+	// Transport is how the driver's workers are reached.
+	Transport() Transport
+}
+
+// TransportOf is d's transport: what its Transport method says, else
+// TransportPorts.
+func TransportOf(d Driver) Transport {
+	if t, ok := d.(Transporter); ok {
+		return t.Transport()
+	}
+	return TransportPorts
+}
+
+// Stdio is one process's standard input and output, as its driver gets
+// them. The supervisor closes both once the process's life is over; the
+// driver may close In sooner, to end the process's input.
+type Stdio struct {
+	// In is the process's standard input.
+	In io.WriteCloser
+	// Out is the process's standard output; reading it ends (EOF) once
+	// the process and its children have exited.
+	Out io.ReadCloser
+}
+
+// Spawner starts another process of a worker (an agent CLI's second
+// session, its login or status command), through the supervisor's
+// launcher: in the worker's directory, with the worker's environment (its
+// driver's Prepare entries and the account's) and env after it (a later
+// entry wins), its standard error in the worker's log. argv is the whole
+// command line. The driver owns what it spawned and stops it; nothing
+// outlives poolgate, as for the worker's own process.
+type Spawner func(argv, env []string) (Child, error)
+
+// Child is a process a driver spawned.
+type Child interface {
+	// Stdio is its standard input and output.
+	Stdio() Stdio
+	// Exited is closed once it has exited.
+	Exited() <-chan struct{}
+	// Wait waits for it to exit and returns its exit error.
+	Wait() error
+	// Stop ends it (an interrupt, a bounded wait, then a kill of its
+	// whole process group) and closes its pipes; safe to call twice.
+	Stop()
 }
 
 // Driver knows how to launch and talk to one kind of worker.

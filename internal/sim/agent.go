@@ -1,0 +1,197 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// The agent CLI mode: `simworker agent-cli DIALECT ARGS...` plays an agent
+// CLI (Claude Code's dialect of the stream-json protocol) on its standard
+// input and output, taking the CLI's own command line (ARGS) as strictly
+// as the real binary was seen to: an option it lacks, stream-json output
+// without --verbose, a --resume of a session it never kept are refused
+// with the binary's words. docs/claude-code-worker.md lists what was seen.
+//
+//	agent-cli claude-code auth status [--json|--text]   the login state, as JSON; exit 1 when logged out
+//	agent-cli claude-code auth login                    a login page on loopback (the simworker recipe's);
+//	                                                    prints its URL and waits for the browser
+//	agent-cli claude-code -p --input-format stream-json --output-format stream-json --verbose [...]
+//	                                                    the session: user messages in, turns out
+//
+// A key or token whose value contains "invalid" is one the upstream
+// refuses: each turn fails as the real CLI reports a 401.
+//
+// A session's answers are the simulator's (package doc, "Answers"): the
+// user message is read as a prompt of the contract, and the directives
+// apply ([[sim:whoami]] says the CLI session and its turn number). The
+// login is the CLI's: an API key or OAuth token in the environment, or a
+// credentials file in the config dir that the simulated login writes.
+// Sessions are kept in the config dir, so a later process resumes them.
+
+// Dialect names the agent CLIs the simulator plays.
+const DialectClaudeCode = "claude-code"
+
+// dialect is what one agent CLI's simulation says and expects. A dialect
+// is data: another CLI of the same protocol (Qoder CLI) is another value.
+type dialect struct {
+	name, version string
+	// options are the CLI's options in print mode: the number of values
+	// each takes (0 for a flag); aliases map short to long names.
+	options map[string]int
+	aliases map[string]string
+	// configEnv names the config dir's variable; configDefault is the dir
+	// under HOME without it.
+	configEnv, configDefault string
+	// credFile is the stored login under the config dir.
+	credFile string
+	// keyEnvs are variables that are an API key; tokenEnvs, a token (in
+	// the order the CLI reads them).
+	keyEnvs, tokenEnvs []string
+	// notLoggedIn is a turn's text without a login; reset the slash
+	// command that starts a new session; commands the slash commands the
+	// CLI runs itself.
+	notLoggedIn, reset string
+	commands           map[string]bool
+	// mentionsOff is the variable that turns @file mentions off.
+	mentionsOff string
+	// models are the models initialize lists (value, display name).
+	models [][2]string
+	// defaultTools are the built-in tools without --tools "".
+	defaultTools []string
+}
+
+var claudeCode = &dialect{
+	name: DialectClaudeCode, version: "2.1.328",
+	options: map[string]int{"--print": 0, "--input-format": 1, "--output-format": 1, "--verbose": 0,
+		"--include-partial-messages": 0, "--tools": 1, "--permission-prompts": 1, "--permission-mode": 1,
+		"--strict-mcp-config": 0, "--system-prompt": 1, "--append-system-prompt": 1, "--resume": 1, "--model": 1,
+		"--session-id": 1, "--disable-slash-commands": 0, "--no-session-persistence": 0, "--fallback-model": 1,
+		"--setting-sources": 1, "--settings": 1, "--mcp-config": 1, "--replay-user-messages": 0},
+	aliases:   map[string]string{"-p": "--print", "-r": "--resume"},
+	configEnv: "CLAUDE_CONFIG_DIR", configDefault: ".claude", credFile: ".credentials.json",
+	keyEnvs: []string{"ANTHROPIC_API_KEY"}, tokenEnvs: []string{"CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN"},
+	notLoggedIn: "Not logged in · Please run /login", reset: "/clear",
+	commands:    map[string]bool{"clear": true, "compact": true, "cost": true, "help": true, "login": true, "logout": true, "model": true, "config": true, "context": true, "init": true},
+	mentionsOff: "CLAUDE_CODE_DISABLE_FILE_MENTIONS",
+	models: [][2]string{{"default", "Default (recommended)"}, {"opus", "Opus"}, {"sonnet", "Sonnet"},
+		{"haiku", "Haiku"}},
+	defaultTools: []string{"Task", "Bash", "Glob", "Grep", "Read", "Edit", "Write", "WebFetch", "WebSearch"},
+}
+
+var dialects = map[string]*dialect{DialectClaudeCode: claudeCode}
+
+// agentEnv is what an agent CLI process sees of its world.
+type agentEnv struct {
+	d              *dialect
+	getenv         func(string) string
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	configDir, cwd string
+}
+
+// AgentMain plays the agent CLI that args[0] names with the command line
+// after it. It returns when its input ends (a session), its command is
+// done (status, login) or ctx ends; an error is the CLI's own refusal,
+// already written to stderr.
+func AgentMain(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 || dialects[args[0]] == nil {
+		return fmt.Errorf("agent-cli: name a dialect (%s)", DialectClaudeCode)
+	}
+	d := dialects[args[0]]
+	e := &agentEnv{d: d, getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr}
+	e.cwd, _ = os.Getwd()
+	e.configDir = getenv(d.configEnv)
+	if e.configDir == "" {
+		e.configDir = filepath.Join(getenv("HOME"), d.configDefault)
+	}
+	args = args[1:]
+	if len(args) > 0 && args[0] == "auth" {
+		return e.auth(ctx, args[1:])
+	}
+	opts, err := d.parse(args)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return err
+	}
+	return e.session(ctx, opts)
+}
+
+// printOptions are a print-mode command line, parsed.
+type printOptions map[string]string
+
+func (o printOptions) has(k string) bool { _, ok := o[k]; return ok }
+
+// parse reads a print-mode command line as the CLI does.
+func (d *dialect) parse(args []string) (printOptions, error) {
+	o := printOptions{}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		name, val, inline := strings.Cut(a, "=")
+		if long, ok := d.aliases[name]; ok {
+			name = long
+		}
+		n, ok := d.options[name]
+		if !ok {
+			if !strings.HasPrefix(a, "-") {
+				return nil, fmt.Errorf("error: a prompt argument is not taken with --input-format stream-json: %q", a)
+			}
+			return nil, fmt.Errorf("error: unknown option '%s'", name)
+		}
+		switch {
+		case n == 0:
+			o[name] = "true"
+		case inline:
+			o[name] = val
+		case i+1 < len(args):
+			i++
+			o[name] = args[i]
+		default:
+			return nil, fmt.Errorf("error: option '%s <value>' argument missing", name)
+		}
+	}
+	switch {
+	case !o.has("--print"):
+		return nil, errors.New("simulator: only --print (-p) sessions are played")
+	case o["--input-format"] != "stream-json":
+		return nil, errors.New("simulator: only --input-format stream-json is played")
+	case o["--output-format"] != "stream-json":
+		return nil, errors.New("simulator: only --output-format stream-json is played")
+	case !o.has("--verbose"):
+		return nil, errors.New("Error: When using --print, --output-format=stream-json requires --verbose")
+	}
+	return o, nil
+}
+
+// uuidRE is a session id's shape.
+var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// login is how the process is logged in: the variable that holds its key
+// or token, "stored" for the credentials file, "" for none.
+func (e *agentEnv) login() (method, source string) {
+	for _, k := range e.d.keyEnvs {
+		if e.getenv(k) != "" {
+			return "api_key", k
+		}
+	}
+	for _, k := range e.d.tokenEnvs {
+		if e.getenv(k) != "" {
+			return "oauth_token", k
+		}
+	}
+	if _, err := os.Stat(filepath.Join(e.configDir, e.d.credFile)); err == nil {
+		return "claude.ai", "stored"
+	}
+	return "none", ""
+}
+
+// projectDir is where the CLI keeps this working directory's sessions:
+// its path with each separator a dash, as the real one names it.
+func (e *agentEnv) projectDir() string {
+	return filepath.Join(e.configDir, "projects", strings.ReplaceAll(e.cwd, string(filepath.Separator), "-"))
+}

@@ -1,0 +1,309 @@
+package agentcli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/pool/worker"
+)
+
+// Sessions: a CLI process holds one session at a time, so an account's
+// conversations share its processes this way. A follow-up goes to the
+// process holding its session; when none does (the process was restarted,
+// or stopped to make room) a process is started with --resume. A new
+// conversation takes a fresh process, else starts one while the account
+// has fewer than Config.LiveSessions, else resets the least recently used
+// idle one (Profile.Reset). docs/claude-code-worker.md has the measurements
+// behind this choice.
+
+// errSessionBusy: the session's process runs another turn of it (the
+// router sends one turn of a conversation at a time; a caller that did
+// not wait gets a new session instead).
+var errSessionBusy = errors.New("the session's process is running another turn")
+
+// acquire picks the process for t and makes it ready: marked busy, reset
+// for a new conversation, set to t's model.
+func (b *Backend) acquire(ctx context.Context, t *chat.Turn) (*conn, error) {
+	// A follow-up sent right after its conversation's turn was interrupted
+	// waits (bounded) for the interrupted turn to end on the worker.
+	wait := time.NewTimer(b.d.cfg.StopTimeout)
+	defer wait.Stop()
+	var c *conn
+	var reset bool
+	for {
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return nil, fmt.Errorf("%w (%w)", chat.ErrWorkerGone, chat.ErrNotSent)
+		}
+		var err error
+		c, reset, err = b.pick(t)
+		if c != nil {
+			c.busy = true
+		}
+		changed := b.changed
+		b.mu.Unlock()
+		if !errors.Is(err, errSessionBusy) {
+			if err != nil {
+				return nil, err
+			}
+			break
+		}
+		select {
+		case <-changed:
+		case <-wait.C:
+			return nil, err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (%w)", ctx.Err(), chat.ErrNotSent)
+		}
+	}
+	if c == nil {
+		return b.spawn(ctx, Launch{SystemPrompt: b.d.cfg.SystemPrompt, Resume: t.SessionID, Model: t.Model})
+	}
+	if reset {
+		if err := b.reset(ctx, c); err != nil {
+			b.release(c, "", false)
+			return nil, err
+		}
+	}
+	b.mu.Lock()
+	model := c.model
+	b.mu.Unlock()
+	if t.Model != "" && t.Model != model {
+		cctx, cancel := context.WithTimeout(ctx, b.d.cfg.CallTimeout)
+		_, err := c.control(cctx, ControlRequest{Subtype: "set_model", Model: &t.Model})
+		cancel()
+		if err != nil {
+			b.release(c, "", true)
+			return nil, fmt.Errorf("model %s: %w (%w)", t.Model, err, chat.ErrNotSent)
+		}
+		b.mu.Lock()
+		c.model = t.Model
+		b.mu.Unlock()
+	}
+	return c, nil
+}
+
+// pick chooses the process for t: nil to start one, reset to start a new
+// session on it first; b.mu held.
+func (b *Backend) pick(t *chat.Turn) (c *conn, reset bool, err error) {
+	var live []*conn
+	for _, c := range b.conns {
+		if c.alive() && !c.stuck {
+			live = append(live, c)
+		}
+	}
+	if id := t.SessionID; id != "" {
+		for _, c := range live {
+			if c.session == id && !c.stale {
+				if c.busy {
+					return nil, false, fmt.Errorf("session %s: %w (%w)", id, errSessionBusy, chat.ErrNotSent)
+				}
+				return c, false, nil
+			}
+		}
+		return nil, false, nil
+	}
+	canReset := b.d.cfg.Profile.Reset != ""
+	var stale, lru *conn
+	for _, c := range live {
+		switch {
+		case c.busy:
+		case c.session == "":
+			return c, false, nil
+		case c.stale && canReset:
+			stale = c
+		case lru == nil || c.used.Before(lru.used):
+			lru = c
+		}
+	}
+	switch {
+	case stale != nil:
+		return stale, true, nil
+	case len(live) < b.d.cfg.LiveSessions || !canReset || lru == nil:
+		return nil, false, nil
+	}
+	return lru, true, nil
+}
+
+// spawn starts a process for l (a new session, or l.Resume's) and waits
+// for its initialize answer. It is returned busy.
+func (b *Backend) spawn(ctx context.Context, l Launch) (*conn, error) {
+	argv := append(b.d.argv(l), b.ep.Account.Args...)
+	ch, err := b.ep.Spawn(argv, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%w)", err, chat.ErrNotSent)
+	}
+	label := "spawned"
+	if l.Resume != "" {
+		label = "resume-" + l.Resume
+	}
+	c := b.newConn(ch.Stdio(), ch, label)
+	s := newSink()
+	c.listen(s) // a CLI that cannot resume says why before it exits
+	ictx, cancel := context.WithTimeout(ctx, b.d.cfg.StartTimeout)
+	_, err = c.initialize(ictx)
+	cancel()
+	c.listen(nil)
+	if err != nil {
+		c.close()
+		why := ""
+		for _, m := range s.take(nil) {
+			if m.Type == TypeResult && len(m.Errors) > 0 {
+				why = " (" + strings.Join(m.Errors, "; ") + ")"
+			}
+		}
+		return nil, fmt.Errorf("start a process for session %q: %w%s (%w)", l.Resume, err, why, chat.ErrNotSent)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		c.close()
+		return nil, fmt.Errorf("%w (%w)", chat.ErrWorkerGone, chat.ErrNotSent)
+	}
+	c.session, c.model, c.busy = l.Resume, l.Model, true
+	b.conns = append(b.conns, c)
+	return c, nil
+}
+
+// reset starts a new session on a busy process.
+func (b *Backend) reset(ctx context.Context, c *conn) error {
+	s := newSink()
+	c.listen(s)
+	defer c.listen(nil)
+	if err := c.send(b.d.cfg.Profile.Reset); err != nil {
+		return fmt.Errorf("reset the session: %w (%w)", c.gone(), chat.ErrNotSent)
+	}
+	rctx, cancel := context.WithTimeout(ctx, b.d.cfg.CallTimeout)
+	defer cancel()
+	m, err := c.await(rctx, s)
+	if err != nil {
+		return fmt.Errorf("reset the session: %w (%w)", err, chat.ErrNotSent)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c.session, c.stale = m.SessionID, false
+	return nil
+}
+
+// release frees c after a turn: it holds session now (unchanged when
+// ""), which a follow-up may continue when ok. Spawned processes beyond
+// the cap are stopped, the least recently used first.
+func (b *Backend) release(c *conn, session string, ok bool) {
+	b.mu.Lock()
+	c.busy, c.used = false, time.Now()
+	if session != "" {
+		c.session = session
+	}
+	c.stale = c.stale || !ok
+	var stop []*conn
+	live := 0
+	for _, x := range b.conns {
+		switch {
+		case !x.alive() && x.child != nil:
+			stop = append(stop, x)
+		case x.alive():
+			live++
+		}
+	}
+	for live > b.d.cfg.LiveSessions {
+		var lru *conn
+		for _, x := range b.conns {
+			if x.child != nil && x.alive() && !x.busy && (lru == nil || x.used.Before(lru.used)) {
+				lru = x
+			}
+		}
+		if lru == nil {
+			break
+		}
+		stop = append(stop, lru)
+		b.drop([]*conn{lru})
+		live--
+	}
+	b.drop(stop)
+	b.notify()
+	b.mu.Unlock()
+	for _, x := range stop {
+		x.close()
+	}
+}
+
+// notify tells whoever waits for a process that one may be free; b.mu
+// held.
+func (b *Backend) notify() {
+	close(b.changed)
+	b.changed = make(chan struct{})
+}
+
+// stuckConn notes that c's interrupted turn never ended: a spawned process
+// is stopped, the supervised one fails its health checks until the
+// supervisor restarts it.
+func (b *Backend) stuckConn(c *conn) {
+	b.mu.Lock()
+	c.stuck, c.busy = true, false
+	if c.child != nil {
+		b.drop([]*conn{c})
+	}
+	b.notify()
+	b.mu.Unlock()
+	if c.child != nil {
+		c.close()
+	}
+	b.log.Warn("an interrupted turn did not end on the agent CLI", "process", c.label)
+}
+
+// scanURL reads the login command's output until a URL matching re, and
+// drains the rest of it in the background until the command ends.
+func scanURL(ctx context.Context, ch worker.Child, re *regexp.Regexp, timeout time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	found := make(chan string, 1)
+	go func() {
+		var seen strings.Builder
+		buf := make([]byte, 4096)
+		sent := false
+		for {
+			n, err := ch.Stdio().Out.Read(buf)
+			if !sent && n > 0 && seen.Len() < 1<<20 {
+				seen.Write(buf[:n])
+				// Only whole lines: a URL cut by a short read is not one.
+				text := seen.String()
+				if err == nil {
+					text = text[:strings.LastIndexByte(text, '\n')+1]
+				}
+				if u := re.FindString(text); u != "" {
+					found <- u
+					sent = true
+				}
+			}
+			if err != nil {
+				if !sent {
+					if u := re.FindString(seen.String()); u != "" {
+						found <- u
+						return
+					}
+					close(found)
+				}
+				return
+			}
+		}
+	}()
+	select {
+	case u, ok := <-found:
+		if !ok {
+			return "", fmt.Errorf("the login command ended without a URL: %v", ch.Wait())
+		}
+		return u, nil
+	case <-ctx.Done():
+		return "", fmt.Errorf("no login URL: %w", ctx.Err())
+	}
+}
+
+// ioLimit reads at most n bytes of r.
+func ioLimit(r io.Reader, n int64) io.Reader { return io.LimitReader(r, n) }
