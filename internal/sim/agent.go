@@ -100,8 +100,11 @@ type agentEnv struct {
 // done (status, login) or ctx ends; an error is the CLI's own refusal,
 // already written to stderr.
 func AgentMain(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == DialectQoder {
+		return qoderMain(ctx, args[1:], getenv, stdin, stdout, stderr)
+	}
 	if len(args) == 0 || dialects[args[0]] == nil {
-		return fmt.Errorf("agent-cli: name a dialect (%s)", DialectClaudeCode)
+		return fmt.Errorf("agent-cli: name a dialect (%s, %s)", DialectClaudeCode, DialectQoder)
 	}
 	d := dialects[args[0]]
 	e := &agentEnv{d: d, getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr}

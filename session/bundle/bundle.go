@@ -111,7 +111,7 @@ func (s Spec) validate() error {
 		ok = ok && el != "" && el != "." && el != ".."
 	}
 	if !ok {
-		return fmt.Errorf("bundle spec: credential dir %q must be a relative path of at most %d elements, without . or ..", s.Dir, maxDirDepth)
+		return fmt.Errorf("bundle spec: credential dir %q must be a relative path of at most %d elements (no empty, . or .. element)", s.Dir, maxDirDepth)
 	}
 	for _, name := range s.Required {
 		if !validFileName(name) {
