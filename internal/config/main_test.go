@@ -5,14 +5,16 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/poolgate/poolgate/pool/claudecode"
 	"github.com/poolgate/poolgate/pool/lingma"
 )
 
-// TestMain registers the Lingma kind's section, as the table of kinds
+// TestMain registers the kinds' sections, as the table of kinds
 // (pool/drivers, which imports this package) does for the daemon: the
 // tests here read and document its keys.
 func TestMain(m *testing.M) {
 	Register(lingma.Kind.Name, lingma.Kind.Section)
+	Register(claudecode.Kind.Name, claudecode.Kind.Section)
 	os.Exit(m.Run())
 }
 

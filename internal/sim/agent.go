@@ -64,6 +64,11 @@ type dialect struct {
 	models [][2]string
 	// defaultTools are the built-in tools without --tools "".
 	defaultTools []string
+	// subcommands are the CLI's commands other than a print-mode session
+	// (the first argument names one: Claude Code's auth).
+	subcommands map[string]func(e *agentEnv, ctx context.Context, args []string) error
+	// loginBanner is what the login command prints, with its URL for %s.
+	loginBanner string
 }
 
 var claudeCode = &dialect{
@@ -82,8 +87,13 @@ var claudeCode = &dialect{
 	models: [][2]string{{"default", "Default (recommended)"}, {"opus", "Opus"}, {"sonnet", "Sonnet"},
 		{"haiku", "Haiku"}},
 	defaultTools: []string{"Task", "Bash", "Glob", "Grep", "Read", "Edit", "Write", "WebFetch", "WebSearch"},
+	subcommands:  map[string]func(*agentEnv, context.Context, []string) error{"auth": (*agentEnv).auth},
+	loginBanner:  "Opening browser to sign in…\nIf the browser didn't open, visit: %s\nPaste code here if prompted > ",
 }
 
+// dialects are the agent CLIs the simulator plays, by name. Another CLI of
+// the protocol is another dialect value: its options, variables, texts and
+// subcommands (its status and login).
 var dialects = map[string]*dialect{DialectClaudeCode: claudeCode}
 
 // agentEnv is what an agent CLI process sees of its world.
@@ -114,8 +124,8 @@ func AgentMain(ctx context.Context, args []string, getenv func(string) string, s
 		e.configDir = filepath.Join(getenv("HOME"), d.configDefault)
 	}
 	args = args[1:]
-	if len(args) > 0 && args[0] == "auth" {
-		return e.auth(ctx, args[1:])
+	if len(args) > 0 && d.subcommands[args[0]] != nil {
+		return d.subcommands[args[0]](e, ctx, args[1:])
 	}
 	opts, err := d.parse(args)
 	if err != nil {
@@ -166,6 +176,7 @@ func (d *dialect) parse(args []string) (printOptions, error) {
 	case o["--output-format"] != "stream-json":
 		return nil, errors.New("simulator: only --output-format stream-json is played")
 	case !o.has("--verbose"):
+		//lint:ignore ST1005 the real binary's words, which its callers see
 		return nil, errors.New("Error: When using --print, --output-format=stream-json requires --verbose")
 	}
 	return o, nil

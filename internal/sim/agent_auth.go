@@ -16,7 +16,7 @@ import (
 // the real one exits).
 var errLoggedOut = errors.New("not logged in")
 
-// auth runs `auth status` or `auth login`.
+// auth runs Claude Code's `auth status` or `auth login`.
 func (e *agentEnv) auth(ctx context.Context, args []string) error {
 	switch {
 	case len(args) >= 1 && args[0] == "status" && (len(args) == 1 || len(args) == 2 && (args[1] == "--json" || args[1] == "--text")):
@@ -88,7 +88,8 @@ func (e *agentEnv) readCreds() (storedLogin, error) {
 
 // authLogin serves the simulator's login page on loopback, prints its URL
 // as the CLI prints its own, and waits for the browser: a login the page
-// grants is stored in the config dir's credentials file.
+// grants is stored in the config dir's credentials file. Another dialect's
+// login command can call it as it is.
 func (e *agentEnv) authLogin(ctx context.Context) error {
 	cfg := Config{Protocol: ProtocolLingma, WorkDir: filepath.Join(e.configDir, "sim-login")}
 	if _, err := parseAccounts(e.getenv("SIMWORKER_ACCOUNTS"), &cfg); err != nil {
@@ -128,7 +129,7 @@ func (e *agentEnv) authLogin(ctx context.Context) error {
 		_ = srv.Shutdown(sctx)
 	}()
 	u, _ := s.generateLoginURL()["loginUrl"].(string)
-	fmt.Fprintf(e.stdout, "Opening browser to sign in…\nIf the browser didn't open, visit: %s\nPaste code here if prompted > ", u)
+	fmt.Fprintf(e.stdout, e.d.loginBanner, u)
 	select {
 	case <-done:
 		fmt.Fprintln(e.stdout, "\nLogin successful.")

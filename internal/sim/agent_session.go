@@ -30,6 +30,7 @@ type agentSession struct {
 	model   string
 	cancel  context.CancelFunc // the running turn's
 	failed  bool               // the last turn ended in an error
+	note    string             // what a reset left for the next message
 }
 
 // session reads user messages and control requests until its input ends.

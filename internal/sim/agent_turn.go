@@ -28,8 +28,10 @@ func (s *agentSession) turn(ctx context.Context, text string) {
 	tctx, cancel := context.WithCancel(ctx)
 	s.mu.Lock()
 	s.cancel = cancel
-	id, model, n := s.id, s.model, len(s.history)+1
+	id, model, n, note := s.id, s.model, len(s.history)+1, s.note
+	s.note = ""
 	s.mu.Unlock()
+	text = note + text
 	defer func() {
 		cancel()
 		s.mu.Lock()
@@ -239,7 +241,9 @@ func (s *agentSession) command(text string) bool {
 	if "/"+name == s.e.d.reset && !s.o.has("--disable-slash-commands") {
 		id := newUUID()
 		s.mu.Lock()
-		s.id, s.history = id, nil
+		// The new conversation keeps a note of the command, which the
+		// model reads with the next message, as the real CLI's does.
+		s.id, s.history, s.note = id, nil, fmt.Sprintf(clearNote, name, strings.TrimSpace(strings.TrimPrefix(text, "/"+name)))
 		s.mu.Unlock()
 		s.emit(map[string]any{"type": "conversation_reset", "new_conversation_id": newUUID(), "uuid": newUUID(),
 			"trigger": "clear"})
@@ -257,6 +261,13 @@ func (s *agentSession) command(text string) bool {
 		"total_cost_usd": 0, "usage": usage(0, 0), "uuid": newUUID()})
 	return true
 }
+
+// clearNote is what the real CLI keeps of a /clear in the conversation it
+// starts, and sends the model before the next message.
+const clearNote = "<local-command-caveat>The command below was run directly in Claude Code, not sent to you as a " +
+	"request, and its output goes straight to the user. It's recorded here as context for later messages." +
+	"</local-command-caveat>\n\n\n<command-name>/%s</command-name>\n            <command-message>clear</command-message>\n" +
+	"            <command-args>%s</command-args>\n\n\n<local-command-stdout></local-command-stdout>\n\n\n"
 
 // mentionRE finds @file mentions.
 var mentionRE = regexp.MustCompile(`(?:^|\s)@(\S+)`)

@@ -218,8 +218,8 @@ func (b *Backend) run(ctx context.Context, argv []string) ([]byte, error) {
 }
 
 // LoginURL starts the CLI's own login and returns the URL it hands out;
-// the login keeps running (it waits for the browser) until the next
-// LoginURL, the backend's Close, or StartTimeout after it ends.
+// the login keeps running (it waits for the browser) until it ends, the
+// next LoginURL or the backend's Close.
 func (b *Backend) LoginURL(ctx context.Context) (string, error) {
 	p := &b.d.cfg.Profile
 	if len(p.LoginArgs) == 0 || p.LoginURL == nil {

@@ -38,8 +38,7 @@
 //     and the URL it prints;
 //   - Errors, LoginText and RateLimitText: what a failed turn means (a
 //     login needed, a cooldown, else an upstream error);
-//   - the dialect points: Reset (the command that starts a new session on
-//     a running process), Escape (what keeps a prompt from being read as
+//   - the dialect points: Escape (what keeps a prompt from being read as
 //     one of the CLI's commands), Probe (the health check's control
 //     request), Models (the models its initialize answer lists),
 //     Vocabulary (message types of its own) and SessionGlob (the files of

@@ -46,10 +46,6 @@ type Profile struct {
 	// LoginText and RateLimitText match a failed turn's text when its
 	// code says nothing (nil: not used).
 	LoginText, RateLimitText *regexp.Regexp
-	// Reset is the user message that starts a new session on a running
-	// process (a slash command); "" when the CLI has none, and a new
-	// conversation then gets a process of its own.
-	Reset string
 	// Probe is the control request the health check sends to the
 	// supervised process (any answer, a refusal too, shows it alive); ""
 	// sends none, and a process whose output is still open counts as

@@ -13,13 +13,16 @@ import (
 	"github.com/poolgate/poolgate/pool/worker"
 )
 
-// Sessions: a CLI process holds one session at a time, so an account's
-// conversations share its processes this way. A follow-up goes to the
-// process holding its session; when none does (the process was restarted,
-// or stopped to make room) a process is started with --resume. A new
-// conversation takes a fresh process, else starts one while the account
-// has fewer than Config.LiveSessions, else resets the least recently used
-// idle one (Profile.Reset). docs/claude-code-worker.md has the measurements
+// Sessions: a CLI process holds one session, so an account's conversations
+// share its processes this way. A follow-up goes to the process holding
+// its session; when none does (the process was restarted, or stopped to
+// make room) a process is started with --resume. A new conversation takes
+// a process that holds no session yet, else starts one. Beyond
+// Config.LiveSessions processes, the least recently used idle one the
+// driver started is stopped (the supervised one runs until it is
+// restarted). A process is never switched to another session in place:
+// Claude Code's /clear leaves a note of the command in the next
+// conversation's context. docs/claude-code-worker.md has the measurements
 // behind this choice.
 
 // errSessionBusy: the session's process runs another turn of it (the
@@ -35,7 +38,6 @@ func (b *Backend) acquire(ctx context.Context, t *chat.Turn) (*conn, error) {
 	wait := time.NewTimer(b.d.cfg.StopTimeout)
 	defer wait.Stop()
 	var c *conn
-	var reset bool
 	for {
 		b.mu.Lock()
 		if b.closed {
@@ -43,7 +45,7 @@ func (b *Backend) acquire(ctx context.Context, t *chat.Turn) (*conn, error) {
 			return nil, fmt.Errorf("%w (%w)", chat.ErrWorkerGone, chat.ErrNotSent)
 		}
 		var err error
-		c, reset, err = b.pick(t)
+		c, err = b.pick(t)
 		if c != nil {
 			c.busy = true
 		}
@@ -66,12 +68,6 @@ func (b *Backend) acquire(ctx context.Context, t *chat.Turn) (*conn, error) {
 	if c == nil {
 		return b.spawn(ctx, Launch{SystemPrompt: b.d.cfg.SystemPrompt, Resume: t.SessionID, Model: t.Model})
 	}
-	if reset {
-		if err := b.reset(ctx, c); err != nil {
-			b.release(c, "", false)
-			return nil, err
-		}
-	}
 	b.mu.Lock()
 	model := c.model
 	b.mu.Unlock()
@@ -90,46 +86,23 @@ func (b *Backend) acquire(ctx context.Context, t *chat.Turn) (*conn, error) {
 	return c, nil
 }
 
-// pick chooses the process for t: nil to start one, reset to start a new
-// session on it first; b.mu held.
-func (b *Backend) pick(t *chat.Turn) (c *conn, reset bool, err error) {
-	var live []*conn
+// pick chooses the process for t, nil to start one; b.mu held.
+func (b *Backend) pick(t *chat.Turn) (*conn, error) {
 	for _, c := range b.conns {
-		if c.alive() && !c.stuck {
-			live = append(live, c)
+		if !c.alive() || c.stuck || c.stale {
+			continue
 		}
-	}
-	if id := t.SessionID; id != "" {
-		for _, c := range live {
-			if c.session == id && !c.stale {
-				if c.busy {
-					return nil, false, fmt.Errorf("session %s: %w (%w)", id, errSessionBusy, chat.ErrNotSent)
-				}
-				return c, false, nil
-			}
-		}
-		return nil, false, nil
-	}
-	canReset := b.d.cfg.Profile.Reset != ""
-	var stale, lru *conn
-	for _, c := range live {
 		switch {
-		case c.busy:
-		case c.session == "":
-			return c, false, nil
-		case c.stale && canReset:
-			stale = c
-		case lru == nil || c.used.Before(lru.used):
-			lru = c
+		case t.SessionID != "" && c.session == t.SessionID:
+			if c.busy {
+				return nil, fmt.Errorf("session %s: %w (%w)", t.SessionID, errSessionBusy, chat.ErrNotSent)
+			}
+			return c, nil
+		case t.SessionID == "" && c.session == "" && !c.busy:
+			return c, nil
 		}
 	}
-	switch {
-	case stale != nil:
-		return stale, true, nil
-	case len(live) < b.d.cfg.LiveSessions || !canReset || lru == nil:
-		return nil, false, nil
-	}
-	return lru, true, nil
+	return nil, nil
 }
 
 // spawn starts a process for l (a new session, or l.Resume's) and waits
@@ -172,26 +145,6 @@ func (b *Backend) spawn(ctx context.Context, l Launch) (*conn, error) {
 	return c, nil
 }
 
-// reset starts a new session on a busy process.
-func (b *Backend) reset(ctx context.Context, c *conn) error {
-	s := newSink()
-	c.listen(s)
-	defer c.listen(nil)
-	if err := c.send(b.d.cfg.Profile.Reset); err != nil {
-		return fmt.Errorf("reset the session: %w (%w)", c.gone(), chat.ErrNotSent)
-	}
-	rctx, cancel := context.WithTimeout(ctx, b.d.cfg.CallTimeout)
-	defer cancel()
-	m, err := c.await(rctx, s)
-	if err != nil {
-		return fmt.Errorf("reset the session: %w (%w)", err, chat.ErrNotSent)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	c.session, c.stale = m.SessionID, false
-	return nil
-}
-
 // release frees c after a turn: it holds session now (unchanged when
 // ""), which a follow-up may continue when ok. Spawned processes beyond
 // the cap are stopped, the least recently used first.
@@ -206,8 +159,8 @@ func (b *Backend) release(c *conn, session string, ok bool) {
 	live := 0
 	for _, x := range b.conns {
 		switch {
-		case !x.alive() && x.child != nil:
-			stop = append(stop, x)
+		case x.child != nil && (!x.alive() || x.stale && !x.busy):
+			stop = append(stop, x) // gone, or holding a session nobody continues
 		case x.alive():
 			live++
 		}

@@ -38,7 +38,7 @@ var Kind = worker.Kind{
 // DefaultSettings.
 type Settings struct {
 	SystemPrompt string        `yaml:"system_prompt"` // the system prompt Claude Code's own is replaced with ("" keeps Claude Code's agent prompt) (a short prompt about the gateway's transcript format)
-	Secret       string        `yaml:"secret"`        // what an account's password is: auto (sk-ant-oat... an OAuth token, anything else an API key), oauth_token or api_key (auto)
+	Secret       string        `yaml:"secret"`        // what an account's password is: auto (sk-ant-oat... an OAuth token, anything else an API key), oauth_token, api_key, or login (the password the login recipe types, no credential of its own) (auto)
 	LiveSessions int           `yaml:"live_sessions"` // Claude Code processes an account keeps running, each holding one conversation's session (2)
 	TurnTimeout  time.Duration `yaml:"turn_timeout"`  // a whole turn (30m)
 	IdleTimeout  time.Duration `yaml:"idle_timeout"`  // longest silence from the process within a turn: a hung worker (2m)
@@ -51,6 +51,7 @@ const (
 	SecretAuto       = "auto"
 	SecretOAuthToken = "oauth_token"
 	SecretAPIKey     = "api_key"
+	SecretLogin      = "login"
 )
 
 // DefaultSystemPrompt is the system prompt the workers get: Claude Code's
@@ -74,9 +75,9 @@ func DefaultSettings() Settings {
 func (s Settings) Validate() []error {
 	var errs []error
 	switch s.Secret {
-	case SecretAuto, SecretOAuthToken, SecretAPIKey:
+	case SecretAuto, SecretOAuthToken, SecretAPIKey, SecretLogin:
 	default:
-		errs = append(errs, fmt.Errorf("claude-code.secret %q: use auto, oauth_token or api_key", s.Secret))
+		errs = append(errs, fmt.Errorf("claude-code.secret %q: use auto, oauth_token, api_key or login", s.Secret))
 	}
 	if s.LiveSessions < 1 {
 		errs = append(errs, fmt.Errorf("claude-code.live_sessions %d: at least 1", s.LiveSessions))

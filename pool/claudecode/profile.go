@@ -16,7 +16,7 @@ import (
 const credentialsFile = ".credentials.json"
 
 // Profile is Claude Code's: secret says what an account's password is
-// (SecretAuto, SecretOAuthToken or SecretAPIKey).
+// (SecretAuto, SecretOAuthToken, SecretAPIKey or SecretLogin).
 func Profile(secret string) agentcli.Profile {
 	return agentcli.Profile{
 		Name:        name,
@@ -33,7 +33,6 @@ func Profile(secret string) agentcli.Profile {
 		},
 		LoginText:     regexp.MustCompile(`Not logged in|Please run /login|Invalid API key|OAuth token (has )?expired`),
 		RateLimitText: regexp.MustCompile(`(?i)\brate.?limit|usage limit|\(429\)|quota`),
-		Reset:         "/clear",
 		Escape:        escape,
 		Probe:         "get_binary_version",
 		Models:        models,
@@ -71,7 +70,7 @@ func env(d agentcli.Dirs, a worker.Account, secret string) []string {
 		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_TELEMETRY=1", "DISABLE_ERROR_REPORTING=1",
 		"DISABLE_AUTOUPDATER=1", "DISABLE_BUG_COMMAND=1", "CLAUDE_CODE_MAX_RETRIES=0",
 		"CLAUDE_CODE_DISABLE_FILE_MENTIONS=1"}
-	if a.Password == "" {
+	if a.Password == "" || secret == SecretLogin {
 		return e
 	}
 	v := "ANTHROPIC_API_KEY="

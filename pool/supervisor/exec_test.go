@@ -114,6 +114,7 @@ func (d helperDriver) Connect(ctx context.Context, ep worker.Endpoint) (worker.B
 
 // lineBackend asks the helper worker for its status over one connection.
 type lineBackend struct {
+	noTurns
 	mu   sync.Mutex
 	conn net.Conn
 	r    *bufio.Reader
@@ -135,20 +136,22 @@ func (b *lineBackend) Status(ctx context.Context) (worker.AuthState, error) {
 	return worker.AuthState{LoggedIn: strings.TrimSpace(line) == "logged-in"}, nil
 }
 
-func (b *lineBackend) Start(context.Context, *chat.Turn) (chat.Answer, error) {
+// noTurns are a helper worker's answers to all but its health checks.
+type noTurns struct{}
+
+func (noTurns) Start(context.Context, *chat.Turn) (chat.Answer, error) {
 	return nil, errors.New("the helper worker takes no turns")
 }
-
-func (b *lineBackend) Capabilities() worker.Capabilities { return worker.Capabilities{} }
-func (b *lineBackend) Models(context.Context) ([]chat.Model, error) {
+func (noTurns) Capabilities() worker.Capabilities { return worker.Capabilities{} }
+func (noTurns) Models(context.Context) ([]chat.Model, error) {
 	return nil, worker.ErrUnsupported
 }
-func (b *lineBackend) RawModels(context.Context) (json.RawMessage, []chat.Model, error) {
+func (noTurns) RawModels(context.Context) (json.RawMessage, []chat.Model, error) {
 	return nil, nil, worker.ErrUnsupported
 }
-func (b *lineBackend) LoginURL(context.Context) (string, error)    { return "", worker.ErrUnsupported }
-func (b *lineBackend) DeleteSession(context.Context, string) error { return worker.ErrUnsupported }
-func (b *lineBackend) Close() error                                { return b.conn.Close() }
+func (noTurns) LoginURL(context.Context) (string, error)    { return "", worker.ErrUnsupported }
+func (noTurns) DeleteSession(context.Context, string) error { return worker.ErrUnsupported }
+func (b *lineBackend) Close() error                         { return b.conn.Close() }
 
 // execWorker is a worker config with test-speed timings.
 func execWorker(t *testing.T, name string) supervisor.WorkerConfig {

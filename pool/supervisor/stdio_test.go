@@ -3,7 +3,6 @@ package supervisor_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/pool/worker"
@@ -88,6 +86,7 @@ func (d stdioDriver) Connect(ctx context.Context, ep worker.Endpoint) (worker.Ba
 
 // pipeBackend asks the helper over its pipes, one line at a time.
 type pipeBackend struct {
+	noTurns
 	mu    sync.Mutex
 	in    interface{ Write([]byte) (int, error) }
 	r     *bufio.Reader
@@ -109,19 +108,7 @@ func (b *pipeBackend) Status(context.Context) (worker.AuthState, error) {
 	return worker.AuthState{LoggedIn: s == "logged-in"}, err
 }
 
-func (b *pipeBackend) Start(context.Context, *chat.Turn) (chat.Answer, error) {
-	return nil, errors.New("the helper worker takes no turns")
-}
-func (b *pipeBackend) Capabilities() worker.Capabilities { return worker.Capabilities{} }
-func (b *pipeBackend) Models(context.Context) ([]chat.Model, error) {
-	return nil, worker.ErrUnsupported
-}
-func (b *pipeBackend) RawModels(context.Context) (json.RawMessage, []chat.Model, error) {
-	return nil, nil, worker.ErrUnsupported
-}
-func (b *pipeBackend) LoginURL(context.Context) (string, error)    { return "", worker.ErrUnsupported }
-func (b *pipeBackend) DeleteSession(context.Context, string) error { return worker.ErrUnsupported }
-func (b *pipeBackend) Close() error                                { return nil }
+func (b *pipeBackend) Close() error { return nil }
 
 func TestStdioWorker(t *testing.T) {
 	wc := execWorker(t, "w1")

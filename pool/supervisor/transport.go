@@ -44,8 +44,11 @@ func (w *Worker) ready(ctx context.Context, proc Process, ep worker.Endpoint) (P
 		retry := time.After(200 * time.Millisecond)
 		if ep.Stdio != nil {
 			// The pipes are read once: a failed Connect is the start's end.
+			// Its output most often ended because the process is exiting:
+			// the exit, when it comes, is the failure to report (the same
+			// each time, so a worker that cannot start is seen to fail).
 			retry = nil
-			if sctx.Err() == nil && !exited(proc) {
+			if sctx.Err() == nil && !exitsSoon(proc) {
 				w.stopProcess(proc)
 				w.update(func() { w.pid = 0 })
 				return nil, nil, fmt.Errorf("worker %s not ready: %w", w.cfg.Name, err)
@@ -67,12 +70,14 @@ func (w *Worker) ready(ctx context.Context, proc Process, ep worker.Endpoint) (P
 	}
 }
 
-// exited reports whether proc has exited.
-func exited(proc Process) bool {
+// exitsSoon reports whether proc exits within a second.
+func exitsSoon(proc Process) bool {
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
 	select {
 	case <-proc.Exited():
 		return true
-	default:
+	case <-t.C:
 		return false
 	}
 }
