@@ -95,11 +95,14 @@ func (d *Driver) Connect(ctx context.Context, ep worker.Endpoint) (worker.Backen
 		d.log.Info("qodercli is not logged in: the account waits for a login", "instance", ep.Name)
 		return newBackend(d, ep, configDir, nil, in, t), nil
 	}
-	in.release()
 	var se *StartError
 	if errors.As(context.Cause(cctx), &se) {
+		// The input stays open: a process that exits at once would have
+		// the supervisor report its exit instead of this reason. The
+		// supervisor stops it.
 		return nil, se
 	}
+	in.release()
 	return nil, err
 }
 

@@ -41,7 +41,6 @@ func Profile(s Settings) agentcli.Profile {
 		},
 		LoginText:     loginText,
 		RateLimitText: regexp.MustCompile(`(?i)rate.?limit|too many requests|\(429\)|quota|credits? (are |is )?(exhausted|insufficient|used up)`),
-		Reset:         "/clear",
 		Escape:        Escape,
 		Probe:         "mcp_status",
 		Models:        models,
