@@ -201,4 +201,3 @@ func TestRealBundleOnAnotherMachine(t *testing.T) {
 		t.Errorf("Pack without machine_id: %v, want ErrNoCredentials", err)
 	}
 }
-
