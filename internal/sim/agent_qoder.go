@@ -29,10 +29,10 @@ import (
 // or the stored login of its config dir (.auth/user and .auth/machine_id,
 // kept readable here; the real one is encrypted with a key made from
 // machine_id, so a login under another machine id does not count).
-// Logged out, a session prints its "Not logged in" turn unasked and then
-// reads and answers nothing until its input ends; a token it cannot use
-// makes it print nothing at all but the error on its standard error and
-// in its run log.
+// Logged out, a session prints its "Not logged in" turn unasked, then
+// reads and answers nothing, and exits seconds later (or when its input
+// ends); a token it cannot use makes it print nothing at all but the error
+// on its standard error and in its run log, and exit the same way.
 
 // DialectQoder names Qoder CLI's dialect.
 const DialectQoder = "qoder"

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"time"
 	"unicode"
 )
 
@@ -48,7 +49,7 @@ func (e *qoderEnv) session(ctx context.Context, o printOptions) error {
 	switch {
 	case err != nil:
 		_ = e.critical(err)
-		s.drain(ctx) // it reads nothing more, and exits when its input ends
+		s.drain(ctx, qoderAuthExit) // it reads nothing more
 		return err
 	case !ok:
 		// Logged out, the CLI answers a turn it was never asked, then
@@ -58,7 +59,7 @@ func (e *qoderEnv) session(ctx context.Context, o printOptions) error {
 		s.assistant("<synthetic>", qoderNotLoggedIn, "authentication_failed", false)
 		s.result(map[string]any{"subtype": "success", "is_error": true, "num_turns": 1, "result": qoderNotLoggedIn,
 			"stop_reason": "stop_sequence"})
-		s.drain(ctx)
+		s.drain(ctx, qoderAuthExit)
 		return errors.New("not logged in")
 	}
 	s.user = u
@@ -69,12 +70,20 @@ func (e *qoderEnv) session(ctx context.Context, o printOptions) error {
 	return s.serve(ctx)
 }
 
-// drain reads the input until it ends, doing nothing with it.
-func (s *qoderSession) drain(ctx context.Context) {
+// qoderAuthExit is how long a CLI that cannot log in stays after saying
+// so (run under os/exec, the real one exited 8 to 9 seconds after its
+// not-logged-in answer, and about 8 after a token's failed exchange).
+const qoderAuthExit = 8500 * time.Millisecond
+
+// drain reads the input, doing nothing with it, until it ends or for d.
+func (s *qoderSession) drain(ctx context.Context, d time.Duration) {
 	done := make(chan struct{})
 	go func() { _, _ = io.Copy(io.Discard, s.e.stdin); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
 	case <-done:
+	case <-t.C:
 	case <-ctx.Done():
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -14,48 +13,35 @@ import (
 	"github.com/poolgate/poolgate/pool/worker"
 )
 
-// Backend is one account's qodercli: agentcli's backend while the CLI is
-// logged in, and the login state this package keeps around it.
+// Backend is one account's running qodercli, in one of three forms:
 //
-// A CLI that is not logged in keeps running with its input open (it exits
-// when its input ends, and a worker that exits is restarted: a restart
-// loop for an account that only needs a login). Its health check is
-// cheap: the process is there, and its stored login has not changed.
-// When the stored login changes (a device login landed, a bundle was
-// installed) the CLI's status command is asked in the background; once it
-// says logged in, the process's input is closed, it exits and the
-// supervisor starts a new one, which serves. The process of a logged-out
-// CLI never picks a new login up by itself.
+//   - a logged-in session: agentcli's backend runs its turns and health;
+//   - a session whose login was refused (at its start, or by a turn): it
+//     takes no turn, and its process ends so that the next start runs the
+//     device login;
+//   - the device login, `qodercli login`: it takes no turn, its URL is the
+//     login URL, and it exits once the login is stored, for the next start
+//     to run the session.
+//
+// A refused or logging-in account is logged out to the supervisor, which
+// holds it in needs_login (and, with automatic login, hands the URL to the
+// browser).
 type Backend struct {
-	d         *Driver
-	ep        worker.Endpoint
-	configDir string
-	inner     worker.Backend // agentcli's; nil when the CLI was logged out at its start
-	in        *heldInput     // the supervised process's input
-	tap       *tap
-	wg        sync.WaitGroup // the background status command
+	d     *Driver
+	ep    worker.Endpoint
+	inner worker.Backend // agentcli's; nil when the CLI is not logged in
+	in    *heldInput     // the supervised session's input (nil for the login)
+	url   string         // the device login's URL (login form only)
 
 	mu        sync.Mutex
 	loggedOut bool
-	stamp     credStamp // the stored login when the account was found logged out
-	checking  bool      // a status command runs
-	restart   bool      // the status command said logged in: the process is ending
-	checkErr  error     // the last status command's failure
-	login     worker.Child
-	closed    bool
 }
 
 var _ worker.Backend = (*Backend)(nil)
 
-func newBackend(d *Driver, ep worker.Endpoint, configDir string, inner worker.Backend, in *heldInput, t *tap) *Backend {
-	b := &Backend{d: d, ep: ep, configDir: configDir, inner: inner, in: in, tap: t, loggedOut: inner == nil}
-	if b.loggedOut {
-		b.stamp = stampOf(b.credPath())
-	}
-	return b
+func newBackend(d *Driver, ep worker.Endpoint, inner worker.Backend, in *heldInput) *Backend {
+	return &Backend{d: d, ep: ep, inner: inner, in: in, loggedOut: inner == nil}
 }
-
-func (b *Backend) credPath() string { return filepath.Join(b.configDir, ".auth", credFile) }
 
 // credStamp is what is known of the stored login file without reading it.
 type credStamp struct {
@@ -73,8 +59,8 @@ func stampOf(path string) credStamp {
 }
 
 // Status is the health check. Logged in, it is agentcli's (the process
-// answers a control request). Logged out, it says so, and looks for a
-// new stored login (see Backend).
+// answers a control request); otherwise the account is logged out, for as
+// long as its process runs.
 func (b *Backend) Status(ctx context.Context) (worker.AuthState, error) {
 	b.mu.Lock()
 	out := b.loggedOut
@@ -82,84 +68,12 @@ func (b *Backend) Status(ctx context.Context) (worker.AuthState, error) {
 	if !out {
 		return b.inner.Status(ctx)
 	}
-	if !b.tap.alive() {
-		return worker.AuthState{}, fmt.Errorf("qoder %s: %w", b.ep.Name, chat.ErrWorkerGone)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.restart {
-		return worker.AuthState{}, fmt.Errorf("qoder %s: logged in since the process started; it is being restarted to serve", b.ep.Name)
-	}
-	if st := stampOf(b.credPath()); st != b.stamp && st.exists && !b.checking && !b.closed {
-		b.checking = true
-		b.wg.Go(func() { b.check(st) })
-	}
-	if err := b.checkErr; err != nil {
-		b.d.log.Warn("qodercli status", "instance", b.ep.Name, "err", err)
-		b.checkErr = nil
-	}
 	return worker.AuthState{}, nil
 }
 
-// check asks the CLI's status command whether the stored login, as of
-// st, is a login; if so it ends the logged-out process.
-func (b *Backend) check(st credStamp) {
-	ctx, cancel := context.WithTimeout(context.Background(), b.d.cfg.StartTimeout)
-	defer cancel()
-	auth, err := b.status(ctx)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.checking = false
-	switch {
-	case err != nil:
-		b.checkErr = err // asked again at the next change
-		b.stamp = st
-	case auth.LoggedIn && !b.closed:
-		b.restart = true
-		b.d.log.Info("qodercli is logged in now: restarting its process, which read its login at its start",
-			"instance", b.ep.Name, "account", auth.Account)
-		b.in.release()
-	default:
-		b.stamp = st
-	}
-}
-
-// status runs `qodercli status -o json` and reads its answer as soon as
-// it is printed: logged out, the command lingers for seconds after it.
-func (b *Backend) status(ctx context.Context) (worker.AuthState, error) {
-	ch, err := b.ep.Spawn(b.d.command("status", "-o", "json"), nil)
-	if err != nil {
-		return worker.AuthState{}, err
-	}
-	defer ch.Stop()
-	_ = ch.Stdio().In.Close()
-	type res struct {
-		st  worker.AuthState
-		err error
-	}
-	done := make(chan res, 1)
-	go func() {
-		st, err := readStatus(ch.Stdio().Out)
-		done <- res{st, err}
-	}()
-	select {
-	case r := <-done:
-		return r.st, r.err
-	case <-ctx.Done():
-		ch.Stop()
-		<-done
-		return worker.AuthState{}, fmt.Errorf("qodercli status: %w", ctx.Err())
-	}
-}
-
-// command is the argv of one of the CLI's commands.
-func (d *Driver) command(args ...string) []string {
-	return append(append([]string(nil), d.cfg.Command...), args...)
-}
-
 // Start runs a turn on agentcli's backend; a logged-out account takes
-// none. A turn the CLI refused for want of a login puts the account in
-// the logged-out state.
+// none. A turn the CLI refused for want of a login makes the account
+// logged out.
 func (b *Backend) Start(ctx context.Context, t *chat.Turn) (chat.Answer, error) {
 	b.mu.Lock()
 	out := b.loggedOut
@@ -176,16 +90,19 @@ func (b *Backend) Start(ctx context.Context, t *chat.Turn) (chat.Answer, error) 
 }
 
 // noteError notes a turn's failure: a refused login makes the account
-// logged out.
+// logged out, and ends the session's process (see Driver).
 func (b *Backend) noteError(err error) {
 	if !errors.Is(err, chat.ErrNotLoggedIn) {
 		return
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.loggedOut {
-		b.loggedOut, b.stamp = true, stampOf(b.credPath())
-		b.d.log.Warn("qodercli refused a turn for want of a login: the account waits for a login", "instance", b.ep.Name)
+	first := !b.loggedOut
+	b.loggedOut = true
+	b.mu.Unlock()
+	if first {
+		b.d.log.Warn("qodercli refused a turn for want of a login: the account waits for a device login", "instance", b.ep.Name)
+		b.d.refuse(b.ep)
+		b.in.release()
 	}
 }
 
@@ -238,22 +155,15 @@ func (b *Backend) DeleteSession(ctx context.Context, id string) error {
 	return b.inner.DeleteSession(ctx, id)
 }
 
-// Close stops the login command, agentcli's processes and the status
-// command, and ends the supervised process's input.
+// Close stops agentcli's processes and ends the supervised session's
+// input.
 func (b *Backend) Close() error {
-	b.mu.Lock()
-	b.closed = true
-	login := b.login
-	b.login = nil
-	b.mu.Unlock()
-	if login != nil {
-		login.Stop()
-	}
 	var err error
 	if b.inner != nil {
 		err = b.inner.Close()
 	}
-	b.in.release()
-	b.wg.Wait()
+	if b.in != nil {
+		b.in.release()
+	}
 	return err
 }

@@ -14,11 +14,27 @@ import (
 )
 
 // Driver is the qoder kind's driver: agentcli's for a logged-in CLI (its
-// pipes, turns, sessions and health), and the login state around it.
+// pipes, turns, sessions and health), and the login around it.
+//
+// A worker runs one of two commands. With a login to try (a personal
+// access token, or a stored login not yet refused) it runs the stream-json
+// session, agentcli's. Without one it runs `qodercli login`, the CLI's
+// device login, whose URL is the instance's login URL: a session without a
+// login answers "Not logged in" and exits seconds later by itself, which
+// would have the supervisor restart it again and again. When the browser
+// has approved the login, `qodercli login` stores it and exits; the
+// supervisor starts the worker again, and it runs the session.
 type Driver struct {
 	*agentcli.Driver
 	cfg Config
 	log *slog.Logger
+
+	mu sync.Mutex
+	// login: the instances whose current start runs `qodercli login`.
+	login map[string]bool
+	// refused: the stored login each instance's CLI refused (a session
+	// is not tried again on it).
+	refused map[string]credStamp
 }
 
 var (
@@ -36,7 +52,49 @@ func New(cfg Config) *Driver {
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = 20 * time.Second
 	}
-	return &Driver{Driver: agentcli.New(cfg.cliConfig()), cfg: cfg, log: cfg.Logger}
+	return &Driver{Driver: agentcli.New(cfg.cliConfig()), cfg: cfg, log: cfg.Logger, login: map[string]bool{},
+		refused: map[string]credStamp{}}
+}
+
+// configDir is the CLI's config dir in ep's work dir (agentcli's).
+func configDir(ep worker.Endpoint) string {
+	d, err := filepath.Abs(filepath.Join(ep.WorkDir, "config"))
+	if err != nil {
+		return filepath.Join(ep.WorkDir, "config")
+	}
+	return d
+}
+
+// credPath is the stored login under a config dir.
+func credPath(configDir string) string { return filepath.Join(configDir, ".auth", credFile) }
+
+// Command is the argv of the worker's next start: the stream-json
+// session when there is a login to try, else `qodercli login`.
+func (d *Driver) Command(ep worker.Endpoint) []string {
+	st := stampOf(credPath(configDir(ep)))
+	d.mu.Lock()
+	refused, wasRefused := d.refused[ep.Name]
+	login := !d.cfg.Settings.isToken(ep.Account.Password) && (!st.exists || wasRefused && refused == st)
+	d.login[ep.Name] = login
+	d.mu.Unlock()
+	if login {
+		return d.command("login")
+	}
+	return d.Driver.Command(ep)
+}
+
+// command is the argv of one of the CLI's commands.
+func (d *Driver) command(args ...string) []string {
+	return append(append([]string(nil), d.cfg.Command...), args...)
+}
+
+// refuse notes that the CLI refused the stored login as it is now, so that
+// the next start runs the device login.
+func (d *Driver) refuse(ep worker.Endpoint) {
+	st := stampOf(credPath(configDir(ep)))
+	d.mu.Lock()
+	d.refused[ep.Name] = st
+	d.mu.Unlock()
 }
 
 // StartError is a start qodercli refused before it read any input: its
@@ -55,23 +113,30 @@ func (e *StartError) Error() string {
 // said instead that it is not logged in, and will answer nothing.
 var errLoggedOutAtStart = errors.New("qodercli is not logged in")
 
+// stderrSettle is how long a refused start waits for the CLI's standard
+// error to reach the worker's log.
+const stderrSettle = 500 * time.Millisecond
+
 // authPoll is how often a start that waits for the CLI looks at its run
 // log for a failed login.
 const authPoll = 250 * time.Millisecond
 
-// Connect takes the started CLI's pipes and waits for its first answer:
-// the initialize answer of a logged-in CLI (agentcli's backend then runs
-// its turns), the unasked "Not logged in" turn of one that is not (the
-// backend holds the account in needs_login, process kept), or, for a
-// personal access token the CLI could not use, the failure its run log
-// records (a *StartError).
+// Connect takes the started CLI's pipes. For `qodercli login` it waits
+// for the device URL. For a session it waits for its first answer: the
+// initialize answer of a logged-in CLI (agentcli's backend then runs its
+// turns), the unasked "Not logged in" turn of one that is not (the stored
+// login is noted as refused and the process ended, so the next start
+// runs the device login), or, for a personal access token the CLI could
+// not use, the failure its run log records (a *StartError).
 func (d *Driver) Connect(ctx context.Context, ep worker.Endpoint) (worker.Backend, error) {
 	if ep.Stdio == nil || ep.Spawn == nil {
 		return nil, fmt.Errorf("qoder %s: the worker was started without its pipes", ep.Name)
 	}
-	configDir, err := filepath.Abs(filepath.Join(ep.WorkDir, "config"))
-	if err != nil {
-		return nil, err
+	d.mu.Lock()
+	login := d.login[ep.Name]
+	d.mu.Unlock()
+	if login {
+		return d.connectLogin(ctx, ep)
 	}
 	// Runs the CLI logged before this start are not this start's; the
 	// second of slack is for the clocks' granularity.
@@ -83,23 +148,32 @@ func (d *Driver) Connect(ctx context.Context, ep worker.Endpoint) (worker.Backen
 
 	cctx, cancel := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { watchStart(cctx, cancel, t, ep.Name, configDir, since) })
+	wg.Go(func() { watchStart(cctx, cancel, t, ep.Name, configDir(ep), since) })
 	be, err := d.Driver.Connect(cctx, inner)
 	cancel(nil)
 	wg.Wait()
 	if err == nil {
 		in.unhold()
-		return newBackend(d, ep, configDir, be.(*agentcli.Backend), in, t), nil
+		return newBackend(d, ep, be, in), nil
 	}
 	if t.isLoggedOut() {
-		d.log.Info("qodercli is not logged in: the account waits for a login", "instance", ep.Name)
-		return newBackend(d, ep, configDir, nil, in, t), nil
+		d.log.Info("qodercli refused its stored login: the account waits for a device login", "instance", ep.Name)
+		d.refuse(ep)
+		in.release() // the process is of no more use; the next start logs in
+		return newBackend(d, ep, nil, in), nil
 	}
 	var se *StartError
 	if errors.As(context.Cause(cctx), &se) {
 		// The input stays open: a process that exits at once would have
 		// the supervisor report its exit instead of this reason. The
-		// supervisor stops it.
+		// supervisor stops it, and names the last line of its standard
+		// error beside the reason: the CLI prints the error with its stack
+		// in one go, whose last line is the same each time once it is all
+		// in, so that the same failure is seen as the same.
+		select {
+		case <-time.After(stderrSettle):
+		case <-ctx.Done():
+		}
 		return nil, se
 	}
 	in.release()

@@ -17,6 +17,7 @@ package qoder
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/poolgate/poolgate/pool/agentcli"
@@ -45,6 +46,7 @@ var Kind = worker.Kind{
 // DefaultSettings.
 type Settings struct {
 	SystemPrompt string        `yaml:"system_prompt"` // the system prompt qodercli's own is replaced with ("" keeps qodercli's coding-agent prompt) (a short prompt about the gateway's transcript format)
+	Secret       string        `yaml:"secret"`        // what an account's password is: auto (qoder_... a personal access token, anything else the device login page's password), token, or login (token: the CLI exchanges it at each start; login: the password the login recipe types) (auto)
 	Model        string        `yaml:"model"`         // the model a turn that names none runs on ("" = qodercli's own choice, auto)
 	ModelRetries int           `yaml:"model_retries"` // times qodercli retries a failed model request itself before the turn fails (0: the pool retries on another account)
 	DeviceReport bool          `yaml:"device_report"` // let qodercli report its device fingerprint (umid) to the vendor (false)
@@ -53,6 +55,29 @@ type Settings struct {
 	IdleTimeout  time.Duration `yaml:"idle_timeout"`  // longest silence from the process within a turn: a hung worker (2m)
 	Record       bool          `yaml:"record"`        // write every line to and from every worker's processes to a transcript (false)
 	RecordDir    string        `yaml:"record_dir"`    // where transcripts go, a sub-directory per instance ("" = each work dir's transcripts/)
+}
+
+// Secret kinds: what an account's password is.
+const (
+	SecretAuto  = "auto"
+	SecretToken = "token"
+	SecretLogin = "login"
+)
+
+// patPrefix starts a personal access token (the vendor's SDK guide
+// spells its example so; a guess that SecretToken overrides).
+const patPrefix = "qoder_"
+
+// isToken reports whether an account's password is a personal access
+// token under the secret setting.
+func (s Settings) isToken(password string) bool {
+	switch s.Secret {
+	case SecretToken:
+		return password != ""
+	case SecretLogin:
+		return false
+	}
+	return strings.HasPrefix(password, patPrefix)
 }
 
 // DefaultSystemPrompt is the system prompt the workers get. qodercli's
@@ -67,7 +92,7 @@ const DefaultSystemPrompt = "You answer one conversation at a time for an API ga
 
 // DefaultSettings are the section's defaults.
 func DefaultSettings() Settings {
-	return Settings{SystemPrompt: DefaultSystemPrompt, LiveSessions: 2, TurnTimeout: 30 * time.Minute,
+	return Settings{SystemPrompt: DefaultSystemPrompt, Secret: SecretAuto, LiveSessions: 2, TurnTimeout: 30 * time.Minute,
 		IdleTimeout: 2 * time.Minute}
 }
 
@@ -75,6 +100,11 @@ func DefaultSettings() Settings {
 // configuration spells it.
 func (s Settings) Validate() []error {
 	var errs []error
+	switch s.Secret {
+	case SecretAuto, SecretToken, SecretLogin:
+	default:
+		errs = append(errs, fmt.Errorf("qoder.secret %q: use auto, token or login", s.Secret))
+	}
 	if s.ModelRetries < 0 || s.ModelRetries > 20 {
 		errs = append(errs, fmt.Errorf("qoder.model_retries %d: from 0 to 20", s.ModelRetries))
 	}

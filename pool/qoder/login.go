@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"regexp"
+	"strings"
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/pool/worker"
@@ -15,72 +17,31 @@ import (
 // simulator's page on loopback).
 var loginURLRE = regexp.MustCompile(`https?://[^\s"'<>]+/device/selectAccounts\?[^\s"'<>]+`)
 
-// maxLoginOutput bounds what is read of the login command's output while
+// maxLoginOutput bounds what is kept of the login command's output while
 // looking for its URL.
-const maxLoginOutput = 1 << 20
+const maxLoginOutput = 64 << 10
 
-// LoginURL starts `qodercli login`, the CLI's device login, and returns
-// the URL it prints. The command keeps running, polling the vendor until
-// the browser has approved the login, then stores it and exits (the
-// backend's health check then sees the new login); it is stopped by the
-// next LoginURL, the backend's Close, or StartTimeout after it printed
-// nothing.
-func (b *Backend) LoginURL(ctx context.Context) (string, error) {
-	b.mu.Lock()
-	old := b.login
-	b.login = nil
-	closed := b.closed
-	b.mu.Unlock()
-	if old != nil {
-		old.Stop()
-	}
-	if closed {
-		return "", chat.ErrWorkerGone
-	}
-	ch, err := b.ep.Spawn(b.d.command("login"), nil)
-	if err != nil {
-		return "", fmt.Errorf("qoder %s: login: %w", b.ep.Name, err)
-	}
-	_ = ch.Stdio().In.Close()
-	ctx, cancel := context.WithTimeout(ctx, b.d.cfg.StartTimeout)
-	defer cancel()
-	u, err := scanLoginURL(ctx, ch)
-	if err != nil {
-		ch.Stop()
-		return "", fmt.Errorf("qoder %s: login: %w", b.ep.Name, err)
-	}
-	b.mu.Lock()
-	closed = b.closed
-	if !closed {
-		b.login = ch
-	}
-	b.mu.Unlock()
-	if closed {
-		ch.Stop()
-		return "", chat.ErrWorkerGone
-	}
-	return u, nil
-}
-
-// scanLoginURL reads the login command's output lines until one holds the
-// URL; the rest of its output is drained in the background until it
-// ends.
-func scanLoginURL(ctx context.Context, ch worker.Child) (string, error) {
+// connectLogin waits for the URL the supervised `qodercli login` prints.
+// A command that ends without one (it could not reach the vendor, say)
+// fails the start with what it printed.
+func (d *Driver) connectLogin(ctx context.Context, ep worker.Endpoint) (worker.Backend, error) {
+	_ = ep.Stdio.In.Close() // it reads nothing
 	found := make(chan string, 1)
+	var said strings.Builder
 	go func() {
-		sc := bufio.NewScanner(ch.Stdio().Out)
-		sc.Buffer(make([]byte, 4096), 64<<10)
-		n, sent := 0, false
+		sc := bufio.NewScanner(ep.Stdio.Out)
+		sc.Buffer(make([]byte, 4096), maxLoginOutput)
+		sent := false
 		for sc.Scan() {
-			n += len(sc.Bytes()) + 1
 			if u := loginURLRE.FindString(sc.Text()); u != "" && !sent {
 				found <- u
 				sent = true
 			}
-			if n > maxLoginOutput && !sent {
-				break
+			if !sent && said.Len() < maxLoginOutput {
+				said.WriteString(strings.TrimSpace(sc.Text()) + " ")
 			}
 		}
+		_, _ = io.Copy(io.Discard, ep.Stdio.Out) // a line too long for the scanner
 		if !sent {
 			close(found)
 		}
@@ -88,10 +49,22 @@ func scanLoginURL(ctx context.Context, ch worker.Child) (string, error) {
 	select {
 	case u, ok := <-found:
 		if !ok {
-			return "", fmt.Errorf("qodercli login ended without a device login URL: %v", ch.Wait())
+			return nil, fmt.Errorf("qoder %s: qodercli login ended without a device login URL: %s", ep.Name,
+				clip(strings.TrimSpace(said.String())))
 		}
-		return u, nil
+		d.log.Info("qodercli waits for its device login", "instance", ep.Name)
+		return &Backend{d: d, ep: ep, url: u, loggedOut: true}, nil
 	case <-ctx.Done():
-		return "", fmt.Errorf("no device login URL from qodercli login: %w", ctx.Err())
+		return nil, fmt.Errorf("qoder %s: no device login URL from qodercli login: %w", ep.Name, ctx.Err())
 	}
+}
+
+// LoginURL is the URL the worker's device login printed. A worker that
+// runs a session has none: one whose login was refused is ending, and
+// its next start runs the device login.
+func (b *Backend) LoginURL(context.Context) (string, error) {
+	if b.url == "" {
+		return "", fmt.Errorf("qoder %s: the worker is restarting for its device login: %w", b.ep.Name, chat.ErrWorkerGone)
+	}
+	return b.url, nil
 }

@@ -21,9 +21,10 @@ import (
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
-// A CLI that is not logged in: the account sits in needs_login with its
-// process kept (no restarts), takes no turn, and the CLI's own status
-// command agrees.
+// An account without a login runs the CLI's device login: it sits in
+// needs_login with that process kept (no restarts), takes no turn, its
+// login URL is the one the CLI printed, and the CLI's own status command
+// agrees.
 func TestLoggedOutWaitsForLogin(t *testing.T) {
 	p := startPool(t, account(t, "q1", "", false))
 	st := p.await(t, "q1", supervisor.StateNeedsLogin)
@@ -39,10 +40,44 @@ func TestLoggedOutWaitsForLogin(t *testing.T) {
 	if _, err := st.Backend.Start(context.Background(), ask("hello", "")); !errors.Is(err, chat.ErrNotLoggedIn) {
 		t.Errorf("a turn: %v, want ErrNotLoggedIn", err)
 	}
+	u, err := st.Backend.LoginURL(context.Background())
+	if err != nil || !deviceURL.MatchString(u) {
+		t.Errorf("login URL %q (%v), want the device page's", u, err)
+	}
 	w, _ := p.sup.Worker("q1")
 	if got := cliStatus(t, w.WorkDir()); got["logged_in"] != false {
 		t.Errorf("qodercli status says %v, want logged_in false as the pool says", got)
 	}
+}
+
+// deviceURL is the simulated device login's URL.
+var deviceURL = regexp.MustCompile(`^http://127\.0\.0\.1:\d+/device/selectAccounts\?challenge=`)
+
+// A stored login the CLI refuses (here, one kept under another machine
+// id): the session answers "Not logged in" at its start, the account is
+// logged out, and the next start runs the device login, once.
+func TestRefusedStoredLogin(t *testing.T) {
+	a := account(t, "q1", "", true)
+	if err := os.WriteFile(filepath.Join(a.WorkDir, "config", ".auth", "machine_id"), []byte("m-other"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startPool(t, a)
+	var st supervisor.Status
+	testenv.WaitFor(t, 20*time.Second, "q1 running its device login", func() bool {
+		st = p.status("q1")
+		u, _ := loginURL(st)
+		return st.State == supervisor.StateNeedsLogin && deviceURL.MatchString(u)
+	})
+	if st.Restarts != 1 {
+		t.Errorf("%d restarts, want 1 (the refused session, then the device login)", st.Restarts)
+	}
+}
+
+func loginURL(st supervisor.Status) (string, error) {
+	if st.Backend == nil {
+		return "", chat.ErrWorkerGone
+	}
+	return st.Backend.LoginURL(context.Background())
 }
 
 // cliStatus runs the (simulated) CLI's status command in a work dir's
@@ -73,16 +108,13 @@ func TestDeviceLogin(t *testing.T) {
 	p := startPool(t, account(t, "q1", "", false))
 	be := p.await(t, "q1", supervisor.StateNeedsLogin).Backend
 	u, err := be.LoginURL(context.Background())
-	if err != nil {
-		t.Fatalf("LoginURL: %v", err)
-	}
-	if !regexp.MustCompile(`^http://127\.0\.0\.1:\d+/device/selectAccounts\?`).MatchString(u) {
-		t.Fatalf("login URL %q, want the device page", u)
+	if err != nil || !deviceURL.MatchString(u) {
+		t.Fatalf("login URL %q (%v), want the device page's", u, err)
 	}
 	approve(t, u, "demo@example.com", "demo")
 	st := p.await(t, "q1", supervisor.StateReady)
 	if st.Restarts != 1 {
-		t.Errorf("%d restarts, want 1 (the logged-out process ends once the login landed)", st.Restarts)
+		t.Errorf("%d restarts, want 1 (the device login ends once the login is stored)", st.Restarts)
 	}
 	r := mustOK(t, "turn after login", run(t, st.Backend, ask("hello", "")))
 	if r.text != "You said: hello" {

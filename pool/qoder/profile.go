@@ -2,9 +2,6 @@ package qoder
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"regexp"
 	"strconv"
 
@@ -87,14 +84,14 @@ func args(s Settings, l agentcli.Launch) []string {
 // env is the worker's environment: its home, temp and config dirs (the
 // variable, not --config-dir, so that the status and login commands the
 // driver spawns use the same dir), token counts in results, no device
-// fingerprint report unless asked for, and the account's secret, when it
-// has one, as its personal access token.
+// fingerprint report unless asked for, and the account's password as its
+// personal access token when it is one (Settings.Secret).
 func env(s Settings, d agentcli.Dirs, a worker.Account) []string {
 	e := []string{"HOME=" + d.Home, "TMPDIR=" + d.Tmp, "QODER_CONFIG_DIR=" + d.Config, "QODER_EXPOSE_TOKEN_USAGE=1"}
 	if !s.DeviceReport {
 		e = append(e, "QODER_DISABLE_UMID_REPORT=1")
 	}
-	if a.Password != "" {
+	if s.isToken(a.Password) {
 		e = append(e, patEnv+"="+a.Password)
 	}
 	return e
@@ -102,32 +99,6 @@ func env(s Settings, d agentcli.Dirs, a worker.Account) []string {
 
 // patEnv is the variable qodercli reads a personal access token from.
 const patEnv = "QODER_PERSONAL_ACCESS_TOKEN"
-
-// status is what `qodercli status -o json` prints.
-type status struct {
-	LoggedIn *bool  `json:"logged_in"`
-	Username string `json:"username"`
-	Email    string `json:"email"`
-	Reason   string `json:"auth_error_reason"`
-	Message  string `json:"auth_error_message"`
-}
-
-// readStatus reads the status command's answer: one JSON object, read
-// as soon as it is printed (the command may linger after it).
-func readStatus(r io.Reader) (worker.AuthState, error) {
-	var st status
-	if err := json.NewDecoder(r).Decode(&st); err != nil {
-		return worker.AuthState{}, fmt.Errorf("qodercli status printed no JSON: %w", err)
-	}
-	if st.LoggedIn == nil {
-		return worker.AuthState{}, errors.New("qodercli status printed no logged_in")
-	}
-	acct := st.Email
-	if acct == "" {
-		acct = st.Username
-	}
-	return worker.AuthState{LoggedIn: *st.LoggedIn, Account: acct}, nil
-}
 
 func clip(s string) string {
 	if len(s) > 200 {

@@ -55,27 +55,6 @@ func TestEscape(t *testing.T) {
 	}
 }
 
-func TestReadStatus(t *testing.T) {
-	tests := []struct {
-		give    string
-		want    worker.AuthState
-		wantErr bool
-	}{
-		{give: "{\n  \"logged_in\": false,\n  \"version\": \"1.1.52\",\n  \"allow_byok\": 0\n}\n"},
-		{give: `{"logged_in": true, "version": "1.1.52", "auth_source": "local", "username": "Test User", "email": "t@example.com"}`,
-			want: worker.AuthState{LoggedIn: true, Account: "t@example.com"}},
-		{give: `{"logged_in": true, "username": "Test User"} trailing output`, want: worker.AuthState{LoggedIn: true, Account: "Test User"}},
-		{give: `{"version": "1.1.52"}`, wantErr: true},
-		{give: "error: unknown option '--config-dir'", wantErr: true},
-	}
-	for _, tt := range tests {
-		got, err := readStatus(strings.NewReader(tt.give))
-		if (err != nil) != tt.wantErr || got != tt.want {
-			t.Errorf("readStatus(%q) = %+v, %v; want %+v (error %v)", tt.give, got, err, tt.want, tt.wantErr)
-		}
-	}
-}
-
 // The tap sees the CLI's answer to its start in the lines it passes on,
 // however the reads cut them, and changes nothing.
 func TestTap(t *testing.T) {
@@ -98,9 +77,9 @@ func TestTap(t *testing.T) {
 		for _, size := range []int{1, 7, 4096} {
 			tp := newTap(io.NopCloser(&chunked{s: tt.give, n: size}), Vocabulary())
 			out, _ := io.ReadAll(tp)
-			if string(out) != tt.give || tp.isLoggedOut() != tt.loggedOut || tp.alive() {
-				t.Errorf("%s (reads of %d): logged out %v, alive %v, passed on %d of %d bytes", tt.name, size,
-					tp.isLoggedOut(), tp.alive(), len(out), len(tt.give))
+			if string(out) != tt.give || tp.isLoggedOut() != tt.loggedOut {
+				t.Errorf("%s (reads of %d): logged out %v, passed on %d of %d bytes", tt.name, size,
+					tp.isLoggedOut(), len(out), len(tt.give))
 			}
 		}
 	}
@@ -166,15 +145,27 @@ func TestArgsAndEnv(t *testing.T) {
 		}
 	}
 	d := agentcli.Dirs{WorkDir: "/w", Home: "/w/home", Tmp: "/w/tmp", Config: "/w/config"}
-	e := env(s, d, worker.Account{Password: "pat-1"})
+	e := env(s, d, worker.Account{Password: "qoder_pat-1"})
 	for _, want := range []string{"HOME=/w/home", "TMPDIR=/w/tmp", "QODER_CONFIG_DIR=/w/config", "QODER_EXPOSE_TOKEN_USAGE=1",
-		"QODER_DISABLE_UMID_REPORT=1", "QODER_PERSONAL_ACCESS_TOKEN=pat-1"} {
+		"QODER_DISABLE_UMID_REPORT=1", "QODER_PERSONAL_ACCESS_TOKEN=qoder_pat-1"} {
 		if !slices.Contains(e, want) {
 			t.Errorf("env %q lacks %q", e, want)
 		}
 	}
-	if e := env(s, d, worker.Account{}); slices.ContainsFunc(e, func(v string) bool { return strings.HasPrefix(v, patEnv) }) {
-		t.Errorf("env %q has a token for an account without one", e)
+	hasToken := func(e []string) bool {
+		return slices.ContainsFunc(e, func(v string) bool { return strings.HasPrefix(v, patEnv) })
+	}
+	for _, tt := range []struct {
+		secret, password string
+		want             bool
+	}{
+		{SecretAuto, "", false}, {SecretAuto, "a page's password", false}, {SecretToken, "any", true},
+		{SecretLogin, "qoder_x", false}, {SecretToken, "", false},
+	} {
+		s.Secret = tt.secret
+		if got := hasToken(env(s, d, worker.Account{Password: tt.password})); got != tt.want {
+			t.Errorf("secret %s, password %q: token %v, want %v", tt.secret, tt.password, got, tt.want)
+		}
 	}
 }
 

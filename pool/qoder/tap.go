@@ -23,8 +23,6 @@ type tap struct {
 
 	decided   atomic.Bool
 	loggedOut chan struct{} // closed at the logged-out answer
-	ended     chan struct{} // closed once reading failed (the process is gone)
-	endOnce   sync.Once
 }
 
 // maxTapLine is the longest line the tap looks at; the answers it waits
@@ -32,16 +30,13 @@ type tap struct {
 const maxTapLine = 1 << 20
 
 func newTap(r io.ReadCloser, v agentcli.Vocabulary) *tap {
-	return &tap{r: r, vocab: v, loggedOut: make(chan struct{}), ended: make(chan struct{})}
+	return &tap{r: r, vocab: v, loggedOut: make(chan struct{})}
 }
 
 func (t *tap) Read(p []byte) (int, error) {
 	n, err := t.r.Read(p)
 	if n > 0 && !t.decided.Load() {
 		t.inspect(p[:n])
-	}
-	if err != nil {
-		t.endOnce.Do(func() { close(t.ended) })
 	}
 	return n, err
 }
@@ -104,16 +99,6 @@ func (t *tap) isLoggedOut() bool {
 		return true
 	default:
 		return false
-	}
-}
-
-// alive reports whether the process's output is still open.
-func (t *tap) alive() bool {
-	select {
-	case <-t.ended:
-		return false
-	default:
-		return true
 	}
 }
 

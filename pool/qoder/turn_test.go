@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
 
@@ -98,17 +100,21 @@ func TestTurnErrors(t *testing.T) {
 	if ue, ok := errors.AsType[*chat.UpstreamError](r.err); !ok || !strings.Contains(ue.Message, "could not be completed") {
 		t.Errorf("failed request: %v, want an upstream error with the CLI's text", r.err)
 	}
-	// A login refused mid-life: the account waits for a login, and is not
-	// restarted for it.
+	// A login refused mid-life: the account takes no more turns, and its
+	// next start, the only one, runs the device login.
 	r = run(t, be, ask("[[sim:logout]]", ""))
 	if !errors.Is(r.err, chat.ErrNotLoggedIn) {
 		t.Fatalf("logged out: %v, want ErrNotLoggedIn", r.err)
 	}
-	p.await(t, "q1", supervisor.StateNeedsLogin)
 	if _, err := be.Start(t.Context(), ask("again", "")); !errors.Is(err, chat.ErrNotLoggedIn) || !errors.Is(err, chat.ErrNotSent) {
 		t.Errorf("a turn while logged out: %v, want ErrNotLoggedIn before sending", err)
 	}
-	if st := p.status("q1"); st.Restarts != 0 {
-		t.Errorf("%d restarts after the refused login, want none", st.Restarts)
+	testenv.WaitFor(t, 20*time.Second, "q1 running its device login", func() bool {
+		st := p.status("q1")
+		u, _ := loginURL(st)
+		return st.State == supervisor.StateNeedsLogin && u != ""
+	})
+	if st := p.status("q1"); st.Restarts != 1 {
+		t.Errorf("%d restarts after the refused login, want 1", st.Restarts)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,8 +45,24 @@ func bundle(t testing.TB) string {
 }
 
 // RefusedProxy is a loopback port nothing listens on: the CLI's requests
-// to the vendor fail at once rather than after a DNS timeout.
+// to the vendor fail at once rather than after a DNS timeout. (Its device
+// login then fails before printing its URL: see RefusingProxy.)
 const RefusedProxy = "http://127.0.0.1:9"
+
+// RefusingProxy starts an HTTP proxy on loopback that answers every
+// request, CONNECT included, with 502, for as long as the test runs: the
+// CLI reaches nothing beyond loopback, yet takes the failures for the
+// network's (its device login prints its URL and keeps polling, as
+// offline, where a refused connection to the proxy makes it give up).
+func RefusingProxy(t testing.TB) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(http.StatusBadGateway)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
 
 // Env is an environment for running the CLI directly: PATH (for node), a
 // home and temp dir under dir, the config dir configDir.
