@@ -197,7 +197,7 @@ var devicePages = template.Must(template.New("device").Parse(`<!doctype html>
 <input type="hidden" name="machine_id" value="{{.MachineID}}">
 <input type="hidden" name="client_id" value="{{.ClientID}}">{{end}}
 {{if .Error}}<p id="login-error" class="login-error" role="alert">{{.Error}}</p>{{end}}
-<label>Email <input id="username" type="email" name="email" autocomplete="username"></label>
+<label>Email <input id="username" type="text" name="email" autocomplete="username"></label>
 <label>Password <input id="password" type="password" name="password" autocomplete="current-password"></label>
 <button id="submit" type="submit">Sign in</button>
 </form>
