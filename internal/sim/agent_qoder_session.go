@@ -286,8 +286,8 @@ func (s *qoderSession) initialize() map[string]any {
 
 var qoderCapabilities = []string{"interrupt_receipt_v1", "interrupt_cancel_queued_v1", "msg_lifecycle_v1"}
 
-// init prints the init line, and the artifacts update after it when the
-// CLI is logged in.
+// init prints the init line, and the artifacts update after it (which the
+// CLI prints after initialize's init line only).
 func (s *qoderSession) init(artifacts bool) {
 	s.mu.Lock()
 	id, model := s.id, s.model

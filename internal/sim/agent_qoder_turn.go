@@ -27,7 +27,7 @@ func (s *qoderSession) turn(ctx context.Context, in qoderInput) {
 		s.cancel = nil
 		s.mu.Unlock()
 	}()
-	s.init(true)
+	s.init(false) // a turn's init line comes alone; the artifacts update follows initialize's
 	text = s.mentions(text)
 	secs := relayed(parsePrompt(text))
 	d := parseDirectives(directiveText(secs)).withDefaults(Faults{Chunks: -1, TimeScale: 1})
@@ -77,6 +77,7 @@ func (s *qoderSession) command(text string) bool {
 		return false
 	}
 	name := strings.Fields(t[1:] + " ")[0]
+	s.init(false)
 	if name == "clear" || name == "new" {
 		s.result(map[string]any{"subtype": "success", "is_error": false, "num_turns": 0, "result": "",
 			"stop_reason": nil})
