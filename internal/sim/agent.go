@@ -24,8 +24,9 @@ import (
 //	agent-cli claude-code -p --input-format stream-json --output-format stream-json --verbose [...]
 //	                                                    the session: user messages in, turns out
 //
-// A key or token whose value contains "invalid" is one the upstream
-// refuses: each turn fails as the real CLI reports a 401.
+// A key or token whose value contains "invalid" (a stored login's token
+// too) is one the upstream refuses: each turn fails as the real CLI
+// reports a 401.
 //
 // A session's answers are the simulator's (package doc, "Answers"): the
 // user message is read as a prompt of the contract, and the directives

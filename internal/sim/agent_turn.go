@@ -20,7 +20,7 @@ func (s *agentSession) turn(ctx context.Context, text string) {
 	case method == "none":
 		s.synthetic("authentication_failed", s.e.d.notLoggedIn, 0, "stop_sequence")
 		return
-	case strings.Contains(s.e.getenv(source), "invalid"):
+	case strings.Contains(s.e.getenv(source), "invalid") || source == "stored" && s.e.storedRefused():
 		// The upstream refuses the key (401), as the real CLI reports it.
 		s.synthetic("authentication_failed", "Invalid API key · Fix external API key", 401, "stop_sequence")
 		return
@@ -57,14 +57,23 @@ func (s *agentSession) turn(ctx context.Context, text string) {
 		_, _ = s.e.stdout.Write([]byte("this line is not JSON\n"))
 		s.wmu.Unlock()
 	}
-	if d.hang {
-		<-tctx.Done()
-		s.interrupted(id, model, "", "")
+	if s.fault(tctx, id, model, d) {
 		return
 	}
-	if sleepCtx(tctx, d.delay) != nil {
+	s.stream(tctx, id, model, n, text, secs, d)
+}
+
+// fault plays the turn's fault, when its directives ask for one, and
+// reports whether it did.
+func (s *agentSession) fault(ctx context.Context, id, model string, d directives) bool {
+	if d.hang {
+		<-ctx.Done()
 		s.interrupted(id, model, "", "")
-		return
+		return true
+	}
+	if sleepCtx(ctx, d.delay) != nil {
+		s.interrupted(id, model, "", "")
+		return true
 	}
 	switch {
 	case d.ratelimit:
@@ -73,12 +82,12 @@ func (s *agentSession) turn(ctx context.Context, text string) {
 				"resetsAt": time.Now().Add(d.retryAfter).Unix()}, "uuid": newUUID(), "session_id": id})
 		}
 		s.synthetic("rate_limit", "API Error: Request rejected (429) · rate limited", 429, "stop_sequence")
-		return
+		return true
 	case d.errAfter == 0 || d.timeout:
 		s.synthetic("server_error", "API Error: 500 Internal server error. This is a server-side issue, usually temporary — try again in a moment.", 500, "stop_sequence")
-		return
+		return true
 	}
-	s.stream(tctx, id, model, n, text, secs, d)
+	return false
 }
 
 // stream plays the model's answer: partial messages when asked for, the
@@ -260,6 +269,13 @@ func (s *agentSession) command(text string) bool {
 		"duration_api_ms": 0, "num_turns": 0, "result": msg, "stop_reason": nil, "session_id": old,
 		"total_cost_usd": 0, "usage": usage(0, 0), "uuid": newUUID()})
 	return true
+}
+
+// storedRefused reports whether the stored login is one the upstream
+// refuses (its token contains "invalid").
+func (e *agentEnv) storedRefused() bool {
+	c, err := e.readCreds()
+	return err == nil && strings.Contains(c.OAuth.AccessToken, "invalid")
 }
 
 // clearNote is what the real CLI keeps of a /clear in the conversation it

@@ -42,10 +42,11 @@ type Backend struct {
 // authState is what the backend knows of the account's login.
 type authState struct {
 	worker.AuthState
-	// refused is the status command's output when a turn's login was
-	// refused: while it says the same, the account stays logged out (a
-	// CLI that counts any configured key as a login would otherwise take
-	// turns again that fail the same way).
+	// refused is the login state (the status command's output and the
+	// stored login's files) when a turn's login was refused: while it is
+	// the same, the account stays logged out (a CLI that counts any
+	// configured key as a login would otherwise take turns again that
+	// fail the same way).
 	refused []byte
 	known   bool
 }
@@ -159,9 +160,10 @@ func (b *Backend) refreshLogin(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("status command: %w", err)
 	}
+	state := b.loginPrint(out)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.auth.refused != nil && bytes.Equal(b.auth.refused, out) {
+	if b.auth.refused != nil && bytes.Equal(b.auth.refused, state) {
 		st.LoggedIn = false
 	} else {
 		b.auth.refused = nil
@@ -177,12 +179,22 @@ func (b *Backend) loggedOut(ctx context.Context) {
 	if p.ParseStatus != nil {
 		out, _ = b.run(ctx, append(append([]string(nil), b.d.cfg.Command...), p.StatusArgs...))
 	}
+	state := b.loginPrint(out)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.auth.LoggedIn, b.auth.refused = false, out
-	if out == nil {
-		b.auth.refused = []byte{}
+	b.auth.LoggedIn, b.auth.refused = false, state
+}
+
+// loginPrint is what identifies a login state: the status command's
+// output, and the size and time of each stored login file.
+func (b *Backend) loginPrint(status []byte) []byte {
+	state := append([]byte{}, status...)
+	for _, f := range b.d.cfg.Profile.CredentialFiles {
+		if fi, err := os.Stat(filepath.Join(b.dirs.Config, f)); err == nil {
+			state = fmt.Appendf(state, "\n%s %d %d", f, fi.Size(), fi.ModTime().UnixNano())
+		}
 	}
+	return state
 }
 
 // run runs a short CLI command of the worker (its status) and returns what

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -77,7 +78,7 @@ func (c *conn) alive() bool {
 
 // gone is the error of a turn whose process went away.
 func (c *conn) gone() error {
-	if c.err != nil && !errors.Is(c.err, io.EOF) {
+	if c.err != nil && !errors.Is(c.err, io.EOF) && !errors.Is(c.err, os.ErrClosed) {
 		return fmt.Errorf("%w: %v", chat.ErrWorkerGone, c.err)
 	}
 	return chat.ErrWorkerGone

@@ -34,8 +34,8 @@
 //     TMPDIR and the CLI's config dir under the work dir), with telemetry
 //     and updates off and the account's secret as the CLI's credential;
 //   - StatusArgs and ParseStatus: the command that says whether it is
-//     logged in; LoginArgs and LoginURL: the command that starts its login
-//     and the URL it prints;
+//     logged in, and CredentialFiles, the login it stores; LoginArgs and
+//     LoginURL: the command that starts its login and the URL it prints;
 //   - Errors, LoginText and RateLimitText: what a failed turn means (a
 //     login needed, a cooldown, else an upstream error);
 //   - the dialect points: Escape (what keeps a prompt from being read as

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -86,4 +88,43 @@ func TestRefusedKey(t *testing.T) {
 	if st := p.status("a1"); st.State != supervisor.StateNeedsLogin || st.Restarts != 0 {
 		t.Errorf("after the refusal: %s with %d restarts, want needs_login, none", st.State, st.Restarts)
 	}
+}
+
+// A stored login the upstream refuses: the account stays logged out while
+// the CLI's status says the same, and is logged in again once its own
+// login stored a new one, although the status then says the same again.
+func TestRefusedStoredLogin(t *testing.T) {
+	acct := account(t, "a1", "")
+	dir := filepath.Join(acct.WorkDir, "config")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	stale := `{"claudeAiOauth":{"accessToken":"sk-ant-oat01-invalid","refreshToken":"r","expiresAt":4102444800000,` +
+		`"scopes":["user:inference"],"subscriptionType":"pro"},"simEmail":"demo"}`
+	if err := os.WriteFile(filepath.Join(dir, ".credentials.json"), []byte(stale), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startPool(t, nil, acct)
+	be := p.ready(t, "a1")
+	if r := run(t, be, ask("hello", "")); !errors.Is(r.err, chat.ErrNotLoggedIn) {
+		t.Fatalf("a refused stored login's turn: %v, want not logged in", r.err)
+	}
+	w, _ := p.sup.Worker("a1")
+	w.Check()
+	testenv.WaitFor(t, 5*time.Second, "needs_login", func() bool {
+		return p.status("a1").State == supervisor.StateNeedsLogin
+	})
+	time.Sleep(time.Second)
+	if st := p.status("a1"); st.State != supervisor.StateNeedsLogin {
+		t.Fatalf("with the same stored login: %s, want needs_login", st.State)
+	}
+	u, err := be.LoginURL(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	signIn(t, u, "demo", "demo")
+	if ok, err := w.LoginTarget().Confirm(context.Background()); err != nil || !ok {
+		t.Fatalf("after a new login, Confirm says %v (%v)", ok, err)
+	}
+	mustOK(t, "after the new login", run(t, p.ready(t, "a1"), ask("hello", "")))
 }

@@ -34,6 +34,10 @@ type Profile struct {
 	// is logged out.
 	StatusArgs  []string
 	ParseStatus func(out []byte) (worker.AuthState, error)
+	// CredentialFiles are the files, under the config dir, of the login
+	// the CLI stores (its own login command writes them): a change in
+	// them is a new login even where the status command says the same.
+	CredentialFiles []string
 	// LoginArgs start the CLI's own browser or device login (after its
 	// command), which prints a URL matching LoginURL on its standard
 	// output and waits for the browser; nil when the kind has none.

@@ -18,9 +18,9 @@ import (
 // its session; when none does (the process was restarted, or stopped to
 // make room) a process is started with --resume. A new conversation takes
 // a process that holds no session yet, else starts one. Beyond
-// Config.LiveSessions processes, the least recently used idle one the
-// driver started is stopped (the supervised one runs until it is
-// restarted). A process is never switched to another session in place:
+// Config.LiveSessions processes that hold a session someone may continue,
+// the least recently used idle one the driver started is stopped (the
+// supervised one runs until it is restarted). A process is never switched to another session in place:
 // Claude Code's /clear leaves a note of the command in the next
 // conversation's context. docs/claude-code-worker.md has the measurements
 // behind this choice.
@@ -161,8 +161,8 @@ func (b *Backend) release(c *conn, session string, ok bool) {
 		switch {
 		case x.child != nil && (!x.alive() || x.stale && !x.busy):
 			stop = append(stop, x) // gone, or holding a session nobody continues
-		case x.alive():
-			live++
+		case x.alive() && !x.stale:
+			live++ // the supervised process holding a dead session is not counted: it serves nobody
 		}
 	}
 	for live > b.d.cfg.LiveSessions {

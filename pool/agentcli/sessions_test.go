@@ -130,3 +130,18 @@ func TestDeleteSession(t *testing.T) {
 		t.Errorf("a deleted session's follow-up: %v, want it refused as not sent", err)
 	}
 }
+
+// The supervised process, once its session is deleted, serves nobody: it
+// does not take the room of a live conversation.
+func TestDeletedSessionLeavesRoom(t *testing.T) {
+	p := startPool(t, func(c *agentcli.Config) { c.LiveSessions = 1 }, account(t, "a1", "sk-test-key"))
+	be := p.ready(t, "a1")
+	one := mustOK(t, "one", run(t, be, ask("one", "")))
+	if err := be.DeleteSession(context.Background(), one.done.SessionID); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, "two", run(t, be, ask("two", "")))
+	if n := cliProcesses(t, 0); n != 2 {
+		t.Errorf("%d CLI processes after a new conversation, want 2: the idle supervised one and the new one, kept live", n)
+	}
+}

@@ -19,13 +19,14 @@ const credentialsFile = ".credentials.json"
 // (SecretAuto, SecretOAuthToken, SecretAPIKey or SecretLogin).
 func Profile(secret string) agentcli.Profile {
 	return agentcli.Profile{
-		Name:        name,
-		Args:        args,
-		Env:         func(d agentcli.Dirs, a worker.Account) ([]string, error) { return env(d, a, secret), nil },
-		StatusArgs:  []string{"auth", "status", "--json"},
-		ParseStatus: parseStatus,
-		LoginArgs:   []string{"auth", "login"},
-		LoginURL:    urlRE,
+		Name:            name,
+		Args:            args,
+		Env:             func(d agentcli.Dirs, a worker.Account) ([]string, error) { return env(d, a, secret), nil },
+		StatusArgs:      []string{"auth", "status", "--json"},
+		ParseStatus:     parseStatus,
+		CredentialFiles: []string{credentialsFile},
+		LoginArgs:       []string{"auth", "login"},
+		LoginURL:        urlRE,
 		Errors: map[string]agentcli.ErrorKind{
 			"authentication_failed": agentcli.ErrorLogin, "oauth_org_not_allowed": agentcli.ErrorLogin,
 			"cloud_credential_error": agentcli.ErrorLogin, "verification_required": agentcli.ErrorLogin,

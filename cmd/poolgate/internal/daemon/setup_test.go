@@ -122,10 +122,11 @@ func TestUnknownDriverRefusesTheStart(t *testing.T) {
 	for _, tt := range []struct {
 		driver, want string
 	}{
-		{"bogus", `driver "bogus": use lingma or openai`},
-		{"", `driver "": use lingma or openai`},
+		{"bogus", `driver "bogus": use lingma, openai or claude-code`},
+		{"", `driver "": use lingma, openai or claude-code`},
 		{"openai", ""},
 		{"lingma", ""},
+		{"claude-code", ""},
 	} {
 		t.Run(tt.driver, func(t *testing.T) {
 			cfg := config.Defaults()
