@@ -165,26 +165,8 @@ func (s *qoderSession) stream(ctx context.Context, id, model string, n int, text
 // answer is the simulated model's whole answer to text, the n-th turn of
 // the session id.
 func (s *qoderSession) answer(id string, n int, text string, secs []section, d directives) string {
-	_, isJSON := promptFormat(secs)
-	if d.whoami && !isJSON {
-		return whoamiText(id, n, n > 1, len(secs), len(text))
-	}
-	tools := promptTools(secs)
-	if tools == nil {
-		s.mu.Lock()
-		for i := len(s.history) - 1; i >= 0 && tools == nil; i-- {
-			tools = promptTools(relayed(parsePrompt(s.history[i].question)))
-		}
-		s.mu.Unlock()
-	}
-	p := planAnswer(secs, tools, d.calls)
-	switch {
-	case len(p.calls) > 0 && d.toolCode:
-		return renderToolCode(p.calls[0])
-	case len(p.calls) > 0:
-		return renderJSONCalls(p.calls)
-	case d.words >= 0:
-		return padWords(p.text, d.words)
-	}
-	return p.text
+	s.mu.Lock()
+	history := append([]exchange(nil), s.history...)
+	s.mu.Unlock()
+	return sessionAnswer(id, n, text, secs, d, history)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 func TestTurns(t *testing.T) {
@@ -59,34 +60,41 @@ func TestTurns(t *testing.T) {
 			session = r.done.SessionID
 		}
 	})
-	t.Run("a caller's command is text", func(t *testing.T) {
-		r := mustOK(t, "first", run(t, be, ask("[[sim:whoami]]", "")))
-		for _, cmd := range []string{"/clear please", "  /clear", "\ufeff/help"} {
-			r2 := mustOK(t, cmd, run(t, be, ask(cmd, r.done.SessionID)))
-			if !strings.Contains(r2.text, strings.TrimLeft(cmd, " \ufeff")) {
-				t.Errorf("a caller's %q answered %q, want the model to read it as text", cmd, r2.text)
-			}
+	t.Run("a caller's command is text", func(t *testing.T) { commandsAreText(t, be) })
+	t.Run("no file is attached", func(t *testing.T) { noFileAttached(t, p, be) })
+}
+
+// commandsAreText: a caller's message that opens with "/" reaches the
+// model as text, and the session goes on.
+func commandsAreText(t *testing.T, be worker.Backend) {
+	r := mustOK(t, "first", run(t, be, ask("[[sim:whoami]]", "")))
+	for _, cmd := range []string{"/clear please", "  /clear", "\ufeff/help"} {
+		r2 := mustOK(t, cmd, run(t, be, ask(cmd, r.done.SessionID)))
+		if !strings.Contains(r2.text, strings.TrimLeft(cmd, " \ufeff")) {
+			t.Errorf("a caller's %q answered %q, want the model to read it as text", cmd, r2.text)
 		}
-		r3 := mustOK(t, "after", run(t, be, ask("[[sim:whoami]]", r.done.SessionID)))
-		if !strings.Contains(r3.text, "turn=5 reply=true") {
-			t.Errorf("after a caller's commands: %q, want the session kept (turn 5)", r3.text)
+	}
+	r3 := mustOK(t, "after", run(t, be, ask("[[sim:whoami]]", r.done.SessionID)))
+	if !strings.Contains(r3.text, "turn=5 reply=true") {
+		t.Errorf("after a caller's commands: %q, want the session kept (turn 5)", r3.text)
+	}
+}
+
+// noFileAttached: a caller's @path mentions read no file into the prompt.
+func noFileAttached(t *testing.T, p *pool, be worker.Backend) {
+	w, _ := p.sup.Worker("q1")
+	secret := filepath.Join(w.WorkDir(), "config", ".auth", "user")
+	rel := "config/.auth/user"
+	if err := os.WriteFile(filepath.Join(w.WorkDir(), "example.com"), []byte("leaked"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, prompt := range []string{"what is @" + secret, "and @" + rel, `quoted @"` + rel + `"`,
+		"mail me@example.com", "home @~/x"} {
+		r := mustOK(t, prompt, run(t, be, ask(prompt, "")))
+		if strings.Contains(r.text, "[attached") {
+			t.Errorf("%q answered %q: a file was read into the prompt", prompt, r.text)
 		}
-	})
-	t.Run("no file is attached", func(t *testing.T) {
-		w, _ := p.sup.Worker("q1")
-		secret := filepath.Join(w.WorkDir(), "config", ".auth", "user")
-		rel := "config/.auth/user"
-		if err := os.WriteFile(filepath.Join(w.WorkDir(), "example.com"), []byte("leaked"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		for _, prompt := range []string{"what is @" + secret, "and @" + rel, `quoted @"` + rel + `"`,
-			"mail me@example.com", "home @~/x"} {
-			r := mustOK(t, prompt, run(t, be, ask(prompt, "")))
-			if strings.Contains(r.text, "[attached") {
-				t.Errorf("%q answered %q: a file was read into the prompt", prompt, r.text)
-			}
-		}
-	})
+	}
 }
 
 func TestTurnErrors(t *testing.T) {

@@ -32,16 +32,7 @@ func TestQoderSimulatedPool(t *testing.T) {
 	key := newBundleKey(t)
 	a := testenv.StartDaemon(t, "POOLGATE_DRIVER=qoder", "POOLGATE_BUNDLE_KEY="+key, "POOLGATE_ADMIN_TOKEN=adm",
 		"POOLGATE_HEALTH_INTERVAL=500ms")
-	testenv.WaitForNoError(t, 90*time.Second, "the demo accounts logged in by Chromium and ready", func() error {
-		var s route.Snapshot
-		a.GetJSON(t, "/internal/pool", "adm", &s)
-		for _, in := range s.Instances {
-			if in.State != supervisor.StateReady {
-				return fmt.Errorf("a: %+v", s.Instances)
-			}
-		}
-		return nil
-	})
+	waitQoderStates(t, a, 90*time.Second, "the demo accounts logged in by Chromium and ready", supervisor.StateReady)
 	t.Logf("demo pool ready after %s", time.Since(start).Round(time.Millisecond))
 	if got := ask(a, "hello demo"); got != "You said: hello demo" {
 		t.Fatalf("demo pool: %q", got)
@@ -49,16 +40,7 @@ func TestQoderSimulatedPool(t *testing.T) {
 
 	b := testenv.StartDaemon(t, "POOLGATE_DRIVER=qoder", "POOLGATE_BUNDLE_KEY="+key, "POOLGATE_ADMIN_TOKEN=adm",
 		"POOLGATE_AUTO_LOGIN=false")
-	testenv.WaitForNoError(t, 20*time.Second, "b's accounts logged out", func() error {
-		var s route.Snapshot
-		b.GetJSON(t, "/internal/pool", "adm", &s)
-		for _, in := range s.Instances {
-			if in.State != supervisor.StateNeedsLogin {
-				return fmt.Errorf("b: %+v", s.Instances)
-			}
-		}
-		return nil
-	})
+	waitQoderStates(t, b, 20*time.Second, "b's accounts logged out", supervisor.StateNeedsLogin)
 	code, exported := post(t, a.URL+"/internal/session/export?instance=sim-1", "adm", nil)
 	var exp struct{ Bytes int }
 	if code != http.StatusOK || json.Unmarshal(exported, &exp) != nil || exp.Bytes == 0 {
@@ -80,4 +62,19 @@ func TestQoderSimulatedPool(t *testing.T) {
 	if got := ask(b, "from the bundle"); got != "You said: from the bundle" {
 		t.Fatalf("after the import: %q", got)
 	}
+}
+
+// waitQoderStates waits until every instance of d is in state.
+func waitQoderStates(t *testing.T, d *testenv.Daemon, within time.Duration, what string, state supervisor.State) {
+	t.Helper()
+	testenv.WaitForNoError(t, within, what, func() error {
+		var s route.Snapshot
+		d.GetJSON(t, "/internal/pool", "adm", &s)
+		for _, in := range s.Instances {
+			if in.State != state {
+				return fmt.Errorf("instances %+v", s.Instances)
+			}
+		}
+		return nil
+	})
 }

@@ -149,22 +149,7 @@ func TestQoderWorkersWithoutLogin(t *testing.T) {
 	})
 	t.Logf("q-refused needs a login after %s", time.Since(start).Round(time.Millisecond))
 
-	var u struct {
-		URL string `json:"url"`
-	}
-	if code := d.GetJSON(t, "/internal/auto-login/url?instance=q-out", qoderAdmin, &u); code != http.StatusOK ||
-		!deviceURLRE.MatchString(u.URL) {
-		t.Errorf("login URL: %d %q, want the device URL qodercli login prints", code, u.URL)
-	}
-	work := filepath.Join(dataDir, "workers", "q-out")
-	if st := qodertest.Status(t, work, filepath.Join(work, "config")); st["logged_in"] != false {
-		t.Errorf("qodercli status says %v, want logged out as the pool says", st)
-	}
-	c := send(t, d, "/v1/chat/completions", "sk-1", chatBody("auto", "hello", nil))
-	if c.code == http.StatusOK || c.code == http.StatusBadGateway {
-		t.Errorf("a turn with no account able to serve: %d %s, want no worker's error", c.code, c.body)
-	}
-
+	checkLoggedOut(t, d, filepath.Join(dataDir, "workers", "q-out"))
 	testenv.WaitFor(t, 180*time.Second, "q-pat failed", func() bool {
 		return qoderInstances(t, d)["q-pat"].state == supervisor.StateFailed
 	})
@@ -183,6 +168,27 @@ func TestQoderWorkersWithoutLogin(t *testing.T) {
 	}
 	if in := qoderInstances(t, d)["q-refused"]; in.state != supervisor.StateNeedsLogin || in.restarts != 1 {
 		t.Errorf("q-refused: %s, %d restarts; want needs_login after the one restart into the device login", in.state, in.restarts)
+	}
+}
+
+// checkLoggedOut checks a logged-out account's login URL is the CLI's
+// device URL, that the CLI's own status says it is logged out, and that no
+// worker's error reaches a caller.
+func checkLoggedOut(t *testing.T, d *testenv.Daemon, work string) {
+	t.Helper()
+	var u struct {
+		URL string `json:"url"`
+	}
+	if code := d.GetJSON(t, "/internal/auto-login/url?instance=q-out", qoderAdmin, &u); code != http.StatusOK ||
+		!deviceURLRE.MatchString(u.URL) {
+		t.Errorf("login URL: %d %q, want the device URL qodercli login prints", code, u.URL)
+	}
+	if st := qodertest.Status(t, work, filepath.Join(work, "config")); st["logged_in"] != false {
+		t.Errorf("qodercli status says %v, want logged out as the pool says", st)
+	}
+	c := send(t, d, "/v1/chat/completions", "sk-1", chatBody("auto", "hello", nil))
+	if c.code == http.StatusOK || c.code == http.StatusBadGateway {
+		t.Errorf("a turn with no account able to serve: %d %s, want no worker's error", c.code, c.body)
 	}
 }
 
