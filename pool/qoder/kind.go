@@ -3,15 +3,16 @@
 // per account through the kind-neutral driver of pool/agentcli. Beside the
 // kind's profile (its arguments, environment, error codes, vocabulary and
 // the escaping of prompts), its settings and its registration, it keeps
-// the account's login state, which qodercli shows in its own way: a CLI
-// that is not logged in answers a turn it was never asked with "Not logged
-// in" and then reads nothing more, so the driver watches the process's
-// first lines (driver.go), holds the account in needs_login with the
-// process kept (backend.go), hands out the device login URL of `qodercli
-// login`, and restarts the process once a login landed. A personal access
-// token the CLI could not use fails the start with the CLI's reason
-// (runlog.go). What was seen of the binary, and what each point rests on,
-// is in docs/qoder-worker.md.
+// the account's login, which qodercli shows in its own way: a session that
+// is not logged in answers a turn it was never asked with "Not logged in",
+// reads nothing more and exits seconds later. So the driver watches a
+// session's first lines (driver.go, tap.go), and an account with nothing
+// to log in with runs the CLI's device login, `qodercli login`, as its
+// process instead: its URL is the account's login URL, and once the login
+// is stored the command exits and the next start runs the session
+// (backend.go, login.go). A personal access token the CLI cannot use fails
+// the start with the CLI's reason (runlog.go). What was seen of the
+// binary, and what each point rests on, is in docs/qoder-worker.md.
 package qoder
 
 import (

@@ -104,9 +104,9 @@ func (t *tap) isLoggedOut() bool {
 
 // heldInput is the supervised process's input, whose closing the driver
 // holds back while it decides: agentcli closes the input of a process
-// whose start failed, and a logged-out qodercli exits when its input ends,
-// which would restart the worker again and again. A logged-out account
-// keeps its process, input open, until the backend is closed.
+// whose start failed, and qodercli exits when its input ends. A start
+// refused for its token keeps the process (and its input) until the
+// supervisor stops it, so that the reason, not the exit, is reported.
 type heldInput struct {
 	w io.WriteCloser
 
