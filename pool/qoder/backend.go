@@ -59,14 +59,21 @@ func stampOf(path string) credStamp {
 }
 
 // Status is the health check. Logged in, it is agentcli's (the process
-// answers a control request); otherwise the account is logged out, for as
-// long as its process runs.
+// answers a control request); running the device login, the account is
+// logged out. A session whose login was refused fails it: its process is
+// ending, and the next start's device login has the URL a login needs
+// (saying "logged out" here would send the browser after a URL this
+// process does not have).
 func (b *Backend) Status(ctx context.Context) (worker.AuthState, error) {
 	b.mu.Lock()
 	out := b.loggedOut
 	b.mu.Unlock()
-	if !out {
+	switch {
+	case !out:
 		return b.inner.Status(ctx)
+	case b.url == "":
+		return worker.AuthState{}, fmt.Errorf("qoder %s: %w: its stored login was refused, and the worker restarts into its device login",
+			b.ep.Name, chat.ErrNotLoggedIn)
 	}
 	return worker.AuthState{}, nil
 }
