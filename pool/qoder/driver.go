@@ -109,13 +109,14 @@ func (e *StartError) Error() string {
 	return fmt.Sprintf("qoder %s: qodercli could not log in with the account's personal access token: %s", e.Instance, e.Reason)
 }
 
+// StartReason is the CLI's own reason: the supervisor adds no line of the
+// worker's output to it (the CLI prints the error again on its standard
+// error, with its stack, which may reach the log a moment later or not).
+func (e *StartError) StartReason() string { return e.Reason }
+
 // errLoggedOutAtStart ends the wait for the initialize answer: the CLI
 // said instead that it is not logged in, and will answer nothing.
 var errLoggedOutAtStart = errors.New("qodercli is not logged in")
-
-// stderrSettle is how long a refused start waits for the CLI's standard
-// error to reach the worker's log.
-const stderrSettle = 500 * time.Millisecond
 
 // authPoll is how often a start that waits for the CLI looks at its run
 // log for a failed login.
@@ -166,14 +167,7 @@ func (d *Driver) Connect(ctx context.Context, ep worker.Endpoint) (worker.Backen
 	if errors.As(context.Cause(cctx), &se) {
 		// The input stays open: a process that exits at once would have
 		// the supervisor report its exit instead of this reason. The
-		// supervisor stops it, and names the last line of its standard
-		// error beside the reason: the CLI prints the error with its stack
-		// in one go, whose last line is the same each time once it is all
-		// in, so that the same failure is seen as the same.
-		select {
-		case <-time.After(stderrSettle):
-		case <-ctx.Done():
-		}
+		// supervisor stops it.
 		return nil, se
 	}
 	in.release()
