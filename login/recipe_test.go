@@ -98,7 +98,7 @@ func TestBuiltinRecipes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"simworker", "lingma-alibaba"} {
+	for _, name := range []string{"simworker", "lingma-alibaba", "qoder-device"} {
 		if rs[name] == nil {
 			t.Errorf("built-in recipe %s missing", name)
 		}

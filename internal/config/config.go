@@ -88,7 +88,7 @@ type Config struct {
 	BodyBudgetBytes         int64 `yaml:"body_budget_bytes"`         // bytes of API request bodies held at once, gateway-wide; past it a request gets 429 with Retry-After before its body is read (0 = an eighth of the memory the process may use, at least 4 times max_body_bytes)
 	BodyBudgetPerKey        int64 `yaml:"body_budget_per_key"`       // bytes of body_budget_bytes one API key's requests may hold at once, so one key cannot take the others' room (0 = half of it, at least max_body_bytes)
 
-	Driver       string    `yaml:"driver"`         // the kind of worker of the accounts that name none: lingma, openai or claude-code (lingma)
+	Driver       string    `yaml:"driver"`         // the kind of worker of the accounts that name none: lingma, openai, claude-code or qoder (lingma)
 	WorkerAPIKey string    `yaml:"worker_api_key"` // Bearer key sent to openai-driver workers
 	DataDir      string    `yaml:"data_dir"`       // parent of the per-account work dirs
 	WorkerBin    string    `yaml:"worker_bin"`     // worker binary of the accounts that name none ("" = this executable's simworker, see simulate)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/poolgate/poolgate/pool/claudecode"
 	"github.com/poolgate/poolgate/pool/lingma"
+	"github.com/poolgate/poolgate/pool/qoder"
 )
 
 // TestMain registers the kinds' sections, as the table of kinds
@@ -15,6 +16,7 @@ import (
 func TestMain(m *testing.M) {
 	Register(lingma.Kind.Name, lingma.Kind.Section)
 	Register(claudecode.Kind.Name, claudecode.Kind.Section)
+	Register(qoder.Kind.Name, qoder.Kind.Section)
 	os.Exit(m.Run())
 }
 

@@ -115,25 +115,25 @@ type agentEnv struct {
 // done (status, login) or ctx ends; an error is the CLI's own refusal,
 // already written to stderr.
 func AgentMain(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	// --directives is the simulator's own flag, which no CLI takes: it
+	// may follow the CLI's arguments anywhere (a driver's extra
+	// arguments).
+	directives := slices.Contains(args, "--directives")
+	args = slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == "--directives" })
+	if len(args) > 0 && args[0] == DialectQoder {
+		return qoderMain(ctx, args[1:], directives, getenv, stdin, stdout, stderr)
+	}
 	if len(args) == 0 || dialects[args[0]] == nil {
-		return fmt.Errorf("agent-cli: name a dialect (%s)", DialectClaudeCode)
+		return fmt.Errorf("agent-cli: name a dialect (%s, %s)", DialectClaudeCode, DialectQoder)
 	}
 	d := dialects[args[0]]
-	e := &agentEnv{d: d, getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr}
+	e := &agentEnv{d: d, getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr, directives: directives}
 	e.cwd, _ = os.Getwd()
 	e.configDir = getenv(d.configEnv)
 	if e.configDir == "" {
 		e.configDir = filepath.Join(getenv("HOME"), d.configDefault)
 	}
-	args = slices.DeleteFunc(slices.Clone(args[1:]), func(a string) bool {
-		// The simulator's own flag, which no CLI takes: it may follow
-		// the CLI's arguments anywhere (a driver's extra arguments).
-		if a == "--directives" {
-			e.directives = true
-			return true
-		}
-		return false
-	})
+	args = args[1:]
 	if len(args) > 0 && d.subcommands[args[0]] != nil {
 		return d.subcommands[args[0]](e, ctx, args[1:])
 	}

@@ -147,17 +147,23 @@ func (s *agentSession) stream(ctx context.Context, id, model string, n int, text
 // answer is the simulated model's whole answer to text, the n-th turn of
 // the session id.
 func (s *agentSession) answer(id string, n int, text string, secs []section, d directives) string {
+	s.mu.Lock()
+	history := append([]exchange(nil), s.history...)
+	s.mu.Unlock()
+	return sessionAnswer(id, n, text, secs, d, history)
+}
+
+// sessionAnswer is an agent CLI session's answer to text, the n-th turn
+// of the session id whose earlier exchanges are history (the tools an
+// earlier turn offered still count).
+func sessionAnswer(id string, n int, text string, secs []section, d directives, history []exchange) string {
 	_, isJSON := promptFormat(secs)
 	if d.whoami && !isJSON {
 		return whoamiText(id, n, n > 1, len(secs), len(text))
 	}
 	tools := promptTools(secs)
-	if tools == nil {
-		s.mu.Lock()
-		for i := len(s.history) - 1; i >= 0 && tools == nil; i-- {
-			tools = promptTools(relayed(parsePrompt(s.history[i].question)))
-		}
-		s.mu.Unlock()
+	for i := len(history) - 1; i >= 0 && tools == nil; i-- {
+		tools = promptTools(relayed(parsePrompt(history[i].question)))
 	}
 	p := planAnswer(secs, tools, d.calls)
 	switch {

@@ -10,6 +10,7 @@ import (
 	"github.com/poolgate/poolgate/pool/lingma"
 	"github.com/poolgate/poolgate/pool/lingma/doctor"
 	"github.com/poolgate/poolgate/pool/modelserver"
+	"github.com/poolgate/poolgate/pool/qoder"
 	"github.com/poolgate/poolgate/pool/worker"
 )
 
@@ -30,5 +31,5 @@ func init() {
 func Kinds() []worker.Kind {
 	lm := lingma.Kind
 	lm.Commands = map[string]worker.Command{"doctor": doctor.Main}
-	return []worker.Kind{lm, modelserver.Kind, claudecode.Kind}
+	return []worker.Kind{lm, modelserver.Kind, claudecode.Kind, qoder.Kind}
 }

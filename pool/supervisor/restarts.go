@@ -46,12 +46,26 @@ var failureKinds = []struct {
 
 var digits = regexp.MustCompile(`[0-9]+`)
 
+// reasoned is a start error that names its cause itself: a driver's typed
+// error, whose reason it read from the worker (qoder.StartError, from the
+// CLI's run log). The worker's last line of output is not added to it, so
+// that the same failure is seen as the same whether or not that line had
+// reached the log yet.
+type reasoned interface {
+	error
+	StartReason() string
+}
+
 // describe names a start failure: a reason an operator can act on (the
 // cause recognised, and the line or error that shows it), and a signature
 // that is the same when the same failure happens again (numbers such as
 // ports, process ids and times left out).
 func (f *startFailure) describe() (reason, signature string) {
-	texts := append([]string{f.err.Error()}, f.lines...)
+	lines := f.lines
+	if r, ok := errors.AsType[reasoned](f.err); ok && r.StartReason() != "" {
+		lines = nil
+	}
+	texts := append([]string{f.err.Error()}, lines...)
 	for _, k := range failureKinds {
 		for i := len(texts) - 1; i >= 0; i-- {
 			low := strings.ToLower(texts[i])
@@ -63,8 +77,8 @@ func (f *startFailure) describe() (reason, signature string) {
 		}
 	}
 	reason = f.err.Error()
-	if n := len(f.lines); n > 0 {
-		reason += "; its last output: " + clip(f.lines[n-1])
+	if n := len(lines); n > 0 {
+		reason += "; its last output: " + clip(lines[n-1])
 	}
 	return reason, digits.ReplaceAllString(reason, "#")
 }

@@ -2,9 +2,17 @@ package supervisor
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
+
+// reasonedErr is a start error that names its reason (as a driver's typed
+// error does).
+type reasonedErr struct{ reason string }
+
+func (e reasonedErr) Error() string       { return "refused: " + e.reason }
+func (e reasonedErr) StartReason() string { return e.reason }
 
 func TestStartFailureReasons(t *testing.T) {
 	tests := []struct {
@@ -49,6 +57,17 @@ func TestFailuresCount(t *testing.T) {
 		{"a run in between", []error{exit("a"), exit("a"), errors.New("health check failed 3 times"), exit("a"), exit("a")},
 			[]bool{false, false, false, false, false}},
 	}
+	// A driver's typed error names its reason itself: whether or not the
+	// worker's output had reached the log, it is the same failure.
+	refused := func(lines ...string) error {
+		return &startFailure{err: fmt.Errorf("worker w1 not ready: %w", reasonedErr{"the token was refused"}), lines: lines}
+	}
+	tests = append(tests, struct {
+		name string
+		give []error
+		want []bool
+	}{"a typed reason, output or not", []error{refused("    at x (a.js:1:2)"), refused(), refused("    at y (a.js:3:4)")},
+		[]bool{false, false, true}})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var f failures

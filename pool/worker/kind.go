@@ -52,8 +52,9 @@ type Command func(ctx context.Context, args, env []string, getenv func(string) s
 // Credentials name a driver's credential files inside a work dir (the
 // layout session/bundle seals).
 type Credentials struct {
-	// Dir is the credential directory relative to the work dir, one path
-	// element. Required unless the kind keeps no login.
+	// Dir is the credential directory relative to the work dir: one path
+	// element, or a few joined by "/" (config/.auth). Required unless the
+	// kind keeps no login.
 	Dir string
 	// Required are file names in Dir that must all exist for the work dir to
 	// count as logged in, and that every bundle must carry.

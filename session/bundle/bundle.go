@@ -86,8 +86,10 @@ var sealAD = []byte("poolgate-bundle-v1")
 // Spec names a driver's credential files inside a work dir: its
 // worker.Kind's Credentials, which has the same fields and converts to it.
 type Spec struct {
-	// Dir is the credential directory relative to the work dir, one path
-	// element (e.g. "cache"). Required.
+	// Dir is the credential directory relative to the work dir: one path
+	// element (e.g. "cache"), or a few joined by "/" when the worker keeps
+	// its login deeper ("config/.auth"); never absolute, never "." or "..".
+	// Required.
 	Dir string
 	// Required are file names in Dir that must all exist for the work dir to
 	// count as logged in, and that every bundle must carry (e.g. "id",
@@ -102,9 +104,17 @@ type Spec struct {
 	ExpiryFile string
 }
 
+// maxDirDepth bounds the path elements of a credential dir.
+const maxDirDepth = 4
+
 func (s Spec) validate() error {
-	if s.Dir == "" || s.Dir == "." || s.Dir == ".." || strings.ContainsAny(s.Dir, `/\`) {
-		return fmt.Errorf("bundle spec: credential dir %q must be one path element", s.Dir)
+	els := strings.Split(s.Dir, "/")
+	ok := s.Dir != "" && len(els) <= maxDirDepth && !strings.ContainsAny(s.Dir, "\\\x00")
+	for _, el := range els {
+		ok = ok && el != "" && el != "." && el != ".."
+	}
+	if !ok {
+		return fmt.Errorf("bundle spec: credential dir %q must be a relative path of at most %d elements (no empty, . or .. element)", s.Dir, maxDirDepth)
 	}
 	for _, name := range s.Required {
 		if !validFileName(name) {

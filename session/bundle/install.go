@@ -27,10 +27,13 @@ func (b *Bundle) Install(workDir string) error {
 }
 
 func (b *Bundle) install(workDir string, ops installOps) error {
-	target := filepath.Join(workDir, b.spec.Dir)
-	fresh := filepath.Join(workDir, "."+b.spec.Dir+".bundle-new")
-	old := filepath.Join(workDir, "."+b.spec.Dir+".bundle-old")
-	if err := os.MkdirAll(workDir, 0o700); err != nil {
+	// The new and the old credential dirs sit beside the target, so that
+	// each move is a rename within one directory.
+	target := filepath.Join(workDir, filepath.FromSlash(b.spec.Dir))
+	parent, base := filepath.Split(target)
+	fresh := filepath.Join(parent, "."+base+".bundle-new")
+	old := filepath.Join(parent, "."+base+".bundle-old")
+	if err := os.MkdirAll(parent, 0o700); err != nil {
 		return fmt.Errorf("install bundle: %w", err)
 	}
 	if err := repairInterrupted(target, fresh, old); err != nil {
@@ -61,7 +64,7 @@ func (b *Bundle) install(workDir string, ops installOps) error {
 		_ = os.RemoveAll(fresh)
 		return fmt.Errorf("install bundle: move the new credentials into place: %w", err)
 	}
-	_ = syncDir(workDir) // the rename is done; a failed dir fsync only weakens durability
+	_ = syncDir(parent) // the rename is done; a failed dir fsync only weakens durability
 	if hadOld {
 		_ = os.RemoveAll(old) // a leftover is removed by the next Install
 	}

@@ -123,11 +123,12 @@ func TestUnknownDriverRefusesTheStart(t *testing.T) {
 	for _, tt := range []struct {
 		driver, want string
 	}{
-		{"bogus", `driver "bogus": use lingma, openai or claude-code`},
-		{"", `driver "": use lingma, openai or claude-code`},
+		{"bogus", `driver "bogus": use lingma, openai, claude-code or qoder`},
+		{"", `driver "": use lingma, openai, claude-code or qoder`},
 		{"openai", ""},
 		{"lingma", ""},
 		{"claude-code", ""},
+		{"qoder", ""},
 	} {
 		t.Run(tt.driver, func(t *testing.T) {
 			cfg := config.Defaults()
