@@ -293,29 +293,38 @@ func ccFollowUps(t *testing.T, p *ccPool) {
 	})
 }
 
-// Conversations spread over the two accounts; each stays on its own.
+// Conversations spread over the two accounts; each stays on its own. New
+// conversations are spread by a hash seeded per process, so as many are
+// opened as it takes to see both accounts (a bounded number: the chance
+// that 16 land on one account is 2^-15).
 func ccAffinity(t *testing.T, p *ccPool) {
-	convs := make([][]map[string]any, 4)
-	owner := make([]string, len(convs))
+	var convs [][]map[string]any
+	var owner []string
 	used := map[string]bool{}
-	for round := 1; round <= 3; round++ {
-		for i := range convs {
-			convs[i] = append(convs[i], map[string]any{"role": "user", "content": fmt.Sprintf("c%d r%d [[sim:whoami]]", i, round)})
-			got, inst := p.ask(t, convs[i])
-			if w := parseWhoami(t, got); w.turn != round {
-				t.Fatalf("conversation %d round %d: %+v", i, round, w)
-			}
-			if owner[i] == "" {
-				owner[i] = inst
-			} else if owner[i] != inst {
-				t.Fatalf("conversation %d moved from %s to %s", i, owner[i], inst)
-			}
-			used[inst] = true
-			convs[i] = append(convs[i], map[string]any{"role": "assistant", "content": got})
+	ask := func(i, round int) string {
+		t.Helper()
+		convs[i] = append(convs[i], map[string]any{"role": "user", "content": fmt.Sprintf("c%d r%d [[sim:whoami]]", i, round)})
+		got, inst := p.ask(t, convs[i])
+		if w := parseWhoami(t, got); w.turn != round {
+			t.Fatalf("conversation %d round %d: %+v", i, round, w)
 		}
+		convs[i] = append(convs[i], map[string]any{"role": "assistant", "content": got})
+		return inst
+	}
+	for i := 0; len(convs) < 4 || len(used) < 2 && len(convs) < 16; i++ {
+		convs, owner = append(convs, nil), append(owner, "")
+		owner[i] = ask(i, 1)
+		used[owner[i]] = true
 	}
 	if len(used) != 2 {
-		t.Errorf("conversations served by %v, want both accounts", used)
+		t.Fatalf("%d new conversations served by %v, want both accounts", len(convs), used)
+	}
+	for round := 2; round <= 3; round++ {
+		for i := range convs {
+			if inst := ask(i, round); inst != owner[i] {
+				t.Fatalf("conversation %d moved from %s to %s", i, owner[i], inst)
+			}
+		}
 	}
 }
 
