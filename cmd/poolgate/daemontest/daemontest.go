@@ -1,4 +1,11 @@
-package testenv
+// Package daemontest starts the poolgate binary as a test's daemon (a free
+// loopback listener, a temporary data dir, the bundled simulator unless the
+// test names a worker) and stops it with the test. It sits beside the wiring
+// (cmd/poolgate) rather than in internal/testenv: what it starts is the whole
+// house, and internal/ is the ground floor. The tests of the daemon, the
+// admin API, the docs, the hostile suite and the benchmarks use it; the
+// binary is testenv.PoolgateBin's.
+package daemontest
 
 import (
 	"encoding/json"
@@ -11,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 // Daemon is a poolgate process started by a test.
@@ -18,7 +27,7 @@ type Daemon struct {
 	URL  string
 	Addr string
 	cmd  *exec.Cmd
-	log  *Buffer
+	log  *testenv.Buffer
 	done chan struct{}
 	err  error
 }
@@ -49,7 +58,7 @@ func StartDaemonArgs(t testing.TB, args []string, env ...string) *Daemon {
 		return false
 	}
 	if !has("POOLGATE_LISTEN") {
-		env = append(env, fmt.Sprintf("POOLGATE_LISTEN=127.0.0.1:%d", FreePort(t)))
+		env = append(env, fmt.Sprintf("POOLGATE_LISTEN=127.0.0.1:%d", testenv.FreePort(t)))
 	}
 	if !has("POOLGATE_DATA_DIR") {
 		env = append(env, "POOLGATE_DATA_DIR="+t.TempDir())
@@ -57,14 +66,14 @@ func StartDaemonArgs(t testing.TB, args []string, env ...string) *Daemon {
 	if !has("POOLGATE_SIMULATE") && !has("POOLGATE_WORKER_BIN") && !has("LINGMA_BIN") {
 		env = append(env, "POOLGATE_SIMULATE=true")
 	}
-	d := &Daemon{log: &Buffer{}, done: make(chan struct{})}
+	d := &Daemon{log: &testenv.Buffer{}, done: make(chan struct{})}
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "POOLGATE_LISTEN="); ok {
 			d.Addr = v
 		}
 	}
 	d.URL = "http://" + d.Addr
-	d.cmd = exec.Command(PoolgateBin(t), args...)
+	d.cmd = exec.Command(testenv.PoolgateBin(t), args...)
 	d.cmd.Env = append(cleanEnv(), env...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
