@@ -12,7 +12,6 @@ import (
 
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/pycompat/plainbundle"
-	"github.com/poolgate/poolgate/session/bundle"
 )
 
 // check renders the configuration as it will be written (the plain
@@ -84,7 +83,7 @@ func (m *migration) apply(steps []step) error {
 				return err
 			}
 		}
-		installed, err := plainbundle.Install(s.plain, s.target, m.spec)
+		installed, err := plainbundle.Install(s.plain, s.target, m.format)
 		if err != nil {
 			return fmt.Errorf("migrate: account %s: install its plain session bundle: %w", name, err)
 		}
@@ -95,7 +94,7 @@ func (m *migration) apply(steps []step) error {
 			}
 		}
 		switch {
-		case bundle.HasCredentials(s.target, m.spec):
+		case m.format.HasCredentials(s.target):
 		case s.src == "":
 			fmt.Fprintf(m.report, "%s: no old work dir found and no session bundle: it will need a login at its first start\n", name)
 		default:

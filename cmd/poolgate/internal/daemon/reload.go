@@ -47,7 +47,7 @@ func (a *app) Reload() (admin.ReloadReport, error) {
 	if err != nil {
 		return admin.ReloadReport{}, a.refuse(err)
 	}
-	plain, err := plainbundle.Load(merged, a.spec())
+	plain, err := plainbundle.Load(merged, plainFormat(a.spec()))
 	if err != nil {
 		return admin.ReloadReport{}, a.refuse(err)
 	}

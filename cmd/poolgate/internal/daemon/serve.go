@@ -35,6 +35,7 @@ import (
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/live"
 	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/internal/pycompat/plainbundle"
 	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/internal/sysmem"
 	"github.com/poolgate/poolgate/internal/telemetry/otelenv"
@@ -132,7 +133,7 @@ type app struct {
 	// plainBundles are the accounts' plain session bundles, by account
 	// name, installed before a start into an empty work dir; a reload
 	// replaces the map.
-	plainBundles atomic.Pointer[map[string]*bundle.Bundle]
+	plainBundles atomic.Pointer[map[string]plainbundle.Bundle]
 }
 
 // store is what main needs of a session store beyond what its users need.

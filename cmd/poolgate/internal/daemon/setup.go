@@ -51,7 +51,7 @@ func (a *app) setupBundles() error {
 	if err != nil {
 		return err
 	}
-	plain, err := plainbundle.Load(a.cfg, a.spec())
+	plain, err := plainbundle.Load(a.cfg, plainFormat(a.spec()))
 	if err != nil {
 		return err
 	}
@@ -73,7 +73,7 @@ func (a *app) setupBundles() error {
 func (a *app) bundleHooks() supervisor.Hooks {
 	return supervisor.Hooks{
 		PreStart: func(ctx context.Context, t supervisor.LoginTarget) error {
-			installed, err := plainbundle.Install((*a.plainBundles.Load())[t.Account.Name], t.WorkDir, a.spec())
+			installed, err := plainbundle.Install((*a.plainBundles.Load())[t.Account.Name], t.WorkDir, plainFormat(a.spec()))
 			if err != nil {
 				return fmt.Errorf("install the configured plain session bundle: %w", err)
 			}
