@@ -208,7 +208,7 @@ func finish(m *metrics.Metrics, series *metrics.API, acct *Accounting, api strin
 // writeDenied answers a request over its key's limit: 429 in the caller's
 // protocol, naming the limit, with Retry-After.
 func writeDenied(w http.ResponseWriter, r *http.Request, d *keylimits.Denied) {
-	p := apierr.Problem{Kind: apierr.RateLimited, Status: http.StatusTooManyRequests, Code: "rate_limit_exceeded",
+	p := apierr.Problem{Class: apierr.RateLimited, Status: http.StatusTooManyRequests, Code: "rate_limit_exceeded",
 		Message: d.Error(), RetryAfter: d.RetryAfter, Err: d}
 	if d.Limit == keylimits.LimitTokensPerDay {
 		p.Code = "insufficient_quota"

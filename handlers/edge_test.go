@@ -78,7 +78,7 @@ func (a *servedAnswer) Served() route.Served { return a.served }
 
 // testEdge is the public API as main wires it, on r, with keys sk-a (alice) and
 // sk-b (bob); cfg says the rest (cluster, body cap).
-func testEdge(t *testing.T, r Router, cfg Config, rec *recorded) *gin.Engine {
+func testEdge(t *testing.T, r Opener, cfg Config, rec *recorded) *gin.Engine {
 	t.Helper()
 	cfg.Credentials = &access.Credentials{Keys: apikey.NewRegistry([]apikey.Key{{Name: "alice", Secret: "sk-a"},
 		{Name: "bob", Secret: "sk-b"}})}

@@ -78,7 +78,7 @@ type ModelLister interface {
 // them and the pool's models, which the edge lists in each protocol's
 // shape.
 type Protocols struct {
-	Router Router
+	Router Opener
 	// APIs is the protocols table: one protocol package's codec each,
 	// whose routes the edge registers and whose turns it runs (adding a
 	// protocol is one package and one line here, where main builds it).
@@ -118,7 +118,7 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	api := e.Group("", BodyCap(cfg.MaxBodyBytes, cfg.BodyBudget))
 	ed := &edge{router: p.Router, hop: cfg.Hop, tracer: cfg.Accounting.tracer, capture: cfg.Accounting.Capture}
 	for _, proto := range p.APIs {
-		for _, rt := range proto.Routes() {
+		for _, rt := range proto.Endpoints() {
 			api.Handle(rt.Method, rt.Path, serveRoute(m, cfg.Accounting, log, ed, proto, rt))
 		}
 	}
@@ -139,7 +139,7 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 // edge under the caller's key (observe), a token count under the key's
 // limits (limited), anything else as the protocol serves it. The route's
 // parameters are the request's path values.
-func serveRoute(m *metrics.Metrics, acct *Accounting, log *slog.Logger, e *edge, p relay.Protocol, rt relay.Route) gin.HandlerFunc {
+func serveRoute(m *metrics.Metrics, acct *Accounting, log *slog.Logger, e *edge, p relay.Protocol, rt relay.Endpoint) gin.HandlerFunc {
 	turn := observe(m, acct, log, e, p)
 	var count gin.HandlerFunc
 	if rt.Serve != nil {
@@ -149,16 +149,16 @@ func serveRoute(m *metrics.Metrics, acct *Accounting, log *slog.Logger, e *edge,
 		for _, pv := range c.Params {
 			c.Request.SetPathValue(pv.Key, pv.Value)
 		}
-		kind := rt.Kind
+		kind := rt.Serves
 		if rt.Pick != nil {
 			kind = rt.Pick(c.Request)
 		}
 		switch kind {
-		case relay.KindTurn:
+		case relay.ServeTurn:
 			turn(c)
-		case relay.KindLimited:
+		case relay.ServeCount:
 			count(c)
-		case relay.KindPlain:
+		case relay.ServePlain:
 			rt.Serve(c.Writer, c.Request)
 		default:
 			notFound(c)

@@ -29,25 +29,25 @@ func newEcho() *echoProtocol {
 
 func (p *echoProtocol) Relay() *relay.Relay { return p.rl }
 
-func (p *echoProtocol) Routes() []relay.Route {
+func (p *echoProtocol) Endpoints() []relay.Endpoint {
 	count := func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("counted " + r.PathValue("action")))
 	}
-	return []relay.Route{{Method: http.MethodPost, Path: "/v1/chat/completions"},
-		{Method: http.MethodPost, Path: "/v1beta/models/*action", Serve: count, Pick: func(r *http.Request) relay.Kind {
+	return []relay.Endpoint{{Method: http.MethodPost, Path: "/v1/chat/completions"},
+		{Method: http.MethodPost, Path: "/v1beta/models/*action", Serve: count, Pick: func(r *http.Request) relay.Serving {
 			switch {
 			case strings.HasSuffix(r.URL.Path, ":go"):
-				return relay.KindTurn
+				return relay.ServeTurn
 			case strings.HasSuffix(r.URL.Path, ":count"):
-				return relay.KindLimited
+				return relay.ServeCount
 			}
-			return relay.KindNone
+			return relay.ServeNone
 		}}}
 }
 
-func (p *echoProtocol) Decode(_ *http.Request, body []byte) (*relay.Turn, error) {
+func (p *echoProtocol) Decode(_ *http.Request, body []byte) (*relay.Decoded, error) {
 	req := &chat.Request{Model: "m", Messages: []chat.Message{{Role: chat.RoleUser, Content: string(body)}}}
-	return &relay.Turn{Request: req, Body: &echoBody{}}, nil
+	return &relay.Decoded{Request: req, Body: &echoBody{}}, nil
 }
 
 // echoBody encodes an answer as its text.

@@ -70,21 +70,21 @@ func New(cfg Config, log *slog.Logger) *Handler {
 // Relay is the protocol's relay (relay.Protocol).
 func (h *Handler) Relay() *relay.Relay { return h.relay }
 
-// Routes are POST /v1/messages and its count_tokens (relay.Protocol).
-func (h *Handler) Routes() []relay.Route {
-	return []relay.Route{{Method: http.MethodPost, Path: "/v1/messages"},
-		{Method: http.MethodPost, Path: "/v1/messages/count_tokens", Kind: relay.KindLimited, Serve: h.CountTokens}}
+// Endpoints are POST /v1/messages and its count_tokens (relay.Protocol).
+func (h *Handler) Endpoints() []relay.Endpoint {
+	return []relay.Endpoint{{Method: http.MethodPost, Path: "/v1/messages"},
+		{Method: http.MethodPost, Path: "/v1/messages/count_tokens", Serves: relay.ServeCount, Serve: h.CountTokens}}
 }
 
 // Decode decodes a POST /v1/messages request into its turn, streamed when
 // the body says stream (relay.Protocol).
-func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Turn, error) {
+func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Decoded, error) {
 	d, err := h.decode(r, body, false)
 	if err != nil {
 		return nil, err
 	}
 	req := &d.chat
-	t := &relay.Turn{Request: req}
+	t := &relay.Decoded{Request: req}
 	if !req.Stream {
 		t.Body = &reply{model: d.wire.Model}
 		return t, nil

@@ -63,16 +63,16 @@ func New(cfg Config, log *slog.Logger) *Handler {
 // Relay is the protocol's relay (relay.Protocol).
 func (h *Handler) Relay() *relay.Relay { return h.relay }
 
-// Routes are a model's methods under /v1beta and /v1: its paths put the
+// Endpoints are a model's methods under /v1beta and /v1: its paths put the
 // method after a colon in the last segment
 // (models/gemini-2.5-pro:generateContent), which gin cannot route on, so
 // one catch-all under models/ takes them and the method is read here
 // (relay.Protocol). The model listings are the edge's, which serves every
 // protocol's.
-func (h *Handler) Routes() []relay.Route {
-	var rs []relay.Route
+func (h *Handler) Endpoints() []relay.Endpoint {
+	var rs []relay.Endpoint
 	for _, v := range []string{"/v1beta", "/v1"} {
-		rs = append(rs, relay.Route{Method: http.MethodPost, Path: v + "/models/*action", Serve: h.CountTokens, Pick: pick})
+		rs = append(rs, relay.Endpoint{Method: http.MethodPost, Path: v + "/models/*action", Serve: h.CountTokens, Pick: pick})
 	}
 	return rs
 }
@@ -80,21 +80,21 @@ func (h *Handler) Routes() []relay.Route {
 // pick says how the edge serves a model's method: generateContent and
 // streamGenerateContent run a turn, countTokens counts under the key's
 // limits, anything else is no route.
-func pick(r *http.Request) relay.Kind {
+func pick(r *http.Request) relay.Serving {
 	a, ok := ParseAction(r.URL.Path)
 	switch {
 	case ok && (a.Method == MethodGenerate || a.Method == MethodStream):
-		return relay.KindTurn
+		return relay.ServeTurn
 	case ok && a.Method == MethodCount:
-		return relay.KindLimited
+		return relay.ServeCount
 	}
-	return relay.KindNone
+	return relay.ServeNone
 }
 
 // Decode decodes a models/{model}:generateContent request into its turn,
 // and :streamGenerateContent into a streamed one: server-sent events
 // (alt=sse) or a JSON array (relay.Protocol).
-func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Turn, error) {
+func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Decoded, error) {
 	a, _ := ParseAction(r.URL.Path) // the edge routes only a model's method here
 	stream := a.Method == MethodStream
 	d, err := decodeGenerate(body, a.Model, stream)
@@ -102,7 +102,7 @@ func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Turn, error) {
 		return nil, err
 	}
 	d.dropped.Report(r.Context(), h.log, h.cfg.CountDropped, protocol)
-	t := &relay.Turn{Request: &d.chat}
+	t := &relay.Decoded{Request: &d.chat}
 	if !stream {
 		t.Body = newReply(a.Model)
 		return t, nil

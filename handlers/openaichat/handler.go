@@ -89,23 +89,23 @@ func randomID(prefix string) string {
 // Relay is the protocol's relay (relay.Protocol).
 func (h *Handler) Relay() *relay.Relay { return h.relay }
 
-// Routes are the chat completions route, and its path without /v1 for
+// Endpoints are the chat completions route, and its path without /v1 for
 // clients whose base URL has none (relay.Protocol).
-func (h *Handler) Routes() []relay.Route {
-	return []relay.Route{{Method: http.MethodPost, Path: "/v1/chat/completions"},
+func (h *Handler) Endpoints() []relay.Endpoint {
+	return []relay.Endpoint{{Method: http.MethodPost, Path: "/v1/chat/completions"},
 		{Method: http.MethodPost, Path: "/chat/completions"}}
 }
 
 // Decode decodes a POST /v1/chat/completions request into its turn
 // (relay.Protocol).
-func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Turn, error) {
+func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Decoded, error) {
 	req, opt, err := decodeRequest(body)
 	if err != nil {
 		return nil, err
 	}
 	opt.dropped.Report(r.Context(), h.log, h.cfg.CountDropped, protocol)
 	id, created := h.newID("chatcmpl-"), h.now().Unix()
-	t := &relay.Turn{Request: req}
+	t := &relay.Decoded{Request: req}
 	if opt.stream {
 		t.Stream = func(sse *relay.SSE) relay.Encoder {
 			return &stream{w: sse, enc: newStreamEncoder(id, req.Model, created, opt.includeUsage), newID: h.newID}

@@ -8,25 +8,25 @@ import (
 )
 
 // Protocol is an answer API as the edge runs it: a codec between HTTP and
-// the neutral chat types. It turns a request into a Turn (the chat.Request
+// the neutral chat types. It turns a request into a Decoded (the chat.Request
 // and the encoder of its answer) and knows nothing of the pool, the
 // router or the cluster: the edge opens the answer and hands it to the
-// protocol's Relay with the Turn's encoder.
+// protocol's Relay with the Decoded's encoder.
 type Protocol interface {
 	// Decode turns r, whose body was read once, into the turn to run. An
 	// error is the caller's (a bad request, an unknown previous response)
 	// and is answered through Relay().Fail.
-	Decode(r *http.Request, body []byte) (*Turn, error)
+	Decode(r *http.Request, body []byte) (*Decoded, error)
 	// Relay is the protocol's relay: its name in logs, metrics and the
 	// request log, its keep-alive and the writer of its JSON error body.
 	Relay() *Relay
-	// Routes are the protocol's HTTP routes, which the edge registers.
-	Routes() []Route
+	// Endpoints are the protocol's HTTP routes, which the edge registers.
+	Endpoints() []Endpoint
 }
 
-// Turn is one decoded request: the neutral request and how its answer is
+// Decoded is one decoded request: the neutral request and how its answer is
 // encoded, as a stream (Stream) or as one JSON body (Body).
-type Turn struct {
+type Decoded struct {
 	Request *chat.Request
 	// Stream, when set, streams the answer: it returns the encoder that
 	// writes on s. Nil: Body encodes the whole answer.
@@ -41,35 +41,35 @@ type Turn struct {
 	Over func(ctx context.Context, out Outcome)
 }
 
-// Kind says how the edge serves a request on a route.
-type Kind uint8
+// Serving says how the edge serves a request on a route.
+type Serving uint8
 
-// The kinds of route.
+// How the edge serves a route's requests.
 const (
-	// KindTurn runs a turn: the request is decoded by the protocol's
+	// ServeTurn runs a turn: the request is decoded by the protocol's
 	// Decode, its answer opened by the edge and encoded through the relay,
 	// and it is admitted and accounted under the caller's key.
-	KindTurn Kind = iota
-	// KindLimited is served by Serve, admitted under the caller's key's
+	ServeTurn Serving = iota
+	// ServeCount is served by Serve, admitted under the caller's key's
 	// limits: it costs the gateway work (counting tokens) but charges no
 	// tokens.
-	KindLimited
-	// KindPlain is served by Serve as it is (a stored response).
-	KindPlain
-	// KindNone is no route: the edge answers 404 in the caller's shape.
-	KindNone
+	ServeCount
+	// ServePlain is served by Serve as it is (a stored response).
+	ServePlain
+	// ServeNone is no route: the edge answers 404 in the caller's shape.
+	ServeNone
 )
 
-// Route is one of a protocol's HTTP routes, as the edge registers it.
-type Route struct {
+// Endpoint is one of a protocol's HTTP routes, as the edge registers it.
+type Endpoint struct {
 	// Method and Path say what the route serves. Path is in gin's pattern
 	// syntax (":id" one segment, "*rest" the rest); the handler reads its
 	// parameters as r.PathValue.
 	Method, Path string
-	Kind         Kind
-	// Serve serves the route's requests of KindLimited and KindPlain.
+	Serves       Serving
+	// Serve serves the route's requests of ServeCount and ServePlain.
 	Serve http.HandlerFunc
-	// Pick, when set, picks the kind per request, for methods that share
+	// Pick, when set, picks the serving per request, for methods that share
 	// one path (Gemini's models/{model}:{method}).
-	Pick func(r *http.Request) Kind
+	Pick func(r *http.Request) Serving
 }

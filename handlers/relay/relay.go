@@ -1,6 +1,6 @@
 // Package relay is what a protocol is to the edge, and what carries an
 // answer from the pool to the client the same way for every protocol. A
-// protocol (Protocol) is a codec: it decodes a request into a Turn, the
+// protocol (Protocol) is a codec: it decodes a request into a Decoded, the
 // neutral chat.Request and the encoder of its answer (Encoder for a stream,
 // BodyEncoder for one JSON body), and names the writer of its JSON error
 // body. The edge opens the answer (a chat.Answer) and hands it here, on the

@@ -91,16 +91,16 @@ func New(cfg Config, store Store, log *slog.Logger) *Handler {
 // Relay is the protocol's relay (relay.Protocol).
 func (h *Handler) Relay() *relay.Relay { return h.relay }
 
-// Routes are the Responses API's: create (also without /v1, for clients
+// Endpoints are the Responses API's: create (also without /v1, for clients
 // whose base URL has none), the stored responses' retrieve, delete and
 // input items, and remote compaction, which this gateway has not
 // (relay.Protocol).
-func (h *Handler) Routes() []relay.Route {
-	return []relay.Route{{Method: http.MethodPost, Path: "/v1/responses"}, {Method: http.MethodPost, Path: "/responses"},
-		{Method: http.MethodPost, Path: "/v1/responses/compact", Kind: relay.KindPlain, Serve: unsupported},
-		{Method: http.MethodGet, Path: "/v1/responses/:id", Kind: relay.KindPlain, Serve: h.Get},
-		{Method: http.MethodDelete, Path: "/v1/responses/:id", Kind: relay.KindPlain, Serve: h.Delete},
-		{Method: http.MethodGet, Path: "/v1/responses/:id/input_items", Kind: relay.KindPlain, Serve: h.InputItems}}
+func (h *Handler) Endpoints() []relay.Endpoint {
+	return []relay.Endpoint{{Method: http.MethodPost, Path: "/v1/responses"}, {Method: http.MethodPost, Path: "/responses"},
+		{Method: http.MethodPost, Path: "/v1/responses/compact", Serves: relay.ServePlain, Serve: unsupported},
+		{Method: http.MethodGet, Path: "/v1/responses/:id", Serves: relay.ServePlain, Serve: h.Get},
+		{Method: http.MethodDelete, Path: "/v1/responses/:id", Serves: relay.ServePlain, Serve: h.Delete},
+		{Method: http.MethodGet, Path: "/v1/responses/:id/input_items", Serves: relay.ServePlain, Serve: h.InputItems}}
 }
 
 // unsupported answers remote compaction, an OpenAI-only service: an
@@ -116,13 +116,13 @@ func unsupported(w http.ResponseWriter, r *http.Request) {
 // Decode decodes a POST /v1/responses request into its turn, with the
 // stored conversation it continues; the response is stored once its answer
 // is over (relay.Protocol).
-func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Turn, error) {
+func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Decoded, error) {
 	ctx := r.Context()
 	t, err := h.prepare(ctx, r, body)
 	if err != nil {
 		return nil, err
 	}
-	rt := &relay.Turn{Request: &t.d.chat}
+	rt := &relay.Decoded{Request: &t.d.chat}
 	if !t.d.chat.Stream {
 		enc := newStreamEncoder(discard{}, t.resp, t.d.refs)
 		enc.compat = h.cfg.PythonCompat

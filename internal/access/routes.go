@@ -25,8 +25,8 @@ const (
 	Metrics
 )
 
-// Route is one route of the HTTP surface and the callers it admits.
-type Route struct {
+// Rule is one route of the HTTP surface and the callers it admits.
+type Rule struct {
 	// Method and Path as the router matches them (":name" for a parameter,
 	// "*name" for the rest of the path).
 	Method, Path string
@@ -37,7 +37,7 @@ type Route struct {
 
 // Routes is every route poolgate serves, public API and admin API, on
 // whichever listener carries it. The edge refuses a route that is not here.
-var Routes = []Route{
+var Routes = []Rule{
 	{"POST", "/v1/chat/completions", APIUser, false},
 	{"POST", "/chat/completions", APIUser, false},
 	{"POST", "/v1/responses", APIUser, false},

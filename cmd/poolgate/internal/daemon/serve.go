@@ -225,7 +225,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	}
 	a.router = route.NewRouter(route.RouterConfig{DefaultModel: cfg.DefaultModel, Aliases: cfg.ModelAliases,
 		Retries: cfg.Retries, Count: a.count.Count, Tools: toolPolicy(cfg), Tracing: tp,
-		ConversationKey: conversationKey(cfg), CheckTurn: checkTurn(driver), AgentModels: kind.AgentModels, Remote: remote},
+		ConversationKey: namesKey(cfg), CheckTurn: checkTurn(driver), AgentModels: kind.AgentModels, Remote: remote},
 		a.pool, affinity, m, log)
 	a.routes(reg, m, ready)
 	return a, nil

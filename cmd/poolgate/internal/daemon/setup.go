@@ -237,12 +237,12 @@ func openStores(cfg config.Config, m *metrics.Metrics, onEvict func(route.Affini
 	return r, bundles, client, nil
 }
 
-// conversationKey keys the conversations' names (pool/route): derived from
+// namesKey keys the conversations' names (pool/route): derived from
 // the cluster token, which every replica of a deployment shares and no
 // client knows, so the replicas name a conversation alike and nobody
 // without the token can test a guessed prompt against a name. Without a
 // token (one replica) the router draws a key of its own at each start.
-func conversationKey(cfg config.Config) []byte {
+func namesKey(cfg config.Config) []byte {
 	if cfg.ClusterToken == "" {
 		return nil
 	}
