@@ -1,15 +1,18 @@
 // Package handlers is poolgate's edge: the public HTTP API on gin. It holds
 // the middleware (request id, who may call, body cap, browser guard,
-// access log), registers the routes of the protocols table (Protocols.APIs,
-// one relay.Protocol per answer API), runs every turn the same way in one
-// function (edge.answer in edge.go: decode through the protocol, open
-// through the router or hop to the replica that holds the turn, encode with
-// the protocol's encoder), keeps the per-key accounting, and answers the
-// errors the HTTP layer answers itself and the model listings. The
-// protocols live in openaichat, responses, anthropic and gemini (plain
-// net/http, no gin), which only decode and encode; relay carries answers
-// from the pool to the client for all of them, apierr classifies errors,
-// openaierr is OpenAI's error shape.
+// access log), serves the endpoints of the protocols table (one
+// relay.Protocol per answer API, which the wiring hands to New), runs
+// every turn the same way in one function (edge.answer in edge.go: decode
+// through the protocol, open through the router or hop to the replica that
+// holds the turn, encode with the protocol's encoder), counts tokens and
+// lists models for the protocols that have them, and keeps the per-key
+// accounting. It names no protocol: what it knows of one (its endpoints,
+// the requests it claims, the key its clients send, its error shape) the
+// protocol says through relay.Protocol (table.go). The protocols live in
+// handlers/openaichat, responses, anthropic and gemini (plain net/http, no
+// gin); relay carries answers from the pool to the client for all of
+// them, apierr classifies errors, openaierr is OpenAI's error shape (the
+// edge's own when the table has no protocol).
 package handlers
 
 import (
@@ -19,7 +22,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -40,7 +42,7 @@ import (
 type Config struct {
 	// Credentials are the keys and tokens in force (keys swapped by a
 	// reload); who may call each route is decided from them in one place
-	// (Authorize). No keys opens the API (main allows that only on
+	// (Authorize). No keys opens the API (the daemon allows that only on
 	// loopback, or when the operator says insecure).
 	Credentials *access.Credentials
 	// AdminError writes a refusal on the admin surface in the admin API's
@@ -50,7 +52,7 @@ type Config struct {
 	Accounting *Accounting
 	// MaxBodyBytes caps request bodies (default 16 MiB). How long a body may
 	// take to arrive is bounded around the whole engine, before any
-	// middleware (httpx.Deadlines, which main wraps every listener in).
+	// middleware (httpx.Deadlines, which the daemon wraps every listener in).
 	MaxBodyBytes int64
 	// BodyBudget caps the bytes of the API's request bodies held at once
 	// (nil: no cap).
@@ -67,6 +69,13 @@ type Config struct {
 	// PythonCompat adds the Python gateway's "detail" to error bodies
 	// (PythonErrors). Default off.
 	PythonCompat bool
+	// Router answers the turns (*route.Router); Models lists the pool's
+	// models, which each protocol that has a listing writes in its shape.
+	Router Opener
+	Models ModelLister
+	// CountSlots bound the token counts done at once, which take no worker
+	// slot (nil: GOMAXPROCS of them, waited for up to 5s).
+	CountSlots *httpx.Slots
 }
 
 // ModelLister lists the pool's models.
@@ -74,34 +83,29 @@ type ModelLister interface {
 	Models() []chat.Model
 }
 
-// Protocols are the answer APIs the edge serves, the router that answers
-// them and the pool's models, which the edge lists in each protocol's
-// shape.
-type Protocols struct {
-	Router Opener
-	// APIs is the protocols table: one protocol package's codec each,
-	// whose routes the edge registers and whose turns it runs (adding a
-	// protocol is one package and one line here, where main builds it).
-	APIs   []relay.Protocol
-	Models ModelLister
-}
-
-// New returns the gin engine serving the public API.
-func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Engine {
+// New returns the gin engine serving the public API: the endpoints of
+// apis, the protocols table (handlers/protocols builds it; a protocol is one
+// package and one line there), whose turns it runs and whose series it adds
+// to m.
+func New(cfg Config, apis []relay.Protocol, m *metrics.Metrics, log *slog.Logger) *gin.Engine {
 	gin.SetMode(gin.ReleaseMode)
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 16 << 20
 	}
+	if cfg.CountSlots == nil {
+		cfg.CountSlots = httpx.NewSlots(0, 0)
+	}
+	t := newTable(apis)
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	if telemetry.Enabled(cfg.Tracing) {
-		e.Use(Trace(cfg.Tracing))
+		e.Use(t.trace(cfg.Tracing))
 	}
 	e.Use(RequestID(log))
 	if cfg.PythonCompat {
 		e.Use(PythonErrors()) // outside Recover, so that a panic's answer gets its detail too
 	}
-	e.Use(Recover(log))
+	e.Use(t.recover(log))
 	if cfg.Credentials == nil {
 		cfg.Credentials = &access.Credentials{Keys: apikey.NewRegistry(nil)}
 	}
@@ -110,23 +114,20 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	}
 	cfg.Accounting.tracer = telemetry.New(cfg.Tracing, tracerScope)
 	keys := cfg.Credentials.Keys
-	e.Use(BrowserGuard(cfg.Insecure, func() bool { return keys.Load().Len() == 0 }),
-		Authorize(cfg.Credentials, cfg.AdminError))
-	e.NoRoute(notFound)
-	e.NoMethod(notAllowed)
+	g := &gate{t: t, cr: cfg.Credentials, adminErr: cfg.AdminError}
+	e.Use(t.browserGuard(cfg.Insecure, func() bool { return keys.Load().Len() == 0 }), g.authorize)
+	e.NoRoute(t.notFound)
+	e.NoMethod(t.notAllowed)
 
-	api := e.Group("", BodyCap(cfg.MaxBodyBytes, cfg.BodyBudget))
-	ed := &edge{router: p.Router, hop: cfg.Hop, tracer: cfg.Accounting.tracer, capture: cfg.Accounting.Capture}
-	for _, proto := range p.APIs {
-		for _, rt := range proto.Endpoints() {
-			api.Handle(rt.Method, rt.Path, serveRoute(m, cfg.Accounting, log, ed, proto, rt))
-		}
+	ed := &edge{router: cfg.Router, hop: cfg.Hop, tracer: cfg.Accounting.tracer, capture: cfg.Accounting.Capture}
+	s := &server{t: t, gate: g, edge: ed, m: m, acct: cfg.Accounting, log: log, models: cfg.Models,
+		maxBody: cfg.MaxBodyBytes, budget: cfg.BodyBudget, counts: cfg.CountSlots}
+	for _, p := range apis {
+		m.AddAPI(p.Relay().Name(), p.Relay().DroppedFields())
 	}
-	api.GET("/v1/models", models(p.Models))
-	for _, v := range []string{"/v1beta", "/v1"} {
-		api.GET(v+"/models/*name", model(p.Models))
+	for _, k := range t.order {
+		e.Handle(k.method, k.path, s.endpoint(t.owners[k]))
 	}
-	api.GET("/v1beta/models", geminiModels(p.Models))
 	if hops := cfg.Credentials.Hops; hops != nil {
 		// Where a replica proves to the others that it holds the cluster
 		// key, before they forward anything to its URL.
@@ -135,66 +136,12 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	return e
 }
 
-// serveRoute serves a protocol's route as its kind says: a turn by the
-// edge under the caller's key (observe), a token count under the key's
-// limits (limited), anything else as the protocol serves it. The route's
-// parameters are the request's path values.
-func serveRoute(m *metrics.Metrics, acct *Accounting, log *slog.Logger, e *edge, p relay.Protocol, rt relay.Endpoint) gin.HandlerFunc {
-	turn := observe(m, acct, log, e, p)
-	var count gin.HandlerFunc
-	if rt.Serve != nil {
-		count = limited(m, acct, log, rt.Serve)
-	}
-	return func(c *gin.Context) {
-		for _, pv := range c.Params {
-			c.Request.SetPathValue(pv.Key, pv.Value)
-		}
-		kind := rt.Serves
-		if rt.Pick != nil {
-			kind = rt.Pick(c.Request)
-		}
-		switch kind {
-		case relay.ServeTurn:
-			turn(c)
-		case relay.ServeCount:
-			count(c)
-		case relay.ServePlain:
-			rt.Serve(c.Writer, c.Request)
-		default:
-			notFound(c)
-		}
-	}
-}
-
 func itoa(n int) string {
 	// Status codes are three digits; avoid strconv's allocation on the hot path.
 	if n >= 100 && n < 1000 {
 		return string([]byte{byte('0' + n/100), byte('0' + n/10%10), byte('0' + n%10)})
 	}
 	return "0"
-}
-
-// isAnthropic reports whether a request speaks the Anthropic protocol, so
-// errors outside its handler still come in its shape (gemini.IsRequest
-// says the same of Gemini's).
-func isAnthropic(r *http.Request) bool {
-	return strings.HasPrefix(r.URL.Path, "/v1/messages") || r.Header.Get("anthropic-version") != ""
-}
-
-// WriteError writes an error the HTTP layer answers by status (a refused
-// key, an unknown route, a body over its cap, a panic) in the request's
-// protocol shape, named as apierr names the status's kind.
-func WriteError(w http.ResponseWriter, r *http.Request, status int, message string) {
-	p := apierr.ForStatus(status, message)
-	writeProblem(w, r, &p)
-}
-
-func notFound(c *gin.Context) {
-	WriteError(c.Writer, c.Request, http.StatusNotFound, "unknown route "+c.Request.Method+" "+c.Request.URL.Path)
-}
-
-func notAllowed(c *gin.Context) {
-	WriteError(c.Writer, c.Request, http.StatusMethodNotAllowed, "method "+c.Request.Method+" not allowed on "+c.Request.URL.Path)
 }
 
 // NewAdmin returns the engine of an admin listener of its own, for
@@ -209,11 +156,12 @@ func NewAdmin(cr *access.Credentials, adminErr AdminErrorFunc, log *slog.Logger,
 	if pythonCompat {
 		e.Use(PythonErrors())
 	}
-	e.Use(Recover(log))
+	t := newTable(nil)
+	e.Use(t.recover(log))
 	if open != nil {
-		e.Use(BrowserGuard(false, open))
+		e.Use(t.browserGuard(false, open))
 	}
-	e.Use(Authorize(cr, adminErr))
+	e.Use((&gate{t: t, cr: cr, adminErr: adminErr}).authorize)
 	return e
 }
 
@@ -262,53 +210,49 @@ func saneID(id string) bool {
 	return true
 }
 
-// Recover turns a handler panic into a 500 in the caller's protocol (and a
+// recover turns a handler panic into a 500 in the caller's protocol (and a
 // log line with the stack), never a dropped connection without an answer.
-func Recover(log *slog.Logger) gin.HandlerFunc {
+func (t *table) recover(log *slog.Logger) gin.HandlerFunc {
 	return gin.CustomRecoveryWithWriter(nil, func(c *gin.Context, err any) {
 		log.Error("handler panic", "request_id", httpx.RequestID(c.Request.Context()), "panic", err)
 		if !c.Writer.Written() {
-			WriteError(c.Writer, c.Request, http.StatusInternalServerError, "internal error")
+			t.writeError(c, http.StatusInternalServerError, "internal error")
 		}
 		c.Abort()
 	})
 }
 
-// BodyCap limits request bodies in size, and in bytes held at once across
-// the gateway: one announced larger than n is refused at once, and protocol
-// decoders turn the overflow of one that was not into 413; one the budget
-// has no room for gets 429 with Retry-After before it is read (a body of
-// unknown length reserves its room as it arrives, and the reader fails
-// when there is none). The room is given back when the request is over.
-// How long a body may take is bounded before any middleware runs
-// (httpx.Deadlines), and a refusal written before its body was read
-// closes the connection there.
-func BodyCap(n int64, budget *httpx.Budget) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		r := c.Request
-		if r.ContentLength > n {
-			WriteError(c.Writer, r, http.StatusRequestEntityTooLarge, "request body exceeds "+formatBytes(n))
-			c.Abort()
-			return
-		}
-		r.Body = http.MaxBytesReader(c.Writer, r.Body, n)
-		switch {
-		case budget == nil || r.ContentLength == 0:
-		case r.ContentLength > 0:
-			if !budget.Take(r.ContentLength) {
-				p := apierr.Classify(httpx.ErrBudget)
-				writeProblem(c.Writer, r, &p)
-				c.Abort()
-				return
-			}
-			defer budget.Put(r.ContentLength)
-		default:
-			b := &budgetBody{Reader: httpx.Reader{R: r.Body, B: budget}, Closer: r.Body}
-			r.Body = b
-			defer func() { budget.Put(b.Taken) }()
-		}
-		c.Next()
+// bodyCap limits the request's body in size, and in bytes held at once
+// across the gateway: one announced larger than the cap is refused at once,
+// and protocol decoders turn the overflow of one that was not into 413;
+// one the budget has no room for gets 429 with Retry-After before it is
+// read (a body of unknown length reserves its room as it arrives, and the
+// reader fails when there is none). Refusals come in the caller's
+// protocol; release gives the room back once the request is over. How long a body may take
+// is bounded before any middleware runs (httpx.Deadlines), and a refusal
+// written before its body was read closes the connection there.
+func (s *server) bodyCap(c *gin.Context) (release func(), ok bool) {
+	r, n, budget := c.Request, s.maxBody, s.budget
+	if r.ContentLength > n {
+		s.t.writeError(c, http.StatusRequestEntityTooLarge, "request body exceeds "+formatBytes(n))
+		return nil, false
 	}
+	r.Body = http.MaxBytesReader(c.Writer, r.Body, n)
+	switch {
+	case budget == nil || r.ContentLength == 0:
+	case r.ContentLength > 0:
+		if !budget.Take(r.ContentLength) {
+			p := apierr.Classify(httpx.ErrBudget)
+			s.t.writeProblem(c.Writer, r, &p)
+			return nil, false
+		}
+		return func() { budget.Put(r.ContentLength) }, true
+	default:
+		b := &budgetBody{Reader: httpx.Reader{R: r.Body, B: budget}, Closer: r.Body}
+		r.Body = b
+		return func() { budget.Put(b.Taken) }, true
+	}
+	return func() {}, true
 }
 
 // budgetBody is a body of unknown length read under the budget.

@@ -20,7 +20,7 @@ import (
 func TestPythonErrors(t *testing.T) {
 	gin.SetMode(gin.TestMode)
 	e := gin.New()
-	e.Use(RequestID(slog.New(slog.DiscardHandler)), PythonErrors(), Recover(slog.New(slog.DiscardHandler)))
+	e.Use(RequestID(slog.New(slog.DiscardHandler)), PythonErrors(), newTable(nil).recover(slog.New(slog.DiscardHandler)))
 	jsonAt := func(status int, body string) gin.HandlerFunc {
 		return func(c *gin.Context) { httpx.WriteJSON(c.Writer, status, []byte(body)) }
 	}
@@ -50,7 +50,7 @@ func TestPythonErrors(t *testing.T) {
 		{"/stream", 200, "data: [DONE]\n\n"},
 		{"/nowhere", 404, `"detail":{"error":{"message":"unknown route GET /nowhere"`},
 	}
-	e.NoRoute(notFound)
+	e.NoRoute(newTable(nil).notFound)
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
 			res, err := http.Get(srv.URL + tt.path)

@@ -102,18 +102,16 @@ type Outcome struct {
 // Config tunes a Relay. The zero value is usable, except that WriteError
 // is required.
 type Config struct {
-	// Protocol names the protocol in logs ("chat", "responses", "messages").
+	Options
+	// Protocol names the protocol in logs, metrics and the request log
+	// ("chat", "responses", "messages", "gemini").
 	Protocol string
-	// KeepAlive is how long a stream may stay quiet (or an answer take to
-	// start) before a keep-alive goes out; the first one opens the stream, so
-	// a failure after it is told in-stream. Default 15s; negative disables.
-	KeepAlive time.Duration
-	// WriteTimeout bounds each write and flush of a stream, so a client
-	// that stops reading cannot hold the worker. Default 30s.
-	WriteTimeout time.Duration
 	// WriteError writes a problem as the protocol's JSON error body, with
 	// its status.
 	WriteError func(w http.ResponseWriter, p *apierr.Problem)
+	// Dropped lists every field the protocol's decoder may report as
+	// dropped (the series of poolgate_request_fields_ignored_total).
+	Dropped []string
 }
 
 // Relay relays answers of one protocol. It is safe for concurrent use.

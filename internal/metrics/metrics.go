@@ -1,15 +1,14 @@
-// Package metrics defines every Prometheus metric poolgate exports. main makes
-// the registry and calls New once; packages receive *Metrics (a nil *Metrics
-// records nothing, so unit tests may pass nil).
+// Package metrics defines every Prometheus metric poolgate exports. The
+// daemon's wiring makes the registry and calls New once; packages receive
+// *Metrics (a nil *Metrics records nothing, so unit tests may pass nil).
+// The per-API series are added for each protocol of the protocols table
+// (AddAPI, from the edge), so this package names no protocol.
 package metrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
-
-// APIs label values (the `api` label).
-var APIs = []string{"chat", "responses", "messages", "gemini"}
 
 // Metrics holds the collectors. Fields are exported for the packages that
 // record them; the names are a contract with dashboards and alerts.
@@ -194,10 +193,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, r := range ToolWithheldReasons {
 		m.ToolsWithheld.WithLabelValues(r)
 	}
-	m.apis = make(map[string]*API, len(APIs))
-	for _, api := range APIs {
-		m.apis[api] = m.newAPI(api)
-	}
+	m.apis = map[string]*API{}
 	m.inputTok, m.outputTok = m.Tokens.WithLabelValues("input"), m.Tokens.WithLabelValues("output")
 	for _, op := range StoreOps {
 		m.StoreErrors.WithLabelValues(op)
@@ -217,8 +213,22 @@ func (m *Metrics) newAPI(api string) *API {
 		TTFT: m.TTFT.WithLabelValues(api)}
 }
 
-// ForAPI returns api's series: those of a known API were looked up by New,
-// any other's are looked up now.
+// AddAPI adds the answer API api (a protocol's name, the api label): its
+// per-request series, looked up once here, and the series of the fields
+// its decoder may drop. The edge adds each protocol of its table before it
+// serves.
+func (m *Metrics) AddAPI(api string, dropped []string) {
+	if m == nil {
+		return
+	}
+	m.apis[api] = m.newAPI(api)
+	for _, f := range dropped {
+		m.FieldsIgnored.WithLabelValues(api, f)
+	}
+}
+
+// ForAPI returns api's series: those of an added API were looked up by
+// AddAPI, any other's are looked up now.
 func (m *Metrics) ForAPI(api string) *API {
 	if a, ok := m.apis[api]; ok {
 		return a
@@ -278,17 +288,6 @@ func labelValues(vec *prometheus.CounterVec, label string) []string {
 		}
 	}
 	return out
-}
-
-// InitFieldsIgnored pre-initialises the dropped-field counter of a protocol
-// with every field name its decoder may report.
-func (m *Metrics) InitFieldsIgnored(protocol string, fields []string) {
-	if m == nil {
-		return
-	}
-	for _, f := range fields {
-		m.FieldsIgnored.WithLabelValues(protocol, f)
-	}
 }
 
 // CountFieldIgnored counts one dropped field (nil-safe).

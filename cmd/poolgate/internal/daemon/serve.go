@@ -24,10 +24,8 @@ import (
 
 	"github.com/poolgate/poolgate/admin"
 	"github.com/poolgate/poolgate/handlers"
-	"github.com/poolgate/poolgate/handlers/anthropic"
-	"github.com/poolgate/poolgate/handlers/gemini"
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/handlers/openaichat"
+	"github.com/poolgate/poolgate/handlers/protocols"
 	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/internal/access"
@@ -254,23 +252,8 @@ func notFound(err error) error {
 // routes builds the public and admin HTTP surfaces.
 func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readiness) {
 	cfg, log := a.cfg, a.log
-	m.InitFieldsIgnored("chat", openaichat.DroppedFields)
-	m.InitFieldsIgnored("messages", anthropic.DroppedFields)
-	m.InitFieldsIgnored("responses", responses.DroppedFields)
-	m.InitFieldsIgnored("gemini", gemini.DroppedFields)
-	protocols := handlers.Protocols{
-		Router: a.router,
-		APIs: []relay.Protocol{
-			openaichat.New(openaichat.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive,
-				PythonCompat: cfg.PythonCompat}, log),
-			responses.New(responses.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive,
-				PythonCompat: cfg.PythonCompat}, responseStore{a.store}, log),
-			anthropic.New(anthropic.Config{CountDropped: m.CountFieldIgnored, PingInterval: cfg.StreamKeepAlive,
-				Count: a.count.Count, PythonCompat: cfg.PythonCompat}, log),
-			gemini.New(gemini.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive}, log),
-		},
-		Models: a.router,
-	}
+	apis := protocols.Table(protocols.Config{Options: relay.Options{KeepAlive: cfg.StreamKeepAlive, CountDropped: m.CountFieldIgnored},
+		Responses: responseStore{a.store}, Count: a.count.Count, PythonCompat: cfg.PythonCompat}, log)
 	// Who may call what: decided once, at the edge of every listener, from
 	// these credentials (the keys swapped by a reload).
 	creds := &access.Credentials{Keys: a.keys, AdminToken: cfg.AdminToken, MetricsToken: cfg.MetricsToken,
@@ -278,7 +261,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	hcfg := handlers.Config{Credentials: creds, AdminError: admin.WriteError,
 		Accounting: a.acct.forHTTP(cfg.RequestLogDebug, a.live), MaxBodyBytes: cfg.MaxBodyBytes,
 		BodyBudget: httpx.NewBudget(bodyBudget(cfg, log), m.BodyBytes.Set, m.Rejections.Inc),
-		Insecure:   cfg.Insecure, Tracing: a.tracing, PythonCompat: cfg.PythonCompat}
+		Insecure:   cfg.Insecure, Tracing: a.tracing, PythonCompat: cfg.PythonCompat, Router: a.router, Models: a.router}
 	var workers admin.Workers = a.sup
 	acfg := admin.Config{BundleImportPlain: cfg.BundleImportPlain, BundleExportPlain: cfg.BundleExportPlain,
 		Simulated: cfg.Simulated()}
@@ -289,7 +272,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		// of its own, whose address no replica knows.
 		acfg.Cluster = &admin.ClusterConfig{Holders: a.cluster, Hop: a.hop, Forward: cfg.AdminListen == ""}
 	}
-	engine := handlers.New(hcfg, protocols, m, log)
+	engine := handlers.New(hcfg, apis, m, log)
 	adm := admin.New(acfg, adminPool{a.pool, ready}, workers, reg, log)
 	adm.RegisterProbes(engine)
 	a.api, a.apiConns = a.httpServer(cfg.Listen, engine)
