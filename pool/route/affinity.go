@@ -21,13 +21,13 @@ import (
 // session is not tied to a tool set, and agents change theirs mid-way (a
 // tool search loads one, an MCP server connects).
 
-// conversationKey hashes msgs under the request's model and tools. It feeds
+// newAffinityKey hashes msgs under the request's model and tools. It feeds
 // the canonical transcript to the hash through one pooled buffer of fixed
 // size, so it neither allocates per message (it runs twice per follow-up
 // turn) nor copies a large transcript: the key of a 10 MB prompt costs no
 // 10 MB. The bytes hashed, and so the keys, are those of one buffer holding
 // the whole canonical transcript.
-func conversationKey(owner, model string, msgs []chat.Message, extra *chat.Message) string {
+func newAffinityKey(owner, model string, msgs []chat.Message, extra *chat.Message) string {
 	k := keyHashers.Get().(*keyHasher)
 	k.h.Reset()
 	k.b = k.b[:0]

@@ -12,7 +12,7 @@ func TestConversationKeyCanonicalForm(t *testing.T) {
 		{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: "call_1", Name: "read", Arguments: `{"path":"a","limit":2}`}}},
 		{Role: chat.RoleTool, ToolCallID: "call_1", Content: "data"}}
 	key := func(msgs []chat.Message, owner string) string {
-		return conversationKey(owner, "m", msgs, nil)
+		return newAffinityKey(owner, "m", msgs, nil)
 	}
 	want := key(base, "o1")
 	with := func(f func(m []chat.Message)) []chat.Message {
@@ -78,7 +78,7 @@ func TestConversationKeyIsStable(t *testing.T) {
 			{Role: chat.RoleTool, ToolCallID: "c", Content: "r\xff"}}, "owner:d0f1502fb245c94a616831ab215ea23a"},
 	}
 	for _, tt := range tests {
-		if got := conversationKey("owner", "m", tt.give, &chat.Message{Role: chat.RoleAssistant, Content: "ans"}); got != tt.want {
+		if got := newAffinityKey("owner", "m", tt.give, &chat.Message{Role: chat.RoleAssistant, Content: "ans"}); got != tt.want {
 			t.Errorf("key %s, want %s", got, tt.want)
 		}
 	}

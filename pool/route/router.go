@@ -340,7 +340,7 @@ func (r *Router) lookup(ctx context.Context, rq *request) {
 	if r.store == nil || rq.split < 0 || rq.OneShot {
 		return
 	}
-	key := conversationKey(rq.owner, rq.model, rq.Messages[:rq.split+1], nil)
+	key := newAffinityKey(rq.owner, rq.model, rq.Messages[:rq.split+1], nil)
 	lctx, span := r.tracer.Start(ctx, telemetry.SpanAffinity)
 	a, err := r.store.TakeAffinity(lctx, key)
 	// The entry knows the conversation's name: a follow-up that finds
@@ -582,7 +582,7 @@ func (f *forwarding) finish(done chat.Event, keep bool) {
 		r.DeleteSession(Affinity{Instance: slot.Instance(), SessionID: sessionID})
 	default:
 		answer := chat.Message{Role: chat.RoleAssistant, Content: text, ToolCalls: calls}
-		key := conversationKey(rq.owner, rq.model, rq.Messages, &answer)
+		key := newAffinityKey(rq.owner, rq.model, rq.Messages, &answer)
 		a := Affinity{Instance: slot.Instance(), SessionID: sessionID, Model: rq.model, At: time.Now().UnixMilli(),
 			Conv: rq.conv}
 		// Detached from the request: the answer is complete even if the
