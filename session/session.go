@@ -14,7 +14,6 @@ package session
 
 import (
 	"errors"
-	"strings"
 
 	"github.com/poolgate/poolgate/pool/route"
 )
@@ -30,12 +29,3 @@ var (
 	_ route.AffinityStore = (*Memory)(nil)
 	_ route.AffinityStore = (*Redis)(nil)
 )
-
-// ownedBy reports whether an affinity key "<owner>:<conversation>" belongs to
-// owner; the empty owner matches every key.
-func ownedBy(key, owner string) bool {
-	if owner == "" {
-		return true
-	}
-	return len(key) > len(owner) && key[len(owner)] == ':' && strings.HasPrefix(key, owner)
-}

@@ -11,10 +11,21 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 )
 
-// Conversation keys. A key is "<owner>:<conversation>": owner is a hash of
-// the API key (so two keys never share a session, and one key's entries can
-// be flushed alone), conversation a hash of the model and the canonical
-// transcript. Canonical means what survives a client's round trip: trimmed
+// AffinityKey names a conversation's affinity entry, "<owner>:<conversation>":
+// owner is the caller's access.Owner.Affinity, a hash of its API key (so two
+// keys never share a session, and one key's entries can be flushed alone),
+// conversation a hash of the model and the canonical transcript. Only this
+// package makes one (newAffinityKey); the stores keep it as it is and read
+// its owner (OwnedBy).
+type AffinityKey string
+
+// OwnedBy reports whether k is one of owner's entries; the empty owner owns
+// every entry.
+func (k AffinityKey) OwnedBy(owner string) bool {
+	return owner == "" || len(k) > len(owner) && k[len(owner)] == ':' && strings.HasPrefix(string(k), owner)
+}
+
+// The conversation part of a key. Canonical means what survives a client's round trip: trimmed
 // text without agents' reminder blocks, tool calls by name and key-sorted
 // arguments, no call ids (clients may re-mint them). The tools offered are
 // not part of it: every prompt carries the tools anew, so an upstream
@@ -27,7 +38,7 @@ import (
 // turn) nor copies a large transcript: the key of a 10 MB prompt costs no
 // 10 MB. The bytes hashed, and so the keys, are those of one buffer holding
 // the whole canonical transcript.
-func newAffinityKey(owner, model string, msgs []chat.Message, extra *chat.Message) string {
+func newAffinityKey(owner, model string, msgs []chat.Message, extra *chat.Message) AffinityKey {
 	k := keyHashers.Get().(*keyHasher)
 	k.h.Reset()
 	k.b = k.b[:0]
@@ -46,7 +57,7 @@ func newAffinityKey(owner, model string, msgs []chat.Message, extra *chat.Messag
 	n := copy(out[:], owner)
 	out[n] = ':'
 	hex.Encode(out[n+1:], sum[:16])
-	return string(out[:n+33])
+	return AffinityKey(out[:n+33])
 }
 
 // keyHasher feeds a conversation's canonical bytes to sha256 through b.

@@ -16,10 +16,10 @@ import (
 // affinityMap is an in-memory AffinityStore.
 type affinityMap struct {
 	mu sync.Mutex
-	m  map[string]Affinity
+	m  map[AffinityKey]Affinity
 }
 
-func (s *affinityMap) TakeAffinity(_ context.Context, key string) (Affinity, error) {
+func (s *affinityMap) TakeAffinity(_ context.Context, key AffinityKey) (Affinity, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a, ok := s.m[key]
@@ -30,7 +30,7 @@ func (s *affinityMap) TakeAffinity(_ context.Context, key string) (Affinity, err
 	return a, nil
 }
 
-func (s *affinityMap) PutAffinity(_ context.Context, key string, a Affinity) error {
+func (s *affinityMap) PutAffinity(_ context.Context, key AffinityKey, a Affinity) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.m[key] = a
@@ -51,7 +51,7 @@ func TestBackendDecidesReuse(t *testing.T) {
 	f.Continues = func(_ string, turn *chat.Turn) bool { return !turn.Agent }
 	p, _ := startFake(t, Config{QueueTimeout: 5 * time.Second}, f, supervisortest.Configs(t, false, "a"), nil)
 	waitReady(t, p, "a")
-	r := NewRouter(RouterConfig{Count: func(s string) int { return len(s) }}, p, &affinityMap{m: map[string]Affinity{}}, nil, slog.New(slog.DiscardHandler))
+	r := NewRouter(RouterConfig{Count: func(s string) int { return len(s) }}, p, &affinityMap{m: map[AffinityKey]Affinity{}}, nil, slog.New(slog.DiscardHandler))
 	msgs := []chat.Message{{Role: chat.RoleUser, Content: "one"}}
 	tests := []struct {
 		tools       []chat.Tool

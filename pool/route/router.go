@@ -44,8 +44,8 @@ func (a Affinity) SameSession(b Affinity) bool {
 // upstream session; the finishing turn writes the next entry back. Any
 // error of Take means "no entry".
 type AffinityStore interface {
-	TakeAffinity(ctx context.Context, key string) (Affinity, error)
-	PutAffinity(ctx context.Context, key string, a Affinity) error
+	TakeAffinity(ctx context.Context, key AffinityKey) (Affinity, error)
+	PutAffinity(ctx context.Context, key AffinityKey, a Affinity) error
 }
 
 // RouterConfig configures routing. Zero fields take the defaults noted.
@@ -177,11 +177,11 @@ type request struct {
 	owner    string
 	mayHop   bool
 	capture  bool
-	conv     string    // the conversation's name
-	turn     chat.Turn // the whole transcript's turn; an attempt narrows a copy
-	hint     uint64    // spreads a new conversation (affinityHint)
-	split    int       // index of the newest assistant message, -1 if none
-	key      string    // the affinity entry taken, if any
+	conv     string      // the conversation's name
+	turn     chat.Turn   // the whole transcript's turn; an attempt narrows a copy
+	hint     uint64      // spreads a new conversation (affinityHint)
+	split    int         // index of the newest assistant message, -1 if none
+	key      AffinityKey // the affinity entry taken, if any
 	hit      Affinity
 	hasHit   bool
 	reused   bool
