@@ -502,6 +502,34 @@ type forwarding struct {
 	lim   *limiter
 	text  strings.Builder
 	calls []chat.ToolCall
+	// put is the affinity entry a clean finish leaves to write back once
+	// the caller closes the answer (nil: none).
+	put *affinityPut
+}
+
+// affinityPut is an affinity entry to write back.
+type affinityPut struct {
+	key AffinityKey
+	a   Affinity
+}
+
+// writeBack writes the entry a clean finish left, once: when the caller
+// closes the answer, after its last event went out. The client's last
+// event must not wait for the store (a slow Redis takes up to the second
+// it is given); a follow-up on the same connection is read only once the
+// request is over, so it finds the entry. Detached from the request: the
+// answer is complete even if the client went away since.
+func (f *forwarding) writeBack() {
+	p := f.put
+	if p == nil {
+		return
+	}
+	f.put = nil
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := f.r.store.PutAffinity(ctx, p.key, p.a); err != nil {
+		f.r.log.Debug("affinity write-back failed", "err", err)
+	}
 }
 
 func (f *forwarding) send(ev chat.Event) { f.q.Push(ev) }
@@ -549,7 +577,8 @@ func (f *forwarding) handle(ev chat.Event) (done bool) {
 	return false
 }
 
-// finish completes usage, writes affinity back (when keep) and sends done.
+// finish completes usage, leaves the affinity entry to write back (when
+// keep; writeBack) and sends done.
 func (f *forwarding) finish(done chat.Event, keep bool) {
 	r, rq, slot, text, calls := f.r, f.rq, f.slot, f.text.String(), f.calls
 	if done.Usage.OutputTokens == 0 && r.cfg.Count != nil {
@@ -582,16 +611,8 @@ func (f *forwarding) finish(done chat.Event, keep bool) {
 		r.DeleteSession(Affinity{Instance: slot.Instance(), SessionID: sessionID})
 	default:
 		answer := chat.Message{Role: chat.RoleAssistant, Content: text, ToolCalls: calls}
-		key := newAffinityKey(rq.owner, rq.model, rq.Messages, &answer)
-		a := Affinity{Instance: slot.Instance(), SessionID: sessionID, Model: rq.model, At: time.Now().UnixMilli(),
-			Conv: rq.conv}
-		// Detached from the request: the answer is complete even if the
-		// client goes away now.
-		pctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if err := r.store.PutAffinity(pctx, key, a); err != nil {
-			r.log.Debug("affinity write-back failed", "err", err)
-		}
-		cancel()
+		f.put = &affinityPut{key: newAffinityKey(rq.owner, rq.model, rq.Messages, &answer),
+			a: Affinity{Instance: slot.Instance(), SessionID: sessionID, Model: rq.model, At: time.Now().UnixMilli(), Conv: rq.conv}}
 	}
 	if rq.split >= 0 {
 		slot.m.followUp(rq.reused)

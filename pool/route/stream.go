@@ -64,10 +64,13 @@ func (s *turnStream) Buffered() bool {
 }
 
 // Close ends the turn, unfinished or not, and frees its slot; events not
-// taken yet are dropped. Safe to call more than once.
+// taken yet are dropped; the affinity entry of a clean finish is written
+// back now, after the caller sent the answer's last event. Safe to call
+// more than once.
 func (s *turnStream) Close() {
 	s.end()
 	s.q = chat.Queue{}
+	s.f.writeBack()
 }
 
 // Served says how the request was served; once the answer is over, with
