@@ -95,7 +95,9 @@ func (a *acme) Decode(r *http.Request, body []byte) (*relay.Decoded, error) {
 	return &relay.Decoded{Request: req, Body: &acmeBody{}}, nil
 }
 
-func (a *acme) DecodeCount(r *http.Request, body []byte) (*chat.Request, error) { return a.decode(r, body) }
+func (a *acme) DecodeCount(r *http.Request, body []byte) (*chat.Request, error) {
+	return a.decode(r, body)
+}
 
 func (a *acme) WriteCount(w http.ResponseWriter, n int) {
 	httpx.WriteJSON(w, http.StatusOK, fmt.Appendf(nil, `{"acme_tokens":%d}`, n))

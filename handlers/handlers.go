@@ -66,9 +66,6 @@ type Config struct {
 	// Tracing traces each request (nil or a no-op provider: off, at no
 	// cost).
 	Tracing trace.TracerProvider
-	// PythonCompat adds the Python gateway's "detail" to error bodies
-	// (PythonErrors). Default off.
-	PythonCompat bool
 	// Router answers the turns (*route.Router); Models lists the pool's
 	// models, which each protocol that has a listing writes in its shape.
 	Router Opener
@@ -101,11 +98,7 @@ func New(cfg Config, apis []relay.Protocol, m *metrics.Metrics, log *slog.Logger
 	if telemetry.Enabled(cfg.Tracing) {
 		e.Use(t.trace(cfg.Tracing))
 	}
-	e.Use(RequestID(log))
-	if cfg.PythonCompat {
-		e.Use(PythonErrors()) // outside Recover, so that a panic's answer gets its detail too
-	}
-	e.Use(t.recover(log))
+	e.Use(RequestID(log), t.recover(log))
 	if cfg.Credentials == nil {
 		cfg.Credentials = &access.Credentials{Keys: apikey.NewRegistry(nil)}
 	}
@@ -148,16 +141,12 @@ func itoa(n int) string {
 // admin.Register: request ids, recovery, the same authorization as the API
 // listener; and when open is not nil (no admin token, so the listener is
 // loopback-only), the browser guard while open says the gateway has no API
-// key. pythonCompat adds the Python gateway's "detail" to error bodies.
-func NewAdmin(cr *access.Credentials, adminErr AdminErrorFunc, log *slog.Logger, open func() bool, pythonCompat bool) *gin.Engine {
+// key.
+func NewAdmin(cr *access.Credentials, adminErr AdminErrorFunc, log *slog.Logger, open func() bool) *gin.Engine {
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
-	e.Use(RequestID(log))
-	if pythonCompat {
-		e.Use(PythonErrors())
-	}
 	t := newTable(nil)
-	e.Use(t.recover(log))
+	e.Use(RequestID(log), t.recover(log))
 	if open != nil {
 		e.Use(t.browserGuard(false, open))
 	}

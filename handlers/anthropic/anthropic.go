@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/internal/chat"
 )
@@ -26,9 +25,6 @@ type Config struct {
 	// counts them), which Anthropic's clients read there. Default nil: 0
 	// there, the count comes in message_delta.
 	Count func(string) int
-	// PythonCompat answers a logged-out pool with the Python gateway's 401
-	// authentication_error, not 529 (apierr.ForPythonGateway). Default off.
-	PythonCompat bool
 }
 
 // protocol is this package's label in metrics and logs.
@@ -49,11 +45,7 @@ var (
 
 // New returns a Handler. A nil log discards.
 func New(cfg Config, log *slog.Logger) *Handler {
-	writeError := WriteProblem
-	if cfg.PythonCompat {
-		writeError = apierr.PythonGatewayWriter(writeError)
-	}
-	return &Handler{Codec: relay.NewCodec(relay.Config{Options: cfg.Options, Protocol: protocol, WriteError: writeError,
+	return &Handler{Codec: relay.NewCodec(relay.Config{Options: cfg.Options, Protocol: protocol, WriteError: WriteProblem,
 		Dropped: DroppedFields}, log), count: cfg.Count, created: time.Now().UTC().Format(time.RFC3339)}
 }
 

@@ -185,25 +185,6 @@ func Classify(err error) Problem {
 	return p
 }
 
-// ForPythonGateway turns p into what the Python gateway answered, for
-// python_compat: a turn on an account that is not logged in was a 401
-// there (its scripts start a login on it), where poolgate says 503, a
-// gateway's problem that clients retry. Every other problem is as it is.
-func ForPythonGateway(p *Problem) {
-	if p.Code == "not_logged_in" {
-		p.Class, p.Status = Unauthorized, http.StatusUnauthorized
-	}
-}
-
-// PythonGatewayWriter wraps a protocol's error writer with
-// ForPythonGateway.
-func PythonGatewayWriter(write func(http.ResponseWriter, *Problem)) func(http.ResponseWriter, *Problem) {
-	return func(w http.ResponseWriter, p *Problem) {
-		ForPythonGateway(p)
-		write(w, p)
-	}
-}
-
 // ForStatus is the Problem of an error the HTTP layer answers by status
 // (authentication, unknown routes, body caps, a panic): message is shown as
 // it is. A status without a class of its own keeps its number with

@@ -62,30 +62,6 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-// python_compat changes one status: a logged-out account is the Python
-// gateway's 401.
-func TestForPythonGateway(t *testing.T) {
-	tests := []struct {
-		give       error
-		wantKind   Class
-		wantStatus int
-	}{
-		{fmt.Errorf("%w: %w", chat.ErrNoInstance, chat.ErrNotLoggedIn), Unauthorized, 401},
-		{chat.ErrNotLoggedIn, Unauthorized, 401},
-		{chat.ErrNoInstance, Unavailable, 503},
-		{&chat.OverloadedError{}, RateLimited, 429},
-	}
-	for _, tt := range tests {
-		t.Run(tt.give.Error(), func(t *testing.T) {
-			p := Classify(tt.give)
-			ForPythonGateway(&p)
-			if p.Class != tt.wantKind || p.Status != tt.wantStatus {
-				t.Errorf("got %v %d, want %v %d", p.Class, p.Status, tt.wantKind, tt.wantStatus)
-			}
-		})
-	}
-}
-
 func TestRetryAfterSeconds(t *testing.T) {
 	for _, tt := range []struct {
 		give time.Duration

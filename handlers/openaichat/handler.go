@@ -32,12 +32,13 @@ type Config struct {
 	// Options: a keep-alive before the first event commits the stream,
 	// so an error after it is an in-stream error, not a JSON status.
 	relay.Options
-	// PythonCompat adds the Python gateway's "served_by" (the instance) and
-	// "latency" ({first_token_ms, total_ms}) to non-stream bodies, for the
-	// clients of that gateway that read them, and answers a logged-out pool
-	// with its 401 (apierr.ForPythonGateway). Default off: they are not in
-	// OpenAI's shape (the X-Poolgate-Instance header names the instance).
-	PythonCompat bool
+	// Extra, when set, adds another gateway's fields to a non-stream
+	// completion, which that gateway's clients read: given the body, the
+	// instance that served it and the milliseconds to its first text and to
+	// its end, it returns the body to send (internal/pycompat's served_by
+	// and latency). Nil: OpenAI's shape alone (the X-Poolgate-Instance
+	// header names the instance).
+	Extra func(body []byte, instance string, firstMS, totalMS int64) []byte
 }
 
 // protocol is this package's label in metrics and logs.
@@ -46,7 +47,7 @@ const protocol = "chat"
 // Handler serves chat completions. It is safe for concurrent use.
 type Handler struct {
 	relay.Codec
-	compat bool
+	extra func(body []byte, instance string, firstMS, totalMS int64) []byte
 	// now and newID are replaced by tests for stable transcripts.
 	now     func() time.Time
 	newID   func(prefix string) string
@@ -60,12 +61,8 @@ var (
 
 // New returns a handler. A nil log discards logs.
 func New(cfg Config, log *slog.Logger) *Handler {
-	writeError := openaierr.Write
-	if cfg.PythonCompat {
-		writeError = apierr.PythonGatewayWriter(writeError)
-	}
-	return &Handler{Codec: relay.NewCodec(relay.Config{Options: cfg.Options, Protocol: protocol, WriteError: writeError,
-		Dropped: DroppedFields}, log), compat: cfg.PythonCompat, now: time.Now, newID: randomID, created: time.Now().Unix()}
+	return &Handler{Codec: relay.NewCodec(relay.Config{Options: cfg.Options, Protocol: protocol, WriteError: openaierr.Write,
+		Dropped: DroppedFields}, log), extra: cfg.Extra, now: time.Now, newID: randomID, created: time.Now().Unix()}
 }
 
 // idChars are the characters of generated ids, like OpenAI's.
@@ -113,8 +110,8 @@ func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Decoded, error) {
 		return t, nil
 	}
 	rp := &reply{c: completion{ID: id, Object: "chat.completion", Created: created, Model: req.Model}, newID: h.newID}
-	if h.compat {
-		rp.compat = &pythonCompat{start: time.Now()}
+	if h.extra != nil {
+		rp.extra = &extras{add: h.extra, start: time.Now()}
 	}
 	t.Body = rp
 	return t, nil

@@ -23,20 +23,36 @@ type Config struct {
 	// Count counts a text's tokens, for the prompt tokens Anthropic's
 	// streams announce at their start (nil: 0 there).
 	Count func(string) int
-	// PythonCompat answers in the Python gateway's shapes where its
-	// clients read them (off by default).
-	PythonCompat bool
+	// Compat is another gateway's ways, kept for its clients
+	// (internal/pycompat's, the Python gateway's; nil: none).
+	Compat Compat
+}
+
+// Compat is what the protocols take of another gateway's ways: its
+// statuses (relay.Options.Status), its completions' extra fields
+// (openaichat.Config.Extra), its Responses API's forms and endings
+// (responses.Shapes).
+type Compat interface {
+	responses.Shapes
+	Status(code string, status int) int
+	Completion(body []byte, instance string, firstMS, totalMS int64) []byte
 }
 
 // Table returns the protocols, in the order the edge asks them to claim a
 // request: Gemini's clients are told apart before Anthropic's, and OpenAI's
 // chat completions, last, claims whatever no other did (a new protocol's
-// line goes before it).
+// line goes before it). The gateway whose ways Compat keeps had no Gemini
+// API.
 func Table(c Config, log *slog.Logger) []relay.Protocol {
+	o, chat, rsp := c.Options, openaichat.Config{Options: c.Options}, responses.Config{Options: c.Options}
+	if c.Compat != nil {
+		o.Status, rsp.Shapes = c.Compat.Status, c.Compat
+		chat.Options, chat.Extra, rsp.Options = o, c.Compat.Completion, o
+	}
 	return []relay.Protocol{
 		gemini.New(gemini.Config{Options: c.Options}, log),
-		anthropic.New(anthropic.Config{Options: c.Options, Count: c.Count, PythonCompat: c.PythonCompat}, log),
-		responses.New(responses.Config{Options: c.Options, PythonCompat: c.PythonCompat}, c.Responses, log),
-		openaichat.New(openaichat.Config{Options: c.Options, PythonCompat: c.PythonCompat}, log),
+		anthropic.New(anthropic.Config{Options: o, Count: c.Count}, log),
+		responses.New(rsp, c.Responses, log),
+		openaichat.New(chat, log),
 	}
 }

@@ -137,6 +137,10 @@ type Options struct {
 	// CountDropped counts request fields that were accepted but dropped
 	// (nil: not counted).
 	CountDropped httpx.FieldCounter
+	// Status, when set, gives the status a problem of this code is
+	// answered with instead of status: another gateway's, which its clients
+	// act on (internal/pycompat's). Nil: apierr's.
+	Status func(code string, status int) int
 }
 
 // Codec is what every protocol's handler has in common: its relay and its
@@ -190,8 +194,15 @@ func Count(w http.ResponseWriter, r *http.Request, p Protocol, c Counter, body [
 }
 
 // WriteProblem writes p as the protocol's JSON error body, with its
-// status.
-func (rl *Relay) WriteProblem(w http.ResponseWriter, p *apierr.Problem) { rl.cfg.WriteError(w, p) }
+// status (Options.Status's, when it has one for p).
+func (rl *Relay) WriteProblem(w http.ResponseWriter, p *apierr.Problem) {
+	if f := rl.cfg.Status; f != nil {
+		if s := f(p.Code, p.Status); s != p.Status {
+			p.Class, p.Status = apierr.ForStatus(s, "").Class, s
+		}
+	}
+	rl.cfg.WriteError(w, p)
+}
 
 // DroppedFields are the fields the protocol's decoder may drop, for the
 // metrics' series.

@@ -159,7 +159,7 @@ func (rl *Relay) Fail(ctx context.Context, w http.ResponseWriter, err error) Out
 	}
 	p := apierr.Classify(err)
 	rl.logFailure(ctx, &p, false)
-	rl.cfg.WriteError(w, &p)
+	rl.WriteProblem(w, &p)
 	return Outcome{Err: err, Told: p.Message}
 }
 

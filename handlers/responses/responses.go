@@ -46,11 +46,9 @@ type Config struct {
 	// has gone, so a finished answer can still be continued. Default 2s.
 	StoreTimeout time.Duration
 	relay.Options
-	// PythonCompat answers as the Python gateway did where its clients
-	// read it (pycompat.go): output_text, a closing data: [DONE], a stream
-	// that always ends with response.completed, chat-style tools and
-	// object tool outputs taken, a logged-out pool's 401. Default off.
-	PythonCompat bool
+	// Shapes are another gateway's ways, kept for its clients (nil:
+	// OpenAI's alone).
+	Shapes Shapes
 }
 
 // protocol is this package's label in metrics and logs.
@@ -74,11 +72,7 @@ func New(cfg Config, store Store, log *slog.Logger) *Handler {
 	if cfg.StoreTimeout == 0 {
 		cfg.StoreTimeout = 2 * time.Second
 	}
-	writeError := openaierr.Write
-	if cfg.PythonCompat {
-		writeError = apierr.PythonGatewayWriter(writeError)
-	}
-	return &Handler{Codec: relay.NewCodec(relay.Config{Options: cfg.Options, Protocol: protocol, WriteError: writeError,
+	return &Handler{Codec: relay.NewCodec(relay.Config{Options: cfg.Options, Protocol: protocol, WriteError: openaierr.Write,
 		Dropped: DroppedFields}, log), cfg: cfg, store: store, now: time.Now}
 }
 
@@ -121,15 +115,13 @@ func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Decoded, error) {
 	}
 	rt := &relay.Decoded{Request: &t.d.chat}
 	if !t.d.chat.Stream {
-		enc := newStreamEncoder(discard{}, t.resp, t.d.refs)
-		enc.compat = h.cfg.PythonCompat
+		enc := newStreamEncoder(discard{}, t.resp, t.d.refs, endingOf(h.cfg.Shapes))
 		rt.Body = &reply{enc: enc, h: h, ctx: ctx, t: t}
 		return rt, nil
 	}
 	var enc *streamEncoder
 	rt.Stream = func(sse *relay.SSE) relay.Encoder {
-		enc = newStreamEncoder(sse, t.resp, t.d.refs)
-		enc.compat = h.cfg.PythonCompat
+		enc = newStreamEncoder(sse, t.resp, t.d.refs, endingOf(h.cfg.Shapes))
 		return enc
 	}
 	rt.Over = func(ctx context.Context, out relay.Outcome) { h.streamed(ctx, t, enc, out) }
@@ -149,7 +141,7 @@ type turn struct {
 // prepare decodes the body, loads the conversation it continues and builds
 // the neutral request: instructions, history, then this turn's input.
 func (h *Handler) prepare(ctx context.Context, r *http.Request, body []byte) (*turn, error) {
-	d, err := decodeCreate(body, h.cfg.PythonCompat)
+	d, err := decodeCreate(body, h.cfg.Shapes)
 	if err != nil {
 		return nil, err
 	}

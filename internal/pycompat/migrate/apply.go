@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/internal/pycompat"
 	"github.com/poolgate/poolgate/internal/pycompat/plainbundle"
 )
 
@@ -40,7 +41,7 @@ func (m *migration) check(cfg config.Config, steps []step, env []string) ([]byte
 	if err = errors.Join(err, f.Close()); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	if _, _, err := config.Load(f.Name(), unsettled(env)); err != nil {
+	if _, _, err := config.Load(f.Name(), unsettled(env), pycompat.ReadSettings); err != nil {
 		return nil, fmt.Errorf("migrate: the configuration it would write does not start poolgate, so nothing was changed: %w", err)
 	}
 	return doc, nil
@@ -51,7 +52,7 @@ func (m *migration) check(cfg config.Config, steps []step, env []string) ([]byte
 // at, such as an account's password_env.
 func unsettled(env []string) []string {
 	legacy := map[string]bool{"LINGMA_WORK_DIR": true}
-	for _, l := range config.LegacySettings() {
+	for _, l := range pycompat.Settings() {
 		legacy[l.Env] = true
 	}
 	var out []string

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/internal/pycompat"
 	"github.com/poolgate/poolgate/internal/pycompat/plainbundle"
 )
 
@@ -71,7 +72,7 @@ func (m *migration) load(env []string) (config.Config, error) {
 		kept = append(kept, "POOLGATE_PYTHON_COMPAT=true")
 		m.compatSet = true
 	}
-	cfg, notes, err := config.Load("", append(kept, "POOLGATE_DATA_DIR="+m.opts.dataDir))
+	cfg, notes, err := config.Load("", append(kept, "POOLGATE_DATA_DIR="+m.opts.dataDir), pycompat.ReadSettings)
 	if err != nil {
 		return cfg, fmt.Errorf("migrate: the old settings do not make a poolgate configuration, so nothing was changed: %w", err)
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/live"
 	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/internal/pycompat"
 	"github.com/poolgate/poolgate/internal/pycompat/plainbundle"
 	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/internal/sysmem"
@@ -58,7 +59,7 @@ func serve(ctx context.Context, opts Options, environ func() []string, hup <-cha
 		base := environ
 		environ = func() []string { return append(append([]string(nil), vars...), base()...) }
 	}
-	cfg, warnings, err := config.Load(opts.ConfigPath, environ())
+	cfg, warnings, err := config.Load(opts.ConfigPath, environ(), pycompat.ReadSettings)
 	if err != nil {
 		return err
 	}
@@ -119,6 +120,7 @@ type app struct {
 	tracing     trace.TracerProvider        // a no-op one when tracing is off
 	stopTracing func(context.Context) error // flushes the spans not yet exported
 	count       *tokens.Memo                // the token counter of the router and the handlers
+	compat      compat                      // the Python gateway's compatibility (pycompat.go)
 
 	// Reloads (reload.go): the config file and the environment to read
 	// again, and the configuration in force, which only a reload changes.
@@ -159,7 +161,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 		return nil, err
 	}
 	clustered := cfg.AdvertiseURL != ""
-	a := &app{cfg: cfg, applied: cfg, kind: kind, metrics: m, log: log, launcher: &supervisor.ExecLauncher{Env: childEnv(environ)},
+	a := &app{cfg: cfg, applied: cfg, kind: kind, compat: compat{on: cfg.PythonCompat}, metrics: m, log: log, launcher: &supervisor.ExecLauncher{Env: childEnv(environ)},
 		tracing: tp, stopTracing: stopTracing, live: live.New(liveStep, liveSteps, liveAccounts), count: tokens.NewMemo()}
 	if err := a.setupLogin(m, lookup, childEnv(environ)); err != nil {
 		return nil, err
@@ -253,7 +255,7 @@ func notFound(err error) error {
 func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readiness) {
 	cfg, log := a.cfg, a.log
 	apis := protocols.Table(protocols.Config{Options: relay.Options{KeepAlive: cfg.StreamKeepAlive, CountDropped: m.CountFieldIgnored},
-		Responses: responseStore{a.store}, Count: a.count.Count, PythonCompat: cfg.PythonCompat}, log)
+		Responses: responseStore{a.store}, Count: a.count.Count, Compat: a.compat.protocols()}, log)
 	// Who may call what: decided once, at the edge of every listener, from
 	// these credentials (the keys swapped by a reload).
 	creds := &access.Credentials{Keys: a.keys, AdminToken: cfg.AdminToken, MetricsToken: cfg.MetricsToken,
@@ -261,7 +263,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	hcfg := handlers.Config{Credentials: creds, AdminError: admin.WriteError,
 		Accounting: a.acct.forHTTP(cfg.RequestLogDebug, a.live), MaxBodyBytes: cfg.MaxBodyBytes,
 		BodyBudget: httpx.NewBudget(bodyBudget(cfg, log), m.BodyBytes.Set, m.Rejections.Inc),
-		Insecure:   cfg.Insecure, Tracing: a.tracing, PythonCompat: cfg.PythonCompat, Router: a.router, Models: a.router}
+		Insecure:   cfg.Insecure, Tracing: a.tracing, Router: a.router, Models: a.router}
 	var workers admin.Workers = a.sup
 	acfg := admin.Config{BundleImportPlain: cfg.BundleImportPlain, BundleExportPlain: cfg.BundleExportPlain,
 		Simulated: cfg.Simulated()}
@@ -275,7 +277,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	engine := handlers.New(hcfg, apis, m, log)
 	adm := admin.New(acfg, adminPool{a.pool, ready}, workers, reg, log)
 	adm.RegisterProbes(engine)
-	a.api, a.apiConns = a.httpServer(cfg.Listen, engine)
+	a.api, a.apiConns = a.httpServer(cfg.Listen, a.compat.errors(engine))
 	adminEngine := engine
 	if cfg.AdminListen != "" {
 		var open func() bool
@@ -284,9 +286,9 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 			// anything else).
 			open = func() bool { return a.keys.Load().Len() == 0 }
 		}
-		adminEngine = handlers.NewAdmin(creds, admin.WriteError, log, open, cfg.PythonCompat)
+		adminEngine = handlers.NewAdmin(creds, admin.WriteError, log, open)
 		adm.RegisterProbes(adminEngine)
-		a.admin, a.adminConns = a.httpServer(cfg.AdminListen, adminEngine)
+		a.admin, a.adminConns = a.httpServer(cfg.AdminListen, a.compat.errors(adminEngine))
 	}
 	internal := adm.Register(adminEngine)
 	adm.RegisterSession(internal, a.store)
@@ -298,7 +300,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	if a.login != nil {
 		svc = a.login // never a typed nil
 	}
-	admin.RegisterLogin(internal, svc, a.sup, cfg.PythonCompat, log)
+	admin.RegisterLogin(internal, svc, a.sup, a.compat.logins(svc, a.sup), log)
 	adm.RegisterBundles(internal, a.bundles)
 	adm.RegisterUsage(internal, a.acct.usage, a.acct.requests)
 	adm.RegisterLive(internal, a.live)

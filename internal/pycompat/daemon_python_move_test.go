@@ -1,4 +1,4 @@
-package daemon
+package pycompat_test
 
 import (
 	"archive/tar"
