@@ -15,39 +15,6 @@ import (
 	"github.com/poolgate/poolgate/internal/telemetry"
 )
 
-// Affinity says where a conversation's upstream session lives: the instance
-// that served its earlier turns and the session id that instance returned.
-// The affinity stores keep it as JSON; the short names keep Redis entries
-// small and must not change, or entries stored before an upgrade are lost.
-type Affinity struct {
-	Instance  string `json:"i"`
-	SessionID string `json:"s"`
-	Model     string `json:"m,omitempty"`
-	// At is when the turn that wrote the entry finished (Unix ms, the
-	// writing replica's clock): of two entries for one conversation the
-	// newer wins when a replica writes back what it kept while Redis was
-	// away. 0 (entries from before it existed) is older than any.
-	At int64 `json:"t,omitempty"`
-	// Conv is the conversation's name (names.go), so that a follow-up
-	// that finds the entry need not compute it again.
-	Conv string `json:"c,omitempty"`
-}
-
-// SameSession reports whether a and b name the same upstream session:
-// writing one over the other abandons nothing.
-func (a Affinity) SameSession(b Affinity) bool {
-	return a.Instance == b.Instance && a.SessionID == b.SessionID
-}
-
-// AffinityStore keeps conversation -> (instance, upstream session) entries.
-// Take is get-and-delete, so two concurrent turns can never continue one
-// upstream session; the finishing turn writes the next entry back. Any
-// error of Take means "no entry".
-type AffinityStore interface {
-	TakeAffinity(ctx context.Context, key AffinityKey) (Affinity, error)
-	PutAffinity(ctx context.Context, key AffinityKey, a Affinity) error
-}
-
 // RouterConfig configures routing. Zero fields take the defaults noted.
 type RouterConfig struct {
 	// DefaultModel serves requests for models the pool doesn't know (default:
