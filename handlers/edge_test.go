@@ -76,7 +76,7 @@ type servedAnswer struct {
 
 func (a *servedAnswer) Served() route.Served { return a.served }
 
-// testEdge is the public API as main wires it, on r, with keys sk-a (alice) and
+// testEdge is the public API as the daemon wires it, on r, with keys sk-a (alice) and
 // sk-b (bob); cfg says the rest (cluster, body cap).
 func testEdge(t *testing.T, r Opener, cfg Config, rec *recorded) *gin.Engine {
 	t.Helper()

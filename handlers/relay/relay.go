@@ -1,9 +1,13 @@
 // Package relay is what a protocol is to the edge, and what carries an
 // answer from the pool to the client the same way for every protocol. A
-// protocol (Protocol) is a codec: it decodes a request into a Decoded, the
-// neutral chat.Request and the encoder of its answer (Encoder for a stream,
-// BodyEncoder for one JSON body), and names the writer of its JSON error
-// body. The edge opens the answer (a chat.Answer) and hands it here, on the
+// protocol (Protocol, protocol.go) is a codec and all the edge knows of it:
+// its endpoints, the requests it claims, its one look at a request before
+// it is authorized (its key, its path), the decode of a request into a
+// Decoded, the neutral chat.Request and the encoder of its answer (Encoder
+// for a stream, BodyEncoder for one JSON body), its JSON error body, and,
+// when it has them, its token count (Counter, counted once here: Count) and
+// model listing (Lister). Codec is the part every protocol's handler
+// shares, Options the settings they all take. The edge opens the answer (a chat.Answer) and hands it here, on the
 // request's own goroutine. The relay owns the SSE stream (headers, framing,
 // flushing and the write deadline), opening a stream early when the answer
 // is slow to start, keep-alives while a stream is quiet (from Start, before

@@ -36,10 +36,11 @@ func (a Affinity) SameSession(b Affinity) bool {
 	return a.Instance == b.Instance && a.SessionID == b.SessionID
 }
 
-// AffinityStore keeps conversation -> (instance, upstream session) entries.
-// Take is get-and-delete, so two concurrent turns can never continue one
-// upstream session; the finishing turn writes the next entry back. Any
-// error of Take means "no entry".
+// AffinityStore keeps conversation -> (instance, upstream session) entries:
+// the router's port, owned here, which package session's stores (Memory,
+// Redis) adapt to from the floor above. Take is get-and-delete, so two
+// concurrent turns can never continue one upstream session; the finishing
+// turn writes the next entry back. Any error of Take means "no entry".
 type AffinityStore interface {
 	TakeAffinity(ctx context.Context, key AffinityKey) (Affinity, error)
 	PutAffinity(ctx context.Context, key AffinityKey, a Affinity) error

@@ -136,7 +136,7 @@ type app struct {
 	plainBundles atomic.Pointer[map[string]plainbundle.Bundle]
 }
 
-// store is what main needs of a session store beyond what its users need.
+// store is what the daemon needs of a session store beyond what its users need.
 type store interface {
 	route.AffinityStore
 	responses.Store
