@@ -217,14 +217,15 @@ func (t *table) recover(log *slog.Logger) gin.HandlerFunc {
 // one the budget has no room for gets 429 with Retry-After before it is
 // read (a body of unknown length reserves its room as it arrives, and the
 // reader fails when there is none). Refusals come in the caller's
-// protocol; release gives the room back once the request is over. How long a body may take
-// is bounded before any middleware runs (httpx.Deadlines), and a refusal
-// written before its body was read closes the connection there.
-func (s *server) bodyCap(c *gin.Context) (release func(), ok bool) {
+// protocol. The caller gives the room back once the request is over: held
+// bytes, or what b took. How long a body may take is bounded before any
+// middleware runs (httpx.Deadlines), and a refusal written before its body
+// was read closes the connection there.
+func (s *server) bodyCap(c *gin.Context) (held int64, b *budgetBody, ok bool) {
 	r, n, budget := c.Request, s.maxBody, s.budget
 	if r.ContentLength > n {
 		s.t.writeError(c, http.StatusRequestEntityTooLarge, "request body exceeds "+formatBytes(n))
-		return nil, false
+		return 0, nil, false
 	}
 	r.Body = http.MaxBytesReader(c.Writer, r.Body, n)
 	switch {
@@ -233,15 +234,14 @@ func (s *server) bodyCap(c *gin.Context) (release func(), ok bool) {
 		if !budget.Take(r.ContentLength) {
 			p := apierr.Classify(httpx.ErrBudget)
 			s.t.writeProblem(c.Writer, r, &p)
-			return nil, false
+			return 0, nil, false
 		}
-		return func() { budget.Put(r.ContentLength) }, true
+		return r.ContentLength, nil, true
 	default:
-		b := &budgetBody{Reader: httpx.Reader{R: r.Body, B: budget}, Closer: r.Body}
+		b = &budgetBody{Reader: httpx.Reader{R: r.Body, B: budget}, Closer: r.Body}
 		r.Body = b
-		return func() { budget.Put(b.Taken) }, true
 	}
-	return func() {}, true
+	return 0, b, true
 }
 
 // budgetBody is a body of unknown length read under the budget.

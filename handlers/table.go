@@ -180,11 +180,16 @@ func (s *server) endpoint(os []owner) gin.HandlerFunc {
 		if hop {
 			defer c.Request.Body.Close()
 		}
-		release, ok := s.bodyCap(c)
+		held, b, ok := s.bodyCap(c)
 		if !ok {
 			return
 		}
-		defer release()
+		if held > 0 {
+			defer s.budget.Put(held)
+		}
+		if b != nil {
+			defer func() { s.budget.Put(b.Taken) }()
+		}
 		for _, pv := range c.Params {
 			c.Request.SetPathValue(pv.Key, pv.Value)
 		}

@@ -36,6 +36,10 @@ type Compat interface {
 	responses.Shapes
 	Status(code string, status int) int
 	Completion(body []byte, instance string, firstMS, totalMS int64) []byte
+	// On says the ways are on; off, only its Responses shapes are asked
+	// (their refusals name how to turn it on), and no request pays for
+	// the rest.
+	On() bool
 }
 
 // Table returns the protocols, in the order the edge asks them to claim a
@@ -46,7 +50,10 @@ type Compat interface {
 func Table(c Config, log *slog.Logger) []relay.Protocol {
 	o, chat, rsp := c.Options, openaichat.Config{Options: c.Options}, responses.Config{Options: c.Options}
 	if c.Compat != nil {
-		o.Status, rsp.Shapes = c.Compat.Status, c.Compat
+		rsp.Shapes = c.Compat
+	}
+	if c.Compat != nil && c.Compat.On() {
+		o.Status = c.Compat.Status
 		chat.Options, chat.Extra, rsp.Options = o, c.Compat.Completion, o
 	}
 	return []relay.Protocol{

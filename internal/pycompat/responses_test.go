@@ -23,7 +23,7 @@ import (
 // gateway's shapes (on or off) as the wiring gives them.
 func protocol(t *testing.T, on bool, name string) relay.Protocol {
 	t.Helper()
-	for _, p := range protocols.Table(protocols.Config{Responses: &responsestest.Store{}, Compat: pycompat.Shapes{On: on}}, nil) {
+	for _, p := range protocols.Table(protocols.Config{Responses: &responsestest.Store{}, Compat: pycompat.Shapes{Enabled: on}}, nil) {
 		if p.Relay().Name() == name {
 			return p
 		}

@@ -11,7 +11,7 @@ import (
 
 // Shapes are the Python gateway's ways with the answer APIs, which its
 // clients learnt: the protocols table takes them (handlers/protocols'
-// Compat), and with On false (python_compat off) they keep OpenAI's and
+// Compat), and with Enabled false (python_compat off) they keep OpenAI's and
 // Anthropic's ways and only name python_compat in the refusals of the
 // forms it would take.
 //
@@ -33,21 +33,24 @@ import (
 //     list of anything) is taken as that JSON's text (Output). That
 //     gateway's Responses API was its chat completions underneath.
 type Shapes struct {
-	On bool
+	Enabled bool
 }
 
-// Status is a 401 for a logged-out account's not_logged_in, with On.
+// On says python_compat is on.
+func (s Shapes) On() bool { return s.Enabled }
+
+// Status is a 401 for a logged-out account's not_logged_in, with Enabled.
 func (s Shapes) Status(code string, status int) int {
-	if s.On && code == "not_logged_in" {
+	if s.Enabled && code == "not_logged_in" {
 		return 401
 	}
 	return status
 }
 
 // Completion adds served_by and latency to a non-stream completion's body,
-// with On.
+// with Enabled.
 func (s Shapes) Completion(body []byte, instance string, firstMS, totalMS int64) []byte {
-	if !s.On || len(body) == 0 || body[len(body)-1] != '}' {
+	if !s.Enabled || len(body) == 0 || body[len(body)-1] != '}' {
 		return body
 	}
 	b := append(body[:len(body)-1:len(body)-1], `,"served_by":`...)
@@ -67,9 +70,9 @@ type chatFunction struct {
 }
 
 // ChatTool takes a chat completions tool as the function it defines, with
-// On; without, it refuses it naming the Responses form and python_compat.
+// Enabled; without, it refuses it naming the Responses form and python_compat.
 func (s Shapes) ChatTool(param string, function json.RawMessage) (string, string, json.RawMessage, error) {
-	if !s.On {
+	if !s.Enabled {
 		return "", "", nil, errors.New(param + ` is a chat completions tool ({"type": "function", "function": {...}}); the Responses API takes ` +
 			`{"type": "function", "name", "description", "parameters"} (python_compat takes the chat form, as the Python gateway did)`)
 	}
@@ -81,10 +84,10 @@ func (s Shapes) ChatTool(param string, function json.RawMessage) (string, string
 }
 
 // Output takes a tool output that is neither a string nor a list of typed
-// content parts as its JSON text, with On.
+// content parts as its JSON text, with Enabled.
 func (s Shapes) Output(raw json.RawMessage) (string, bool, string) {
 	const hint = " (python_compat takes any JSON there, as the Python gateway did, and passes it on as its text)"
-	if !s.On {
+	if !s.Enabled {
 		return "", false, hint
 	}
 	var parts []contentPart
@@ -114,9 +117,9 @@ func untyped(parts []contentPart) bool {
 }
 
 // Ending ends a stream with response.completed, output_text and a closing
-// data: [DONE], with On; OpenAI's ending without.
+// data: [DONE], with Enabled; OpenAI's ending without.
 func (s Shapes) Ending() (failed string, outputText bool, trailer []byte) {
-	if !s.On {
+	if !s.Enabled {
 		return "response.failed", false, nil
 	}
 	return "response.completed", true, []byte("[DONE]")

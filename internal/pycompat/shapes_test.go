@@ -28,7 +28,7 @@ func TestStatus(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.give.Error(), func(t *testing.T) {
 			var got apierr.Problem
-			rl := relay.New(relay.Config{Options: relay.Options{Status: pycompat.Shapes{On: true}.Status},
+			rl := relay.New(relay.Config{Options: relay.Options{Status: pycompat.Shapes{Enabled: true}.Status},
 				WriteError: func(_ http.ResponseWriter, p *apierr.Problem) { got = *p }}, nil)
 			p := apierr.Classify(tt.give)
 			rl.WriteProblem(httptest.NewRecorder(), &p)

@@ -470,13 +470,13 @@ type forwarding struct {
 	text  strings.Builder
 	calls []chat.ToolCall
 	// put is the affinity entry a clean finish leaves to write back once
-	// the caller closes the answer (nil: none).
-	put *affinityPut
+	// the caller closes the answer (the zero value: none).
+	put affinityPut
 }
 
 // affinityPut is an affinity entry to write back.
 type affinityPut struct {
-	key AffinityKey
+	key AffinityKey // "": none
 	a   Affinity
 }
 
@@ -488,10 +488,10 @@ type affinityPut struct {
 // answer is complete even if the client went away since.
 func (f *forwarding) writeBack() {
 	p := f.put
-	if p == nil {
+	if p.key == "" {
 		return
 	}
-	f.put = nil
+	f.put = affinityPut{}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if err := f.r.store.PutAffinity(ctx, p.key, p.a); err != nil {
@@ -578,7 +578,7 @@ func (f *forwarding) finish(done chat.Event, keep bool) {
 		r.DeleteSession(Affinity{Instance: slot.Instance(), SessionID: sessionID})
 	default:
 		answer := chat.Message{Role: chat.RoleAssistant, Content: text, ToolCalls: calls}
-		f.put = &affinityPut{key: newAffinityKey(rq.owner, rq.model, rq.Messages, &answer),
+		f.put = affinityPut{key: newAffinityKey(rq.owner, rq.model, rq.Messages, &answer),
 			a: Affinity{Instance: slot.Instance(), SessionID: sessionID, Model: rq.model, At: time.Now().UnixMilli(), Conv: rq.conv}}
 	}
 	if rq.split >= 0 {

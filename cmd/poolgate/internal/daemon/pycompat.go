@@ -28,7 +28,7 @@ type compat struct{ on bool }
 
 // protocols are its ways with the answer APIs. Off, they are OpenAI's and
 // Anthropic's, and only its refusals name python_compat.
-func (c compat) protocols() protocols.Compat { return pycompat.Shapes{On: c.on} }
+func (c compat) protocols() protocols.Compat { return pycompat.Shapes{Enabled: c.on} }
 
 // errors wraps a listener's handler in its error bodies' detail, when on.
 func (c compat) errors(h http.Handler) http.Handler {
