@@ -194,7 +194,11 @@ func (rl *Relay) Hop(ctx context.Context, holder string, hop func() error) bool 
 
 // Collect answers with one JSON body: the whole answer ans (or err, when
 // it could not be opened) is collected into enc, then encoded. Any failure
-// is a JSON error with its status.
+// is a JSON error with its status. The answer is closed before its body is
+// written: what closing does (the router writes the conversation's affinity
+// back) is done before the client, who has nothing until the body, can send
+// its follow-up, to whichever replica. A stream's last event goes out
+// before (Streamer.Relay).
 func (rl *Relay) Collect(ctx context.Context, w http.ResponseWriter, ans chat.Answer, err error, enc BodyEncoder) Outcome {
 	if err == nil {
 		defer ans.Close()
@@ -215,6 +219,7 @@ func (rl *Relay) Collect(ctx context.Context, w http.ResponseWriter, ans chat.An
 		case chat.EventDone:
 			var body []byte
 			if body, err = enc.Body(ev); err == nil {
+				ans.Close()
 				httpx.WriteJSON(w, http.StatusOK, body)
 				return Outcome{}
 			}

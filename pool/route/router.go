@@ -481,11 +481,14 @@ type affinityPut struct {
 }
 
 // writeBack writes the entry a clean finish left, once: when the caller
-// closes the answer, after its last event went out. The client's last
-// event must not wait for the store (a slow Redis takes up to the second
-// it is given); a follow-up on the same connection is read only once the
-// request is over, so it finds the entry. Detached from the request: the
-// answer is complete even if the client went away since.
+// closes the answer, before the turn's slot is freed (turnStream.Close), so
+// that a drain or a handover of the instance, which waits for its slots,
+// comes after it. A stream's caller closes it after its last event went
+// out, which must not wait for the store (a slow Redis takes up to the
+// second it is given); the response ends after it, so a follow-up sent once
+// the response is over finds the entry. A whole answer's caller closes it
+// before writing its one body (relay.Collect). Detached from the request:
+// the answer is complete even if the client went away since.
 func (f *forwarding) writeBack() {
 	p := f.put
 	if p.key == "" {
