@@ -89,7 +89,7 @@ type Admin struct {
 	lease   *leaseGate // nil: not clustered, every instance is this replica's
 }
 
-// New returns the admin surface. reg is the registry main made; New adds the
+// New returns the admin surface. reg is the registry the daemon made; New adds the
 // pool's scrape-time collector to it.
 func New(cfg Config, p Pool, w Workers, reg *prometheus.Registry, log *slog.Logger) *Admin {
 	reg.MustRegister(newPoolCollector(p))

@@ -182,7 +182,7 @@ func startAdmin(t *testing.T) (*route.Pool, *supervisor.Supervisor, *httptest.Se
 	adm.RegisterDashboard(eng)
 	logins := &fakeLogins{}
 	if !hasRoute(eng, http.MethodGet, "/internal/auto-login/status") {
-		admin.RegisterLogin(in, logins, sup, false, log)
+		admin.RegisterLogin(in, logins, sup, nil, log)
 	}
 	if !hasRoute(eng, http.MethodGet, "/internal/stats") {
 		in.GET("/stats", func(c *gin.Context) {

@@ -8,7 +8,7 @@ import (
 	"github.com/poolgate/poolgate/internal/apikey"
 )
 
-// Edge is the HTTP edge's authorization as main puts it in front of the
+// Edge is the HTTP edge's authorization as the daemon puts it in front of the
 // admin routes: adminToken is the admin token ("" = none), keys the API
 // keys in force (none: an open gateway, whose callers are its admins).
 func Edge(adminToken string, keys ...apikey.Key) gin.HandlerFunc {

@@ -74,7 +74,7 @@ func WriteError(w http.ResponseWriter, status int, code, message string) {
 
 // bodyLimit caps admin request bodies in size: over max is a 413 at once
 // (or when reading finds it). How long a body may take is bounded before
-// any middleware runs (httpx.Deadlines, which main wraps every listener in).
+// any middleware runs (httpx.Deadlines, which the daemon wraps every listener in).
 func bodyLimit(capOf func(*gin.Context) int64) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		r, max := c.Request, capOf(c)

@@ -77,7 +77,7 @@ type fakeHolders struct{ url string }
 func (h fakeHolders) Holder(string) (bool, string) { return false, h.url }
 func (h fakeHolders) ID() string                   { return "r1" }
 
-// adminServer serves the /internal API as main wires it, with body timeout
+// adminServer serves the /internal API as the daemon wires it, with body timeout
 // bodyTimeout (httpx.Deadlines around the engine); holders, when set,
 // makes it a replica that holds nothing.
 func adminServer(t *testing.T, holders Holders, bodyTimeout time.Duration) (*httptest.Server, *fakePool) {

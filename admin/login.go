@@ -58,10 +58,9 @@ const loginURLTimeout = 30 * time.Second
 // instance (the manual fallback: an operator signs in with their own
 // browser and passes the callback through here). svc may be nil when no
 // browser is available: the manual fallback still works, start answers 503.
-// pythonCompat answers start and status in the Python gateway's shapes
-// (pycompat.go).
-func RegisterLogin(r gin.IRouter, svc LoginService, targets LoginTargets, pythonCompat bool, log *slog.Logger) {
-	h := &loginAPI{svc: svc, targets: targets, compat: pythonCompat, log: log}
+// compat, when set, answers start and status in another gateway's shapes.
+func RegisterLogin(r gin.IRouter, svc LoginService, targets LoginTargets, compat LoginCompat, log *slog.Logger) {
+	h := &loginAPI{svc: svc, targets: targets, compat: compat, log: log}
 	r.POST("/auto-login/start", h.start)
 	r.GET("/auto-login/status", h.status)
 	r.GET("/auto-login/url", h.url)
@@ -69,10 +68,26 @@ func RegisterLogin(r gin.IRouter, svc LoginService, targets LoginTargets, python
 	r.GET("/auto-login/:instance/callback", h.callback)
 }
 
+// LoginCompat answers a login start and the logins' status in another
+// gateway's shapes, which its scripts parse: the wiring's adapter of
+// internal/pycompat, the Python gateway's.
+type LoginCompat interface {
+	// Start answers a start of t's login on w (picked: the gateway chose
+	// t); started says a login was started. ErrNoBrowser: none could be,
+	// and nothing was written.
+	Start(w http.ResponseWriter, r *http.Request, t supervisor.LoginTarget, picked bool) (started bool, err error)
+	// Status answers the status of every login, all, on w; all is as the
+	// caller of r may read it (a viewer's without the addresses' queries).
+	Status(w http.ResponseWriter, r *http.Request, all []login.Status)
+}
+
+// ErrNoBrowser says that no login can be started: no browser is available.
+var ErrNoBrowser = errors.New("automatic login is not available (no browser)")
+
 type loginAPI struct {
 	svc     LoginService
 	targets LoginTargets
-	compat  bool
+	compat  LoginCompat // nil: poolgate's own answers
 	log     *slog.Logger
 }
 
@@ -124,8 +139,14 @@ func (h *loginAPI) start(c *gin.Context) {
 	if !ok {
 		return
 	}
-	if h.compat {
-		h.compatStart(c, t, picked)
+	if h.compat != nil {
+		started, err := h.compat.Start(c.Writer, c.Request, t, picked)
+		switch {
+		case err != nil:
+			noBrowser(c, name)
+		case started:
+			h.log.Info("admin action", "action", "auto_login_start", "instance", name, "picked", picked, "by", who(c))
+		}
 		return
 	}
 	if st, err := h.targets.State(name); picked && err == nil && st == supervisor.StateReady {
@@ -133,13 +154,18 @@ func (h *loginAPI) start(c *gin.Context) {
 		return
 	}
 	if h.svc == nil {
-		writeError(c, http.StatusServiceUnavailable, CodeUnavailable,
-			"automatic login is not available (no browser); use /auto-login/url and /auto-login/"+name+"/callback")
+		noBrowser(c, name)
 		return
 	}
 	st := h.svc.Start(t)
 	h.log.Info("admin action", "action", "auto_login_start", "instance", name, "picked", picked, "by", who(c))
 	c.JSON(http.StatusAccepted, startAnswer{Status: st, OK: true, Instance: name, Picked: picked, AutoLogin: &st})
+}
+
+// noBrowser answers a start that no login can serve.
+func noBrowser(c *gin.Context, name string) {
+	writeError(c, http.StatusServiceUnavailable, CodeUnavailable,
+		ErrNoBrowser.Error()+"; use /auto-login/url and /auto-login/"+name+"/callback")
 }
 
 // status lists every instance's login, in config order: those no login ran
@@ -165,8 +191,8 @@ func (h *loginAPI) status(c *gin.Context) {
 			all[i] = forViewer(all[i])
 		}
 	}
-	if h.compat {
-		h.compatStatus(c, all)
+	if h.compat != nil {
+		h.compat.Status(c.Writer, c.Request, all)
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"instances": all, "browser": h.svc != nil})

@@ -109,18 +109,12 @@ func (f *fakeTargets) State(name string) (supervisor.State, error) {
 	return supervisor.StateNeedsLogin, nil
 }
 
-// loginServer serves RegisterLogin under /internal, as main wires it.
+// loginServer serves RegisterLogin under /internal, as the daemon wires it.
 func loginServer(t *testing.T, svc LoginService, targets LoginTargets) *httptest.Server {
-	t.Helper()
-	return loginServerCompat(t, svc, targets, false)
-}
-
-// loginServerCompat is loginServer with python_compat as given.
-func loginServerCompat(t *testing.T, svc LoginService, targets LoginTargets, compat bool) *httptest.Server {
 	t.Helper()
 	gin.SetMode(gin.TestMode)
 	r := gin.New()
-	RegisterLogin(r.Group("/internal"), svc, targets, compat, slog.New(slog.DiscardHandler))
+	RegisterLogin(r.Group("/internal"), svc, targets, nil, slog.New(slog.DiscardHandler))
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
 	return srv
@@ -267,43 +261,4 @@ func do(t *testing.T, method, u string, header map[string]string) (int, string, 
 		t.Errorf("%s %s: invalid JSON %s", method, u, b)
 	}
 	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
-}
-
-// With python_compat, start and status answer as the Python gateway's
-// scripts parse them: 200, already_logged_in for a named logged-in instance
-// (no login started unless forced), already_running, "ok", and per instance
-// "instance", "auto_login" and "auth" asked of the worker.
-func TestLoginPythonCompat(t *testing.T) {
-	svc := &fakeLogins{}
-	srv := loginServerCompat(t, svc, &fakeTargets{ports: map[string]int{"acct-1": 1, "ready": 2, "down": 0}}, true)
-	tests := []struct {
-		name     string
-		method   string
-		path     string
-		wantCode int
-		wantBody string
-	}{
-		{"start a logged-in instance", "POST", "/internal/auto-login/start?instance=ready", 200,
-			`{"ok":true,"state":"already_logged_in","instance":"ready","auth":{"logged_in":true,"id":"u-ready"}}`},
-		{"start", "POST", "/internal/auto-login/start?instance=acct-1", 200, `{"ok":true,"state":"running","instance":"acct-1","auto_login":{"name":"acct-1","state":"running",`},
-		{"start again", "POST", "/internal/auto-login/start?instance=acct-1", 200, `{"ok":true,"state":"already_running","instance":"acct-1","auto_login":`},
-		{"start forced", "POST", "/internal/auto-login/start?instance=ready&force=true", 200, `{"ok":true,"state":"running","instance":"ready",`},
-		{"status", "GET", "/internal/auto-login/status", 200, `{"browser":true,"instances":[{"name":"acct-1","state":"succeeded","attempts":1,`},
-		{"status of a logged-out instance", "GET", "/internal/auto-login/status", 200, `"instance":"acct-1","auto_login":{"name":"acct-1","state":"succeeded",`},
-		{"status asks the worker", "GET", "/internal/auto-login/status", 200, `"auth":{"logged_in":false},"instance_state":"needs_login"}`},
-		{"status of a logged-in instance", "GET", "/internal/auto-login/status", 200, `"instance":"ready","auto_login":{"name":"ready","state":"idle",`},
-		{"status of a worker that does not answer", "GET", "/internal/auto-login/status", 200, `"auth":{"logged_in":false,"error":"worker connection lost"`},
-		{"status is ok", "GET", "/internal/auto-login/status", 200, `"ok":true`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			code, _, body := do(t, tt.method, srv.URL+tt.path, nil)
-			if code != tt.wantCode || !strings.Contains(body, tt.wantBody) {
-				t.Errorf("got %d %s, want %d containing %s", code, body, tt.wantCode, tt.wantBody)
-			}
-		})
-	}
-	if got := strings.Join(svc.started, ","); got != "acct-1,acct-1,ready" {
-		t.Errorf("got starts %q, want acct-1 twice and the forced ready", got)
-	}
 }

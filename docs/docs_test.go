@@ -20,8 +20,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/config"
-	"github.com/poolgate/poolgate/internal/testenv"
 	_ "github.com/poolgate/poolgate/pool/drivers" // the drivers' sections are settings too
 )
 
@@ -182,10 +182,10 @@ func TestRunnableBlocks(t *testing.T) {
 		}
 	}
 	// One daemon per set of settings, living as long as the whole test.
-	daemons := map[string]*testenv.Daemon{}
+	daemons := map[string]*daemontest.Daemon{}
 	for _, b := range run {
 		if key := strings.Join(b.env(), " "); daemons[key] == nil {
-			daemons[key] = testenv.StartDaemon(t, b.env()...)
+			daemons[key] = daemontest.StartDaemon(t, b.env()...)
 		}
 	}
 	for _, d := range daemons {
@@ -201,7 +201,7 @@ func TestRunnableBlocks(t *testing.T) {
 // curlFails makes curl in a block fail on an HTTP error, quietly otherwise.
 const curlFails = `curl() { command curl --silent --show-error --fail-with-body --max-time 60 "$@"; }` + "\n"
 
-func runBlock(t *testing.T, b block, d *testenv.Daemon) {
+func runBlock(t *testing.T, b block, d *daemontest.Daemon) {
 	t.Helper()
 	script := b.body
 	for _, addr := range []string{"127.0.0.1:8080", "localhost:8080"} {

@@ -3,17 +3,13 @@ package handlers
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/apierr"
-	"github.com/poolgate/poolgate/handlers/gemini"
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/handlers/openaierr"
 	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
@@ -58,7 +54,8 @@ type record struct {
 // request log). A request another replica forwarded
 // here was admitted there, so only its record is kept here; a request this
 // replica forwarded is recorded by the replica that served it.
-func observe(m *metrics.Metrics, acct *Accounting, log *slog.Logger, e *edge, p relay.Protocol) gin.HandlerFunc {
+func (s *server) observe(p relay.Protocol) gin.HandlerFunc {
+	m, acct, log, e := s.m, s.acct, s.log, s.edge
 	api := p.Relay().Name()
 	var series *metrics.API // the API's own series, looked up once
 	if m != nil {
@@ -68,14 +65,14 @@ func observe(m *metrics.Metrics, acct *Accounting, log *slog.Logger, e *edge, p 
 		start := time.Now()
 		ctx := c.Request.Context()
 		key := access.From(ctx).Key
-		ticket, denied := admit(m, acct, log, c, key)
+		ticket, denied := s.admit(c, key)
 		if denied != nil {
 			finish(m, series, acct, api, c, key, record{Error: denied.Error()}, start)
 			return
 		}
 		var rec record
 		if body, err := httpx.ReadBody(c.Request); err != nil {
-			rec.Error = readFailed(c.Writer, c.Request, err)
+			rec.Error = s.readFailed(c.Writer, c.Request, err)
 		} else {
 			out, served := e.answer(c.Writer, c.Request, api, p, body)
 			rec = record{Served: served, Error: out.Told, Forwarded: out.Forwarded}
@@ -94,9 +91,9 @@ func observe(m *metrics.Metrics, acct *Accounting, log *slog.Logger, e *edge, p 
 }
 
 // readFailed answers a body that could not be read (over its cap, late, over
-// the gateway's body budget, or cut off) in the request's protocol shape and
-// returns what it told.
-func readFailed(w http.ResponseWriter, r *http.Request, err error) string {
+// the gateway's body budget, or cut off) in the request's protocol shape
+// and returns what it told.
+func (s *server) readFailed(w http.ResponseWriter, r *http.Request, err error) string {
 	if apierr.Gone(r.Context(), err) {
 		w.WriteHeader(apierr.StatusClientClosed)
 		return relay.ClientGone
@@ -106,7 +103,7 @@ func readFailed(w http.ResponseWriter, r *http.Request, err error) string {
 		err = &apierr.RequestError{Message: "could not read the request body: " + err.Error()}
 	}
 	p := apierr.Classify(err)
-	writeProblem(w, r, &p)
+	s.t.writeProblem(w, r, &p)
 	return p.Message
 }
 
@@ -114,9 +111,9 @@ func readFailed(w http.ResponseWriter, r *http.Request, err error) string {
 // (counting tokens) under the caller's key's limits: it takes a request of
 // the key's rate and a slot of its concurrency, and is refused once the
 // key's daily tokens are spent, but charges no tokens.
-func limited(m *metrics.Metrics, acct *Accounting, log *slog.Logger, h http.HandlerFunc) gin.HandlerFunc {
+func (s *server) limited(h http.HandlerFunc) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		ticket, denied := admit(m, acct, log, c, access.From(c.Request.Context()).Key)
+		ticket, denied := s.admit(c, access.From(c.Request.Context()).Key)
 		if denied != nil {
 			return
 		}
@@ -130,7 +127,8 @@ func limited(m *metrics.Metrics, acct *Accounting, log *slog.Logger, h http.Hand
 // replica forwarded was admitted there. An error other than a denial
 // admits the request: a limiter that cannot decide must not stop the
 // gateway (the Redis limiter decides alone while Redis is away).
-func admit(m *metrics.Metrics, acct *Accounting, log *slog.Logger, c *gin.Context, key *apikey.Key) (*keylimits.Ticket, *keylimits.Denied) {
+func (s *server) admit(c *gin.Context, key *apikey.Key) (*keylimits.Ticket, *keylimits.Denied) {
+	m, acct, log := s.m, s.acct, s.log
 	if key == nil || !key.Limited() || acct.Limiter == nil || Forwarded(c.Request) {
 		return nil, nil
 	}
@@ -141,7 +139,7 @@ func admit(m *metrics.Metrics, acct *Accounting, log *slog.Logger, c *gin.Contex
 	var denied *keylimits.Denied
 	switch {
 	case errors.As(err, &denied):
-		writeDenied(c.Writer, c.Request, denied)
+		s.writeDenied(c.Writer, c.Request, denied)
 		if m != nil {
 			m.KeyLimited.WithLabelValues(key.Name, denied.Limit).Inc()
 		}
@@ -208,28 +206,15 @@ func finish(m *metrics.Metrics, series *metrics.API, acct *Accounting, api strin
 
 // writeDenied answers a request over its key's limit: 429 in the caller's
 // protocol, naming the limit, with Retry-After.
-func writeDenied(w http.ResponseWriter, r *http.Request, d *keylimits.Denied) {
-	p := apierr.Problem{Kind: apierr.RateLimited, Status: http.StatusTooManyRequests, Code: "rate_limit_exceeded",
+func (s *server) writeDenied(w http.ResponseWriter, r *http.Request, d *keylimits.Denied) {
+	p := apierr.Problem{Class: apierr.RateLimited, Status: http.StatusTooManyRequests, Code: "rate_limit_exceeded",
 		Message: d.Error(), RetryAfter: d.RetryAfter, Err: d}
 	if d.Limit == keylimits.LimitTokensPerDay {
 		p.Code = "insufficient_quota"
 	}
 	w.Header().Set(LimitHeader, d.Limit)
-	writeProblem(w, r, &p)
+	s.t.writeProblem(w, r, &p)
 }
 
 // LimitHeader names the key limit that refused a request.
 const LimitHeader = "X-Poolgate-Limit"
-
-// writeProblem writes p in r's protocol shape.
-func writeProblem(w http.ResponseWriter, r *http.Request, p *apierr.Problem) {
-	switch {
-	case gemini.IsRequest(r):
-		gemini.WriteProblem(w, p)
-		return
-	case isAnthropic(r):
-		anthropic.WriteProblem(w, p)
-		return
-	}
-	openaierr.Write(w, p)
-}

@@ -14,7 +14,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/openaichat"
+	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/keylimits"
@@ -98,15 +100,12 @@ func accountingEngine(t *testing.T, lim *fakeLimiter, rec *recorded, capture boo
 	acct := &Accounting{Limiter: lim, Capture: capture,
 		Usage: func(r usage.Record) { rec.mu.Lock(); rec.usage = append(rec.usage, r); rec.mu.Unlock() },
 		Log:   func(e requestlog.Entry) { rec.mu.Lock(); rec.entries = append(rec.entries, e); rec.mu.Unlock() }}
-	e := gin.New()
-	e.Use(Authorize(&access.Credentials{Keys: keys, Hops: testHops(t, "cluster-secret", "replica-1")}, nil))
-	// The chat protocol, answered by a router that says what it served.
-	e.POST("/v1/chat/completions", observe(nil, acct, slog.New(slog.DiscardHandler), &edge{router: &fakeRouter{}, capture: capture},
-		openaichat.New(openaichat.Config{}, nil)))
-	e.POST("/v1/messages/count_tokens", limited(nil, acct, slog.New(slog.DiscardHandler), func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusOK)
-	}))
-	return e
+	// The chat protocol, answered by a router that says what it served,
+	// and Anthropic's, for its token count.
+	log := slog.New(slog.DiscardHandler)
+	return New(Config{Credentials: &access.Credentials{Keys: keys, Hops: testHops(t, "cluster-secret", "replica-1")},
+		Accounting: acct, Router: &fakeRouter{}}, []relay.Protocol{anthropic.New(anthropic.Config{}, log),
+		openaichat.New(openaichat.Config{}, log)}, nil, log)
 }
 
 func testHops(t *testing.T, token, self string) *access.Hops {
@@ -267,7 +266,8 @@ func TestForgedHopIsRefused(t *testing.T) {
 // quota can't spend the gateway's CPU on it; it charges no tokens.
 func TestCountTokensIsUnderTheKeysLimits(t *testing.T) {
 	count := func(e http.Handler, key string) int {
-		r := httptest.NewRequest(http.MethodPost, "/v1/messages/count_tokens", strings.NewReader("{}"))
+		r := httptest.NewRequest(http.MethodPost, "/v1/messages/count_tokens",
+			strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
 		r.Header.Set("X-Api-Key", key)
 		w := httptest.NewRecorder()
 		e.ServeHTTP(w, r)

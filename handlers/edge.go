@@ -20,8 +20,8 @@ import (
 // verified its signed hop (it is never forwarded again: one hop at most).
 func Forwarded(r *http.Request) bool { return access.From(r.Context()).Replica != "" }
 
-// Router runs requests on the pool (*route.Router).
-type Router interface {
+// Opener runs requests on the pool (*route.Router).
+type Opener interface {
 	Open(ctx context.Context, c route.Call) (route.Opened, error)
 }
 
@@ -31,7 +31,7 @@ const InstanceHeader = relay.InstanceHeader
 // edge runs the answer APIs' turns, every one the same way (answer): the
 // router, and the hop to another replica (nil on a single node).
 type edge struct {
-	router  Router
+	router  Opener
 	hop     *cluster.Proxy
 	tracer  telemetry.Tracer
 	capture bool
@@ -92,7 +92,7 @@ func (e *edge) forwardTo(ctx context.Context, c *call, holder string) func() err
 
 // stream runs a streamed turn. The keep-alives run from before the answer
 // is opened: a wait in the queue is kept alive too.
-func (e *edge) stream(ctx context.Context, cancel context.CancelFunc, c *call, rl *relay.Relay, t *relay.Turn) (relay.Outcome, route.Opened) {
+func (e *edge) stream(ctx context.Context, cancel context.CancelFunc, c *call, rl *relay.Relay, t *relay.Decoded) (relay.Outcome, route.Opened) {
 	sse := rl.NewStream(c.w, t.ContentType)
 	st := rl.Start(ctx, cancel, sse, t.Stream(sse))
 	o, err := e.open(ctx, c.api, t.Request, c.mayHop)
@@ -109,7 +109,7 @@ func (e *edge) stream(ctx context.Context, cancel context.CancelFunc, c *call, r
 
 // collect runs a turn answered with one body. Nothing is written before
 // the whole answer: the hop can always be tried.
-func (e *edge) collect(ctx context.Context, c *call, rl *relay.Relay, t *relay.Turn) (relay.Outcome, route.Opened) {
+func (e *edge) collect(ctx context.Context, c *call, rl *relay.Relay, t *relay.Decoded) (relay.Outcome, route.Opened) {
 	o, err := e.open(ctx, c.api, t.Request, c.mayHop)
 	if o.Holder != "" && rl.Hop(ctx, o.Holder, e.forwardTo(ctx, c, o.Holder)) {
 		return relay.Outcome{Forwarded: true}, o

@@ -76,9 +76,9 @@ type servedAnswer struct {
 
 func (a *servedAnswer) Served() route.Served { return a.served }
 
-// testEdge is the public API as main wires it, on r, with keys sk-a (alice) and
+// testEdge is the public API as the daemon wires it, on r, with keys sk-a (alice) and
 // sk-b (bob); cfg says the rest (cluster, body cap).
-func testEdge(t *testing.T, r Router, cfg Config, rec *recorded) *gin.Engine {
+func testEdge(t *testing.T, r Opener, cfg Config, rec *recorded) *gin.Engine {
 	t.Helper()
 	cfg.Credentials = &access.Credentials{Keys: apikey.NewRegistry([]apikey.Key{{Name: "alice", Secret: "sk-a"},
 		{Name: "bob", Secret: "sk-b"}})}
@@ -88,9 +88,9 @@ func testEdge(t *testing.T, r Router, cfg Config, rec *recorded) *gin.Engine {
 	cfg.Accounting = &Accounting{Usage: func(u usage.Record) { rec.mu.Lock(); rec.usage = append(rec.usage, u); rec.mu.Unlock() },
 		Log: func(e requestlog.Entry) { rec.mu.Lock(); rec.entries = append(rec.entries, e); rec.mu.Unlock() }}
 	log := slog.New(slog.DiscardHandler)
-	return New(cfg, Protocols{Router: r, APIs: []relay.Protocol{openaichat.New(openaichat.Config{}, log),
-		responses.New(responses.Config{}, &responsestest.Store{}, log), anthropic.New(anthropic.Config{}, log)}},
-		nil, log)
+	cfg.Router = r
+	return New(cfg, []relay.Protocol{anthropic.New(anthropic.Config{}, log),
+		responses.New(responses.Config{}, &responsestest.Store{}, log), openaichat.New(openaichat.Config{}, log)}, nil, log)
 }
 
 // post sends body to path on e with bob's key and a request id.

@@ -10,7 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// BrowserGuard protects a listener that serves without credentials (no API
+// browserGuard protects a listener that serves without credentials (no API
 // keys, loopback only) from the web pages its operator's browser opens: with
 // nothing to authenticate, any page could otherwise drive the API and the
 // admin endpoints with simple cross-origin requests, and read them by DNS
@@ -22,26 +22,26 @@ import (
 //
 // open says whether the guard applies now (no keys in force); nil means
 // always.
-func BrowserGuard(anyHost bool, open func() bool) gin.HandlerFunc {
+func (t *table) browserGuard(anyHost bool, open func() bool) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		r := c.Request
 		switch {
 		case open != nil && !open():
 			c.Next()
 		case !anyHost && !LoopbackHost(r.Host):
-			refuse(c, http.StatusForbidden, "host "+r.Host+" is not this gateway's: without API keys it answers only on a loopback address (set POOLGATE_API_KEYS to serve other names)")
+			t.refuse(c, http.StatusForbidden, "host "+r.Host+" is not this gateway's: without API keys it answers only on a loopback address (set POOLGATE_API_KEYS to serve other names)")
 		case !SameOrigin(r):
-			refuse(c, http.StatusForbidden, "cross-origin requests are refused: without API keys this gateway must not be driven by a web page")
+			t.refuse(c, http.StatusForbidden, "cross-origin requests are refused: without API keys this gateway must not be driven by a web page")
 		case hasBody(r) && !jsonBody(r):
-			refuse(c, http.StatusUnsupportedMediaType, "the body must be sent as application/json")
+			t.refuse(c, http.StatusUnsupportedMediaType, "the body must be sent as application/json")
 		default:
 			c.Next()
 		}
 	}
 }
 
-func refuse(c *gin.Context, status int, msg string) {
-	WriteError(c.Writer, c.Request, status, msg)
+func (t *table) refuse(c *gin.Context, status int, msg string) {
+	t.writeError(c, status, msg)
 	c.Abort()
 }
 

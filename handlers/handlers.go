@@ -1,15 +1,18 @@
 // Package handlers is poolgate's edge: the public HTTP API on gin. It holds
 // the middleware (request id, who may call, body cap, browser guard,
-// access log), registers the routes of the protocols table (Protocols.APIs,
-// one relay.Protocol per answer API), runs every turn the same way in one
-// function (edge.answer in edge.go: decode through the protocol, open
-// through the router or hop to the replica that holds the turn, encode with
-// the protocol's encoder), keeps the per-key accounting, and answers the
-// errors the HTTP layer answers itself and the model listings. The
-// protocols live in openaichat, responses, anthropic and gemini (plain
-// net/http, no gin), which only decode and encode; relay carries answers
-// from the pool to the client for all of them, apierr classifies errors,
-// openaierr is OpenAI's error shape.
+// access log), serves the endpoints of the protocols table (one
+// relay.Protocol per answer API, which the wiring hands to New), runs
+// every turn the same way in one function (edge.answer in edge.go: decode
+// through the protocol, open through the router or hop to the replica that
+// holds the turn, encode with the protocol's encoder), counts tokens and
+// lists models for the protocols that have them, and keeps the per-key
+// accounting. It names no protocol: what it knows of one (its endpoints,
+// the requests it claims, the key its clients send, its error shape) the
+// protocol says through relay.Protocol (table.go). The protocols live in
+// handlers/openaichat, responses, anthropic and gemini (plain net/http, no
+// gin); relay carries answers from the pool to the client for all of
+// them, apierr classifies errors, openaierr is OpenAI's error shape (the
+// edge's own when the table has no protocol).
 package handlers
 
 import (
@@ -19,7 +22,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -40,7 +42,7 @@ import (
 type Config struct {
 	// Credentials are the keys and tokens in force (keys swapped by a
 	// reload); who may call each route is decided from them in one place
-	// (Authorize). No keys opens the API (main allows that only on
+	// (Authorize). No keys opens the API (the daemon allows that only on
 	// loopback, or when the operator says insecure).
 	Credentials *access.Credentials
 	// AdminError writes a refusal on the admin surface in the admin API's
@@ -50,7 +52,7 @@ type Config struct {
 	Accounting *Accounting
 	// MaxBodyBytes caps request bodies (default 16 MiB). How long a body may
 	// take to arrive is bounded around the whole engine, before any
-	// middleware (httpx.Deadlines, which main wraps every listener in).
+	// middleware (httpx.Deadlines, which the daemon wraps every listener in).
 	MaxBodyBytes int64
 	// BodyBudget caps the bytes of the API's request bodies held at once
 	// (nil: no cap).
@@ -64,9 +66,13 @@ type Config struct {
 	// Tracing traces each request (nil or a no-op provider: off, at no
 	// cost).
 	Tracing trace.TracerProvider
-	// PythonCompat adds the Python gateway's "detail" to error bodies
-	// (PythonErrors). Default off.
-	PythonCompat bool
+	// Router answers the turns (*route.Router); Models lists the pool's
+	// models, which each protocol that has a listing writes in its shape.
+	Router Opener
+	Models ModelLister
+	// CountSlots bound the token counts done at once, which take no worker
+	// slot (nil: GOMAXPROCS of them, waited for up to 5s).
+	CountSlots *httpx.Slots
 }
 
 // ModelLister lists the pool's models.
@@ -74,34 +80,25 @@ type ModelLister interface {
 	Models() []chat.Model
 }
 
-// Protocols are the answer APIs the edge serves, the router that answers
-// them and the pool's models, which the edge lists in each protocol's
-// shape.
-type Protocols struct {
-	Router Router
-	// APIs is the protocols table: one protocol package's codec each,
-	// whose routes the edge registers and whose turns it runs (adding a
-	// protocol is one package and one line here, where main builds it).
-	APIs   []relay.Protocol
-	Models ModelLister
-}
-
-// New returns the gin engine serving the public API.
-func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Engine {
+// New returns the gin engine serving the public API: the endpoints of
+// apis, the protocols table (handlers/protocols builds it; a protocol is one
+// package and one line there), whose turns it runs and whose series it adds
+// to m.
+func New(cfg Config, apis []relay.Protocol, m *metrics.Metrics, log *slog.Logger) *gin.Engine {
 	gin.SetMode(gin.ReleaseMode)
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 16 << 20
 	}
+	if cfg.CountSlots == nil {
+		cfg.CountSlots = httpx.NewSlots(0, 0)
+	}
+	t := newTable(apis)
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	if telemetry.Enabled(cfg.Tracing) {
-		e.Use(Trace(cfg.Tracing))
+		e.Use(t.trace(cfg.Tracing))
 	}
-	e.Use(RequestID(log))
-	if cfg.PythonCompat {
-		e.Use(PythonErrors()) // outside Recover, so that a panic's answer gets its detail too
-	}
-	e.Use(Recover(log))
+	e.Use(RequestID(log), t.recover(log))
 	if cfg.Credentials == nil {
 		cfg.Credentials = &access.Credentials{Keys: apikey.NewRegistry(nil)}
 	}
@@ -110,60 +107,26 @@ func New(cfg Config, p Protocols, m *metrics.Metrics, log *slog.Logger) *gin.Eng
 	}
 	cfg.Accounting.tracer = telemetry.New(cfg.Tracing, tracerScope)
 	keys := cfg.Credentials.Keys
-	e.Use(BrowserGuard(cfg.Insecure, func() bool { return keys.Load().Len() == 0 }),
-		Authorize(cfg.Credentials, cfg.AdminError))
-	e.NoRoute(notFound)
-	e.NoMethod(notAllowed)
+	g := &gate{t: t, cr: cfg.Credentials, adminErr: cfg.AdminError}
+	e.Use(t.browserGuard(cfg.Insecure, func() bool { return keys.Load().Len() == 0 }), g.authorize)
+	e.NoRoute(t.notFound)
+	e.NoMethod(t.notAllowed)
 
-	api := e.Group("", BodyCap(cfg.MaxBodyBytes, cfg.BodyBudget))
-	ed := &edge{router: p.Router, hop: cfg.Hop, tracer: cfg.Accounting.tracer, capture: cfg.Accounting.Capture}
-	for _, proto := range p.APIs {
-		for _, rt := range proto.Routes() {
-			api.Handle(rt.Method, rt.Path, serveRoute(m, cfg.Accounting, log, ed, proto, rt))
-		}
+	ed := &edge{router: cfg.Router, hop: cfg.Hop, tracer: cfg.Accounting.tracer, capture: cfg.Accounting.Capture}
+	s := &server{t: t, gate: g, edge: ed, m: m, acct: cfg.Accounting, log: log, models: cfg.Models,
+		maxBody: cfg.MaxBodyBytes, budget: cfg.BodyBudget, counts: cfg.CountSlots}
+	for _, p := range apis {
+		m.AddAPI(p.Relay().Name(), p.Relay().DroppedFields())
 	}
-	api.GET("/v1/models", models(p.Models))
-	for _, v := range []string{"/v1beta", "/v1"} {
-		api.GET(v+"/models/*name", model(p.Models))
+	for _, k := range t.order {
+		e.Handle(k.method, k.path, s.endpoint(t.owners[k]))
 	}
-	api.GET("/v1beta/models", geminiModels(p.Models))
 	if hops := cfg.Credentials.Hops; hops != nil {
 		// Where a replica proves to the others that it holds the cluster
 		// key, before they forward anything to its URL.
 		e.GET(access.ProofPath, gin.WrapF(hops.ServeProof))
 	}
 	return e
-}
-
-// serveRoute serves a protocol's route as its kind says: a turn by the
-// edge under the caller's key (observe), a token count under the key's
-// limits (limited), anything else as the protocol serves it. The route's
-// parameters are the request's path values.
-func serveRoute(m *metrics.Metrics, acct *Accounting, log *slog.Logger, e *edge, p relay.Protocol, rt relay.Route) gin.HandlerFunc {
-	turn := observe(m, acct, log, e, p)
-	var count gin.HandlerFunc
-	if rt.Serve != nil {
-		count = limited(m, acct, log, rt.Serve)
-	}
-	return func(c *gin.Context) {
-		for _, pv := range c.Params {
-			c.Request.SetPathValue(pv.Key, pv.Value)
-		}
-		kind := rt.Kind
-		if rt.Pick != nil {
-			kind = rt.Pick(c.Request)
-		}
-		switch kind {
-		case relay.KindTurn:
-			turn(c)
-		case relay.KindLimited:
-			count(c)
-		case relay.KindPlain:
-			rt.Serve(c.Writer, c.Request)
-		default:
-			notFound(c)
-		}
-	}
 }
 
 func itoa(n int) string {
@@ -174,46 +137,20 @@ func itoa(n int) string {
 	return "0"
 }
 
-// isAnthropic reports whether a request speaks the Anthropic protocol, so
-// errors outside its handler still come in its shape (gemini.IsRequest
-// says the same of Gemini's).
-func isAnthropic(r *http.Request) bool {
-	return strings.HasPrefix(r.URL.Path, "/v1/messages") || r.Header.Get("anthropic-version") != ""
-}
-
-// WriteError writes an error the HTTP layer answers by status (a refused
-// key, an unknown route, a body over its cap, a panic) in the request's
-// protocol shape, named as apierr names the status's kind.
-func WriteError(w http.ResponseWriter, r *http.Request, status int, message string) {
-	p := apierr.ForStatus(status, message)
-	writeProblem(w, r, &p)
-}
-
-func notFound(c *gin.Context) {
-	WriteError(c.Writer, c.Request, http.StatusNotFound, "unknown route "+c.Request.Method+" "+c.Request.URL.Path)
-}
-
-func notAllowed(c *gin.Context) {
-	WriteError(c.Writer, c.Request, http.StatusMethodNotAllowed, "method "+c.Request.Method+" not allowed on "+c.Request.URL.Path)
-}
-
 // NewAdmin returns the engine of an admin listener of its own, for
 // admin.Register: request ids, recovery, the same authorization as the API
 // listener; and when open is not nil (no admin token, so the listener is
 // loopback-only), the browser guard while open says the gateway has no API
-// key. pythonCompat adds the Python gateway's "detail" to error bodies.
-func NewAdmin(cr *access.Credentials, adminErr AdminErrorFunc, log *slog.Logger, open func() bool, pythonCompat bool) *gin.Engine {
+// key.
+func NewAdmin(cr *access.Credentials, adminErr AdminErrorFunc, log *slog.Logger, open func() bool) *gin.Engine {
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
-	e.Use(RequestID(log))
-	if pythonCompat {
-		e.Use(PythonErrors())
-	}
-	e.Use(Recover(log))
+	t := newTable(nil)
+	e.Use(RequestID(log), t.recover(log))
 	if open != nil {
-		e.Use(BrowserGuard(false, open))
+		e.Use(t.browserGuard(false, open))
 	}
-	e.Use(Authorize(cr, adminErr))
+	e.Use((&gate{t: t, cr: cr, adminErr: adminErr}).authorize)
 	return e
 }
 
@@ -262,57 +199,52 @@ func saneID(id string) bool {
 	return true
 }
 
-// Recover turns a handler panic into a 500 in the caller's protocol (and a
+// recover turns a handler panic into a 500 in the caller's protocol (and a
 // log line with the stack), never a dropped connection without an answer.
-func Recover(log *slog.Logger) gin.HandlerFunc {
+func (t *table) recover(log *slog.Logger) gin.HandlerFunc {
 	return gin.CustomRecoveryWithWriter(nil, func(c *gin.Context, err any) {
 		log.Error("handler panic", "request_id", httpx.RequestID(c.Request.Context()), "panic", err)
 		if !c.Writer.Written() {
-			WriteError(c.Writer, c.Request, http.StatusInternalServerError, "internal error")
+			t.writeError(c, http.StatusInternalServerError, "internal error")
 		}
 		c.Abort()
 	})
 }
 
-// BodyCap limits request bodies in size, and in bytes held at once across
-// the gateway and by one key: one announced larger than n is refused at
-// once, and protocol decoders turn the overflow of one that was not into
-// 413; one the budget (or the key's share of it) has no room for gets 429
-// with Retry-After before it is read (a body of unknown length reserves
-// its room as it arrives, and the reader fails when there is none). The
-// room is given back when the request is over, however it ends: every
-// write to the client has a deadline (httpx.Conns), so one that does not
-// read its answer ends it too.
-// How long a body may take is bounded before any middleware runs
-// (httpx.Deadlines), and a refusal written before its body was read
-// closes the connection there.
-func BodyCap(n int64, budget *httpx.Budget) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		r := c.Request
-		if r.ContentLength > n {
-			WriteError(c.Writer, r, http.StatusRequestEntityTooLarge, "request body exceeds "+formatBytes(n))
-			c.Abort()
-			return
-		}
-		r.Body = http.MaxBytesReader(c.Writer, r.Body, n)
-		key := budgetKey(access.From(r.Context()))
-		switch {
-		case budget == nil || r.ContentLength == 0:
-		case r.ContentLength > 0:
-			if !budget.Take(key, r.ContentLength) {
-				p := apierr.Classify(httpx.ErrBudget)
-				writeProblem(c.Writer, r, &p)
-				c.Abort()
-				return
-			}
-			defer budget.Put(key, r.ContentLength)
-		default:
-			b := &budgetBody{Reader: httpx.Reader{R: r.Body, B: budget, Key: key}, Closer: r.Body}
-			r.Body = b
-			defer func() { budget.Put(key, b.Taken) }()
-		}
-		c.Next()
+// bodyCap limits the request's body in size, and in bytes held at once
+// across the gateway and by one key: one announced larger than the cap is
+// refused at once, and protocol decoders turn the overflow of one that was
+// not into 413; one the budget (or the key's share of it) has no room for
+// gets 429 with Retry-After before it is read (a body of unknown length
+// reserves its room as it arrives, and the reader fails when there is
+// none). Refusals come in the caller's protocol. The caller gives the room
+// back under key once the request is over, however it ends: held bytes, or
+// what b took. Every write to the client has a deadline (httpx.Conns), so
+// one that does not read its answer ends it too. How long a body may take
+// is bounded before any middleware runs (httpx.Deadlines), and a refusal
+// written before its body was read closes the connection there.
+func (s *server) bodyCap(c *gin.Context) (key string, held int64, b *budgetBody, ok bool) {
+	r, n, budget := c.Request, s.maxBody, s.budget
+	if r.ContentLength > n {
+		s.t.writeError(c, http.StatusRequestEntityTooLarge, "request body exceeds "+formatBytes(n))
+		return "", 0, nil, false
 	}
+	r.Body = http.MaxBytesReader(c.Writer, r.Body, n)
+	key = budgetKey(access.From(r.Context()))
+	switch {
+	case budget == nil || r.ContentLength == 0:
+	case r.ContentLength > 0:
+		if !budget.Take(key, r.ContentLength) {
+			p := apierr.Classify(httpx.ErrBudget)
+			s.t.writeProblem(c.Writer, r, &p)
+			return "", 0, nil, false
+		}
+		return key, r.ContentLength, nil, true
+	default:
+		b = &budgetBody{Reader: httpx.Reader{R: r.Body, B: budget, Key: key}, Closer: r.Body}
+		r.Body = b
+	}
+	return key, 0, b, true
 }
 
 // budgetKey names the key whose share of the body budget a caller's

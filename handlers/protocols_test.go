@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolgate/poolgate/handlers"
 	"github.com/poolgate/poolgate/handlers/anthropic"
 	"github.com/poolgate/poolgate/handlers/openaichat"
 	"github.com/poolgate/poolgate/handlers/relay"
@@ -241,42 +240,5 @@ func TestValidationAgreesAcrossProtocols(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// The HTTP layer's own errors come in the caller's protocol shape, named by
-// the same table as the protocols' errors.
-func TestWriteError(t *testing.T) {
-	tests := []struct {
-		path, header string
-		status       int
-		want         string
-	}{
-		{"/v1/chat/completions", "", 401, `{"error":{"message":"m","type":"authentication_error","param":null,"code":null}}` + "\n"},
-		{"/v1/nothing", "", 404, `{"error":{"message":"m","type":"not_found_error","param":null,"code":null}}` + "\n"},
-		{"/v1/responses", "", 413, `{"error":{"message":"m","type":"invalid_request_error","param":null,"code":"request_too_large"}}` + "\n"},
-		{"/internal/pool", "", 409, `{"error":{"message":"m","type":"server_error","param":null,"code":null}}` + "\n"},
-		{"/v1/messages", "", 413, `{"type":"error","error":{"type":"request_too_large","message":"m"}}`},
-		{"/v1/models", "2023-06-01", 401, `{"type":"error","error":{"type":"authentication_error","message":"m"}}`},
-		{"/v1/messages", "", 500, `{"type":"error","error":{"type":"api_error","message":"m"}}`},
-	}
-	for _, tt := range tests {
-		r := httptest.NewRequest(http.MethodPost, tt.path, nil)
-		if tt.header != "" {
-			r.Header.Set("anthropic-version", tt.header)
-		}
-		rec := httptest.NewRecorder()
-		handlers.WriteError(rec, r, tt.status, "m")
-		if rec.Code != tt.status || rec.Body.String() != tt.want {
-			t.Errorf("%s %d: got %d %s, want %s", tt.path, tt.status, rec.Code, rec.Body, tt.want)
-		}
-	}
-	// Anthropic's error body names the request, as its API does: the id of
-	// the response's X-Request-Id (with tracing on, the trace's).
-	rec := httptest.NewRecorder()
-	rec.Header().Set("X-Request-Id", "req_0af7651916cd43dd8448eb211c80319c")
-	handlers.WriteError(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", nil), 401, "m")
-	if want := `{"type":"error","error":{"type":"authentication_error","message":"m"},"request_id":"req_0af7651916cd43dd8448eb211c80319c"}`; rec.Body.String() != want {
-		t.Errorf("got %s, want %s", rec.Body, want)
 	}
 }

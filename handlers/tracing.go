@@ -3,7 +3,6 @@ package handlers
 import (
 	"errors"
 	"strconv"
-	"strings"
 
 	"github.com/gin-gonic/gin"
 	"go.opentelemetry.io/otel/attribute"
@@ -19,21 +18,21 @@ import (
 
 const tracerScope = "github.com/poolgate/poolgate/handlers"
 
-// Trace starts the request's server span: a child of the caller's
+// trace starts the request's server span: a child of the caller's
 // traceparent when it sends one (a client, or the replica that forwarded
 // the request here), else a new trace. The span is named after the route,
 // never the raw path, and carries the request id, the key's name (never the
-// key) and the status. Only the public API is traced: probes, scrapes and
-// the dashboard's polling would each be a trace every few seconds. Install
-// it only when tracing is on: New does.
-func Trace(tp trace.TracerProvider) gin.HandlerFunc {
+// key) and the status. Only the public API (the table's endpoints) is
+// traced: probes, scrapes and the dashboard's polling would each be a trace
+// every few seconds. Install it only when tracing is on: New does.
+func (t *table) trace(tp trace.TracerProvider) gin.HandlerFunc {
 	tr := telemetry.New(tp, tracerScope)
 	return func(c *gin.Context) {
-		route := c.FullPath()
-		if !apiRoute(route) {
+		if !t.serves(c) {
 			c.Next()
 			return
 		}
+		route := c.FullPath()
 		r := c.Request
 		ctx := telemetry.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 		name := r.Method + " " + route
@@ -56,12 +55,6 @@ func Trace(tp trace.TracerProvider) gin.HandlerFunc {
 		}
 		span.End()
 	}
-}
-
-// apiRoute says whether a matched route is the public API's.
-func apiRoute(route string) bool {
-	return strings.HasPrefix(route, "/v1/") || strings.HasPrefix(route, "/v1beta/") || route == "/chat/completions" ||
-		route == "/responses"
 }
 
 // endLimitSpan ends the key-limits span: the key's name, and the limit that

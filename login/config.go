@@ -59,7 +59,7 @@ type Config struct {
 	// after each attempt). Default os.TempDir().
 	TempDir string
 	// Getenv reads the variables named by a recipe's password_env. Default
-	// os.Getenv; main passes its own so that tests can inject.
+	// os.Getenv; the daemon passes its own so that tests can inject.
 	Getenv func(string) string
 	// Env is the browser's whole environment (HOME is set to its profile
 	// dir on top). Default none: Chromium never sees the gateway's own

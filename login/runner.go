@@ -1,8 +1,10 @@
 // Package login logs pool workers in with a real headless Chromium driven by
-// go-rod. It sits between the supervisor (pool/supervisor), which calls
+// go-rod. It is the adapter of the supervisor's login port
+// (supervisor.Loginer, with its LoginTarget; the port's owner sits below,
+// in pool/supervisor, and knows nothing of browsers): the supervisor calls
 // Runner.Ensure when a worker's health check finds it logged out, and the
-// admin API, which starts logins on demand and shows their status and
-// failure screenshots.
+// admin API starts logins on demand and shows their status and failure
+// screenshots.
 //
 // A login follows a declarative recipe (recipe.go, YAML): open the worker's
 // login URL, fill the form, pick an organisation, wait for the callback.

@@ -106,14 +106,14 @@ func (m *Memory) Healthy() bool { return true }
 func (m *Memory) Close() error { return nil }
 
 // TakeAffinity removes and returns the entry under key, or ErrNotFound.
-func (m *Memory) TakeAffinity(_ context.Context, key string) (route.Affinity, error) {
-	a, _, err := m.takeAffinity(key)
+func (m *Memory) TakeAffinity(_ context.Context, key route.AffinityKey) (route.Affinity, error) {
+	a, _, err := m.takeAffinity(string(key))
 	return a, err
 }
 
 // PutAffinity stores a under key for AffinityTTL, as the most recently used.
-func (m *Memory) PutAffinity(_ context.Context, key string, a route.Affinity) error {
-	m.putAffinity(key, a, false)
+func (m *Memory) PutAffinity(_ context.Context, key route.AffinityKey, a route.Affinity) error {
+	m.putAffinity(string(key), a, false)
 	return nil
 }
 
@@ -257,7 +257,7 @@ func (m *Memory) flushAffinity(owner string) (all, localOnly int) {
 	var evicted []route.Affinity
 	m.mu.Lock()
 	m.aff.each(func(n *node[route.Affinity]) {
-		if !ownedBy(n.key, owner) {
+		if !route.AffinityKey(n.key).OwnedBy(owner) {
 			return
 		}
 		m.aff.remove(n)

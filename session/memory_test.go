@@ -123,7 +123,7 @@ func TestMemoryAffinityLRU(t *testing.T) {
 			for _, k := range tt.give {
 				var n int
 				_, _ = fmt.Sscanf(k, "o:%d", &n)
-				mustPut(t, m, k, aff(n))
+				mustPut(t, m, route.AffinityKey(k), aff(n))
 			}
 			if got := ev.list(); !slices.Equal(got, tt.wantEvicted) {
 				t.Errorf("evicted %v, want %v", got, tt.wantEvicted)
@@ -174,30 +174,12 @@ func TestMemoryResponseTooLarge(t *testing.T) {
 	}
 }
 
-func TestOwnedBy(t *testing.T) {
-	tests := []struct {
-		key, owner string
-		want       bool
-	}{
-		{key: "ab:c", owner: "ab", want: true},
-		{key: "abc:d", owner: "ab", want: false},
-		{key: "ab", owner: "ab", want: false},
-		{key: "ab:c", owner: "", want: true},
-		{key: "xb:c", owner: "ab", want: false},
-	}
-	for _, tt := range tests {
-		if got := ownedBy(tt.key, tt.owner); got != tt.want {
-			t.Errorf("ownedBy(%q, %q) = %v, want %v", tt.key, tt.owner, got, tt.want)
-		}
-	}
-}
-
 func BenchmarkMemoryPutTake(b *testing.B) {
 	m := NewMemory(MemoryConfig{})
 	ctx := context.Background()
-	keys := make([]string, 1024)
+	keys := make([]route.AffinityKey, 1024)
 	for i := range keys {
-		keys[i] = fmt.Sprintf("%016x:%032x", i, i)
+		keys[i] = route.AffinityKey(fmt.Sprintf("%016x:%032x", i, i))
 	}
 	a := aff(1)
 	b.ReportAllocs()
@@ -216,7 +198,7 @@ func BenchmarkMemoryPutTakeParallel(b *testing.B) {
 	a := aff(1)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
-		k := fmt.Sprintf("%p:conv", pb)
+		k := route.AffinityKey(fmt.Sprintf("%p:conv", pb))
 		for pb.Next() {
 			_ = m.PutAffinity(ctx, k, a)
 			_, _ = m.TakeAffinity(ctx, k)
@@ -227,9 +209,9 @@ func BenchmarkMemoryPutTakeParallel(b *testing.B) {
 func BenchmarkMemoryPutFull(b *testing.B) {
 	m := NewMemory(MemoryConfig{MaxAffinity: 1000})
 	ctx := context.Background()
-	keys := make([]string, 4096)
+	keys := make([]route.AffinityKey, 4096)
 	for i := range keys {
-		keys[i] = fmt.Sprintf("o:%d", i)
+		keys[i] = route.AffinityKey(fmt.Sprintf("o:%d", i))
 	}
 	a := aff(1)
 	b.ReportAllocs()

@@ -151,7 +151,8 @@ func (r *Redis) report(a route.Affinity) {
 
 // TakeAffinity removes and returns the entry under key, or ErrNotFound. When
 // Redis fails it takes from the local tier.
-func (r *Redis) TakeAffinity(ctx context.Context, key string) (route.Affinity, error) {
+func (r *Redis) TakeAffinity(ctx context.Context, ak route.AffinityKey) (route.Affinity, error) {
+	key := string(ak)
 	const op = "take_affinity"
 	if !r.conn.Allow() {
 		r.conn.Skipped(op)
@@ -197,7 +198,8 @@ func (r *Redis) takeLocal(key string) (route.Affinity, error) {
 
 // PutAffinity stores a under key in Redis and locally. It fails only when ctx
 // is already done; a Redis failure leaves the entry in the local tier alone.
-func (r *Redis) PutAffinity(ctx context.Context, key string, a route.Affinity) error {
+func (r *Redis) PutAffinity(ctx context.Context, ak route.AffinityKey, a route.Affinity) error {
+	key := string(ak)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -239,7 +241,7 @@ func (r *Redis) FlushAffinity(ctx context.Context, owner string) (int, error) {
 	if err == nil {
 		var mine []string
 		for _, m := range members {
-			if ownedBy(m, owner) {
+			if route.AffinityKey(m).OwnedBy(owner) {
 				mine = append(mine, m)
 			}
 		}

@@ -41,7 +41,7 @@ func (r *Redis) affinityTag(shard int) string {
 	return r.cfg.Prefix + "{aff:" + strconv.Itoa(shard) + "}:"
 }
 
-func (r *Redis) affinityKey(key string) string { return r.affinityTag(affinityShard(key)) + key }
+func (r *Redis) entryKey(key string) string { return r.affinityTag(affinityShard(key)) + key }
 
 // affinityIndexKey is a sorted set of the shard's affinity keys (without
 // prefix) scored by expiry in Unix milliseconds; the sweeper reads it to
@@ -140,7 +140,7 @@ func (r *Redis) putRemote(ctx context.Context, key string, a route.Affinity) (ol
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.AffinityTimeout)
 	defer cancel()
 	res, err := putAffinityScript.Run(ctx, r.client,
-		[]string{r.affinityKey(key), r.affinityIndexKey(affinityShard(key))},
+		[]string{r.entryKey(key), r.affinityIndexKey(affinityShard(key))},
 		encodeAffinity(a), r.cfg.Memory.AffinityTTL.Milliseconds(), r.cfg.EvictGrace.Milliseconds(), key).Text()
 	if err = remoteErr(err); err != nil {
 		if errors.Is(err, ErrNotFound) {
@@ -159,7 +159,7 @@ func (r *Redis) takeRemote(ctx context.Context, key string) (a route.Affinity, e
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.AffinityTimeout)
 	defer cancel()
 	res, err := takeAffinityScript.Run(ctx, r.client,
-		[]string{r.affinityKey(key), r.affinityIndexKey(affinityShard(key))}, key).Slice()
+		[]string{r.entryKey(key), r.affinityIndexKey(affinityShard(key))}, key).Slice()
 	if err != nil {
 		return route.Affinity{}, false, remoteErr(err)
 	}
@@ -205,7 +205,7 @@ func (r *Redis) removeBatch(ctx context.Context, mode string, shard int, batch [
 	keys = append(keys, r.affinityIndexKey(shard))
 	args = append(args, mode)
 	for _, m := range batch {
-		keys = append(keys, r.affinityKey(m))
+		keys = append(keys, r.entryKey(m))
 		args = append(args, m)
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.ResponseTimeout)

@@ -53,7 +53,7 @@ func TestRedisKeys(t *testing.T) {
 		give string
 		want string
 	}{
-		{name: "affinity", give: r.affinityKey("own:conv"), want: "p:{aff:1}:own:conv"},
+		{name: "affinity", give: r.entryKey("own:conv"), want: "p:{aff:1}:own:conv"},
 		{name: "affinity index", give: r.affinityIndexKey(15), want: "p:{aff:15}:idx"},
 		{name: "response", give: r.responseKey("resp_1"), want: "p:resp:resp_1"},
 		{name: "owner index", give: r.responseIndexKey("k1"), want: "p:{respq:k1}:idx"},
@@ -115,7 +115,7 @@ func TestRedisOutageDegradesAndRecovers(t *testing.T) {
 			srv.Kill()
 		}
 		turnStart := time.Now()
-		key := fmt.Sprintf("own:%d", i)
+		key := route.AffinityKey(fmt.Sprintf("own:%d", i))
 		if err := r.PutAffinity(ctx, key, aff(i)); err != nil {
 			t.Fatalf("turn %d: PutAffinity() = %v", i, err)
 		}
@@ -123,10 +123,10 @@ func TestRedisOutageDegradesAndRecovers(t *testing.T) {
 		if err != nil || got != aff(i) {
 			t.Fatalf("turn %d: TakeAffinity() = %v, %v; want %v, nil", i, got, err, aff(i))
 		}
-		if err := r.SaveResponse(ctx, "", key, []byte("body"), 0); err != nil {
+		if err := r.SaveResponse(ctx, "", string(key), []byte("body"), 0); err != nil {
 			t.Fatalf("turn %d: SaveResponse() = %v", i, err)
 		}
-		if _, err := r.LoadResponse(ctx, key); err != nil {
+		if _, err := r.LoadResponse(ctx, string(key)); err != nil {
 			t.Fatalf("turn %d: LoadResponse() = %v", i, err)
 		}
 		// A dead server refuses at once; no turn may wait out a deadline.
@@ -148,11 +148,11 @@ func TestRedisOutageDegradesAndRecovers(t *testing.T) {
 	srv.Restart()
 	start := time.Now()
 	for i := 0; ; i++ {
-		key := fmt.Sprintf("own:after:%d", i)
+		key := route.AffinityKey(fmt.Sprintf("own:after:%d", i))
 		if err := r.PutAffinity(ctx, key, aff(i)); err != nil {
 			t.Fatalf("PutAffinity() after restart = %v", err)
 		}
-		if raw.Exists(ctx, r.affinityKey(key)).Val() == 1 {
+		if raw.Exists(ctx, r.entryKey(string(key))).Val() == 1 {
 			break
 		}
 		if time.Since(start) > 5*time.Second {
@@ -299,7 +299,7 @@ func TestRedisLocalOnlyEntries(t *testing.T) {
 	mustPut(t, r, "own:mirrored", aff(0)) // in Redis and mirrored locally
 	srv.Freeze()
 	for i := 1; i <= 3; i++ { // the local cap evicts own:mirrored (silently) and own:1
-		mustPut(t, r, fmt.Sprintf("own:%d", i), aff(i))
+		mustPut(t, r, route.AffinityKey(fmt.Sprintf("own:%d", i)), aff(i))
 	}
 	if got := ev.list(); len(got) != 1 || got[0] != aff(1) {
 		t.Errorf("evicted %v, want [%v]", got, aff(1))

@@ -103,7 +103,7 @@ func (r *Redis) writeBatch(ctx context.Context, shard int, batch []heldEntry) (w
 	keys = append(keys, r.affinityIndexKey(shard))
 	args = append(args, r.cfg.EvictGrace.Milliseconds())
 	for _, e := range batch {
-		keys = append(keys, r.affinityKey(e.key))
+		keys = append(keys, r.entryKey(e.key))
 		args = append(args, e.key, encodeAffinity(e.a), e.a.At, max(e.left.Milliseconds(), 1))
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.ResponseTimeout)

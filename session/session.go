@@ -6,15 +6,16 @@
 // Redis is shared by the replicas, with a Memory as its local tier for while
 // Redis is away, and its health tracked and logged once by its
 // redisconn.Conn, which it lends to the stores kept beside it (Conn:
-// session/bundle's sealed bundles). Both are the router's route.AffinityStore
-// and satisfy the Responses handler's small interface. Stores sit above
-// routing: session knows the router's affinity value, but not workers,
-// leases or HTTP.
+// session/bundle's sealed bundles). Both are adapters of ports their
+// consumers own below them: the router's route.AffinityStore (with its
+// route.Affinity value and route.AffinityKey, which the stores keep as they
+// are and read only the owner of), and the Responses handler's small Store
+// interface. Stores sit above routing: session knows the router's affinity
+// value, but not workers, leases or HTTP.
 package session
 
 import (
 	"errors"
-	"strings"
 
 	"github.com/poolgate/poolgate/pool/route"
 )
@@ -30,12 +31,3 @@ var (
 	_ route.AffinityStore = (*Memory)(nil)
 	_ route.AffinityStore = (*Redis)(nil)
 )
-
-// ownedBy reports whether an affinity key "<owner>:<conversation>" belongs to
-// owner; the empty owner matches every key.
-func ownedBy(key, owner string) bool {
-	if owner == "" {
-		return true
-	}
-	return len(key) > len(owner) && key[len(owner)] == ':' && strings.HasPrefix(key, owner)
-}

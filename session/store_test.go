@@ -15,8 +15,8 @@ import (
 // store is every method the callers' interfaces pick from; both
 // implementations must satisfy it and pass storeSuite.
 type store interface {
-	TakeAffinity(ctx context.Context, key string) (route.Affinity, error)
-	PutAffinity(ctx context.Context, key string, a route.Affinity) error
+	TakeAffinity(ctx context.Context, key route.AffinityKey) (route.Affinity, error)
+	PutAffinity(ctx context.Context, key route.AffinityKey, a route.Affinity) error
 	FlushAffinity(ctx context.Context, owner string) (int, error)
 	SaveResponse(ctx context.Context, owner, id string, data []byte, ttl time.Duration, keep ...string) error
 	LoadResponse(ctx context.Context, id string) ([]byte, error)
@@ -132,15 +132,15 @@ func storeSuite(t *testing.T, newStore newStoreFunc) {
 
 func flushSuite(t *testing.T, newStore newStoreFunc) {
 	ctx := context.Background()
-	keys := []string{"aa:1", "aa:2", "aab:1", "bb:1"}
+	keys := []route.AffinityKey{"aa:1", "aa:2", "aab:1", "bb:1"}
 	tests := []struct {
 		name      string
 		give      string
 		want      int
-		wantStays []string
+		wantStays []route.AffinityKey
 	}{
-		{name: "owner", give: "aa", want: 2, wantStays: []string{"aab:1", "bb:1"}},
-		{name: "other owner", give: "bb", want: 1, wantStays: []string{"aa:1", "aa:2", "aab:1"}},
+		{name: "owner", give: "aa", want: 2, wantStays: []route.AffinityKey{"aab:1", "bb:1"}},
+		{name: "other owner", give: "bb", want: 1, wantStays: []route.AffinityKey{"aa:1", "aa:2", "aab:1"}},
 		{name: "unknown owner", give: "zz", want: 0, wantStays: keys},
 		{name: "all", give: "", want: 4, wantStays: nil},
 	}
@@ -158,7 +158,7 @@ func flushSuite(t *testing.T, newStore newStoreFunc) {
 			if n := len(ev.list()); n != tt.want {
 				t.Errorf("reported %d evictions, want %d", n, tt.want)
 			}
-			var stays []string
+			var stays []route.AffinityKey
 			for _, k := range keys {
 				if _, err := s.TakeAffinity(ctx, k); err == nil {
 					stays = append(stays, k)
@@ -206,7 +206,7 @@ func responseSuite(t *testing.T, newStore newStoreFunc) {
 	}
 }
 
-func mustPut(t *testing.T, s store, key string, a route.Affinity) {
+func mustPut(t *testing.T, s store, key route.AffinityKey, a route.Affinity) {
 	t.Helper()
 	if err := s.PutAffinity(context.Background(), key, a); err != nil {
 		t.Fatalf("PutAffinity(%q) = %v", key, err)

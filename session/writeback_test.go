@@ -52,7 +52,7 @@ func TestRedisWritesBackAffinityPutWhileAway(t *testing.T) {
 
 	srv.Freeze()
 	for _, p := range []struct {
-		key string
+		key route.AffinityKey
 		a   route.Affinity
 	}{{"own:alone", stamped(2, 100)}, {"own:older", stamped(3, 100)}, {"own:newer", stamped(4, 100)}} {
 		mustPut(t, a, p.key, p.a) // Redis does not answer: local only
@@ -70,7 +70,7 @@ func TestRedisWritesBackAffinityPutWhileAway(t *testing.T) {
 	if got := held.last(); got != 0 {
 		t.Errorf("OnHeld last told %d after the write-back, want 0", got)
 	}
-	for key, want := range map[string]route.Affinity{"own:alone": stamped(2, 100), "own:older": stamped(3, 100),
+	for key, want := range map[route.AffinityKey]route.Affinity{"own:alone": stamped(2, 100), "own:older": stamped(3, 100),
 		"own:newer": stamped(5, 200)} {
 		if got, err := b.TakeAffinity(ctx, key); err != nil || got != want {
 			t.Errorf("another replica's TakeAffinity(%s) = %+v, %v; want %+v", key, got, err, want)

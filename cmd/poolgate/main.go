@@ -51,7 +51,7 @@ func run(ctx context.Context, args []string, environ func() []string, hup <-chan
 		return sim.Main(ctx, args[1:], daemon.Getenv(environ()), stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "migrate" {
-		return migrate.Run(args[1:], environ(), drivers.Kinds(), stdout, stderr)
+		return migrate.Run(args[1:], environ(), daemon.PlainFormat, stdout, stderr)
 	}
 	if len(args) > 0 {
 		if cmd := driverCommand(args[0]); cmd != nil {

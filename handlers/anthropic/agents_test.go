@@ -10,6 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 )
@@ -101,19 +103,20 @@ func TestForcedDeferredToolIsOffered(t *testing.T) {
 // slot busy a request waits a moment, then gets a 429 in Anthropic's shape.
 func TestCountTokensIsAdmitted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := New(Config{CountConcurrency: 1, CountWait: 2 * time.Second}, nil)
-		h.counts.Take(t.Context()) // the one slot is busy
+		h, slots := New(Config{}, nil), httpx.NewSlots(1, 2*time.Second)
+		count := relaytest.Count(h, slots)
+		slots.Take(t.Context()) // the one slot is busy
 		rec := httptest.NewRecorder()
 		body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
-		h.CountTokens(rec, httptest.NewRequest(http.MethodPost, "/v1/messages/count_tokens", strings.NewReader(body)))
+		count(rec, httptest.NewRequest(http.MethodPost, "/v1/messages/count_tokens", strings.NewReader(body)))
 		if rec.Code != http.StatusTooManyRequests || !strings.Contains(rec.Body.String(), `"rate_limit_error"`) {
 			t.Errorf("busy: got %d %s, want 429 rate_limit_error", rec.Code, rec.Body.String())
 		}
-		h.counts.Release()
+		slots.Release()
 		rec = httptest.NewRecorder()
-		h.CountTokens(rec, httptest.NewRequest(http.MethodPost, "/v1/messages/count_tokens", strings.NewReader(body)))
-		if rec.Code != http.StatusOK || h.counts.Held() != 0 {
-			t.Errorf("free: got %d %s with %d slots held, want 200 and the slot given back", rec.Code, rec.Body.String(), h.counts.Held())
+		count(rec, httptest.NewRequest(http.MethodPost, "/v1/messages/count_tokens", strings.NewReader(body)))
+		if rec.Code != http.StatusOK || slots.Held() != 0 {
+			t.Errorf("free: got %d %s with %d slots held, want 200 and the slot given back", rec.Code, rec.Body.String(), slots.Held())
 		}
 	})
 }

@@ -60,13 +60,13 @@ func WriteError(w http.ResponseWriter, status int, typ, message string) {
 // which its clients back off from and retry.
 func WriteProblem(w http.ResponseWriter, p *apierr.Problem) {
 	status := p.Status
-	if p.Kind == apierr.Unavailable {
+	if p.Class == apierr.Unavailable {
 		status = statusOverloaded
 	}
 	if s := p.RetryAfterSeconds(); s > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(s))
 	}
-	WriteError(w, status, types[p.Kind], p.Message)
+	WriteError(w, status, types[p.Class], p.Message)
 }
 
 func appendErrorBody(b []byte, typ, message string) []byte {
@@ -80,7 +80,7 @@ func appendErrorBody(b []byte, typ, message string) []byte {
 // streamErrorType is the type of an in-stream error event: clients retry on
 // overloaded_error, so capacity problems say so; anything else is api_error.
 func streamErrorType(p *apierr.Problem) string {
-	switch p.Kind {
+	switch p.Class {
 	case apierr.RateLimited, apierr.Unavailable:
 		return errOverloaded
 	}

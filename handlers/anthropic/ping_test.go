@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/handlers/anthropic"
+	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
 	"github.com/poolgate/poolgate/internal/testenv"
@@ -17,7 +18,7 @@ import (
 
 func TestQuietStreamGetsPings(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := messages(anthropic.Config{PingInterval: 10 * time.Second}, &chattest.Source{Events: []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventDone, Finish: chat.FinishStop}}, Pause: 25 * time.Second})
+		h := messages(anthropic.Config{Options: relay.Options{KeepAlive: 10 * time.Second}}, &chattest.Source{Events: []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventDone, Finish: chat.FinishStop}}, Pause: 25 * time.Second})
 		rec := httptest.NewRecorder()
 		h(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
 		// One ping after the first block start, two more during the pause.
@@ -67,7 +68,7 @@ func TestSlowStartOpensTheStreamEarly(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := messages(anthropic.Config{PingInterval: 10 * time.Second}, tt.give)
+				h := messages(anthropic.Config{Options: relay.Options{KeepAlive: 10 * time.Second}}, tt.give)
 				rec := httptest.NewRecorder()
 				h(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
 				body := rec.Body.String()
@@ -82,7 +83,7 @@ func TestSlowStartOpensTheStreamEarly(t *testing.T) {
 // A quick failure is still a JSON error with its own status.
 func TestQuickFailureIsAStatus(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := messages(anthropic.Config{PingInterval: 10 * time.Second}, &chattest.Source{Delay: time.Second, Err: &chat.OverloadedError{RetryAfter: 2 * time.Second}})
+		h := messages(anthropic.Config{Options: relay.Options{KeepAlive: 10 * time.Second}}, &chattest.Source{Delay: time.Second, Err: &chat.OverloadedError{RetryAfter: 2 * time.Second}})
 		rec := httptest.NewRecorder()
 		h(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(streamBody)))
 		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "2" {

@@ -81,7 +81,7 @@ func newClient(t *testing.T, p relaytest.Source) sdk.Client {
 	h := anthropic.New(anthropic.Config{}, nil)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/messages", relaytest.Serve(h, p))
-	mux.HandleFunc("POST /v1/messages/count_tokens", h.CountTokens)
+	mux.HandleFunc("POST /v1/messages/count_tokens", relaytest.Count(h, nil))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := access.WithCaller(httpx.WithRequestID(r.Context(), "req-1"), access.Caller{Key: &apikey.Key{Secret: r.Header.Get("X-Api-Key")}})
 		mux.ServeHTTP(w, r.WithContext(ctx))

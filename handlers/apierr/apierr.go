@@ -2,7 +2,7 @@
 // request can end in: a domain error from the router (internal/chat), a
 // caller's mistake found while decoding, a body over its cap or late, a
 // context that ended, or anything unexpected. Classify turns each into a
-// Problem: what kind of failure it is, the HTTP status, a retry hint, the
+// Problem: what class of failure it is, the HTTP status, a retry hint, the
 // OpenAI-style code and a message that is safe to show. The protocol
 // packages only translate a Problem into their wire shapes, so the three
 // protocols agree on every status. docs/protocol-errors.md has the table.
@@ -18,26 +18,26 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 )
 
-// Kind is what a failure means to the caller; each protocol names it its own
+// Class is what a failure means to the caller; each protocol names it its own
 // way.
-type Kind uint8
+type Class uint8
 
-// Kinds of failure, each with one HTTP status (Anthropic answers
+// Classes of failure, each with one HTTP status (Anthropic answers
 // Unavailable with its own 529).
 const (
-	Internal         Kind = iota // 500: unexpected, no details shown
-	InvalidRequest               // 400: the caller's mistake
-	Unauthorized                 // 401
-	NotFound                     // 404
-	MethodNotAllowed             // 405
-	RequestTimeout               // 408: the body did not arrive in time
-	Conflict                     // 409
-	TooLarge                     // 413: the body is over its cap
-	RateLimited                  // 429: the gateway's admission or the upstream's quota
-	Canceled                     // 499: the client closed the request
-	Upstream                     // 502: the worker failed or went away
-	Unavailable                  // 503: no instance can serve now
-	Timeout                      // 504: the request's deadline passed
+	Internal         Class = iota // 500: unexpected, no details shown
+	InvalidRequest                // 400: the caller's mistake
+	Unauthorized                  // 401
+	NotFound                      // 404
+	MethodNotAllowed              // 405
+	RequestTimeout                // 408: the body did not arrive in time
+	Conflict                      // 409
+	TooLarge                      // 413: the body is over its cap
+	RateLimited                   // 429: the gateway's admission or the upstream's quota
+	Canceled                      // 499: the client closed the request
+	Upstream                      // 502: the worker failed or went away
+	Unavailable                   // 503: no instance can serve now
+	Timeout                       // 504: the request's deadline passed
 )
 
 // StatusClientClosed is the status of a request whose client went away
@@ -60,13 +60,13 @@ var statuses = [...]int{
 	Timeout:          http.StatusGatewayTimeout,
 }
 
-// Status is the kind's HTTP status.
-func (k Kind) Status() int { return statuses[k] }
+// Status is the class's HTTP status.
+func (k Class) Status() int { return statuses[k] }
 
 // Problem is a classified error: what the client is told.
 type Problem struct {
-	Kind Kind
-	// Status is the HTTP status; Kind.Status() except for an error that
+	Class Class
+	// Status is the HTTP status; Class.Status() except for an error that
 	// carries its own (a generic error written by status).
 	Status int
 	// Code is the machine-readable reason OpenAI's shape carries in "code"
@@ -141,89 +141,70 @@ func Classify(err error) Problem {
 	p := Problem{Err: err}
 	switch {
 	case errors.As(err, &re):
-		p.Kind, p.Param, p.Code, p.Message = InvalidRequest, re.Param, re.Code, re.Message
+		p.Class, p.Param, p.Code, p.Message = InvalidRequest, re.Param, re.Code, re.Message
 		if re.Status == http.StatusNotFound {
-			p.Kind = NotFound
+			p.Class = NotFound
 		}
 	case errors.As(err, &ve):
-		p.Kind, p.Param, p.Code, p.Message = InvalidRequest, ve.Path(), ValidationCode(ve.Problem), ve.Error()
+		p.Class, p.Param, p.Code, p.Message = InvalidRequest, ve.Path(), ValidationCode(ve.Problem), ve.Error()
 	case errors.As(err, &pe):
-		p.Kind, p.Param, p.Code, p.Message = InvalidRequest, pe.Param, "tool_not_allowed", pe.Message
+		p.Class, p.Param, p.Code, p.Message = InvalidRequest, pe.Param, "tool_not_allowed", pe.Message
 	case errors.As(err, &ume):
-		p.Kind, p.Param, p.Code, p.Message = NotFound, "model", "model_not_found", ume.Error()
+		p.Class, p.Param, p.Code, p.Message = NotFound, "model", "model_not_found", ume.Error()
 	case errors.As(err, &tle):
-		p.Kind, p.Code, p.Message = TooLarge, "request_too_large", tle.Error()
+		p.Class, p.Code, p.Message = TooLarge, "request_too_large", tle.Error()
 	case errors.Is(err, httpx.ErrBodyTooLarge):
-		p.Kind, p.Code, p.Message = TooLarge, "request_too_large", "request body too large"
+		p.Class, p.Code, p.Message = TooLarge, "request_too_large", "request body too large"
 	case errors.Is(err, httpx.ErrBudget):
-		p.Kind, p.Code, p.Message, p.RetryAfter = RateLimited, "overloaded", "the gateway is at capacity, retry later", time.Second
+		p.Class, p.Code, p.Message, p.RetryAfter = RateLimited, "overloaded", "the gateway is at capacity, retry later", time.Second
 	case errors.Is(err, httpx.ErrBodyTimeout):
-		p.Kind, p.Code, p.Message = RequestTimeout, "request_timeout", httpx.ErrBodyTimeout.Error()
+		p.Class, p.Code, p.Message = RequestTimeout, "request_timeout", httpx.ErrBodyTimeout.Error()
 	case errors.Is(err, httpx.ErrTooManyConns):
-		p.Kind, p.Code, p.Message, p.RetryAfter = RateLimited, "too_many_connections", httpx.ErrTooManyConns.Error(), time.Second
+		p.Class, p.Code, p.Message, p.RetryAfter = RateLimited, "too_many_connections", httpx.ErrTooManyConns.Error(), time.Second
 	case errors.Is(err, httpx.ErrTooDeep):
-		p.Kind, p.Code, p.Message = InvalidRequest, CodeInvalidJSON, httpx.ErrTooDeep.Error()
+		p.Class, p.Code, p.Message = InvalidRequest, CodeInvalidJSON, httpx.ErrTooDeep.Error()
 	case errors.As(err, &ole):
-		p.Kind, p.Code, p.Message = RateLimited, "overloaded", "the gateway is at capacity, retry later"
+		p.Class, p.Code, p.Message = RateLimited, "overloaded", "the gateway is at capacity, retry later"
 		p.RetryAfter = max(ole.RetryAfter, time.Second)
 	case errors.As(err, &rle):
-		p.Kind, p.Code, p.Message = RateLimited, "rate_limit_exceeded", "upstream rate limit"
+		p.Class, p.Code, p.Message = RateLimited, "rate_limit_exceeded", "upstream rate limit"
 		if rle.Message != "" {
 			p.Message += ": " + rle.Message
 		}
 		p.RetryAfter = rle.RetryAfter
 	case errors.Is(err, chat.ErrNotLoggedIn): // before ErrNoInstance: a pool with every account logged out is both
-		p.Kind, p.Code, p.Message = Unavailable, "not_logged_in", "the backend account is not logged in"
+		p.Class, p.Code, p.Message = Unavailable, "not_logged_in", "the backend account is not logged in"
 	case errors.Is(err, chat.ErrNoInstance):
-		p.Kind, p.Code, p.Message = Unavailable, "no_instance", "no backend instance is ready to serve"
+		p.Class, p.Code, p.Message = Unavailable, "no_instance", "no backend instance is ready to serve"
 	case errors.As(err, &ue):
-		p.Kind, p.Code, p.Message = Upstream, "upstream_error", ue.Error()
+		p.Class, p.Code, p.Message = Upstream, "upstream_error", ue.Error()
 	case errors.Is(err, chat.ErrWorkerGone):
-		p.Kind, p.Code, p.Message = Upstream, "worker_gone", "the backend worker went away"
+		p.Class, p.Code, p.Message = Upstream, "worker_gone", "the backend worker went away"
 	case errors.Is(err, context.DeadlineExceeded):
-		p.Kind, p.Code, p.Message = Timeout, "timeout", "the request timed out"
+		p.Class, p.Code, p.Message = Timeout, "timeout", "the request timed out"
 	case errors.Is(err, context.Canceled):
-		p.Kind, p.Code, p.Message = Canceled, "canceled", "the client closed the request"
+		p.Class, p.Code, p.Message = Canceled, "canceled", "the client closed the request"
 	default:
 		// No details: an unexpected error may carry internals.
-		p.Kind, p.Message = Internal, "internal error"
+		p.Class, p.Message = Internal, "internal error"
 	}
-	p.Status = p.Kind.Status()
+	p.Status = p.Class.Status()
 	return p
-}
-
-// ForPythonGateway turns p into what the Python gateway answered, for
-// python_compat: a turn on an account that is not logged in was a 401
-// there (its scripts start a login on it), where poolgate says 503, a
-// gateway's problem that clients retry. Every other problem is as it is.
-func ForPythonGateway(p *Problem) {
-	if p.Code == "not_logged_in" {
-		p.Kind, p.Status = Unauthorized, http.StatusUnauthorized
-	}
-}
-
-// PythonGatewayWriter wraps a protocol's error writer with
-// ForPythonGateway.
-func PythonGatewayWriter(write func(http.ResponseWriter, *Problem)) func(http.ResponseWriter, *Problem) {
-	return func(w http.ResponseWriter, p *Problem) {
-		ForPythonGateway(p)
-		write(w, p)
-	}
 }
 
 // ForStatus is the Problem of an error the HTTP layer answers by status
 // (authentication, unknown routes, body caps, a panic): message is shown as
-// it is. A status without a kind of its own keeps its number with
+// it is. A status without a class of its own keeps its number with
 // Internal's names.
 func ForStatus(status int, message string) Problem {
-	p := Problem{Kind: Internal, Status: status, Message: message}
+	p := Problem{Class: Internal, Status: status, Message: message}
 	for k, s := range statuses {
 		if s == status {
-			p.Kind = Kind(k)
+			p.Class = Class(k)
 			break
 		}
 	}
-	switch p.Kind {
+	switch p.Class {
 	case TooLarge:
 		p.Code = "request_too_large"
 	case RequestTimeout:

@@ -15,7 +15,7 @@ import (
 func TestClassify(t *testing.T) {
 	tests := []struct {
 		give           error
-		wantKind       Kind
+		wantKind       Class
 		wantStatus     int
 		wantCode       string
 		wantParam      string
@@ -49,7 +49,7 @@ func TestClassify(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.give.Error(), func(t *testing.T) {
 			p := Classify(tt.give)
-			got := fmt.Sprint(p.Kind, p.Status, p.Code, p.Param, p.RetryAfter, p.Message)
+			got := fmt.Sprint(p.Class, p.Status, p.Code, p.Param, p.RetryAfter, p.Message)
 			want := fmt.Sprint(tt.wantKind, tt.wantStatus, tt.wantCode, tt.wantParam, tt.wantRetryAfter, tt.wantMessage)
 			if got != want || p.Err != tt.give {
 				t.Errorf("got %s, want %s", got, want)
@@ -57,30 +57,6 @@ func TestClassify(t *testing.T) {
 			// A message never carries the text that wraps a domain error.
 			if strings.Contains(p.Message, "acct-1") || strings.Contains(p.Message, "internals") {
 				t.Errorf("message %q shows internals", p.Message)
-			}
-		})
-	}
-}
-
-// python_compat changes one status: a logged-out account is the Python
-// gateway's 401.
-func TestForPythonGateway(t *testing.T) {
-	tests := []struct {
-		give       error
-		wantKind   Kind
-		wantStatus int
-	}{
-		{fmt.Errorf("%w: %w", chat.ErrNoInstance, chat.ErrNotLoggedIn), Unauthorized, 401},
-		{chat.ErrNotLoggedIn, Unauthorized, 401},
-		{chat.ErrNoInstance, Unavailable, 503},
-		{&chat.OverloadedError{}, RateLimited, 429},
-	}
-	for _, tt := range tests {
-		t.Run(tt.give.Error(), func(t *testing.T) {
-			p := Classify(tt.give)
-			ForPythonGateway(&p)
-			if p.Kind != tt.wantKind || p.Status != tt.wantStatus {
-				t.Errorf("got %v %d, want %v %d", p.Kind, p.Status, tt.wantKind, tt.wantStatus)
 			}
 		})
 	}
@@ -101,7 +77,7 @@ func TestRetryAfterSeconds(t *testing.T) {
 func TestForStatus(t *testing.T) {
 	tests := []struct {
 		give     int
-		wantKind Kind
+		wantKind Class
 		wantCode string
 	}{
 		{400, InvalidRequest, ""}, {401, Unauthorized, ""}, {404, NotFound, ""}, {405, MethodNotAllowed, ""},
@@ -111,13 +87,13 @@ func TestForStatus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		p := ForStatus(tt.give, "m")
-		if p.Kind != tt.wantKind || p.Status != tt.give || p.Code != tt.wantCode || p.Message != "m" {
+		if p.Class != tt.wantKind || p.Status != tt.give || p.Code != tt.wantCode || p.Message != "m" {
 			t.Errorf("ForStatus(%d) = %+v, want kind %d, status %d, code %q", tt.give, p, tt.wantKind, tt.give, tt.wantCode)
 		}
 	}
 	for k := range statuses {
-		if p := ForStatus(Kind(k).Status(), ""); p.Kind != Kind(k) {
-			t.Errorf("kind %d's status %d comes back as kind %d", k, Kind(k).Status(), p.Kind)
+		if p := ForStatus(Class(k).Status(), ""); p.Class != Class(k) {
+			t.Errorf("kind %d's status %d comes back as kind %d", k, Class(k).Status(), p.Class)
 		}
 	}
 }

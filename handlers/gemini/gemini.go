@@ -6,38 +6,26 @@
 // contents.go, schema.go), encodes the answer as Gemini's responses
 // (encode.go) and names errors in Google's shape (errors.go); these are
 // pure code, knowing nothing of the pool. This file is the codec the edge
-// runs (relay.Protocol: its routes and Decode); the relay keeps streams
-// alive and ends them, apierr classifies errors. It never sees another
-// protocol's types.
+// runs (relay.Protocol: its endpoints, the requests it claims, the key its
+// clients send, Decode; relay.Counter and relay.Lister: its token count
+// and model listings); the relay keeps streams alive and ends them, apierr
+// classifies errors. It never sees another protocol's types.
 package gemini
 
 import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/relay"
+	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/chat"
-	"github.com/poolgate/poolgate/internal/tokens"
 )
 
 // Config tunes the Gemini handler.
 type Config struct {
-	// KeepAlive is how long a started stream may stay quiet before a
-	// response without parts keeps it open. Default 15s; negative
-	// disables.
-	KeepAlive time.Duration
-	// CountDropped counts request fields that were accepted but dropped
-	// (nil: not counted).
-	CountDropped httpx.FieldCounter
-	// CountConcurrency bounds the countTokens requests tokenized at once
-	// (default GOMAXPROCS): they take no worker slot.
-	CountConcurrency int
-	// CountWait is how long a countTokens request waits for its turn
-	// before a 429 (default 5s).
-	CountWait time.Duration
+	relay.Options
 }
 
 // protocol is this package's label in metrics and logs.
@@ -45,98 +33,105 @@ const protocol = "gemini"
 
 // Handler serves the Gemini API. It is safe for concurrent use.
 type Handler struct {
-	cfg    Config
-	relay  *relay.Relay
-	log    *slog.Logger
-	counts *httpx.Slots // countTokens slots
+	relay.Codec
 }
+
+var (
+	_ relay.Protocol = (*Handler)(nil)
+	_ relay.Counter  = (*Handler)(nil)
+	_ relay.Lister   = (*Handler)(nil)
+)
 
 // New returns a Handler. A nil log discards.
 func New(cfg Config, log *slog.Logger) *Handler {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	rl := relay.New(relay.Config{Protocol: protocol, KeepAlive: cfg.KeepAlive, WriteError: WriteProblem}, log)
-	return &Handler{cfg: cfg, relay: rl, log: log, counts: httpx.NewSlots(cfg.CountConcurrency, cfg.CountWait)}
+	return &Handler{Codec: relay.NewCodec(relay.Config{Options: cfg.Options, Protocol: protocol, WriteError: WriteProblem,
+		Dropped: DroppedFields}, log)}
 }
 
-// Relay is the protocol's relay (relay.Protocol).
-func (h *Handler) Relay() *relay.Relay { return h.relay }
-
-// Routes are a model's methods under /v1beta and /v1: its paths put the
-// method after a colon in the last segment
-// (models/gemini-2.5-pro:generateContent), which gin cannot route on, so
-// one catch-all under models/ takes them and the method is read here
-// (relay.Protocol). The model listings are the edge's, which serves every
-// protocol's.
-func (h *Handler) Routes() []relay.Route {
-	var rs []relay.Route
+// Endpoints are a model's methods and the model listings, under /v1beta
+// and /v1 (relay.Protocol). A method's path puts it after a colon in the
+// last segment (models/gemini-2.5-pro:generateContent), which gin cannot
+// route on, so one catch-all under models/ takes them and Accept reads the
+// method. The listings on /v1 are OpenAI's path too: a Google client's
+// request is claimed here.
+func (h *Handler) Endpoints() []relay.Endpoint {
+	var eps []relay.Endpoint
 	for _, v := range []string{"/v1beta", "/v1"} {
-		rs = append(rs, relay.Route{Method: http.MethodPost, Path: v + "/models/*action", Serve: h.CountTokens, Pick: pick})
+		eps = append(eps, relay.Endpoint{Method: http.MethodPost, Path: v + "/models/*action", Serves: relay.ServeNone},
+			relay.Endpoint{Method: http.MethodGet, Path: v + "/models", Serves: relay.ServeModels},
+			relay.Endpoint{Method: http.MethodGet, Path: v + "/models/*name", Serves: relay.ServeModels})
 	}
-	return rs
+	return eps
 }
 
-// pick says how the edge serves a model's method: generateContent and
-// streamGenerateContent run a turn, countTokens counts under the key's
-// limits, anything else is no route.
-func pick(r *http.Request) relay.Kind {
-	a, ok := ParseAction(r.URL.Path)
-	switch {
-	case ok && (a.Method == MethodGenerate || a.Method == MethodStream):
-		return relay.KindTurn
-	case ok && a.Method == MethodCount:
-		return relay.KindLimited
+// Claims reports whether r speaks the Gemini API (relay.Protocol): see
+// isRequest.
+func (h *Handler) Claims(r *http.Request) bool { return isRequest(r) }
+
+// Accept moves the key a Gemini client sends into Authorization, and reads
+// a model's method from the path once: generateContent and
+// streamGenerateContent run a turn, countTokens counts, any other is no
+// route (relay.Protocol). The model and the method go into r's path values
+// for Decode. A replica's hop is left as it arrived: the replica that
+// signed it took the client's key out already, and its query is checked
+// against the signature as it is.
+func (h *Handler) Accept(r *http.Request) relay.Serving {
+	if r.Header.Get(access.HopHeader) == "" {
+		takeKey(r)
 	}
-	return relay.KindNone
+	if r.Method != http.MethodPost {
+		return relay.AsEndpoint
+	}
+	a, ok := ParseAction(r.URL.Path)
+	if !ok {
+		return relay.AsEndpoint
+	}
+	r.SetPathValue("model", a.Model)
+	r.SetPathValue("method", a.Method)
+	switch a.Method {
+	case MethodGenerate, MethodStream:
+		return relay.ServeTurn
+	case MethodCount:
+		return relay.ServeCount
+	}
+	return relay.ServeNone
 }
 
 // Decode decodes a models/{model}:generateContent request into its turn,
 // and :streamGenerateContent into a streamed one: server-sent events
 // (alt=sse) or a JSON array (relay.Protocol).
-func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Turn, error) {
-	a, _ := ParseAction(r.URL.Path) // the edge routes only a model's method here
-	stream := a.Method == MethodStream
-	d, err := decodeGenerate(body, a.Model, stream)
+func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Decoded, error) {
+	model, stream := r.PathValue("model"), r.PathValue("method") == MethodStream
+	d, err := decodeGenerate(body, model, stream)
 	if err != nil {
 		return nil, err
 	}
-	d.dropped.Report(r.Context(), h.log, h.cfg.CountDropped, protocol)
-	t := &relay.Turn{Request: &d.chat}
+	h.Report(r.Context(), &d.dropped)
+	t := &relay.Decoded{Request: &d.chat}
 	if !stream {
-		t.Body = newReply(a.Model)
+		t.Body = newReply(model)
 		return t, nil
 	}
 	raw := r.URL.Query().Get("alt") != "sse"
 	if raw {
 		t.ContentType = "application/json; charset=UTF-8"
 	}
-	t.Stream = func(s *relay.SSE) relay.Encoder { return newStreamEncoder(s, a.Model, raw) }
+	t.Stream = func(s *relay.SSE) relay.Encoder { return newStreamEncoder(s, model, raw) }
 	return t, nil
 }
 
-// CountTokens serves models/{model}:countTokens as {"totalTokens": n}: the
-// prompt tokens of the request counted the way the router counts a turn's
-// usage, so a count and the usage of the same request agree. The body is
-// decoded and validated as generateContent decodes it.
-func (h *Handler) CountTokens(w http.ResponseWriter, r *http.Request) {
-	body, err := httpx.ReadBody(r)
+// DecodeCount decodes models/{model}:countTokens as generateContent
+// decodes its request (relay.Counter).
+func (h *Handler) DecodeCount(r *http.Request, body []byte) (*chat.Request, error) {
+	d, err := decodeCount(body, r.PathValue("model"))
 	if err != nil {
-		h.relay.Fail(r.Context(), w, err)
-		return
+		return nil, err
 	}
-	if !h.counts.Take(r.Context()) {
-		h.relay.Fail(r.Context(), w, &chat.OverloadedError{RetryAfter: time.Second})
-		return
-	}
-	defer h.counts.Release()
-	a, _ := ParseAction(r.URL.Path)
-	d, err := decodeCount(body, a.Model)
-	if err != nil {
-		h.relay.Fail(r.Context(), w, err)
-		return
-	}
-	n := chat.PromptTokens(d.chat.Messages, tokens.Count)
+	return &d.chat, nil
+}
+
+// WriteCount answers countTokens as {"totalTokens": n} (relay.Counter).
+func (h *Handler) WriteCount(w http.ResponseWriter, n int) {
 	b := strconv.AppendInt(append(make([]byte, 0, 32), `{"totalTokens":`...), int64(n), 10)
 	httpx.WriteJSON(w, http.StatusOK, append(b, '}'))
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/gemini"
+	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
@@ -114,7 +115,7 @@ func TestGoldenReply(t *testing.T) {
 func TestKeepAlive(t *testing.T) {
 	for _, mode := range []struct{ name, url string }{{"sse", sseURL}, {"array", arrayURL}} {
 		t.Run(mode.name, func(t *testing.T) {
-			h := generate(gemini.Config{KeepAlive: 20e6}, &chattest.Source{Delay: 90e6, Events: chattest.TextEvents("late")})
+			h := generate(gemini.Config{Options: relay.Options{KeepAlive: 20e6}}, &chattest.Source{Delay: 90e6, Events: chattest.TextEvents("late")})
 			got := call(t, h, mode.url, hello)
 			if strings.Contains(got, "\n:") || strings.Contains(got, "event:") {
 				t.Errorf("%s stream carries SSE comments or event names:\n%s", mode.name, got)
@@ -145,7 +146,7 @@ func TestCountTokens(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			h.CountTokens(rec, httptest.NewRequest(http.MethodPost, countURL, strings.NewReader(tt.give)))
+			relaytest.Count(h, nil)(rec, httptest.NewRequest(http.MethodPost, countURL, strings.NewReader(tt.give)))
 			if rec.Code != tt.wantStatus || !strings.Contains(rec.Body.String(), tt.want) {
 				t.Errorf("got %d %s, want %d with %s", rec.Code, rec.Body.String(), tt.wantStatus, tt.want)
 			}

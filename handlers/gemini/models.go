@@ -32,8 +32,16 @@ func info(m chat.Model) modelInfo {
 		Driver: m.Driver}
 }
 
-// WriteModels answers models.list with the pool's models, all on one page.
-func WriteModels(w http.ResponseWriter, ms []chat.Model) {
+// WriteModels answers models.list with the pool's models, all on one page,
+// and models.get for the name r's path names ("models/{id}" or the id)
+// with the pool's model of that id, or NOT_FOUND (relay.Lister). A name the
+// pool does not list may still be served by generateContent (through the
+// aliases or the default model), but the gateway cannot describe it.
+func (h *Handler) WriteModels(w http.ResponseWriter, r *http.Request, ms []chat.Model) {
+	if name := r.PathValue("name"); name != "" {
+		writeModel(w, ms, name)
+		return
+	}
 	out := struct {
 		Models []modelInfo `json:"models"`
 	}{Models: make([]modelInfo, 0, len(ms))}
@@ -44,11 +52,7 @@ func WriteModels(w http.ResponseWriter, ms []chat.Model) {
 	httpx.WriteJSON(w, http.StatusOK, b)
 }
 
-// WriteModel answers models.get for name ("models/{id}" or the id) with
-// the pool's model of that id, or NOT_FOUND. A name the pool does not
-// list may still be served by generateContent (through the aliases or
-// the default model), but the gateway cannot describe it.
-func WriteModel(w http.ResponseWriter, ms []chat.Model, name string) {
+func writeModel(w http.ResponseWriter, ms []chat.Model, name string) {
 	id := strings.TrimPrefix(strings.TrimPrefix(name, "/"), "models/")
 	for _, m := range ms {
 		if m.ID == id {

@@ -32,12 +32,12 @@ func ParseAction(path string) (Action, bool) {
 	return Action{Model: model, Method: method}, true
 }
 
-// IsRequest reports whether r speaks the Gemini API, so that errors outside
+// isRequest reports whether r speaks the Gemini API, so that errors outside
 // its handler (a refused key, an unknown route, a body over its cap) come in
 // its shape: anything under /v1beta, a model's method under /v1/models, and
 // /v1/models itself when a Google client asks (its SDKs send
 // x-goog-api-client; a key sent as Gemini clients send it says so too).
-func IsRequest(r *http.Request) bool {
+func isRequest(r *http.Request) bool {
 	p := r.URL.Path
 	switch {
 	case strings.HasPrefix(p, "/v1beta/"):
@@ -47,21 +47,21 @@ func IsRequest(r *http.Request) bool {
 	case strings.HasPrefix(p, "/v1/models/") && strings.Contains(p, ":"):
 		return true
 	}
-	return r.Header.Get("X-Goog-Api-Client") != "" || r.Header.Get(KeyHeader) != "" || r.URL.Query().Has("key")
+	return r.Header.Get("X-Goog-Api-Client") != "" || r.Header.Get(keyHeader) != "" || r.URL.Query().Has("key")
 }
 
-// KeyHeader is the header Gemini clients send their API key in.
-const KeyHeader = "X-Goog-Api-Key"
+// keyHeader is the header Gemini clients send their API key in.
+const keyHeader = "X-Goog-Api-Key"
 
-// TakeKey moves the API key of a Gemini request (x-goog-api-key, or the
+// takeKey moves the API key of a Gemini request (x-goog-api-key, or the
 // key query parameter) into Authorization, the one place the edge reads a
 // caller's key from, unless the request already has one there. Both are
 // removed from the request: nothing after the edge (a log line, a span,
 // the hop to another replica) sees the key in a place no other protocol
 // puts it, and no URL carries it on.
-func TakeKey(r *http.Request) {
-	key := r.Header.Get(KeyHeader)
-	r.Header.Del(KeyHeader)
+func takeKey(r *http.Request) {
+	key := r.Header.Get(keyHeader)
+	r.Header.Del(keyHeader)
 	if q := r.URL.Query(); q.Has("key") {
 		if key == "" {
 			key = q.Get("key")

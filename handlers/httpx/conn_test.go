@@ -14,7 +14,7 @@ import (
 )
 
 // serve runs h behind Deadlines and a guard of limit on a loopback
-// listener until the test ends, as main serves every listener.
+// listener until the test ends, as the daemon serves every listener.
 func serve(t *testing.T, h http.Handler, timeout time.Duration, limit int) (string, *ConnGuard) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -39,7 +39,7 @@ func (d *Dropped) AddSet(field string, raw json.RawMessage) {
 func (d *Dropped) Fields() []string { return d.fields }
 
 // FieldCounter counts a dropped field of a protocol; the metrics package's
-// counter satisfies it through a small adapter in main. nil counts nothing.
+// counter satisfies it through a small adapter in the daemon. nil counts nothing.
 type FieldCounter func(protocol, field string)
 
 // Report logs the dropped fields at debug level and counts each one.

@@ -55,7 +55,7 @@ var ErrBodyTimeout = errors.New("the request body did not arrive in time")
 // tens of KiB, and a large body would otherwise cost twice its size while
 // it is read. A client that announces a body it never sends holds that
 // buffer for the body timeout at most; on the API, the body budget
-// (BodyCap) has counted it before it is made.
+// (the edge's body cap) has counted it before it is made.
 func ReadBody(r *http.Request) ([]byte, error) {
 	b, err := readAll(r.Body, r.ContentLength)
 	var mbe *http.MaxBytesError

@@ -217,41 +217,30 @@ func (s *stream) KeepAlive() error { return s.w.Comment("keep-alive") }
 // reply folds a whole answer into one chat.completion body.
 type reply struct {
 	relay.Collected
-	c      completion
-	newID  func(prefix string) string
-	compat *pythonCompat // nil: OpenAI's shape only
+	c     completion
+	newID func(prefix string) string
+	extra *extras // nil: OpenAI's shape only
 }
 
-// pythonCompat adds the Python gateway's fields to a non-stream body.
-type pythonCompat struct {
+// extras are what Config.Extra is told of an answer.
+type extras struct {
+	add          func(body []byte, instance string, firstMS, totalMS int64) []byte
 	instance     string // the instance that served the answer
 	start, first time.Time
 }
 
-// compatCompletion is a completion with the Python gateway's fields.
-type compatCompletion struct {
-	*completion
-	ServedBy string        `json:"served_by"`
-	Latency  compatLatency `json:"latency"`
-}
-
-type compatLatency struct {
-	FirstTokenMS int64 `json:"first_token_ms"`
-	TotalMS      int64 `json:"total_ms"`
-}
-
-// Text notes when the first text came, for the Python gateway's latency.
+// Text notes when the first text came, for Config.Extra.
 func (r *reply) Text(s string) error {
-	if r.compat != nil && r.compat.first.IsZero() {
-		r.compat.first = time.Now()
+	if r.extra != nil && r.extra.first.IsZero() {
+		r.extra.first = time.Now()
 	}
 	return r.Collected.Text(s)
 }
 
-// ServedBy notes the instance for the Python gateway's served_by.
+// ServedBy notes the instance, for Config.Extra.
 func (r *reply) ServedBy(instance string) {
-	if r.compat != nil {
-		r.compat.instance = instance
+	if r.extra != nil {
+		r.extra.instance = instance
 	}
 }
 
@@ -269,16 +258,16 @@ func (r *reply) Body(done chat.Event) ([]byte, error) {
 	}
 	r.c.Choices = []openaiwire.Choice{{Message: msg, FinishReason: finishReason(done.Finish, len(calls) > 0)}}
 	r.c.Usage = usageOf(done.Usage)
-	if p := r.compat; p != nil {
+	b, err := json.Marshal(&r.c)
+	if x := r.extra; x != nil && err == nil {
 		now := time.Now()
-		first := p.first
+		first := x.first
 		if first.IsZero() {
 			first = now // tool calls only: the answer came at the end
 		}
-		return json.Marshal(compatCompletion{completion: &r.c, ServedBy: p.instance,
-			Latency: compatLatency{FirstTokenMS: first.Sub(p.start).Milliseconds(), TotalMS: now.Sub(p.start).Milliseconds()}})
+		b = x.add(b, x.instance, first.Sub(x.start).Milliseconds(), now.Sub(x.start).Milliseconds())
 	}
-	return json.Marshal(&r.c)
+	return b, err
 }
 
 // replyCall is a call as the client sees it: an id (made up when the worker

@@ -14,6 +14,7 @@
 package openaichat
 
 import (
+	"encoding/json"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -23,27 +24,21 @@ import (
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/openaierr"
 	"github.com/poolgate/poolgate/handlers/relay"
+	"github.com/poolgate/poolgate/internal/chat"
 )
 
 // Config tunes the handler. The zero value is usable.
 type Config struct {
-	// KeepAlive is how long a stream may stay silent before an SSE comment is
-	// sent to keep proxies and clients from timing out. Default 15s; negative
-	// disables keep-alives. A keep-alive before the first event commits the
-	// stream, so an error after it is an in-stream error, not a JSON status.
-	KeepAlive time.Duration
-	// WriteTimeout bounds each write and flush of a stream, so a client that
-	// stops reading cannot hold the worker. Default 30s.
-	WriteTimeout time.Duration
-	// CountDropped counts request fields that were accepted but dropped
-	// (nil: not counted).
-	CountDropped httpx.FieldCounter
-	// PythonCompat adds the Python gateway's "served_by" (the instance) and
-	// "latency" ({first_token_ms, total_ms}) to non-stream bodies, for the
-	// clients of that gateway that read them, and answers a logged-out pool
-	// with its 401 (apierr.ForPythonGateway). Default off: they are not in
-	// OpenAI's shape (the X-Poolgate-Instance header names the instance).
-	PythonCompat bool
+	// Options: a keep-alive before the first event commits the stream,
+	// so an error after it is an in-stream error, not a JSON status.
+	relay.Options
+	// Extra, when set, adds another gateway's fields to a non-stream
+	// completion, which that gateway's clients read: given the body, the
+	// instance that served it and the milliseconds to its first text and to
+	// its end, it returns the body to send (internal/pycompat's served_by
+	// and latency). Nil: OpenAI's shape alone (the X-Poolgate-Instance
+	// header names the instance).
+	Extra func(body []byte, instance string, firstMS, totalMS int64) []byte
 }
 
 // protocol is this package's label in metrics and logs.
@@ -51,26 +46,23 @@ const protocol = "chat"
 
 // Handler serves chat completions. It is safe for concurrent use.
 type Handler struct {
-	cfg   Config
-	relay *relay.Relay
-	log   *slog.Logger
+	relay.Codec
+	extra func(body []byte, instance string, firstMS, totalMS int64) []byte
 	// now and newID are replaced by tests for stable transcripts.
-	now   func() time.Time
-	newID func(prefix string) string
+	now     func() time.Time
+	newID   func(prefix string) string
+	created int64 // the models' creation time, which workers don't report
 }
+
+var (
+	_ relay.Protocol = (*Handler)(nil)
+	_ relay.Lister   = (*Handler)(nil)
+)
 
 // New returns a handler. A nil log discards logs.
 func New(cfg Config, log *slog.Logger) *Handler {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	writeError := openaierr.Write
-	if cfg.PythonCompat {
-		writeError = apierr.PythonGatewayWriter(writeError)
-	}
-	rl := relay.New(relay.Config{Protocol: protocol, KeepAlive: cfg.KeepAlive, WriteTimeout: cfg.WriteTimeout,
-		WriteError: writeError}, log)
-	return &Handler{cfg: cfg, relay: rl, log: log, now: time.Now, newID: randomID}
+	return &Handler{Codec: relay.NewCodec(relay.Config{Options: cfg.Options, Protocol: protocol, WriteError: openaierr.Write,
+		Dropped: DroppedFields}, log), extra: cfg.Extra, now: time.Now, newID: randomID, created: time.Now().Unix()}
 }
 
 // idChars are the characters of generated ids, like OpenAI's.
@@ -86,26 +78,31 @@ func randomID(prefix string) string {
 	return prefix + string(b[:])
 }
 
-// Relay is the protocol's relay (relay.Protocol).
-func (h *Handler) Relay() *relay.Relay { return h.relay }
-
-// Routes are the chat completions route, and its path without /v1 for
-// clients whose base URL has none (relay.Protocol).
-func (h *Handler) Routes() []relay.Route {
-	return []relay.Route{{Method: http.MethodPost, Path: "/v1/chat/completions"},
-		{Method: http.MethodPost, Path: "/chat/completions"}}
+// Endpoints are the chat completions route, its path without /v1 for
+// clients whose base URL has none, and OpenAI's model list and retrieve,
+// which answer anyone no other protocol claims (relay.Protocol).
+func (h *Handler) Endpoints() []relay.Endpoint {
+	return []relay.Endpoint{{Method: http.MethodPost, Path: "/v1/chat/completions", Serves: relay.ServeTurn},
+		{Method: http.MethodPost, Path: "/chat/completions", Serves: relay.ServeTurn},
+		{Method: http.MethodGet, Path: "/v1/models", Serves: relay.ServeModels},
+		{Method: http.MethodGet, Path: "/v1/models/*name", Serves: relay.ServeModels}}
 }
+
+// Claims claims every request (relay.Protocol): OpenAI's shape is the
+// default of API clients, so chat completions, last in the table, answers
+// whatever no protocol before it claims.
+func (h *Handler) Claims(*http.Request) bool { return true }
 
 // Decode decodes a POST /v1/chat/completions request into its turn
 // (relay.Protocol).
-func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Turn, error) {
+func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Decoded, error) {
 	req, opt, err := decodeRequest(body)
 	if err != nil {
 		return nil, err
 	}
-	opt.dropped.Report(r.Context(), h.log, h.cfg.CountDropped, protocol)
+	h.Report(r.Context(), &opt.dropped)
 	id, created := h.newID("chatcmpl-"), h.now().Unix()
-	t := &relay.Turn{Request: req}
+	t := &relay.Decoded{Request: req}
 	if opt.stream {
 		t.Stream = func(sse *relay.SSE) relay.Encoder {
 			return &stream{w: sse, enc: newStreamEncoder(id, req.Model, created, opt.includeUsage), newID: h.newID}
@@ -113,9 +110,49 @@ func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Turn, error) {
 		return t, nil
 	}
 	rp := &reply{c: completion{ID: id, Object: "chat.completion", Created: created, Model: req.Model}, newID: h.newID}
-	if h.cfg.PythonCompat {
-		rp.compat = &pythonCompat{start: time.Now()}
+	if h.extra != nil {
+		rp.extra = &extras{add: h.extra, start: time.Now()}
 	}
 	t.Body = rp
 	return t, nil
+}
+
+// model is a model in OpenAI's shape.
+type model struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+	Name    string `json:"name,omitempty"`
+	// Driver is poolgate's own field, in every protocol's listing: the
+	// kind of worker that serves the model (chat.Model.Driver).
+	Driver string `json:"driver,omitempty"`
+}
+
+// WriteModels answers GET /v1/models with the pool's models in OpenAI's
+// list shape, and GET /v1/models/{id}, OpenAI's models.retrieve, with the
+// model of that id or a 404 (relay.Lister).
+func (h *Handler) WriteModels(w http.ResponseWriter, r *http.Request, ms []chat.Model) {
+	if name := r.PathValue("name"); name != "" {
+		id := name[1:]
+		for _, m := range ms {
+			if m.ID == id {
+				b, _ := json.Marshal(model{ID: m.ID, Object: "model", Created: h.created, OwnedBy: "poolgate", Name: m.Name, Driver: m.Driver})
+				httpx.WriteJSON(w, http.StatusOK, b)
+				return
+			}
+		}
+		p := apierr.ForStatus(http.StatusNotFound, "model "+id+" is not one of the pool's models (GET /v1/models lists them)")
+		h.Relay().WriteProblem(w, &p)
+		return
+	}
+	data := make([]model, 0, len(ms))
+	for _, m := range ms {
+		data = append(data, model{ID: m.ID, Object: "model", Created: h.created, OwnedBy: "poolgate", Name: m.Name, Driver: m.Driver})
+	}
+	b, _ := json.Marshal(struct {
+		Data   []model `json:"data"`
+		Object string  `json:"object"`
+	}{data, "list"}) // plain strings: cannot fail
+	httpx.WriteJSON(w, http.StatusOK, b)
 }

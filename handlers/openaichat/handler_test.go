@@ -20,6 +20,7 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/openaierr"
+	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
 )
@@ -161,7 +162,7 @@ func TestRequestMapping(t *testing.T) {
 
 func TestKeepAlive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		rec := serve(newTestHandler(t, thinkingPool{40 * time.Second}, Config{KeepAlive: 15 * time.Second}), streamBody)
+		rec := serve(newTestHandler(t, thinkingPool{40 * time.Second}, Config{Options: relay.Options{KeepAlive: 15 * time.Second}}), streamBody)
 		if got, want := strings.Count(rec.Body.String(), ": keep-alive\n\n"), 2; got != want {
 			t.Errorf("got %d keep-alives, want %d in\n%s", got, want, rec.Body)
 		}
@@ -271,7 +272,7 @@ func TestDeadline(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := newTestHandler(t, &chattest.Source{Events: []chat.Event{{Type: chat.EventText, Text: "partial"}}, Hang: true}, Config{KeepAlive: -1})
+				h := newTestHandler(t, &chattest.Source{Events: []chat.Event{{Type: chat.EventText, Text: "partial"}}, Hang: true}, Config{Options: relay.Options{KeepAlive: -1}})
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
 				r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(tt.give)).WithContext(ctx)
@@ -306,7 +307,7 @@ func TestSlowStartKeepsAlive(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				rec := serve(newTestHandler(t, tt.give, Config{KeepAlive: 15 * time.Second}), streamBody)
+				rec := serve(newTestHandler(t, tt.give, Config{Options: relay.Options{KeepAlive: 15 * time.Second}}), streamBody)
 				body := rec.Body.String()
 				if rec.Code != tt.wantStatus || !testenv.InOrder(body, tt.want) || strings.Contains(body, tt.avoid) {
 					t.Errorf("got %d\n%s\nwant %d with %q in order and no %q", rec.Code, body, tt.wantStatus, tt.want, tt.avoid)

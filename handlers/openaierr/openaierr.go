@@ -1,5 +1,5 @@
 // Package openaierr is OpenAI's error shape, which the chat completions and
-// Responses APIs share: each apierr.Kind's error type, the JSON body
+// Responses APIs share: each apierr.Class's error type, the JSON body
 // {"error":{"message","type","param","code"}} with all four keys (absent
 // ones null, as OpenAI's SDKs expect), and the Retry-After header. The
 // routes' own errors (authentication, unknown routes) use it too.
@@ -42,14 +42,14 @@ var types = [...]string{
 }
 
 // Type is OpenAI's error type for k.
-func Type(k apierr.Kind) string { return types[k] }
+func Type(k apierr.Class) string { return types[k] }
 
 // Append appends p's error object, {"error":{...}}.
 func Append(b []byte, p *apierr.Problem) []byte {
 	b = append(b, `{"error":{"message":`...)
 	b = jsonx.AppendString(b, p.Message)
 	b = append(b, `,"type":`...)
-	b = jsonx.AppendString(b, Type(p.Kind))
+	b = jsonx.AppendString(b, Type(p.Class))
 	b = append(b, `,"param":`...)
 	b = appendNullable(b, p.Param)
 	b = append(b, `,"code":`...)

@@ -19,7 +19,7 @@ func TestWriteShape(t *testing.T) {
 	}{
 		{"no param or code", apierr.ForStatus(http.StatusUnauthorized, "bad key"), 401,
 			`{"error":{"message":"bad key","type":"authentication_error","param":null,"code":null}}` + "\n", ""},
-		{"param, code and a retry hint", apierr.Problem{Kind: apierr.RateLimited, Status: 429, Message: "wait \"a bit\"",
+		{"param, code and a retry hint", apierr.Problem{Class: apierr.RateLimited, Status: 429, Message: "wait \"a bit\"",
 			Param: "p", Code: "overloaded", RetryAfter: 1500 * time.Millisecond}, 429,
 			`{"error":{"message":"wait \"a bit\"","type":"rate_limit_error","param":"p","code":"overloaded"}}` + "\n", "2"},
 	}

@@ -1,9 +1,13 @@
 // Package relay is what a protocol is to the edge, and what carries an
 // answer from the pool to the client the same way for every protocol. A
-// protocol (Protocol) is a codec: it decodes a request into a Turn, the
-// neutral chat.Request and the encoder of its answer (Encoder for a stream,
-// BodyEncoder for one JSON body), and names the writer of its JSON error
-// body. The edge opens the answer (a chat.Answer) and hands it here, on the
+// protocol (Protocol, protocol.go) is a codec and all the edge knows of it:
+// its endpoints, the requests it claims, its one look at a request before
+// it is authorized (its key, its path), the decode of a request into a
+// Decoded, the neutral chat.Request and the encoder of its answer (Encoder
+// for a stream, BodyEncoder for one JSON body), its JSON error body, and,
+// when it has them, its token count (Counter, counted once here: Count) and
+// model listing (Lister). Codec is the part every protocol's handler
+// shares, Options the settings they all take. The edge opens the answer (a chat.Answer) and hands it here, on the
 // request's own goroutine. The relay owns the SSE stream (headers, framing,
 // flushing and the write deadline), opening a stream early when the answer
 // is slow to start, keep-alives while a stream is quiet (from Start, before
@@ -102,18 +106,16 @@ type Outcome struct {
 // Config tunes a Relay. The zero value is usable, except that WriteError
 // is required.
 type Config struct {
-	// Protocol names the protocol in logs ("chat", "responses", "messages").
+	Options
+	// Protocol names the protocol in logs, metrics and the request log
+	// ("chat", "responses", "messages", "gemini").
 	Protocol string
-	// KeepAlive is how long a stream may stay quiet (or an answer take to
-	// start) before a keep-alive goes out; the first one opens the stream, so
-	// a failure after it is told in-stream. Default 15s; negative disables.
-	KeepAlive time.Duration
-	// WriteTimeout bounds each write and flush of a stream, so a client
-	// that stops reading cannot hold the worker. Default 30s.
-	WriteTimeout time.Duration
 	// WriteError writes a problem as the protocol's JSON error body, with
 	// its status.
 	WriteError func(w http.ResponseWriter, p *apierr.Problem)
+	// Dropped lists every field the protocol's decoder may report as
+	// dropped (the series of poolgate_request_fields_ignored_total).
+	Dropped []string
 }
 
 // Relay relays answers of one protocol. It is safe for concurrent use.
@@ -161,7 +163,7 @@ func (rl *Relay) Fail(ctx context.Context, w http.ResponseWriter, err error) Out
 	}
 	p := apierr.Classify(err)
 	rl.logFailure(ctx, &p, false)
-	rl.cfg.WriteError(w, &p)
+	rl.WriteProblem(w, &p)
 	return Outcome{Err: err, Told: p.Message}
 }
 
@@ -192,7 +194,11 @@ func (rl *Relay) Hop(ctx context.Context, holder string, hop func() error) bool 
 
 // Collect answers with one JSON body: the whole answer ans (or err, when
 // it could not be opened) is collected into enc, then encoded. Any failure
-// is a JSON error with its status.
+// is a JSON error with its status. The answer is closed before its body is
+// written: what closing does (the router writes the conversation's affinity
+// back) is done before the client, who has nothing until the body, can send
+// its follow-up, to whichever replica. A stream's last event goes out
+// before (Streamer.Relay).
 func (rl *Relay) Collect(ctx context.Context, w http.ResponseWriter, ans chat.Answer, err error, enc BodyEncoder) Outcome {
 	if err == nil {
 		defer ans.Close()
@@ -213,6 +219,7 @@ func (rl *Relay) Collect(ctx context.Context, w http.ResponseWriter, ans chat.An
 		case chat.EventDone:
 			var body []byte
 			if body, err = enc.Body(ev); err == nil {
+				ans.Close()
 				httpx.WriteJSON(w, http.StatusOK, body)
 				return Outcome{}
 			}

@@ -41,7 +41,7 @@ func writeError(w http.ResponseWriter, p *apierr.Problem) {
 // runStream relays one streamed answer from p and returns the status, the
 // body and the outcome.
 func runStream(ctx context.Context, p *chattest.Source, keepAlive time.Duration) (int, string, Outcome) {
-	rl := New(Config{Protocol: "test", KeepAlive: keepAlive, WriteError: writeError}, nil)
+	rl := New(Config{Options: Options{KeepAlive: keepAlive}, Protocol: "test", WriteError: writeError}, nil)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	rec := httptest.NewRecorder()
@@ -236,7 +236,7 @@ func TestClientHangsUpMidStream(t *testing.T) {
 	// worker does that is cut off.
 	p := &chattest.Source{Events: []chat.Event{text("partial")}, Hang: true}
 	outcomes := make(chan Outcome, 1)
-	rl := New(Config{Protocol: "test", KeepAlive: 50 * time.Millisecond, WriteError: writeError}, nil)
+	rl := New(Config{Options: Options{KeepAlive: 50 * time.Millisecond}, Protocol: "test", WriteError: writeError}, nil)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
@@ -283,7 +283,7 @@ func TestClientHangsUpMidStream(t *testing.T) {
 // Through a real server, a slow answer reaches the client after keep-alive
 // comments, and the stream ends with the protocol's ending.
 func TestSlowAnswerThroughAServer(t *testing.T) {
-	rl := New(Config{Protocol: "test", KeepAlive: 20 * time.Millisecond, WriteError: writeError}, nil)
+	rl := New(Config{Options: Options{KeepAlive: 20 * time.Millisecond}, Protocol: "test", WriteError: writeError}, nil)
 	p := &chattest.Source{Delay: 70 * time.Millisecond, Events: []chat.Event{text("late"), done}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithCancel(r.Context())
@@ -323,7 +323,7 @@ func (f *flushes) Flush() {
 func TestBurstWritesTheFirstEventAtOnce(t *testing.T) {
 	// The whole answer is at hand at once, as when a worker sends its
 	// events faster than they are written.
-	rl := New(Config{Protocol: "test", KeepAlive: -1, WriteError: writeError}, nil)
+	rl := New(Config{Options: Options{KeepAlive: -1}, Protocol: "test", WriteError: writeError}, nil)
 	p := &chattest.Source{Events: []chat.Event{text("a"), text("b"), text("c"), done}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -376,7 +376,7 @@ func TestKeepAliveWhileTheAnswerIsAwaited(t *testing.T) {
 	}
 	t.Run("a failed keep-alive ends the wait", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			rl := New(Config{Protocol: "test", KeepAlive: 10 * time.Second, WriteError: writeError}, nil)
+			rl := New(Config{Options: Options{KeepAlive: 10 * time.Second}, Protocol: "test", WriteError: writeError}, nil)
 			p := &chattest.Source{Delay: time.Hour}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

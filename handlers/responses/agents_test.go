@@ -35,7 +35,7 @@ const codexBody = `{"model":"gpt-5-codex","stream":true,"store":false,"tool_choi
   {"type":"message","role":"user","content":[{"type":"input_text","text":"and now?"}]}]}`
 
 func TestCodexShapes(t *testing.T) {
-	d, err := decodeCreate([]byte(codexBody), false)
+	d, err := decodeCreate([]byte(codexBody), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,12 +78,12 @@ func TestCodexShapes(t *testing.T) {
 // with its namespace, a custom tool as custom_tool_call with its input; and
 // the stored transcript holds them under the worker's names again.
 func TestCallsInClientTerms(t *testing.T) {
-	d, err := decodeCreate([]byte(codexBody), false)
+	d, err := decodeCreate([]byte(codexBody), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := &namesWriter{}
-	enc := newStreamEncoder(w, &responseObject{ID: "resp_x", Output: []wireItem{}}, d.refs)
+	enc := newStreamEncoder(w, &responseObject{ID: "resp_x", Output: []wireItem{}}, d.refs, endingOf(nil))
 	calls := []chat.ToolCall{
 		{ID: "k1", Name: "multi_agent_v1__close_agent", Arguments: `{"id":"a2"}`},
 		{ID: "k2", Name: "apply_patch", Arguments: `{"input":"*** Begin Patch\n*** End Patch"}`},

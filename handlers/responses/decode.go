@@ -107,15 +107,15 @@ type decoded struct {
 	// toolParams names each neutral tool by its place in the wire tools
 	// (namespaces are flattened and hosted tools are not offered).
 	toolParams []string
-	// compat takes what the Python gateway took (pycompat.go).
-	compat bool
+	// shapes are another gateway's forms, taken (Config.Shapes).
+	shapes Shapes
 }
 
 // decodeCreate parses a create body and checks this protocol's fields; the
 // whole request is validated once the stored history it continues is in
 // (see prepare).
-func decodeCreate(body []byte, compat bool) (*decoded, error) {
-	d := &decoded{compat: compat}
+func decodeCreate(body []byte, shapes Shapes) (*decoded, error) {
+	d := &decoded{shapes: shapes}
 	in := &d.wire
 	if err := json.Unmarshal(body, in); err != nil {
 		var te *json.UnmarshalTypeError
@@ -129,7 +129,7 @@ func decodeCreate(body []byte, compat bool) (*decoded, error) {
 	}
 	var err error
 	c := &d.chat
-	if c.Tools, d.refs, d.toolParams, err = decodeTools(in.Tools, forcedTool(in.ToolChoice), d.compat, &d.dropped); err != nil {
+	if c.Tools, d.refs, d.toolParams, err = decodeTools(in.Tools, forcedTool(in.ToolChoice), d.shapes, &d.dropped); err != nil {
 		return nil, err
 	}
 	if c.ToolChoice, err = decodeToolChoice(in.ToolChoice); err != nil {
@@ -415,13 +415,17 @@ func (ic *inputContext) callOutput(param string, it *inputItem) (string, error) 
 		}
 		return s, nil
 	}
-	if s, ok := ic.compatOutput(it.Output); ok {
-		return s, nil
+	var hint string
+	if ic.shapes != nil {
+		var s string
+		var ok bool
+		if s, ok, hint = ic.shapes.Output(it.Output); ok {
+			return s, nil
+		}
 	}
 	var parts []contentPart
 	if err := json.Unmarshal(it.Output, &parts); err != nil {
-		return "", badParam(param+".output", param+".output must be a string or a list of parts"+
-			" (python_compat takes any JSON there, as the Python gateway did, and passes it on as its text)")
+		return "", badParam(param+".output", param+".output must be a string or a list of parts"+hint)
 	}
 	texts := make([]string, 0, len(parts))
 	for _, p := range parts {

@@ -29,7 +29,7 @@ func FuzzDecodeCreate(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		d, err := decodeCreate(body, false)
+		d, err := decodeCreate(body, nil)
 		if err != nil {
 			var re *apierr.RequestError
 			if !errors.As(err, &re) {
@@ -66,7 +66,7 @@ func BenchmarkDecodeCreate(b *testing.B) {
 	body := []byte(decodeSeeds[1])
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := decodeCreate(body, false); err != nil {
+		if _, err := decodeCreate(body, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -83,7 +83,7 @@ func (w *nopWriter) Comment(string) error { return nil }
 
 // BenchmarkEncodeTextDelta is the per-event cost of a streamed text delta.
 func BenchmarkEncodeTextDelta(b *testing.B) {
-	enc := newStreamEncoder(&nopWriter{}, &responseObject{ID: "resp_x", Output: []wireItem{}}, nil)
+	enc := newStreamEncoder(&nopWriter{}, &responseObject{ID: "resp_x", Output: []wireItem{}}, nil, endingOf(nil))
 	if err := enc.text("warm up"); err != nil {
 		b.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func BenchmarkEncodeTextDelta(b *testing.B) {
 }
 
 func BenchmarkEncodeToolCall(b *testing.B) {
-	enc := newStreamEncoder(&nopWriter{}, &responseObject{ID: "resp_x", Output: []wireItem{}}, nil)
+	enc := newStreamEncoder(&nopWriter{}, &responseObject{ID: "resp_x", Output: []wireItem{}}, nil, endingOf(nil))
 	tc := chat.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}
 	b.ReportAllocs()
 	for b.Loop() {

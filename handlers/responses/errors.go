@@ -24,7 +24,7 @@ func notFound(param, id string) error {
 // failCode is the error.code of a response.failed object: OpenAI knows
 // rate_limit_exceeded and server_error for a response that failed.
 func failCode(p *apierr.Problem) string {
-	if p.Kind == apierr.RateLimited {
+	if p.Class == apierr.RateLimited {
 		return "rate_limit_exceeded"
 	}
 	return "server_error"

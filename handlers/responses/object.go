@@ -123,7 +123,7 @@ type responseObject struct {
 	User               *string            `json:"user"`
 	Metadata           map[string]string  `json:"metadata"`
 	// OutputText joins the output's text, as the Python gateway's bodies
-	// had it (python_compat only: OpenAI's SDKs compute it themselves).
+	// had it (Shapes.Ending asks for it: OpenAI's SDKs compute it themselves).
 	OutputText *string `json:"output_text,omitempty"`
 }
 

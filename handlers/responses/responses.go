@@ -13,6 +13,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/poolgate/poolgate/handlers/apierr"
@@ -44,17 +45,10 @@ type Config struct {
 	// StoreTimeout bounds each store call; saving runs even when the client
 	// has gone, so a finished answer can still be continued. Default 2s.
 	StoreTimeout time.Duration
-	// KeepAlive is how long a started stream may stay silent before an SSE
-	// comment keeps proxies from cutting it. Default 15s; negative disables.
-	KeepAlive time.Duration
-	// CountDropped counts request fields that were accepted but dropped
-	// (nil: not counted).
-	CountDropped httpx.FieldCounter
-	// PythonCompat answers as the Python gateway did where its clients
-	// read it (pycompat.go): output_text, a closing data: [DONE], a stream
-	// that always ends with response.completed, chat-style tools and
-	// object tool outputs taken, a logged-out pool's 401. Default off.
-	PythonCompat bool
+	relay.Options
+	// Shapes are another gateway's ways, kept for its clients (nil:
+	// OpenAI's alone).
+	Shapes Shapes
 }
 
 // protocol is this package's label in metrics and logs.
@@ -62,12 +56,13 @@ const protocol = "responses"
 
 // Handler serves the Responses API. It is safe for concurrent use.
 type Handler struct {
+	relay.Codec
 	cfg   Config
-	relay *relay.Relay
 	store Store
-	log   *slog.Logger
 	now   func() time.Time
 }
+
+var _ relay.Protocol = (*Handler)(nil)
 
 // New returns a Handler that keeps responses in store. A nil log discards.
 func New(cfg Config, store Store, log *slog.Logger) *Handler {
@@ -77,30 +72,26 @@ func New(cfg Config, store Store, log *slog.Logger) *Handler {
 	if cfg.StoreTimeout == 0 {
 		cfg.StoreTimeout = 2 * time.Second
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	writeError := openaierr.Write
-	if cfg.PythonCompat {
-		writeError = apierr.PythonGatewayWriter(writeError)
-	}
-	rl := relay.New(relay.Config{Protocol: protocol, KeepAlive: cfg.KeepAlive, WriteError: writeError}, log)
-	return &Handler{cfg: cfg, relay: rl, store: store, log: log, now: time.Now}
+	return &Handler{Codec: relay.NewCodec(relay.Config{Options: cfg.Options, Protocol: protocol, WriteError: openaierr.Write,
+		Dropped: DroppedFields}, log), cfg: cfg, store: store, now: time.Now}
 }
 
-// Relay is the protocol's relay (relay.Protocol).
-func (h *Handler) Relay() *relay.Relay { return h.relay }
-
-// Routes are the Responses API's: create (also without /v1, for clients
-// whose base URL has none), the stored responses' retrieve, delete and
-// input items, and remote compaction, which this gateway has not
+// Endpoints are the Responses API's: create (also without /v1, for
+// clients whose base URL has none), the stored responses' retrieve, delete
+// and input items, and remote compaction, which this gateway has not
 // (relay.Protocol).
-func (h *Handler) Routes() []relay.Route {
-	return []relay.Route{{Method: http.MethodPost, Path: "/v1/responses"}, {Method: http.MethodPost, Path: "/responses"},
-		{Method: http.MethodPost, Path: "/v1/responses/compact", Kind: relay.KindPlain, Serve: unsupported},
-		{Method: http.MethodGet, Path: "/v1/responses/:id", Kind: relay.KindPlain, Serve: h.Get},
-		{Method: http.MethodDelete, Path: "/v1/responses/:id", Kind: relay.KindPlain, Serve: h.Delete},
-		{Method: http.MethodGet, Path: "/v1/responses/:id/input_items", Kind: relay.KindPlain, Serve: h.InputItems}}
+func (h *Handler) Endpoints() []relay.Endpoint {
+	return []relay.Endpoint{{Method: http.MethodPost, Path: "/v1/responses", Serves: relay.ServeTurn},
+		{Method: http.MethodPost, Path: "/responses", Serves: relay.ServeTurn},
+		{Method: http.MethodPost, Path: "/v1/responses/compact", Serves: relay.ServePlain, Serve: unsupported},
+		{Method: http.MethodGet, Path: "/v1/responses/:id", Serves: relay.ServePlain, Serve: h.Get},
+		{Method: http.MethodDelete, Path: "/v1/responses/:id", Serves: relay.ServePlain, Serve: h.Delete},
+		{Method: http.MethodGet, Path: "/v1/responses/:id/input_items", Serves: relay.ServePlain, Serve: h.InputItems}}
+}
+
+// Claims reports whether r is one of the Responses API's (relay.Protocol).
+func (h *Handler) Claims(r *http.Request) bool {
+	return strings.HasPrefix(r.URL.Path, "/v1/responses") || r.URL.Path == "/responses"
 }
 
 // unsupported answers remote compaction, an OpenAI-only service: an
@@ -116,23 +107,21 @@ func unsupported(w http.ResponseWriter, r *http.Request) {
 // Decode decodes a POST /v1/responses request into its turn, with the
 // stored conversation it continues; the response is stored once its answer
 // is over (relay.Protocol).
-func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Turn, error) {
+func (h *Handler) Decode(r *http.Request, body []byte) (*relay.Decoded, error) {
 	ctx := r.Context()
 	t, err := h.prepare(ctx, r, body)
 	if err != nil {
 		return nil, err
 	}
-	rt := &relay.Turn{Request: &t.d.chat}
+	rt := &relay.Decoded{Request: &t.d.chat}
 	if !t.d.chat.Stream {
-		enc := newStreamEncoder(discard{}, t.resp, t.d.refs)
-		enc.compat = h.cfg.PythonCompat
+		enc := newStreamEncoder(discard{}, t.resp, t.d.refs, endingOf(h.cfg.Shapes))
 		rt.Body = &reply{enc: enc, h: h, ctx: ctx, t: t}
 		return rt, nil
 	}
 	var enc *streamEncoder
 	rt.Stream = func(sse *relay.SSE) relay.Encoder {
-		enc = newStreamEncoder(sse, t.resp, t.d.refs)
-		enc.compat = h.cfg.PythonCompat
+		enc = newStreamEncoder(sse, t.resp, t.d.refs, endingOf(h.cfg.Shapes))
 		return enc
 	}
 	rt.Over = func(ctx context.Context, out relay.Outcome) { h.streamed(ctx, t, enc, out) }
@@ -152,11 +141,11 @@ type turn struct {
 // prepare decodes the body, loads the conversation it continues and builds
 // the neutral request: instructions, history, then this turn's input.
 func (h *Handler) prepare(ctx context.Context, r *http.Request, body []byte) (*turn, error) {
-	d, err := decodeCreate(body, h.cfg.PythonCompat)
+	d, err := decodeCreate(body, h.cfg.Shapes)
 	if err != nil {
 		return nil, err
 	}
-	d.dropped.Report(ctx, h.log, h.cfg.CountDropped, protocol)
+	h.Report(ctx, &d.dropped)
 	if d.chat.AffinityHint == "" {
 		// Codex names its conversation in a header too.
 		if s := r.Header.Get("Session-Id"); s != "" && len(s) <= 128 {

@@ -73,7 +73,7 @@ func (h *Handler) save(ctx context.Context, t *turn, enc *streamEncoder, obj []b
 		cancel()
 	}
 	if err != nil {
-		h.log.LogAttrs(ctx, slog.LevelWarn, "responses: storing the response failed",
+		h.Log.LogAttrs(ctx, slog.LevelWarn, "responses: storing the response failed",
 			slog.String("request_id", httpx.RequestID(ctx)), slog.String("response_id", t.resp.ID), slog.Any("err", err))
 	}
 }
@@ -114,7 +114,7 @@ func (h *Handler) loadFor(w http.ResponseWriter, r *http.Request) *record {
 		err = notFound("", id)
 	}
 	if err != nil {
-		h.relay.Fail(r.Context(), w, err)
+		h.Relay().Fail(r.Context(), w, err)
 		return nil
 	}
 	return rec
@@ -123,7 +123,7 @@ func (h *Handler) loadFor(w http.ResponseWriter, r *http.Request) *record {
 // Get serves GET /v1/responses/{id}; the id is r.PathValue("id").
 func (h *Handler) Get(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("stream") == "true" {
-		h.relay.Fail(r.Context(), w, badParam("stream", "replaying a stored response as a stream is not supported"))
+		h.Relay().Fail(r.Context(), w, badParam("stream", "replaying a stored response as a stream is not supported"))
 		return
 	}
 	if rec := h.loadFor(w, r); rec != nil {
@@ -144,7 +144,7 @@ func (h *Handler) Delete(w http.ResponseWriter, r *http.Request) {
 		err = notFound("", id) // deleted concurrently
 	}
 	if err != nil {
-		h.relay.Fail(r.Context(), w, err)
+		h.Relay().Fail(r.Context(), w, err)
 		return
 	}
 	b := append([]byte(`{"id":`), jsonx.AppendString(nil, id)...)
@@ -160,14 +160,14 @@ func (h *Handler) InputItems(w http.ResponseWriter, r *http.Request) {
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > 100 {
-			h.relay.Fail(r.Context(), w, badParam("limit", "limit must be an integer between 1 and 100"))
+			h.Relay().Fail(r.Context(), w, badParam("limit", "limit must be an integer between 1 and 100"))
 			return
 		}
 		limit = n
 	}
 	order := q.Get("order")
 	if order != "" && order != "asc" && order != "desc" {
-		h.relay.Fail(r.Context(), w, badParam("order", "order must be \"asc\" or \"desc\""))
+		h.Relay().Fail(r.Context(), w, badParam("order", "order must be \"asc\" or \"desc\""))
 		return
 	}
 	rec := h.loadFor(w, r)
@@ -183,7 +183,7 @@ func (h *Handler) InputItems(w http.ResponseWriter, r *http.Request) {
 	}
 	page, more, err := paginate(items, q.Get("after"), limit)
 	if err != nil {
-		h.relay.Fail(r.Context(), w, err)
+		h.Relay().Fail(r.Context(), w, err)
 		return
 	}
 	httpx.WriteJSON(w, http.StatusOK, appendList(make([]byte, 0, 256), page, more))

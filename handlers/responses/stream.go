@@ -22,14 +22,14 @@ type streamEncoder struct {
 	// final is the JSON of the response as it ended (completed, incomplete
 	// or failed), for the store; nil until it ends.
 	final []byte
-	// compat ends the response as the Python gateway did (pycompat.go).
-	compat bool
+	// end is how the stream ends (Shapes.Ending).
+	end ending
 }
 
 var _ relay.Encoder = (*streamEncoder)(nil)
 
-func newStreamEncoder(w relay.EventWriter, resp *responseObject, refs toolRefs) *streamEncoder {
-	return &streamEncoder{builder: builder{resp: resp, refs: refs}, w: w, buf: make([]byte, 0, 512)}
+func newStreamEncoder(w relay.EventWriter, resp *responseObject, refs toolRefs, end ending) *streamEncoder {
+	return &streamEncoder{builder: builder{resp: resp, refs: refs}, w: w, buf: make([]byte, 0, 512), end: end}
 }
 
 // head starts an event's JSON: type and sequence number.
@@ -197,7 +197,7 @@ func (e *streamEncoder) done(ev *chat.Event) ([]byte, error) {
 		}
 	}
 	e.finish(ev)
-	e.compatOutputText()
+	e.setOutputText()
 	if e.resp.Status == "incomplete" {
 		return e.withResponse("response.incomplete")
 	}
@@ -215,17 +215,17 @@ func (e *streamEncoder) ToolCall(tc chat.ToolCall) error { return e.toolCall(&tc
 func (e *streamEncoder) Done(ev chat.Event) error {
 	obj, err := e.done(&ev)
 	e.final = obj
-	return e.compatDone(err)
+	return e.trail(err)
 }
 
 // Fail writes response.failed; a message cut off mid-way stays in the
 // output marked incomplete, so the client keeps what it was shown.
 func (e *streamEncoder) Fail(p *apierr.Problem) error {
 	e.failing(p)
-	e.compatOutputText()
-	obj, err := e.withResponse(e.failedEvent())
+	e.setOutputText()
+	obj, err := e.withResponse(e.end.failed)
 	e.final = obj
-	return e.compatDone(err)
+	return e.trail(err)
 }
 
 // failedObject is the failed response's JSON, written nowhere: a stream

@@ -19,9 +19,9 @@ type wireTool struct {
 	DeferLoading bool            `json:"defer_loading"`
 	// Tools are a namespace's functions.
 	Tools []wireTool `json:"tools"`
-	// Function is a chat completions tool's definition, which the Python
-	// gateway took here too (pycompat.go).
-	Function *chatFunction `json:"function"`
+	// Function is a chat completions tool's definition, which another
+	// gateway took here too (Shapes.ChatTool).
+	Function json.RawMessage `json:"function"`
 	// Format is a custom tool's input format (text, or a grammar).
 	Format *struct {
 		Type       string `json:"type"`
@@ -75,7 +75,7 @@ var hostedTools = map[string]bool{
 // the wire (for errors) and, when any tool is namespaced or custom, the map
 // back to the client's names. A forced tool_choice naming a hosted tool is
 // refused: the answer could not honour it.
-func decodeTools(raw []json.RawMessage, forced string, compat bool, d *httpx.Dropped) ([]chat.Tool, toolRefs, []string, error) {
+func decodeTools(raw []json.RawMessage, forced string, shapes Shapes, d *httpx.Dropped) ([]chat.Tool, toolRefs, []string, error) {
 	if len(raw) == 0 {
 		return nil, nil, nil, nil
 	}
@@ -98,7 +98,7 @@ func decodeTools(raw []json.RawMessage, forced string, compat bool, d *httpx.Dro
 		if err := json.Unmarshal(r, &t); err != nil {
 			return nil, nil, nil, badParam(param, param+" must be a tool object")
 		}
-		if err := chatStyleTool(param, &t, compat); err != nil {
+		if err := chatStyleTool(param, &t, shapes); err != nil {
 			return nil, nil, nil, err
 		}
 		switch {

@@ -25,8 +25,8 @@ const (
 	Metrics
 )
 
-// Route is one route of the HTTP surface and the callers it admits.
-type Route struct {
+// Rule is one route of the HTTP surface and the callers it admits.
+type Rule struct {
 	// Method and Path as the router matches them (":name" for a parameter,
 	// "*name" for the rest of the path).
 	Method, Path string
@@ -35,26 +35,13 @@ type Route struct {
 	Clustered bool
 }
 
-// Routes is every route poolgate serves, public API and admin API, on
-// whichever listener carries it. The edge refuses a route that is not here.
-var Routes = []Route{
-	{"POST", "/v1/chat/completions", APIUser, false},
-	{"POST", "/chat/completions", APIUser, false},
-	{"POST", "/v1/responses", APIUser, false},
-	{"POST", "/responses", APIUser, false},
-	{"POST", "/v1/responses/compact", APIUser, false},
-	{"GET", "/v1/responses/:id", APIUser, false},
-	{"DELETE", "/v1/responses/:id", APIUser, false},
-	{"GET", "/v1/responses/:id/input_items", APIUser, false},
-	{"POST", "/v1/messages", APIUser, false},
-	{"POST", "/v1/messages/count_tokens", APIUser, false},
-	{"GET", "/v1/models", APIUser, false},
-	{"GET", "/v1/models/*name", APIUser, false},
-	{"POST", "/v1/models/*action", APIUser, false},
-	{"GET", "/v1beta/models", APIUser, false},
-	{"GET", "/v1beta/models/*name", APIUser, false},
-	{"POST", "/v1beta/models/*action", APIUser, false},
-
+// Routes is the operator surface's table: every route poolgate serves
+// besides the answer APIs, on whichever listener carries it. The answer
+// APIs' routes are the protocols table's endpoints, each admitting any API
+// user (APIUser): the edge makes their rules from that table
+// (handlers.Routes), so a protocol is one package and one line there. The
+// edge refuses a route that neither names.
+var Routes = []Rule{
 	{"GET", "/healthz", Public, false},
 	{"GET", "/readyz", Public, false},
 	{"GET", "/admin", Public, false},
@@ -90,7 +77,7 @@ var Routes = []Route{
 }
 
 // NeedOf returns what the route method path (as the router matched it)
-// needs; false for a route the table does not list.
+// needs; false for a route Routes does not list.
 func NeedOf(method, path string) (Need, bool) {
 	for i := range Routes {
 		if Routes[i].Method == method && Routes[i].Path == path {

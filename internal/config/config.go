@@ -239,10 +239,17 @@ func DefaultAccounts() []Account {
 
 const envPrefix = "POOLGATE_"
 
+// Legacy reads another gateway's settings, which an operator moving over
+// brings along in the environment (internal/pycompat's ReadSettings, the
+// Python gateway's): Load hands it the environment before its own variables
+// are read, and runs finish once they are and the accounts are known. Each
+// returns start-up lines to log.
+type Legacy func(cfg *Config, env map[string]string) (notes []string, finish func(*Config) ([]string, error), err error)
+
 // Load builds the configuration: defaults, then the YAML file (if path is
-// set), then the environment. It returns warnings (unknown POOLGATE_
-// variables) separately from errors.
-func Load(path string, environ []string) (Config, []string, error) {
+// set), then what a legacy reads (at most one), then the environment. It
+// returns warnings (unknown POOLGATE_ variables) separately from errors.
+func Load(path string, environ []string, legacy ...Legacy) (Config, []string, error) {
 	cfg := Defaults()
 	var flat []string
 	if path != "" {
@@ -252,16 +259,16 @@ func Load(path string, environ []string) (Config, []string, error) {
 		}
 	}
 	env := envMap(environ)
-	notes, pending, err := applyLegacy(&cfg, env)
-	if err != nil {
-		return cfg, append(flat, notes...), err
+	var notes []string
+	finish := func(*Config) ([]string, error) { return nil, nil }
+	for _, read := range legacy {
+		var err error
+		if notes, finish, err = read(&cfg, env); err != nil {
+			return cfg, append(flat, notes...), err
+		}
 	}
 	warnings, err := applyEnv(&cfg, environ)
-	warnings = append(notes, warnings...)
-	if len(notes) > 0 && !cfg.PythonCompat {
-		warnings = append(warnings, compatNote)
-	}
-	warnings = append(flat, warnings...) // a flat section key is poolgate's own, not the Python gateway's
+	warnings = append(flat, append(notes, warnings...)...) // a flat section key is poolgate's own, not a legacy one
 	if err != nil {
 		return cfg, warnings, err
 	}
@@ -273,7 +280,8 @@ func Load(path string, environ []string) (Config, []string, error) {
 	if err := cfg.resolveAccounts(environ); err != nil {
 		return cfg, warnings, err
 	}
-	if err := pending.finish(&cfg); err != nil {
+	more, err := finish(&cfg)
+	if warnings = append(warnings, more...); err != nil {
 		return cfg, warnings, err
 	}
 	if err := cfg.resolveKeys(env); err != nil {

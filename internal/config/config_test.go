@@ -181,3 +181,19 @@ func TestErrorsShowNoSecret(t *testing.T) {
 		})
 	}
 }
+
+func TestBareNumbersAreSeconds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, []byte("session_cache_ttl: 1800\nqueue_timeout: 2.5\nstart_timeout: 1m\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := Load(path, []string{"POOLGATE_HEALTH_INTERVAL=3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []time.Duration{cfg.SessionCacheTTL, cfg.QueueTimeout, cfg.StartTimeout, cfg.HealthInterval}
+	want := []time.Duration{1800 * time.Second, 2500 * time.Millisecond, time.Minute, 3 * time.Second}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}

@@ -54,7 +54,7 @@ func setField(f reflect.Value, val string) error {
 	switch f.Interface().(type) {
 	case APIKeys:
 		var k APIKeys
-		if err := k.parseEnv(val); err != nil {
+		if err := k.ParseEnv(val); err != nil {
 			return err
 		}
 		f.Set(reflect.ValueOf(k))
@@ -130,4 +130,21 @@ func levenshtein(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// ParseDuration reads a duration: Go's form (90s, 30m, 1h30m), or a bare
+// number of seconds (1800, 2.5), the unit of the Python gateway's settings.
+func ParseDuration(v string) (time.Duration, error) {
+	s := strings.TrimSpace(v)
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		if f < 0 || f > float64(1<<63-1)/float64(time.Second) {
+			return 0, fmt.Errorf("want a duration like 30s or a number of seconds, got %q", v)
+		}
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("want a duration like 30s or a number of seconds, got %q", v)
+	}
+	return d, nil
 }

@@ -106,8 +106,8 @@ func (k *APIKeys) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// parseEnv reads POOLGATE_API_KEYS.
-func (k *APIKeys) parseEnv(val string) error {
+// ParseEnv reads POOLGATE_API_KEYS.
+func (k *APIKeys) ParseEnv(val string) error {
 	if v := strings.TrimSpace(val); strings.HasPrefix(v, "[") {
 		return k.UnmarshalJSON([]byte(v))
 	}

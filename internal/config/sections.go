@@ -204,9 +204,9 @@ func (c *Config) sectionErrors() []error {
 	return errs
 }
 
-// setSectionKey sets the section key (section.KEY) to val, which must be
+// SetSectionKey sets the section key (section.KEY) to val, which must be
 // of the field's type; an error when no registered section has the key.
-func (c *Config) setSectionKey(key string, val any) error {
+func (c *Config) SetSectionKey(key string, val any) error {
 	name, sub, _ := strings.Cut(key, ".")
 	s, ok := c.Sections[name]
 	if !ok {

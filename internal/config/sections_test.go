@@ -55,7 +55,7 @@ func TestDriverSectionIsRead(t *testing.T) {
 			if tt.note != "" && !strings.Contains(joined, tt.note) {
 				t.Errorf("warnings %q, want one mentioning %q", warnings, tt.note)
 			}
-			if strings.Contains(joined, "python_compat") {
+			if strings.Contains(joined, "Python gateway") {
 				t.Errorf("warnings %q: a flat section key is no Python gateway setting", warnings)
 			}
 			if tt.note == "" && joined != "" {
@@ -129,10 +129,10 @@ func TestRegisteredSection(t *testing.T) {
 		})
 	}
 	cfg := Defaults()
-	if err := cfg.setSectionKey("testdrv.level", 5); err != nil || cfg.Section("testdrv").(testSection).Level != 5 {
+	if err := cfg.SetSectionKey("testdrv.level", 5); err != nil || cfg.Section("testdrv").(testSection).Level != 5 {
 		t.Errorf("setSectionKey: %v, section %+v", err, cfg.Section("testdrv"))
 	}
-	if err := cfg.setSectionKey("absent.level", 5); err == nil {
+	if err := cfg.SetSectionKey("absent.level", 5); err == nil {
 		t.Error("setSectionKey on an unregistered section: no error")
 	}
 }

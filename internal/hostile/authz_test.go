@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/testenv"
 )
@@ -268,7 +269,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 
 	t.Run("single node", func(t *testing.T) {
 		pprof := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-		d := testenv.StartDaemon(t, matrixKeys, matrixAccounts, "POOLGATE_ADMIN_TOKEN="+matrixAdmin,
+		d := daemontest.StartDaemon(t, matrixKeys, matrixAccounts, "POOLGATE_ADMIN_TOKEN="+matrixAdmin,
 			"POOLGATE_METRICS_TOKEN="+metricsToken, "POOLGATE_PPROF_LISTEN="+pprof)
 		runMatrix(t, target{api: d.URL, pprof: "http://" + pprof}, keyed)
 		// The admin log names who acted, never a secret.
@@ -280,7 +281,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		}
 	})
 	t.Run("keys without an admin credential", func(t *testing.T) {
-		d := testenv.StartDaemon(t, matrixKeys[:strings.Index(matrixKeys, `,{"name":"vic"`)]+"]", matrixAccounts)
+		d := daemontest.StartDaemon(t, matrixKeys[:strings.Index(matrixKeys, `,{"name":"vic"`)]+"]", matrixAccounts)
 		for _, r := range access.Routes {
 			if r.Need != access.Admin && r.Need != access.Viewer || r.Clustered {
 				continue
@@ -309,7 +310,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		for i := range 2 {
 			addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 			pprof := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-			d := testenv.StartDaemon(t, append(env, "POOLGATE_LISTEN="+addr, "POOLGATE_ADVERTISE_URL=http://"+addr,
+			d := daemontest.StartDaemon(t, append(env, "POOLGATE_LISTEN="+addr, "POOLGATE_ADVERTISE_URL=http://"+addr,
 				fmt.Sprintf("POOLGATE_REPLICA_ID=r%d", i+1), "POOLGATE_PPROF_LISTEN="+pprof)...)
 			t.Run(fmt.Sprintf("replica %d", i+1), func(t *testing.T) {
 				runMatrix(t, target{api: d.URL, pprof: "http://" + pprof, clustered: true, self: replicaID(t, d.URL)}, keyed)
@@ -317,13 +318,13 @@ func TestAuthorizationMatrix(t *testing.T) {
 		}
 	})
 	t.Run("keyless demo", func(t *testing.T) {
-		d := testenv.StartDaemon(t, matrixAccounts)
+		d := daemontest.StartDaemon(t, matrixAccounts)
 		runMatrix(t, target{api: d.URL}, open)
 	})
 }
 
-// The tables show every route poolgate serves, with the callers its entry in
-// access.Routes admits: a route added to the code and not to the doc (or the
+// The tables show every route poolgate serves, with the callers its rule
+// admits (routes): a route added to the code and not to the doc (or the
 // other way round) fails here.
 func TestAuthzTableIsTheRouteTable(t *testing.T) {
 	keyed := readAuthzTable(t, "keyed")
@@ -339,7 +340,7 @@ func TestAuthzTableIsTheRouteTable(t *testing.T) {
 	for _, row := range keyed.rows {
 		inDoc[row.method+" "+row.path] = row
 	}
-	for _, r := range access.Routes {
+	for _, r := range routes() {
 		row, ok := inDoc[r.Method+" "+r.Path]
 		if !ok {
 			t.Errorf("docs/security.md does not show %s %s", r.Method, r.Path)
@@ -358,11 +359,11 @@ func TestAuthzTableIsTheRouteTable(t *testing.T) {
 	}
 	for route := range inDoc {
 		if !strings.HasPrefix(route, "GET /debug/pprof") {
-			t.Errorf("docs/security.md shows %s, which access.Routes does not list", route)
+			t.Errorf("docs/security.md shows %s, which no route rule names", route)
 		}
 	}
 	open := readAuthzTable(t, "open")
-	for _, r := range access.Routes {
+	for _, r := range routes() {
 		found := r.Clustered
 		for _, row := range open.rows {
 			found = found || row.method == r.Method && row.path == r.Path
@@ -407,7 +408,7 @@ func TestCallersSeeTheirOwn(t *testing.T) {
 	redis := testenv.Redis(t)
 	env := []string{matrixKeys, matrixAccounts, "POOLGATE_ADMIN_TOKEN=" + matrixAdmin, "POOLGATE_REDIS_URL=" + redis.URL(),
 		"POOLGATE_REDIS_PREFIX=" + testenv.KeyPrefix(t)}
-	d := testenv.StartDaemon(t, append(env, "POOLGATE_REQUEST_LOG_DEBUG=true")...)
+	d := daemontest.StartDaemon(t, append(env, "POOLGATE_REQUEST_LOG_DEBUG=true")...)
 	d.WaitReady(t, 30*time.Second)
 	for _, key := range []string{userKey, "sk-user-bob"} {
 		body := `{"model":"m","messages":[{"role":"user","content":"the plan of ` + key + `"}]}`
@@ -459,7 +460,7 @@ func TestCallersSeeTheirOwn(t *testing.T) {
 	d.Stop(t, 20*time.Second)
 
 	// The same log after a start with the switch off: no prompt is left.
-	d = testenv.StartDaemon(t, env...)
+	d = daemontest.StartDaemon(t, env...)
 	testenv.WaitFor(t, 15*time.Second, "the captured prompts scrubbed, and the start saying so", func() bool {
 		code, got := list(matrixAdmin, "")
 		return code == 200 && len(got.Requests) == 2 && got.Requests[0].Prompt == "" && got.Requests[1].Prompt == "" &&
@@ -476,7 +477,7 @@ func TestExampleConfigGivesUsersNoAdmin(t *testing.T) {
 	// The file names a worker_bin this machine does not have, which would
 	// refuse the start: any program stands in for it (no worker is needed
 	// here), and no simulator runs.
-	d := testenv.StartDaemonArgs(t, []string{"-config", path}, append(env, "POOLGATE_REDIS_URL=", "POOLGATE_SIMULATE=auto",
+	d := daemontest.StartDaemonArgs(t, []string{"-config", path}, append(env, "POOLGATE_REDIS_URL=", "POOLGATE_SIMULATE=auto",
 		"POOLGATE_WORKER_BIN="+testenv.PoolgateBin(t))...)
 	tg := target{api: d.URL}
 	for _, r := range access.Routes {

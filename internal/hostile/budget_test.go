@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 )
 
 // TestBodiesStayUnderTheBudget sends twelve 3 MiB requests at once to a
@@ -19,7 +19,7 @@ import (
 // the bytes held never exceed the budget.
 func TestBodiesStayUnderTheBudget(t *testing.T) {
 	const budget, size, n = 10 << 20, 3 << 20, 12
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS="+apiKey, "POOLGATE_ADMIN_TOKEN="+adminToken,
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS="+apiKey, "POOLGATE_ADMIN_TOKEN="+adminToken,
 		"POOLGATE_BODY_BUDGET_BYTES=10485760")
 	d.WaitReady(t, 20*time.Second)
 	head, tail := `{"model":"m","messages":[{"role":"user","content":"[[sim:delay=2s]] `, `"}]}`

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 )
 
@@ -68,7 +69,7 @@ func isTimeout(err error) bool {
 // needs no credential) answers without waiting for the body either.
 func TestSlowBodyWithoutCredential(t *testing.T) {
 	adminAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS="+apiKey, "POOLGATE_ADMIN_TOKEN="+adminToken,
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS="+apiKey, "POOLGATE_ADMIN_TOKEN="+adminToken,
 		"POOLGATE_BODY_TIMEOUT="+bodyTimeout.String(), "POOLGATE_ADMIN_LISTEN="+adminAddr)
 	tests := []struct {
 		name, addr, method, path string
@@ -107,7 +108,7 @@ func TestUnauthenticatedConnectionsDoNotStopAKeyedClient(t *testing.T) {
 	if err != nil {
 		t.Fatal("this test lowers the daemon's open-file limit with prlimit: apt-get install util-linux")
 	}
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS="+apiKey, "POOLGATE_ADMIN_TOKEN="+adminToken, "POOLGATE_BODY_TIMEOUT=30s",
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS="+apiKey, "POOLGATE_ADMIN_TOKEN="+adminToken, "POOLGATE_BODY_TIMEOUT=30s",
 		"POOLGATE_MAX_UNAUTHENTICATED_CONNS=64")
 	d.WaitReady(t, 20*time.Second)
 	if out, err := exec.Command(prlimit, "--pid", strconv.Itoa(d.Pid()), "--nofile=256:256").CombinedOutput(); err != nil {
@@ -170,7 +171,7 @@ func TestUnauthenticatedConnectionsDoNotStopAKeyedClient(t *testing.T) {
 // holdKeyed opens n connections at once, each with a GET /v1/models of the
 // holder's key, kept open until the test ends, and counts their answers'
 // statuses (0: closed without one).
-func holdKeyed(t *testing.T, d *testenv.Daemon, n int) map[int]int {
+func holdKeyed(t *testing.T, d *daemontest.Daemon, n int) map[int]int {
 	t.Helper()
 	var mu sync.Mutex
 	codes := map[int]int{}
@@ -209,7 +210,7 @@ func holdKeyed(t *testing.T, d *testenv.Daemon, n int) map[int]int {
 // /healthz and the other key are served, each within 5 s, on new
 // connections.
 func TestOneKeyCannotHoldEveryConnection(t *testing.T) {
-	d := testenv.StartDaemonNoFile(t, 400, twoKeys, "POOLGATE_ADMIN_TOKEN="+adminToken)
+	d := daemontest.StartDaemonNoFile(t, 400, twoKeys, "POOLGATE_ADMIN_TOKEN="+adminToken)
 	d.WaitReady(t, 20*time.Second)
 	const n = 396
 	codes := holdKeyed(t, d, n)

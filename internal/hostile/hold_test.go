@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 )
 
@@ -58,7 +59,7 @@ func dialSmall(t *testing.T, addr string) net.Conn {
 }
 
 // otherServed sends a 20 KB chat with the other key and returns its status.
-func otherServed(t *testing.T, d *testenv.Daemon) int {
+func otherServed(t *testing.T, d *daemontest.Daemon) int {
 	t.Helper()
 	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("b", 20000) + `"}]}`
 	req, _ := http.NewRequest("POST", d.URL+"/v1/chat/completions", strings.NewReader(body))
@@ -99,7 +100,7 @@ func rss(t *testing.T, pid int) int64 {
 // as the client held its connections.
 func TestUnreadAnswersAreLetGo(t *testing.T) {
 	const size, n = 15_000_000, 4
-	d := testenv.StartDaemon(t, twoKeys, "POOLGATE_ADMIN_TOKEN="+adminToken,
+	d := daemontest.StartDaemon(t, twoKeys, "POOLGATE_ADMIN_TOKEN="+adminToken,
 		"POOLGATE_BODY_BUDGET_BYTES="+strconv.Itoa(n*size), "POOLGATE_BODY_BUDGET_PER_KEY="+strconv.Itoa(n*size),
 		"POOLGATE_WRITE_TIMEOUT=2s")
 	d.WaitReady(t, 20*time.Second)
@@ -140,7 +141,7 @@ func TestUnreadAnswersAreLetGo(t *testing.T) {
 // key got 429 for the whole body timeout.
 func TestStalledBodiesOfOneKeyLeaveRoom(t *testing.T) {
 	const budget = 64 << 20
-	d := testenv.StartDaemon(t, twoKeys, "POOLGATE_ADMIN_TOKEN="+adminToken,
+	d := daemontest.StartDaemon(t, twoKeys, "POOLGATE_ADMIN_TOKEN="+adminToken,
 		"POOLGATE_BODY_BUDGET_BYTES="+strconv.Itoa(budget), "POOLGATE_BODY_TIMEOUT=30s")
 	d.WaitReady(t, 20*time.Second)
 	for range 4 {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/testenv"
@@ -83,14 +84,14 @@ func TestRogueRegistryEntryGetsNoCredential(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
-		proof func(d *testenv.Daemon) http.HandlerFunc
+		proof func(d *daemontest.Daemon) http.HandlerFunc
 	}{
-		{"a listener that answers anything", func(*testenv.Daemon) http.HandlerFunc {
+		{"a listener that answers anything", func(*daemontest.Daemon) http.HandlerFunc {
 			return func(w http.ResponseWriter, _ *http.Request) {
 				_, _ = io.WriteString(w, `{"replica":"evil","url":"http://evil","proof":"x"}`)
 			}
 		}},
-		{"a listener that relays the challenge to the real replica", func(d *testenv.Daemon) http.HandlerFunc {
+		{"a listener that relays the challenge to the real replica", func(d *daemontest.Daemon) http.HandlerFunc {
 			return func(w http.ResponseWriter, r *http.Request) {
 				resp, err := http.Get(d.URL + r.URL.RequestURI())
 				if err != nil {
@@ -106,7 +107,7 @@ func TestRogueRegistryEntryGetsNoCredential(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			prefix := testenv.KeyPrefix(t)
 			g := &rogue{}
-			var d *testenv.Daemon
+			var d *daemontest.Daemon
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				g.record(r)
 				if r.URL.Path == access.ProofPath {
@@ -119,7 +120,7 @@ func TestRogueRegistryEntryGetsNoCredential(t *testing.T) {
 			defer srv.Close()
 			plantRogue(t, prefix, srv.URL)
 			addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-			d = testenv.StartDaemon(t, matrixKeys, `POOLGATE_ACCOUNTS=[{"name":"acct-1","username":"u1","password":"pw"}]`,
+			d = daemontest.StartDaemon(t, matrixKeys, `POOLGATE_ACCOUNTS=[{"name":"acct-1","username":"u1","password":"pw"}]`,
 				"POOLGATE_ADMIN_TOKEN="+matrixAdmin, "POOLGATE_REDIS_URL="+redis.URL(), "POOLGATE_REDIS_PREFIX="+prefix,
 				"POOLGATE_CLUSTER_TOKEN="+clusterToken, "POOLGATE_LEASE_TTL=3s", "POOLGATE_QUEUE_TIMEOUT=2s",
 				"POOLGATE_LISTEN="+addr, "POOLGATE_ADVERTISE_URL=http://"+addr, "POOLGATE_REPLICA_ID=r1")
@@ -190,7 +191,7 @@ func sendAs(t *testing.T, method, url, token, body string) (int, string) {
 func TestAlteredHopsAreRefused(t *testing.T) {
 	redis := testenv.Redis(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	d := testenv.StartDaemon(t, matrixKeys, `POOLGATE_ACCOUNTS=[{"name":"acct-1","username":"u1","password":"pw"}]`,
+	d := daemontest.StartDaemon(t, matrixKeys, `POOLGATE_ACCOUNTS=[{"name":"acct-1","username":"u1","password":"pw"}]`,
 		"POOLGATE_ADMIN_TOKEN="+matrixAdmin, "POOLGATE_REDIS_URL="+redis.URL(), "POOLGATE_REDIS_PREFIX="+testenv.KeyPrefix(t),
 		"POOLGATE_CLUSTER_TOKEN="+clusterToken, "POOLGATE_LEASE_TTL=3s", "POOLGATE_LISTEN="+addr,
 		"POOLGATE_ADVERTISE_URL=http://"+addr, "POOLGATE_REPLICA_ID=r1")

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 )
 
@@ -154,7 +155,7 @@ func cases() []hostileCase {
 // nothing leaked and the daemon still serves.
 func TestHostileInputs(t *testing.T) {
 	redis := testenv.Redis(t)
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS="+apiKey, "POOLGATE_ADMIN_TOKEN="+adminToken, "POOLGATE_BODY_TIMEOUT=2s",
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS="+apiKey, "POOLGATE_ADMIN_TOKEN="+adminToken, "POOLGATE_BODY_TIMEOUT=2s",
 		"POOLGATE_REDIS_URL="+redis.URL(), "POOLGATE_BUNDLE_KEY="+bundleKey)
 	d.WaitReady(t, 20*time.Second)
 	if code, _ := send(t, d, hostileCase{method: "POST", path: "/v1/chat/completions",
@@ -194,7 +195,7 @@ func TestHostileInputs(t *testing.T) {
 }
 
 // send makes one request with the API key; a slow case trickles its body.
-func send(t *testing.T, d *testenv.Daemon, tt hostileCase) (int, []byte) {
+func send(t *testing.T, d *daemontest.Daemon, tt hostileCase) (int, []byte) {
 	t.Helper()
 	var body []byte
 	if tt.body != nil {
@@ -221,7 +222,7 @@ func send(t *testing.T, d *testenv.Daemon, tt hostileCase) (int, []byte) {
 }
 
 // slowPost announces the body's length and sends one byte a second.
-func slowPost(t *testing.T, d *testenv.Daemon, path string, body []byte) (int, []byte) {
+func slowPost(t *testing.T, d *daemontest.Daemon, path string, body []byte) (int, []byte) {
 	t.Helper()
 	c, err := net.Dial("tcp", d.Addr)
 	if err != nil {
@@ -307,7 +308,7 @@ func childProcesses(pid int) int {
 }
 
 // metric reads one unlabelled metric from /metrics.
-func metric(t *testing.T, d *testenv.Daemon, name string) float64 {
+func metric(t *testing.T, d *daemontest.Daemon, name string) float64 {
 	t.Helper()
 	v, err := scrape(d, name)
 	if err != nil {
@@ -317,7 +318,7 @@ func metric(t *testing.T, d *testenv.Daemon, name string) float64 {
 }
 
 // scrape is metric for a goroutine other than the test's.
-func scrape(d *testenv.Daemon, name string) (float64, error) {
+func scrape(d *daemontest.Daemon, name string) (float64, error) {
 	req, _ := http.NewRequest(http.MethodGet, d.URL+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+adminToken)
 	resp, err := http.DefaultClient.Do(req)

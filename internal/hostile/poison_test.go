@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 )
 
@@ -16,7 +17,7 @@ type instance struct {
 	Restarts int    `json:"restarts"`
 }
 
-func instances(t *testing.T, d *testenv.Daemon) map[string]instance {
+func instances(t *testing.T, d *daemontest.Daemon) map[string]instance {
 	t.Helper()
 	var snap struct {
 		Instances []instance `json:"instances"`
@@ -30,7 +31,7 @@ func instances(t *testing.T, d *testenv.Daemon) map[string]instance {
 }
 
 // allReady waits until every instance is ready and returns them.
-func allReady(t *testing.T, d *testenv.Daemon) map[string]instance {
+func allReady(t *testing.T, d *daemontest.Daemon) map[string]instance {
 	t.Helper()
 	var ins map[string]instance
 	testenv.WaitFor(t, 20*time.Second, "every instance ready", func() bool {
@@ -51,7 +52,7 @@ func allReady(t *testing.T, d *testenv.Daemon) map[string]instance {
 // before any worker sees it: afterwards every worker is still ready, the
 // same process, never restarted, and no turn was retried on a second one.
 func TestPoisonTurnsKeepTheWorkers(t *testing.T) {
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS="+apiKey, "POOLGATE_ADMIN_TOKEN="+adminToken,
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS="+apiKey, "POOLGATE_ADMIN_TOKEN="+adminToken,
 		"POOLGATE_HEALTH_INTERVAL=300ms")
 	d.WaitReady(t, 20*time.Second)
 	json := map[string]string{"Content-Type": "application/json"}
@@ -104,7 +105,7 @@ func TestPoisonTurnsKeepTheWorkers(t *testing.T) {
 // connection (and is restarted), but the turn is not tried on another,
 // which stays as it was. The client gets a 502.
 func TestPoisonKillsNoSecondWorker(t *testing.T) {
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS="+apiKey, "POOLGATE_ADMIN_TOKEN="+adminToken,
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS="+apiKey, "POOLGATE_ADMIN_TOKEN="+adminToken,
 		"POOLGATE_HEALTH_INTERVAL=300ms", "POOLGATE_WORKER_MAX_TURN_BYTES=67108864")
 	d.WaitReady(t, 20*time.Second)
 	before, retries := allReady(t, d), metric(t, d, "poolgate_retries_total")

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 )
 
@@ -32,7 +33,7 @@ type poisonCase struct {
 
 // breaksOne sends each case and checks that it broke exactly one worker,
 // was tried on no other, and was answered with one error in its protocol.
-func breaksOne(t *testing.T, d *testenv.Daemon, tests []poisonCase) {
+func breaksOne(t *testing.T, d *daemontest.Daemon, tests []poisonCase) {
 	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -74,7 +75,7 @@ func breaksOne(t *testing.T, d *testenv.Daemon, tests []poisonCase) {
 // 18 MB, over the gateway's own read limit, so the gateway drops the
 // connection: the worker's fault for that turn) each restart one worker.
 func TestPoisonTurnBreaksOneSimulatedWorker(t *testing.T) {
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS="+apiKey, "POOLGATE_ADMIN_TOKEN="+adminToken, threeAccounts,
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS="+apiKey, "POOLGATE_ADMIN_TOKEN="+adminToken, threeAccounts,
 		"POOLGATE_WORKER_ARGS=--logged-in", "POOLGATE_HEALTH_INTERVAL=300ms", "POOLGATE_BACKOFF_MAX=500ms")
 	d.WaitReady(t, 20*time.Second)
 	lt := strings.Repeat("<", 3<<20)
@@ -96,7 +97,7 @@ func TestPoisonTurnBreaksOneModelServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS="+apiKey, "POOLGATE_ADMIN_TOKEN="+adminToken, threeAccounts,
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS="+apiKey, "POOLGATE_ADMIN_TOKEN="+adminToken, threeAccounts,
 		"POOLGATE_DRIVER=openai", "POOLGATE_WORKER_BIN="+self, "POOLGATE_WORKER_ARGS="+modelServerArg+",--port={port}",
 		"POOLGATE_HEALTH_INTERVAL=300ms", "POOLGATE_BACKOFF_MAX=500ms")
 	d.WaitReady(t, 20*time.Second)
@@ -117,7 +118,7 @@ func TestPoisonTurnBreaksOneModelServer(t *testing.T) {
 // in turn. Nesting is bounded where the body is decoded: 400 at once, no
 // worker touched.
 func TestDeepToolSchemaIsRefused(t *testing.T) {
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS="+apiKey, "POOLGATE_ADMIN_TOKEN="+adminToken, threeAccounts,
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS="+apiKey, "POOLGATE_ADMIN_TOKEN="+adminToken, threeAccounts,
 		"POOLGATE_WORKER_ARGS=--logged-in,--native-tools", "POOLGATE_LINGMA_TOOL_MODE=native")
 	d.WaitReady(t, 20*time.Second)
 	const n = 9993

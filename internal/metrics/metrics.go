@@ -1,15 +1,14 @@
-// Package metrics defines every Prometheus metric poolgate exports. main makes
-// the registry and calls New once; packages receive *Metrics (a nil *Metrics
-// records nothing, so unit tests may pass nil).
+// Package metrics defines every Prometheus metric poolgate exports. The
+// daemon's wiring makes the registry and calls New once; packages receive
+// *Metrics (a nil *Metrics records nothing, so unit tests may pass nil).
+// The per-API series are added for each protocol of the protocols table
+// (AddAPI, from the edge), so this package names no protocol.
 package metrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
-
-// APIs label values (the `api` label).
-var APIs = []string{"chat", "responses", "messages", "gemini"}
 
 // Metrics holds the collectors. Fields are exported for the packages that
 // record them; the names are a contract with dashboards and alerts.
@@ -91,122 +90,64 @@ var AccountingStores = []string{"usage", "request_log", "key_limits"}
 // New creates the collectors and registers them on reg.
 func New(reg prometheus.Registerer) *Metrics {
 	latency := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
+	c := collectors{reg}
 	m := &Metrics{
-		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "poolgate_requests_total", Help: "API requests by api and HTTP status code.",
-		}, []string{"api", "code"}),
-		RequestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "poolgate_request_duration_seconds", Help: "Whole request duration.", Buckets: latency,
-		}, []string{"api"}),
-		TTFT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "poolgate_time_to_first_token_seconds", Help: "Time to the first answer event.", Buckets: latency,
-		}, []string{"api"}),
-		Tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "poolgate_tokens_total", Help: "Tokens by direction (input, output).",
-		}, []string{"direction"}),
-		InFlight:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "poolgate_in_flight", Help: "Requests holding a worker slot."}),
-		QueueDepth: prometheus.NewGauge(prometheus.GaugeOpts{Name: "poolgate_queue_depth", Help: "Requests waiting for a worker slot."}),
-		QueueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "poolgate_queue_wait_seconds", Help: "Time spent waiting for a worker slot.", Buckets: latency,
-		}),
-		Rejections: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "poolgate_backpressure_rejections_total", Help: "Requests rejected with 429 by admission control.",
-		}),
-		Retries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "poolgate_retries_total", Help: "Turns retried on another instance.",
-		}),
-		Cooldowns: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "poolgate_cooldowns_total", Help: "Instances put into cooldown after an upstream rate limit.",
-		}),
-		Restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "poolgate_instance_restarts_total", Help: "Worker process restarts by instance.",
-		}, []string{"instance"}),
-		CacheHits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "poolgate_session_cache_hits_total", Help: "Requests that reused an upstream session.",
-		}),
-		CacheMisses: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "poolgate_session_cache_misses_total", Help: "Follow-up requests that found no reusable session.",
-		}),
-		CacheInvalidated: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "poolgate_session_cache_invalidations_total", Help: "Affinity entries dropped after a failure or a gone instance.",
-		}),
-		StoreErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "poolgate_store_errors_total", Help: "Failed session store operations by op.",
-		}, []string{"op"}),
-		LoginAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "poolgate_login_attempts_total", Help: "Automatic login attempts by result.",
-		}, []string{"result"}),
-		LoginDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "poolgate_login_duration_seconds", Help: "Automatic login duration.",
-			Buckets: []float64{1, 2, 5, 10, 20, 30, 60, 120, 300},
-		}),
-		FieldsIgnored: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "poolgate_request_fields_ignored_total",
-			Help: "Requests that carried a field the workers cannot honour, which was dropped, by protocol and field.",
-		}, []string{"protocol", "field"}),
-		ToolsWithheld: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "poolgate_tools_withheld_total",
-			Help: "Tools a request offered that the tool policy kept from the workers, by reason (allowlist, forwarding_off).",
-		}, []string{"reason"}),
-		Handovers: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "poolgate_cluster_handovers_total",
-			Help: "Accounts this replica handed over to another replica (drain, stop, release), by account.",
-		}, []string{"account"}),
-		KeyRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "poolgate_key_requests_total",
-			Help: "API requests by API key name (configured names only) and HTTP status code.",
-		}, []string{"key", "code"}),
-		KeyTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "poolgate_key_tokens_total",
-			Help: "Tokens by API key name (configured names only) and direction (input, output).",
-		}, []string{"key", "direction"}),
-		KeyLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "poolgate_key_limited_total",
-			Help: "Requests refused with 429 by an API key's own limit, by key name and limit.",
-		}, []string{"key", "limit"}),
-		AccountingHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "poolgate_accounting_held",
-			Help: "Accounting records held in memory to be written to Redis again, by store (usage, request_log, key_limits).",
-		}, []string{"store"}),
-		AccountingDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "poolgate_accounting_dropped_total",
-			Help: "Accounting records given up (a full queue, past the bound of held records, or held at shutdown), by store.",
-		}, []string{"store"}),
-		RedisUp: prometheus.NewGauge(prometheus.GaugeOpts{Name: "poolgate_redis_up",
-			Help: "1 while this replica's Redis calls succeed, 0 while Redis is marked down (and without Redis)."}),
-		AffinityHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "poolgate_affinity_held",
-			Help: "Affinity entries put while Redis was away, kept in process until they are written back."}),
-		FollowUps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolgate_follow_ups_total",
-			Help: "Follow-up turns (requests that continue a conversation) served, by account."}, []string{"account"}),
-		FollowUpsReused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "poolgate_follow_ups_reused_total",
-			Help: "Follow-up turns served that continued their upstream session, by account."}, []string{"account"}),
-		ConnsEvicted: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "poolgate_unauthenticated_conns_closed_total",
-			Help: "Connections closed because more than max_unauthenticated_conns were open without a credential (the oldest goes).",
-		}),
-		ConnsRefused: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "poolgate_key_conns_refused_total",
-			Help: "Requests refused (429, connection closed) because their API key held max_conns_per_key connections already.",
-		}),
-		ConnsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "poolgate_client_conns", Help: "Client connections open now on the API and admin listeners, against max_conns.",
-		}),
-		BodyBytes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "poolgate_request_body_bytes", Help: "Bytes of API request bodies held now, against body_budget_bytes.",
-		}),
+		Requests:        c.counterVec("poolgate_requests_total", "API requests by api and HTTP status code.", "api", "code"),
+		RequestDuration: c.histogramVec("poolgate_request_duration_seconds", "Whole request duration.", latency, "api"),
+		TTFT:            c.histogramVec("poolgate_time_to_first_token_seconds", "Time to the first answer event.", latency, "api"),
+		Tokens:          c.counterVec("poolgate_tokens_total", "Tokens by direction (input, output).", "direction"),
+		InFlight:        c.gauge("poolgate_in_flight", "Requests holding a worker slot."),
+		QueueDepth:      c.gauge("poolgate_queue_depth", "Requests waiting for a worker slot."),
+		QueueWait:       c.histogram("poolgate_queue_wait_seconds", "Time spent waiting for a worker slot.", latency),
+		Rejections:      c.counter("poolgate_backpressure_rejections_total", "Requests rejected with 429 by admission control."),
+		Retries:         c.counter("poolgate_retries_total", "Turns retried on another instance."),
+		Cooldowns:       c.counter("poolgate_cooldowns_total", "Instances put into cooldown after an upstream rate limit."),
+		Restarts:        c.counterVec("poolgate_instance_restarts_total", "Worker process restarts by instance.", "instance"),
+		CacheHits:       c.counter("poolgate_session_cache_hits_total", "Requests that reused an upstream session."),
+		CacheMisses:     c.counter("poolgate_session_cache_misses_total", "Follow-up requests that found no reusable session."),
+		CacheInvalidated: c.counter("poolgate_session_cache_invalidations_total",
+			"Affinity entries dropped after a failure or a gone instance."),
+		StoreErrors:   c.counterVec("poolgate_store_errors_total", "Failed session store operations by op.", "op"),
+		LoginAttempts: c.counterVec("poolgate_login_attempts_total", "Automatic login attempts by result.", "result"),
+		LoginDuration: c.histogram("poolgate_login_duration_seconds",
+			"Automatic login duration.", []float64{1, 2, 5, 10, 20, 30, 60, 120, 300}),
+		FieldsIgnored: c.counterVec("poolgate_request_fields_ignored_total",
+			"Requests that carried a field the workers cannot honour, which was dropped, by protocol and field.", "protocol", "field"),
+		ToolsWithheld: c.counterVec("poolgate_tools_withheld_total",
+			"Tools a request offered that the tool policy kept from the workers, by reason (allowlist, forwarding_off).", "reason"),
+		Handovers: c.counterVec("poolgate_cluster_handovers_total",
+			"Accounts this replica handed over to another replica (drain, stop, release), by account.", "account"),
+		KeyRequests: c.counterVec("poolgate_key_requests_total",
+			"API requests by API key name (configured names only) and HTTP status code.", "key", "code"),
+		KeyTokens: c.counterVec("poolgate_key_tokens_total",
+			"Tokens by API key name (configured names only) and direction (input, output).", "key", "direction"),
+		KeyLimited: c.counterVec("poolgate_key_limited_total",
+			"Requests refused with 429 by an API key's own limit, by key name and limit.", "key", "limit"),
+		AccountingHeld: c.gaugeVec("poolgate_accounting_held",
+			"Accounting records held in memory to be written to Redis again, by store (usage, request_log, key_limits).", "store"),
+		AccountingDropped: c.counterVec("poolgate_accounting_dropped_total",
+			"Accounting records given up (a full queue, past the bound of held records, or held at shutdown), by store.", "store"),
+		RedisUp: c.gauge("poolgate_redis_up",
+			"1 while this replica's Redis calls succeed, 0 while Redis is marked down (and without Redis)."),
+		AffinityHeld: c.gauge("poolgate_affinity_held",
+			"Affinity entries put while Redis was away, kept in process until they are written back."),
+		FollowUps: c.counterVec("poolgate_follow_ups_total",
+			"Follow-up turns (requests that continue a conversation) served, by account.", "account"),
+		FollowUpsReused: c.counterVec("poolgate_follow_ups_reused_total",
+			"Follow-up turns served that continued their upstream session, by account.", "account"),
+		ConnsEvicted: c.counter("poolgate_unauthenticated_conns_closed_total",
+			"Connections closed because more than max_unauthenticated_conns were open without a credential (the oldest goes)."),
+		ConnsRefused: c.counter("poolgate_key_conns_refused_total",
+			"Requests refused (429, connection closed) because their API key held max_conns_per_key connections already."),
+		ConnsOpen: c.gauge("poolgate_client_conns",
+			"Client connections open now on the API and admin listeners, against max_conns."),
+		BodyBytes: c.gauge("poolgate_request_body_bytes",
+			"Bytes of API request bodies held now, against body_budget_bytes."),
 	}
-	reg.MustRegister(m.Requests, m.RequestDuration, m.TTFT, m.Tokens, m.InFlight, m.QueueDepth, m.QueueWait,
-		m.Rejections, m.Retries, m.Cooldowns, m.Restarts, m.CacheHits, m.CacheMisses, m.CacheInvalidated,
-		m.StoreErrors, m.LoginAttempts, m.LoginDuration, m.FieldsIgnored, m.ToolsWithheld, m.Handovers,
-		m.KeyRequests, m.KeyTokens, m.KeyLimited, m.ConnsEvicted, m.ConnsRefused, m.ConnsOpen, m.BodyBytes)
-	reg.MustRegister(m.AccountingHeld, m.AccountingDropped, m.RedisUp, m.AffinityHeld, m.FollowUps, m.FollowUpsReused)
 	for _, r := range ToolWithheldReasons {
 		m.ToolsWithheld.WithLabelValues(r)
 	}
-	m.apis = make(map[string]*API, len(APIs))
-	for _, api := range APIs {
-		m.apis[api] = m.newAPI(api)
-	}
+	m.apis = map[string]*API{}
 	m.inputTok, m.outputTok = m.Tokens.WithLabelValues("input"), m.Tokens.WithLabelValues("output")
 	for _, op := range StoreOps {
 		m.StoreErrors.WithLabelValues(op)
@@ -226,8 +167,22 @@ func (m *Metrics) newAPI(api string) *API {
 		TTFT: m.TTFT.WithLabelValues(api)}
 }
 
-// ForAPI returns api's series: those of a known API were looked up by New,
-// any other's are looked up now.
+// AddAPI adds the answer API api (a protocol's name, the api label): its
+// per-request series, looked up once here, and the series of the fields
+// its decoder may drop. The edge adds each protocol of its table before it
+// serves.
+func (m *Metrics) AddAPI(api string, dropped []string) {
+	if m == nil {
+		return
+	}
+	m.apis[api] = m.newAPI(api)
+	for _, f := range dropped {
+		m.FieldsIgnored.WithLabelValues(api, f)
+	}
+}
+
+// ForAPI returns api's series: those of an added API were looked up by
+// AddAPI, any other's are looked up now.
 func (m *Metrics) ForAPI(api string) *API {
 	if a, ok := m.apis[api]; ok {
 		return a
@@ -289,20 +244,41 @@ func labelValues(vec *prometheus.CounterVec, label string) []string {
 	return out
 }
 
-// InitFieldsIgnored pre-initialises the dropped-field counter of a protocol
-// with every field name its decoder may report.
-func (m *Metrics) InitFieldsIgnored(protocol string, fields []string) {
-	if m == nil {
-		return
-	}
-	for _, f := range fields {
-		m.FieldsIgnored.WithLabelValues(protocol, f)
-	}
-}
-
 // CountFieldIgnored counts one dropped field (nil-safe).
 func (m *Metrics) CountFieldIgnored(protocol, field string) {
 	if m != nil {
 		m.FieldsIgnored.WithLabelValues(protocol, field).Inc()
 	}
+}
+
+// collectors make collectors registered on reg.
+type collectors struct{ reg prometheus.Registerer }
+
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	reg.MustRegister(c)
+	return c
+}
+
+func (c collectors) counter(name, help string) prometheus.Counter {
+	return register(c.reg, prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help}))
+}
+
+func (c collectors) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return register(c.reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels))
+}
+
+func (c collectors) gauge(name, help string) prometheus.Gauge {
+	return register(c.reg, prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help}))
+}
+
+func (c collectors) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return register(c.reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels))
+}
+
+func (c collectors) histogram(name, help string, buckets []float64) prometheus.Histogram {
+	return register(c.reg, prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}))
+}
+
+func (c collectors) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return register(c.reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels))
 }

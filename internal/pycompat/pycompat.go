@@ -1,17 +1,32 @@
 // Package pycompat holds what poolgate keeps of the Python (FastAPI)
-// gateway it replaces, so that all of it can be found, and one day deleted,
-// from here. This package has the error bodies' "detail" beside "error",
-// which python_compat adds (WithDetail, applied by the HTTP edge); its
-// sub-packages have the rest that is compatibility alone: plainbundle (the
-// gateway's plain session bundles, a base64 tar.gz of a work dir with no
-// seal, as the accounts carry them) and migrate (`poolgate migrate`, which
-// moves a deployment over). What remains outside is reached through small
-// switches and is marked python_compat where it is served: the
-// gateway's answers' shapes on the edge (handlers, handlers/responses) and
-// the login routes (admin), its settings' old names (internal/config's
-// legacy table and the .env reader) and the unsealed bundle format
-// (session/bundle's plain reader, which the import route shares).
-// docs/migrating-from-the-python-gateway.md lists all of it.
+// gateway it replaces, all of it, so that it can be found here, and one day
+// deleted: this folder, and the wiring's pycompat.go
+// (cmd/poolgate/internal/daemon) with the lines that call it. The rest of
+// the house reaches it only through small hooks of its own, which say
+// "another gateway's" and name no Python:
+//
+//   - the settings' old names (ReadSettings, config.Load's Legacy), read
+//     whether python_compat is on or not;
+//   - the error bodies' "detail" beside "error" (Errors, around each
+//     listener, and WithDetail);
+//   - the answer APIs' shapes (Shapes: relay.Options.Status's 401 for a
+//     logged-out pool, openaichat's served_by and latency, the Responses
+//     API's forms and endings; handlers/protocols' Compat);
+//   - the auto-login routes' answers (LoginStart, LoginStatus;
+//     admin.LoginCompat);
+//   - the plain session bundles the accounts carry (plainbundle) and
+//     `poolgate migrate` (migrate).
+//
+// It sits on the ground floor with the rest of internal/: it imports
+// nothing above internal/, so where it needs something of a floor above
+// (the session bundles' format, the table of kinds, the login runner and
+// the pool behind the login answers) it owns the port and the wiring's
+// pycompat.go holds the adapter. Only its tests start the house (the
+// daemon, through cmd/poolgate/daemontest) to check it end to end. What
+// stays outside is poolgate's own that the Python gateway's format shares:
+// session/bundle's plain reader (the bundle import route's too) and the
+// python_compat setting. docs/migrating-from-the-python-gateway.md lists
+// all of it.
 package pycompat
 
 import (

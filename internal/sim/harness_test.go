@@ -4,19 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/poolgate/poolgate/internal/testenv"
-
-	"github.com/coder/websocket"
 
 	"github.com/poolgate/poolgate/internal/lingmarpc"
 )
@@ -107,95 +103,45 @@ func getJSON(t *testing.T, url string, v any) {
 	}
 }
 
-// client is a minimal Lingma protocol client over a real WebSocket.
+// client is a Lingma protocol client over a real WebSocket
+// (lingmarpc.Conn, as poolgate doctor's).
 type client struct {
-	t        *testing.T
-	ws       *websocket.Conn
-	mu       sync.Mutex
-	nextID   int
-	pending  map[string]chan *lingmarpc.Message
-	incoming chan *lingmarpc.Message // server-to-client requests and notifications
-	closed   chan struct{}           // closed when the read loop ends
+	t    *testing.T
+	conn *lingmarpc.Conn
 }
 
 func dial(t *testing.T, h *harness) *client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	ws, _, err := websocket.Dial(ctx, "ws://127.0.0.1:"+strconv.Itoa(h.socket), nil)
+	conn, err := lingmarpc.Dial(ctx, h.socket, lingmarpc.ConnConfig{
+		Bad: func(_ []byte, err error) { t.Errorf("client decode: %v", err) }})
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
-	ws.SetReadLimit(lingmarpc.MaxFrame)
-	c := &client{t: t, ws: ws, pending: map[string]chan *lingmarpc.Message{}, incoming: make(chan *lingmarpc.Message, 256), closed: make(chan struct{})}
-	go c.readLoop()
-	t.Cleanup(func() { _ = ws.CloseNow() })
-	return c
-}
-
-func (c *client) readLoop() {
-	defer close(c.closed)
-	var buf []byte
-	for {
-		_, data, err := c.ws.Read(context.Background())
-		if err != nil {
-			return
-		}
-		buf = append(buf, data...)
-		for {
-			body, rest, err := lingmarpc.Split(buf)
-			if err != nil {
-				break
-			}
-			buf = rest
-			m, err := lingmarpc.Decode(body)
-			if err != nil {
-				c.t.Errorf("client decode: %v", err)
-				continue
-			}
-			if m.IsResponse() {
-				c.mu.Lock()
-				ch := c.pending[string(m.ID)]
-				c.mu.Unlock()
-				if ch != nil {
-					ch <- m
-				}
-				continue
-			}
-			c.incoming <- m
-		}
-	}
+	t.Cleanup(conn.Close)
+	return &client{t: t, conn: conn}
 }
 
 // sendRaw writes bytes as one WebSocket text message.
 func (c *client) sendRaw(b []byte) {
 	c.t.Helper()
-	if err := c.ws.Write(context.Background(), websocket.MessageText, b); err != nil {
+	if err := c.conn.Raw(b); err != nil {
 		c.t.Fatalf("write: %v", err)
 	}
 }
 
 // frame encodes a request and registers for its response.
-func (c *client) frame(method string, params any) ([]byte, chan *lingmarpc.Message) {
+func (c *client) frame(method string, params any) ([]byte, <-chan *lingmarpc.Message) {
 	c.t.Helper()
-	raw, err := json.Marshal(params)
+	b, ch, err := c.conn.Frame(method, params)
 	if err != nil {
-		c.t.Fatalf("marshal: %v", err)
-	}
-	c.mu.Lock()
-	c.nextID++
-	id := json.RawMessage(fmt.Sprintf(`"c%d"`, c.nextID))
-	ch := make(chan *lingmarpc.Message, 1)
-	c.pending[string(id)] = ch
-	c.mu.Unlock()
-	b, err := lingmarpc.Encode(&lingmarpc.Message{ID: id, Method: method, Params: raw})
-	if err != nil {
-		c.t.Fatalf("encode: %v", err)
+		c.t.Fatalf("frame %s: %v", method, err)
 	}
 	return b, ch
 }
 
-func awaitMsg(t *testing.T, ch chan *lingmarpc.Message, what string) *lingmarpc.Message {
+func awaitMsg(t *testing.T, ch <-chan *lingmarpc.Message, what string) *lingmarpc.Message {
 	t.Helper()
 	select {
 	case m := <-ch:
@@ -229,7 +175,7 @@ func (c *client) result(method string, params, v any) {
 // next returns the next server-to-client message.
 func (c *client) next() *lingmarpc.Message {
 	c.t.Helper()
-	return awaitMsg(c.t, c.incoming, "a server request")
+	return awaitMsg(c.t, c.conn.In, "a server request")
 }
 
 // nextAnswer answers the step callbacks and titles that open a turn and
@@ -266,7 +212,7 @@ func (c *client) opened() {
 func (c *client) quiet(d time.Duration) {
 	c.t.Helper()
 	select {
-	case m := <-c.incoming:
+	case m := <-c.conn.In:
 		c.t.Fatalf("got %s %s while the server should wait", m.Method, m.Params)
 	case <-time.After(d):
 	}
@@ -397,7 +343,7 @@ func (c *client) turn(reqID, sid, text string, reply bool) *turnResult {
 // isClosed reports whether the server dropped the connection within wait.
 func (c *client) isClosed() bool {
 	select {
-	case <-c.closed:
+	case <-c.conn.Done():
 		return true
 	case <-time.After(wait):
 		return false

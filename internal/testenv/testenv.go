@@ -1,8 +1,10 @@
 // Package testenv starts the real services poolgate's tests run against (a
-// redis-server on a loopback port, the daemon) and tears them down with the
-// test, and is the one way tests wait for something (WaitFor). A test that
+// redis-server on a loopback port, in each of its deployments) and tears
+// them down with the test, and is the one way tests wait for something (WaitFor). A test that
 // needs a service that is not installed fails with a message saying how to
-// install it; it never skips.
+// install it; it never skips. The daemon itself is started by
+// cmd/poolgate/daemontest, beside the wiring; PoolgateBin is the binary both
+// spawn.
 package testenv
 
 import (

@@ -52,7 +52,7 @@ func startReplica(t *testing.T, store Store, f *supervisortest.Workers, id strin
 	return r
 }
 
-// stop shuts the replica down as main does: turns, workers, cluster loop,
+// stop shuts the replica down as the daemon does: turns, workers, cluster loop,
 // leases.
 func (r *replica) stop() {
 	r.pool.Shutdown(context.Background())

@@ -1,6 +1,7 @@
 package route
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,24 +12,74 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 )
 
-// Conversation keys. A key is "<owner>:<conversation>": owner is a hash of
-// the API key (so two keys never share a session, and one key's entries can
-// be flushed alone), conversation a hash of the model given (the router
-// gives none, keyModel: an entry names its model and kind, kinds.go) and
-// the canonical transcript. Canonical means what survives a client's round trip: trimmed
+// Affinity says where a conversation's upstream session lives: the instance
+// that served its earlier turns and the session id that instance returned.
+// The affinity stores keep it as JSON; the short names keep Redis entries
+// small and must not change, or entries stored before an upgrade are lost.
+type Affinity struct {
+	Instance  string `json:"i"`
+	SessionID string `json:"s"`
+	Model     string `json:"m,omitempty"`
+	// Kind is the instance's kind of worker when the turn ran: a session
+	// is never continued on a worker of another kind (the account's
+	// driver changed by a reload). "" (entries from before it existed)
+	// matches any.
+	Kind string `json:"k,omitempty"`
+	// At is when the turn that wrote the entry finished (Unix ms, the
+	// writing replica's clock): of two entries for one conversation the
+	// newer wins when a replica writes back what it kept while Redis was
+	// away. 0 (entries from before it existed) is older than any.
+	At int64 `json:"t,omitempty"`
+	// Conv is the conversation's name (names.go), so that a follow-up
+	// that finds the entry need not compute it again.
+	Conv string `json:"c,omitempty"`
+}
+
+// SameSession reports whether a and b name the same upstream session:
+// writing one over the other abandons nothing.
+func (a Affinity) SameSession(b Affinity) bool {
+	return a.Instance == b.Instance && a.SessionID == b.SessionID
+}
+
+// AffinityStore keeps conversation -> (instance, upstream session) entries:
+// the router's port, owned here, which package session's stores (Memory,
+// Redis) adapt to from the floor above. Take is get-and-delete, so two
+// concurrent turns can never continue one upstream session; the finishing
+// turn writes the next entry back. Any error of Take means "no entry".
+type AffinityStore interface {
+	TakeAffinity(ctx context.Context, key AffinityKey) (Affinity, error)
+	PutAffinity(ctx context.Context, key AffinityKey, a Affinity) error
+}
+
+// AffinityKey names a conversation's affinity entry, "<owner>:<conversation>":
+// owner is the caller's access.Owner.Affinity, a hash of its API key (so two
+// keys never share a session, and one key's entries can be flushed alone),
+// conversation a hash of the model given (the router gives none, keyModel:
+// an entry names its model and kind, kinds.go) and the canonical
+// transcript. Only this package makes one (newAffinityKey); the stores keep
+// it as it is and read its owner (OwnedBy).
+type AffinityKey string
+
+// OwnedBy reports whether k is one of owner's entries; the empty owner owns
+// every entry.
+func (k AffinityKey) OwnedBy(owner string) bool {
+	return owner == "" || len(k) > len(owner) && k[len(owner)] == ':' && strings.HasPrefix(string(k), owner)
+}
+
+// The conversation part of a key. Canonical means what survives a client's round trip: trimmed
 // text without agents' reminder blocks, tool calls by name and key-sorted
 // arguments, no call ids (clients may re-mint them). The tools offered are
 // not part of it: every prompt carries the tools anew, so an upstream
 // session is not tied to a tool set, and agents change theirs mid-way (a
 // tool search loads one, an MCP server connects).
 
-// conversationKey hashes msgs under model. It feeds
+// newAffinityKey hashes msgs under model. It feeds
 // the canonical transcript to the hash through one pooled buffer of fixed
 // size, so it neither allocates per message (it runs twice per follow-up
 // turn) nor copies a large transcript: the key of a 10 MB prompt costs no
 // 10 MB. The bytes hashed, and so the keys, are those of one buffer holding
 // the whole canonical transcript.
-func conversationKey(owner, model string, msgs []chat.Message, extra *chat.Message) string {
+func newAffinityKey(owner, model string, msgs []chat.Message, extra *chat.Message) AffinityKey {
 	k := keyHashers.Get().(*keyHasher)
 	k.h.Reset()
 	k.b = k.b[:0]
@@ -47,7 +98,7 @@ func conversationKey(owner, model string, msgs []chat.Message, extra *chat.Messa
 	n := copy(out[:], owner)
 	out[n] = ':'
 	hex.Encode(out[n+1:], sum[:16])
-	return string(out[:n+33])
+	return AffinityKey(out[:n+33])
 }
 
 // keyHasher feeds a conversation's canonical bytes to sha256 through b.

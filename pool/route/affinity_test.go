@@ -11,8 +11,8 @@ func TestConversationKeyCanonicalForm(t *testing.T) {
 	base := []chat.Message{{Role: chat.RoleUser, Content: "hi"},
 		{Role: chat.RoleAssistant, ToolCalls: []chat.ToolCall{{ID: "call_1", Name: "read", Arguments: `{"path":"a","limit":2}`}}},
 		{Role: chat.RoleTool, ToolCallID: "call_1", Content: "data"}}
-	key := func(msgs []chat.Message, owner string) string {
-		return conversationKey(owner, "m", msgs, nil)
+	key := func(msgs []chat.Message, owner string) AffinityKey {
+		return newAffinityKey(owner, "m", msgs, nil)
 	}
 	want := key(base, "o1")
 	with := func(f func(m []chat.Message)) []chat.Message {
@@ -23,7 +23,7 @@ func TestConversationKeyCanonicalForm(t *testing.T) {
 	}
 	same := []struct {
 		name string
-		give string
+		give AffinityKey
 	}{
 		{"arguments re-encoded with other key order and spaces", key(with(func(m []chat.Message) {
 			m[1].ToolCalls[0].Arguments = ` { "limit": 2, "path": "a" } `
@@ -43,7 +43,7 @@ func TestConversationKeyCanonicalForm(t *testing.T) {
 	}
 	differ := []struct {
 		name string
-		give string
+		give AffinityKey
 	}{
 		{"another owner", key(base, "o2")},
 		{"edited text", key(with(func(m []chat.Message) { m[0].Content = "hello" }), "o1")},
@@ -69,7 +69,7 @@ func TestConversationKeyIsStable(t *testing.T) {
 	big := strings.Repeat("lorem <system-reminder>x</system-reminder> ipsum\n", 2000) // several buffers
 	tests := []struct {
 		give []chat.Message
-		want string
+		want AffinityKey
 	}{
 		{[]chat.Message{{Role: chat.RoleUser, Content: "hi"}}, "owner:e54d1419f37338664ad79e5035f58f60"},
 		{[]chat.Message{{Role: chat.RoleSystem, Content: big}, {Role: chat.RoleUser, Content: " q "},
@@ -78,8 +78,27 @@ func TestConversationKeyIsStable(t *testing.T) {
 			{Role: chat.RoleTool, ToolCallID: "c", Content: "r\xff"}}, "owner:d0f1502fb245c94a616831ab215ea23a"},
 	}
 	for _, tt := range tests {
-		if got := conversationKey("owner", "m", tt.give, &chat.Message{Role: chat.RoleAssistant, Content: "ans"}); got != tt.want {
+		if got := newAffinityKey("owner", "m", tt.give, &chat.Message{Role: chat.RoleAssistant, Content: "ans"}); got != tt.want {
 			t.Errorf("key %s, want %s", got, tt.want)
+		}
+	}
+}
+
+func TestOwnedBy(t *testing.T) {
+	tests := []struct {
+		key   AffinityKey
+		owner string
+		want  bool
+	}{
+		{key: "ab:c", owner: "ab", want: true},
+		{key: "abc:d", owner: "ab", want: false},
+		{key: "ab", owner: "ab", want: false},
+		{key: "ab:c", owner: "", want: true},
+		{key: "xb:c", owner: "ab", want: false},
+	}
+	for _, tt := range tests {
+		if got := tt.key.OwnedBy(tt.owner); got != tt.want {
+			t.Errorf("%q.OwnedBy(%q) = %v, want %v", tt.key, tt.owner, got, tt.want)
 		}
 	}
 }

@@ -38,7 +38,7 @@ func BenchmarkConversationKey(b *testing.B) {
 	b.Run("20 messages", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_ = conversationKey(owner, "dashscope_qwen3_coder", msgs, nil)
+			_ = newAffinityKey(owner, "dashscope_qwen3_coder", msgs, nil)
 		}
 	})
 }

@@ -59,7 +59,7 @@ func (r *Router) kindRules(rq *request) error {
 // entry goes back to the store, for the conversation's branch under its
 // model, and rq starts a new session, noting why. It reports whether the
 // entry was of another model.
-func (r *Router) modelMoved(ctx context.Context, rq *request, key string, a Affinity) bool {
+func (r *Router) modelMoved(ctx context.Context, rq *request, key AffinityKey, a Affinity) bool {
 	if a.Model == "" || a.Model == rq.model {
 		return false
 	}

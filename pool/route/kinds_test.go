@@ -204,7 +204,7 @@ func TestConversationMovesKind(t *testing.T) {
 			chat.Event{Type: chat.EventDone, Finish: chat.FinishStop, SessionID: "s-" + instance}), nil
 	}
 	p := kindPool(t, Config{}, f, twoKinds...)
-	store := &affinityMap{m: map[string]Affinity{}}
+	store := &affinityMap{m: map[AffinityKey]Affinity{}}
 	r := NewRouter(RouterConfig{}, p, store, nil, slog.New(slog.DiscardHandler))
 	msgs := []chat.Message{{Role: chat.RoleUser, Content: "one"}}
 	turn := func(model string) (*request, Served) {

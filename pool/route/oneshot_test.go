@@ -14,11 +14,11 @@ import (
 // mapStore is an affinity store in a map that counts its takes.
 type mapStore struct {
 	mu    sync.Mutex
-	m     map[string]Affinity
+	m     map[AffinityKey]Affinity
 	takes int
 }
 
-func (s *mapStore) TakeAffinity(_ context.Context, key string) (Affinity, error) {
+func (s *mapStore) TakeAffinity(_ context.Context, key AffinityKey) (Affinity, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.takes++
@@ -30,7 +30,7 @@ func (s *mapStore) TakeAffinity(_ context.Context, key string) (Affinity, error)
 	return a, nil
 }
 
-func (s *mapStore) PutAffinity(_ context.Context, key string, a Affinity) error {
+func (s *mapStore) PutAffinity(_ context.Context, key AffinityKey, a Affinity) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.m[key] = a
@@ -54,7 +54,7 @@ func TestOneShotLeavesAffinityAlone(t *testing.T) {
 	}
 	p, _ := startFake(t, Config{QueueTimeout: 5 * time.Second}, f, supervisortest.Configs(t, false, "a"), nil)
 	waitReady(t, p, "a")
-	store := &mapStore{m: map[string]Affinity{}}
+	store := &mapStore{m: map[AffinityKey]Affinity{}}
 	r := NewRouter(RouterConfig{Count: func(s string) int { return len(s) }}, p, store, nil, p.log)
 	hi := chat.Message{Role: chat.RoleUser, Content: "hi"}
 	ok := chat.Message{Role: chat.RoleAssistant, Content: "ok"}

@@ -119,14 +119,14 @@ type takes struct {
 	n  int
 }
 
-func (s *takes) TakeAffinity(context.Context, string) (Affinity, error) {
+func (s *takes) TakeAffinity(context.Context, AffinityKey) (Affinity, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.n++
 	return Affinity{}, errors.New("none")
 }
 
-func (s *takes) PutAffinity(context.Context, string, Affinity) error { return nil }
+func (s *takes) PutAffinity(context.Context, AffinityKey, Affinity) error { return nil }
 
 // TestOversizedTurnTouchesNothing: a turn the driver's bound refuses is
 // refused before its affinity entry is taken and before admission: no

@@ -15,44 +15,6 @@ import (
 	"github.com/poolgate/poolgate/internal/telemetry"
 )
 
-// Affinity says where a conversation's upstream session lives: the instance
-// that served its earlier turns and the session id that instance returned.
-// The affinity stores keep it as JSON; the short names keep Redis entries
-// small and must not change, or entries stored before an upgrade are lost.
-type Affinity struct {
-	Instance  string `json:"i"`
-	SessionID string `json:"s"`
-	Model     string `json:"m,omitempty"`
-	// Kind is the instance's kind of worker when the turn ran: a session
-	// is never continued on a worker of another kind (the account's
-	// driver changed by a reload). "" (entries from before it existed)
-	// matches any.
-	Kind string `json:"k,omitempty"`
-	// At is when the turn that wrote the entry finished (Unix ms, the
-	// writing replica's clock): of two entries for one conversation the
-	// newer wins when a replica writes back what it kept while Redis was
-	// away. 0 (entries from before it existed) is older than any.
-	At int64 `json:"t,omitempty"`
-	// Conv is the conversation's name (names.go), so that a follow-up
-	// that finds the entry need not compute it again.
-	Conv string `json:"c,omitempty"`
-}
-
-// SameSession reports whether a and b name the same upstream session:
-// writing one over the other abandons nothing.
-func (a Affinity) SameSession(b Affinity) bool {
-	return a.Instance == b.Instance && a.SessionID == b.SessionID
-}
-
-// AffinityStore keeps conversation -> (instance, upstream session) entries.
-// Take is get-and-delete, so two concurrent turns can never continue one
-// upstream session; the finishing turn writes the next entry back. Any
-// error of Take means "no entry".
-type AffinityStore interface {
-	TakeAffinity(ctx context.Context, key string) (Affinity, error)
-	PutAffinity(ctx context.Context, key string, a Affinity) error
-}
-
 // RouterConfig configures routing. Zero fields take the defaults noted.
 type RouterConfig struct {
 	// DefaultModel serves requests for models the pool doesn't know (default:
@@ -193,11 +155,11 @@ type request struct {
 	owner    string
 	mayHop   bool
 	capture  bool
-	conv     string    // the conversation's name
-	turn     chat.Turn // the whole transcript's turn; an attempt narrows a copy
-	hint     uint64    // spreads a new conversation (affinityHint)
-	split    int       // index of the newest assistant message, -1 if none
-	key      string    // the affinity entry taken, if any
+	conv     string      // the conversation's name
+	turn     chat.Turn   // the whole transcript's turn; an attempt narrows a copy
+	hint     uint64      // spreads a new conversation (affinityHint)
+	split    int         // index of the newest assistant message, -1 if none
+	key      AffinityKey // the affinity entry taken, if any
 	hit      Affinity
 	hasHit   bool
 	reused   bool
@@ -361,7 +323,7 @@ func (r *Router) lookup(ctx context.Context, rq *request) {
 	if r.store == nil || rq.split < 0 || rq.OneShot {
 		return
 	}
-	key := conversationKey(rq.owner, keyModel, rq.Messages[:rq.split+1], nil)
+	key := newAffinityKey(rq.owner, keyModel, rq.Messages[:rq.split+1], nil)
 	lctx, span := r.tracer.Start(ctx, telemetry.SpanAffinity)
 	a, err := r.store.TakeAffinity(lctx, key)
 	// The entry knows the conversation's name: a follow-up that finds
@@ -526,6 +488,37 @@ type forwarding struct {
 	lim   *limiter
 	text  strings.Builder
 	calls []chat.ToolCall
+	// put is the affinity entry a clean finish leaves to write back once
+	// the caller closes the answer (the zero value: none).
+	put affinityPut
+}
+
+// affinityPut is an affinity entry to write back.
+type affinityPut struct {
+	key AffinityKey // "": none
+	a   Affinity
+}
+
+// writeBack writes the entry a clean finish left, once: when the caller
+// closes the answer, before the turn's slot is freed (turnStream.Close), so
+// that a drain or a handover of the instance, which waits for its slots,
+// comes after it. A stream's caller closes it after its last event went
+// out, which must not wait for the store (a slow Redis takes up to the
+// second it is given); the response ends after it, so a follow-up sent once
+// the response is over finds the entry. A whole answer's caller closes it
+// before writing its one body (relay.Collect). Detached from the request:
+// the answer is complete even if the client went away since.
+func (f *forwarding) writeBack() {
+	p := f.put
+	if p.key == "" {
+		return
+	}
+	f.put = affinityPut{}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := f.r.store.PutAffinity(ctx, p.key, p.a); err != nil {
+		f.r.log.Debug("affinity write-back failed", "err", err)
+	}
 }
 
 func (f *forwarding) send(ev chat.Event) { f.q.Push(ev) }
@@ -573,7 +566,8 @@ func (f *forwarding) handle(ev chat.Event) (done bool) {
 	return false
 }
 
-// finish completes usage, writes affinity back (when keep) and sends done.
+// finish completes usage, leaves the affinity entry to write back (when
+// keep; writeBack) and sends done.
 func (f *forwarding) finish(done chat.Event, keep bool) {
 	r, rq, slot, text, calls := f.r, f.rq, f.slot, f.text.String(), f.calls
 	if done.Usage.OutputTokens == 0 && r.cfg.Count != nil {
@@ -606,16 +600,9 @@ func (f *forwarding) finish(done chat.Event, keep bool) {
 		r.DeleteSession(Affinity{Instance: slot.Instance(), SessionID: sessionID})
 	default:
 		answer := chat.Message{Role: chat.RoleAssistant, Content: text, ToolCalls: calls}
-		key := conversationKey(rq.owner, keyModel, rq.Messages, &answer)
-		a := Affinity{Instance: slot.Instance(), SessionID: sessionID, Model: rq.model, Kind: slot.m.kind,
-			At: time.Now().UnixMilli(), Conv: rq.conv}
-		// Detached from the request: the answer is complete even if the
-		// client goes away now.
-		pctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if err := r.store.PutAffinity(pctx, key, a); err != nil {
-			r.log.Debug("affinity write-back failed", "err", err)
-		}
-		cancel()
+		f.put = affinityPut{key: newAffinityKey(rq.owner, keyModel, rq.Messages, &answer),
+			a: Affinity{Instance: slot.Instance(), SessionID: sessionID, Model: rq.model, Kind: slot.m.kind,
+				At: time.Now().UnixMilli(), Conv: rq.conv}}
 	}
 	if rq.split >= 0 {
 		slot.m.followUp(rq.reused)

@@ -50,6 +50,14 @@ func (s *turnStream) step() {
 		s.f.handle(chat.Event{Type: chat.EventError, Err: chat.ErrWorkerGone})
 		s.end()
 	case s.f.handle(ev):
+		if s.f.put.key != "" {
+			// A clean finish: the turn ends, its slot freed, when the
+			// caller closes the answer, once the affinity entry is written
+			// back (writeBack), so that nothing that waits for the slot
+			// (a drain, a handover) runs before the entry is in place.
+			s.over = true
+			return
+		}
 		s.end()
 	}
 }
@@ -64,8 +72,11 @@ func (s *turnStream) Buffered() bool {
 }
 
 // Close ends the turn, unfinished or not, and frees its slot; events not
-// taken yet are dropped. Safe to call more than once.
+// taken yet are dropped. The affinity entry of a clean finish is written
+// back first (writeBack): a stream's caller closes the answer after it sent
+// its last event. Safe to call more than once.
 func (s *turnStream) Close() {
+	s.f.writeBack()
 	s.end()
 	s.q = chat.Queue{}
 }

@@ -29,7 +29,9 @@ type LoginTarget struct {
 	Released <-chan struct{}
 }
 
-// Loginer runs logins (package login implements it with a headless browser).
+// Loginer runs logins: the supervisor's login port, owned here, which
+// package login adapts to from the floor above (login.Runner, with a
+// headless browser); supervisortest has a fake.
 type Loginer interface {
 	// Ensure starts a login for t.Instance unless one is running or the
 	// instance gave up after its attempts; it does not block.

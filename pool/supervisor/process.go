@@ -75,7 +75,7 @@ func (w *Worker) procEnv(ep worker.Endpoint) ([]string, error) {
 // until Close (golang/go#27505). Close it only after every process it started
 // has exited: its thread ends then.
 type ExecLauncher struct {
-	// Env is the base environment of every worker (main passes an allowlist
+	// Env is the base environment of every worker (the daemon passes an allowlist
 	// of its own: paths, locale, proxies); ProcSpec.Env is added. Nothing
 	// else is inherited, so a worker never sees the gateway's secrets.
 	Env []string

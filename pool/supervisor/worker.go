@@ -72,7 +72,7 @@ type WorkerConfig struct {
 	// StopGrace is the wait between SIGINT and SIGKILL (default 3s).
 	StopGrace time.Duration
 	// AutoLogin hands a logged-out worker to the supervisor's Loginer
-	// (default off here; main turns it on from POOLGATE_AUTO_LOGIN).
+	// (default off here; the daemon turns it on from POOLGATE_AUTO_LOGIN).
 	AutoLogin bool
 	// Recipe names the account's login recipe ("" = the default).
 	Recipe string

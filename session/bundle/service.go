@@ -1,5 +1,5 @@
 // The bundle service moves session bundles between workers, the bundle
-// store and the admin API: main wires a Service into the admin endpoints
+// store and the admin API: the daemon wires a Service into the admin endpoints
 // (Export, Import), the worker's pre-start hook (Restore) and its ready hook
 // (Saved). It reaches the workers' work dirs through Instances, a small
 // interface the supervisor is adapted to.

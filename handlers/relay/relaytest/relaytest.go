@@ -1,8 +1,9 @@
 // Package relaytest serves a protocol's answer route in a test the way the
-// HTTP edge runs it: the body read once, decoded by the protocol, the
-// answer opened from a scripted source (usually a chattest.Source) and
-// encoded by the protocol's encoder through its relay. It never hops: the
-// edge's tests check that.
+// HTTP edge runs it: the protocol's one look at the request (Accept), the
+// body read once, decoded by the protocol, the answer opened from a
+// scripted source (usually a chattest.Source) and encoded by the
+// protocol's encoder through its relay; and its token count (Count). It
+// never hops: the edge's tests check that.
 package relaytest
 
 import (
@@ -12,6 +13,7 @@ import (
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/tokens"
 )
 
 // Source answers requests as the pool would (*chattest.Source).
@@ -36,10 +38,28 @@ func Serve(p relay.Protocol, src Source) http.HandlerFunc {
 	}
 }
 
+// Count returns p's token count route as the edge serves it (relay.Count),
+// with slots (nil: the edge's default).
+func Count(p relay.Protocol, slots *httpx.Slots) http.HandlerFunc {
+	if slots == nil {
+		slots = httpx.NewSlots(0, 0)
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		p.Accept(r)
+		body, err := httpx.ReadBody(r)
+		if err != nil {
+			p.Relay().Fail(r.Context(), w, err)
+			return
+		}
+		relay.Count(w, r, p, p.(relay.Counter), body, slots, tokens.Count)
+	}
+}
+
 // Run serves one request whose body was read, as Serve does, and returns
 // how it ended.
 func Run(w http.ResponseWriter, r *http.Request, p relay.Protocol, body []byte, src Source) relay.Outcome {
 	rl := p.Relay()
+	p.Accept(r)
 	t, err := p.Decode(r, body)
 	if err != nil {
 		return rl.Fail(r.Context(), w, err)

@@ -11,8 +11,8 @@ import (
 	"strings"
 
 	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/internal/pycompat"
 	"github.com/poolgate/poolgate/internal/pycompat/plainbundle"
-	"github.com/poolgate/poolgate/session/bundle"
 )
 
 // check renders the configuration as it will be written (the plain
@@ -41,7 +41,7 @@ func (m *migration) check(cfg config.Config, steps []step, env []string) ([]byte
 	if err = errors.Join(err, f.Close()); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	if _, _, err := config.Load(f.Name(), unsettled(env)); err != nil {
+	if _, _, err := config.Load(f.Name(), unsettled(env), pycompat.ReadSettings); err != nil {
 		return nil, fmt.Errorf("migrate: the configuration it would write does not start poolgate, so nothing was changed: %w", err)
 	}
 	return doc, nil
@@ -52,7 +52,7 @@ func (m *migration) check(cfg config.Config, steps []step, env []string) ([]byte
 // at, such as an account's password_env.
 func unsettled(env []string) []string {
 	legacy := map[string]bool{"LINGMA_WORK_DIR": true}
-	for _, l := range config.LegacySettings() {
+	for _, l := range pycompat.Settings() {
 		legacy[l.Env] = true
 	}
 	var out []string
@@ -84,7 +84,7 @@ func (m *migration) apply(steps []step) error {
 				return err
 			}
 		}
-		installed, err := plainbundle.Install(s.plain, s.target, m.spec)
+		installed, err := plainbundle.Install(s.plain, s.target, m.format)
 		if err != nil {
 			return fmt.Errorf("migrate: account %s: install its plain session bundle: %w", name, err)
 		}
@@ -95,7 +95,7 @@ func (m *migration) apply(steps []step) error {
 			}
 		}
 		switch {
-		case bundle.HasCredentials(s.target, m.spec):
+		case m.format.HasCredentials(s.target):
 		case s.src == "":
 			fmt.Fprintf(m.report, "%s: no old work dir found and no session bundle: it will need a login at its first start\n", name)
 		default:

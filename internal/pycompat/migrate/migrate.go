@@ -7,7 +7,9 @@
 // data_dir/workers/NAME, or its plain session bundle installed there. It
 // keeps a journal in the data dir, so that a second run says what the
 // first did and changes nothing that is in place. cmd/poolgate only
-// dispatches to Run.
+// dispatches to Run, giving it the login format of a driver's workers (the
+// table of kinds and the session bundles' format sit above this ground-floor
+// package, so it owns that port: plainbundle.Format).
 package migrate
 
 import (
@@ -20,8 +22,7 @@ import (
 	"strings"
 
 	"github.com/poolgate/poolgate/internal/config"
-	"github.com/poolgate/poolgate/pool/worker"
-	"github.com/poolgate/poolgate/session/bundle"
+	"github.com/poolgate/poolgate/internal/pycompat/plainbundle"
 )
 
 const usage = `usage: poolgate migrate -data-dir DIR [-env-file OLD/.env] [-accounts-file FILE]
@@ -59,11 +60,13 @@ type options struct {
 }
 
 // Run is `poolgate migrate` with its arguments (after "migrate") and the
-// process's environment; kinds are the daemon's worker kinds, of which the
-// configured driver's names the credential files a login is. The
+// process's environment; formats gives the login format of a driver's
+// workers (false: it keeps no login in its work dirs), the port this
+// package owns and the wiring fills from the table of kinds and the
+// session bundles' format, which sit above it. The
 // configuration goes to stdout unless -o names a file; the report goes to
 // stderr.
-func Run(args, environ []string, kinds []worker.Kind, stdout, stderr io.Writer) error {
+func Run(args, environ []string, formats func(driver string) (plainbundle.Format, bool), stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
@@ -77,11 +80,11 @@ func Run(args, environ []string, kinds []worker.Kind, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	kind, ok := worker.ByName(kinds, cfg.Driver)
-	if !ok || kind.Credentials.Dir == "" {
+	f, ok := formats(cfg.Driver)
+	if !ok {
 		return fmt.Errorf("migrate: driver %q keeps no login in its work dirs, so there is none to bring over (nothing was changed)", cfg.Driver)
 	}
-	m.spec = bundle.Spec(kind.Credentials)
+	m.format = f
 	plan, err := m.plan(cfg)
 	if err != nil {
 		return err

@@ -6,12 +6,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/internal/pycompat/plainbundle"
 	"github.com/poolgate/poolgate/internal/testenv"
-	"github.com/poolgate/poolgate/pool/lingma"
-	"github.com/poolgate/poolgate/pool/modelserver"
+	"github.com/poolgate/poolgate/pool/drivers"
 	"github.com/poolgate/poolgate/pool/worker"
+	"github.com/poolgate/poolgate/session/bundle"
 )
 
 // run is one `poolgate migrate` with args in environment env. The Python
@@ -20,9 +22,34 @@ import (
 func run(t *testing.T, env []string, args ...string) (stdout, report string, err error) {
 	t.Helper()
 	var out, rep bytes.Buffer
-	err = Run(args, env, []worker.Kind{lingma.Kind, modelserver.Kind}, &out, &rep)
+	err = Run(args, env, formats, &out, &rep)
 	return out.String(), rep.String(), err
 }
+
+// formats is the port's adapter as the wiring makes it
+// (cmd/poolgate/internal/daemon.PlainFormat, which this package cannot
+// import): the table of kinds' credential layouts, in session/bundle's
+// format.
+func formats(driver string) (plainbundle.Format, bool) {
+	k, ok := worker.ByName(drivers.Kinds(), driver)
+	if !ok || k.Credentials.Dir == "" {
+		return nil, false
+	}
+	return format(k.Credentials), true
+}
+
+type format bundle.Spec
+
+func (f format) OpenPlain(raw []byte, account string) (plainbundle.Bundle, error) {
+	b, err := bundle.OpenPlain(raw, bundle.Spec(f), bundle.Limits{}, account, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (f format) HasCredentials(dir string) bool { return bundle.HasCredentials(dir, bundle.Spec(f)) }
+func (f format) CredentialDir() string          { return f.Dir }
 
 // The Python gateway without LINGMA_ACCOUNTS ran one instance on
 // LINGMA_WORK_DIR: migrate makes it account lingma-0 (or -name), copies the

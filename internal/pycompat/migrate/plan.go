@@ -10,9 +10,8 @@ import (
 	"strings"
 
 	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/internal/pycompat"
 	"github.com/poolgate/poolgate/internal/pycompat/plainbundle"
-	_ "github.com/poolgate/poolgate/pool/drivers" // the Python gateway's settings fill the Lingma section
-	"github.com/poolgate/poolgate/session/bundle"
 )
 
 // migration is one run of `poolgate migrate`.
@@ -28,17 +27,17 @@ type migration struct {
 	// turned it on.
 	compatSet bool
 	journal   *journal
-	// spec is the credential layout of the configured driver's workers:
-	// the files that are a login, which the old work dirs must hold.
-	spec bundle.Spec
+	// format is the login format of the configured driver's workers: the
+	// files that are a login, which the old work dirs must hold.
+	format plainbundle.Format
 }
 
 // step is what one account needs to have its login here.
 type step struct {
 	acct   config.Account
-	target string         // data_dir/workers/NAME
-	src    string         // the old work dir to bring over ("" none)
-	plain  *bundle.Bundle // the plain bundle to install where no credentials are (nil none)
+	target string             // data_dir/workers/NAME
+	src    string             // the old work dir to bring over ("" none)
+	plain  plainbundle.Bundle // the plain bundle to install where no credentials are (nil none)
 	// inPlace: the target holds credentials already (an earlier run, or
 	// poolgate's own login); nothing is brought.
 	inPlace bool
@@ -73,7 +72,7 @@ func (m *migration) load(env []string) (config.Config, error) {
 		kept = append(kept, "POOLGATE_PYTHON_COMPAT=true")
 		m.compatSet = true
 	}
-	cfg, notes, err := config.Load("", append(kept, "POOLGATE_DATA_DIR="+m.opts.dataDir))
+	cfg, notes, err := config.Load("", append(kept, "POOLGATE_DATA_DIR="+m.opts.dataDir), pycompat.ReadSettings)
 	if err != nil {
 		return cfg, fmt.Errorf("migrate: the old settings do not make a poolgate configuration, so nothing was changed: %w", err)
 	}
@@ -102,15 +101,14 @@ func (m *migration) plan(cfg config.Config) ([]step, error) {
 		return nil, err
 	}
 	m.journal = j
-	plain, err := plainbundle.Load(cfg, m.spec)
+	plain, err := plainbundle.Load(cfg, m.format)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	spec := m.spec
 	steps := make([]step, 0, len(cfg.Accounts))
 	for i, acct := range cfg.Accounts {
 		s := step{acct: acct, target: filepath.Join(m.opts.dataDir, "workers", acct.Name), plain: plain[acct.Name]}
-		s.inPlace = bundle.HasCredentials(s.target, spec)
+		s.inPlace = m.format.HasCredentials(s.target)
 		if !s.inPlace {
 			s.src = m.oldWorkDir(i, len(cfg.Accounts), acct)
 		}
@@ -119,7 +117,7 @@ func (m *migration) plan(cfg config.Config) ([]step, error) {
 				return nil, fmt.Errorf("migrate: account %s: %w (nothing was changed)", acct.Name, err)
 			}
 		}
-		s.creds = s.inPlace || s.plain != nil || (s.src != "" && bundle.HasCredentials(s.src, spec))
+		s.creds = s.inPlace || s.plain != nil || (s.src != "" && m.format.HasCredentials(s.src))
 		steps = append(steps, s)
 	}
 	return steps, nil
@@ -144,7 +142,7 @@ func (m *migration) oldWorkDir(i, n int, acct config.Account) string {
 			continue
 		}
 		d := filepath.Join(m.workDir, c)
-		if st, err := os.Stat(filepath.Join(d, m.spec.Dir)); err == nil && st.IsDir() {
+		if st, err := os.Stat(filepath.Join(d, m.format.CredentialDir())); err == nil && st.IsDir() {
 			return d
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/internal/pycompat"
 )
 
 // The written configuration holds the keys that differ from the
@@ -25,7 +26,7 @@ func TestConfigYAML(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, _, err := config.Load("", append([]string{"POOLGATE_SIMULATE=true"}, tt.env...))
+			cfg, _, err := config.Load("", append([]string{"POOLGATE_SIMULATE=true"}, tt.env...), pycompat.ReadSettings)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -27,12 +27,12 @@ func (r *run) checks(ctx context.Context, tp *tape) {
 		return
 	}
 	r.bareJSON(ctx)
-	c, err := dial(ctx, r.ep.Port, tp)
+	c, err := lingmarpc.Dial(ctx, r.ep.Port, lingmarpc.ConnConfig{Tap: tp.record})
 	if err != nil {
 		r.add("initialize", Differs, "could not connect again: %v", err)
 		return
 	}
-	defer c.close()
+	defer c.Close()
 	if !r.initialize(ctx, c) {
 		return
 	}
@@ -55,9 +55,9 @@ func (r *run) checks(ctx context.Context, tp *tape) {
 func (r *run) started(ctx context.Context) bool {
 	deadline := time.Now().Add(r.cfg.StartTimeout)
 	for {
-		c, err := dial(ctx, r.ep.Port, nil)
+		c, err := lingmarpc.Dial(ctx, r.ep.Port, lingmarpc.ConnConfig{})
 		if err == nil {
-			c.close()
+			c.Close()
 			r.add("start flags", Holds, "listening on the socket port it was given")
 			return true
 		}
@@ -79,17 +79,18 @@ func (r *run) started(ctx context.Context) bool {
 
 // bareJSON: the worker refuses a message without its Content-Length frame.
 func (r *run) bareJSON(ctx context.Context) {
-	c, err := dial(ctx, r.ep.Port, nil)
+	c, err := lingmarpc.Dial(ctx, r.ep.Port, lingmarpc.ConnConfig{})
 	if err != nil {
 		r.add("bare JSON refused", NotChecked, "could not connect: %v", err)
 		return
 	}
-	defer c.close()
-	answer := make(chan *lingmarpc.Message, 1)
-	c.mu.Lock()
-	c.pending["1"] = answer
-	c.mu.Unlock()
-	if err := c.raw([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`)); err != nil {
+	defer c.Close()
+	frame, answer, err := c.Frame("initialize", struct{}{})
+	body, _, _ := lingmarpc.Split(frame)
+	if err == nil {
+		err = c.Raw(body) // the message alone, without its frame
+	}
+	if err != nil {
 		r.add("bare JSON refused", NotChecked, "could not send: %v", err)
 		return
 	}
@@ -98,16 +99,16 @@ func (r *run) bareJSON(ctx context.Context) {
 		r.add("bare JSON refused", Holds, "no answer")
 	case <-answer:
 		r.add("bare JSON refused", Differs, "the worker answered a message without its Content-Length header")
-	case m := <-c.in:
+	case m := <-c.In:
 		r.add("bare JSON refused", Differs, "the worker sent %s", m.Method)
-	case <-c.done:
+	case <-c.Done():
 		r.add("bare JSON refused", Holds, "the worker closed the connection")
 	}
 }
 
-func (r *run) initialize(ctx context.Context, c *conn) bool {
+func (r *run) initialize(ctx context.Context, c *lingmarpc.Conn) bool {
 	root := "file://" + filepath.ToSlash(r.ep.WorkDir)
-	m, err := c.call(ctx, 10*time.Second, "initialize", map[string]any{"processId": nil,
+	m, err := c.Call(ctx, 10*time.Second, "initialize", map[string]any{"processId": nil,
 		"clientInfo": map[string]string{"name": "poolgate-doctor", "version": "1"}, "rootUri": root, "capabilities": map[string]any{},
 		"workspaceFolders": []any{map[string]string{"uri": root, "name": filepath.Base(r.ep.WorkDir)}}})
 	switch {
@@ -155,8 +156,8 @@ func (r *run) listeners() {
 
 // status: auth/status says logged in with status 2 and an id, or logged
 // out with status 1.
-func (r *run) status(ctx context.Context, c *conn) bool {
-	m, err := c.call(ctx, 10*time.Second, "auth/status", map[string]any{})
+func (r *run) status(ctx context.Context, c *lingmarpc.Conn) bool {
+	m, err := c.Call(ctx, 10*time.Second, "auth/status", map[string]any{})
 	if err != nil || m.Error != nil {
 		r.add("auth/status", Differs, "%v %v", err, m.Error)
 		return false
@@ -180,8 +181,8 @@ func (r *run) status(ctx context.Context, c *conn) bool {
 
 // models: config/queryModels maps scenes to lists of {key, ...}; {} while
 // logged out.
-func (r *run) models(ctx context.Context, c *conn, loggedIn bool) {
-	m, err := c.call(ctx, 10*time.Second, "config/queryModels", map[string]any{})
+func (r *run) models(ctx context.Context, c *lingmarpc.Conn, loggedIn bool) {
+	m, err := c.Call(ctx, 10*time.Second, "config/queryModels", map[string]any{})
 	if err != nil || m.Error != nil {
 		r.add("config/queryModels", Differs, "%v %v", err, m.Error)
 		return
@@ -208,7 +209,7 @@ func (r *run) models(ctx context.Context, c *conn, loggedIn bool) {
 
 // refusal: a logged-out worker refuses a turn in the reply's shape, with a
 // text lingma.login_text matches.
-func (r *run) refusal(ctx context.Context, c *conn) {
+func (r *run) refusal(ctx context.Context, c *lingmarpc.Conn) {
 	s := r.turn(ctx, c, plain("Reply with exactly: pong"), turnOpts{drv: r.driver(lingma.Config{})})
 	login := regexp.MustCompile(lingmarpc.DefaultLoginText)
 	msg, _ := s.reply["errorMessage"].(string)

@@ -55,12 +55,12 @@ type turnOpts struct {
 
 // turn asks t and follows the turn to its chat/finish, answering what the
 // worker asks on the way as the driver does.
-func (r *run) turn(ctx context.Context, c *conn, t *chat.Turn, o turnOpts) *seen {
+func (r *run) turn(ctx context.Context, c *lingmarpc.Conn, t *chat.Turn, o turnOpts) *seen {
 	start := time.Now()
 	reqID := "doctor-" + randomHex()
 	s := &seen{}
 	defer func() { s.took = time.Since(start) }()
-	m, err := c.call(ctx, 30*time.Second, "chat/ask", o.drv.Ask(t, reqID))
+	m, err := c.Call(ctx, 30*time.Second, "chat/ask", o.drv.Ask(t, reqID))
 	if err != nil {
 		s.ended = err.Error()
 		return s
@@ -75,7 +75,7 @@ func (r *run) turn(ctx context.Context, c *conn, t *chat.Turn, o turnOpts) *seen
 	f.follow(ctx)
 	if s.finish == nil {
 		// Leave no turn running behind the next check.
-		_, _ = c.call(ctx, 5*time.Second, "chat/stop", map[string]string{"requestId": reqID})
+		_, _ = c.Call(ctx, 5*time.Second, "chat/stop", map[string]string{"requestId": reqID})
 	}
 	return s
 }
@@ -83,12 +83,12 @@ func (r *run) turn(ctx context.Context, c *conn, t *chat.Turn, o turnOpts) *seen
 // follower reads one turn's messages.
 type follower struct {
 	r     *run
-	c     *conn
+	c     *lingmarpc.Conn
 	s     *seen
 	reqID string
 	opts  turnOpts
-	stop  chan *lingmarpc.Message // chat/stop's answer
-	quiet time.Duration           // after a stop or the last step: how long silence may last
+	stop  <-chan *lingmarpc.Message // chat/stop's answer
+	quiet time.Duration             // after a stop or the last step: how long silence may last
 }
 
 func (f *follower) follow(ctx context.Context) {
@@ -98,7 +98,7 @@ func (f *follower) follow(ctx context.Context) {
 	defer idle.Stop()
 	for f.s.finish == nil {
 		select {
-		case m := <-f.c.in:
+		case m := <-f.c.In:
 			f.handle(m)
 			if f.quiet > 0 {
 				idle.Reset(f.quiet)
@@ -110,8 +110,8 @@ func (f *follower) follow(ctx context.Context) {
 		case <-overall.C:
 			f.s.ended = fmt.Sprintf("the turn did not end within %s", f.r.cfg.Timeout)
 			return
-		case <-f.c.done:
-			f.s.ended = errGone.Error()
+		case <-f.c.Done():
+			f.s.ended = lingmarpc.ErrGone.Error()
 			return
 		case <-ctx.Done():
 			f.s.ended = ctx.Err().Error()
@@ -175,7 +175,7 @@ func (f *follower) handle(m *lingmarpc.Message) {
 		f.s.text.WriteString(p.Text)
 		if f.opts.stop && !f.s.stopped {
 			f.s.stopped, f.quiet = true, 5*time.Second
-			_, f.stop, _ = f.c.request("chat/stop", map[string]string{"requestId": f.reqID})
+			f.stop, _ = f.c.Request("chat/stop", map[string]string{"requestId": f.reqID})
 		}
 	case m.Method == "chat/process_step_callback" && mine && p.Step == "step_end":
 		f.s.stepEnd, f.quiet = true, f.r.cfg.FinishWait
@@ -183,7 +183,7 @@ func (f *follower) handle(m *lingmarpc.Message) {
 		_ = json.Unmarshal(m.Params, &f.s.finish)
 	}
 	if len(m.ID) > 0 {
-		_ = f.c.reply(m.ID, map[string]any{})
+		_ = f.c.Reply(m.ID, map[string]any{})
 	}
 }
 
@@ -209,11 +209,11 @@ func (f *follower) invoke(m *lingmarpc.Message, p *params) {
 		return
 	}
 	if mode == "sync" {
-		_ = f.c.reply(m.ID, lingma.UnsupportedResult("", p.ToolCallID, p.Name))
+		_ = f.c.Reply(m.ID, lingma.UnsupportedResult("", p.ToolCallID, p.Name))
 		return
 	}
-	_ = f.c.reply(m.ID, map[string]any{})
-	_, _, _ = f.c.request("tool/invokeResult", lingma.UnsupportedResult(p.RequestID, p.ToolCallID, p.Name))
+	_ = f.c.Reply(m.ID, map[string]any{})
+	_, _ = f.c.Request("tool/invokeResult", lingma.UnsupportedResult(p.RequestID, p.ToolCallID, p.Name))
 }
 
 func randomHex() string {

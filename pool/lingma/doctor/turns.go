@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/lingmarpc"
 	"github.com/poolgate/poolgate/pool/lingma"
 )
 
 // turns runs the checks that need a logged-in worker.
-func (r *run) turns(ctx context.Context, c *conn) {
+func (r *run) turns(ctx context.Context, c *lingmarpc.Conn) {
 	const pong = "Reply with exactly: pong"
 	normal := r.turn(ctx, c, plain(pong), turnOpts{drv: r.driver(lingma.Config{Mode: lingma.ModeNormal})})
 	r.askMode(lingma.ModeNormal, normal)
@@ -183,12 +184,12 @@ func (r *run) workerRequests(turns ...*seen) {
 }
 
 // deleted: chat/deleteSessionById is taken.
-func (r *run) deleted(ctx context.Context, c *conn, sid string) {
+func (r *run) deleted(ctx context.Context, c *lingmarpc.Conn, sid string) {
 	if sid == "" {
 		r.add("chat/deleteSessionById", NotChecked, "no session to delete")
 		return
 	}
-	m, err := c.call(ctx, 10*time.Second, "chat/deleteSessionById", map[string]string{"sessionId": sid})
+	m, err := c.Call(ctx, 10*time.Second, "chat/deleteSessionById", map[string]string{"sessionId": sid})
 	switch {
 	case err != nil:
 		r.add("chat/deleteSessionById", Differs, "%v", err)

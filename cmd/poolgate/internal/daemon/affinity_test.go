@@ -18,6 +18,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/poolgate/poolgate/admin"
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 )
 
@@ -68,7 +69,7 @@ func (c *conversation) say(ctx context.Context, text string) (string, error) {
 	return answer, nil
 }
 
-func scrape(t *testing.T, d *testenv.Daemon, name string) float64 {
+func scrape(t *testing.T, d *daemontest.Daemon, name string) float64 {
 	t.Helper()
 	resp, err := http.Get(d.URL + "/metrics")
 	if err != nil {
@@ -86,14 +87,14 @@ func scrape(t *testing.T, d *testenv.Daemon, name string) float64 {
 	return 0
 }
 
-func affinityDaemon(t *testing.T, env ...string) *testenv.Daemon {
+func affinityDaemon(t *testing.T, env ...string) *daemontest.Daemon {
 	env = append(env, "POOLGATE_API_KEYS=sk-1,sk-2", "POOLGATE_METRICS_PUBLIC=true", "POOLGATE_ADMIN_TOKEN=adm")
-	d := testenv.StartDaemon(t, env...)
+	d := daemontest.StartDaemon(t, env...)
 	d.WaitReady(t, 15*time.Second)
 	return d
 }
 
-func testAffinity(t *testing.T, d *testenv.Daemon) {
+func testAffinity(t *testing.T, d *daemontest.Daemon) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	hits0 := scrape(t, d, "poolgate_session_cache_hits_total")
@@ -175,7 +176,7 @@ func testAffinity(t *testing.T, d *testenv.Daemon) {
 }
 
 // scrapeSum sums every series of the metric name.
-func scrapeSum(t *testing.T, d *testenv.Daemon, name string) float64 {
+func scrapeSum(t *testing.T, d *daemontest.Daemon, name string) float64 {
 	t.Helper()
 	resp, err := http.Get(d.URL + "/metrics")
 	if err != nil {

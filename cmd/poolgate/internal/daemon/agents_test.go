@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/agents"
-	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 var captureAgents = flag.Bool("capture-agents", false,
@@ -41,7 +41,7 @@ func TestAgentsEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS="+agentsKey, "POOLGATE_METRICS_PUBLIC=true")
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS="+agentsKey, "POOLGATE_METRICS_PUBLIC=true")
 	d.WaitReady(t, 20*time.Second)
 	rec, err := agents.NewRecorder(d.URL)
 	if err != nil {
@@ -154,7 +154,7 @@ func runAgent(t *testing.T, rec *agents.Recorder, url string, c agents.Client, h
 // handlers: it decodes, its prompt renders, a simulated worker answers, and
 // the answer ends the way the client's protocol ends a turn.
 func TestAgentFixturesReplay(t *testing.T) {
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS="+agentsKey)
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS="+agentsKey)
 	d.WaitReady(t, 20*time.Second)
 	for _, c := range agents.Clients() {
 		t.Run(c.Name, func(t *testing.T) {
@@ -183,7 +183,7 @@ var terminal = map[string][2]string{
 	"gemini":    {`"finishReason":"`, `"finishReason":"`},
 }
 
-func replay(t *testing.T, d *testenv.Daemon, c agents.Client, n int, ex agents.Exchange) {
+func replay(t *testing.T, d *daemontest.Daemon, c agents.Client, n int, ex agents.Exchange) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -15,7 +15,7 @@ import (
 )
 
 // BenchmarkRequestPath is the allocation budget of one request through the
-// whole gateway, wired as main wires it: the public engine (middleware,
+// whole gateway, wired as the daemon wires it: the public engine (middleware,
 // key check, accounting with usage and the request log, the protocol's
 // decode and encode), the relay, the router with affinity in memory, the
 // pool and the openai driver, against a simulated OpenAI-compatible worker

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
@@ -46,7 +47,7 @@ func post(t *testing.T, url, token string, body []byte) (int, []byte) {
 func TestBundleFromRedisStartsAFreshReplicaLoggedIn(t *testing.T) {
 	r := testenv.Redis(t)
 	key := newBundleKey(t)
-	a := testenv.StartDaemon(t, "POOLGATE_REDIS_URL="+r.URL(), "POOLGATE_BUNDLE_KEY="+key)
+	a := daemontest.StartDaemon(t, "POOLGATE_REDIS_URL="+r.URL(), "POOLGATE_BUNDLE_KEY="+key)
 	waitAllReady(t, a, 2, 15*time.Second)
 	rc := redis.NewClient(&redis.Options{Addr: r.Addr()})
 	defer rc.Close()
@@ -57,15 +58,15 @@ func TestBundleFromRedisStartsAFreshReplicaLoggedIn(t *testing.T) {
 
 	// A new replica with an empty disk and no way to log in: the bundles
 	// restore both accounts before their workers start.
-	b := testenv.StartDaemon(t, "POOLGATE_REDIS_URL="+r.URL(), "POOLGATE_BUNDLE_KEY="+key, loggedOutSims,
+	b := daemontest.StartDaemon(t, "POOLGATE_REDIS_URL="+r.URL(), "POOLGATE_BUNDLE_KEY="+key, loggedOutSims,
 		"POOLGATE_AUTO_LOGIN=false")
 	waitAllReady(t, b, 2, 15*time.Second)
 }
 
 func TestExportImportBetweenDaemons(t *testing.T) {
 	key := newBundleKey(t)
-	a := testenv.StartDaemon(t, "POOLGATE_BUNDLE_KEY="+key, "POOLGATE_ADMIN_TOKEN=adm")
-	b := testenv.StartDaemon(t, "POOLGATE_BUNDLE_KEY="+key, "POOLGATE_ADMIN_TOKEN=adm", loggedOutSims, "POOLGATE_AUTO_LOGIN=false")
+	a := daemontest.StartDaemon(t, "POOLGATE_BUNDLE_KEY="+key, "POOLGATE_ADMIN_TOKEN=adm")
+	b := daemontest.StartDaemon(t, "POOLGATE_BUNDLE_KEY="+key, "POOLGATE_ADMIN_TOKEN=adm", loggedOutSims, "POOLGATE_AUTO_LOGIN=false")
 	testenv.WaitForNoError(t, 15*time.Second, "sim-1 ready on a and logged out on b", func() error {
 		var s, sb route.Snapshot
 		a.GetJSON(t, "/internal/pool", "adm", &s)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
@@ -40,7 +41,7 @@ func simAccounts(n int, extra map[int][]string) []string {
 		"POOLGATE_HEALTH_INTERVAL=200ms", "POOLGATE_BACKOFF_MAX=1s"}
 }
 
-func readyInstances(t *testing.T, d *testenv.Daemon) []route.InstanceStatus {
+func readyInstances(t *testing.T, d *daemontest.Daemon) []route.InstanceStatus {
 	var ready []route.InstanceStatus
 	for _, in := range poolState(t, d, "").Instances {
 		if in.State == supervisor.StateReady && in.PID > 0 {
@@ -50,7 +51,7 @@ func readyInstances(t *testing.T, d *testenv.Daemon) []route.InstanceStatus {
 	return ready
 }
 
-func waitAllReady(t *testing.T, d *testenv.Daemon, n int, within time.Duration) []route.InstanceStatus {
+func waitAllReady(t *testing.T, d *daemontest.Daemon, n int, within time.Duration) []route.InstanceStatus {
 	t.Helper()
 	var ready []route.InstanceStatus
 	testenv.WaitForNoError(t, within, fmt.Sprintf("%d ready instances", n), func() error {
@@ -67,7 +68,7 @@ func chatParams(prompt string) openai.ChatCompletionNewParams {
 }
 
 func TestChaosKilledWorkers(t *testing.T) {
-	d := testenv.StartDaemon(t, simAccounts(3, nil)...)
+	d := daemontest.StartDaemon(t, simAccounts(3, nil)...)
 	waitAllReady(t, d, 3, 15*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -148,7 +149,7 @@ func TestChaosKilledWorkers(t *testing.T) {
 }
 
 func TestDefaultsLetABurstThrough(t *testing.T) {
-	d := testenv.StartDaemon(t)
+	d := daemontest.StartDaemon(t)
 	waitAllReady(t, d, 2, 15*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -170,7 +171,7 @@ func TestDefaultsLetABurstThrough(t *testing.T) {
 }
 
 func TestSaturationGets429WithRetryAfter(t *testing.T) {
-	d := testenv.StartDaemon(t, "POOLGATE_MAX_IN_FLIGHT=1", "POOLGATE_MAX_QUEUE=1", "POOLGATE_QUEUE_TIMEOUT=10s")
+	d := daemontest.StartDaemon(t, "POOLGATE_MAX_IN_FLIGHT=1", "POOLGATE_MAX_QUEUE=1", "POOLGATE_QUEUE_TIMEOUT=10s")
 	waitAllReady(t, d, 2, 15*time.Second)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -210,7 +211,7 @@ func TestSaturationGets429WithRetryAfter(t *testing.T) {
 }
 
 func TestRateLimitedInstanceCoolsDownAndComesBack(t *testing.T) {
-	d := testenv.StartDaemon(t, simAccounts(2, map[int][]string{0: {"--ratelimit-every=1"}})...)
+	d := daemontest.StartDaemon(t, simAccounts(2, map[int][]string{0: {"--ratelimit-every=1"}})...)
 	waitAllReady(t, d, 2, 15*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -240,7 +241,7 @@ func TestRateLimitedInstanceCoolsDownAndComesBack(t *testing.T) {
 }
 
 func TestClientDisconnectFreesTheSlot(t *testing.T) {
-	d := testenv.StartDaemon(t, simAccounts(1, nil)...)
+	d := daemontest.StartDaemon(t, simAccounts(1, nil)...)
 	waitAllReady(t, d, 1, 15*time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"long [[sim:chunk-delay=200ms]] [[sim:words=100]]"}]}`
@@ -289,7 +290,7 @@ var fixedMetrics = []string{
 }
 
 func TestMetricsContract(t *testing.T) {
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_METRICS_TOKEN=mt", "POOLGATE_ADMIN_TOKEN=adm")
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_METRICS_TOKEN=mt", "POOLGATE_ADMIN_TOKEN=adm")
 	testenv.WaitFor(t, 15*time.Second, "two ready instances", func() bool {
 		var s route.Snapshot
 		req, _ := http.NewRequest(http.MethodGet, d.URL+"/internal/pool", nil)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
@@ -18,7 +19,7 @@ import (
 // own login, driven by real Chromium with the simworker recipe, serves;
 // its login travels to another daemon in a session bundle.
 func TestClaudeCodeSimulatedPool(t *testing.T) {
-	ask := func(d *testenv.Daemon, prompt string) string {
+	ask := func(d *daemontest.Daemon, prompt string) string {
 		t.Helper()
 		c := sdk(d, "x")
 		resp, err := c.Chat.Completions.New(context.Background(), chatParams(prompt))
@@ -27,7 +28,7 @@ func TestClaudeCodeSimulatedPool(t *testing.T) {
 		}
 		return resp.Choices[0].Message.Content
 	}
-	demo := testenv.StartDaemon(t, "POOLGATE_DRIVER=claude-code")
+	demo := daemontest.StartDaemon(t, "POOLGATE_DRIVER=claude-code")
 	waitAllReady(t, demo, 2, 20*time.Second)
 	if got := ask(demo, "hello demo"); got != "You said: hello demo" {
 		t.Fatalf("demo pool: %q", got)
@@ -35,9 +36,9 @@ func TestClaudeCodeSimulatedPool(t *testing.T) {
 
 	key := newBundleKey(t)
 	acct := `POOLGATE_ACCOUNTS=[{"name":"cc-a","username":"demo1","password":"demo1"}]`
-	a := testenv.StartDaemon(t, "POOLGATE_DRIVER=claude-code", "POOLGATE_CLAUDE_CODE_SECRET=login", acct,
+	a := daemontest.StartDaemon(t, "POOLGATE_DRIVER=claude-code", "POOLGATE_CLAUDE_CODE_SECRET=login", acct,
 		"POOLGATE_BUNDLE_KEY="+key, "POOLGATE_ADMIN_TOKEN=adm", "POOLGATE_HEALTH_INTERVAL=500ms")
-	waitReady := func(d *testenv.Daemon, within time.Duration) {
+	waitReady := func(d *daemontest.Daemon, within time.Duration) {
 		t.Helper()
 		testenv.WaitForNoError(t, within, "cc-a ready", func() error {
 			var s route.Snapshot
@@ -61,7 +62,7 @@ func TestClaudeCodeSimulatedPool(t *testing.T) {
 		t.Fatalf("after the login: %q", got)
 	}
 
-	b := testenv.StartDaemon(t, "POOLGATE_DRIVER=claude-code", "POOLGATE_CLAUDE_CODE_SECRET=login", acct,
+	b := daemontest.StartDaemon(t, "POOLGATE_DRIVER=claude-code", "POOLGATE_CLAUDE_CODE_SECRET=login", acct,
 		"POOLGATE_BUNDLE_KEY="+key, "POOLGATE_ADMIN_TOKEN=adm", "POOLGATE_AUTO_LOGIN=false")
 	testenv.WaitForNoError(t, 20*time.Second, "cc-a logged out on b", func() error {
 		var s route.Snapshot

@@ -19,6 +19,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"google.golang.org/genai"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/agents"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/agentcli"
@@ -60,7 +61,7 @@ func claudeBin(t *testing.T) string {
 // ccPool is a daemon of claude-code workers and the simulated upstream
 // they talk to.
 type ccPool struct {
-	up, d   *testenv.Daemon
+	up, d   *daemontest.Daemon
 	dataDir string
 }
 
@@ -78,7 +79,7 @@ func startCCPool(t *testing.T, accounts []map[string]any, env ...string) *ccPool
 	t.Helper()
 	bin := claudeBin(t)
 	p := &ccPool{dataDir: t.TempDir()}
-	p.up = testenv.StartDaemon(t)
+	p.up = daemontest.StartDaemon(t)
 	p.up.WaitReady(t, 20*time.Second)
 	if accounts == nil {
 		accounts = []map[string]any{ccAccount("cc-1", p.up.URL), ccAccount("cc-2", p.up.URL)}
@@ -87,7 +88,7 @@ func startCCPool(t *testing.T, accounts []map[string]any, env ...string) *ccPool
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.d = testenv.StartDaemon(t, append([]string{"POOLGATE_DRIVER=claude-code", "POOLGATE_WORKER_BIN=" + bin,
+	p.d = daemontest.StartDaemon(t, append([]string{"POOLGATE_DRIVER=claude-code", "POOLGATE_WORKER_BIN=" + bin,
 		"POOLGATE_ACCOUNTS=" + string(b), "POOLGATE_DATA_DIR=" + p.dataDir, "POOLGATE_API_KEYS=" + ccKey + "," + agentsKey,
 		"POOLGATE_ADMIN_TOKEN=" + ccAdmin, "POOLGATE_METRICS_PUBLIC=true", "POOLGATE_CLAUDE_CODE_RECORD=true",
 		"POOLGATE_HEALTH_INTERVAL=1s", "POOLGATE_HEALTH_TIMEOUT=2s", "POOLGATE_START_TIMEOUT=30s"}, env...)...)
@@ -164,7 +165,7 @@ func (p *ccPool) ask(t *testing.T, msgs []map[string]any) (string, string) {
 }
 
 // turnsReused counts the daemon's turn log lines that continued a session.
-func turnsReused(d *testenv.Daemon) int {
+func turnsReused(d *daemontest.Daemon) int {
 	return strings.Count(d.Log(), "msg=turn ") - strings.Count(d.Log(), "reused=false")
 }
 

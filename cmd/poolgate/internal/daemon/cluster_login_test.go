@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 )
 
@@ -24,7 +25,7 @@ func TestClusterFreshStartLogsInOnce(t *testing.T) {
 	// A fresh Redis admits no owner for one TTL after the first replica's
 	// first tick: all three register before (5 s leaves room on a busy
 	// machine).
-	s.replicas = make([]*testenv.Daemon, 3)
+	s.replicas = make([]*daemontest.Daemon, 3)
 	for i := range 3 {
 		s.start(i)
 	}

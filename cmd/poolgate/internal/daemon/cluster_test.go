@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/deploy"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/cluster"
@@ -29,7 +30,7 @@ type scale struct {
 	mu       sync.Mutex // guards replicas
 	redis    testenv.RedisTarget
 	ports    []int
-	replicas []*testenv.Daemon
+	replicas []*daemontest.Daemon
 	env      []string
 	extra    func(i int) []string // replica i's variables on top of env
 	nginxURL string
@@ -63,7 +64,7 @@ func startClusterOn(t *testing.T, target testenv.RedisTarget, n int, env func(i 
 	redisEnv := []string{"POOLGATE_REDIS_URL=" + s.redis.URL(), "POOLGATE_REDIS_MODE=" + s.redis.Mode()}
 	// The operator's first login: one node logs the accounts in (here the
 	// simulator starts logged in) and seals their bundles into Redis.
-	first := testenv.StartDaemon(t, append(redisEnv, "POOLGATE_BUNDLE_KEY="+key, clusterAccounts,
+	first := daemontest.StartDaemon(t, append(redisEnv, "POOLGATE_BUNDLE_KEY="+key, clusterAccounts,
 		"POOLGATE_WORKER_ARGS=--logged-in")...)
 	waitAllReady(t, first, 4, 20*time.Second)
 	rc := target.Universal(t)
@@ -84,7 +85,7 @@ func startClusterOn(t *testing.T, target testenv.RedisTarget, n int, env func(i 
 	for range n {
 		s.ports = append(s.ports, testenv.FreePort(t))
 	}
-	s.replicas = make([]*testenv.Daemon, n)
+	s.replicas = make([]*daemontest.Daemon, n)
 	for i := range n {
 		s.start(i)
 	}
@@ -98,17 +99,17 @@ func (s *scale) start(i int) {
 	if s.extra != nil {
 		env = append(env, s.extra(i)...)
 	}
-	d := testenv.StartDaemon(s.t, env...)
+	d := daemontest.StartDaemon(s.t, env...)
 	s.mu.Lock()
 	s.replicas[i] = d
 	s.mu.Unlock()
 }
 
 // live returns the replicas whose process runs, by index.
-func (s *scale) live() map[int]*testenv.Daemon {
+func (s *scale) live() map[int]*daemontest.Daemon {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := map[int]*testenv.Daemon{}
+	out := map[int]*daemontest.Daemon{}
 	for i, d := range s.replicas {
 		if d == nil {
 			continue

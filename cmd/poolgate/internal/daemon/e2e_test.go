@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/route"
@@ -25,11 +26,11 @@ import (
 // These tests run the real binary with its default pool: two simulated
 // accounts served by `poolgate simworker` processes.
 
-func sdk(d *testenv.Daemon, key string) openai.Client {
+func sdk(d *daemontest.Daemon, key string) openai.Client {
 	return openai.NewClient(option.WithBaseURL(d.URL+"/v1"), option.WithAPIKey(key), option.WithMaxRetries(0))
 }
 
-func poolState(t *testing.T, d *testenv.Daemon, token string) route.Snapshot {
+func poolState(t *testing.T, d *daemontest.Daemon, token string) route.Snapshot {
 	t.Helper()
 	var s route.Snapshot
 	if code := d.GetJSON(t, "/internal/pool", token, &s); code != http.StatusOK {
@@ -39,7 +40,7 @@ func poolState(t *testing.T, d *testenv.Daemon, token string) route.Snapshot {
 }
 
 func TestDefaultPoolServesTheSDKAndShutsDownClean(t *testing.T) {
-	d := testenv.StartDaemon(t)
+	d := daemontest.StartDaemon(t)
 	d.WaitReady(t, 10*time.Second)
 	var snap route.Snapshot
 	testenv.WaitForNoError(t, 10*time.Second, "two ready instances with pids", func() error {
@@ -121,7 +122,7 @@ type errorBody struct {
 }
 
 func TestBadInputGetsItsStatusAndShape(t *testing.T) {
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_MAX_BODY_BYTES=4096")
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_MAX_BODY_BYTES=4096")
 	d.WaitReady(t, 10*time.Second)
 	tests := []struct {
 		name   string
@@ -188,7 +189,7 @@ func TestBadInputGetsItsStatusAndShape(t *testing.T) {
 
 func TestNoReadyInstanceIs503(t *testing.T) {
 	// A worker that exits at once: never ready.
-	d := testenv.StartDaemon(t, "POOLGATE_WORKER_BIN="+executable(t), `POOLGATE_ACCOUNTS=[{"name":"a"}]`)
+	d := daemontest.StartDaemon(t, "POOLGATE_WORKER_BIN="+executable(t), `POOLGATE_ACCOUNTS=[{"name":"a"}]`)
 	resp, err := http.Get(d.URL + "/readyz")
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +218,7 @@ func TestRefusesPublicListenWithoutKeys(t *testing.T) {
 }
 
 func TestStatsAndRawModels(t *testing.T) {
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_ADMIN_TOKEN=adm")
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_ADMIN_TOKEN=adm")
 	d.WaitReady(t, 15*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -258,7 +259,7 @@ func TestStatsAndRawModels(t *testing.T) {
 }
 
 func TestDrainAndRestart(t *testing.T) {
-	d := testenv.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm")
+	d := daemontest.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm")
 	state := func() route.InstanceStatus {
 		var s route.Snapshot
 		d.GetJSON(t, "/internal/pool", "adm", &s)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
@@ -38,7 +39,7 @@ func TestWorkerThatCannotStartIsMarkedFailed(t *testing.T) {
 	if err := os.WriteFile(worker, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d := testenv.StartDaemon(t, "POOLGATE_WORKER_BIN="+worker, `POOLGATE_ACCOUNTS=[{"name":"acct-1"}]`,
+	d := daemontest.StartDaemon(t, "POOLGATE_WORKER_BIN="+worker, `POOLGATE_ACCOUNTS=[{"name":"acct-1"}]`,
 		"POOLGATE_WORKER_ARGS=--logged-in", "POOLGATE_ADMIN_TOKEN=adm", "POOLGATE_HEALTH_INTERVAL=200ms", "POOLGATE_BACKOFF_MAX=1s")
 	ready := func() bool { return poolInstance(t, d, "acct-1").State == supervisor.StateReady }
 	testenv.WaitFor(t, 20*time.Second, "acct-1 ready", ready)
@@ -84,7 +85,7 @@ func TestWorkerThatCannotStartIsMarkedFailed(t *testing.T) {
 }
 
 // poolInstance is the named instance in /internal/pool.
-func poolInstance(t *testing.T, d *testenv.Daemon, name string) route.InstanceStatus {
+func poolInstance(t *testing.T, d *daemontest.Daemon, name string) route.InstanceStatus {
 	t.Helper()
 	in, ok := poolState(t, d, "adm").Instance(name)
 	if !ok {

@@ -10,16 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"google.golang.org/genai"
-
-	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 // The official Gemini SDK against the daemon on its simulated Lingma
 // workers: plain, streamed, tool-calling, counted and structured requests,
 // and the errors it reads.
 
-func geminiSDK(t *testing.T, d *testenv.Daemon, key string) *genai.Client {
+func geminiSDK(t *testing.T, d *daemontest.Daemon, key string) *genai.Client {
 	t.Helper()
 	c, err := genai.NewClient(context.Background(), &genai.ClientConfig{APIKey: key, Backend: genai.BackendGeminiAPI,
 		HTTPOptions: genai.HTTPOptions{BaseURL: d.URL}})

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 )
 
 // TestWorkerHomes: each worker runs with a home, a temp dir and a runtime
@@ -15,7 +15,7 @@ import (
 // poolgate's own.
 func TestWorkerHomes(t *testing.T) {
 	data := t.TempDir()
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_DATA_DIR="+data, "HOME=/nonexistent/poolgate-home")
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_DATA_DIR="+data, "HOME=/nonexistent/poolgate-home")
 	d.WaitReady(t, 15*time.Second)
 	seen := map[string]bool{}
 	for i := range 40 { // the pick follows a hash of the conversation: vary it
@@ -35,7 +35,7 @@ func TestWorkerHomes(t *testing.T) {
 		t.Errorf("only %v answered", seen)
 	}
 
-	off := testenv.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_DATA_DIR="+t.TempDir(),
+	off := daemontest.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_DATA_DIR="+t.TempDir(),
 		"POOLGATE_LINGMA_ISOLATE_HOME=false", "HOME=/nonexistent/poolgate-home", "TMPDIR=/nonexistent/poolgate-tmp")
 	off.WaitReady(t, 15*time.Second)
 	got := content(t, send(t, off, "/v1/chat/completions", "sk-1", chatBody("m", "[[sim:env]]", nil)))

@@ -13,13 +13,14 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/admin"
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/internal/usage"
 )
 
 // callAs sends one chat completion (or, with anthropic, one message) as key
 // and returns the status, the headers and the body.
-func callAs(t *testing.T, d *testenv.Daemon, key, prompt string, anthropic bool) (int, http.Header, []byte) {
+func callAs(t *testing.T, d *daemontest.Daemon, key, prompt string, anthropic bool) (int, http.Header, []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -59,10 +60,10 @@ func TestKeyLimitsAndUsageAcrossReplicas(t *testing.T) {
 		`{"name":"quota","key":"sk-quota","tokens_per_day":40},{"name":"free","key":"sk-free"}]`
 	env := []string{"POOLGATE_REDIS_URL=" + rs.URL(), "POOLGATE_REDIS_PREFIX=" + testenv.KeyPrefix(t),
 		"POOLGATE_API_KEYS=" + keys, "POOLGATE_ADMIN_TOKEN=adm", "POOLGATE_METRICS_PUBLIC=true"}
-	d1, d2 := testenv.StartDaemon(t, env...), testenv.StartDaemon(t, env...)
+	d1, d2 := daemontest.StartDaemon(t, env...), daemontest.StartDaemon(t, env...)
 	d1.WaitReady(t, 15*time.Second)
 	d2.WaitReady(t, 15*time.Second)
-	replicas := []*testenv.Daemon{d1, d2}
+	replicas := []*daemontest.Daemon{d1, d2}
 
 	t.Run("requests per minute", func(t *testing.T) {
 		for i := range 6 {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
@@ -40,7 +41,7 @@ func TestAutoLoginThenServeAndReloginAfterLogout(t *testing.T) {
 	accts, _ := json.Marshal([]map[string]string{
 		{"name": "acct-1", "username": "alice", "password": "pw-a"},
 		{"name": "acct-2", "username": "bob", "password": "pw-b"}})
-	d := testenv.StartDaemon(t, "POOLGATE_DATA_DIR="+dataDir, "POOLGATE_ACCOUNTS="+string(accts),
+	d := daemontest.StartDaemon(t, "POOLGATE_DATA_DIR="+dataDir, "POOLGATE_ACCOUNTS="+string(accts),
 		"POOLGATE_HEALTH_INTERVAL=300ms")
 	// Both start logged out: the pool logs them in with Chromium.
 	waitAllReady(t, d, 2, 90*time.Second)

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/agents"
-	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 // A mixed pool of real Claude Code workers beside simulated Lingma ones,
@@ -17,7 +17,7 @@ import (
 // client runs, a follow-up that continues the session) stay on their kind,
 // as the turn log says.
 func TestMixedPoolOfClaudeCodeAndLingmaDrivenByAgents(t *testing.T) {
-	up := testenv.StartDaemon(t)
+	up := daemontest.StartDaemon(t)
 	up.WaitReady(t, 20*time.Second)
 	cc := ccAccount("cc-1", up.URL)
 	env := map[string]string{}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
@@ -23,11 +24,11 @@ func TestMixedCluster(t *testing.T) {
 	accounts := mixedKinds()[:3] // lm-1, lm-2, ms-1
 	kindOfAccount := map[string]string{"lm-1": "lingma", "lm-2": "lingma", "ms-1": "openai"}
 	var ports [2]int
-	replicas := make([]*testenv.Daemon, 2)
+	replicas := make([]*daemontest.Daemon, 2)
 	for i := range replicas {
 		ports[i] = testenv.FreePort(t)
 		addr := fmt.Sprintf("127.0.0.1:%d", ports[i])
-		replicas[i] = testenv.StartDaemon(t, "POOLGATE_REDIS_URL="+rs.URL(), "POOLGATE_ACCOUNTS="+mixedJSON(t, accounts),
+		replicas[i] = daemontest.StartDaemon(t, "POOLGATE_REDIS_URL="+rs.URL(), "POOLGATE_ACCOUNTS="+mixedJSON(t, accounts),
 			"POOLGATE_CLUSTER_TOKEN=ct", "POOLGATE_LEASE_TTL=3s", "POOLGATE_HEALTH_INTERVAL=300ms",
 			"POOLGATE_LISTEN="+addr, "POOLGATE_ADVERTISE_URL=http://"+addr, fmt.Sprintf("POOLGATE_REPLICA_ID=r%d", i+1))
 	}
@@ -69,7 +70,7 @@ func TestMixedCluster(t *testing.T) {
 	}
 	// Each replica serves each model, on an account of the model's kind,
 	// wherever the account runs.
-	serveAll := func(stage string, ds map[int]*testenv.Daemon) {
+	serveAll := func(stage string, ds map[int]*daemontest.Daemon) {
 		t.Helper()
 		for i, d := range ds {
 			for model, kind := range kindOfModel {
@@ -89,7 +90,7 @@ func TestMixedCluster(t *testing.T) {
 	if len(kinds[0]) == 2 && len(kinds[1]) == 2 {
 		t.Fatalf("both replicas hold both kinds (%v): nothing here needs a hop", holder)
 	}
-	serveAll("spread", map[int]*testenv.Daemon{0: replicas[0], 1: replicas[1]})
+	serveAll("spread", map[int]*daemontest.Daemon{0: replicas[0], 1: replicas[1]})
 
 	// The replica holding the model server stops; the other takes every
 	// account over and serves both kinds alone.
@@ -102,7 +103,7 @@ func TestMixedCluster(t *testing.T) {
 		}
 		return nil
 	})
-	serveAll("after the hand-over", map[int]*testenv.Daemon{1 - gone: stay})
+	serveAll("after the hand-over", map[int]*daemontest.Daemon{1 - gone: stay})
 	if in := instancesOf(t, stay)["ms-1"]; in.Driver != "openai" || in.State != supervisor.StateReady {
 		t.Errorf("ms-1 after the hand-over: %+v, want a ready openai instance", in)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"google.golang.org/genai"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
@@ -203,7 +204,7 @@ func TestMixedPoolRoutesByModel(t *testing.T) {
 }
 
 // getWith GETs path with headers and decodes the JSON answer into v.
-func getWith(t *testing.T, d *testenv.Daemon, path string, header map[string]string, v any) {
+func getWith(t *testing.T, d *daemontest.Daemon, path string, header map[string]string, v any) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, d.URL+path, nil)
 	for k, val := range header {
@@ -302,7 +303,7 @@ func TestMixedPoolOneKindFailed(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "poolgate.yaml")
 	writeMixed(t, path, accounts, "backoff_max: 1s\n")
-	d := testenv.StartDaemonArgs(t, []string{"-config", path})
+	d := daemontest.StartDaemonArgs(t, []string{"-config", path})
 	testenv.WaitForNoError(t, 30*time.Second, "the model servers failed, the Lingma accounts ready", func() error {
 		ins := instancesOf(t, d)
 		for name, in := range ins {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
@@ -101,7 +102,7 @@ func writeMixed(t *testing.T, path string, accounts []mixedAccount, extra string
 // with env on top, and waits until every account is ready. It returns the
 // daemon and the file, for a reload to rewrite. The pool is simulated
 // unless an account names a binary of its own.
-func startMixed(t *testing.T, accounts []mixedAccount, extra string, env ...string) (*testenv.Daemon, string) {
+func startMixed(t *testing.T, accounts []mixedAccount, extra string, env ...string) (*daemontest.Daemon, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "poolgate.yaml")
 	writeMixed(t, path, accounts, extra)
@@ -111,7 +112,7 @@ func startMixed(t *testing.T, accounts []mixedAccount, extra string, env ...stri
 			break
 		}
 	}
-	d := testenv.StartDaemonArgs(t, []string{"-config", path}, env...)
+	d := daemontest.StartDaemonArgs(t, []string{"-config", path}, env...)
 	waitAllReady(t, d, len(accounts), 30*time.Second)
 	return d, path
 }
@@ -131,7 +132,7 @@ func simworkerBin(t *testing.T) string {
 }
 
 // instancesOf returns the pool's instances by name.
-func instancesOf(t *testing.T, d *testenv.Daemon) map[string]route.InstanceStatus {
+func instancesOf(t *testing.T, d *daemontest.Daemon) map[string]route.InstanceStatus {
 	t.Helper()
 	out := map[string]route.InstanceStatus{}
 	for _, in := range poolState(t, d, "").Instances {
@@ -142,7 +143,7 @@ func instancesOf(t *testing.T, d *testenv.Daemon) map[string]route.InstanceStatu
 
 // mixedPost posts body to path and returns the status, the instance that
 // served it, the request id and the body.
-func mixedPost(t *testing.T, d *testenv.Daemon, path string, header map[string]string, body string) (int, string, string, string) {
+func mixedPost(t *testing.T, d *daemontest.Daemon, path string, header map[string]string, body string) (int, string, string, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, d.URL+path, strings.NewReader(body))
 	if err != nil {
@@ -198,7 +199,7 @@ func chatAnswer(t *testing.T, body string) string {
 
 // turnLine returns the daemon's turn log line of the request id, waiting
 // briefly for it (the line is written as the answer ends).
-func turnLine(t *testing.T, d *testenv.Daemon, requestID string) string {
+func turnLine(t *testing.T, d *daemontest.Daemon, requestID string) string {
 	t.Helper()
 	var line string
 	testenv.WaitFor(t, 5*time.Second, "the turn line of "+requestID, func() bool {
@@ -223,7 +224,7 @@ func turnAttr(line, key string) string {
 }
 
 // readyOfKind counts the ready instances of a kind.
-func readyOfKind(t *testing.T, d *testenv.Daemon, kind string) int {
+func readyOfKind(t *testing.T, d *daemontest.Daemon, kind string) int {
 	t.Helper()
 	n := 0
 	for _, in := range instancesOf(t, d) {
@@ -235,14 +236,14 @@ func readyOfKind(t *testing.T, d *testenv.Daemon, kind string) int {
 }
 
 // adminPost posts an admin action without a body and returns its status.
-func adminPost(t *testing.T, d *testenv.Daemon, path string) int {
+func adminPost(t *testing.T, d *daemontest.Daemon, path string) int {
 	t.Helper()
 	code, _ := post(t, d.URL+path, "", nil)
 	return code
 }
 
 // killWorker kills the named instance's worker process (SIGKILL): a crash.
-func killWorker(t *testing.T, d *testenv.Daemon, name string) {
+func killWorker(t *testing.T, d *daemontest.Daemon, name string) {
 	t.Helper()
 	pid := instancesOf(t, d)[name].PID
 	if pid <= 0 {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
@@ -24,7 +25,7 @@ func TestSimulatedAccountByNameOnlyStartsLoggedIn(t *testing.T) {
 		{"every kind", `[{"name":"s1"},{"name":"s2","driver":"openai","args":["--model-keys=ms-small"]}]`, "ms-small"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			d := testenv.StartDaemon(t, "POOLGATE_ACCOUNTS="+tt.accounts)
+			d := daemontest.StartDaemon(t, "POOLGATE_ACCOUNTS="+tt.accounts)
 			testenv.WaitForNoError(t, 20*time.Second, "every account ready", func() error {
 				for name, in := range instancesOf(t, d) {
 					if in.State != supervisor.StateReady {

@@ -9,8 +9,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
-
-	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 )
 
 // The openai driver end to end: simworker --protocol openai workers under the
@@ -18,7 +17,7 @@ import (
 func TestOpenAIDriverPool(t *testing.T) {
 	env := append(simAccounts(2, map[int][]string{0: {"--ratelimit-every=1"}}), "POOLGATE_DRIVER=openai")
 	env[1] = "POOLGATE_WORKER_ARGS=" // the openai simulator has no login
-	d := testenv.StartDaemon(t, env...)
+	d := daemontest.StartDaemon(t, env...)
 	waitAllReady(t, d, 2, 15*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/route"
@@ -35,7 +36,7 @@ type apiCall struct {
 
 // send posts body (JSON) to d's path with the API key and reads the whole
 // answer, a stream too.
-func send(t *testing.T, d *testenv.Daemon, path, key string, body any) apiCall {
+func send(t *testing.T, d *daemontest.Daemon, path, key string, body any) apiCall {
 	t.Helper()
 	b, err := json.Marshal(body)
 	if err != nil {
@@ -110,7 +111,7 @@ func tool(name string) map[string]any {
 // like the simulator's clock: idle 1.2 s stands for 2 min, turn 18 s for
 // 30 min, keep-alive 150 ms for 15 s.
 func TestLongAgentTurn(t *testing.T) {
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_WORKER_ARGS=--time-scale=0.01",
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_WORKER_ARGS=--time-scale=0.01",
 		"POOLGATE_LINGMA_IDLE_TIMEOUT=1200ms", "POOLGATE_LINGMA_TURN_TIMEOUT=18s", "POOLGATE_STREAM_KEEPALIVE=150ms")
 	d.WaitReady(t, 15*time.Second)
 
@@ -174,7 +175,7 @@ func TestLongAgentTurn(t *testing.T) {
 
 	// The whole-turn cap is a setting of its own: at 1.5 s the same long
 	// turn, never silent, is cut mid-stream.
-	capped := testenv.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_WORKER_ARGS=--time-scale=0.01",
+	capped := daemontest.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_WORKER_ARGS=--time-scale=0.01",
 		"POOLGATE_LINGMA_TURN_TIMEOUT=1500ms")
 	capped.WaitReady(t, 15*time.Second)
 	cut := send(t, capped, "/v1/chat/completions", "sk-1", chatBody("m",
@@ -212,7 +213,7 @@ func askOf(t *testing.T, text string) []string {
 // protocol's shape; every answer names its instance in X-Poolgate-Instance
 // and the log has one line per turn.
 func TestAskModeToolPolicyAndWhoServed(t *testing.T) {
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_METRICS_PUBLIC=true",
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_METRICS_PUBLIC=true",
 		"POOLGATE_WORKER_ARGS=--native-tools", "POOLGATE_LINGMA_TOOL_MODE=auto",
 		"POOLGATE_TOOL_ALLOWLIST=get_weather,read_file", "POOLGATE_LOG_FORMAT=json")
 	d.WaitReady(t, 15*time.Second)
@@ -295,7 +296,7 @@ func TestAskModeToolPolicyAndWhoServed(t *testing.T) {
 // TestAskDefaultAndToolForwardingOff: agent mode by default for plain
 // requests; with forwarding off the workers are offered no tools.
 func TestAskDefaultAndToolForwardingOff(t *testing.T) {
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_METRICS_PUBLIC=true",
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_METRICS_PUBLIC=true",
 		"POOLGATE_LINGMA_ASK_MODE=agent", "POOLGATE_TOOL_FORWARDING=false")
 	d.WaitReady(t, 15*time.Second)
 	plain := send(t, d, "/v1/chat/completions", "sk-1", chatBody("m", "[[sim:ask]]", nil))
@@ -314,7 +315,7 @@ func TestAskDefaultAndToolForwardingOff(t *testing.T) {
 // TestSessionReuseSettings: the cache's size and TTL bound which
 // conversations continue their upstream session, and reuse can be off.
 func TestSessionReuseSettings(t *testing.T) {
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_SESSION_CACHE_SIZE=1", "POOLGATE_SESSION_CACHE_TTL=2s")
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_SESSION_CACHE_SIZE=1", "POOLGATE_SESSION_CACHE_TTL=2s")
 	d.WaitReady(t, 15*time.Second)
 	say := func(c *[]map[string]any, text string) whoami {
 		t.Helper()
@@ -338,7 +339,7 @@ func TestSessionReuseSettings(t *testing.T) {
 		t.Errorf("c's follow-up after the TTL %+v, want a new session", w)
 	}
 
-	off := testenv.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_SESSION_REUSE=false")
+	off := daemontest.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_SESSION_REUSE=false")
 	off.WaitReady(t, 15*time.Second)
 	d = off
 	var e []map[string]any
@@ -351,7 +352,7 @@ func TestSessionReuseSettings(t *testing.T) {
 // TestCooldownClearAndProbe: a ten-minute rate limit cools both accounts
 // down; the operator clears one and probes the other back with a real turn.
 func TestCooldownClearAndProbe(t *testing.T) {
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_ADMIN_TOKEN=adm")
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS=sk-1", "POOLGATE_ADMIN_TOKEN=adm")
 	d.WaitReady(t, 15*time.Second)
 	limited := send(t, d, "/v1/chat/completions", "sk-1", chatBody("m", "[[sim:ratelimit=10m]]", nil))
 	if limited.code != http.StatusTooManyRequests {
@@ -397,7 +398,7 @@ func TestCooldownClearAndProbe(t *testing.T) {
 // TestLoginStatusAndRawModels: every instance is listed (idle before any
 // login) and the raw model payload comes with the parsed list.
 func TestLoginStatusAndRawModels(t *testing.T) {
-	d := testenv.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm")
+	d := daemontest.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm")
 	d.WaitReady(t, 15*time.Second)
 	var st loginStatus
 	d.GetJSON(t, "/internal/auto-login/status", "adm", &st)
@@ -421,7 +422,7 @@ func TestLoginStatusAndRawModels(t *testing.T) {
 func TestDedicatedDomainLogin(t *testing.T) {
 	const corp = "https://lingma.corp.example"
 	accts := `POOLGATE_ACCOUNTS=[{"name":"corp-1","username":"alice","password":"pw-a"}]`
-	plain := testenv.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm", accts, "POOLGATE_AUTO_LOGIN=false",
+	plain := daemontest.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm", accts, "POOLGATE_AUTO_LOGIN=false",
 		"POOLGATE_WORKER_ARGS=--require-endpoint="+corp)
 	waitState(t, plain, "corp-1", supervisor.StateNeedsLogin, 15*time.Second)
 	var eb errorBody
@@ -430,12 +431,12 @@ func TestDedicatedDomainLogin(t *testing.T) {
 		t.Errorf("login URL without the domain: %d %s", code, eb.Error["message"])
 	}
 
-	d := testenv.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm", accts, "POOLGATE_HEALTH_INTERVAL=300ms",
+	d := daemontest.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm", accts, "POOLGATE_HEALTH_INTERVAL=300ms",
 		"POOLGATE_WORKER_ARGS=--require-endpoint="+corp, "POOLGATE_LINGMA_DEDICATED_DOMAIN="+corp)
 	waitState(t, d, "corp-1", supervisor.StateReady, 90*time.Second)
 }
 
-func waitState(t *testing.T, d *testenv.Daemon, name string, want supervisor.State, within time.Duration) {
+func waitState(t *testing.T, d *daemontest.Daemon, name string, want supervisor.State, within time.Duration) {
 	t.Helper()
 	testenv.WaitFor(t, within, name+" "+string(want), func() bool {
 		in, _ := poolState(t, d, "adm").Instance(name)
@@ -469,7 +470,7 @@ func TestLoginSettings(t *testing.T) {
 		}
 	}()
 	accts := `POOLGATE_ACCOUNTS=[{"name":"acct-1","username":"alice","password":"pw-a"}]`
-	d := testenv.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm", accts, "POOLGATE_HEALTH_INTERVAL=300ms",
+	d := daemontest.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm", accts, "POOLGATE_HEALTH_INTERVAL=300ms",
 		"POOLGATE_WORKER_ARGS=--login-url=http://"+silent.Addr().String()+"/login", "POOLGATE_LOGIN_ATTEMPTS=2",
 		"POOLGATE_LOGIN_TIMEOUT=2s")
 	var st struct {
@@ -489,7 +490,7 @@ func TestLoginSettings(t *testing.T) {
 		t.Errorf("login status %+v, want failed after 2 attempts cut by their deadline", in)
 	}
 
-	hd := testenv.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm", accts, "POOLGATE_HEALTH_INTERVAL=300ms",
+	hd := daemontest.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm", accts, "POOLGATE_HEALTH_INTERVAL=300ms",
 		"POOLGATE_LOGIN_HEADLESS=false", "POOLGATE_LOGIN_ATTEMPTS=1", "DISPLAY=")
 	var hs struct {
 		Instances []struct {
@@ -513,7 +514,7 @@ func TestLoginSettings(t *testing.T) {
 // leaves the work dir alone.
 func TestPlainBundleImport(t *testing.T) {
 	srcDir := t.TempDir()
-	src := testenv.StartDaemon(t, "POOLGATE_DATA_DIR="+srcDir)
+	src := daemontest.StartDaemon(t, "POOLGATE_DATA_DIR="+srcDir)
 	waitAllReady(t, src, 2, 15*time.Second)
 	workDir := filepath.Join(srcDir, "workers", "sim-1")
 	export := func(account string, extra func(tw *tar.Writer)) []byte {
@@ -523,13 +524,13 @@ func TestPlainBundleImport(t *testing.T) {
 		return b
 	}
 
-	off := testenv.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm", loggedOutSims, "POOLGATE_AUTO_LOGIN=false")
+	off := daemontest.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm", loggedOutSims, "POOLGATE_AUTO_LOGIN=false")
 	if code, body := post(t, off.URL+"/internal/session/import?instance=sim-1", "adm", export("demo1", nil)); code != http.StatusForbidden {
 		t.Errorf("plain import while off: %d %s", code, body)
 	}
 
 	dstDir := t.TempDir()
-	d := testenv.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm", "POOLGATE_DATA_DIR="+dstDir, loggedOutSims,
+	d := daemontest.StartDaemon(t, "POOLGATE_ADMIN_TOKEN=adm", "POOLGATE_DATA_DIR="+dstDir, loggedOutSims,
 		"POOLGATE_AUTO_LOGIN=false", "POOLGATE_BUNDLE_IMPORT_PLAIN=true")
 	waitState(t, d, "sim-1", supervisor.StateNeedsLogin, 15*time.Second)
 	dstWork := filepath.Join(dstDir, "workers", "sim-1")

@@ -13,20 +13,19 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
-
-	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 )
 
 // These run the three protocols against real simulated Lingma workers: tool
 // calls go through the prompt contract and are parsed back from real text.
 
-func protoDaemon(t *testing.T) *testenv.Daemon {
-	d := testenv.StartDaemon(t, "POOLGATE_API_KEYS=sk-1")
+func protoDaemon(t *testing.T) *daemontest.Daemon {
+	d := daemontest.StartDaemon(t, "POOLGATE_API_KEYS=sk-1")
 	d.WaitReady(t, 15*time.Second)
 	return d
 }
 
-func anthClient(d *testenv.Daemon) anth.Client {
+func anthClient(d *daemontest.Daemon) anth.Client {
 	return anth.NewClient(anthopt.WithBaseURL(d.URL), anthopt.WithAPIKey("sk-1"), anthopt.WithMaxRetries(0))
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
@@ -19,7 +20,7 @@ import (
 // an account's login travels to another daemon in a session bundle (its
 // config/.auth, machine id included) and serves there without a login.
 func TestQoderSimulatedPool(t *testing.T) {
-	ask := func(d *testenv.Daemon, prompt string) string {
+	ask := func(d *daemontest.Daemon, prompt string) string {
 		t.Helper()
 		c := sdk(d, "x")
 		resp, err := c.Chat.Completions.New(context.Background(), chatParams(prompt))
@@ -30,7 +31,7 @@ func TestQoderSimulatedPool(t *testing.T) {
 	}
 	start := time.Now()
 	key := newBundleKey(t)
-	a := testenv.StartDaemon(t, "POOLGATE_DRIVER=qoder", "POOLGATE_BUNDLE_KEY="+key, "POOLGATE_ADMIN_TOKEN=adm",
+	a := daemontest.StartDaemon(t, "POOLGATE_DRIVER=qoder", "POOLGATE_BUNDLE_KEY="+key, "POOLGATE_ADMIN_TOKEN=adm",
 		"POOLGATE_HEALTH_INTERVAL=500ms")
 	waitQoderStates(t, a, 90*time.Second, "the demo accounts logged in by Chromium and ready", supervisor.StateReady)
 	t.Logf("demo pool ready after %s", time.Since(start).Round(time.Millisecond))
@@ -38,7 +39,7 @@ func TestQoderSimulatedPool(t *testing.T) {
 		t.Fatalf("demo pool: %q", got)
 	}
 
-	b := testenv.StartDaemon(t, "POOLGATE_DRIVER=qoder", "POOLGATE_BUNDLE_KEY="+key, "POOLGATE_ADMIN_TOKEN=adm",
+	b := daemontest.StartDaemon(t, "POOLGATE_DRIVER=qoder", "POOLGATE_BUNDLE_KEY="+key, "POOLGATE_ADMIN_TOKEN=adm",
 		"POOLGATE_AUTO_LOGIN=false")
 	waitQoderStates(t, b, 20*time.Second, "b's accounts logged out", supervisor.StateNeedsLogin)
 	code, exported := post(t, a.URL+"/internal/session/export?instance=sim-1", "adm", nil)
@@ -65,7 +66,7 @@ func TestQoderSimulatedPool(t *testing.T) {
 }
 
 // waitQoderStates waits until every instance of d is in state.
-func waitQoderStates(t *testing.T, d *testenv.Daemon, within time.Duration, what string, state supervisor.State) {
+func waitQoderStates(t *testing.T, d *daemontest.Daemon, within time.Duration, what string, state supervisor.State) {
 	t.Helper()
 	testenv.WaitForNoError(t, within, what, func() error {
 		var s route.Snapshot

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/browsertest"
 	"github.com/poolgate/poolgate/internal/sim"
 	"github.com/poolgate/poolgate/internal/testenv"
@@ -43,14 +44,14 @@ func qoderAccountEnv(t *testing.T) map[string]string {
 
 // startQoderPool starts a daemon of qodercli workers for accounts on
 // dataDir.
-func startQoderPool(t *testing.T, dataDir string, accounts []map[string]any, env ...string) *testenv.Daemon {
+func startQoderPool(t *testing.T, dataDir string, accounts []map[string]any, env ...string) *daemontest.Daemon {
 	t.Helper()
 	bin := qodertest.Bin(t)
 	b, err := json.Marshal(accounts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := testenv.StartDaemon(t, append([]string{"POOLGATE_DRIVER=qoder", "POOLGATE_WORKER_BIN=" + bin,
+	d := daemontest.StartDaemon(t, append([]string{"POOLGATE_DRIVER=qoder", "POOLGATE_WORKER_BIN=" + bin,
 		"POOLGATE_ACCOUNTS=" + string(b), "POOLGATE_DATA_DIR=" + dataDir, "POOLGATE_API_KEYS=sk-1",
 		"POOLGATE_ADMIN_TOKEN=" + qoderAdmin, "POOLGATE_HEALTH_INTERVAL=500ms",
 		"POOLGATE_HEALTH_TIMEOUT=3s", "POOLGATE_START_TIMEOUT=60s"}, env...)...)
@@ -97,7 +98,7 @@ func checkQoderTranscripts(t *testing.T, dataDir string) {
 }
 
 // qoderInstances are the daemon's instances by name.
-func qoderInstances(t *testing.T, d *testenv.Daemon) map[string]instanceView {
+func qoderInstances(t *testing.T, d *daemontest.Daemon) map[string]instanceView {
 	t.Helper()
 	out := map[string]instanceView{}
 	for _, in := range poolState(t, d, qoderAdmin).Instances {
@@ -174,7 +175,7 @@ func TestQoderWorkersWithoutLogin(t *testing.T) {
 // checkLoggedOut checks a logged-out account's login URL is the CLI's
 // device URL, that the CLI's own status says it is logged out, and that no
 // worker's error reaches a caller.
-func checkLoggedOut(t *testing.T, d *testenv.Daemon, work string) {
+func checkLoggedOut(t *testing.T, d *daemontest.Daemon, work string) {
 	t.Helper()
 	var u struct {
 		URL string `json:"url"`

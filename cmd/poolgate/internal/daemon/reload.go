@@ -10,6 +10,7 @@ import (
 
 	"github.com/poolgate/poolgate/admin"
 	"github.com/poolgate/poolgate/internal/config"
+	"github.com/poolgate/poolgate/internal/pycompat"
 )
 
 // Live reload: SIGHUP or POST /internal/reload re-reads the config file and
@@ -27,7 +28,7 @@ var _ admin.Reloader = (*app)(nil)
 func (a *app) Reload() (admin.ReloadReport, error) {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
-	next, warnings, err := config.Load(a.cfgPath, a.environ())
+	next, warnings, err := config.Load(a.cfgPath, a.environ(), pycompat.ReadSettings)
 	if err != nil {
 		return admin.ReloadReport{}, a.refuse(err)
 	}

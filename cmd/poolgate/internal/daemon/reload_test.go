@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/admin"
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
@@ -65,17 +66,17 @@ func (c reloadConfig) write(t *testing.T, path string) {
 }
 
 // startWithConfig writes c and starts a daemon reading it.
-func startWithConfig(t *testing.T, c reloadConfig) (*testenv.Daemon, string) {
+func startWithConfig(t *testing.T, c reloadConfig) (*daemontest.Daemon, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "poolgate.yaml")
 	c.write(t, path)
-	d := testenv.StartDaemonArgs(t, []string{"-config", path})
+	d := daemontest.StartDaemonArgs(t, []string{"-config", path})
 	readyWith(t, d, "sk-alpha", len(c.accounts))
 	return d, path
 }
 
 // readyWith waits until n instances are ready, reading the pool with token.
-func readyWith(t *testing.T, d *testenv.Daemon, token string, n int) []route.InstanceStatus {
+func readyWith(t *testing.T, d *daemontest.Daemon, token string, n int) []route.InstanceStatus {
 	t.Helper()
 	var ready []route.InstanceStatus
 	testenv.WaitForNoError(t, 20*time.Second, fmt.Sprintf("%d ready instances", n), func() error {
@@ -96,7 +97,7 @@ func readyWith(t *testing.T, d *testenv.Daemon, token string, n int) []route.Ins
 
 // reload posts /internal/reload with the admin credential and decodes the
 // answer: a report on 200, else the admin error.
-func reload(t *testing.T, d *testenv.Daemon, token string) (int, admin.ReloadReport, admin.ErrorBody) {
+func reload(t *testing.T, d *daemontest.Daemon, token string) (int, admin.ReloadReport, admin.ErrorBody) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, d.URL+"/internal/reload", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
@@ -121,7 +122,7 @@ func reload(t *testing.T, d *testenv.Daemon, token string) (int, admin.ReloadRep
 
 // chatOnce sends one short chat turn with key; it returns the status and
 // the instance that served it.
-func chatOnce(client *http.Client, d *testenv.Daemon, key, prompt string) (int, string, error) {
+func chatOnce(client *http.Client, d *daemontest.Daemon, key, prompt string) (int, string, error) {
 	b, _ := json.Marshal(chatBody("m", prompt, nil))
 	req, _ := http.NewRequest(http.MethodPost, d.URL+"/v1/chat/completions", bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 )
 
 // TestReusePolicies: which follow-ups continue their upstream session,
@@ -29,7 +29,7 @@ func TestReusePolicies(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := testenv.StartDaemon(t, append([]string{"POOLGATE_API_KEYS=sk-1"}, tt.env...)...)
+			d := daemontest.StartDaemon(t, append([]string{"POOLGATE_API_KEYS=sk-1"}, tt.env...)...)
 			d.WaitReady(t, 15*time.Second)
 			var msgs []any
 			var w whoami

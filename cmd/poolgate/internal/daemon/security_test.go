@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 )
 
@@ -89,7 +90,7 @@ func TestChildrenSeeNoSecrets(t *testing.T) {
 	})
 	secretNames := []string{"POOLGATE_", "A1_PW", "A2_PW", "SIMWORKER_ACCOUNTS", "UNRELATED_SECRET"}
 	secretValues := []string{"pw-one", "pw-two", "s3cret", "sk-secret", "adm-secret"}
-	testenv.StartDaemon(t, "POOLGATE_WORKER_BIN="+worker, "POOLGATE_CHROMIUM="+browser,
+	daemontest.StartDaemon(t, "POOLGATE_WORKER_BIN="+worker, "POOLGATE_CHROMIUM="+browser,
 		"POOLGATE_ACCOUNTS="+string(accts), "A1_PW=pw-one", "A2_PW=pw-two", "UNRELATED_SECRET=s3cret",
 		"POOLGATE_API_KEYS=sk-secret", "POOLGATE_ADMIN_TOKEN=adm-secret", "POOLGATE_HEALTH_INTERVAL=300ms",
 		"POOLGATE_LOGIN_RECIPE=simworker") // the simulator's login page, though the worker binary is custom
@@ -145,7 +146,7 @@ func TestLoginURLMustBeOnTheRecipesHosts(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dataDir := t.TempDir()
 			accts, _ := json.Marshal([]map[string]string{{"name": "acct-1", "username": "alice", "password": "pw-secret-a"}})
-			d := testenv.StartDaemon(t, "POOLGATE_DATA_DIR="+dataDir, "POOLGATE_ACCOUNTS="+string(accts),
+			d := daemontest.StartDaemon(t, "POOLGATE_DATA_DIR="+dataDir, "POOLGATE_ACCOUNTS="+string(accts),
 				"POOLGATE_WORKER_ARGS=--login-url="+tt.give, "POOLGATE_HEALTH_INTERVAL=300ms")
 			var st struct {
 				Instances []struct {
@@ -179,7 +180,7 @@ func TestLoginURLMustBeOnTheRecipesHosts(t *testing.T) {
 // a DNS-rebound Host, or a non-JSON body are refused; a local client, and the
 // dashboard on its own origin, are served.
 func TestBrowsersCannotDriveAnOpenGateway(t *testing.T) {
-	d := testenv.StartDaemon(t)
+	d := daemontest.StartDaemon(t)
 	d.WaitReady(t, 20*time.Second)
 	self := "http://" + d.Addr
 	tests := []struct {
@@ -244,7 +245,7 @@ func TestBrowsersCannotDriveAnOpenGateway(t *testing.T) {
 // the same machine (a rebound host name, a cross-origin request).
 func TestProfilerAnswersOnlyLoopback(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	d := testenv.StartDaemon(t, "POOLGATE_PPROF_LISTEN="+addr)
+	d := daemontest.StartDaemon(t, "POOLGATE_PPROF_LISTEN="+addr)
 	d.WaitReady(t, 15*time.Second)
 	get := func(host, origin string) int {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/debug/pprof/", nil)

@@ -24,10 +24,8 @@ import (
 
 	"github.com/poolgate/poolgate/admin"
 	"github.com/poolgate/poolgate/handlers"
-	"github.com/poolgate/poolgate/handlers/anthropic"
-	"github.com/poolgate/poolgate/handlers/gemini"
 	"github.com/poolgate/poolgate/handlers/httpx"
-	"github.com/poolgate/poolgate/handlers/openaichat"
+	"github.com/poolgate/poolgate/handlers/protocols"
 	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/responses"
 	"github.com/poolgate/poolgate/internal/access"
@@ -35,6 +33,8 @@ import (
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/live"
 	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/internal/pycompat"
+	"github.com/poolgate/poolgate/internal/pycompat/plainbundle"
 	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/internal/telemetry/otelenv"
 	"github.com/poolgate/poolgate/internal/tokens"
@@ -58,7 +58,7 @@ func serve(ctx context.Context, opts Options, environ func() []string, hup <-cha
 		base := environ
 		environ = func() []string { return append(append([]string(nil), vars...), base()...) }
 	}
-	cfg, warnings, err := config.Load(opts.ConfigPath, environ())
+	cfg, warnings, err := config.Load(opts.ConfigPath, environ(), pycompat.ReadSettings)
 	if err != nil {
 		return err
 	}
@@ -122,6 +122,7 @@ type app struct {
 	tracing     trace.TracerProvider        // a no-op one when tracing is off
 	stopTracing func(context.Context) error // flushes the spans not yet exported
 	count       *tokens.Memo                // the token counter of the router and the handlers
+	compat      compat                      // the Python gateway's compatibility (pycompat.go)
 
 	// Reloads (reload.go): the config file and the environment to read
 	// again, and the configuration in force, which only a reload changes.
@@ -134,10 +135,10 @@ type app struct {
 	// plainBundles are the accounts' plain session bundles, by account
 	// name, installed before a start into an empty work dir; a reload
 	// replaces the map.
-	plainBundles atomic.Pointer[map[string]*bundle.Bundle]
+	plainBundles atomic.Pointer[map[string]plainbundle.Bundle]
 }
 
-// store is what main needs of a session store beyond what its users need.
+// store is what the daemon needs of a session store beyond what its users need.
 type store interface {
 	route.AffinityStore
 	responses.Store
@@ -163,8 +164,9 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 		return nil, err
 	}
 	clustered := cfg.AdvertiseURL != ""
-	a := &app{cfg: cfg, applied: cfg, kind: kind, drivers: drivers, metrics: m, log: log, launcher: &supervisor.ExecLauncher{Env: childEnv(environ)},
-		tracing: tp, stopTracing: stopTracing, live: live.New(liveStep, liveSteps, liveAccounts), count: tokens.NewMemo()}
+	a := &app{cfg: cfg, applied: cfg, kind: kind, drivers: drivers, compat: compat{on: cfg.PythonCompat}, metrics: m, log: log,
+		launcher: &supervisor.ExecLauncher{Env: childEnv(environ)}, tracing: tp, stopTracing: stopTracing,
+		live: live.New(liveStep, liveSteps, liveAccounts), count: tokens.NewMemo()}
 	if err := a.setupLogin(m, lookup, childEnv(environ)); err != nil {
 		return nil, err
 	}
@@ -234,7 +236,7 @@ func build(cfg config.Config, log *slog.Logger, environ []string) (*app, error) 
 	// router asks of the kinds a turn may go to.
 	a.router = route.NewRouter(route.RouterConfig{DefaultModel: cfg.DefaultModel, DefaultNames: cfg.DefaultModelNames,
 		Aliases: cfg.ModelAliases, Retries: cfg.Retries, Count: a.count.Count, Tools: toolPolicy(cfg), Tracing: tp,
-		ConversationKey: conversationKey(cfg), KindAgentModels: agentModels(), Remote: remote},
+		ConversationKey: namesKey(cfg), KindAgentModels: agentModels(), Remote: remote},
 		a.pool, affinity, m, log)
 	a.routes(reg, m, ready)
 	return a, nil
@@ -263,23 +265,8 @@ func notFound(err error) error {
 // routes builds the public and admin HTTP surfaces.
 func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readiness) {
 	cfg, log := a.cfg, a.log
-	m.InitFieldsIgnored("chat", openaichat.DroppedFields)
-	m.InitFieldsIgnored("messages", anthropic.DroppedFields)
-	m.InitFieldsIgnored("responses", responses.DroppedFields)
-	m.InitFieldsIgnored("gemini", gemini.DroppedFields)
-	protocols := handlers.Protocols{
-		Router: a.router,
-		APIs: []relay.Protocol{
-			openaichat.New(openaichat.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive,
-				PythonCompat: cfg.PythonCompat}, log),
-			responses.New(responses.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive,
-				PythonCompat: cfg.PythonCompat}, responseStore{a.store}, log),
-			anthropic.New(anthropic.Config{CountDropped: m.CountFieldIgnored, PingInterval: cfg.StreamKeepAlive,
-				Count: a.count.Count, PythonCompat: cfg.PythonCompat}, log),
-			gemini.New(gemini.Config{CountDropped: m.CountFieldIgnored, KeepAlive: cfg.StreamKeepAlive}, log),
-		},
-		Models: a.router,
-	}
+	apis := protocols.Table(protocols.Config{Options: relay.Options{KeepAlive: cfg.StreamKeepAlive, CountDropped: m.CountFieldIgnored},
+		Responses: responseStore{a.store}, Count: a.count.Count, Compat: a.compat.protocols()}, log)
 	// Who may call what: decided once, at the edge of every listener, from
 	// these credentials (the keys swapped by a reload).
 	creds := &access.Credentials{Keys: a.keys, AdminToken: cfg.AdminToken, MetricsToken: cfg.MetricsToken,
@@ -287,7 +274,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	hcfg := handlers.Config{Credentials: creds, AdminError: admin.WriteError,
 		Accounting: a.acct.forHTTP(cfg.RequestLogDebug, a.live), MaxBodyBytes: cfg.MaxBodyBytes,
 		BodyBudget: newBodyBudget(cfg, m, log),
-		Insecure:   cfg.Insecure, Tracing: a.tracing, PythonCompat: cfg.PythonCompat}
+		Insecure:   cfg.Insecure, Tracing: a.tracing, Router: a.router, Models: a.router}
 	var workers admin.Workers = a.sup
 	acfg := admin.Config{BundleImportPlain: cfg.BundleImportPlain, BundleExportPlain: cfg.BundleExportPlain,
 		Simulated: cfg.Simulated(), Owners: a.owners}
@@ -299,10 +286,10 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 		acfg.Cluster = &admin.ClusterConfig{Holders: a.cluster, Hop: a.hop, Forward: cfg.AdminListen == ""}
 	}
 	a.conns = newConns(cfg, m, log)
-	engine := handlers.New(hcfg, protocols, m, log)
+	engine := handlers.New(hcfg, apis, m, log)
 	adm := admin.New(acfg, adminPool{a.pool, ready}, workers, reg, log)
 	adm.RegisterProbes(engine)
-	a.api, a.apiConns = a.httpServer(cfg.Listen, engine)
+	a.api, a.apiConns = a.httpServer(cfg.Listen, a.compat.errors(engine))
 	adminEngine := engine
 	if cfg.AdminListen != "" {
 		var open func() bool
@@ -311,9 +298,9 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 			// anything else).
 			open = func() bool { return a.keys.Load().Len() == 0 }
 		}
-		adminEngine = handlers.NewAdmin(creds, admin.WriteError, log, open, cfg.PythonCompat)
+		adminEngine = handlers.NewAdmin(creds, admin.WriteError, log, open)
 		adm.RegisterProbes(adminEngine)
-		a.admin, a.adminConns = a.httpServer(cfg.AdminListen, adminEngine)
+		a.admin, a.adminConns = a.httpServer(cfg.AdminListen, a.compat.errors(adminEngine))
 	}
 	internal := adm.Register(adminEngine)
 	adm.RegisterSession(internal, a.store)
@@ -325,7 +312,7 @@ func (a *app) routes(reg *prometheus.Registry, m *metrics.Metrics, ready readine
 	if a.login != nil {
 		svc = a.login // never a typed nil
 	}
-	admin.RegisterLogin(internal, svc, a.sup, cfg.PythonCompat, log)
+	admin.RegisterLogin(internal, svc, a.sup, a.compat.logins(svc, a.sup), log)
 	adm.RegisterBundles(internal, a.bundles)
 	adm.RegisterUsage(internal, a.acct.usage, a.acct.requests)
 	adm.RegisterLive(internal, a.live)

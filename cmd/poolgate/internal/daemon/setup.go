@@ -73,7 +73,7 @@ func (a *app) setupBundles() error {
 func (a *app) bundleHooks() supervisor.Hooks {
 	return supervisor.Hooks{
 		PreStart: func(ctx context.Context, t supervisor.LoginTarget) error {
-			installed, err := plainbundle.Install((*a.plainBundles.Load())[t.Account.Name], t.WorkDir, a.specFor(t.Instance))
+			installed, err := plainbundle.Install((*a.plainBundles.Load())[t.Account.Name], t.WorkDir, plainFormat(a.specFor(t.Instance)))
 			if err != nil {
 				return fmt.Errorf("install the configured plain session bundle: %w", err)
 			}
@@ -111,8 +111,8 @@ func (a *app) specFor(account string) bundle.Spec {
 
 // plainBundles opens the accounts' plain session bundles (plainbundle.Load),
 // each account's in its kind's layout.
-func plainBundles(cfg config.Config) (map[string]*bundle.Bundle, error) {
-	out := map[string]*bundle.Bundle{}
+func plainBundles(cfg config.Config) (map[string]plainbundle.Bundle, error) {
+	out := map[string]plainbundle.Bundle{}
 	for _, k := range kinds {
 		of := cfg
 		of.Accounts = nil
@@ -121,7 +121,7 @@ func plainBundles(cfg config.Config) (map[string]*bundle.Bundle, error) {
 				of.Accounts = append(of.Accounts, acct)
 			}
 		}
-		plain, err := plainbundle.Load(of, bundle.Spec(k.Credentials))
+		plain, err := plainbundle.Load(of, plainFormat(k.Credentials))
 		if err != nil {
 			return nil, err
 		}
@@ -265,12 +265,12 @@ func openStores(cfg config.Config, m *metrics.Metrics, onEvict func(route.Affini
 	return r, bundles, client, nil
 }
 
-// conversationKey keys the conversations' names (pool/route): derived from
+// namesKey keys the conversations' names (pool/route): derived from
 // the cluster token, which every replica of a deployment shares and no
 // client knows, so the replicas name a conversation alike and nobody
 // without the token can test a guessed prompt against a name. Without a
 // token (one replica) the router draws a key of its own at each start.
-func conversationKey(cfg config.Config) []byte {
+func namesKey(cfg config.Config) []byte {
 	if cfg.ClusterToken == "" {
 		return nil
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 )
 
 // A replica that stops for a while (frozen here, as a busy machine starves
@@ -53,7 +53,7 @@ func TestFollowUpAfterHolderStall(t *testing.T) {
 
 // freeze stops d's process (not its workers, which run in their own process
 // groups) for dur, then lets it run on.
-func freeze(t *testing.T, d *testenv.Daemon, dur time.Duration) {
+func freeze(t *testing.T, d *daemontest.Daemon, dur time.Duration) {
 	t.Helper()
 	if err := syscall.Kill(d.Pid(), syscall.SIGSTOP); err != nil {
 		t.Fatalf("freeze replica: %v", err)

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/poolgate/poolgate/admin"
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
@@ -211,7 +212,7 @@ func TestTracingRetryOnRefusingWorker(t *testing.T) {
 	// still in rotation when the traced turn comes.
 	env = append(env, `POOLGATE_API_KEYS=[{"name":"team","key":"`+secretKey+`"}]`, "POOLGATE_ADMIN_TOKEN=adm",
 		"POOLGATE_HEALTH_INTERVAL=1h")
-	d := testenv.StartDaemon(t, env...)
+	d := daemontest.StartDaemon(t, env...)
 	testenv.WaitFor(t, 20*time.Second, "two ready instances", func() bool {
 		ready := 0
 		for _, in := range poolState(t, d, "adm").Instances {
@@ -483,7 +484,7 @@ func TestTracingLogin(t *testing.T) {
 	const password = "pw-login-trace-7713"
 	env := append(tracingEnv(rcv, "solo"), `POOLGATE_ACCOUNTS=[{"name":"acct-1","username":"alice","password":"`+password+`"}]`,
 		"POOLGATE_HEALTH_INTERVAL=300ms")
-	d := testenv.StartDaemon(t, env...)
+	d := daemontest.StartDaemon(t, env...)
 	waitAllReady(t, d, 1, 90*time.Second) // logged out at start: Chromium logs it in
 	var logins []span
 	testenv.WaitForNoError(t, 15*time.Second, "the login's span", func() error {

@@ -1,18 +1,14 @@
-package handlers
+package pycompat
 
 import (
 	"bytes"
 	"net/http"
 	"strconv"
 	"strings"
-
-	"github.com/gin-gonic/gin"
-
-	"github.com/poolgate/poolgate/internal/pycompat"
 )
 
-// PythonErrors is python_compat's error shape at the edge: every JSON error
-// body in OpenAI's or the admin API's shape ({"error": ...}) gets the Python
+// Errors is python_compat's error shape at the edge: every JSON error body
+// in OpenAI's or the admin API's shape ({"error": ...}) gets the Python
 // gateway's {"detail": {"error": ...}} beside it, whoever wrote it (a
 // protocol, the authorization, the admin API, a recovered panic, a hop's
 // copy). FastAPI answered every error of that gateway's routes under
@@ -20,38 +16,33 @@ import (
 // Anthropic's shape, which that gateway kept on its Messages routes, passes
 // as it is. Only a response whose status is 400 or more and whose
 // Content-Type is JSON is held, then rewritten; anything else, a stream
-// above all, passes through untouched.
-func PythonErrors() gin.HandlerFunc {
-	return func(c *gin.Context) {
-		w := &detailWriter{ResponseWriter: c.Writer}
-		c.Writer = w
-		defer func() {
-			c.Writer = w.ResponseWriter
-			w.release()
-		}()
-		c.Next()
-	}
+// above all, passes through untouched. The wiring wraps each listener's
+// handler in it, outside everything that writes.
+func Errors(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dw := &detailWriter{ResponseWriter: w}
+		defer dw.release()
+		next.ServeHTTP(dw, r)
+	})
 }
 
 // detailWriter holds an error body until the request is over.
 type detailWriter struct {
-	gin.ResponseWriter
+	http.ResponseWriter
 	status int
+	wrote  bool          // the status went out
 	held   *bytes.Buffer // nil: not holding
 }
 
 func (w *detailWriter) WriteHeader(code int) {
-	if code >= 400 && w.held == nil && !w.ResponseWriter.Written() &&
+	if code >= 400 && w.held == nil && !w.wrote &&
 		strings.HasPrefix(w.Header().Get("Content-Type"), "application/json") {
 		w.status, w.held = code, new(bytes.Buffer)
 		return
 	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *detailWriter) WriteHeaderNow() {
 	if w.held == nil {
-		w.ResponseWriter.WriteHeaderNow()
+		w.wrote = true
+		w.ResponseWriter.WriteHeader(code)
 	}
 }
 
@@ -59,28 +50,13 @@ func (w *detailWriter) Write(b []byte) (int, error) {
 	if w.held != nil {
 		return w.held.Write(b)
 	}
+	w.wrote = true
 	return w.ResponseWriter.Write(b)
 }
 
-func (w *detailWriter) WriteString(s string) (int, error) {
-	if w.held != nil {
-		return w.held.WriteString(s)
-	}
-	return w.ResponseWriter.WriteString(s)
-}
-
-func (w *detailWriter) Status() int {
-	if w.held != nil {
-		return w.status
-	}
-	return w.ResponseWriter.Status()
-}
-
-func (w *detailWriter) Written() bool { return w.held != nil || w.ResponseWriter.Written() }
-
 func (w *detailWriter) Flush() {
 	if w.held == nil {
-		w.ResponseWriter.Flush()
+		_ = http.NewResponseController(w.ResponseWriter).Flush()
 	}
 }
 
@@ -92,7 +68,7 @@ func (w *detailWriter) release() {
 	if w.held == nil {
 		return
 	}
-	body := pycompat.WithDetail(w.held.Bytes())
+	body := WithDetail(w.held.Bytes())
 	w.held = nil
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.ResponseWriter.WriteHeader(w.status)

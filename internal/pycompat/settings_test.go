@@ -1,14 +1,14 @@
-package config
+package pycompat
 
 import (
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/internal/config"
+	_ "github.com/poolgate/poolgate/pool/drivers" // the Lingma section, which some settings fill
 	"github.com/poolgate/poolgate/pool/lingma"
 )
 
@@ -35,11 +35,11 @@ var pythonSettings = map[string]string{
 
 func TestLegacyTableCoversEveryPythonSetting(t *testing.T) {
 	keys := map[string]bool{}
-	for _, f := range configFields(t) {
-		keys[f.key] = true
+	for _, k := range config.Keys() {
+		keys[k] = true
 	}
-	table := map[string]Legacy{}
-	for _, l := range LegacySettings() {
+	table := map[string]Setting{}
+	for _, l := range Settings() {
 		table[l.Env] = l
 	}
 	for field, env := range pythonSettings {
@@ -70,39 +70,39 @@ var legacyBase = []string{`LINGMA_ACCOUNTS=[{"name":"acct-1","username":"u1","pa
 func TestLegacySettingsAreRead(t *testing.T) {
 	tests := []struct {
 		give string
-		want func(Config) any
+		want func(config.Config) any
 		val  any
 	}{
-		{"API_KEYS=sk-a,sk-b", func(c Config) any { return c.APIKeys.Secrets() }, []string{"sk-a", "sk-b"}},
-		{"ADMIN_TOKEN=adm", func(c Config) any { return c.AdminToken }, "adm"},
-		{"METRICS_TOKEN=mt", func(c Config) any { return c.MetricsToken }, "mt"},
-		{"METRICS_PUBLIC=True", func(c Config) any { return c.MetricsPublic }, true},
-		{"LOG_LEVEL=WARNING", func(c Config) any { return c.LogLevel }, "warn"},
-		{"INSTANCE_COUNT=1", func(c Config) any { return len(c.Accounts) }, 1},
-		{"LINGMA_SOCKET_PORT=36510", func(c Config) any { return c.WorkerBin }, "/opt/lingma/bin/lingma"},
-		{"LINGMA_STARTUP_TIMEOUT=45", func(c Config) any { return c.StartTimeout }, 45 * time.Second},
-		{"LINGMA_RPC_TIMEOUT=7.5", func(c Config) any { return c.Section("lingma").(lingma.Settings).RPCTimeout }, 7500 * time.Millisecond},
-		{"DEFAULT_MODEL=qwen3-coder", func(c Config) any { return c.DefaultModel }, "qwen3-coder"},
-		{"DEFAULT_ASK_MODE=agent", func(c Config) any { return c.Section("lingma").(lingma.Settings).AskMode }, "agent"},
-		{`TOOL_ALLOWLIST=["read","write"]`, func(c Config) any { return c.ToolAllowlist }, []string{"read", "write"}},
-		{"TOOL_ALLOWLIST=read, write", func(c Config) any { return c.ToolAllowlist }, []string{"read", "write"}},
-		{"TOOL_FORWARD_ENABLED=false", func(c Config) any { return c.ToolForwarding }, false},
-		{"DEDICATED_DOMAIN_URL=https://lingma.example.com", func(c Config) any { return c.Section("lingma").(lingma.Settings).DedicatedDomain }, "https://lingma.example.com"},
-		{"SESSION_REUSE_ENABLED=0", func(c Config) any { return c.SessionReuse }, false},
-		{"SESSION_CACHE_MAX_ENTRIES=500", func(c Config) any { return c.SessionCacheSize }, 500},
-		{"SESSION_CACHE_MAX_ENTRIES=0", func(c Config) any { return c.SessionReuse }, false},
-		{"SESSION_CACHE_TTL_SEC=1800", func(c Config) any { return c.SessionCacheTTL }, 30 * time.Minute},
-		{"GATEWAY_MAX_IN_FLIGHT=8", func(c Config) any { return c.MaxInFlight }, 8},
-		{"GATEWAY_QUEUE_TIMEOUT_SEC=15", func(c Config) any { return c.QueueTimeout }, 15 * time.Second},
-		{"AUTO_LOGIN_ENABLED=no", func(c Config) any { return c.AutoLogin }, false},
-		{"AUTO_LOGIN_HEADLESS=false", func(c Config) any { return c.LoginHeadless }, false},
-		{"AUTO_LOGIN_TIMEOUT=120", func(c Config) any { return c.LoginTimeout }, 2 * time.Minute},
-		{"AUTO_LOGIN_MAX_RETRY=2", func(c Config) any { return c.LoginAttempts }, 3},
-		{"LINGMA_SESSION_BUNDLE=H4sI", func(c Config) any { return c.Accounts[0].SessionBundlePlain }, "H4sI"},
+		{"API_KEYS=sk-a,sk-b", func(c config.Config) any { return c.APIKeys.Secrets() }, []string{"sk-a", "sk-b"}},
+		{"ADMIN_TOKEN=adm", func(c config.Config) any { return c.AdminToken }, "adm"},
+		{"METRICS_TOKEN=mt", func(c config.Config) any { return c.MetricsToken }, "mt"},
+		{"METRICS_PUBLIC=True", func(c config.Config) any { return c.MetricsPublic }, true},
+		{"LOG_LEVEL=WARNING", func(c config.Config) any { return c.LogLevel }, "warn"},
+		{"INSTANCE_COUNT=1", func(c config.Config) any { return len(c.Accounts) }, 1},
+		{"LINGMA_SOCKET_PORT=36510", func(c config.Config) any { return c.WorkerBin }, "/opt/lingma/bin/lingma"},
+		{"LINGMA_STARTUP_TIMEOUT=45", func(c config.Config) any { return c.StartTimeout }, 45 * time.Second},
+		{"LINGMA_RPC_TIMEOUT=7.5", func(c config.Config) any { return c.Section("lingma").(lingma.Settings).RPCTimeout }, 7500 * time.Millisecond},
+		{"DEFAULT_MODEL=qwen3-coder", func(c config.Config) any { return c.DefaultModel }, "qwen3-coder"},
+		{"DEFAULT_ASK_MODE=agent", func(c config.Config) any { return c.Section("lingma").(lingma.Settings).AskMode }, "agent"},
+		{`TOOL_ALLOWLIST=["read","write"]`, func(c config.Config) any { return c.ToolAllowlist }, []string{"read", "write"}},
+		{"TOOL_ALLOWLIST=read, write", func(c config.Config) any { return c.ToolAllowlist }, []string{"read", "write"}},
+		{"TOOL_FORWARD_ENABLED=false", func(c config.Config) any { return c.ToolForwarding }, false},
+		{"DEDICATED_DOMAIN_URL=https://lingma.example.com", func(c config.Config) any { return c.Section("lingma").(lingma.Settings).DedicatedDomain }, "https://lingma.example.com"},
+		{"SESSION_REUSE_ENABLED=0", func(c config.Config) any { return c.SessionReuse }, false},
+		{"SESSION_CACHE_MAX_ENTRIES=500", func(c config.Config) any { return c.SessionCacheSize }, 500},
+		{"SESSION_CACHE_MAX_ENTRIES=0", func(c config.Config) any { return c.SessionReuse }, false},
+		{"SESSION_CACHE_TTL_SEC=1800", func(c config.Config) any { return c.SessionCacheTTL }, 30 * time.Minute},
+		{"GATEWAY_MAX_IN_FLIGHT=8", func(c config.Config) any { return c.MaxInFlight }, 8},
+		{"GATEWAY_QUEUE_TIMEOUT_SEC=15", func(c config.Config) any { return c.QueueTimeout }, 15 * time.Second},
+		{"AUTO_LOGIN_ENABLED=no", func(c config.Config) any { return c.AutoLogin }, false},
+		{"AUTO_LOGIN_HEADLESS=false", func(c config.Config) any { return c.LoginHeadless }, false},
+		{"AUTO_LOGIN_TIMEOUT=120", func(c config.Config) any { return c.LoginTimeout }, 2 * time.Minute},
+		{"AUTO_LOGIN_MAX_RETRY=2", func(c config.Config) any { return c.LoginAttempts }, 3},
+		{"LINGMA_SESSION_BUNDLE=H4sI", func(c config.Config) any { return c.Accounts[0].SessionBundlePlain }, "H4sI"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.give, func(t *testing.T) {
-			cfg, notes, err := Load("", append(slices.Clone(legacyBase), tt.give))
+			cfg, notes, err := load("", append(slices.Clone(legacyBase), tt.give))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,27 +132,11 @@ func TestLegacySettingsRefusedNameTheReplacement(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
-			_, _, err := Load("", append(slices.Clone(legacyBase), tt.give...))
+			_, _, err := load("", append(slices.Clone(legacyBase), tt.give...))
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("got %v, want an error mentioning %q", err, tt.want)
 			}
 		})
-	}
-}
-
-func TestBareNumbersAreSeconds(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "c.yaml")
-	if err := os.WriteFile(path, []byte("session_cache_ttl: 1800\nqueue_timeout: 2.5\nstart_timeout: 1m\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, _, err := Load(path, []string{"POOLGATE_HEALTH_INTERVAL=3"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := []time.Duration{cfg.SessionCacheTTL, cfg.QueueTimeout, cfg.StartTimeout, cfg.HealthInterval}
-	want := []time.Duration{1800 * time.Second, 2500 * time.Millisecond, time.Minute, 3 * time.Second}
-	if !slices.Equal(got, want) {
-		t.Errorf("got %v, want %v", got, want)
 	}
 }
 
@@ -171,7 +155,7 @@ func TestLoadRefusesWhatCannotStart(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
-			_, _, err := Load("", tt.give)
+			_, _, err := load("", tt.give)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("got %v, want an error mentioning %q", err, tt.want)
 			}
@@ -192,7 +176,7 @@ func TestLegacySettingsNamePythonCompat(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.give, " "), func(t *testing.T) {
-			_, notes, err := Load("", tt.give)
+			_, notes, err := load("", tt.give)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -201,4 +185,10 @@ func TestLegacySettingsNamePythonCompat(t *testing.T) {
 			}
 		})
 	}
+}
+
+// load loads a configuration as the daemon does: with the Python gateway's
+// settings read.
+func load(path string, environ []string) (config.Config, []string, error) {
+	return config.Load(path, environ, ReadSettings)
 }

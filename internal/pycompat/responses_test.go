@@ -1,15 +1,61 @@
-package responses_test
+package pycompat_test
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 
-	rsp "github.com/poolgate/poolgate/handlers/responses"
+	"github.com/poolgate/poolgate/handlers/httpx"
+	"github.com/poolgate/poolgate/handlers/protocols"
+	"github.com/poolgate/poolgate/handlers/relay"
+	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/handlers/responses/responsestest"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
+	"github.com/poolgate/poolgate/internal/pycompat"
+	"github.com/poolgate/poolgate/internal/testenv"
 )
+
+// protocol is the protocols table's protocol named name, with the Python
+// gateway's shapes (on or off) as the wiring gives them.
+func protocol(t *testing.T, on bool, name string) relay.Protocol {
+	t.Helper()
+	for _, p := range protocols.Table(protocols.Config{Responses: &responsestest.Store{}, Compat: pycompat.Shapes{Enabled: on}}, nil) {
+		if p.Relay().Name() == name {
+			return p
+		}
+	}
+	t.Fatalf("no protocol %s in the table", name)
+	return nil
+}
+
+// newHandler serves Responses' create as the edge serves it, answered by
+// pool.
+func newHandler(t *testing.T, on bool, pool relaytest.Source) http.HandlerFunc {
+	return relaytest.Serve(protocol(t, on, "responses"), pool)
+}
+
+// volatile matches the random ids and the clock in a transcript.
+var volatile = regexp.MustCompile(`\b(resp|msg|fc|fco|call)_[a-z2-7]{26}\b|"created_at":\d+`)
+
+// record runs one create request and returns status, content type and
+// body, as handlers/responses' golden transcripts keep them.
+func record(t *testing.T, h http.HandlerFunc, body string) string {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, "/v1/responses", strings.NewReader(body))
+	req = req.WithContext(httpx.WithRequestID(req.Context(), "req-1"))
+	rec := httptest.NewRecorder()
+	h(rec, req)
+	return volatile.ReplaceAllStringFunc(testenv.Transcript(rec), func(m string) string {
+		if strings.HasPrefix(m, `"created_at"`) {
+			return `"created_at":0`
+		}
+		return m[:strings.IndexByte(m, '_')] + "_X"
+	})
+}
 
 // With python_compat the answers are the Python gateway's where its clients
 // read them: output_text in the body, data: [DONE] last, a failed stream
@@ -32,12 +78,12 @@ func TestGoldenPythonCompat(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pool := &chattest.Source{Events: tt.give, Err: tt.giveFn}
-			h := newHandler(rsp.Config{PythonCompat: true}, pool, &responsestest.Store{})
+			h := newHandler(t, true, pool)
 			body := tt.body
 			if body == "" {
 				body = `{"model":"m","input":"hi","stream":true}`
 			}
-			checkGolden(t, "compat_"+tt.name, record(t, h, body))
+			testenv.Golden(t, "compat_"+tt.name, []byte(record(t, h, body)))
 		})
 	}
 }
@@ -64,7 +110,7 @@ func TestPythonCompatRequests(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pool := &chattest.Source{Events: chattest.TextEvents("ok")}
-			h := newHandler(rsp.Config{PythonCompat: tt.compat}, pool, &responsestest.Store{})
+			h := newHandler(t, tt.compat, pool)
 			got := record(t, h, tt.body)
 			if !strings.Contains(got, tt.want) {
 				t.Fatalf("answer lacks %q:\n%s", tt.want, got)

@@ -1,4 +1,4 @@
-package daemon
+package pycompat_test
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/config"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor"
@@ -122,7 +123,7 @@ func TestMigrateAnOldDeployment(t *testing.T) {
 		t.Errorf("migrated config %+v\n%s", cfg, doc)
 	}
 
-	d := testenv.StartDaemonArgs(t, []string{"-config", cfgPath}, "POOLGATE_HEALTH_INTERVAL=300ms", "POOLGATE_SIMULATE=auto",
+	d := daemontest.StartDaemonArgs(t, []string{"-config", cfgPath}, "POOLGATE_HEALTH_INTERVAL=300ms", "POOLGATE_SIMULATE=auto",
 		"POOLGATE_DATA_DIR="+data) // the config names it too; testenv would add a temp dir of its own
 	testenv.WaitForNoError(t, 30*time.Second, "both accounts ready without a login", func() error {
 		snap := poolState(t, d, pythonAdminToken)

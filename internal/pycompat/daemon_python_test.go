@@ -1,4 +1,4 @@
-package daemon
+package pycompat_test
 
 import (
 	"bufio"
@@ -18,6 +18,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
@@ -49,7 +50,7 @@ func TestPythonGatewayEnvironment(t *testing.T) {
 	if err := os.WriteFile(envFile, []byte(strings.Join(vars, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := testenv.StartDaemonArgs(t, []string{"-env-file", envFile}, "POOLGATE_SIMULATE=auto")
+	d := daemontest.StartDaemonArgs(t, []string{"-env-file", envFile}, "POOLGATE_SIMULATE=auto")
 	for _, want := range []string{"API_KEYS (Python gateway setting) read as api_keys", "GATEWAY_QUEUE_TIMEOUT_SEC (Python gateway setting) read as queue_timeout"} {
 		if !strings.Contains(d.Log(), want) {
 			t.Errorf("start-up lines lack %q", want)
@@ -96,7 +97,7 @@ func TestPythonGatewayEnvironment(t *testing.T) {
 // answered 200 with ok, state running and the instance; status read until
 // that instance's auth has an id; a start naming the instance, now logged
 // in, answered already_logged_in without a second login.
-func seedLoginLoop(t *testing.T, d *testenv.Daemon) {
+func seedLoginLoop(t *testing.T, d *daemontest.Daemon) {
 	t.Helper()
 	type startAnswer struct {
 		OK        bool   `json:"ok"`
@@ -147,7 +148,7 @@ func seedLoginLoop(t *testing.T, d *testenv.Daemon) {
 // pyPost posts body as the Python gateway's scripts and OpenAI clients do:
 // a Bearer key, JSON, no Anthropic header (which would ask for Anthropic's
 // error shape).
-func pyPost(t *testing.T, d *testenv.Daemon, path, key, body string) apiCall {
+func pyPost(t *testing.T, d *daemontest.Daemon, path, key, body string) apiCall {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, d.URL+path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -176,7 +177,7 @@ type pyHealth struct {
 // checkPythonAdminReads: export, models/raw and stats called bare, as the
 // Python gateway's scripts do. With a bundle key and no plain exports, the
 // export is sealed; it is returned for the move to a fresh instance.
-func checkPythonAdminReads(t *testing.T, d *testenv.Daemon) []byte {
+func checkPythonAdminReads(t *testing.T, d *daemontest.Daemon) []byte {
 	t.Helper()
 	exp := send(t, d, "/internal/session/export", pythonAdminToken, nil)
 	var ex struct {
@@ -220,7 +221,7 @@ func checkPythonAdminReads(t *testing.T, d *testenv.Daemon) []byte {
 // checkPythonTurns: a chat completion with the Python gateway's served_by
 // and latency, a Responses turn, and a streamed Messages turn whose
 // message_start counts the input tokens.
-func checkPythonTurns(t *testing.T, d *testenv.Daemon) {
+func checkPythonTurns(t *testing.T, d *daemontest.Daemon) {
 	t.Helper()
 	chat := send(t, d, "/v1/chat/completions", pythonAPIKey, chatBody("m", "hello old clients", nil))
 	var cc struct {
@@ -303,7 +304,7 @@ func messagesText(body string) string {
 // checkStreamedPlainImport: the Python gateway's export of a whole work
 // dir, larger than the admin API's 4 MiB body cap and naming an instance
 // of the old deployment, goes to the instance the query names.
-func checkStreamedPlainImport(t *testing.T, d *testenv.Daemon) {
+func checkStreamedPlainImport(t *testing.T, d *daemontest.Daemon) {
 	t.Helper()
 	dir := t.TempDir()
 	testenv.LoggedInWorkDir(t, dir, "u1")

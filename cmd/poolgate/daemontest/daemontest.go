@@ -1,4 +1,11 @@
-package testenv
+// Package daemontest starts the poolgate binary as a test's daemon (a free
+// loopback listener, a temporary data dir, the bundled simulator unless the
+// test names a worker) and stops it with the test. It sits beside the wiring
+// (cmd/poolgate) rather than in internal/testenv: what it starts is the whole
+// house, and internal/ is the ground floor. The tests of the daemon, the
+// admin API, the docs, the hostile suite and the benchmarks use it; the
+// binary is testenv.PoolgateBin's.
+package daemontest
 
 import (
 	"encoding/json"
@@ -11,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 // Daemon is a poolgate process started by a test.
@@ -18,7 +27,7 @@ type Daemon struct {
 	URL  string
 	Addr string
 	cmd  *exec.Cmd
-	log  *Buffer
+	log  *testenv.Buffer
 	done chan struct{}
 	err  error
 }
@@ -42,7 +51,7 @@ func StartDaemon(t testing.TB, env ...string) *Daemon {
 // file).
 func StartDaemonArgs(t testing.TB, args []string, env ...string) *Daemon {
 	t.Helper()
-	return startDaemon(t, append([]string{PoolgateBin(t)}, args...), env)
+	return startDaemon(t, append([]string{testenv.PoolgateBin(t)}, args...), env)
 }
 
 // StartDaemonNoFile is StartDaemon for a daemon whose open-file limit is
@@ -55,7 +64,7 @@ func StartDaemonNoFile(t testing.TB, nofile int, env ...string) *Daemon {
 	if err != nil {
 		t.Fatal("this test starts the daemon under a low open-file limit with prlimit: apt-get install util-linux")
 	}
-	return startDaemon(t, []string{prlimit, fmt.Sprintf("--nofile=%d:%d", nofile, nofile), "--", PoolgateBin(t)}, env)
+	return startDaemon(t, []string{prlimit, fmt.Sprintf("--nofile=%d:%d", nofile, nofile), "--", testenv.PoolgateBin(t)}, env)
 }
 
 // startDaemon runs argv (the daemon, or a command that executes it in its
@@ -71,7 +80,7 @@ func startDaemon(t testing.TB, argv []string, env []string) *Daemon {
 		return false
 	}
 	if !has("POOLGATE_LISTEN") {
-		env = append(env, fmt.Sprintf("POOLGATE_LISTEN=127.0.0.1:%d", FreePort(t)))
+		env = append(env, fmt.Sprintf("POOLGATE_LISTEN=127.0.0.1:%d", testenv.FreePort(t)))
 	}
 	if !has("POOLGATE_DATA_DIR") {
 		env = append(env, "POOLGATE_DATA_DIR="+t.TempDir())
@@ -82,7 +91,7 @@ func startDaemon(t testing.TB, argv []string, env []string) *Daemon {
 	if !has("POOLGATE_SIM_DIRECTIVES") {
 		env = append(env, "POOLGATE_SIM_DIRECTIVES=true") // the tests steer the simulator with [[sim:...]]
 	}
-	d := &Daemon{log: &Buffer{}, done: make(chan struct{})}
+	d := &Daemon{log: &testenv.Buffer{}, done: make(chan struct{})}
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "POOLGATE_LISTEN="); ok {
 			d.Addr = v

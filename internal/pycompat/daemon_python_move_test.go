@@ -1,4 +1,4 @@
-package daemon
+package pycompat_test
 
 import (
 	"archive/tar"
@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolgate/poolgate/cmd/poolgate/daemontest"
 	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/pool/supervisor"
 )
@@ -24,7 +25,7 @@ import (
 // python_compat: output_text in the body; a stream whose last events are
 // response.completed and data: [DONE]; a chat-style tool and an object
 // tool output taken.
-func checkPythonResponses(t *testing.T, d *testenv.Daemon) {
+func checkPythonResponses(t *testing.T, d *daemontest.Daemon) {
 	t.Helper()
 	one := pyPost(t, d, "/v1/responses", pythonAPIKey, `{"model":"m","input":"hello old scripts"}`)
 	var body struct {
@@ -62,7 +63,7 @@ type pyError struct {
 
 // checkPythonErrors: errors carry the Python gateway's detail, on the API
 // and on the admin API.
-func checkPythonErrors(t *testing.T, d *testenv.Daemon) {
+func checkPythonErrors(t *testing.T, d *daemontest.Daemon) {
 	t.Helper()
 	var e pyError
 	if code := d.GetJSON(t, "/internal/models/raw?instance=nope", pythonAdminToken, &e); code != http.StatusNotFound ||
@@ -84,7 +85,7 @@ func checkPythonErrors(t *testing.T, d *testenv.Daemon) {
 // allowed), for the Python gateway; it returns that bundle_b64.
 func moveToAFreshInstance(t *testing.T, o oldTree, key string, exported []byte) string {
 	t.Helper()
-	d := testenv.StartDaemon(t, "POOLGATE_WORKER_BIN="+o.lingmaBin, `POOLGATE_ACCOUNTS=[{"name":"acct-1","username":"u1","password":"pw1"}]`,
+	d := daemontest.StartDaemon(t, "POOLGATE_WORKER_BIN="+o.lingmaBin, `POOLGATE_ACCOUNTS=[{"name":"acct-1","username":"u1","password":"pw1"}]`,
 		"POOLGATE_API_KEYS="+pythonAPIKey, "POOLGATE_ADMIN_TOKEN="+pythonAdminToken, "POOLGATE_BUNDLE_KEY="+key,
 		"POOLGATE_AUTO_LOGIN=false", "POOLGATE_PYTHON_COMPAT=true", "POOLGATE_BUNDLE_EXPORT_PLAIN=true", "POOLGATE_HEALTH_INTERVAL=300ms", "POOLGATE_SIMULATE=auto")
 	testenv.WaitForNoError(t, 20*time.Second, "the fresh acct-1 needing a login", func() error {
@@ -172,7 +173,7 @@ func backToThePythonGateway(t *testing.T, o oldTree, bundleB64 string) {
 		}
 	}
 
-	d := testenv.StartDaemonArgs(t, []string{"-config", cfgPath}, "POOLGATE_HEALTH_INTERVAL=300ms", "POOLGATE_SIMULATE=auto",
+	d := daemontest.StartDaemonArgs(t, []string{"-config", cfgPath}, "POOLGATE_HEALTH_INTERVAL=300ms", "POOLGATE_SIMULATE=auto",
 		"POOLGATE_DATA_DIR="+data) // the config names it too; testenv would add a temp dir of its own
 	testenv.WaitForNoError(t, 30*time.Second, "lingma-0 ready on the Python gateway's work dir", func() error {
 		if in, ok := poolState(t, d, pythonAdminToken).Instance("lingma-0"); !ok || in.State != supervisor.StateReady {
