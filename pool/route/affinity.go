@@ -52,7 +52,7 @@ type AffinityStore interface {
 }
 
 // AffinityKey names a conversation's affinity entry, "<owner>:<conversation>":
-// owner is the caller's access.Owner.Affinity, a hash of its API key (so two
+// owner is the caller's access.Owner.Affinity, a keyed digest of its API key (so two
 // keys never share a session, and one key's entries can be flushed alone),
 // conversation a hash of the model given (the router gives none, keyModel:
 // an entry names its model and kind, kinds.go) and the canonical
