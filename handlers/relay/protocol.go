@@ -41,7 +41,9 @@ type Protocol interface {
 	// where no other protocol's do into Authorization, where the edge
 	// reads every caller's key, may note what the path names in r's path
 	// values (for Decode), and says how the edge serves the request
-	// (AsEndpoint: as its endpoint says).
+	// (AsEndpoint: as its endpoint says). A request another replica
+	// forwarded (access.HopHeader) is checked against its signature as it
+	// arrived: Accept moves nothing in it.
 	Accept(r *http.Request) Serving
 	// Decode turns r, whose body was read once, into the turn to run. An
 	// error is the caller's (a bad request, an unknown previous response)
