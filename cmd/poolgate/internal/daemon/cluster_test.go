@@ -34,6 +34,7 @@ type scale struct {
 	env      []string
 	extra    func(i int) []string // replica i's variables on top of env
 	nginxURL string
+	nginxLog testenv.Buffer // nginx's access log
 }
 
 const clusterAccounts = `POOLGATE_ACCOUNTS=[{"name":"acct-1","username":"u1","password":"pw"},{"name":"acct-2","username":"u2","password":"pw"},` +
@@ -148,6 +149,7 @@ func (s *scale) startNginx() {
 	}
 	cmd := exec.Command(bin, "-p", dir, "-c", path, "-g", "daemon off; pid "+filepath.Join(dir, "nginx.pid")+";")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdout = &s.nginxLog
 	if out, err := exec.Command(bin, "-t", "-p", dir, "-c", path, "-g", "pid "+filepath.Join(dir, "nginx.pid")+";").CombinedOutput(); err != nil {
 		t.Fatalf("nginx -t: %v\n%s", err, out)
 	}
