@@ -223,7 +223,7 @@ var (
 func Parse(line []byte, v Vocabulary) (*Message, error) {
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 || line[0] != '{' {
-		return nil, fmt.Errorf("%w: %s", ErrUnparsed, clip(line))
+		return nil, fmt.Errorf("%w: %s", ErrUnparsed, Clip(string(line)))
 	}
 	m := new(Message)
 	err := json.Unmarshal(line, m)
@@ -235,12 +235,12 @@ func Parse(line []byte, v Vocabulary) (*Message, error) {
 			Subtype string `json:"subtype"`
 		}
 		if json.Unmarshal(line, &env) != nil || reads(env.Type, env.Subtype) {
-			return nil, fmt.Errorf("%w: %v: %s", ErrUnparsed, err, clip(line))
+			return nil, fmt.Errorf("%w: %v: %s", ErrUnparsed, err, Clip(string(line)))
 		}
 		m = &Message{Type: env.Type, Subtype: env.Subtype}
 	}
 	if m.Type == "" {
-		return nil, fmt.Errorf("%w (no type): %s", ErrUnparsed, clip(line))
+		return nil, fmt.Errorf("%w (no type): %s", ErrUnparsed, Clip(string(line)))
 	}
 	if !v.Knows(m) {
 		return m, fmt.Errorf("%w: type %q subtype %q", ErrUnknown, m.Type, m.Subtype)
@@ -260,11 +260,12 @@ func reads(typ, subtype string) bool {
 	return false
 }
 
-func clip(b []byte) string {
-	if len(b) > 200 {
-		return string(b[:200]) + "..."
+// Clip shortens what a CLI printed to its first 200 bytes, for an error.
+func Clip(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "..."
 	}
-	return string(b)
+	return s
 }
 
 // Stats count the lines a driver's workers printed: every one, and those

@@ -89,20 +89,13 @@ func parseStatus(out []byte) (worker.AuthState, error) {
 		Email      string `json:"email"`
 	}
 	if err := json.Unmarshal(out, &st); err != nil || st.LoggedIn == nil {
-		return worker.AuthState{}, fmt.Errorf("claude auth status printed %q, not its JSON", clip(out))
+		return worker.AuthState{}, fmt.Errorf("claude auth status printed %q, not its JSON", agentcli.Clip(string(out)))
 	}
 	acct := st.Email
 	if acct == "" && *st.LoggedIn {
 		acct = st.AuthMethod
 	}
 	return worker.AuthState{LoggedIn: *st.LoggedIn, Account: acct}, nil
-}
-
-func clip(b []byte) string {
-	if len(b) > 200 {
-		return string(b[:200]) + "..."
-	}
-	return string(b)
 }
 
 // escape keeps a prompt from being read as a slash command: Claude Code

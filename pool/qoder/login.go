@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/pool/agentcli"
 	"github.com/poolgate/poolgate/pool/worker"
 )
 
@@ -50,7 +51,7 @@ func (d *Driver) connectLogin(ctx context.Context, ep worker.Endpoint) (worker.B
 	case u, ok := <-found:
 		if !ok {
 			return nil, fmt.Errorf("qoder %s: qodercli login ended without a device login URL: %s", ep.Name,
-				clip(strings.TrimSpace(said.String())))
+				agentcli.Clip(strings.TrimSpace(said.String())))
 		}
 		d.log.Info("qodercli waits for its device login", "instance", ep.Name)
 		return &Backend{d: d, ep: ep, url: u, loggedOut: true}, nil

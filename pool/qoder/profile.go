@@ -100,13 +100,6 @@ func env(s Settings, d agentcli.Dirs, a worker.Account) []string {
 // patEnv is the variable qodercli reads a personal access token from.
 const patEnv = "QODER_PERSONAL_ACCESS_TOKEN"
 
-func clip(s string) string {
-	if len(s) > 200 {
-		return s[:200] + "..."
-	}
-	return s
-}
-
 // models reads the initialize answer's models (value and display name).
 // Offline the list was empty; the CLI's own default, auto, is always
 // there (its init line names it).
