@@ -127,7 +127,7 @@ func (b *Backend) spawn(ctx context.Context, l Launch) (*conn, error) {
 	if err != nil {
 		c.close()
 		why := ""
-		for _, m := range s.take(nil) {
+		for _, m := range s.Take(nil) {
 			if m.Type == TypeResult && len(m.Errors) > 0 {
 				why = " (" + strings.Join(m.Errors, "; ") + ")"
 			}

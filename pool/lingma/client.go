@@ -429,7 +429,7 @@ func (c *Client) dispatch(m *lingmarpc.Message) {
 	c.mu.Unlock()
 	if t != nil {
 		p.method = m.Method
-		t.push(&p)
+		t.Push(&p)
 	}
 }
 
