@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -222,7 +223,7 @@ func (b *Backend) run(ctx context.Context, argv []string) ([]byte, error) {
 	done := make(chan res, 1)
 	go func() {
 		var buf bytes.Buffer
-		_, err := buf.ReadFrom(ioLimit(ch.Stdio().Out, 1<<20))
+		_, err := buf.ReadFrom(io.LimitReader(ch.Stdio().Out, 1<<20))
 		done <- res{buf.Bytes(), err}
 	}()
 	select {
