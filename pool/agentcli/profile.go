@@ -70,6 +70,28 @@ type Profile struct {
 	SessionGlob func(id string) string
 }
 
+// InitModels reads the models an initialize answer lists, each one's
+// value (its id) and display name: a Profile's Models for a CLI that
+// lists them as Claude Code does (nil when the answer is not JSON).
+func InitModels(init json.RawMessage) []chat.Model {
+	var r struct {
+		Models []struct {
+			Value       string `json:"value"`
+			DisplayName string `json:"displayName"`
+		} `json:"models"`
+	}
+	if json.Unmarshal(init, &r) != nil {
+		return nil
+	}
+	out := make([]chat.Model, 0, len(r.Models))
+	for _, m := range r.Models {
+		if m.Value != "" {
+			out = append(out, chat.Model{ID: m.Value, Name: m.DisplayName})
+		}
+	}
+	return out
+}
+
 // Launch is what one CLI process is started for.
 type Launch struct {
 	// SystemPrompt replaces the CLI's own ("" keeps it).

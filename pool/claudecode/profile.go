@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/pool/agentcli"
 	"github.com/poolgate/poolgate/pool/worker"
 )
@@ -36,7 +35,7 @@ func Profile(secret string) agentcli.Profile {
 		RateLimitText: regexp.MustCompile(`(?i)\brate.?limit|usage limit|\(429\)|quota`),
 		Escape:        escape,
 		Probe:         "get_binary_version",
-		Models:        models,
+		Models:        agentcli.InitModels,
 		Vocabulary:    agentcli.StdoutVocabulary(),
 		SessionGlob:   func(id string) string { return "projects/*/" + id + ".jsonl" },
 	}
@@ -107,25 +106,4 @@ func escape(p string) string {
 		return " " + p
 	}
 	return p
-}
-
-// models reads the initialize answer's models: each one's value (default,
-// opus, sonnet, ...) and display name.
-func models(init json.RawMessage) []chat.Model {
-	var r struct {
-		Models []struct {
-			Value       string `json:"value"`
-			DisplayName string `json:"displayName"`
-		} `json:"models"`
-	}
-	if json.Unmarshal(init, &r) != nil {
-		return nil
-	}
-	out := make([]chat.Model, 0, len(r.Models))
-	for _, m := range r.Models {
-		if m.Value != "" {
-			out = append(out, chat.Model{ID: m.Value, Name: m.DisplayName})
-		}
-	}
-	return out
 }

@@ -3,6 +3,7 @@ package qoder
 import (
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strconv"
 
 	"github.com/poolgate/poolgate/internal/chat"
@@ -104,22 +105,8 @@ const patEnv = "QODER_PERSONAL_ACCESS_TOKEN"
 // Offline the list was empty; the CLI's own default, auto, is always
 // there (its init line names it).
 func models(init json.RawMessage) []chat.Model {
-	var r struct {
-		Models []struct {
-			Value       string `json:"value"`
-			DisplayName string `json:"displayName"`
-		} `json:"models"`
-	}
-	_ = json.Unmarshal(init, &r)
-	out := make([]chat.Model, 0, len(r.Models)+1)
-	auto := false
-	for _, m := range r.Models {
-		if m.Value != "" {
-			out = append(out, chat.Model{ID: m.Value, Name: m.DisplayName})
-			auto = auto || m.Value == defaultModel
-		}
-	}
-	if !auto {
+	out := agentcli.InitModels(init)
+	if !slices.ContainsFunc(out, func(m chat.Model) bool { return m.ID == defaultModel }) {
 		out = append(out, chat.Model{ID: defaultModel, Name: "Auto"})
 	}
 	return out
