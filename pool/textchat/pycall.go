@@ -2,6 +2,7 @@ package textchat
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -76,7 +77,7 @@ func (p *pyParser) call(tools []chat.Tool, depth int) (chat.ToolCall, bool) {
 		key, ok := p.keyword()
 		switch {
 		case ok:
-			if positional || contains(keys, key) {
+			if positional || slices.Contains(keys, key) {
 				return false
 			}
 			if len(keys) > 0 {
@@ -103,15 +104,6 @@ func (p *pyParser) call(tools []chat.Tool, depth int) (chat.ToolCall, bool) {
 	}
 	p.out = append(p.out, '}')
 	return chat.ToolCall{ID: NewCallID(), Name: name, Arguments: string(p.out)}, true
-}
-
-func contains(keys []string, k string) bool {
-	for _, x := range keys {
-		if x == k {
-			return true
-		}
-	}
-	return false
 }
 
 // onlyProperty returns the name of the single property of a JSON schema.
