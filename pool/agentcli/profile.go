@@ -102,6 +102,18 @@ type Launch struct {
 	Model string
 }
 
+// Flags are l's arguments as Claude Code and qodercli both spell them:
+// --system-prompt, --model and --resume, each one that is set.
+func (l Launch) Flags() []string {
+	var a []string
+	for _, f := range [...][2]string{{"--system-prompt", l.SystemPrompt}, {"--model", l.Model}, {"--resume", l.Resume}} {
+		if f[1] != "" {
+			a = append(a, f[0], f[1])
+		}
+	}
+	return a
+}
+
 // Dirs are a worker's directories, all under its work dir: HOME and
 // TMPDIR, and the CLI's config dir (where it keeps its login, settings
 // and sessions).

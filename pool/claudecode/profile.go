@@ -47,16 +47,7 @@ func Profile(secret string) agentcli.Profile {
 func args(l agentcli.Launch) []string {
 	a := []string{"-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
 		"--include-partial-messages", "--tools", "", "--permission-prompts", "none", "--strict-mcp-config"}
-	if l.SystemPrompt != "" {
-		a = append(a, "--system-prompt", l.SystemPrompt)
-	}
-	if l.Model != "" {
-		a = append(a, "--model", l.Model)
-	}
-	if l.Resume != "" {
-		a = append(a, "--resume", l.Resume)
-	}
-	return a
+	return append(a, l.Flags()...)
 }
 
 // env is the worker's environment: its home, temp and config dirs;

@@ -1,6 +1,7 @@
 package qoder
 
 import (
+	"cmp"
 	"encoding/json"
 	"regexp"
 	"slices"
@@ -66,20 +67,8 @@ func args(s Settings, l agentcli.Launch) []string {
 		"--include-partial-messages", "--tools", "", "--disable-builtin-skills", "--strict-mcp-config",
 		"--permission-mode", "dont_ask", "--max-model-request-retries", strconv.Itoa(s.ModelRetries),
 		"--settings", settingsJSON}
-	if l.SystemPrompt != "" {
-		a = append(a, "--system-prompt", l.SystemPrompt)
-	}
-	model := l.Model
-	if model == "" {
-		model = s.Model
-	}
-	if model != "" {
-		a = append(a, "--model", model)
-	}
-	if l.Resume != "" {
-		a = append(a, "--resume", l.Resume)
-	}
-	return a
+	l.Model = cmp.Or(l.Model, s.Model)
+	return append(a, l.Flags()...)
 }
 
 // env is the worker's environment: its home, temp and config dirs (the
