@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync/atomic"
 )
 
@@ -176,12 +177,8 @@ func (v Vocabulary) Knows(m *Message) bool {
 // dialect's own).
 func (v Vocabulary) With(types, systemSubtypes []string) Vocabulary {
 	out := Vocabulary{Types: map[string]bool{}, SystemSubtypes: map[string]bool{}}
-	for k := range v.Types {
-		out.Types[k] = true
-	}
-	for k := range v.SystemSubtypes {
-		out.SystemSubtypes[k] = true
-	}
+	maps.Copy(out.Types, v.Types)
+	maps.Copy(out.SystemSubtypes, v.SystemSubtypes)
 	for _, t := range types {
 		out.Types[t] = true
 	}
