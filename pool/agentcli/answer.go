@@ -95,8 +95,8 @@ func (a *answer) interrupt() {
 // queues the events they make; at the end it queues the closing event.
 func (a *answer) step() {
 	select {
-	case <-a.s.wake:
-		a.q = a.s.take(a.q)
+	case <-a.s.Wake:
+		a.q = a.s.Take(a.q)
 		a.idle.Reset(a.b.d.cfg.IdleTimeout)
 		for _, m := range a.q {
 			if a.handle(m) {
@@ -107,7 +107,7 @@ func (a *answer) step() {
 		return
 	case <-a.c.done:
 		// Lines read before the process went away still count.
-		for _, m := range a.s.take(a.q) {
+		for _, m := range a.s.Take(a.q) {
 			if a.handle(m) {
 				a.ended = true
 				return

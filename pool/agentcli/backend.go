@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -188,13 +189,20 @@ func (b *Backend) loggedOut(ctx context.Context) {
 // loginPrint is what identifies a login state: the status command's
 // output, and the size and time of each stored login file.
 func (b *Backend) loginPrint(status []byte) []byte {
-	state := append([]byte{}, status...)
-	for _, f := range b.d.cfg.Profile.CredentialFiles {
-		if fi, err := os.Stat(filepath.Join(b.dirs.Config, f)); err == nil {
+	return append(append([]byte{}, status...), CredentialPrint(b.dirs.Config, b.d.cfg.Profile.CredentialFiles)...)
+}
+
+// CredentialPrint is what identifies the stored login files (paths under
+// configDir) without reading them: the size and time of each one there
+// ("": none is).
+func CredentialPrint(configDir string, files []string) string {
+	var state []byte
+	for _, f := range files {
+		if fi, err := os.Stat(filepath.Join(configDir, f)); err == nil {
 			state = fmt.Appendf(state, "\n%s %d %d", f, fi.Size(), fi.ModTime().UnixNano())
 		}
 	}
-	return state
+	return string(state)
 }
 
 // run runs a short CLI command of the worker (its status) and returns what
@@ -215,7 +223,7 @@ func (b *Backend) run(ctx context.Context, argv []string) ([]byte, error) {
 	done := make(chan res, 1)
 	go func() {
 		var buf bytes.Buffer
-		_, err := buf.ReadFrom(ioLimit(ch.Stdio().Out, 1<<20))
+		_, err := buf.ReadFrom(io.LimitReader(ch.Stdio().Out, 1<<20))
 		done <- res{buf.Bytes(), err}
 	}()
 	select {

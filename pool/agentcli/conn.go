@@ -155,7 +155,7 @@ func (c *conn) dispatch(m *Message) {
 		s := c.sink
 		c.mu.Unlock()
 		if s != nil {
-			s.push(m)
+			s.Push(m)
 		}
 	}
 }
@@ -244,34 +244,10 @@ func (c *conn) listen(s *sink) {
 	c.mu.Unlock()
 }
 
-// sink is a turn's queue of the process's messages: unbounded, so the
-// reader never waits for a slow consumer.
-type sink struct {
-	mu   sync.Mutex
-	q    []*Message
-	wake chan struct{}
-}
+// sink is a turn's queue of the process's messages.
+type sink = worker.Inbox[*Message]
 
-func newSink() *sink { return &sink{wake: make(chan struct{}, 1)} }
-
-func (s *sink) push(m *Message) {
-	s.mu.Lock()
-	s.q = append(s.q, m)
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-// take returns the queued messages, reusing spare's storage for the next.
-func (s *sink) take(spare []*Message) []*Message {
-	s.mu.Lock()
-	q := s.q
-	s.q = spare[:0]
-	s.mu.Unlock()
-	return q
-}
+func newSink() *sink { return worker.NewInbox[*Message]() }
 
 // await waits for a result message on c (through s), for a reset or an
 // interrupted turn's end; messages before it are dropped.
@@ -279,8 +255,8 @@ func (c *conn) await(ctx context.Context, s *sink) (*Message, error) {
 	var q []*Message
 	for {
 		select {
-		case <-s.wake:
-			q = s.take(q)
+		case <-s.Wake:
+			q = s.Take(q)
 			for _, m := range q {
 				if m.Type == TypeResult {
 					return m, nil

@@ -1,6 +1,7 @@
 package agentcli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -59,25 +60,14 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	if c.LiveSessions <= 0 {
-		c.LiveSessions = 2
-	}
-	def(&c.StartTimeout, 20*time.Second)
-	def(&c.CallTimeout, 10*time.Second)
-	def(&c.TurnTimeout, 30*time.Minute)
-	def(&c.IdleTimeout, 2*time.Minute)
-	def(&c.StopTimeout, 5*time.Second)
-	if c.MaxTurnBytes <= 0 {
-		c.MaxTurnBytes = 16 << 20
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	worker.Default(&c.LiveSessions, 2)
+	worker.Default(&c.StartTimeout, 20*time.Second)
+	worker.Default(&c.CallTimeout, 10*time.Second)
+	worker.Default(&c.TurnTimeout, 30*time.Minute)
+	worker.Default(&c.IdleTimeout, 2*time.Minute)
+	worker.Default(&c.StopTimeout, 5*time.Second)
+	worker.Default(&c.MaxTurnBytes, 16<<20)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Profile.Vocabulary.Types == nil {
 		c.Profile.Vocabulary = StdoutVocabulary()
 	}

@@ -70,6 +70,28 @@ type Profile struct {
 	SessionGlob func(id string) string
 }
 
+// InitModels reads the models an initialize answer lists, each one's
+// value (its id) and display name: a Profile's Models for a CLI that
+// lists them as Claude Code does (nil when the answer is not JSON).
+func InitModels(init json.RawMessage) []chat.Model {
+	var r struct {
+		Models []struct {
+			Value       string `json:"value"`
+			DisplayName string `json:"displayName"`
+		} `json:"models"`
+	}
+	if json.Unmarshal(init, &r) != nil {
+		return nil
+	}
+	out := make([]chat.Model, 0, len(r.Models))
+	for _, m := range r.Models {
+		if m.Value != "" {
+			out = append(out, chat.Model{ID: m.Value, Name: m.DisplayName})
+		}
+	}
+	return out
+}
+
 // Launch is what one CLI process is started for.
 type Launch struct {
 	// SystemPrompt replaces the CLI's own ("" keeps it).
@@ -78,6 +100,18 @@ type Launch struct {
 	Resume string
 	// Model is the model it starts with ("" the CLI's default).
 	Model string
+}
+
+// Flags are l's arguments as Claude Code and qodercli both spell them:
+// --system-prompt, --model and --resume, each one that is set.
+func (l Launch) Flags() []string {
+	var a []string
+	for _, f := range [...][2]string{{"--system-prompt", l.SystemPrompt}, {"--model", l.Model}, {"--resume", l.Resume}} {
+		if f[1] != "" {
+			a = append(a, f[0], f[1])
+		}
+	}
+	return a
 }
 
 // Dirs are a worker's directories, all under its work dir: HOME and

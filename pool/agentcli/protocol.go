@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync/atomic"
 )
 
@@ -176,12 +177,8 @@ func (v Vocabulary) Knows(m *Message) bool {
 // dialect's own).
 func (v Vocabulary) With(types, systemSubtypes []string) Vocabulary {
 	out := Vocabulary{Types: map[string]bool{}, SystemSubtypes: map[string]bool{}}
-	for k := range v.Types {
-		out.Types[k] = true
-	}
-	for k := range v.SystemSubtypes {
-		out.SystemSubtypes[k] = true
-	}
+	maps.Copy(out.Types, v.Types)
+	maps.Copy(out.SystemSubtypes, v.SystemSubtypes)
 	for _, t := range types {
 		out.Types[t] = true
 	}
@@ -223,7 +220,7 @@ var (
 func Parse(line []byte, v Vocabulary) (*Message, error) {
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 || line[0] != '{' {
-		return nil, fmt.Errorf("%w: %s", ErrUnparsed, clip(line))
+		return nil, fmt.Errorf("%w: %s", ErrUnparsed, Clip(string(line)))
 	}
 	m := new(Message)
 	err := json.Unmarshal(line, m)
@@ -235,12 +232,12 @@ func Parse(line []byte, v Vocabulary) (*Message, error) {
 			Subtype string `json:"subtype"`
 		}
 		if json.Unmarshal(line, &env) != nil || reads(env.Type, env.Subtype) {
-			return nil, fmt.Errorf("%w: %v: %s", ErrUnparsed, err, clip(line))
+			return nil, fmt.Errorf("%w: %v: %s", ErrUnparsed, err, Clip(string(line)))
 		}
 		m = &Message{Type: env.Type, Subtype: env.Subtype}
 	}
 	if m.Type == "" {
-		return nil, fmt.Errorf("%w (no type): %s", ErrUnparsed, clip(line))
+		return nil, fmt.Errorf("%w (no type): %s", ErrUnparsed, Clip(string(line)))
 	}
 	if !v.Knows(m) {
 		return m, fmt.Errorf("%w: type %q subtype %q", ErrUnknown, m.Type, m.Subtype)
@@ -260,11 +257,12 @@ func reads(typ, subtype string) bool {
 	return false
 }
 
-func clip(b []byte) string {
-	if len(b) > 200 {
-		return string(b[:200]) + "..."
+// Clip shortens what a CLI printed to its first 200 bytes, for an error.
+func Clip(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "..."
 	}
-	return string(b)
+	return s
 }
 
 // Stats count the lines a driver's workers printed: every one, and those

@@ -127,7 +127,7 @@ func (b *Backend) spawn(ctx context.Context, l Launch) (*conn, error) {
 	if err != nil {
 		c.close()
 		why := ""
-		for _, m := range s.take(nil) {
+		for _, m := range s.Take(nil) {
 			if m.Type == TypeResult && len(m.Errors) > 0 {
 				why = " (" + strings.Join(m.Errors, "; ") + ")"
 			}
@@ -211,18 +211,33 @@ func (b *Backend) stuckConn(c *conn) {
 	b.log.Warn("an interrupted turn did not end on the agent CLI", "process", c.label)
 }
 
-// scanURL reads the login command's output until a URL matching re, and
-// drains the rest of it in the background until the command ends.
+// scanURL reads the login command's output until a URL matching re.
 func scanURL(ctx context.Context, ch worker.Child, re *regexp.Regexp, timeout time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	found := make(chan string, 1)
+	u, _, err := ScanURL(ctx, ch.Stdio().Out, re)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("no login URL: %w", err)
+	case u == "":
+		return "", fmt.Errorf("the login command ended without a URL: %v", ch.Wait())
+	}
+	return u, nil
+}
+
+// ScanURL reads out, a login command's output, until a URL matching re,
+// and drains the rest of it in the background until it ends. When the
+// output ends without one it returns "" and what the command printed (its
+// first MiB); an error only when ctx ends first.
+func ScanURL(ctx context.Context, out io.Reader, re *regexp.Regexp) (url, printed string, err error) {
+	type scanned struct{ url, printed string }
+	found := make(chan scanned, 1)
 	go func() {
 		var seen strings.Builder
 		buf := make([]byte, 4096)
 		sent := false
 		for {
-			n, err := ch.Stdio().Out.Read(buf)
+			n, err := out.Read(buf)
 			if !sent && n > 0 && seen.Len() < 1<<20 {
 				seen.Write(buf[:n])
 				// Only whole lines: a URL cut by a short read is not one.
@@ -231,32 +246,22 @@ func scanURL(ctx context.Context, ch worker.Child, re *regexp.Regexp, timeout ti
 					text = text[:strings.LastIndexByte(text, '\n')+1]
 				}
 				if u := re.FindString(text); u != "" {
-					found <- u
+					found <- scanned{url: u}
 					sent = true
 				}
 			}
 			if err != nil {
 				if !sent {
-					if u := re.FindString(seen.String()); u != "" {
-						found <- u
-						return
-					}
-					close(found)
+					found <- scanned{url: re.FindString(seen.String()), printed: seen.String()}
 				}
 				return
 			}
 		}
 	}()
 	select {
-	case u, ok := <-found:
-		if !ok {
-			return "", fmt.Errorf("the login command ended without a URL: %v", ch.Wait())
-		}
-		return u, nil
+	case s := <-found:
+		return s.url, s.printed, nil
 	case <-ctx.Done():
-		return "", fmt.Errorf("no login URL: %w", ctx.Err())
+		return "", "", ctx.Err()
 	}
 }
-
-// ioLimit reads at most n bytes of r.
-func ioLimit(r io.Reader, n int64) io.Reader { return io.LimitReader(r, n) }

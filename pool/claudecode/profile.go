@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/pool/agentcli"
 	"github.com/poolgate/poolgate/pool/worker"
 )
@@ -36,7 +35,7 @@ func Profile(secret string) agentcli.Profile {
 		RateLimitText: regexp.MustCompile(`(?i)\brate.?limit|usage limit|\(429\)|quota`),
 		Escape:        escape,
 		Probe:         "get_binary_version",
-		Models:        models,
+		Models:        agentcli.InitModels,
 		Vocabulary:    agentcli.StdoutVocabulary(),
 		SessionGlob:   func(id string) string { return "projects/*/" + id + ".jsonl" },
 	}
@@ -48,16 +47,7 @@ func Profile(secret string) agentcli.Profile {
 func args(l agentcli.Launch) []string {
 	a := []string{"-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
 		"--include-partial-messages", "--tools", "", "--permission-prompts", "none", "--strict-mcp-config"}
-	if l.SystemPrompt != "" {
-		a = append(a, "--system-prompt", l.SystemPrompt)
-	}
-	if l.Model != "" {
-		a = append(a, "--model", l.Model)
-	}
-	if l.Resume != "" {
-		a = append(a, "--resume", l.Resume)
-	}
-	return a
+	return append(a, l.Flags()...)
 }
 
 // env is the worker's environment: its home, temp and config dirs;
@@ -89,20 +79,13 @@ func parseStatus(out []byte) (worker.AuthState, error) {
 		Email      string `json:"email"`
 	}
 	if err := json.Unmarshal(out, &st); err != nil || st.LoggedIn == nil {
-		return worker.AuthState{}, fmt.Errorf("claude auth status printed %q, not its JSON", clip(out))
+		return worker.AuthState{}, fmt.Errorf("claude auth status printed %q, not its JSON", agentcli.Clip(string(out)))
 	}
 	acct := st.Email
 	if acct == "" && *st.LoggedIn {
 		acct = st.AuthMethod
 	}
 	return worker.AuthState{LoggedIn: *st.LoggedIn, Account: acct}, nil
-}
-
-func clip(b []byte) string {
-	if len(b) > 200 {
-		return string(b[:200]) + "..."
-	}
-	return string(b)
 }
 
 // escape keeps a prompt from being read as a slash command: Claude Code
@@ -114,25 +97,4 @@ func escape(p string) string {
 		return " " + p
 	}
 	return p
-}
-
-// models reads the initialize answer's models: each one's value (default,
-// opus, sonnet, ...) and display name.
-func models(init json.RawMessage) []chat.Model {
-	var r struct {
-		Models []struct {
-			Value       string `json:"value"`
-			DisplayName string `json:"displayName"`
-		} `json:"models"`
-	}
-	if json.Unmarshal(init, &r) != nil {
-		return nil
-	}
-	out := make([]chat.Model, 0, len(r.Models))
-	for _, m := range r.Models {
-		if m.Value != "" {
-			out = append(out, chat.Model{ID: m.Value, Name: m.DisplayName})
-		}
-	}
-	return out
 }

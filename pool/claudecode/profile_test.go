@@ -90,6 +90,7 @@ func TestEscape(t *testing.T) {
 }
 
 func TestModels(t *testing.T) {
+	models := Profile(SecretAuto).Models
 	init := json.RawMessage(`{"models":[{"value":"default","displayName":"Default (recommended)"},{"value":"opus","displayName":"Opus"},{"displayName":"nameless"}]}`)
 	got := models(init)
 	want := []chat.Model{{ID: "default", Name: "Default (recommended)"}, {ID: "opus", Name: "Opus"}}

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/lingmarpc"
 	"github.com/poolgate/poolgate/pool/textchat"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // chatParams is the union of chat/answer, chat/think and chat/finish params.
@@ -34,37 +34,16 @@ type chatParams struct {
 	call *chat.ToolCall
 }
 
-// turn is the reader's side of one running chat turn: an unbounded queue, so
-// a slow consumer never stalls the reader (and with it every other call).
+// turn is the reader's side of one running chat turn: the queue of the
+// worker's messages for it.
 type turn struct {
-	mu   sync.Mutex
-	q    []*chatParams
-	wake chan struct{}
+	*worker.Inbox[*chatParams]
 	// offered names the tools the worker may invoke natively in this turn;
 	// set before the turn is registered, read-only after.
 	offered map[string]bool
 	// builtins counts the worker's own tools it asked the gateway to run
 	// in this turn (its agent loop ran).
 	builtins atomic.Int32
-}
-
-func (t *turn) push(p *chatParams) {
-	t.mu.Lock()
-	t.q = append(t.q, p)
-	t.mu.Unlock()
-	select {
-	case t.wake <- struct{}{}:
-	default:
-	}
-}
-
-// take swaps the queue out into spare's storage.
-func (t *turn) take(spare []*chatParams) []*chatParams {
-	t.mu.Lock()
-	q := t.q
-	t.q = spare[:0]
-	t.mu.Unlock()
-	return q
 }
 
 // askParams are chat/ask's params: every field of the minimal request seen
@@ -169,7 +148,7 @@ func (c *Client) ask(ctx context.Context, t *chat.Turn) (*turnAnswer, error) {
 	if t.RequestID != "" {
 		reqID = t.RequestID + "-" + strconv.FormatInt(c.turnSeq.Add(1), 10)
 	}
-	tr := &turn{wake: make(chan struct{}, 1)}
+	tr := &turn{Inbox: worker.NewInbox[*chatParams]()}
 	p := c.askParams(t, reqID, tr)
 	c.mu.Lock()
 	c.turns[reqID] = tr
@@ -357,8 +336,8 @@ func (a *turnAnswer) Close() {
 func (a *turnAnswer) step() {
 	c, s := a.c, &a.s
 	select {
-	case <-a.tr.wake:
-		a.q = a.tr.take(a.q)
+	case <-a.tr.Wake:
+		a.q = a.tr.Take(a.q)
 		a.idle.Reset(c.cfg.ReplyTimeout)
 		if a.ended = s.handle(a.q); !a.ended && s.calls > 0 {
 			a.settle.Reset(c.cfg.ToolSettle)
@@ -371,7 +350,7 @@ func (a *turnAnswer) step() {
 		return
 	case <-c.done:
 		// Messages that arrived before the drop still count.
-		if a.ended = s.handle(a.tr.take(a.q)); !a.ended {
+		if a.ended = s.handle(a.tr.Take(a.q)); !a.ended {
 			s.emit(chat.Event{Type: chat.EventError, Err: fmt.Errorf("lingma %s: turn %s: %w", c.name, a.reqID, c.gone())})
 			a.ended = true
 		}

@@ -204,24 +204,23 @@ func (c *Client) useEndpoint(ctx context.Context, want string) error {
 	if strings.TrimRight(cur.Endpoint, "/") == strings.TrimRight(want, "/") {
 		return nil
 	}
-	var r result
-	if err := c.call(ctx, "config/updateEndpoint", map[string]string{"endpoint": want}, &r); err != nil {
-		return err
-	}
-	if r.failed() {
-		return fmt.Errorf("lingma %s: switch endpoint to %s: %s", c.name, want, r.message())
-	}
-	return nil
+	return c.act(ctx, "config/updateEndpoint", map[string]string{"endpoint": want}, "switch endpoint to "+want)
 }
 
 // DeleteSession frees an upstream session with chat/deleteSessionById.
 func (c *Client) DeleteSession(ctx context.Context, sessionID string) error {
+	return c.act(ctx, "chat/deleteSessionById", map[string]string{"sessionId": sessionID}, "delete session "+sessionID)
+}
+
+// act calls method, whose answer is a result, and fails with what it was
+// doing when the answer says success: false.
+func (c *Client) act(ctx context.Context, method string, params any, doing string) error {
 	var r result
-	if err := c.call(ctx, "chat/deleteSessionById", map[string]string{"sessionId": sessionID}, &r); err != nil {
+	if err := c.call(ctx, method, params, &r); err != nil {
 		return err
 	}
 	if r.failed() {
-		return fmt.Errorf("lingma %s: delete session %s: %s", c.name, sessionID, r.message())
+		return fmt.Errorf("lingma %s: %s: %s", c.name, doing, r.message())
 	}
 	return nil
 }
@@ -429,7 +428,7 @@ func (c *Client) dispatch(m *lingmarpc.Message) {
 	c.mu.Unlock()
 	if t != nil {
 		p.method = m.Method
-		t.push(&p)
+		t.Push(&p)
 	}
 }
 

@@ -72,7 +72,7 @@ func (c *Client) invoke(m *lingmarpc.Message) {
 	if call.ID == "" {
 		call.ID = textchat.NewCallID()
 	}
-	t.push(&chatParams{RequestID: p.RequestID, SessionID: p.SessionID, method: m.Method, call: &call})
+	t.Push(&chatParams{RequestID: p.RequestID, SessionID: p.SessionID, method: m.Method, call: &call})
 }
 
 // unsupported answers a tool/invoke of a tool the gateway does not run: in

@@ -13,6 +13,7 @@
 package lingma
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -166,57 +167,27 @@ func (c *Config) setDefaults() {
 	if len(c.Command) == 0 {
 		c.Command = []string{"Lingma"}
 	}
-	if c.DialTimeout <= 0 {
-		c.DialTimeout = time.Second
-	}
-	if c.CallTimeout <= 0 {
-		c.CallTimeout = 5 * time.Second
-	}
-	if c.TurnTimeout <= 0 {
-		c.TurnTimeout = 30 * time.Minute
-	}
-	if c.ReplyTimeout <= 0 {
-		c.ReplyTimeout = 2 * time.Minute
-	}
-	if c.ToolSettle <= 0 {
-		c.ToolSettle = 3 * time.Second
-	}
-	if c.StopTimeout <= 0 {
-		c.StopTimeout = time.Second
-	}
-	if c.Mode == "" {
-		c.Mode = ModeNormal
-	}
-	if c.AgentSessionType == "" {
-		c.AgentSessionType = "assistant"
-	}
-	if c.ChatContext == "" {
-		c.ChatContext = ContextNone
-	}
-	if c.Reuse == "" {
-		c.Reuse = ReuseControlled
-	}
-	if c.ToolMode == "" {
-		c.ToolMode = ToolsEmulated
-	}
+	worker.Default(&c.DialTimeout, time.Second)
+	worker.Default(&c.CallTimeout, 5*time.Second)
+	worker.Default(&c.TurnTimeout, 30*time.Minute)
+	worker.Default(&c.ReplyTimeout, 2*time.Minute)
+	worker.Default(&c.ToolSettle, 3*time.Second)
+	worker.Default(&c.StopTimeout, time.Second)
+	c.Mode = cmp.Or(c.Mode, ModeNormal)
+	c.AgentSessionType = cmp.Or(c.AgentSessionType, "assistant")
+	c.ChatContext = cmp.Or(c.ChatContext, ContextNone)
+	c.Reuse = cmp.Or(c.Reuse, ReuseControlled)
+	c.ToolMode = cmp.Or(c.ToolMode, ToolsEmulated)
 	if c.RateLimitText == nil {
 		c.RateLimitText = regexp.MustCompile(lingmarpc.DefaultRateLimitText)
 	}
 	if c.LoginText == nil {
 		c.LoginText = regexp.MustCompile(lingmarpc.DefaultLoginText)
 	}
-	if c.MaxFrame <= 0 {
-		c.MaxFrame = lingmarpc.MaxFrame
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Record.MaxBytes <= 0 {
-		c.Record.MaxBytes = 1 << 20
-	}
-	if c.Record.Keep <= 0 {
-		c.Record.Keep = 100
-	}
+	worker.Default(&c.MaxFrame, lingmarpc.MaxFrame)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	worker.Default(&c.Record.MaxBytes, 1<<20)
+	worker.Default(&c.Record.Keep, 100)
 }
 
 // Driver starts and connects to Lingma workers.

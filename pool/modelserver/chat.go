@@ -56,15 +56,12 @@ func (c *Client) open(ctx context.Context, t *chat.Turn) (*reader, error) {
 	resp, w, err := c.exchange(ctx, p, deadline)
 	c.d.release(p)
 	if err != nil {
-		err = c.chatError(ctx, err)
-		a.endTurn()
-		return nil, err
+		return nil, c.chatError(ctx, err)
 	}
 	a.attach(resp, w)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		err = statusError(resp, nil)
 		a.closeBody()
-		a.endTurn()
 		return nil, err
 	}
 	return a, nil
@@ -124,7 +121,7 @@ func (a *reader) Close() {
 		return
 	}
 	a.closeBody()
-	a.endTurn()
+	a.closed = true
 }
 
 // queue is the accumulator's emit: events wait for next.
@@ -198,14 +195,6 @@ func (a *reader) closeBody() {
 	a.r.reset(nil)
 	a.c.d.readers.Put(a.r)
 	a.resp, a.w, a.r = nil, nil, nil
-}
-
-// endTurn marks the answer closed.
-func (a *reader) endTurn() {
-	if a.closed {
-		return
-	}
-	a.closed = true
 }
 
 // finish emits the accumulated tool calls and the closing event.

@@ -25,10 +25,8 @@ func fastChunk(b []byte, c *chunk) bool {
 		case string(key) == "usage" && !sawUsage:
 			sawUsage = true
 			return p.usage(&c.Usage)
-		case knownField(key):
-			return false // errors, counts or a variant spelling: the full decoder's
 		}
-		return p.Skip()
+		return p.other(key)
 	})
 	return ok && p.End()
 }
@@ -45,6 +43,13 @@ var chunkFields = jsonx.NewNames("choices", "usage", "x_groq", "error", "input_t
 
 // fastParser is the chunk reader: a jsonx.Scanner with the chunk's shapes.
 type fastParser struct{ jsonx.Scanner }
+
+// other passes over the value of a key outside the shape: a field the
+// full decoder reads (errors, counts or a variant spelling) makes the chunk
+// not of the shape; anything else is skipped.
+func (p *fastParser) other(key []byte) bool {
+	return !knownField(key) && p.Skip()
+}
 
 // text reads a string or null as flexText reads them.
 func (p *fastParser) text() (flexText, bool) {
@@ -83,10 +88,8 @@ func (p *fastParser) choices(c *chunk) bool {
 			var ok bool
 			ch.FinishReason, ok = p.text()
 			return ok
-		case knownField(key):
-			return false
 		}
-		return p.Skip()
+		return p.other(key)
 	})
 	return ok && p.Eat(']')
 }
@@ -102,10 +105,8 @@ func (p *fastParser) delta(d *delta) bool {
 			var ok bool
 			d.Content, ok = p.text()
 			return ok
-		case knownField(key):
-			return false
 		}
-		return p.Skip()
+		return p.other(key)
 	})
 }
 
@@ -130,10 +131,7 @@ func (p *fastParser) usage(u *usageFields) bool {
 		case "eval_count":
 			n, i = &u.EvalCount, 5
 		default:
-			if knownField(key) {
-				return false
-			}
-			return p.Skip()
+			return p.other(key)
 		}
 		if seen[i] {
 			return false

@@ -77,24 +77,13 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	if c.IdleConns <= 0 {
-		c.IdleConns = 8
-	}
-	if c.MaxConnsPerHost < 0 {
-		c.MaxConnsPerHost = 0
-	}
-	def(&c.RequestTimeout, 120*time.Second)
-	def(&c.HeaderTimeout, 60*time.Second)
-	def(&c.ProbeTimeout, 2*time.Second)
-	def(&c.DialTimeout, 2*time.Second)
-	if c.MaxRequest <= 0 {
-		c.MaxRequest = defaultMaxRequest
-	}
+	worker.Default(&c.IdleConns, 8)
+	c.MaxConnsPerHost = max(c.MaxConnsPerHost, 0)
+	worker.Default(&c.RequestTimeout, 120*time.Second)
+	worker.Default(&c.HeaderTimeout, 60*time.Second)
+	worker.Default(&c.ProbeTimeout, 2*time.Second)
+	worker.Default(&c.DialTimeout, 2*time.Second)
+	worker.Default(&c.MaxRequest, defaultMaxRequest)
 }
 
 // Driver starts and connects to OpenAI-compatible workers. It owns the

@@ -3,14 +3,13 @@ package modelserver
 import (
 	"bufio"
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/pool/textchat"
 )
 
 const (
@@ -392,7 +391,7 @@ func (a *accumulator) toolCalls() ([]chat.ToolCall, error) {
 		}
 		id := c.id
 		if id == "" {
-			id = newCallID()
+			id = textchat.NewCallID() // as a call parsed from text gets one
 		}
 		out = append(out, chat.ToolCall{ID: id, Name: c.name, Arguments: args})
 	}
@@ -417,13 +416,6 @@ func objectArgs(b []byte) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("arguments are not a JSON object: %s", clip(b))
-}
-
-// newCallID mints an id for a call the server sent without one.
-func newCallID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+).
-	return "call_" + hex.EncodeToString(b[:])
 }
 
 // finishReason maps the server's finish reason to the neutral one. Servers

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
-	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/pool/worker"
@@ -41,21 +39,6 @@ var _ worker.Backend = (*Backend)(nil)
 
 func newBackend(d *Driver, ep worker.Endpoint, inner worker.Backend, in *heldInput) *Backend {
 	return &Backend{d: d, ep: ep, inner: inner, in: in, loggedOut: inner == nil}
-}
-
-// credStamp is what is known of the stored login file without reading it.
-type credStamp struct {
-	exists bool
-	size   int64
-	mod    time.Time
-}
-
-func stampOf(path string) credStamp {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return credStamp{}
-	}
-	return credStamp{exists: true, size: fi.Size(), mod: fi.ModTime()}
 }
 
 // Status is the health check. Logged in, it is agentcli's (the process

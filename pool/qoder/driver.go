@@ -26,7 +26,8 @@ import (
 // supervisor starts the worker again, and it runs the session.
 type Driver struct {
 	*agentcli.Driver
-	cfg Config
+	set Settings
+	cli []string // the argv prefix that runs qodercli
 	log *slog.Logger
 
 	mu sync.Mutex
@@ -34,7 +35,7 @@ type Driver struct {
 	login map[string]bool
 	// refused: the stored login each instance's CLI refused (a session
 	// is not tried again on it).
-	refused map[string]credStamp
+	refused map[string]string
 }
 
 var (
@@ -44,16 +45,18 @@ var (
 	_ worker.TurnChecker = (*Driver)(nil)
 )
 
-// New returns a driver for cfg.
-func New(cfg Config) *Driver {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+// New returns a driver for the kind's settings s over cli, agentcli's
+// configuration (the command that runs qodercli, or the simulator playing
+// it, and the timeouts), whose profile and session settings New fills in
+// from s.
+func New(s Settings, cli agentcli.Config) *Driver {
+	cli.Profile, cli.SystemPrompt, cli.LiveSessions = Profile(s), s.SystemPrompt, s.LiveSessions
+	cli.TurnTimeout, cli.IdleTimeout, cli.Record, cli.RecordDir = s.TurnTimeout, s.IdleTimeout, s.Record, s.RecordDir
+	if cli.Logger == nil {
+		cli.Logger = slog.Default()
 	}
-	if cfg.StartTimeout <= 0 {
-		cfg.StartTimeout = 20 * time.Second
-	}
-	return &Driver{Driver: agentcli.New(cfg.cliConfig()), cfg: cfg, log: cfg.Logger, login: map[string]bool{},
-		refused: map[string]credStamp{}}
+	return &Driver{Driver: agentcli.New(cli), set: s, cli: cli.Command, log: cli.Logger, login: map[string]bool{},
+		refused: map[string]string{}}
 }
 
 // configDir is the CLI's config dir in ep's work dir (agentcli's).
@@ -65,16 +68,19 @@ func configDir(ep worker.Endpoint) string {
 	return d
 }
 
-// credPath is the stored login under a config dir.
-func credPath(configDir string) string { return filepath.Join(configDir, ".auth", credFile) }
+// storedLogin is what is known of the stored login of ep's CLI without
+// reading it ("": there is none).
+func storedLogin(ep worker.Endpoint) string {
+	return agentcli.CredentialPrint(configDir(ep), []string{filepath.Join(".auth", credFile)})
+}
 
 // Command is the argv of the worker's next start: the stream-json
 // session when there is a login to try, else `qodercli login`.
 func (d *Driver) Command(ep worker.Endpoint) []string {
-	st := stampOf(credPath(configDir(ep)))
+	st := storedLogin(ep)
 	d.mu.Lock()
 	refused, wasRefused := d.refused[ep.Name]
-	login := !d.cfg.Settings.isToken(ep.Account.Password) && (!st.exists || wasRefused && refused == st)
+	login := !d.set.isToken(ep.Account.Password) && (st == "" || wasRefused && refused == st)
 	d.login[ep.Name] = login
 	d.mu.Unlock()
 	if login {
@@ -85,13 +91,13 @@ func (d *Driver) Command(ep worker.Endpoint) []string {
 
 // command is the argv of one of the CLI's commands.
 func (d *Driver) command(args ...string) []string {
-	return append(append([]string(nil), d.cfg.Command...), args...)
+	return append(append([]string(nil), d.cli...), args...)
 }
 
 // refuse notes that the CLI refused the stored login as it is now, so that
 // the next start runs the device login.
 func (d *Driver) refuse(ep worker.Endpoint) {
-	st := stampOf(credPath(configDir(ep)))
+	st := storedLogin(ep)
 	d.mu.Lock()
 	d.refused[ep.Name] = st
 	d.mu.Unlock()

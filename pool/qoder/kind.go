@@ -17,7 +17,6 @@ package qoder
 
 import (
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -130,36 +129,6 @@ func newFromSetup(s worker.Setup) (worker.Driver, error) {
 	if errs := set.Validate(); len(errs) > 0 {
 		return nil, errs[0]
 	}
-	return New(Config{Settings: set, Command: s.Command, ExtraArgs: s.ExtraArgs, MaxTurnBytes: s.MaxTurnBytes,
+	return New(set, agentcli.Config{Command: s.Command, ExtraArgs: s.ExtraArgs, MaxTurnBytes: s.MaxTurnBytes,
 		Logger: s.Logger}), nil
-}
-
-// Config is a Driver's configuration.
-type Config struct {
-	// Settings are the kind's settings.
-	Settings Settings
-	// Command is the argv prefix that runs qodercli (or the simulator
-	// playing it). Required.
-	Command []string
-	// ExtraArgs follow the profile's arguments. Default none.
-	ExtraArgs []string
-	// MaxTurnBytes is the largest user message sent. Default agentcli's.
-	MaxTurnBytes int64
-	// StartTimeout bounds a start to the CLI's first answer, and a status
-	// or login command. Default agentcli's (20s).
-	StartTimeout time.Duration
-	// StopTimeout is how long an interrupted turn may take to end. Default
-	// agentcli's.
-	StopTimeout time.Duration
-	// Logger receives the driver's warnings. Default slog.Default().
-	Logger *slog.Logger
-}
-
-// cliConfig is agentcli's configuration for c.
-func (c Config) cliConfig() agentcli.Config {
-	s := c.Settings
-	return agentcli.Config{Profile: Profile(s), Command: c.Command, ExtraArgs: c.ExtraArgs,
-		SystemPrompt: s.SystemPrompt, LiveSessions: s.LiveSessions, StartTimeout: c.StartTimeout,
-		StopTimeout: c.StopTimeout, TurnTimeout: s.TurnTimeout, IdleTimeout: s.IdleTimeout,
-		MaxTurnBytes: c.MaxTurnBytes, Record: s.Record, RecordDir: s.RecordDir, Logger: c.Logger}
 }

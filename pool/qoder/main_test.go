@@ -17,6 +17,7 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/sim"
 	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/pool/agentcli"
 	"github.com/poolgate/poolgate/pool/qoder"
 	"github.com/poolgate/poolgate/pool/supervisor"
 	"github.com/poolgate/poolgate/pool/supervisor/supervisortest"
@@ -90,7 +91,7 @@ func startPool(t *testing.T, accounts ...supervisor.WorkerConfig) *pool {
 	logger := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	set := qoder.DefaultSettings()
 	set.SystemPrompt = "test prompt"
-	drv := qoder.New(qoder.Config{Settings: set, Command: []string{os.Args[0], "qoder"}, ExtraArgs: []string{"--directives"},
+	drv := qoder.New(set, agentcli.Config{Command: []string{os.Args[0], "qoder"}, ExtraArgs: []string{"--directives"},
 		StartTimeout: 10 * time.Second, StopTimeout: 3 * time.Second, Logger: logger})
 	launcher := &supervisor.ExecLauncher{Env: []string{simEnv + "=1", "PATH=" + os.Getenv("PATH")}}
 	sup := supervisor.New(supervisor.Config{}, supervisortest.Drive(drv, accounts), launcher, nil, logger)

@@ -1,8 +1,10 @@
 package qoder
 
 import (
+	"cmp"
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strconv"
 
 	"github.com/poolgate/poolgate/internal/chat"
@@ -65,20 +67,8 @@ func args(s Settings, l agentcli.Launch) []string {
 		"--include-partial-messages", "--tools", "", "--disable-builtin-skills", "--strict-mcp-config",
 		"--permission-mode", "dont_ask", "--max-model-request-retries", strconv.Itoa(s.ModelRetries),
 		"--settings", settingsJSON}
-	if l.SystemPrompt != "" {
-		a = append(a, "--system-prompt", l.SystemPrompt)
-	}
-	model := l.Model
-	if model == "" {
-		model = s.Model
-	}
-	if model != "" {
-		a = append(a, "--model", model)
-	}
-	if l.Resume != "" {
-		a = append(a, "--resume", l.Resume)
-	}
-	return a
+	l.Model = cmp.Or(l.Model, s.Model)
+	return append(a, l.Flags()...)
 }
 
 // env is the worker's environment: its home, temp and config dirs (the
@@ -100,33 +90,12 @@ func env(s Settings, d agentcli.Dirs, a worker.Account) []string {
 // patEnv is the variable qodercli reads a personal access token from.
 const patEnv = "QODER_PERSONAL_ACCESS_TOKEN"
 
-func clip(s string) string {
-	if len(s) > 200 {
-		return s[:200] + "..."
-	}
-	return s
-}
-
 // models reads the initialize answer's models (value and display name).
 // Offline the list was empty; the CLI's own default, auto, is always
 // there (its init line names it).
 func models(init json.RawMessage) []chat.Model {
-	var r struct {
-		Models []struct {
-			Value       string `json:"value"`
-			DisplayName string `json:"displayName"`
-		} `json:"models"`
-	}
-	_ = json.Unmarshal(init, &r)
-	out := make([]chat.Model, 0, len(r.Models)+1)
-	auto := false
-	for _, m := range r.Models {
-		if m.Value != "" {
-			out = append(out, chat.Model{ID: m.Value, Name: m.DisplayName})
-			auto = auto || m.Value == defaultModel
-		}
-	}
-	if !auto {
+	out := agentcli.InitModels(init)
+	if !slices.ContainsFunc(out, func(m chat.Model) bool { return m.ID == defaultModel }) {
 		out = append(out, chat.Model{ID: defaultModel, Name: "Auto"})
 	}
 	return out

@@ -15,6 +15,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/pool/agentcli"
 	"github.com/poolgate/poolgate/pool/qoder"
 	"github.com/poolgate/poolgate/pool/qoder/qodertest"
 	"github.com/poolgate/poolgate/pool/supervisor"
@@ -37,7 +38,7 @@ func startReal(t *testing.T, accounts ...supervisor.WorkerConfig) *pool {
 	bin := qodertest.Bin(t)
 	log := &testenv.Buffer{}
 	logger := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	drv := qoder.New(qoder.Config{Settings: qoder.DefaultSettings(), Command: []string{bin},
+	drv := qoder.New(qoder.DefaultSettings(), agentcli.Config{Command: []string{bin},
 		StartTimeout: 60 * time.Second, StopTimeout: 5 * time.Second, Logger: logger})
 	launcher := &supervisor.ExecLauncher{Env: []string{"PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8",
 		"HTTPS_PROXY=" + qodertest.RefusedProxy, "HTTP_PROXY=" + qodertest.RefusedProxy}}

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/poolgate/poolgate/pool/agentcli"
 )
 
 // qodercli writes a log of each run under its config dir
@@ -71,7 +73,7 @@ func scanAuthFailure(path string) string {
 		if m[1] != "" {
 			why = m[1] + ": " + why
 		}
-		return clip(why)
+		return agentcli.Clip(why)
 	}
 	return ""
 }

@@ -1,6 +1,7 @@
 package qoder
 
 import (
+	"bytes"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -46,7 +47,7 @@ func (t *tap) Close() error { return t.r.Close() }
 // inspect reads the complete lines in b.
 func (t *tap) inspect(b []byte) {
 	for len(b) > 0 && !t.decided.Load() {
-		i := indexNL(b)
+		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
 			if !t.skip {
 				t.buf = append(t.buf, b...)
@@ -62,15 +63,6 @@ func (t *tap) inspect(b []byte) {
 		}
 		t.buf, t.skip, b = t.buf[:0], false, b[i+1:]
 	}
-}
-
-func indexNL(b []byte) int {
-	for i, c := range b {
-		if c == '\n' {
-			return i
-		}
-	}
-	return -1
 }
 
 // line looks at one line: a control answer means the CLI reads its input

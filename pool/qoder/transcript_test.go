@@ -120,7 +120,7 @@ func simulate(t *testing.T, login bool) func(in string, n int) []*agentcli.Messa
 		storeLogin(t, dir, "demo@example.com")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	args := append([]string{"qoder"}, qoder.New(qoder.Config{Settings: qoder.DefaultSettings(), ExtraArgs: []string{"--directives"}}).Driver.Command(
+	args := append([]string{"qoder"}, qoder.New(qoder.DefaultSettings(), agentcli.Config{ExtraArgs: []string{"--directives"}}).Driver.Command(
 		worker.Endpoint{Name: "q1", WorkDir: dir})...)
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
 	cmd.Dir = dir

@@ -2,6 +2,7 @@ package textchat
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -196,15 +197,10 @@ type jsonCall struct {
 }
 
 func (c *jsonCall) name() string {
-	switch {
-	case c.Name != "":
-		return c.Name
-	case c.Tool != "":
-		return c.Tool
-	case c.Function != nil:
-		return c.Function.Name
+	if c.Function != nil {
+		return cmp.Or(c.Name, c.Tool, c.Function.Name)
 	}
-	return ""
+	return cmp.Or(c.Name, c.Tool)
 }
 
 func (c *jsonCall) args() json.RawMessage {

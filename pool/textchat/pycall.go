@@ -2,6 +2,7 @@ package textchat
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -70,61 +71,39 @@ func (p *pyParser) call(tools []chat.Tool, depth int) (chat.ToolCall, bool) {
 		return chat.ToolCall{}, false
 	}
 	p.out = append(p.out[:0], '{')
-	var keys []string
+	keys := make([]string, 0, 8) // the usual few keys stay off the heap
 	positional := false
-	for {
-		p.skipSpace(true)
-		if p.eat(')') {
-			break
-		}
-		if len(keys) > 0 || positional {
-			if !p.eat(',') {
-				return chat.ToolCall{}, false
-			}
-			p.skipSpace(true)
-			if p.eat(')') {
-				break
-			}
-		}
+	ok := p.items(')', 0, func(int) bool {
 		key, ok := p.keyword()
 		switch {
 		case ok:
-			if positional || contains(keys, key) {
-				return chat.ToolCall{}, false
+			if positional || slices.Contains(keys, key) {
+				return false
 			}
 			if len(keys) > 0 {
 				p.out = append(p.out, ',')
 			}
 			keys = append(keys, key)
 			p.out = jsonx.AppendString(p.out, key)
-			p.out = append(p.out, ':')
 		case len(keys) == 0 && !positional:
 			prop, ok := onlyProperty(tools[ti].Parameters)
 			if !ok {
-				return chat.ToolCall{}, false
+				return false
 			}
 			positional = true
 			p.out = jsonx.AppendString(p.out, prop)
-			p.out = append(p.out, ':')
 		default:
-			return chat.ToolCall{}, false
+			return false
 		}
+		p.out = append(p.out, ':')
 		p.skipSpace(true)
-		if !p.value(0) {
-			return chat.ToolCall{}, false
-		}
+		return p.value(0)
+	})
+	if !ok {
+		return chat.ToolCall{}, false
 	}
 	p.out = append(p.out, '}')
 	return chat.ToolCall{ID: NewCallID(), Name: name, Arguments: string(p.out)}, true
-}
-
-func contains(keys []string, k string) bool {
-	for _, x := range keys {
-		if x == k {
-			return true
-		}
-	}
-	return false
 }
 
 // onlyProperty returns the name of the single property of a JSON schema.
@@ -169,6 +148,31 @@ func (p *pyParser) eat(c byte) bool {
 		return true
 	}
 	return false
+}
+
+// items parses comma-separated items up to closer (a trailing comma
+// allowed), calling item for each with its index; the items before
+// index first are already read, with the comma after the last of them
+// still to come.
+func (p *pyParser) items(closer byte, first int, item func(n int) bool) bool {
+	for n := first; ; n++ {
+		p.skipSpace(true)
+		if p.eat(closer) {
+			return true
+		}
+		if n > 0 {
+			if !p.eat(',') {
+				return false
+			}
+			p.skipSpace(true)
+			if p.eat(closer) {
+				return true
+			}
+		}
+		if !item(n) {
+			return false
+		}
+	}
 }
 
 func (p *pyParser) ident() string {
@@ -244,27 +248,14 @@ func (p *pyParser) value(depth int) bool {
 // seq parses list (or tuple) items up to close, as a JSON array.
 func (p *pyParser) seq(closer byte, depth int) bool {
 	p.out = append(p.out, '[')
-	for n := 0; ; n++ {
-		p.skipSpace(true)
-		if p.eat(closer) {
-			break
-		}
+	ok := p.items(closer, 0, func(n int) bool {
 		if n > 0 {
-			if !p.eat(',') {
-				return false
-			}
-			p.skipSpace(true)
-			if p.eat(closer) {
-				break
-			}
 			p.out = append(p.out, ',')
 		}
-		if !p.value(depth + 1) {
-			return false
-		}
-	}
+		return p.value(depth + 1)
+	})
 	p.out = append(p.out, ']')
-	return true
+	return ok
 }
 
 // paren parses `(x)` as x and `()` or `(x, ...)` as a tuple (a JSON array).
@@ -283,51 +274,27 @@ func (p *pyParser) paren(depth int) bool {
 	if p.eat(')') {
 		return true
 	}
-	if !p.eat(',') {
+	if p.i >= len(p.s) || p.s[p.i] != ',' {
 		return false
 	}
 	// A tuple: wrap what is written so far, then continue as a list.
 	p.out = append(p.out, 0)
 	copy(p.out[mark+1:], p.out[mark:])
 	p.out[mark] = '['
-	for {
-		p.skipSpace(true)
-		if p.eat(')') {
-			break
-		}
+	ok := p.items(')', 1, func(int) bool {
 		p.out = append(p.out, ',')
-		if !p.value(depth + 1) {
-			return false
-		}
-		p.skipSpace(true)
-		if p.eat(')') {
-			break
-		}
-		if !p.eat(',') {
-			return false
-		}
-	}
+		return p.value(depth + 1)
+	})
 	p.out = append(p.out, ']')
-	return true
+	return ok
 }
 
 // dict parses `{key: value, ...}`; keys must be strings, numbers, booleans
 // or None, which become JSON strings as Python's json.dumps writes them.
 func (p *pyParser) dict(depth int) bool {
 	p.out = append(p.out, '{')
-	for n := 0; ; n++ {
-		p.skipSpace(true)
-		if p.eat('}') {
-			break
-		}
+	ok := p.items('}', 0, func(n int) bool {
 		if n > 0 {
-			if !p.eat(',') {
-				return false
-			}
-			p.skipSpace(true)
-			if p.eat('}') {
-				break
-			}
 			p.out = append(p.out, ',')
 		}
 		if !p.dictKey(depth) {
@@ -339,12 +306,10 @@ func (p *pyParser) dict(depth int) bool {
 		}
 		p.out = append(p.out, ':')
 		p.skipSpace(true)
-		if !p.value(depth + 1) {
-			return false
-		}
-	}
+		return p.value(depth + 1)
+	})
 	p.out = append(p.out, '}')
-	return true
+	return ok
 }
 
 func (p *pyParser) dictKey(depth int) bool {
@@ -519,20 +484,6 @@ func (p *pyParser) escape() bool {
 	case '\n':
 	case '\\', '\'', '"':
 		p.scratch = append(p.scratch, c)
-	case 'n':
-		p.scratch = append(p.scratch, '\n')
-	case 'r':
-		p.scratch = append(p.scratch, '\r')
-	case 't':
-		p.scratch = append(p.scratch, '\t')
-	case 'b':
-		p.scratch = append(p.scratch, '\b')
-	case 'f':
-		p.scratch = append(p.scratch, '\f')
-	case 'v':
-		p.scratch = append(p.scratch, '\v')
-	case 'a':
-		p.scratch = append(p.scratch, '\a')
 	case 'x':
 		return p.hexEscape(2)
 	case 'u':
@@ -540,6 +491,10 @@ func (p *pyParser) escape() bool {
 	case 'U':
 		return p.hexEscape(8)
 	default:
+		if i := strings.IndexByte(simpleEscapes, c); i >= 0 {
+			p.scratch = append(p.scratch, simpleEscaped[i])
+			return true
+		}
 		if c >= '0' && c <= '7' {
 			v, n := int(c-'0'), 1
 			for n < 3 && p.i < len(p.s) && p.s[p.i] >= '0' && p.s[p.i] <= '7' {
@@ -554,6 +509,13 @@ func (p *pyParser) escape() bool {
 	}
 	return true
 }
+
+// simpleEscapes are the letters of Python's one-letter escapes, and
+// simpleEscaped what each stands for.
+const (
+	simpleEscapes = "nrtbfva"
+	simpleEscaped = "\n\r\t\b\f\v\a"
+)
 
 func (p *pyParser) hexEscape(n int) bool {
 	if p.i+n > len(p.s) {
