@@ -75,7 +75,8 @@ func storedLogin(ep worker.Endpoint) string {
 }
 
 // Command is the argv of the worker's next start: the stream-json
-// session when there is a login to try, else `qodercli login`.
+// session with the account's args when there is a login to try, else
+// `qodercli login`, which refuses the session's options.
 func (d *Driver) Command(ep worker.Endpoint) []string {
 	st := storedLogin(ep)
 	d.mu.Lock()
@@ -86,8 +87,12 @@ func (d *Driver) Command(ep worker.Endpoint) []string {
 	if login {
 		return d.command("login")
 	}
-	return d.Driver.Command(ep)
+	return append(d.Driver.Command(ep), ep.Account.Args...)
 }
+
+// PlacesArgs marks the account's args as Command's to place (they follow
+// the session's command, never the login's).
+func (d *Driver) PlacesArgs() {}
 
 // command is the argv of one of the CLI's commands.
 func (d *Driver) command(args ...string) []string {

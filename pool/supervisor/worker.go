@@ -478,7 +478,7 @@ func (w *Worker) start(ctx context.Context, out *tail) (Process, worker.Backend,
 	if err != nil {
 		return nil, nil, fmt.Errorf("start worker %s: %w", w.cfg.Name, err)
 	}
-	spec := ProcSpec{Argv: append(w.driver.Command(ep), w.cfg.Account.Args...), Env: env, Dir: w.cfg.WorkDir, Log: w.log,
+	spec := ProcSpec{Argv: worker.Argv(w.driver, ep), Env: env, Dir: w.cfg.WorkDir, Log: w.log,
 		Lines: out.add}
 	var p *pipes
 	if stdio {

@@ -125,6 +125,27 @@ func TransportOf(d Driver) Transport {
 	return TransportPorts
 }
 
+// ArgsPlacer is a Driver whose Command places the account's Args itself,
+// because not every command it starts is the worker (qoder's device login
+// runs `qodercli login`, which refuses the session's options). The
+// supervisor appends an account's Args to any other driver's command.
+type ArgsPlacer interface {
+	Driver
+	// PlacesArgs is a marker: the Command of this driver holds
+	// Endpoint.Account.Args wherever they belong.
+	PlacesArgs()
+}
+
+// Argv is the argv that starts a worker at ep: d's command with the
+// account's Args, unless d places them itself.
+func Argv(d Driver, ep Endpoint) []string {
+	argv := d.Command(ep)
+	if _, ok := d.(ArgsPlacer); ok {
+		return argv
+	}
+	return append(argv, ep.Account.Args...)
+}
+
 // Stdio is one process's standard input and output, as its driver gets
 // them. The supervisor closes both once the process's life is over; the
 // driver may close In sooner, to end the process's input.

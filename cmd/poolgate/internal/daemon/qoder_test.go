@@ -127,7 +127,9 @@ func TestQoderWorkersWithoutLogin(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := startQoderPool(t, dataDir, []map[string]any{
-		{"name": "q-out", "env": env},
+		// Its args are the session's: `qodercli login` refuses them
+		// ("error: unknown option '--model'").
+		{"name": "q-out", "env": env, "args": []string{"--model", "auto"}},
 		{"name": "q-refused", "env": env},
 		{"name": "q-pat", "password": "qoder_not_a_real_token", "env": env},
 	}, "POOLGATE_AUTO_LOGIN=false", "POOLGATE_QODER_RECORD=true")
