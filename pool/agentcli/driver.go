@@ -150,11 +150,12 @@ func (d *Driver) Connect(ctx context.Context, ep worker.Endpoint) (worker.Backen
 	init, err := main.initialize(ctx)
 	if err != nil {
 		main.close()
+		b.rec.close()
 		return nil, fmt.Errorf("%s %s: %w", d.cfg.Profile.Name, ep.Name, err)
 	}
 	b.adopt(main, init)
 	if err := b.refreshLogin(ctx); err != nil {
-		b.closeAll()
+		_ = b.Close()
 		return nil, fmt.Errorf("%s %s: login state: %w", d.cfg.Profile.Name, ep.Name, err)
 	}
 	return b, nil
