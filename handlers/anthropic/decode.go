@@ -119,7 +119,7 @@ func decodeMessages(body []byte, forCount bool) (*decoded, error) {
 	d := &decoded{}
 	in, out := &d.wire, &d.chat
 	if err := json.Unmarshal(body, in); err != nil {
-		return nil, badRequest("invalid JSON body: %v", err)
+		return nil, apierr.BadRequest("invalid JSON body: %v", err)
 	}
 	if err := in.checkFields(forCount); err != nil {
 		return nil, err
@@ -191,21 +191,21 @@ func (d *decoded) param(ve *chat.ValidationError) string {
 func (in *messagesRequest) checkFields(forCount bool) error {
 	switch {
 	case in.Model == "":
-		return badRequest("model: field required")
+		return apierr.BadRequest("model: field required")
 	case !forCount && in.MaxTokens == nil:
-		return badRequest("max_tokens: field required")
+		return apierr.BadRequest("max_tokens: field required")
 	case !forCount && *in.MaxTokens < 1:
-		return badRequest("max_tokens: must be greater than or equal to 1")
+		return apierr.BadRequest("max_tokens: must be greater than or equal to 1")
 	case in.Temperature != nil && (*in.Temperature < 0 || *in.Temperature > 1):
-		return badRequest("temperature: must be between 0 and 1")
+		return apierr.BadRequest("temperature: must be between 0 and 1")
 	case len(in.MCPServers) > 0:
-		return badRequest("mcp_servers: MCP connectors are not supported by this gateway")
+		return apierr.BadRequest("mcp_servers: MCP connectors are not supported by this gateway")
 	case !isNull(in.Container):
-		return badRequest("container: code execution containers are not supported by this gateway")
+		return apierr.BadRequest("container: code execution containers are not supported by this gateway")
 	}
 	for i, s := range in.StopSequences {
 		if strings.TrimSpace(s) == "" {
-			return badRequest("stop_sequences.%d: each stop sequence must contain non-whitespace", i)
+			return apierr.BadRequest("stop_sequences.%d: each stop sequence must contain non-whitespace", i)
 		}
 	}
 	for i := len(in.Messages) - 1; i >= 0; i-- {
@@ -213,7 +213,7 @@ func (in *messagesRequest) checkFields(forCount bool) error {
 		case "system":
 			continue
 		case "assistant":
-			return badRequest("messages.%d: a final assistant message (prefill) is not supported by this gateway", i)
+			return apierr.BadRequest("messages.%d: a final assistant message (prefill) is not supported by this gateway", i)
 		}
 		break
 	}
@@ -265,18 +265,18 @@ func decodeSystem(raw json.RawMessage, param string, d *httpx.Dropped) (string, 
 	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", badRequest("%s: %v", param, err)
+			return "", apierr.BadRequest("%s: %v", param, err)
 		}
 		return s, nil
 	}
 	var blocks []wireBlock
 	if err := json.Unmarshal(raw, &blocks); err != nil {
-		return "", badRequest("%s: must be a string or a list of text blocks", param)
+		return "", apierr.BadRequest("%s: must be a string or a list of text blocks", param)
 	}
 	parts := make([]string, 0, len(blocks))
 	for i, b := range blocks {
 		if b.Type != "text" {
-			return "", badRequest("%s.%d: block type %q is not supported; only text blocks are", param, i, b.Type)
+			return "", apierr.BadRequest("%s.%d: block type %q is not supported; only text blocks are", param, i, b.Type)
 		}
 		d.AddSet(dropCacheControl, b.CacheControl)
 		if strings.HasPrefix(b.Text, billingHeader) {
@@ -326,21 +326,21 @@ func (mc *messageContext) appendMessage(dst []chat.Message, i int, m *wireMessag
 		}
 		return append(dst, chat.Message{Role: chat.RoleSystem, Content: s}), nil
 	default:
-		return nil, badRequest("messages.%d.role: must be \"user\", \"assistant\" or \"system\", got %q", i, m.Role)
+		return nil, apierr.BadRequest("messages.%d.role: must be \"user\", \"assistant\" or \"system\", got %q", i, m.Role)
 	}
 	if isNull(m.Content) {
-		return nil, badRequest("messages.%d.content: field required", i)
+		return nil, apierr.BadRequest("messages.%d.content: field required", i)
 	}
 	if m.Content[0] == '"' {
 		var s string
 		if err := json.Unmarshal(m.Content, &s); err != nil {
-			return nil, badRequest("messages.%d.content: %v", i, err)
+			return nil, apierr.BadRequest("messages.%d.content: %v", i, err)
 		}
 		return append(dst, chat.Message{Role: m.Role, Content: s}), nil
 	}
 	var blocks []wireBlock
 	if err := json.Unmarshal(m.Content, &blocks); err != nil {
-		return nil, badRequest("messages.%d.content: must be a string or a list of content blocks", i)
+		return nil, apierr.BadRequest("messages.%d.content: must be a string or a list of content blocks", i)
 	}
 	msg := chat.Message{Role: m.Role}
 	var text textJoiner
@@ -356,7 +356,7 @@ func (mc *messageContext) appendMessage(dst []chat.Message, i int, m *wireMessag
 			}
 		case "tool_use":
 			if m.Role != "assistant" {
-				return nil, badRequest("messages.%d.content.%d: tool_use blocks belong in assistant messages", i, j)
+				return nil, apierr.BadRequest("messages.%d.content.%d: tool_use blocks belong in assistant messages", i, j)
 			}
 			call, err := toolUseCall(b, i, j)
 			if err != nil {
@@ -369,7 +369,7 @@ func (mc *messageContext) appendMessage(dst []chat.Message, i int, m *wireMessag
 			mc.names[call.ID] = call.Name
 		case "tool_result":
 			if m.Role != "user" {
-				return nil, badRequest("messages.%d.content.%d: tool_result blocks belong in user messages", i, j)
+				return nil, apierr.BadRequest("messages.%d.content.%d: tool_result blocks belong in user messages", i, j)
 			}
 			res, err := mc.toolResult(b, i, j)
 			if err != nil {
@@ -393,7 +393,7 @@ func (mc *messageContext) appendMessage(dst []chat.Message, i int, m *wireMessag
 	msg.Content = text.String()
 	if i == mc.current && media > 0 && words == 0 && results == 0 {
 		// Answering would mean pretending to have seen it.
-		return nil, badRequest("messages.%d: this turn is only images or documents, which the workers cannot read (they are text-only)", i)
+		return nil, apierr.BadRequest("messages.%d: this turn is only images or documents, which the workers cannot read (they are text-only)", i)
 	}
 	if msg.Content == "" && len(msg.ToolCalls) == 0 {
 		return dst, nil // a user turn made only of tool results
@@ -427,7 +427,7 @@ func (mc *messageContext) otherBlock(b *wireBlock, i, j int) (string, bool, erro
 		mc.dropped.Add(dropServerToolBlocks)
 		return "", false, nil
 	default:
-		return "", false, badRequest("messages.%d.content.%d: unsupported content block type %q", i, j, b.Type)
+		return "", false, apierr.BadRequest("messages.%d.content.%d: unsupported content block type %q", i, j, b.Type)
 	}
 }
 
@@ -487,12 +487,12 @@ func (t *textJoiner) String() string { return t.b.String() }
 
 func toolUseCall(b *wireBlock, i, j int) (chat.ToolCall, error) {
 	if b.ID == "" || b.Name == "" {
-		return chat.ToolCall{}, badRequest("messages.%d.content.%d: tool_use needs id and name", i, j)
+		return chat.ToolCall{}, apierr.BadRequest("messages.%d.content.%d: tool_use needs id and name", i, j)
 	}
 	args := "{}"
 	if !isNull(b.Input) {
 		if b.Input[0] != '{' {
-			return chat.ToolCall{}, badRequest("messages.%d.content.%d.input: must be an object", i, j)
+			return chat.ToolCall{}, apierr.BadRequest("messages.%d.content.%d.input: must be an object", i, j)
 		}
 		args = string(b.Input)
 	}
@@ -501,7 +501,7 @@ func toolUseCall(b *wireBlock, i, j int) (chat.ToolCall, error) {
 
 func (mc *messageContext) toolResult(b *wireBlock, i, j int) (chat.Message, error) {
 	if b.ToolUseID == "" {
-		return chat.Message{}, badRequest("messages.%d.content.%d.tool_use_id: field required", i, j)
+		return chat.Message{}, apierr.BadRequest("messages.%d.content.%d.tool_use_id: field required", i, j)
 	}
 	content, err := mc.toolResultContent(b.Content, i, j)
 	if err != nil {
@@ -524,13 +524,13 @@ func (mc *messageContext) toolResultContent(raw json.RawMessage, i, j int) (stri
 	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", badRequest("messages.%d.content.%d.content: %v", i, j, err)
+			return "", apierr.BadRequest("messages.%d.content.%d.content: %v", i, j, err)
 		}
 		return s, nil
 	}
 	var blocks []wireBlock
 	if err := json.Unmarshal(raw, &blocks); err != nil {
-		return "", badRequest("messages.%d.content.%d.content: must be a string or a list of content blocks", i, j)
+		return "", apierr.BadRequest("messages.%d.content.%d.content: must be a string or a list of content blocks", i, j)
 	}
 	var text textJoiner
 	for k := range blocks {
@@ -541,7 +541,7 @@ func (mc *messageContext) toolResultContent(raw json.RawMessage, i, j int) (stri
 		}
 		note, _, err := mc.otherBlock(b, i, j)
 		if err != nil {
-			return "", badRequest("messages.%d.content.%d.content.%d: %s blocks are not supported in tool results", i, j, k, b.Type)
+			return "", apierr.BadRequest("messages.%d.content.%d.content.%d: %s blocks are not supported in tool results", i, j, k, b.Type)
 		}
 		if note != "" {
 			text.add(note)
@@ -581,16 +581,16 @@ func decodeTools(in []wireTool, choice *wireToolChoice, referenced map[string]bo
 		if t.Type != "" && t.Type != "custom" {
 			skip()
 			if t.Name == "" {
-				return nil, nil, badRequest("tools.%d.name: field required", i)
+				return nil, nil, apierr.BadRequest("tools.%d.name: field required", i)
 			}
 			if t.Name == forced {
-				return nil, nil, badRequest("tool_choice.name: %q is a server tool (%s), which this gateway's workers cannot run", t.Name, t.Type)
+				return nil, nil, apierr.BadRequest("tool_choice.name: %q is a server tool (%s), which this gateway's workers cannot run", t.Name, t.Type)
 			}
 			d.Add(dropServerTools)
 			continue
 		}
 		if isNull(t.InputSchema) {
-			return nil, nil, badRequest("tools.%d.input_schema: field required", i)
+			return nil, nil, apierr.BadRequest("tools.%d.input_schema: field required", i)
 		}
 		if t.DeferLoading && t.Name != "" && !referenced[t.Name] && t.Name != forced {
 			skip()
@@ -621,7 +621,7 @@ func decodeToolChoice(tc *wireToolChoice) (chat.ToolChoice, error) {
 	case "tool":
 		return chat.ToolChoice{Mode: chat.ToolNamed, Name: tc.Name}, nil
 	default:
-		return chat.ToolChoice{}, badRequest("tool_choice.type: must be one of auto, any, tool, none; got %q", tc.Type)
+		return chat.ToolChoice{}, apierr.BadRequest("tool_choice.type: must be one of auto, any, tool, none; got %q", tc.Type)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"strconv"
-	"strings"
 
 	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/relay"
@@ -62,16 +61,6 @@ func newMessageID() string { return "msg_" + rand.Text() }
 
 func newToolUseID() string { return "toolu_" + rand.Text() }
 
-// toolInput returns args when it is a JSON object, else "{}": a tool_use
-// block's input must be an object or clients fail to decode the whole answer.
-func toolInput(args string) string {
-	s := strings.TrimSpace(args)
-	if s == "" || s[0] != '{' || !json.Valid([]byte(s)) {
-		return "{}"
-	}
-	return s
-}
-
 // stopReason maps the neutral finish to Anthropic's; a turn that made tool
 // calls ends with tool_use whatever the worker said.
 func stopReason(f chat.FinishReason, madeCalls bool) string {
@@ -113,7 +102,7 @@ func (r *reply) message(done *chat.Event) *messageBody {
 		if id == "" {
 			id = newToolUseID()
 		}
-		m.Content = append(m.Content, contentBlock{Type: "tool_use", ID: id, Name: tc.Name, Input: toolInput(tc.Arguments)})
+		m.Content = append(m.Content, contentBlock{Type: "tool_use", ID: id, Name: tc.Name, Input: relay.ObjectArgs(tc.Arguments)})
 	}
 	reason := stopReason(done.Finish, len(r.Calls) > 0)
 	m.StopReason = &reason
@@ -239,7 +228,7 @@ func (e *streamEncoder) ToolCall(tc chat.ToolCall) error {
 	b := append(e.buf[:0], `{"type":"content_block_delta","index":`...)
 	b = strconv.AppendInt(b, int64(e.next-1), 10)
 	b = append(b, `,"delta":{"type":"input_json_delta","partial_json":`...)
-	b = jsonx.AppendString(b, toolInput(tc.Arguments))
+	b = jsonx.AppendString(b, relay.ObjectArgs(tc.Arguments))
 	if err := e.emit("content_block_delta", append(b, "}}"...)); err != nil {
 		return err
 	}

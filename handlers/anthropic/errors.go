@@ -1,7 +1,6 @@
 package anthropic
 
 import (
-	"fmt"
 	"net/http"
 	"strconv"
 
@@ -85,10 +84,4 @@ func streamErrorType(p *apierr.Problem) string {
 		return errOverloaded
 	}
 	return errAPI
-}
-
-// badRequest is a client error found while decoding: a 400
-// invalid_request_error whose message starts with the field at fault.
-func badRequest(format string, args ...any) error {
-	return &apierr.RequestError{Message: fmt.Sprintf(format, args...)}
 }

@@ -11,6 +11,7 @@ package apierr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -106,6 +107,12 @@ type RequestError struct {
 }
 
 func (e *RequestError) Error() string { return e.Message }
+
+// BadRequest is a client error found while decoding: a 400 whose message,
+// formatted as fmt.Sprintf does, starts with the field at fault.
+func BadRequest(format string, args ...any) error {
+	return &RequestError{Message: fmt.Sprintf(format, args...)}
+}
 
 // Codes of request errors, as OpenAI names them.
 const (

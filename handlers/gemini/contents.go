@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/internal/chat"
 )
@@ -24,7 +25,7 @@ func systemText(c *wireContent) (string, error) {
 		p := &c.Parts[j]
 		p.merge()
 		if p.Text == nil || p.FunctionCall != nil || p.FunctionResponse != nil || !isNull(p.InlineData) || !isNull(p.FileData) {
-			return "", badRequest("systemInstruction.parts[%d]: only text parts are supported", j)
+			return "", apierr.BadRequest("systemInstruction.parts[%d]: only text parts are supported", j)
 		}
 		t.add(*p.Text, "\n\n")
 	}
@@ -50,7 +51,7 @@ type contents struct {
 // decodeContents appends the messages of in to dst.
 func decodeContents(dst []chat.Message, in []wireContent, dropped *httpx.Dropped) ([]chat.Message, error) {
 	if len(in) == 0 {
-		return nil, badRequest("contents: at least one content is required")
+		return nil, apierr.BadRequest("contents: at least one content is required")
 	}
 	cs := contents{dropped: dropped, current: -1, pending: map[string][]string{}, answered: map[string]string{}}
 	for i := range in {
@@ -59,7 +60,7 @@ func decodeContents(dst []chat.Message, in []wireContent, dropped *httpx.Dropped
 		}
 	}
 	if in[len(in)-1].Role == "model" {
-		return nil, badRequest("contents[%d]: a final model content (prefill) is not supported by this gateway", len(in)-1)
+		return nil, apierr.BadRequest("contents[%d]: a final model content (prefill) is not supported by this gateway", len(in)-1)
 	}
 	var err error
 	for i := range in {
@@ -82,7 +83,7 @@ func (cs *contents) appendContent(dst []chat.Message, i int, c *wireContent) ([]
 	case "model":
 		role, sep = chat.RoleAssistant, ""
 	default:
-		return nil, badRequest("contents[%d].role: must be \"user\" or \"model\", got %q", i, c.Role)
+		return nil, apierr.BadRequest("contents[%d].role: must be \"user\" or \"model\", got %q", i, c.Role)
 	}
 	msg := chat.Message{Role: role}
 	var text joiner
@@ -104,7 +105,7 @@ func (cs *contents) appendContent(dst []chat.Message, i int, c *wireContent) ([]
 			}
 		case p.FunctionCall != nil:
 			if role != chat.RoleAssistant {
-				return nil, badRequest("contents[%d].parts[%d]: functionCall parts belong in model contents", i, j)
+				return nil, apierr.BadRequest("contents[%d].parts[%d]: functionCall parts belong in model contents", i, j)
 			}
 			tc, err := cs.call(p.FunctionCall, i, j)
 			if err != nil {
@@ -113,7 +114,7 @@ func (cs *contents) appendContent(dst []chat.Message, i int, c *wireContent) ([]
 			msg.ToolCalls = append(msg.ToolCalls, tc)
 		case p.FunctionResponse != nil:
 			if role != chat.RoleUser {
-				return nil, badRequest("contents[%d].parts[%d]: functionResponse parts belong in user contents", i, j)
+				return nil, apierr.BadRequest("contents[%d].parts[%d]: functionResponse parts belong in user contents", i, j)
 			}
 			res, repeated := cs.result(p.FunctionResponse)
 			if repeated {
@@ -135,7 +136,7 @@ func (cs *contents) appendContent(dst []chat.Message, i int, c *wireContent) ([]
 	}
 	if i == cs.current && media > 0 && words == 0 && results == 0 {
 		// Answering would mean pretending to have seen it.
-		return nil, badRequest("contents[%d]: this turn is only inline data or files, which the workers cannot read (they are text-only)", i)
+		return nil, apierr.BadRequest("contents[%d]: this turn is only inline data or files, which the workers cannot read (they are text-only)", i)
 	}
 	msg.Content = text.String()
 	if msg.Content == "" && len(msg.ToolCalls) == 0 {
@@ -161,18 +162,18 @@ func (cs *contents) other(p *wirePart, i, j int) (string, error) {
 	case p.ThoughtSignature != "":
 		return "", nil // a signature alone: dropped above
 	}
-	return "", badRequest("contents[%d].parts[%d]: the part has no data this gateway supports (text, functionCall, functionResponse, inlineData, fileData)", i, j)
+	return "", apierr.BadRequest("contents[%d].parts[%d]: the part has no data this gateway supports (text, functionCall, functionResponse, inlineData, fileData)", i, j)
 }
 
 // call translates a model's function call; one without an id gets one.
 func (cs *contents) call(fc *functionCall, i, j int) (chat.ToolCall, error) {
 	if fc.Name == "" {
-		return chat.ToolCall{}, badRequest("contents[%d].parts[%d].functionCall.name: field required", i, j)
+		return chat.ToolCall{}, apierr.BadRequest("contents[%d].parts[%d].functionCall.name: field required", i, j)
 	}
 	args := "{}"
 	if !isNull(fc.Args) {
 		if a := bytes.TrimSpace(fc.Args); a[0] != '{' {
-			return chat.ToolCall{}, badRequest("contents[%d].parts[%d].functionCall.args: must be an object", i, j)
+			return chat.ToolCall{}, apierr.BadRequest("contents[%d].parts[%d].functionCall.args: must be an object", i, j)
 		}
 		args = string(fc.Args)
 	}

@@ -48,7 +48,7 @@ type decoded struct {
 func decodeGenerate(body []byte, model string, stream bool) (*decoded, error) {
 	var in generateRequest
 	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, badRequest("invalid JSON body: %v", err)
+		return nil, apierr.BadRequest("invalid JSON body: %v", err)
 	}
 	d, err := decodeRequest(&in, model)
 	if err != nil {
@@ -63,7 +63,7 @@ func decodeGenerate(body []byte, model string, stream bool) (*decoded, error) {
 func decodeCount(body []byte, model string) (*decoded, error) {
 	var in countRequest
 	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, badRequest("invalid JSON body: %v", err)
+		return nil, apierr.BadRequest("invalid JSON body: %v", err)
 	}
 	g := in.GenerateContentRequest
 	if g == nil {
@@ -72,7 +72,7 @@ func decodeCount(body []byte, model string) (*decoded, error) {
 	if g == nil {
 		g = &generateRequest{Contents: in.Contents}
 	} else if len(in.Contents) > 0 {
-		return nil, badRequest("contents and generateContentRequest are mutually exclusive")
+		return nil, apierr.BadRequest("contents and generateContentRequest are mutually exclusive")
 	}
 	return decodeRequest(g, model)
 }
@@ -81,10 +81,10 @@ func decodeCount(body []byte, model string) (*decoded, error) {
 func decodeRequest(in *generateRequest, model string) (*decoded, error) {
 	in.merge()
 	if model == "" {
-		return nil, badRequest("the path names no model: use models/{model}:generateContent")
+		return nil, apierr.BadRequest("the path names no model: use models/{model}:generateContent")
 	}
 	if in.CachedContent != "" {
-		return nil, badRequest("cachedContent: cached contents are not supported by this gateway (it keeps no server-side caches)")
+		return nil, apierr.BadRequest("cachedContent: cached contents are not supported by this gateway (it keeps no server-side caches)")
 	}
 	d := &decoded{}
 	out := &d.chat
@@ -182,21 +182,21 @@ func (d *decoded) generation(g *generationConfig) error {
 	out := &d.chat
 	switch {
 	case g.CandidateCount != nil && *g.CandidateCount != 1:
-		return badRequest("generationConfig.candidateCount: only 1 candidate is supported, got %d", *g.CandidateCount)
+		return apierr.BadRequest("generationConfig.candidateCount: only 1 candidate is supported, got %d", *g.CandidateCount)
 	case g.MaxOutputTokens != nil && *g.MaxOutputTokens < 0:
-		return badRequest("generationConfig.maxOutputTokens: must not be negative, got %d", *g.MaxOutputTokens)
+		return apierr.BadRequest("generationConfig.maxOutputTokens: must not be negative, got %d", *g.MaxOutputTokens)
 	case g.Temperature != nil && (*g.Temperature < 0 || *g.Temperature > 2):
-		return badRequest("generationConfig.temperature: must be between 0 and 2, got %g", *g.Temperature)
+		return apierr.BadRequest("generationConfig.temperature: must be between 0 and 2, got %g", *g.Temperature)
 	case g.ResponseLogprobs != nil && *g.ResponseLogprobs, g.Logprobs != nil:
-		return badRequest("generationConfig.responseLogprobs: logprobs are not supported by this gateway")
+		return apierr.BadRequest("generationConfig.responseLogprobs: logprobs are not supported by this gateway")
 	case !isNull(g.SpeechConfig):
-		return badRequest("generationConfig.speechConfig: audio output is not supported by this gateway")
+		return apierr.BadRequest("generationConfig.speechConfig: audio output is not supported by this gateway")
 	case !isNull(g.ImageConfig):
-		return badRequest("generationConfig.imageConfig: image output is not supported by this gateway")
+		return apierr.BadRequest("generationConfig.imageConfig: image output is not supported by this gateway")
 	}
 	for _, m := range g.ResponseModalities {
 		if !strings.EqualFold(m, "TEXT") {
-			return badRequest("generationConfig.responseModalities: only TEXT is supported, got %q", m)
+			return apierr.BadRequest("generationConfig.responseModalities: only TEXT is supported, got %q", m)
 		}
 	}
 	d.dropped.AddSet(dropThinkingConfig, g.ThinkingConfig)
@@ -244,26 +244,26 @@ func (g *generationConfig) format() (chat.Format, error) {
 	schema, field := g.ResponseJSONSchema, "responseJsonSchema"
 	if !isNull(g.ResponseSchema) {
 		if !isNull(schema) {
-			return chat.Format{}, badRequest("generationConfig: responseSchema and responseJsonSchema are mutually exclusive")
+			return chat.Format{}, apierr.BadRequest("generationConfig: responseSchema and responseJsonSchema are mutually exclusive")
 		}
 		schema, field = g.ResponseSchema, "responseSchema"
 	}
 	switch mime := strings.ToLower(strings.TrimSpace(g.ResponseMimeType)); mime {
 	case "", "text/plain":
 		if !isNull(schema) {
-			return chat.Format{}, badRequest("generationConfig.%s: a response schema needs responseMimeType application/json", field)
+			return chat.Format{}, apierr.BadRequest("generationConfig.%s: a response schema needs responseMimeType application/json", field)
 		}
 		return chat.Format{}, nil
 	case "application/json":
 	default:
-		return chat.Format{}, badRequest("generationConfig.responseMimeType: %q is not supported; use text/plain or application/json", g.ResponseMimeType)
+		return chat.Format{}, apierr.BadRequest("generationConfig.responseMimeType: %q is not supported; use text/plain or application/json", g.ResponseMimeType)
 	}
 	if isNull(schema) {
 		return chat.Format{JSON: true}, nil
 	}
 	js, err := jsonSchema(schema)
 	if err != nil {
-		return chat.Format{}, badRequest("generationConfig.%s: %v", field, err)
+		return chat.Format{}, apierr.BadRequest("generationConfig.%s: %v", field, err)
 	}
 	return chat.Format{JSON: true, Schema: js}, nil
 }
@@ -317,7 +317,7 @@ func (fd *functionDecl) schema(path string) (json.RawMessage, error) {
 	}
 	if !isNull(fd.Parameters) {
 		if !isNull(raw) {
-			return nil, badRequest("%s: parameters and parametersJsonSchema are mutually exclusive", path)
+			return nil, apierr.BadRequest("%s: parameters and parametersJsonSchema are mutually exclusive", path)
 		}
 		raw, field = fd.Parameters, "parameters"
 	}
@@ -326,7 +326,7 @@ func (fd *functionDecl) schema(path string) (json.RawMessage, error) {
 	}
 	js, err := jsonSchema(raw)
 	if err != nil {
-		return nil, badRequest("%s.%s: %v", path, field, err)
+		return nil, apierr.BadRequest("%s.%s: %v", path, field, err)
 	}
 	return js, nil
 }
@@ -359,7 +359,7 @@ func (d *decoded) toolConfig(tc *wireToolConfig) error {
 		out.ToolChoice = chat.ToolChoice{Mode: chat.ToolNone}
 		return nil
 	default:
-		return badRequest("toolConfig.functionCallingConfig.mode: must be AUTO, ANY, NONE or VALIDATED, got %q", fc.Mode)
+		return apierr.BadRequest("toolConfig.functionCallingConfig.mode: must be AUTO, ANY, NONE or VALIDATED, got %q", fc.Mode)
 	}
 	if len(allowed) == 0 {
 		return nil
@@ -378,7 +378,7 @@ func (d *decoded) allowOnly(names []string) error {
 			found = found || t.Name == n
 		}
 		if !found {
-			return badRequest("toolConfig.functionCallingConfig.allowedFunctionNames[%d]: %q is not among the request's function declarations", i, n)
+			return apierr.BadRequest("toolConfig.functionCallingConfig.allowedFunctionNames[%d]: %q is not among the request's function declarations", i, n)
 		}
 		keep[n] = true
 	}
@@ -390,12 +390,6 @@ func (d *decoded) allowOnly(names []string) error {
 	}
 	out.Tools, d.toolAt = tools, at
 	return nil
-}
-
-// badRequest is a client error found while decoding: a 400
-// INVALID_ARGUMENT whose message starts with the field at fault.
-func badRequest(format string, args ...any) error {
-	return &apierr.RequestError{Message: fmt.Sprintf(format, args...)}
 }
 
 func isNull(raw json.RawMessage) bool {

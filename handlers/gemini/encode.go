@@ -2,9 +2,7 @@ package gemini
 
 import (
 	"crypto/rand"
-	"encoding/json"
 	"strconv"
-	"strings"
 
 	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/relay"
@@ -29,16 +27,6 @@ func finishReason(f chat.FinishReason) string {
 	return "STOP"
 }
 
-// args returns a call's arguments when they are a JSON object, else "{}":
-// a functionCall's args must be an object or clients fail on the answer.
-func args(s string) string {
-	s = strings.TrimSpace(s)
-	if s == "" || s[0] != '{' || !json.Valid([]byte(s)) {
-		return "{}"
-	}
-	return s
-}
-
 func appendTextPart(b []byte, s string) []byte {
 	b = append(b, `{"text":`...)
 	b = jsonx.AppendString(b, s)
@@ -55,7 +43,7 @@ func appendCallPart(b []byte, tc chat.ToolCall) []byte {
 	b = append(b, `"name":`...)
 	b = jsonx.AppendString(b, tc.Name)
 	b = append(b, `,"args":`...)
-	b = append(b, args(tc.Arguments)...)
+	b = append(b, relay.ObjectArgs(tc.Arguments)...)
 	return append(b, "}}"...)
 }
 

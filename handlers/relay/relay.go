@@ -20,6 +20,7 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -85,6 +86,18 @@ func (a *Collected) ToolCall(tc chat.ToolCall) error {
 
 // Content is the text so far.
 func (a *Collected) Content() string { return a.text.String() }
+
+// ObjectArgs returns a call's arguments when they are a JSON object, else
+// "{}": a protocol whose calls carry their arguments as an object (a
+// tool_use block's input, a functionCall's args) has clients that fail to
+// decode the whole answer on anything else.
+func ObjectArgs(args string) string {
+	s := strings.TrimSpace(args)
+	if s == "" || s[0] != '{' || !json.Valid([]byte(s)) {
+		return "{}"
+	}
+	return s
+}
 
 // InstanceHeader names the instance that served a request.
 const InstanceHeader = "X-Poolgate-Instance"
