@@ -277,7 +277,7 @@ func Load(path string, environ []string, legacy ...Legacy) (Config, []string, er
 			return cfg, warnings, err
 		}
 	}
-	if err := cfg.resolveAccounts(environ); err != nil {
+	if err := cfg.resolveAccounts(env); err != nil {
 		return cfg, warnings, err
 	}
 	more, err := finish(&cfg)
@@ -378,29 +378,38 @@ func loadAccountsFile(cfg *Config) error {
 // resolveAccounts fills passwords from password_env / password_file and
 // defaults account names to account-N: a name shows in every answer's
 // X-Poolgate-Instance header, so it never defaults to the username.
-func (c *Config) resolveAccounts(environ []string) error {
-	env := envMap(environ)
+func (c *Config) resolveAccounts(env map[string]string) error {
 	for i := range c.Accounts {
 		a := &c.Accounts[i]
 		if a.Name == "" {
 			a.Name, a.Unnamed = "account-"+strconv.Itoa(i+1), true
 		}
-		switch {
-		case a.Password != "":
-		case a.PasswordEnv != "":
-			a.Password = env[a.PasswordEnv]
-			if a.Password == "" {
-				return fmt.Errorf("account %s: password_env %s is empty or unset", a.Name, a.PasswordEnv)
-			}
-		case a.PasswordFile != "":
-			b, err := os.ReadFile(a.PasswordFile)
-			if err != nil {
-				return fmt.Errorf("account %s: password_file: %w", a.Name, err)
-			}
-			a.Password = strings.TrimRight(string(b), "\r\n")
+		var err error
+		trim := func(s string) string { return strings.TrimRight(s, "\r\n") }
+		if a.Password, err = secret("account "+a.Name+": password", a.Password, a.PasswordEnv, a.PasswordFile, env, trim); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// secret is an API key's or a password: val, else the environment
+// variable envVar, else a file's trimmed text; what names it in errors.
+func secret(what, val, envVar, file string, env map[string]string, trim func(string) string) (string, error) {
+	switch {
+	case val != "":
+	case envVar != "":
+		if val = env[envVar]; val == "" {
+			return "", fmt.Errorf("%s_env %s is empty or unset", what, envVar)
+		}
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("%s_file: %w", what, err)
+		}
+		val = trim(string(b))
+	}
+	return val, nil
 }
 
 func envMap(environ []string) map[string]string {

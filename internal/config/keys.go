@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -143,18 +142,9 @@ func (c *Config) resolveKeys(env map[string]string) error {
 		if k.Name == "" {
 			k.Name = "key-" + strconv.Itoa(i+1)
 		}
-		switch {
-		case k.Key != "":
-		case k.KeyEnv != "":
-			if k.Key = env[k.KeyEnv]; k.Key == "" {
-				errs = append(errs, fmt.Errorf("api key %s: key_env %s is empty or unset", k.Name, k.KeyEnv))
-			}
-		case k.KeyFile != "":
-			b, err := os.ReadFile(k.KeyFile)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("api key %s: key_file: %w", k.Name, err))
-			}
-			k.Key = strings.TrimSpace(string(b))
+		var err error
+		if k.Key, err = secret("api key "+k.Name+": key", k.Key, k.KeyEnv, k.KeyFile, env, strings.TrimSpace); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
