@@ -20,7 +20,6 @@ import (
 	"github.com/poolgate/poolgate/handlers/httpx"
 	protocolstable "github.com/poolgate/poolgate/handlers/protocols"
 	"github.com/poolgate/poolgate/handlers/relay"
-	"github.com/poolgate/poolgate/handlers/responses/responsestest"
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/chat"
@@ -29,6 +28,7 @@ import (
 	"github.com/poolgate/poolgate/internal/requestlog"
 	"github.com/poolgate/poolgate/internal/tokens"
 	"github.com/poolgate/poolgate/pool/route"
+	"github.com/poolgate/poolgate/session"
 )
 
 // acme is a made-up protocol, the whole of it in this file: the edge has
@@ -152,7 +152,7 @@ func (a *acmeAnswer) Served() route.Served {
 func TestANewProtocolIsOnePackageAndOneLine(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	opts := relay.Options{CountDropped: m.CountFieldIgnored}
-	apis := protocolstable.Table(protocolstable.Config{Options: opts, Responses: &responsestest.Store{}}, nil)
+	apis := protocolstable.Table(protocolstable.Config{Options: opts, Responses: session.NewMemory(session.MemoryConfig{})}, nil)
 	apis = slices.Insert(apis, len(apis)-1, relay.Protocol(newAcme(opts))) // the one line: before the catch-all
 	pool := &acmePool{}
 	var mu sync.Mutex

@@ -16,7 +16,6 @@ import (
 	"github.com/poolgate/poolgate/handlers/openaichat"
 	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/responses"
-	"github.com/poolgate/poolgate/handlers/responses/responsestest"
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/chat"
@@ -25,6 +24,7 @@ import (
 	"github.com/poolgate/poolgate/internal/usage"
 	"github.com/poolgate/poolgate/pool/cluster"
 	"github.com/poolgate/poolgate/pool/route"
+	"github.com/poolgate/poolgate/session"
 )
 
 // chatBody is a chat completion request whose prompt is "the prompt".
@@ -90,7 +90,7 @@ func testEdge(t *testing.T, r Opener, cfg Config, rec *recorded) *gin.Engine {
 	log := slog.New(slog.DiscardHandler)
 	cfg.Router = r
 	return New(cfg, []relay.Protocol{anthropic.New(anthropic.Config{}, log),
-		responses.New(responses.Config{}, &responsestest.Store{}, log), openaichat.New(openaichat.Config{}, log)}, nil, log)
+		responses.New(responses.Config{}, session.NewMemory(session.MemoryConfig{}), log), openaichat.New(openaichat.Config{}, log)}, nil, log)
 }
 
 // post sends body to path on e with bob's key and a request id.

@@ -16,9 +16,9 @@ import (
 	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/handlers/responses"
-	"github.com/poolgate/poolgate/handlers/responses/responsestest"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
+	"github.com/poolgate/poolgate/session"
 )
 
 // protocol runs one request body through one protocol's handler.
@@ -33,7 +33,7 @@ var protocols = []protocol{
 	{"chat", openaichat.New(openaichat.Config{}, nil), func(stream bool, extra string) string {
 		return fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"user","content":"hi"}]%s}`, stream, extra)
 	}},
-	{"responses", responses.New(responses.Config{}, &responsestest.Store{}, nil), func(stream bool, extra string) string {
+	{"responses", responses.New(responses.Config{}, session.NewMemory(session.MemoryConfig{}), nil), func(stream bool, extra string) string {
 		return fmt.Sprintf(`{"model":"m","stream":%v,"input":"hi"%s}`, stream, extra)
 	}},
 	{"messages", anthropic.New(anthropic.Config{}, nil), func(stream bool, extra string) string {

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	rsp "github.com/poolgate/poolgate/handlers/responses"
-	"github.com/poolgate/poolgate/handlers/responses/responsestest"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
 )
@@ -33,7 +32,7 @@ func TestChainsAreStoredByReference(t *testing.T) {
 		seen = append(seen, len(req.Messages))
 		return chattest.TextEvents(strings.Repeat("answer ", 50)), nil
 	}}
-	store := &responsestest.Store{}
+	store := newStore()
 	h := newHandler(rsp.Config{}, chat, store)
 	turn := fmt.Sprintf(`"input":%q`, strings.Repeat("question ", 50))
 	prev, _ := create(t, h, `{"model":"m",`+turn+`}`)
@@ -61,7 +60,7 @@ func TestChainsAreStoredByReference(t *testing.T) {
 // continued: a 404 naming previous_response_id, not a silently shorter
 // conversation.
 func TestBrokenChainIsNotFound(t *testing.T) {
-	h := newHandler(rsp.Config{}, &chattest.Source{Events: chattest.TextEvents("ok")}, &responsestest.Store{})
+	h := newHandler(rsp.Config{}, &chattest.Source{Events: chattest.TextEvents("ok")}, newStore())
 	first, _ := create(t, h, `{"model":"m","input":"one"}`)
 	second, _ := create(t, h, `{"model":"m","input":"two","previous_response_id":"`+first+`"}`)
 	rec := httptest.NewRecorder()

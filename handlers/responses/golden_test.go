@@ -14,7 +14,6 @@ import (
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	rsp "github.com/poolgate/poolgate/handlers/responses"
-	"github.com/poolgate/poolgate/handlers/responses/responsestest"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
 )
 
@@ -91,7 +90,7 @@ func TestGoldenStreams(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			chat := &chattest.Source{Events: tt.give, Err: tt.giveFn}
-			h := newHandler(rsp.Config{}, chat, &responsestest.Store{})
+			h := newHandler(rsp.Config{}, chat, newStore())
 			body := tt.body
 			if body == "" {
 				body = `{"model":"m","input":"hi","stream":true}`
@@ -107,7 +106,7 @@ func TestGoldenNonStream(t *testing.T) {
 		{Type: chat.EventToolCall, ToolCall: chat.ToolCall{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}},
 		{Type: chat.EventDone, Finish: chat.FinishToolCalls, Usage: chat.Usage{InputTokens: 30, OutputTokens: 9}},
 	}}
-	h := newHandler(rsp.Config{}, chat, &responsestest.Store{})
+	h := newHandler(rsp.Config{}, chat, newStore())
 	body := `{"model":"m","input":[{"role":"developer","content":"be brief"},{"role":"user","content":[{"type":"input_text","text":"weather?"}]}],` +
 		`"instructions":"You help.","metadata":{"k":"v"},"temperature":0.5,"tool_choice":"required",` +
 		`"tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}]}`
@@ -115,7 +114,7 @@ func TestGoldenNonStream(t *testing.T) {
 }
 
 func TestStreamFailureIsStored(t *testing.T) {
-	store := &responsestest.Store{}
+	store := newStore()
 	chat := &chattest.Source{Events: []chat.Event{
 		{Type: chat.EventText, Text: "Half"},
 		{Type: chat.EventError, Err: errors.New("boom")},

@@ -11,7 +11,6 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/relay"
 	rsp "github.com/poolgate/poolgate/handlers/responses"
-	"github.com/poolgate/poolgate/handlers/responses/responsestest"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
 	"github.com/poolgate/poolgate/internal/testenv"
@@ -19,7 +18,7 @@ import (
 
 func TestQuietStreamGetsKeepAlives(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHandler(rsp.Config{Options: relay.Options{KeepAlive: 10 * time.Second}}, &chattest.Source{Events: []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventDone, Finish: chat.FinishStop}}, Pause: 25 * time.Second}, &responsestest.Store{})
+		h := newHandler(rsp.Config{Options: relay.Options{KeepAlive: 10 * time.Second}}, &chattest.Source{Events: []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventDone, Finish: chat.FinishStop}}, Pause: 25 * time.Second}, newStore())
 		rec := httptest.NewRecorder()
 		h.Create(rec, httptest.NewRequest(http.MethodPost, "/v1/responses", strings.NewReader(`{"model":"m","input":"hi","stream":true}`)))
 		if got := strings.Count(rec.Body.String(), ": keep-alive\n\n"); got != 2 {
@@ -33,7 +32,7 @@ func TestQuietStreamGetsKeepAlives(t *testing.T) {
 
 func TestDeadlineMidStreamEndsWithFailed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := &responsestest.Store{}
+		store := newStore()
 		h := newHandler(rsp.Config{}, &chattest.Source{Events: []chat.Event{{Type: chat.EventText, Text: "a"}, {Type: chat.EventDone, Finish: chat.FinishStop}}, Pause: time.Hour}, store)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -69,7 +68,7 @@ func TestSlowStartOpensTheStreamEarly(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := newHandler(rsp.Config{Options: relay.Options{KeepAlive: 10 * time.Second}}, tt.give, &responsestest.Store{})
+				h := newHandler(rsp.Config{Options: relay.Options{KeepAlive: 10 * time.Second}}, tt.give, newStore())
 				rec := httptest.NewRecorder()
 				h.Create(rec, httptest.NewRequest(http.MethodPost, "/v1/responses", strings.NewReader(`{"model":"m","input":"hi","stream":true}`)))
 				if body := rec.Body.String(); rec.Code != tt.wantStatus || !testenv.InOrder(body, tt.want) {

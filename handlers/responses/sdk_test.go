@@ -14,7 +14,6 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/httpx"
 	rsp "github.com/poolgate/poolgate/handlers/responses"
-	"github.com/poolgate/poolgate/handlers/responses/responsestest"
 	"github.com/poolgate/poolgate/internal/access"
 	"github.com/poolgate/poolgate/internal/apikey"
 	"github.com/poolgate/poolgate/internal/chat"
@@ -64,7 +63,7 @@ func newClient(srv *httptest.Server) openai.Client {
 
 func TestSDKStreamEqualsNonStream(t *testing.T) {
 	fake := &chattest.Source{Script: weatherScript}
-	client := newClient(newServer(t, newHandler(rsp.Config{}, fake, &responsestest.Store{})))
+	client := newClient(newServer(t, newHandler(rsp.Config{}, fake, newStore())))
 	ctx := context.Background()
 	params := responses.ResponseNewParams{
 		Model: "gpt-test",
@@ -113,7 +112,7 @@ func TestSDKStreamEqualsNonStream(t *testing.T) {
 
 func TestSDKToolRoundTripAndLifecycle(t *testing.T) {
 	fake := &chattest.Source{Script: weatherScript}
-	client := newClient(newServer(t, newHandler(rsp.Config{}, fake, &responsestest.Store{})))
+	client := newClient(newServer(t, newHandler(rsp.Config{}, fake, newStore())))
 	ctx := context.Background()
 	tool := responses.ToolUnionParam{OfFunction: &responses.FunctionToolParam{
 		Name: "get_weather", Strict: openai.Bool(true),
@@ -193,7 +192,7 @@ func wantNotFound(t *testing.T, what string, err error) {
 
 func TestSDKUnknownPreviousResponse(t *testing.T) {
 	fake := &chattest.Source{Script: weatherScript}
-	client := newClient(newServer(t, newHandler(rsp.Config{}, fake, &responsestest.Store{})))
+	client := newClient(newServer(t, newHandler(rsp.Config{}, fake, newStore())))
 	_, err := client.Responses.New(context.Background(), responses.ResponseNewParams{
 		Model: "gpt-test", PreviousResponseID: openai.String("resp_nope"),
 		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")},

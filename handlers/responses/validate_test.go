@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	rsp "github.com/poolgate/poolgate/handlers/responses"
-	"github.com/poolgate/poolgate/handlers/responses/responsestest"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
 )
 
@@ -53,7 +52,7 @@ func TestValidationErrors(t *testing.T) {
 		{"output without call_id", `{"model":"m","input":[{"type":"function_call_output","output":"x"}]}`, 400, "input[0].call_id"},
 		{"unknown previous", `{"input":"hi","previous_response_id":"resp_nope"}`, 404, "previous_response_id"},
 	}
-	h := newHandler(rsp.Config{}, &chattest.Source{Events: chattest.TextEvents("ok")}, &responsestest.Store{})
+	h := newHandler(rsp.Config{}, &chattest.Source{Events: chattest.TextEvents("ok")}, newStore())
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
@@ -88,7 +87,7 @@ func TestHarmlessFieldsAccepted(t *testing.T) {
 		`"user":"u1","parallel_tool_calls":false,"service_tier":"auto","truncation":"auto","reasoning":{"effort":"high"},` +
 		`"include":["reasoning.encrypted_content"],"store":false,"prompt_cache_key":"conv-9","text":{"format":{"type":"text"},"verbosity":"low"}}`
 	chat := &chattest.Source{Events: chattest.TextEvents("ok")}
-	store := &responsestest.Store{}
+	store := newStore()
 	h := newHandler(rsp.Config{}, chat, store)
 	rec := httptest.NewRecorder()
 	h.Create(rec, httptest.NewRequest(http.MethodPost, "/v1/responses", strings.NewReader(give)))
@@ -104,7 +103,7 @@ func TestHarmlessFieldsAccepted(t *testing.T) {
 }
 
 func TestInputItemsPagination(t *testing.T) {
-	h := newHandler(rsp.Config{}, &chattest.Source{Events: chattest.TextEvents("ok")}, &responsestest.Store{})
+	h := newHandler(rsp.Config{}, &chattest.Source{Events: chattest.TextEvents("ok")}, newStore())
 	srv := newServer(t, h)
 	body := `{"model":"m","input":[{"role":"user","content":"a","id":"msg_a"},{"role":"assistant","content":"b","id":"msg_b"},{"role":"user","content":"c","id":"msg_c"}]}`
 	resp, err := http.Post(srv.URL+"/v1/responses", "application/json", strings.NewReader(body))
@@ -159,7 +158,7 @@ func listSummary(t *testing.T, url string) string {
 }
 
 func TestOtherKeyCannotSeeResponse(t *testing.T) {
-	h := newHandler(rsp.Config{}, &chattest.Source{Events: chattest.TextEvents("ok")}, &responsestest.Store{})
+	h := newHandler(rsp.Config{}, &chattest.Source{Events: chattest.TextEvents("ok")}, newStore())
 	srv := newServer(t, h)
 	do := func(method, path, key, body string) *http.Response {
 		t.Helper()

@@ -12,18 +12,18 @@ import (
 	"github.com/poolgate/poolgate/handlers/protocols"
 	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
-	"github.com/poolgate/poolgate/handlers/responses/responsestest"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
 	"github.com/poolgate/poolgate/internal/pycompat"
 	"github.com/poolgate/poolgate/internal/testenv"
+	"github.com/poolgate/poolgate/session"
 )
 
 // protocol is the protocols table's protocol named name, with the Python
 // gateway's shapes (on or off) as the wiring gives them.
 func protocol(t *testing.T, on bool, name string) relay.Protocol {
 	t.Helper()
-	for _, p := range protocols.Table(protocols.Config{Responses: &responsestest.Store{}, Compat: pycompat.Shapes{Enabled: on}}, nil) {
+	for _, p := range protocols.Table(protocols.Config{Responses: session.NewMemory(session.MemoryConfig{}), Compat: pycompat.Shapes{Enabled: on}}, nil) {
 		if p.Relay().Name() == name {
 			return p
 		}
