@@ -1,7 +1,6 @@
 package anthropic
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -9,6 +8,7 @@ import (
 	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
 // messagesRequest is the wire body of POST /v1/messages (and, minus the
@@ -200,7 +200,7 @@ func (in *messagesRequest) checkFields(forCount bool) error {
 		return apierr.BadRequest("temperature: must be between 0 and 1")
 	case len(in.MCPServers) > 0:
 		return apierr.BadRequest("mcp_servers: MCP connectors are not supported by this gateway")
-	case !isNull(in.Container):
+	case !jsonx.IsNull(in.Container):
 		return apierr.BadRequest("container: code execution containers are not supported by this gateway")
 	}
 	for i, s := range in.StopSequences {
@@ -259,7 +259,7 @@ const billingHeader = "x-anthropic-billing-header:"
 // decodeSystem accepts a string or a list of text blocks (the top-level
 // system, or a system message's content).
 func decodeSystem(raw json.RawMessage, param string, d *httpx.Dropped) (string, error) {
-	if isNull(raw) {
+	if jsonx.IsNull(raw) {
 		return "", nil
 	}
 	if raw[0] == '"' {
@@ -328,7 +328,7 @@ func (mc *messageContext) appendMessage(dst []chat.Message, i int, m *wireMessag
 	default:
 		return nil, apierr.BadRequest("messages.%d.role: must be \"user\", \"assistant\" or \"system\", got %q", i, m.Role)
 	}
-	if isNull(m.Content) {
+	if jsonx.IsNull(m.Content) {
 		return nil, apierr.BadRequest("messages.%d.content: field required", i)
 	}
 	if m.Content[0] == '"' {
@@ -490,7 +490,7 @@ func toolUseCall(b *wireBlock, i, j int) (chat.ToolCall, error) {
 		return chat.ToolCall{}, apierr.BadRequest("messages.%d.content.%d: tool_use needs id and name", i, j)
 	}
 	args := "{}"
-	if !isNull(b.Input) {
+	if !jsonx.IsNull(b.Input) {
 		if b.Input[0] != '{' {
 			return chat.ToolCall{}, apierr.BadRequest("messages.%d.content.%d.input: must be an object", i, j)
 		}
@@ -518,7 +518,7 @@ func (mc *messageContext) toolResult(b *wireBlock, i, j int) (chat.Message, erro
 // text; an image a tool returned (Claude Code's Read of a picture) becomes a
 // note, so the model learns that the tool worked and what it can't see.
 func (mc *messageContext) toolResultContent(raw json.RawMessage, i, j int) (string, error) {
-	if isNull(raw) {
+	if jsonx.IsNull(raw) {
 		return "", nil
 	}
 	if raw[0] == '"' {
@@ -589,7 +589,7 @@ func decodeTools(in []wireTool, choice *wireToolChoice, referenced map[string]bo
 			d.Add(dropServerTools)
 			continue
 		}
-		if isNull(t.InputSchema) {
+		if jsonx.IsNull(t.InputSchema) {
 			return nil, nil, apierr.BadRequest("tools.%d.input_schema: field required", i)
 		}
 		if t.DeferLoading && t.Name != "" && !referenced[t.Name] && t.Name != forced {
@@ -623,9 +623,4 @@ func decodeToolChoice(tc *wireToolChoice) (chat.ToolChoice, error) {
 	default:
 		return chat.ToolChoice{}, apierr.BadRequest("tool_choice.type: must be one of auto, any, tool, none; got %q", tc.Type)
 	}
-}
-
-func isNull(raw json.RawMessage) bool {
-	raw = bytes.TrimSpace(raw)
-	return len(raw) == 0 || string(raw) == "null"
 }

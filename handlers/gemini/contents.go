@@ -9,6 +9,7 @@ import (
 	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
 // Notes that stand in for data the text-only workers cannot see, so the
@@ -24,7 +25,7 @@ func systemText(c *wireContent) (string, error) {
 	for j := range c.Parts {
 		p := &c.Parts[j]
 		p.merge()
-		if p.Text == nil || p.FunctionCall != nil || p.FunctionResponse != nil || !isNull(p.InlineData) || !isNull(p.FileData) {
+		if p.Text == nil || p.FunctionCall != nil || p.FunctionResponse != nil || !jsonx.IsNull(p.InlineData) || !jsonx.IsNull(p.FileData) {
 			return "", apierr.BadRequest("systemInstruction.parts[%d]: only text parts are supported", j)
 		}
 		t.add(*p.Text, "\n\n")
@@ -150,13 +151,13 @@ func (cs *contents) appendContent(dst []chat.Message, i int, c *wireContent) ([]
 // dropped.
 func (cs *contents) other(p *wirePart, i, j int) (string, error) {
 	switch {
-	case !isNull(p.InlineData):
+	case !jsonx.IsNull(p.InlineData):
 		cs.dropped.Add(dropInlineData)
 		return inlineDataNote, nil
-	case !isNull(p.FileData):
+	case !jsonx.IsNull(p.FileData):
 		cs.dropped.Add(dropFileData)
 		return fileDataNote, nil
-	case !isNull(p.ExecutableCode), !isNull(p.CodeExecutionResult):
+	case !jsonx.IsNull(p.ExecutableCode), !jsonx.IsNull(p.CodeExecutionResult):
 		cs.dropped.Add(dropCodeExecution)
 		return "", nil
 	case p.ThoughtSignature != "":
@@ -171,7 +172,7 @@ func (cs *contents) call(fc *functionCall, i, j int) (chat.ToolCall, error) {
 		return chat.ToolCall{}, apierr.BadRequest("contents[%d].parts[%d].functionCall.name: field required", i, j)
 	}
 	args := "{}"
-	if !isNull(fc.Args) {
+	if !jsonx.IsNull(fc.Args) {
 		if a := bytes.TrimSpace(fc.Args); a[0] != '{' {
 			return chat.ToolCall{}, apierr.BadRequest("contents[%d].parts[%d].functionCall.args: must be an object", i, j)
 		}
@@ -221,7 +222,7 @@ func (cs *contents) result(fr *functionResult) (chat.Message, bool) {
 // of its parts, with a note for data the worker cannot see.
 func resultText(fr *functionResult) string {
 	var t joiner
-	if !isNull(fr.Response) {
+	if !jsonx.IsNull(fr.Response) {
 		var obj map[string]json.RawMessage
 		switch err := json.Unmarshal(fr.Response, &obj); {
 		case err == nil && len(obj) == 1 && obj["output"] != nil:
@@ -238,9 +239,9 @@ func resultText(fr *functionResult) string {
 		switch {
 		case p.Text != nil:
 			t.add(*p.Text, "\n\n")
-		case !isNull(p.InlineData):
+		case !jsonx.IsNull(p.InlineData):
 			t.add(inlineDataNote, "\n\n")
-		case !isNull(p.FileData):
+		case !jsonx.IsNull(p.FileData):
 			t.add(fileDataNote, "\n\n")
 		}
 	}
@@ -273,7 +274,7 @@ func (p *wirePart) merge() {
 	}
 	for _, f := range []struct{ dst, alt *json.RawMessage }{{&p.InlineData, &p.InlineData_}, {&p.FileData, &p.FileData_},
 		{&p.ExecutableCode, &p.ExecutableCode_}, {&p.CodeExecutionResult, &p.CodeExecutionResult_}} {
-		if isNull(*f.dst) {
+		if jsonx.IsNull(*f.dst) {
 			*f.dst = *f.alt
 		}
 	}

@@ -1,7 +1,6 @@
 package gemini
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -9,6 +8,7 @@ import (
 	"github.com/poolgate/poolgate/handlers/apierr"
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
 // Fields this protocol accepts but drops, as counted in
@@ -127,7 +127,7 @@ func (in *generateRequest) merge() {
 	in.SystemInstruction = first(in.SystemInstruction, in.SystemInstruction_)
 	in.ToolConfig = first(in.ToolConfig, in.ToolConfig_)
 	in.GenerationConfig = first(in.GenerationConfig, in.GenerationConfig_)
-	if isNull(in.SafetySettings) {
+	if jsonx.IsNull(in.SafetySettings) {
 		in.SafetySettings = in.SafetySettings_
 	}
 	if in.CachedContent == "" {
@@ -189,9 +189,9 @@ func (d *decoded) generation(g *generationConfig) error {
 		return apierr.BadRequest("generationConfig.temperature: must be between 0 and 2, got %g", *g.Temperature)
 	case g.ResponseLogprobs != nil && *g.ResponseLogprobs, g.Logprobs != nil:
 		return apierr.BadRequest("generationConfig.responseLogprobs: logprobs are not supported by this gateway")
-	case !isNull(g.SpeechConfig):
+	case !jsonx.IsNull(g.SpeechConfig):
 		return apierr.BadRequest("generationConfig.speechConfig: audio output is not supported by this gateway")
-	case !isNull(g.ImageConfig):
+	case !jsonx.IsNull(g.ImageConfig):
 		return apierr.BadRequest("generationConfig.imageConfig: image output is not supported by this gateway")
 	}
 	for _, m := range g.ResponseModalities {
@@ -220,11 +220,11 @@ func (g *generationConfig) merge() {
 	if g.ResponseMimeType == "" {
 		g.ResponseMimeType = g.ResponseMimeType_
 	}
-	if isNull(g.ResponseSchema) {
+	if jsonx.IsNull(g.ResponseSchema) {
 		g.ResponseSchema = g.ResponseSchema_
 	}
 	for _, alt := range []json.RawMessage{g.ResponseJSONSchemaOld, g.ResponseJSONSchema_} {
-		if isNull(g.ResponseJSONSchema) {
+		if jsonx.IsNull(g.ResponseJSONSchema) {
 			g.ResponseJSONSchema = alt
 		}
 	}
@@ -232,7 +232,7 @@ func (g *generationConfig) merge() {
 	g.MaxOutputTokens = first(g.MaxOutputTokens, g.MaxOutputTokens_)
 	g.TopP = first(g.TopP, g.TopP_)
 	g.TopK = first(g.TopK, g.TopK_)
-	if isNull(g.ThinkingConfig) {
+	if jsonx.IsNull(g.ThinkingConfig) {
 		g.ThinkingConfig = g.ThinkingConfig_
 	}
 }
@@ -242,15 +242,15 @@ func (g *generationConfig) merge() {
 // the Gemini Schema subset, or responseJsonSchema).
 func (g *generationConfig) format() (chat.Format, error) {
 	schema, field := g.ResponseJSONSchema, "responseJsonSchema"
-	if !isNull(g.ResponseSchema) {
-		if !isNull(schema) {
+	if !jsonx.IsNull(g.ResponseSchema) {
+		if !jsonx.IsNull(schema) {
 			return chat.Format{}, apierr.BadRequest("generationConfig: responseSchema and responseJsonSchema are mutually exclusive")
 		}
 		schema, field = g.ResponseSchema, "responseSchema"
 	}
 	switch mime := strings.ToLower(strings.TrimSpace(g.ResponseMimeType)); mime {
 	case "", "text/plain":
-		if !isNull(schema) {
+		if !jsonx.IsNull(schema) {
 			return chat.Format{}, apierr.BadRequest("generationConfig.%s: a response schema needs responseMimeType application/json", field)
 		}
 		return chat.Format{}, nil
@@ -258,7 +258,7 @@ func (g *generationConfig) format() (chat.Format, error) {
 	default:
 		return chat.Format{}, apierr.BadRequest("generationConfig.responseMimeType: %q is not supported; use text/plain or application/json", g.ResponseMimeType)
 	}
-	if isNull(schema) {
+	if jsonx.IsNull(schema) {
 		return chat.Format{JSON: true}, nil
 	}
 	js, err := jsonSchema(schema)
@@ -302,7 +302,7 @@ func (t *wireTool) hosted() bool {
 	for _, raw := range []json.RawMessage{t.GoogleSearch, t.GoogleSearchRetrieval, t.CodeExecution, t.URLContext,
 		t.Retrieval, t.ComputerUse, t.FileSearch, t.GoogleMaps, t.EnterpriseWebSearch, t.GoogleSearch_,
 		t.CodeExecution_, t.URLContext_} {
-		if !isNull(raw) {
+		if !jsonx.IsNull(raw) {
 			return true
 		}
 	}
@@ -312,16 +312,16 @@ func (t *wireTool) hosted() bool {
 // schema returns the declaration's parameters as JSON Schema (nil: none).
 func (fd *functionDecl) schema(path string) (json.RawMessage, error) {
 	raw, field := fd.ParametersJSONSchema, "parametersJsonSchema"
-	if isNull(raw) {
+	if jsonx.IsNull(raw) {
 		raw = fd.ParametersJSONSchema_
 	}
-	if !isNull(fd.Parameters) {
-		if !isNull(raw) {
+	if !jsonx.IsNull(fd.Parameters) {
+		if !jsonx.IsNull(raw) {
 			return nil, apierr.BadRequest("%s: parameters and parametersJsonSchema are mutually exclusive", path)
 		}
 		raw, field = fd.Parameters, "parameters"
 	}
-	if isNull(raw) {
+	if jsonx.IsNull(raw) {
 		return nil, nil
 	}
 	js, err := jsonSchema(raw)
@@ -390,9 +390,4 @@ func (d *decoded) allowOnly(names []string) error {
 	}
 	out.Tools, d.toolAt = tools, at
 	return nil
-}
-
-func isNull(raw json.RawMessage) bool {
-	raw = bytes.TrimSpace(raw)
-	return len(raw) == 0 || string(raw) == "null"
 }

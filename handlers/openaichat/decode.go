@@ -1,7 +1,6 @@
 package openaichat
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,7 +64,7 @@ func format(f *openaiwire.ResponseFormat) chat.Format {
 	switch {
 	case f == nil, f.Type == "text":
 		return chat.Format{}
-	case f.Type == "json_schema" && f.JSONSchema != nil && !isNull(f.JSONSchema.Schema):
+	case f.Type == "json_schema" && f.JSONSchema != nil && !jsonx.IsNull(f.JSONSchema.Schema):
 		return chat.Format{JSON: true, Schema: f.JSONSchema.Schema}
 	}
 	return chat.Format{JSON: true}
@@ -140,13 +139,13 @@ func reject(w *wireRequest) error {
 		return badRequest("logprobs", codeUnsupported, "logprobs are not supported")
 	case w.TopLogprobs != nil && *w.TopLogprobs != 0:
 		return badRequest("top_logprobs", codeUnsupported, "logprobs are not supported")
-	case !isNull(w.Audio):
+	case !jsonx.IsNull(w.Audio):
 		return badRequest("audio", codeUnsupported, "audio output is not supported")
-	case !isNull(w.Prediction):
+	case !jsonx.IsNull(w.Prediction):
 		return badRequest("prediction", codeUnsupported, "predicted outputs are not supported")
-	case !isNull(w.Functions):
+	case !jsonx.IsNull(w.Functions):
 		return badRequest("functions", codeUnsupported, "functions is deprecated and not supported; use tools")
-	case !isNull(w.FunctionCall):
+	case !jsonx.IsNull(w.FunctionCall):
 		return badRequest("function_call", codeUnsupported, "function_call is deprecated and not supported; use tool_choice")
 	}
 	for _, m := range w.Modalities {
@@ -280,7 +279,7 @@ func (d *msgDecoder) decodeMessage(wm *openaiwire.Message, i int, m *chat.Messag
 		return badRequest(path.at(".role"), codeInvalidVal,
 			"unsupported role %q (want system, developer, user, assistant or tool)", wm.Role)
 	}
-	if !isNull(wm.FunctionCall) {
+	if !jsonx.IsNull(wm.FunctionCall) {
 		return badRequest(path.at(".function_call"), codeUnsupported, "function_call is deprecated and not supported; use tool_calls")
 	}
 	d.dropped.AddSet(dropReasoningContent, wm.ReasoningContent)
@@ -295,7 +294,7 @@ func (d *msgDecoder) decodeMessage(wm *openaiwire.Message, i int, m *chat.Messag
 		m.ToolCallID = wm.ToolCallID
 		m.Name = d.toolNames[wm.ToolCallID]
 	}
-	if isNull(wm.Content) && m.Role != chat.RoleAssistant {
+	if jsonx.IsNull(wm.Content) && m.Role != chat.RoleAssistant {
 		return badRequest(path.at(".content"), codeMissing, "is required for %s messages", wm.Role)
 	}
 	return nil
@@ -331,7 +330,7 @@ func decodeToolCalls(calls []openaiwire.ToolCall, path msgPath, toolNames *map[s
 // must read on; a current turn made only of media is a 400, since any answer
 // would pretend to have seen it.
 func (d *msgDecoder) decodeContent(raw json.RawMessage, path msgPath, current bool) (string, error) {
-	if isNull(raw) {
+	if jsonx.IsNull(raw) {
 		return "", nil
 	}
 	if raw[0] == '"' {
@@ -348,7 +347,7 @@ func (d *msgDecoder) decodeContent(raw json.RawMessage, path msgPath, current bo
 			return "", err
 		}
 	}
-	if len(parts) == 1 && parts[0].Type == "text" && parts[0].Text != nil && isNull(parts[0].CacheControl) {
+	if len(parts) == 1 && parts[0].Type == "text" && parts[0].Text != nil && jsonx.IsNull(parts[0].CacheControl) {
 		return *parts[0].Text, nil
 	}
 	var b strings.Builder
@@ -411,7 +410,7 @@ func decodeTools(tools []openaiwire.Tool) ([]chat.Tool, error) {
 			continue
 		}
 		params := f.Parameters
-		if isNull(params) {
+		if jsonx.IsNull(params) {
 			params = nil
 		} else if params[0] != '{' {
 			return nil, badRequest(p+".function.parameters", codeInvalidType, "must be a JSON schema object")
@@ -424,7 +423,7 @@ func decodeTools(tools []openaiwire.Tool) ([]chat.Tool, error) {
 // decodeToolChoice reads tool_choice; whether the tools can satisfy it is
 // for Validate.
 func decodeToolChoice(raw json.RawMessage) (chat.ToolChoice, error) {
-	if isNull(raw) {
+	if jsonx.IsNull(raw) {
 		return chat.ToolChoice{}, nil
 	}
 	var tc chat.ToolChoice
@@ -459,7 +458,7 @@ func decodeToolChoice(raw json.RawMessage) (chat.ToolChoice, error) {
 }
 
 func decodeStop(raw json.RawMessage) ([]string, error) {
-	if isNull(raw) {
+	if jsonx.IsNull(raw) {
 		return nil, nil
 	}
 	var stops []string
@@ -485,11 +484,6 @@ func decodeStop(raw json.RawMessage) ([]string, error) {
 		return nil, nil
 	}
 	return out, nil
-}
-
-// isNull reports whether a raw value is absent or JSON null.
-func isNull(raw json.RawMessage) bool {
-	return len(raw) == 0 || bytes.Equal(raw, []byte("null"))
 }
 
 // unmarshal decodes data into v and turns decoding errors into request

@@ -8,6 +8,7 @@ import (
 
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
 // createRequest is the wire body of POST /v1/responses. Harmless fields
@@ -176,13 +177,13 @@ func (in *createRequest) checkFields(d *httpx.Dropped) error {
 	switch {
 	case in.Model == "" && in.PreviousResponseID == "":
 		return badParam("model", "model: field required")
-	case isNull(in.Input):
+	case jsonx.IsNull(in.Input):
 		return badParam("input", "input: field required")
 	case in.Background:
 		return badParam("background", "background responses are not supported by this gateway")
-	case !isNull(in.Conversation):
+	case !jsonx.IsNull(in.Conversation):
 		return badParam("conversation", "conversations are not supported; use previous_response_id")
-	case !isNull(in.Prompt):
+	case !jsonx.IsNull(in.Prompt):
 		return badParam("prompt", "prompt templates are not supported by this gateway")
 	case in.TopLogprobs != nil && *in.TopLogprobs > 0:
 		return badParam("top_logprobs", "logprobs are not supported by this gateway")
@@ -350,7 +351,7 @@ func (ic *inputContext) messageParts(param string, it *inputItem, current bool) 
 	default:
 		return "", nil, badParam(param+".role", fmt.Sprintf("%s.role must be user, assistant, system or developer, got %q", param, it.Role))
 	}
-	if isNull(it.Content) {
+	if jsonx.IsNull(it.Content) {
 		return "", nil, badParam(param+".content", param+".content: field required")
 	}
 	if it.Content[0] == '"' {
@@ -404,7 +405,7 @@ func (ic *inputContext) callOutput(param string, it *inputItem) (string, error) 
 	if it.CallID == "" {
 		return "", badParam(param+".call_id", param+".call_id: field required")
 	}
-	if isNull(it.Output) {
+	if jsonx.IsNull(it.Output) {
 		return "", badParam(param+".output", param+".output: field required")
 	}
 	if it.Output[0] == '"' {
@@ -484,7 +485,7 @@ type wireToolChoice struct {
 // hosted tool's type; "" for the string forms.
 func forcedTool(raw json.RawMessage) string {
 	var tc wireToolChoice
-	if isNull(raw) || raw[0] != '{' || json.Unmarshal(raw, &tc) != nil {
+	if jsonx.IsNull(raw) || raw[0] != '{' || json.Unmarshal(raw, &tc) != nil {
 		return ""
 	}
 	if tc.Type == "function" || tc.Type == "custom" {
@@ -496,7 +497,7 @@ func forcedTool(raw json.RawMessage) string {
 // decodeToolChoice reads tool_choice; whether the tools can satisfy it is
 // for Validate.
 func decodeToolChoice(raw json.RawMessage) (chat.ToolChoice, error) {
-	if isNull(raw) {
+	if jsonx.IsNull(raw) {
 		return chat.ToolChoice{}, nil
 	}
 	if raw[0] == '"' {
@@ -522,10 +523,6 @@ func decodeToolChoice(raw json.RawMessage) (chat.ToolChoice, error) {
 		}
 		return chat.ToolChoice{Mode: chat.ToolNamed, Name: flatName(tc.Namespace, tc.Name)}, nil
 	}
-}
-
-func isNull(raw json.RawMessage) bool {
-	return len(raw) == 0 || string(raw) == "null"
 }
 
 func idOr(id, prefix string) string {

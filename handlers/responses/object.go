@@ -207,7 +207,7 @@ func newResponse(d *decoded, model, prev string, now int64) *responseObject {
 	if in.TopP != nil {
 		r.TopP = *in.TopP
 	}
-	if !isNull(in.ToolChoice) {
+	if !jsonx.IsNull(in.ToolChoice) {
 		r.ToolChoice = in.ToolChoice
 	}
 	if in.Truncation != "" {

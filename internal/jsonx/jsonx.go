@@ -3,9 +3,20 @@
 // allocate per call.
 package jsonx
 
-import "unicode/utf8"
+import (
+	"bytes"
+	"unicode/utf8"
+)
 
 const hexDigits = "0123456789abcdef"
+
+// IsNull reports whether a raw JSON value (a json.RawMessage) is absent or
+// null, white space around it aside: decoders keep some fields raw only to
+// notice them, and a null says no more than an absent field.
+func IsNull(raw []byte) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) == 0 || string(raw) == "null"
+}
 
 // AppendString appends s as a JSON string literal. It is the hot path of every
 // streamed delta, so it copies runs of safe bytes at once and never allocates
