@@ -134,23 +134,23 @@ func decodeRequest(body []byte) (*chat.Request, options, error) {
 func reject(w *wireRequest) error {
 	switch {
 	case w.N != nil && *w.N != 1:
-		return badRequest("n", codeUnsupValue, "only n=1 is supported")
+		return badRequest("n", apierr.CodeUnsupValue, "only n=1 is supported")
 	case w.Logprobs != nil && *w.Logprobs:
-		return badRequest("logprobs", codeUnsupported, "logprobs are not supported")
+		return badRequest("logprobs", apierr.CodeUnsupported, "logprobs are not supported")
 	case w.TopLogprobs != nil && *w.TopLogprobs != 0:
-		return badRequest("top_logprobs", codeUnsupported, "logprobs are not supported")
+		return badRequest("top_logprobs", apierr.CodeUnsupported, "logprobs are not supported")
 	case !jsonx.IsNull(w.Audio):
-		return badRequest("audio", codeUnsupported, "audio output is not supported")
+		return badRequest("audio", apierr.CodeUnsupported, "audio output is not supported")
 	case !jsonx.IsNull(w.Prediction):
-		return badRequest("prediction", codeUnsupported, "predicted outputs are not supported")
+		return badRequest("prediction", apierr.CodeUnsupported, "predicted outputs are not supported")
 	case !jsonx.IsNull(w.Functions):
-		return badRequest("functions", codeUnsupported, "functions is deprecated and not supported; use tools")
+		return badRequest("functions", apierr.CodeUnsupported, "functions is deprecated and not supported; use tools")
 	case !jsonx.IsNull(w.FunctionCall):
-		return badRequest("function_call", codeUnsupported, "function_call is deprecated and not supported; use tool_choice")
+		return badRequest("function_call", apierr.CodeUnsupported, "function_call is deprecated and not supported; use tool_choice")
 	}
 	for _, m := range w.Modalities {
 		if m != "text" {
-			return badRequest("modalities", codeUnsupValue, "only the text modality is supported, got %q", m)
+			return badRequest("modalities", apierr.CodeUnsupValue, "only the text modality is supported, got %q", m)
 		}
 	}
 	if f := w.ResponseFormat; f != nil {
@@ -160,10 +160,10 @@ func reject(w *wireRequest) error {
 			// A non-strict schema is a hint the model may follow; a strict
 			// one is a guarantee the gateway cannot give.
 			if f.JSONSchema != nil && f.JSONSchema.Strict != nil && *f.JSONSchema.Strict {
-				return badRequest("response_format", codeUnsupValue, "strict json_schema output is not supported")
+				return badRequest("response_format", apierr.CodeUnsupValue, "strict json_schema output is not supported")
 			}
 		default:
-			return badRequest("response_format.type", codeInvalidVal, "unknown response format %q", f.Type)
+			return badRequest("response_format.type", apierr.CodeInvalid, "unknown response format %q", f.Type)
 		}
 	}
 	return nil
@@ -182,14 +182,14 @@ func checkRanges(w *wireRequest) error {
 	}
 	for _, r := range ranges {
 		if r.v != nil && (*r.v < r.lo || *r.v > r.hi) {
-			return badRequest(r.param, codeInvalidVal, "must be between %g and %g, got %g", r.lo, r.hi, *r.v)
+			return badRequest(r.param, apierr.CodeInvalid, "must be between %g and %g, got %g", r.lo, r.hi, *r.v)
 		}
 	}
 	if w.MaxTokens != nil && *w.MaxTokens < 0 {
-		return badRequest("max_tokens", codeInvalidVal, "must not be negative, got %d", *w.MaxTokens)
+		return badRequest("max_tokens", apierr.CodeInvalid, "must not be negative, got %d", *w.MaxTokens)
 	}
 	if w.MaxCompletionTokens != nil && *w.MaxCompletionTokens < 0 {
-		return badRequest("max_completion_tokens", codeInvalidVal, "must not be negative, got %d", *w.MaxCompletionTokens)
+		return badRequest("max_completion_tokens", apierr.CodeInvalid, "must not be negative, got %d", *w.MaxCompletionTokens)
 	}
 	return nil
 }
@@ -205,7 +205,7 @@ type msgDecoder struct {
 
 func decodeMessages(items []openaiwire.Message, dropped *httpx.Dropped) ([]chat.Message, error) {
 	if items == nil {
-		return nil, badRequest("messages", codeMissing, "is required")
+		return nil, badRequest("messages", apierr.CodeMissing, "is required")
 	}
 	d := msgDecoder{dropped: dropped, current: -1}
 	for i := len(items) - 1; i >= 0; i-- {
@@ -228,7 +228,7 @@ func decodeMessages(items []openaiwire.Message, dropped *httpx.Dropped) ([]chat.
 // decoded again element by element (only on this error path) to name it.
 func locate(body []byte, err error) error {
 	var re *apierr.RequestError
-	if !errors.As(err, &re) || re.Code != codeInvalidType {
+	if !errors.As(err, &re) || re.Code != apierr.CodeInvalidType {
 		return err
 	}
 	var probe struct {
@@ -274,13 +274,13 @@ func (d *msgDecoder) decodeMessage(wm *openaiwire.Message, i int, m *chat.Messag
 	case "tool":
 		m.Role = chat.RoleTool
 	case "":
-		return badRequest(path.at(".role"), codeMissing, "is required")
+		return badRequest(path.at(".role"), apierr.CodeMissing, "is required")
 	default:
-		return badRequest(path.at(".role"), codeInvalidVal,
+		return badRequest(path.at(".role"), apierr.CodeInvalid,
 			"unsupported role %q (want system, developer, user, assistant or tool)", wm.Role)
 	}
 	if !jsonx.IsNull(wm.FunctionCall) {
-		return badRequest(path.at(".function_call"), codeUnsupported, "function_call is deprecated and not supported; use tool_calls")
+		return badRequest(path.at(".function_call"), apierr.CodeUnsupported, "function_call is deprecated and not supported; use tool_calls")
 	}
 	d.dropped.AddSet(dropReasoningContent, wm.ReasoningContent)
 	var err error
@@ -295,7 +295,7 @@ func (d *msgDecoder) decodeMessage(wm *openaiwire.Message, i int, m *chat.Messag
 		m.Name = d.toolNames[wm.ToolCallID]
 	}
 	if jsonx.IsNull(wm.Content) && m.Role != chat.RoleAssistant {
-		return badRequest(path.at(".content"), codeMissing, "is required for %s messages", wm.Role)
+		return badRequest(path.at(".content"), apierr.CodeMissing, "is required for %s messages", wm.Role)
 	}
 	return nil
 }
@@ -307,7 +307,7 @@ func decodeToolCalls(calls []openaiwire.ToolCall, path msgPath, toolNames *map[s
 	out := make([]chat.ToolCall, len(calls))
 	for j, c := range calls {
 		if c.Type != "" && c.Type != "function" {
-			return nil, badRequest(path.at(fmt.Sprintf(".tool_calls[%d].type", j)), codeUnsupValue, "unsupported tool call type %q", c.Type)
+			return nil, badRequest(path.at(fmt.Sprintf(".tool_calls[%d].type", j)), apierr.CodeUnsupValue, "unsupported tool call type %q", c.Type)
 		}
 		args := c.Function.Arguments
 		if strings.TrimSpace(args) == "" {
@@ -338,7 +338,7 @@ func (d *msgDecoder) decodeContent(raw json.RawMessage, path msgPath, current bo
 		return jsonx.Unquote(raw), nil
 	}
 	if raw[0] != '[' {
-		return "", badRequest(path.at(".content"), codeInvalidType, "must be a string, an array of content parts or null")
+		return "", badRequest(path.at(".content"), apierr.CodeInvalidType, "must be a string, an array of content parts or null")
 	}
 	var parts []openaiwire.Part
 	if !openaiwire.FastParts(raw, &parts) {
@@ -357,7 +357,7 @@ func (d *msgDecoder) decodeContent(raw json.RawMessage, path msgPath, current bo
 		switch p.Type {
 		case "text":
 			if p.Text == nil {
-				return "", badRequest(path.at(fmt.Sprintf(".content[%d].text", j)), codeMissing, "is required for text parts")
+				return "", badRequest(path.at(fmt.Sprintf(".content[%d].text", j)), apierr.CodeMissing, "is required for text parts")
 			}
 			b.WriteString(*p.Text)
 			if strings.TrimSpace(*p.Text) != "" {
@@ -375,11 +375,11 @@ func (d *msgDecoder) decodeContent(raw json.RawMessage, path msgPath, current bo
 			b.WriteString(mediaNotes[p.Type])
 			media++
 		default:
-			return "", badRequest(path.at(fmt.Sprintf(".content[%d].type", j)), codeInvalidVal, "unknown content part type %q", p.Type)
+			return "", badRequest(path.at(fmt.Sprintf(".content[%d].type", j)), apierr.CodeInvalid, "unknown content part type %q", p.Type)
 		}
 	}
 	if current && media > 0 && words == 0 {
-		return "", badRequest(path.at(".content"), codeUnsupValue, "this turn is only images, audio or files, which the workers cannot read (they are text-only)")
+		return "", badRequest(path.at(".content"), apierr.CodeUnsupValue, "this turn is only images, audio or files, which the workers cannot read (they are text-only)")
 	}
 	return b.String(), nil
 }
@@ -402,7 +402,7 @@ func decodeTools(tools []openaiwire.Tool) ([]chat.Tool, error) {
 	for i, t := range tools {
 		p := "tools[" + strconv.Itoa(i) + "]"
 		if t.Type != "function" {
-			return nil, badRequest(p+".type", codeUnsupValue, "unsupported tool type %q (only function)", t.Type)
+			return nil, badRequest(p+".type", apierr.CodeUnsupValue, "unsupported tool type %q (only function)", t.Type)
 		}
 		f := t.Function
 		if f == nil {
@@ -413,7 +413,7 @@ func decodeTools(tools []openaiwire.Tool) ([]chat.Tool, error) {
 		if jsonx.IsNull(params) {
 			params = nil
 		} else if params[0] != '{' {
-			return nil, badRequest(p+".function.parameters", codeInvalidType, "must be a JSON schema object")
+			return nil, badRequest(p+".function.parameters", apierr.CodeInvalidType, "must be a JSON schema object")
 		}
 		out = append(out, chat.Tool{Name: f.Name, Description: f.Description, Parameters: params})
 	}
@@ -440,7 +440,7 @@ func decodeToolChoice(raw json.RawMessage) (chat.ToolChoice, error) {
 		case "required":
 			return chat.ToolChoice{Mode: chat.ToolRequired}, nil
 		default:
-			return tc, badRequest("tool_choice", codeInvalidVal, "unknown tool_choice %q (want auto, none, required or a function)", s)
+			return tc, badRequest("tool_choice", apierr.CodeInvalid, "unknown tool_choice %q (want auto, none, required or a function)", s)
 		}
 	} else {
 		var w openaiwire.NamedToolChoice
@@ -448,10 +448,10 @@ func decodeToolChoice(raw json.RawMessage) (chat.ToolChoice, error) {
 			return tc, err
 		}
 		if w.Type != "function" {
-			return tc, badRequest("tool_choice.type", codeUnsupValue, "unsupported tool_choice type %q", w.Type)
+			return tc, badRequest("tool_choice.type", apierr.CodeUnsupValue, "unsupported tool_choice type %q", w.Type)
 		}
 		if w.Function == nil || w.Function.Name == "" {
-			return tc, badRequest("tool_choice.function.name", codeMissing, "is required")
+			return tc, badRequest("tool_choice.function.name", apierr.CodeMissing, "is required")
 		}
 		return chat.ToolChoice{Mode: chat.ToolNamed, Name: w.Function.Name}, nil
 	}
@@ -472,7 +472,7 @@ func decodeStop(raw json.RawMessage) ([]string, error) {
 		return nil, err
 	}
 	if len(stops) > maxStops {
-		return nil, badRequest("stop", codeInvalidVal, "at most %d stop sequences are allowed, got %d", maxStops, len(stops))
+		return nil, badRequest("stop", apierr.CodeInvalid, "at most %d stop sequences are allowed, got %d", maxStops, len(stops))
 	}
 	out := stops[:0]
 	for _, s := range stops {
@@ -497,15 +497,15 @@ func unmarshal(data []byte, v any, prefix string) error {
 	var te *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &se):
-		return badRequest("", codeInvalidJSON, "the body is not valid JSON: %v", se)
+		return badRequest("", apierr.CodeInvalidJSON, "the body is not valid JSON: %v", se)
 	case errors.As(err, &te):
 		param := joinParam(prefix, te.Field)
 		if param == "" {
-			return badRequest("", codeInvalidType, "the body must be a JSON object")
+			return badRequest("", apierr.CodeInvalidType, "the body must be a JSON object")
 		}
-		return badRequest(param, codeInvalidType, "must be %s, got %s", jsonKind(te.Type), te.Value)
+		return badRequest(param, apierr.CodeInvalidType, "must be %s, got %s", jsonKind(te.Type), te.Value)
 	default:
-		return badRequest(prefix, codeInvalidVal, "%v", err)
+		return badRequest(prefix, apierr.CodeInvalid, "%v", err)
 	}
 }
 

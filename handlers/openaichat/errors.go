@@ -8,16 +8,6 @@ import (
 	"github.com/poolgate/poolgate/internal/chat"
 )
 
-// Codes of request errors.
-const (
-	codeInvalidType = apierr.CodeInvalidType
-	codeInvalidJSON = apierr.CodeInvalidJSON
-	codeInvalidVal  = apierr.CodeInvalid
-	codeMissing     = apierr.CodeMissing
-	codeUnsupported = apierr.CodeUnsupported
-	codeUnsupValue  = apierr.CodeUnsupValue
-)
-
 // badRequest is a client mistake found while decoding: a 400 naming param
 // ("" when the whole body is at fault) with an OpenAI code.
 func badRequest(param, code, format string, args ...any) error {
