@@ -12,29 +12,14 @@ import (
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
-	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 // volatile matches the random ids in a transcript.
 var volatile = regexp.MustCompile(`\b(msg|toolu)_[A-Z2-7]{26}\b`)
 
-func checkGolden(t *testing.T, name, got string) {
-	t.Helper()
-	got = volatile.ReplaceAllStringFunc(got, func(m string) string { return m[:strings.IndexByte(m, '_')] + "_X" })
-	testenv.Golden(t, name, []byte(got))
-}
-
 // messages returns the messages route of a handler with cfg, answered by p.
 func messages(cfg anthropic.Config, p relaytest.Source) http.HandlerFunc {
 	return relaytest.Serve(anthropic.New(cfg, nil), p)
-}
-
-// call runs one handler call and returns status, content type and body.
-func call(t *testing.T, hf http.HandlerFunc, body string) string {
-	t.Helper()
-	rec := httptest.NewRecorder()
-	hf(rec, httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(body)))
-	return testenv.Transcript(rec)
 }
 
 const streamBody = `{"model":"claude-x","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
@@ -77,7 +62,7 @@ func TestGoldenStreams(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := messages(anthropic.Config{}, &chattest.Source{Events: tt.give, Err: tt.giveE})
-			checkGolden(t, "stream_"+tt.name, call(t, h, streamBody))
+			relaytest.Golden(t, "stream_"+tt.name, relaytest.Transcript(h, "/v1/messages", streamBody), volatile, "${1}_X")
 		})
 	}
 }
@@ -90,7 +75,7 @@ func TestGoldenNonStream(t *testing.T) {
 	}})
 	body := `{"model":"claude-x","max_tokens":50,"messages":[{"role":"user","content":"weather?"}],` +
 		`"tools":[{"name":"get_weather","input_schema":{"type":"object"}}],"tool_choice":{"type":"any"}}`
-	checkGolden(t, "nonstream_tool_use", call(t, h, body))
+	relaytest.Golden(t, "nonstream_tool_use", relaytest.Transcript(h, "/v1/messages", body), volatile, "${1}_X")
 }
 
 func TestValidationErrors(t *testing.T) {

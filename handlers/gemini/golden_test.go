@@ -15,28 +15,14 @@ import (
 	"github.com/poolgate/poolgate/handlers/relay/relaytest"
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/chat/chattest"
-	"github.com/poolgate/poolgate/internal/testenv"
 )
 
 // volatile matches the random response ids in a transcript.
 var volatile = regexp.MustCompile(`"responseId":"[A-Z2-7]{26}"`)
 
-func checkGolden(t *testing.T, name, got string) {
-	t.Helper()
-	testenv.Golden(t, name, []byte(volatile.ReplaceAllString(got, `"responseId":"X"`)))
-}
-
 // generate returns the generate route of a handler with cfg, answered by p.
 func generate(cfg gemini.Config, p relaytest.Source) http.HandlerFunc {
 	return relaytest.Serve(gemini.New(cfg, nil), p)
-}
-
-// call runs one handler call on path and returns its transcript.
-func call(t *testing.T, hf http.HandlerFunc, path, body string) string {
-	t.Helper()
-	rec := httptest.NewRecorder()
-	hf(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
-	return testenv.Transcript(rec)
 }
 
 const (
@@ -83,7 +69,7 @@ func TestGoldenStreams(t *testing.T) {
 		for _, mode := range []struct{ name, url string }{{"sse", sseURL}, {"array", arrayURL}} {
 			t.Run(tt.name+"_"+mode.name, func(t *testing.T) {
 				h := generate(gemini.Config{}, &chattest.Source{Events: tt.give, Err: tt.giveE})
-				checkGolden(t, mode.name+"_"+tt.name, call(t, h, mode.url, hello))
+				relaytest.Golden(t, mode.name+"_"+tt.name, relaytest.Transcript(h, mode.url, hello), volatile, `"responseId":"X"`)
 			})
 		}
 	}
@@ -105,7 +91,7 @@ func TestGoldenReply(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := generate(gemini.Config{}, &chattest.Source{Events: tt.give})
-			checkGolden(t, "reply_"+tt.name, call(t, h, replyURL, `{"contents":[{"role":"user","parts":[{"text":"weather?"}]}],`+weatherFn+`}`))
+			relaytest.Golden(t, "reply_"+tt.name, relaytest.Transcript(h, replyURL, `{"contents":[{"role":"user","parts":[{"text":"weather?"}]}],`+weatherFn+`}`), volatile, `"responseId":"X"`)
 		})
 	}
 }
@@ -116,7 +102,7 @@ func TestKeepAlive(t *testing.T) {
 	for _, mode := range []struct{ name, url string }{{"sse", sseURL}, {"array", arrayURL}} {
 		t.Run(mode.name, func(t *testing.T) {
 			h := generate(gemini.Config{Options: relay.Options{KeepAlive: 20e6}}, &chattest.Source{Delay: 90e6, Events: chattest.TextEvents("late")})
-			got := call(t, h, mode.url, hello)
+			got := relaytest.Transcript(h, mode.url, hello)
 			if strings.Contains(got, "\n:") || strings.Contains(got, "event:") {
 				t.Errorf("%s stream carries SSE comments or event names:\n%s", mode.name, got)
 			}

@@ -3,6 +3,8 @@ package responses
 import (
 	"encoding/json"
 	"strings"
+
+	"github.com/poolgate/poolgate/internal/jsonx"
 )
 
 // Shapes are another gateway's ways with the Responses API, which its
@@ -27,7 +29,7 @@ type Shapes interface {
 // chatStyleTool takes a chat completions tool as the function it defines
 // (Shapes.ChatTool), or refuses it naming the Responses form.
 func chatStyleTool(param string, t *wireTool, s Shapes) error {
-	if isNull(t.Function) || t.Type != "function" || t.Name != "" {
+	if jsonx.IsNull(t.Function) || t.Type != "function" || t.Name != "" {
 		return nil
 	}
 	if s == nil {

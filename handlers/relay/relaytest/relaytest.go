@@ -9,10 +9,15 @@ package relaytest
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
 
 	"github.com/poolgate/poolgate/handlers/httpx"
 	"github.com/poolgate/poolgate/handlers/relay"
 	"github.com/poolgate/poolgate/internal/chat"
+	"github.com/poolgate/poolgate/internal/testenv"
 	"github.com/poolgate/poolgate/internal/tokens"
 )
 
@@ -80,4 +85,20 @@ func Run(w http.ResponseWriter, r *http.Request, p relay.Protocol, body []byte, 
 		t.Over(ctx, out)
 	}
 	return out
+}
+
+// Transcript serves one POST of body on path by h and returns what a golden
+// file keeps of it (testenv.Transcript).
+func Transcript(h http.HandlerFunc, path, body string) string {
+	rec := httptest.NewRecorder()
+	h(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
+	return testenv.Transcript(rec)
+}
+
+// Golden checks a transcript against the golden file name (testenv.Golden),
+// each match of volatile (the ids a protocol makes up) replaced by repl as
+// regexp's ReplaceAllString does.
+func Golden(t testing.TB, name, transcript string, volatile *regexp.Regexp, repl string) {
+	t.Helper()
+	testenv.Golden(t, name, []byte(volatile.ReplaceAllString(transcript, repl)))
 }
