@@ -2,8 +2,9 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -174,22 +175,25 @@ func (c Config) ByKey() map[string]any {
 // SECTION.KEY (their environment variables POOLGATE_SECTION_KEY, as
 // EnvName spells them). For the tests that hold the docs and the examples
 // to the settings the daemon reads.
-func Keys() []string {
+func Keys() []string { return slices.Sorted(maps.Keys(keyPaths())) }
+
+// keyPaths maps every configuration key (a section's as SECTION.KEY) to
+// the index path of its field in the shape.
+func keyPaths() map[string][]int {
 	t, _ := shape()
-	var keys []string
+	paths := map[string][]int{}
 	for i := range t.NumField() {
 		f := t.Field(i)
 		key := f.Tag.Get("yaml")
 		if !isSection(f.Type) {
-			keys = append(keys, key)
+			paths[key] = []int{i}
 			continue
 		}
 		for j := range f.Type.NumField() {
-			keys = append(keys, key+"."+f.Type.Field(j).Tag.Get("yaml"))
+			paths[key+"."+f.Type.Field(j).Tag.Get("yaml")] = []int{i, j}
 		}
 	}
-	sort.Strings(keys)
-	return keys
+	return paths
 }
 
 // sectionErrors validates each section that has a Validate method (a
@@ -225,18 +229,9 @@ func (c *Config) SetSectionKey(key string, val any) error {
 // envFields maps each environment variable to the index path of its field
 // in the shape: a section's fields are POOLGATE_<SECTION>_<KEY>.
 func envFields() map[string][]int {
-	t, _ := shape()
 	byEnv := map[string][]int{}
-	for i := range t.NumField() {
-		f := t.Field(i)
-		key := f.Tag.Get("yaml")
-		if !isSection(f.Type) {
-			byEnv[EnvName(key)] = []int{i}
-			continue
-		}
-		for j := range f.Type.NumField() {
-			byEnv[EnvName(key+"_"+f.Type.Field(j).Tag.Get("yaml"))] = []int{i, j}
-		}
+	for key, path := range keyPaths() {
+		byEnv[EnvName(key)] = path
 	}
 	return byEnv
 }
