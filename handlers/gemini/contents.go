@@ -2,6 +2,7 @@ package gemini
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -267,15 +268,21 @@ func compact(raw json.RawMessage) string {
 
 // merge folds the snake_case spellings into the camelCase fields.
 func (p *wirePart) merge() {
-	p.FunctionCall = first(p.FunctionCall, p.FunctionCall_)
-	p.FunctionResponse = first(p.FunctionResponse, p.FunctionResponse_)
-	if p.ThoughtSignature == "" {
-		p.ThoughtSignature = p.ThoughtSignature_
-	}
-	for _, f := range []struct{ dst, alt *json.RawMessage }{{&p.InlineData, &p.InlineData_}, {&p.FileData, &p.FileData_},
-		{&p.ExecutableCode, &p.ExecutableCode_}, {&p.CodeExecutionResult, &p.CodeExecutionResult_}} {
-		if jsonx.IsNull(*f.dst) {
-			*f.dst = *f.alt
+	p.FunctionCall = cmp.Or(p.FunctionCall, p.FunctionCall_)
+	p.FunctionResponse = cmp.Or(p.FunctionResponse, p.FunctionResponse_)
+	p.ThoughtSignature = cmp.Or(p.ThoughtSignature, p.ThoughtSignature_)
+	orRaw(&p.InlineData, p.InlineData_)
+	orRaw(&p.FileData, p.FileData_)
+	orRaw(&p.ExecutableCode, p.ExecutableCode_)
+	orRaw(&p.CodeExecutionResult, p.CodeExecutionResult_)
+}
+
+// orRaw folds other spellings of a raw field into *dst while it is absent
+// or null: the first of alts that is set, else the last of them.
+func orRaw(dst *json.RawMessage, alts ...json.RawMessage) {
+	for _, alt := range alts {
+		if jsonx.IsNull(*dst) {
+			*dst = alt
 		}
 	}
 }

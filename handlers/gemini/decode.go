@@ -1,6 +1,7 @@
 package gemini
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -124,22 +125,11 @@ func decodeRequest(in *generateRequest, model string) (*decoded, error) {
 
 // merge folds the snake_case spellings into the camelCase fields.
 func (in *generateRequest) merge() {
-	in.SystemInstruction = first(in.SystemInstruction, in.SystemInstruction_)
-	in.ToolConfig = first(in.ToolConfig, in.ToolConfig_)
-	in.GenerationConfig = first(in.GenerationConfig, in.GenerationConfig_)
-	if jsonx.IsNull(in.SafetySettings) {
-		in.SafetySettings = in.SafetySettings_
-	}
-	if in.CachedContent == "" {
-		in.CachedContent = in.CachedContent_
-	}
-}
-
-func first[T any](a, b *T) *T {
-	if a != nil {
-		return a
-	}
-	return b
+	in.SystemInstruction = cmp.Or(in.SystemInstruction, in.SystemInstruction_)
+	in.ToolConfig = cmp.Or(in.ToolConfig, in.ToolConfig_)
+	in.GenerationConfig = cmp.Or(in.GenerationConfig, in.GenerationConfig_)
+	orRaw(&in.SafetySettings, in.SafetySettings_)
+	in.CachedContent = cmp.Or(in.CachedContent, in.CachedContent_)
 }
 
 // param is this protocol's name for a neutral field.
@@ -217,24 +207,14 @@ func (g *generationConfig) merge() {
 	if g.StopSequences == nil {
 		g.StopSequences = g.StopSequences_
 	}
-	if g.ResponseMimeType == "" {
-		g.ResponseMimeType = g.ResponseMimeType_
-	}
-	if jsonx.IsNull(g.ResponseSchema) {
-		g.ResponseSchema = g.ResponseSchema_
-	}
-	for _, alt := range []json.RawMessage{g.ResponseJSONSchemaOld, g.ResponseJSONSchema_} {
-		if jsonx.IsNull(g.ResponseJSONSchema) {
-			g.ResponseJSONSchema = alt
-		}
-	}
-	g.CandidateCount = first(g.CandidateCount, g.CandidateCount_)
-	g.MaxOutputTokens = first(g.MaxOutputTokens, g.MaxOutputTokens_)
-	g.TopP = first(g.TopP, g.TopP_)
-	g.TopK = first(g.TopK, g.TopK_)
-	if jsonx.IsNull(g.ThinkingConfig) {
-		g.ThinkingConfig = g.ThinkingConfig_
-	}
+	g.ResponseMimeType = cmp.Or(g.ResponseMimeType, g.ResponseMimeType_)
+	orRaw(&g.ResponseSchema, g.ResponseSchema_)
+	orRaw(&g.ResponseJSONSchema, g.ResponseJSONSchemaOld, g.ResponseJSONSchema_)
+	orRaw(&g.ThinkingConfig, g.ThinkingConfig_)
+	g.CandidateCount = cmp.Or(g.CandidateCount, g.CandidateCount_)
+	g.MaxOutputTokens = cmp.Or(g.MaxOutputTokens, g.MaxOutputTokens_)
+	g.TopP = cmp.Or(g.TopP, g.TopP_)
+	g.TopK = cmp.Or(g.TopK, g.TopK_)
 }
 
 // format reads the structured-output fields: application/json asks for a
@@ -339,7 +319,7 @@ func (d *decoded) toolConfig(tc *wireToolConfig) error {
 	if tc == nil {
 		return nil
 	}
-	fc := first(tc.FunctionCallingConfig, tc.FunctionCallingConfig_)
+	fc := cmp.Or(tc.FunctionCallingConfig, tc.FunctionCallingConfig_)
 	if fc == nil {
 		return nil
 	}
