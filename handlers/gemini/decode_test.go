@@ -98,6 +98,20 @@ func TestDecode(t *testing.T) {
 				Format: chat.Format{JSON: true}},
 		},
 		{
+			name: "every other snake_case spelling",
+			give: `{"contents":[{"role":"user","parts":[{"inline_data":{"mime_type":"image/png","data":"AAAA"}},{"text":"what"}]},` +
+				`{"role":"model","parts":[{"function_call":{"id":"c1","name":"f","args":{"a":1}},"thought_signature":"sig"}]},` +
+				`{"role":"user","parts":[{"function_response":{"id":"c1","name":"f","response":{"output":"ok"}}}]}],` +
+				`"generation_config":{"top_p":0.9,"top_k":64,"candidate_count":1,"stop_sequences":["END"],"response_mime_type":"application/json",` +
+				`"response_json_schema":{"type":"object"},"thinking_config":{"thinking_budget":0}},"safety_settings":[{"category":"X","threshold":"BLOCK_NONE"}]}`,
+			want: chat.Request{Messages: []chat.Message{msg("user", inlineDataNote+"\n\nwhat"),
+				{Role: "assistant", ToolCalls: []chat.ToolCall{{ID: "c1", Name: "f", Arguments: `{"a":1}`}}},
+				{Role: "tool", ToolCallID: "c1", Name: "f", Content: "ok"}},
+				TopP: &topP, TopK: ptr(64), Stop: []string{"END"}, OneShot: true,
+				Format: chat.Format{JSON: true, Schema: json.RawMessage(`{"type":"object"}`)}},
+			wantDropped: []string{dropSafetySettings, dropThinkingConfig, dropInlineData, dropThoughtSignature},
+		},
+		{
 			name: "inline data in history becomes a note; thoughts are dropped",
 			give: `{"contents":[{"role":"user","parts":[{"inlineData":{"mimeType":"image/png","data":"AAAA"}},{"text":"what is it"}]},` +
 				`{"role":"model","parts":[{"text":"thinking...","thought":true},{"text":"a cat"}]},{"role":"user","parts":[{"text":"sure?"}]}]}`,
