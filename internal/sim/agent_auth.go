@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -116,18 +117,14 @@ func (e *agentEnv) authLogin(ctx context.Context) error {
 		once.Do(func() { close(done) })
 		return nil
 	}
-	ln, err := listenLoopback(0)
+	_, stop, err := serveLoopback(ctx, func(port int) *http.Server {
+		s.httpPort = port
+		return s.newServer(ctx, s.httpRoutes())
+	})
 	if err != nil {
 		return err
 	}
-	s.httpPort = portOf(ln)
-	srv := s.newServer(ctx, s.httpRoutes())
-	go func() { _ = srv.Serve(ln) }()
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
+	defer stop()
 	u, _ := s.generateLoginURL()["loginUrl"].(string)
 	fmt.Fprintf(e.stdout, e.d.loginBanner, u)
 	select {
