@@ -123,14 +123,5 @@ func sessionAnswer(id string, n int, text string, secs []section, d directives, 
 	for i := len(history) - 1; i >= 0 && tools == nil; i-- {
 		tools = promptTools(relayed(parsePrompt(history[i].question)))
 	}
-	p := planAnswer(secs, tools, d.calls)
-	switch {
-	case len(p.calls) > 0 && d.toolCode:
-		return renderToolCode(p.calls[0])
-	case len(p.calls) > 0:
-		return renderJSONCalls(p.calls)
-	case d.words >= 0:
-		return padWords(p.text, d.words)
-	}
-	return p.text
+	return planText(secs, tools, d)
 }

@@ -210,26 +210,6 @@ func parseDirectives(text string) directives {
 		case "builtin", "builtin-async":
 			ok = val != ""
 			d.builtins = append(d.builtins, builtin{name: val, async: name == "builtin-async"})
-		case "whoami":
-			d.whoami = true
-		case "ask":
-			d.ask = true
-		case "env":
-			d.env = true
-		case "tool_code":
-			d.toolCode = true
-		case "think":
-			d.think = true
-		case "crash":
-			d.crash = true
-		case "hang":
-			d.hang = true
-		case "await-results":
-			d.awaitResults = true
-		case "logout":
-			d.logout = true
-		case "off-model":
-			d.offModel = true
 		case "error":
 			d.errAfter = 0
 		case "timeout":
@@ -253,13 +233,23 @@ func parseDirectives(text string) directives {
 				}
 			}
 		default:
-			ok = false
+			flag := d.flag(name)
+			if ok = flag != nil; ok {
+				*flag = true
+			}
 		}
 		if !ok {
 			d.unknown = append(d.unknown, m[0])
 		}
 	}
 	return d
+}
+
+// flag is the switch a directive without a value turns on, or nil.
+func (d *directives) flag(name string) *bool {
+	return map[string]*bool{"whoami": &d.whoami, "ask": &d.ask, "env": &d.env, "tool_code": &d.toolCode,
+		"think": &d.think, "crash": &d.crash, "hang": &d.hang, "await-results": &d.awaitResults,
+		"logout": &d.logout, "off-model": &d.offModel}[name]
 }
 
 // withDefaults fills what the prompt left unset from the process-wide faults.
