@@ -64,6 +64,8 @@ type dialect struct {
 	// subcommands are the CLI's commands other than a print-mode session
 	// (the first argument names one: Claude Code's auth).
 	subcommands map[string]func(e *agentEnv, ctx context.Context, args []string) error
+	// versionFlags print the version when they are the whole command line.
+	versionFlags []string
 	// defaultModel is a session's model without --model; defaultTools
 	// are the built-in tools without --tools "".
 	defaultModel string
@@ -156,6 +158,10 @@ func AgentMain(ctx context.Context, args []string, getenv func(string) string, s
 		e.configDir = filepath.Join(getenv("HOME"), d.configDefault)
 	}
 	args = args[1:]
+	if len(args) == 1 && slices.Contains(d.versionFlags, args[0]) {
+		fmt.Fprintln(stdout, d.version)
+		return nil
+	}
 	if len(args) > 0 && d.subcommands[args[0]] != nil {
 		return d.subcommands[args[0]](e, ctx, args[1:])
 	}

@@ -126,11 +126,11 @@ func (c claudeVoice) preempt(_ *inLine, text string) bool {
 	}
 	switch method, source := c.e.login(); {
 	case method == "none":
-		c.synthetic("authentication_failed", c.e.d.notLoggedIn, 0, "stop_sequence")
+		c.synthetic("authentication_failed", c.e.d.notLoggedIn, 0)
 		return true
 	case strings.Contains(c.e.getenv(source), "invalid") || source == "stored" && c.e.storedRefused():
 		// The upstream refuses the key (401), as the real CLI reports it.
-		c.synthetic("authentication_failed", "Invalid API key · Fix external API key", 401, "stop_sequence")
+		c.synthetic("authentication_failed", "Invalid API key · Fix external API key", 401)
 		return true
 	}
 	return false
@@ -158,16 +158,16 @@ func (c claudeVoice) rateLimited(id string, d directives) {
 		c.emit(map[string]any{"type": "rate_limit_event", "rate_limit_info": map[string]any{"status": "rejected",
 			"resetsAt": time.Now().Add(d.retryAfter).Unix()}, "uuid": newUUID(), "session_id": id})
 	}
-	c.synthetic("rate_limit", "API Error: Request rejected (429) · rate limited", 429, "stop_sequence")
+	c.synthetic("rate_limit", "API Error: Request rejected (429) · rate limited", 429)
 }
 
 func (c claudeVoice) serverError() {
-	c.synthetic("server_error", "API Error: 500 Internal server error. This is a server-side issue, usually temporary — try again in a moment.", 500, "stop_sequence")
+	c.synthetic("server_error", "API Error: 500 Internal server error. This is a server-side issue, usually temporary — try again in a moment.", 500)
 }
 
 func (c claudeVoice) broken(id, model, msgID, sent string) {
 	c.assistant(id, model, msgID, sent, "")
-	c.result(id, false, "", "API Error: the stream ended early", 500)
+	c.result(id, nil, "API Error: the stream ended early", 500)
 }
 
 // finish prints the whole message, the stream's end and the result.
@@ -196,31 +196,28 @@ func (c claudeVoice) assistant(id, model, msgID, text, code string) {
 
 // synthetic ends a turn the CLI answers itself with an error (no login,
 // an API error): its message, then an error result.
-func (c claudeVoice) synthetic(code, text string, status int, stop string) {
+func (c claudeVoice) synthetic(code, text string, status int) {
 	c.mu.Lock()
 	id := c.id
 	c.mu.Unlock()
 	c.assistant(id, "<synthetic>", newUUID(), text, code)
-	c.result(id, true, stop, text, status)
+	c.result(id, "stop_sequence", text, status)
 }
 
-// result prints an error result.
-func (c claudeVoice) result(id string, success bool, stop, text string, status int) {
+// result prints an error result: a synthetic message's, which a stop
+// sequence ended, or a broken stream's (stop nil).
+func (c claudeVoice) result(id string, stop any, text string, status int) {
 	c.failed = true
 	var st any
 	if status != 0 {
 		st = status
 	}
-	var sr any
-	if stop != "" {
-		sr = stop
-	}
 	subtype := "success"
-	if !success && stop == "" {
+	if stop == nil {
 		subtype = "error_during_execution"
 	}
 	c.emit(map[string]any{"type": "result", "subtype": subtype, "is_error": true, "duration_ms": 0,
-		"duration_api_ms": 0, "num_turns": 1, "result": text, "stop_reason": sr, "session_id": id,
+		"duration_api_ms": 0, "num_turns": 1, "result": text, "stop_reason": stop, "session_id": id,
 		"total_cost_usd": 0, "usage": c.usage(0, 0), "api_error_status": st, "terminal_reason": "api_error",
 		"uuid": newUUID()})
 }
@@ -260,10 +257,12 @@ func (c claudeVoice) command(text string) bool {
 		return false // not a command: the model gets it
 	}
 	c.mu.Lock()
-	old := c.id
+	id := c.id
 	c.mu.Unlock()
+	result := "/" + name + " isn't available in this environment."
 	if "/"+name == c.e.d.reset && !c.o.has("--disable-slash-commands") {
-		id := newUUID()
+		old := id
+		id, result = newUUID(), ""
 		c.mu.Lock()
 		// The new conversation keeps a note of the command, which the
 		// model reads with the next message, as the real CLI's does.
@@ -273,15 +272,11 @@ func (c claudeVoice) command(text string) bool {
 			"trigger": "clear"})
 		c.emit(map[string]any{"type": "system", "subtype": "background_tasks_changed", "tasks": []any{},
 			"uuid": newUUID(), "session_id": old})
-		c.emit(map[string]any{"type": "result", "subtype": "success", "is_error": false, "duration_ms": 0,
-			"duration_api_ms": 0, "num_turns": 0, "result": "", "stop_reason": nil, "session_id": id,
-			"total_cost_usd": 0, "usage": c.usage(0, 0), "uuid": newUUID()})
-		return true
+	} else {
+		c.assistant(id, "<synthetic>", newUUID(), result, "")
 	}
-	msg := "/" + name + " isn't available in this environment."
-	c.assistant(old, "<synthetic>", newUUID(), msg, "")
 	c.emit(map[string]any{"type": "result", "subtype": "success", "is_error": false, "duration_ms": 0,
-		"duration_api_ms": 0, "num_turns": 0, "result": msg, "stop_reason": nil, "session_id": old,
+		"duration_api_ms": 0, "num_turns": 0, "result": result, "stop_reason": nil, "session_id": id,
 		"total_cost_usd": 0, "usage": c.usage(0, 0), "uuid": newUUID()})
 	return true
 }

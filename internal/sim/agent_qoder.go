@@ -56,26 +56,14 @@ var qoder = &dialect{
 	promptArg: "simulator: a prompt argument is not played (%q); send user messages on stdin", check: checkQoder,
 	configEnv: "QODER_CONFIG_DIR", configDefault: ".qoder",
 	subcommands: map[string]func(*agentEnv, context.Context, []string) error{
-		"status": (*agentEnv).status, "login": (*agentEnv).qoderLoginCmd,
-		"--version": qoderPrintVersion("--version"), "-v": qoderPrintVersion("-v")},
+		"status": (*agentEnv).status, "login": (*agentEnv).qoderLoginCmd},
+	versionFlags: []string{"--version", "-v"},
 	defaultModel: "auto",
 	defaultTools: []string{"Agent", "Bash", "Edit", "Glob", "Grep", "Read", "WebFetch", "WebSearch", "Write"},
 	msgPrefix:    "msg_", msgHex: 12, quiet: true,
 	voice: func(s *agentSession) voice {
 		return &qoderVoice{agentSession: s, tokens: s.e.getenv("QODER_EXPOSE_TOKEN_USAGE") == "1"}
 	},
-}
-
-// qoderPrintVersion plays `qodercli --version` (or -v): with anything
-// after it, the flag is no option of a session.
-func qoderPrintVersion(flag string) func(*agentEnv, context.Context, []string) error {
-	return func(e *agentEnv, _ context.Context, args []string) error {
-		if len(args) > 0 {
-			return e.refuse(fmt.Sprintf("error: unknown option '%s'", flag))
-		}
-		fmt.Fprintln(e.stdout, e.d.version)
-		return nil
-	}
 }
 
 // qoderLoginCmd plays `qodercli login`, which takes no options.

@@ -36,9 +36,7 @@ func (q *qoderVoice) start(ctx context.Context) error {
 	case !ok:
 		q.id = newUUID()
 		q.init(false)
-		q.assistant("<synthetic>", qoderNotLoggedIn, "authentication_failed", false)
-		q.result(map[string]any{"subtype": "success", "is_error": true, "num_turns": 1, "result": qoderNotLoggedIn,
-			"stop_reason": "stop_sequence"})
+		q.loggedOut()
 		q.drain(ctx, qoderAuthExit)
 		return errors.New("not logged in")
 	}
@@ -264,10 +262,15 @@ func (q *qoderVoice) begin(string, string) { q.init(false) }
 // logout drops the stored login, and the turn ends as a logged-out one.
 func (q *qoderVoice) logout() bool {
 	_ = os.Remove(filepath.Join(q.e.authDir(), "user"))
+	q.loggedOut()
+	return true
+}
+
+// loggedOut prints the turn the CLI answers itself without a login.
+func (q *qoderVoice) loggedOut() {
 	q.assistant("<synthetic>", qoderNotLoggedIn, "authentication_failed", false)
 	q.result(map[string]any{"subtype": "success", "is_error": true, "num_turns": 1, "result": qoderNotLoggedIn,
 		"stop_reason": "stop_sequence"})
-	return true
 }
 
 func (q *qoderVoice) rateLimited(string, directives) {
