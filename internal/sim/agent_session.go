@@ -161,16 +161,15 @@ func (s *agentSession) input(line []byte, turns chan<- *inLine) {
 	}
 }
 
-// agentContent is a message's content: a string or content blocks.
-type agentContent struct{ raw json.RawMessage }
-
-func (c *agentContent) text() string {
+// messageText is a message's text: its content is a string or content
+// blocks, of which the text blocks count.
+func messageText(raw json.RawMessage) string {
 	var str string
-	if json.Unmarshal(c.raw, &str) == nil {
+	if json.Unmarshal(raw, &str) == nil {
 		return str
 	}
 	var blocks []struct{ Type, Text string }
-	_ = json.Unmarshal(c.raw, &blocks)
+	_ = json.Unmarshal(raw, &blocks)
 	var b strings.Builder
 	for _, bl := range blocks {
 		if bl.Type == "text" {

@@ -10,7 +10,7 @@ import (
 // turn plays one user message: one the CLI answers itself, or a turn of
 // the session that the simulated model answers.
 func (s *agentSession) turn(ctx context.Context, in *inLine) {
-	text := (&agentContent{raw: in.Message.Content}).text()
+	text := messageText(in.Message.Content)
 	if s.v.preempt(in, text) {
 		return
 	}
