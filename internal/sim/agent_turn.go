@@ -29,11 +29,7 @@ func (s *agentSession) turn(ctx context.Context, in *inLine) {
 	s.v.begin(id, model)
 	text = s.v.mentions(note + text)
 	secs := relayed(parsePrompt(text))
-	d := parseDirectives("")
-	if s.e.directives {
-		d = parseDirectives(directiveText(secs))
-	}
-	d = d.withDefaults(Faults{Chunks: -1, TimeScale: 1})
+	d := directivesOf(s.e.directives, secs).withDefaults(Faults{Chunks: -1, TimeScale: 1})
 	if d.logout && s.v.logout() {
 		return
 	}
@@ -103,22 +99,14 @@ func (s *agentSession) stream(ctx context.Context, id, model string, n int, text
 }
 
 // answer is the simulated model's whole answer to text, the n-th turn of
-// the session id.
+// the session id (the tools an earlier turn offered still count).
 func (s *agentSession) answer(id string, n int, text string, secs []section, d directives) string {
-	s.mu.Lock()
-	history := append([]exchange(nil), s.history...)
-	s.mu.Unlock()
-	return sessionAnswer(id, n, text, secs, d, history)
-}
-
-// sessionAnswer is an agent CLI session's answer to text, the n-th turn
-// of the session id whose earlier exchanges are history (the tools an
-// earlier turn offered still count).
-func sessionAnswer(id string, n int, text string, secs []section, d directives, history []exchange) string {
-	_, isJSON := promptFormat(secs)
-	if d.whoami && !isJSON {
+	if _, isJSON := promptFormat(secs); d.whoami && !isJSON {
 		return whoamiText(id, n, n > 1, len(secs), len(text))
 	}
+	s.mu.Lock()
+	history := s.history // appended to, never changed in place
+	s.mu.Unlock()
 	tools := promptTools(secs)
 	for i := len(history) - 1; i >= 0 && tools == nil; i-- {
 		tools = promptTools(relayed(parsePrompt(history[i].question)))

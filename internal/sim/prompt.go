@@ -187,10 +187,11 @@ type directives struct {
 	unknown                 []string
 }
 
-// directives are the directives of a prompt's sections, when the worker
-// takes them (Config.Directives); none otherwise.
-func (s *Sim) directives(secs []section) directives {
-	if !s.cfg.Directives {
+// directivesOf are the directives of a prompt's sections when the worker
+// takes them (on: Config.Directives, agent-cli's --directives); none
+// otherwise.
+func directivesOf(on bool, secs []section) directives {
+	if !on {
 		return parseDirectives("")
 	}
 	return parseDirectives(directiveText(secs))

@@ -196,7 +196,7 @@ func (c *conn) ask(m *lingmarpc.Message) {
 		return
 	}
 	secs := relayed(parsePrompt(question))
-	d := c.s.directives(secs).withDefaults(c.s.cfg.Faults)
+	d := directivesOf(c.s.cfg.Directives, secs).withDefaults(c.s.cfg.Faults)
 	if len(d.unknown) > 0 {
 		c.log.Warn("ignoring unknown or malformed directives", "directives", d.unknown)
 	}
