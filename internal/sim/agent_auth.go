@@ -25,14 +25,8 @@ func (e *agentEnv) auth(ctx context.Context, args []string) error {
 	case len(args) == 1 && args[0] == "login":
 		return e.authLogin(ctx)
 	}
-	err := fmt.Errorf("error: unknown command 'auth %s'", joinArgs(args))
-	fmt.Fprintln(e.stderr, err)
-	return err
-}
-
-func joinArgs(args []string) string {
-	b, _ := json.Marshal(args)
-	return string(b)
+	quoted, _ := json.Marshal(args)
+	return e.refuse(fmt.Sprintf("error: unknown command 'auth %s'", quoted))
 }
 
 // authStatus prints the login state in the real CLI's shape.
@@ -108,9 +102,6 @@ func (e *agentEnv) authLogin(ctx context.Context) error {
 		c.OAuth.ExpiresAt = time.Now().Add(365 * 24 * time.Hour).UnixMilli()
 		c.OAuth.Scopes, c.OAuth.SubscriptionType, c.Email = []string{"user:inference", "user:profile"}, "pro", user
 		b, _ := json.Marshal(c)
-		if err := os.MkdirAll(e.configDir, 0o700); err != nil {
-			return err
-		}
 		if err := writeAtomic(filepath.Join(e.configDir, e.d.credFile), b); err != nil {
 			return err
 		}

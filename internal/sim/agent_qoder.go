@@ -152,10 +152,7 @@ func (e *agentEnv) machineID() (string, error) {
 		return strings.TrimSpace(string(b)), nil
 	}
 	id := newUUID()
-	if err := os.MkdirAll(e.authDir(), 0o700); err != nil {
-		return "", err
-	}
-	return id, writeAtomic(p, []byte(id))
+	return id, writeAtomic(p, []byte(id)) // which makes the dir
 }
 
 // storeLogin writes the stored login of user under the machine id.
