@@ -5,19 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 )
 
 // The agent CLI mode: `simworker agent-cli DIALECT ARGS...` plays an agent
-// CLI (Claude Code's dialect of the stream-json protocol) on its standard
-// input and output, taking the CLI's own command line (ARGS) as strictly
-// as the real binary was seen to: an option it lacks, stream-json output
-// without --verbose, a --resume of a session it never kept are refused
-// with the binary's words. docs/claude-code-worker.md lists what was seen.
+// CLI (Claude Code's dialect of the stream-json protocol, or Qoder CLI's)
+// on its standard input and output, taking the CLI's own command line
+// (ARGS) as strictly as the real binary was seen to: an option it lacks,
+// stream-json output without --verbose, a --resume of a session it never
+// kept are refused with the binary's words. docs/claude-code-worker.md
+// lists what was seen.
 //
 //	agent-cli claude-code auth status [--json|--text]   the login state, as JSON; exit 1 when logged out
 //	agent-cli claude-code auth login                    a login page on loopback (the simworker recipe's);
@@ -35,25 +39,49 @@ import (
 // login is the CLI's: an API key or OAuth token in the environment, or a
 // credentials file in the config dir that the simulated login writes.
 // Sessions are kept in the config dir, so a later process resumes them.
+//
+// The dialects share the session loop, the turn path and the session
+// files (agent_session.go); what differs is data in a dialect value and
+// the lines a session prints, its voice.
 
 // Dialect names the agent CLIs the simulator plays.
 const DialectClaudeCode = "claude-code"
 
-// dialect is what one agent CLI's simulation says and expects. A dialect
-// is data: another CLI of the same protocol (Qoder CLI) is another value.
+// dialect is what one agent CLI's simulation says and expects.
 type dialect struct {
 	name, version string
 	// options are the CLI's options in print mode: the number of values
 	// each takes (0 for a flag); aliases map short to long names.
 	options map[string]int
 	aliases map[string]string
+	// promptArg refuses an argument that is not an option (%q: it);
+	// check, a command line the CLI (or the simulator) does not take.
+	promptArg string
+	check     func(printOptions) error
 	// configEnv names the config dir's variable; configDefault is the dir
 	// under HOME without it.
 	configEnv, configDefault string
-	// credFile is the stored login under the config dir.
-	credFile string
-	// keyEnvs are variables that are an API key; tokenEnvs, a token (in
-	// the order the CLI reads them).
+	// subcommands are the CLI's commands other than a print-mode session
+	// (the first argument names one: Claude Code's auth).
+	subcommands map[string]func(e *agentEnv, ctx context.Context, args []string) error
+	// versionFlags print the version when they are the whole command line.
+	versionFlags []string
+	// defaultModel is a session's model without --model; defaultTools
+	// are the built-in tools without --tools "".
+	defaultModel string
+	defaultTools []string
+	// A streamed message's id is msgPrefix and msgHex random bytes.
+	msgPrefix string
+	msgHex    int
+	// quiet drops the input lines it does not take without a word.
+	quiet bool
+	// voice makes the dialect's part of a session.
+	voice func(*agentSession) voice
+
+	// What Claude Code's voice reads. credFile is the stored login under
+	// the config dir; keyEnvs are variables that are an API key,
+	// tokenEnvs a token (in the order the CLI reads them).
+	credFile           string
 	keyEnvs, tokenEnvs []string
 	// notLoggedIn is a turn's text without a login; reset the slash
 	// command that starts a new session; commands the slash commands the
@@ -64,11 +92,6 @@ type dialect struct {
 	mentionsOff string
 	// models are the models initialize lists (value, display name).
 	models [][2]string
-	// defaultTools are the built-in tools without --tools "".
-	defaultTools []string
-	// subcommands are the CLI's commands other than a print-mode session
-	// (the first argument names one: Claude Code's auth).
-	subcommands map[string]func(e *agentEnv, ctx context.Context, args []string) error
 	// loginBanner is what the login command prints, with its URL for %s.
 	loginBanner string
 }
@@ -81,6 +104,7 @@ var claudeCode = &dialect{
 		"--session-id": 1, "--disable-slash-commands": 0, "--no-session-persistence": 0, "--fallback-model": 1,
 		"--setting-sources": 1, "--settings": 1, "--mcp-config": 1, "--replay-user-messages": 0},
 	aliases:   map[string]string{"-p": "--print", "-r": "--resume"},
+	promptArg: "error: a prompt argument is not taken with --input-format stream-json: %q", check: checkClaudeCode,
 	configEnv: "CLAUDE_CONFIG_DIR", configDefault: ".claude", credFile: ".credentials.json",
 	keyEnvs: []string{"ANTHROPIC_API_KEY"}, tokenEnvs: []string{"CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN"},
 	notLoggedIn: "Not logged in · Please run /login", reset: "/clear",
@@ -88,15 +112,16 @@ var claudeCode = &dialect{
 	mentionsOff: "CLAUDE_CODE_DISABLE_FILE_MENTIONS",
 	models: [][2]string{{"default", "Default (recommended)"}, {"opus", "Opus"}, {"sonnet", "Sonnet"},
 		{"haiku", "Haiku"}},
+	defaultModel: "claude-sim-1",
 	defaultTools: []string{"Task", "Bash", "Glob", "Grep", "Read", "Edit", "Write", "WebFetch", "WebSearch"},
-	subcommands:  map[string]func(*agentEnv, context.Context, []string) error{"auth": (*agentEnv).auth},
-	loginBanner:  "Opening browser to sign in…\nIf the browser didn't open, visit: %s\nPaste code here if prompted > ",
+	msgPrefix:    "msg_sim", msgHex: 10,
+	voice:       func(s *agentSession) voice { return claudeVoice{s} },
+	subcommands: map[string]func(*agentEnv, context.Context, []string) error{"auth": (*agentEnv).auth},
+	loginBanner: "Opening browser to sign in…\nIf the browser didn't open, visit: %s\nPaste code here if prompted > ",
 }
 
-// dialects are the agent CLIs the simulator plays, by name. Another CLI of
-// the protocol is another dialect value: its options, variables, texts and
-// subcommands (its status and login).
-var dialects = map[string]*dialect{DialectClaudeCode: claudeCode}
+// dialects are the agent CLIs the simulator plays, by name.
+var dialects = map[string]*dialect{DialectClaudeCode: claudeCode, DialectQoder: qoder}
 
 // agentEnv is what an agent CLI process sees of its world.
 type agentEnv struct {
@@ -105,6 +130,7 @@ type agentEnv struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	configDir, cwd string
+	started        time.Time
 	// directives: the simulator's own --directives flag was given, so
 	// prompts may steer it (Config.Directives).
 	directives bool
@@ -120,29 +146,39 @@ func AgentMain(ctx context.Context, args []string, getenv func(string) string, s
 	// arguments).
 	directives := slices.Contains(args, "--directives")
 	args = slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == "--directives" })
-	if len(args) > 0 && args[0] == DialectQoder {
-		return qoderMain(ctx, args[1:], directives, getenv, stdin, stdout, stderr)
-	}
 	if len(args) == 0 || dialects[args[0]] == nil {
 		return fmt.Errorf("agent-cli: name a dialect (%s, %s)", DialectClaudeCode, DialectQoder)
 	}
 	d := dialects[args[0]]
-	e := &agentEnv{d: d, getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr, directives: directives}
+	e := &agentEnv{d: d, getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr, started: time.Now(),
+		directives: directives}
 	e.cwd, _ = os.Getwd()
 	e.configDir = getenv(d.configEnv)
 	if e.configDir == "" {
 		e.configDir = filepath.Join(getenv("HOME"), d.configDefault)
 	}
 	args = args[1:]
+	if len(args) == 1 && slices.Contains(d.versionFlags, args[0]) {
+		fmt.Fprintln(stdout, d.version)
+		return nil
+	}
 	if len(args) > 0 && d.subcommands[args[0]] != nil {
 		return d.subcommands[args[0]](e, ctx, args[1:])
 	}
 	opts, err := d.parse(args)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return err
+		return e.refuse(err.Error())
+	}
+	if dir := opts["--config-dir"]; dir != "" {
+		e.configDir = dir
 	}
 	return e.session(ctx, opts)
+}
+
+// refuse prints a command-line error as the CLI does and fails.
+func (e *agentEnv) refuse(msg string) error {
+	fmt.Fprintln(e.stderr, msg)
+	return errors.New(msg)
 }
 
 // printOptions are a print-mode command line, parsed.
@@ -150,23 +186,20 @@ type printOptions map[string]string
 
 func (o printOptions) has(k string) bool { _, ok := o[k]; return ok }
 
-// parse reads a print-mode command line as the CLI does.
+// parse reads a print-mode command line as the CLI's parser does.
 func (d *dialect) parse(args []string) (printOptions, error) {
 	o := printOptions{}
 	for i := 0; i < len(args); i++ {
-		a := args[i]
-		name, val, inline := strings.Cut(a, "=")
+		name, val, inline := strings.Cut(args[i], "=")
 		if long, ok := d.aliases[name]; ok {
 			name = long
 		}
 		n, ok := d.options[name]
-		if !ok {
-			if !strings.HasPrefix(a, "-") {
-				return nil, fmt.Errorf("error: a prompt argument is not taken with --input-format stream-json: %q", a)
-			}
-			return nil, fmt.Errorf("error: unknown option '%s'", name)
-		}
 		switch {
+		case !ok && !strings.HasPrefix(args[i], "-"):
+			return nil, fmt.Errorf(d.promptArg, args[i])
+		case !ok:
+			return nil, fmt.Errorf("error: unknown option '%s'", name)
 		case n == 0:
 			o[name] = "true"
 		case inline:
@@ -178,44 +211,54 @@ func (d *dialect) parse(args []string) (printOptions, error) {
 			return nil, fmt.Errorf("error: option '%s <value>' argument missing", name)
 		}
 	}
+	return o, d.check(o)
+}
+
+// checkClaudeCode refuses the print-mode command lines Claude Code (or
+// the simulator) does not take.
+func checkClaudeCode(o printOptions) error {
 	switch {
 	case !o.has("--print"):
-		return nil, errors.New("simulator: only --print (-p) sessions are played")
+		return errors.New("simulator: only --print (-p) sessions are played")
 	case o["--input-format"] != "stream-json":
-		return nil, errors.New("simulator: only --input-format stream-json is played")
+		return errors.New("simulator: only --input-format stream-json is played")
 	case o["--output-format"] != "stream-json":
-		return nil, errors.New("simulator: only --output-format stream-json is played")
+		return errors.New("simulator: only --output-format stream-json is played")
 	case !o.has("--verbose"):
 		//lint:ignore ST1005 the real binary's words, which its callers see
-		return nil, errors.New("Error: When using --print, --output-format=stream-json requires --verbose")
+		return errors.New("Error: When using --print, --output-format=stream-json requires --verbose")
 	}
-	return o, nil
+	return nil
 }
 
 // uuidRE is a session id's shape.
 var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
-// login is how the process is logged in: the variable that holds its key
-// or token, "stored" for the credentials file, "" for none.
-func (e *agentEnv) login() (method, source string) {
-	for _, k := range e.d.keyEnvs {
-		if e.getenv(k) != "" {
-			return "api_key", k
-		}
-	}
-	for _, k := range e.d.tokenEnvs {
-		if e.getenv(k) != "" {
-			return "oauth_token", k
-		}
-	}
-	if _, err := os.Stat(filepath.Join(e.configDir, e.d.credFile)); err == nil {
-		return "claude.ai", "stored"
-	}
-	return "none", ""
+// newUUID is a random version-4 UUID.
+func newUUID() string {
+	h := randomHex(16)
+	return h[:8] + "-" + h[8:12] + "-4" + h[13:16] + "-a" + h[17:20] + "-" + h[20:32]
 }
 
 // projectDir is where the CLI keeps this working directory's sessions:
 // its path with each separator a dash, as the real one names it.
 func (e *agentEnv) projectDir() string {
 	return filepath.Join(e.configDir, "projects", strings.ReplaceAll(e.cwd, string(filepath.Separator), "-"))
+}
+
+// serveLoopback serves a login command's pages on a free loopback port,
+// with the server that server makes for that port; stop shuts it down.
+func serveLoopback(ctx context.Context, server func(port int) *http.Server) (port int, stop func(), err error) {
+	ln, err := listenLoopback(0)
+	if err != nil {
+		return 0, nil, err
+	}
+	port = ln.Addr().(*net.TCPAddr).Port
+	srv := server(port)
+	go func() { _ = srv.Serve(ln) }()
+	return port, func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -24,14 +25,8 @@ func (e *agentEnv) auth(ctx context.Context, args []string) error {
 	case len(args) == 1 && args[0] == "login":
 		return e.authLogin(ctx)
 	}
-	err := fmt.Errorf("error: unknown command 'auth %s'", joinArgs(args))
-	fmt.Fprintln(e.stderr, err)
-	return err
-}
-
-func joinArgs(args []string) string {
-	b, _ := json.Marshal(args)
-	return string(b)
+	quoted, _ := json.Marshal(args)
+	return e.refuse(fmt.Sprintf("error: unknown command 'auth %s'", quoted))
 }
 
 // authStatus prints the login state in the real CLI's shape.
@@ -107,27 +102,20 @@ func (e *agentEnv) authLogin(ctx context.Context) error {
 		c.OAuth.ExpiresAt = time.Now().Add(365 * 24 * time.Hour).UnixMilli()
 		c.OAuth.Scopes, c.OAuth.SubscriptionType, c.Email = []string{"user:inference", "user:profile"}, "pro", user
 		b, _ := json.Marshal(c)
-		if err := os.MkdirAll(e.configDir, 0o700); err != nil {
-			return err
-		}
 		if err := writeAtomic(filepath.Join(e.configDir, e.d.credFile), b); err != nil {
 			return err
 		}
 		once.Do(func() { close(done) })
 		return nil
 	}
-	ln, err := listenLoopback(0)
+	_, stop, err := serveLoopback(ctx, func(port int) *http.Server {
+		s.httpPort = port
+		return s.newServer(ctx, s.httpRoutes())
+	})
 	if err != nil {
 		return err
 	}
-	s.httpPort = portOf(ln)
-	srv := s.newServer(ctx, s.httpRoutes())
-	go func() { _ = srv.Serve(ln) }()
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
+	defer stop()
 	u, _ := s.generateLoginURL()["loginUrl"].(string)
 	fmt.Fprintf(e.stdout, e.d.loginBanner, u)
 	select {

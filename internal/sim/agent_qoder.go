@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,51 +50,28 @@ const (
 	qoderLinger = 7 * time.Second
 )
 
-// qoderEnv is what one simulated qodercli process sees of its world.
-type qoderEnv struct {
-	getenv         func(string) string
-	stdin          io.Reader
-	stdout, stderr io.Writer
-	configDir, cwd string
-	started        time.Time
-	// directives: --directives was given (agentEnv.directives).
-	directives bool
+// qoder is Qoder CLI's dialect. Its session's lines are qoderVoice's.
+var qoder = &dialect{
+	name: DialectQoder, version: qoderVersion, options: qoderOptions, aliases: qoderAliases,
+	promptArg: "simulator: a prompt argument is not played (%q); send user messages on stdin", check: checkQoder,
+	configEnv: "QODER_CONFIG_DIR", configDefault: ".qoder",
+	subcommands: map[string]func(*agentEnv, context.Context, []string) error{
+		"status": (*agentEnv).status, "login": (*agentEnv).qoderLoginCmd},
+	versionFlags: []string{"--version", "-v"},
+	defaultModel: "auto",
+	defaultTools: []string{"Agent", "Bash", "Edit", "Glob", "Grep", "Read", "WebFetch", "WebSearch", "Write"},
+	msgPrefix:    "msg_", msgHex: 12, quiet: true,
+	voice: func(s *agentSession) voice {
+		return &qoderVoice{agentSession: s, tokens: s.e.getenv("QODER_EXPOSE_TOKEN_USAGE") == "1"}
+	},
 }
 
-// qoderMain plays qodercli with the command line args.
-func qoderMain(ctx context.Context, args []string, directives bool, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
-	e := &qoderEnv{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr, started: time.Now(), directives: directives}
-	e.cwd, _ = os.Getwd()
-	e.configDir = getenv("QODER_CONFIG_DIR")
-	if e.configDir == "" {
-		e.configDir = filepath.Join(getenv("HOME"), ".qoder")
+// qoderLoginCmd plays `qodercli login`, which takes no options.
+func (e *agentEnv) qoderLoginCmd(ctx context.Context, args []string) error {
+	if len(args) > 0 {
+		return e.refuse(fmt.Sprintf("error: unknown option '%s'", args[0]))
 	}
-	switch {
-	case len(args) == 1 && (args[0] == "--version" || args[0] == "-v"):
-		fmt.Fprintln(stdout, qoderVersion)
-		return nil
-	case len(args) > 0 && args[0] == "status":
-		return e.status(ctx, args[1:])
-	case len(args) > 0 && args[0] == "login":
-		if len(args) > 1 {
-			return e.refuse(fmt.Sprintf("error: unknown option '%s'", args[1]))
-		}
-		return e.deviceLogin(ctx)
-	}
-	o, err := parseQoderOptions(args)
-	if err != nil {
-		return e.refuse(err.Error())
-	}
-	if d := o["--config-dir"]; d != "" {
-		e.configDir = d
-	}
-	return e.session(ctx, o)
-}
-
-// refuse prints a command-line error as the CLI does and fails.
-func (e *qoderEnv) refuse(msg string) error {
-	fmt.Fprintln(e.stderr, msg)
-	return errors.New(msg)
+	return e.deviceLogin(ctx)
 }
 
 // qoderOptions are qodercli's options in print mode (from its --help):
@@ -114,45 +90,22 @@ var qoderAliases = map[string]string{"-p": "--print", "-o": "--output-format", "
 var qoderPermissionModes = map[string]bool{"default": true, "accept_edits": true, "bypass_permissions": true,
 	"dont_ask": true, "auto": true}
 
-// parseQoderOptions reads a print-mode command line as commander, the
-// CLI's parser, does.
-func parseQoderOptions(args []string) (printOptions, error) {
-	o := printOptions{}
-	for i := 0; i < len(args); i++ {
-		name, val, inline := strings.Cut(args[i], "=")
-		if long, ok := qoderAliases[name]; ok {
-			name = long
-		}
-		n, ok := qoderOptions[name]
-		switch {
-		case !ok && !strings.HasPrefix(args[i], "-"):
-			return nil, fmt.Errorf("simulator: a prompt argument is not played (%q); send user messages on stdin", args[i])
-		case !ok:
-			return nil, fmt.Errorf("error: unknown option '%s'", name)
-		case n == 0:
-			o[name] = "true"
-		case inline:
-			o[name] = val
-		case i+1 < len(args):
-			i++
-			o[name] = args[i]
-		default:
-			return nil, fmt.Errorf("error: option '%s <value>' argument missing", name)
-		}
-	}
+// checkQoder refuses the print-mode command lines commander, the CLI's
+// parser, refuses, and those the simulator does not play.
+func checkQoder(o printOptions) error {
 	if m, ok := o["--permission-mode"]; ok && !qoderPermissionModes[m] {
-		return nil, fmt.Errorf("error: option '--permission-mode <mode>' argument '%s' is invalid. Allowed choices are default, accept_edits, bypass_permissions, dont_ask, auto", m)
+		return fmt.Errorf("error: option '--permission-mode <mode>' argument '%s' is invalid. Allowed choices are default, accept_edits, bypass_permissions, dont_ask, auto", m)
 	}
 	if s, ok := o["--settings"]; ok && strings.HasPrefix(strings.TrimSpace(s), "{") && !json.Valid([]byte(s)) {
-		return nil, errors.New("error: --settings is not valid JSON")
+		return errors.New("error: --settings is not valid JSON")
 	}
 	switch {
 	case !o.has("--print"):
-		return nil, errors.New("simulator: only --print (-p) sessions are played")
+		return errors.New("simulator: only --print (-p) sessions are played")
 	case o["--input-format"] != "stream-json" || o["--output-format"] != "stream-json":
-		return nil, errors.New("simulator: only --input-format stream-json with --output-format stream-json is played")
+		return errors.New("simulator: only --input-format stream-json with --output-format stream-json is played")
 	}
-	return o, nil
+	return nil
 }
 
 // qoderUser is the simulator's stored login (the real one is encrypted).
@@ -166,15 +119,15 @@ type qoderUser struct {
 	MachineID string `json:"machine_id"`
 }
 
-func (e *qoderEnv) authDir() string { return filepath.Join(e.configDir, ".auth") }
+func (e *agentEnv) authDir() string { return filepath.Join(e.configDir, ".auth") }
 
 // errPATExchange is a personal access token the CLI could not exchange.
 var errPATExchange = errors.New("NetworkAttemptError: Network attempt failed at dns")
 
-// login is how the process is logged in: the stored login, a token's
+// qoderLogin is how the process is logged in: the stored login, a token's
 // (u.LoginMethod "token"), or none (ok false); err is a token that
 // failed.
-func (e *qoderEnv) login() (u qoderUser, ok bool, err error) {
+func (e *agentEnv) qoderLogin() (u qoderUser, ok bool, err error) {
 	if pat := e.getenv(qoderPATEnv); pat != "" {
 		if strings.Contains(pat, "invalid") {
 			return u, false, errPATExchange
@@ -193,20 +146,17 @@ func (e *qoderEnv) login() (u qoderUser, ok bool, err error) {
 }
 
 // machineID returns the config dir's machine id, made when missing.
-func (e *qoderEnv) machineID() (string, error) {
+func (e *agentEnv) machineID() (string, error) {
 	p := filepath.Join(e.authDir(), "machine_id")
 	if b, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(b))) > 0 {
 		return strings.TrimSpace(string(b)), nil
 	}
 	id := newUUID()
-	if err := os.MkdirAll(e.authDir(), 0o700); err != nil {
-		return "", err
-	}
-	return id, writeAtomic(p, []byte(id))
+	return id, writeAtomic(p, []byte(id)) // which makes the dir
 }
 
 // storeLogin writes the stored login of user under the machine id.
-func (e *qoderEnv) storeLogin(user, account string) error {
+func (e *agentEnv) storeLogin(user, account string) error {
 	id, err := e.machineID()
 	if err != nil {
 		return err
@@ -217,7 +167,7 @@ func (e *qoderEnv) storeLogin(user, account string) error {
 }
 
 // status prints the login state as `qodercli status` does.
-func (e *qoderEnv) status(ctx context.Context, args []string) error {
+func (e *agentEnv) status(ctx context.Context, args []string) error {
 	format := "text"
 	for i := 0; i < len(args); i++ {
 		switch {
@@ -228,7 +178,7 @@ func (e *qoderEnv) status(ctx context.Context, args []string) error {
 			return e.refuse(fmt.Sprintf("error: unknown option '%s'", args[i]))
 		}
 	}
-	u, ok, err := e.login()
+	u, ok, err := e.qoderLogin()
 	if err != nil {
 		return e.critical(err)
 	}
@@ -259,7 +209,7 @@ func (e *qoderEnv) status(ctx context.Context, args []string) error {
 // critical is how the CLI fails when its login cannot be made: the
 // error on its standard error and in its run log, nothing on its standard
 // output.
-func (e *qoderEnv) critical(err error) error {
+func (e *agentEnv) critical(err error) error {
 	e.runLog("Error authenticating: S2 [" + strings.Replace(err.Error(), ": ", "]: ", 1))
 	fmt.Fprintf(e.stderr, "An unexpected critical error occurred:%v\n    at r3A.execute (file:///simulated/qodercli.js:2:3371084)\n", err)
 	return err
@@ -267,7 +217,7 @@ func (e *qoderEnv) critical(err error) error {
 
 // runLog writes a run's manifest and log line under the config dir's
 // logs/runs, as the CLI logs each of its runs.
-func (e *qoderEnv) runLog(line string) {
+func (e *agentEnv) runLog(line string) {
 	dir := filepath.Join(e.configDir, "logs", "runs",
 		fmt.Sprintf("%s-%s-p%d", e.started.UTC().Format("2006-01-02T15-04-05.000Z"), randomHex(3), os.Getpid()))
 	if os.MkdirAll(dir, 0o700) != nil {

@@ -15,7 +15,7 @@ import (
 // real CLI sends the browser to the vendor's page and polls the vendor
 // for the approval; the simulator serves its device page on loopback
 // itself (its accounts from SIMWORKER_ACCOUNTS, user:password,...).
-func (e *qoderEnv) deviceLogin(ctx context.Context) error {
+func (e *agentEnv) deviceLogin(ctx context.Context) error {
 	id, err := e.machineID()
 	if err != nil {
 		return err
@@ -48,19 +48,15 @@ func (e *qoderEnv) deviceLogin(ctx context.Context) error {
 		default:
 		}
 	}}
-	ln, err := listenLoopback(0)
+	port, stop, err := serveLoopback(ctx, func(int) *http.Server {
+		return &http.Server{Handler: page, ReadHeaderTimeout: 10 * time.Second}
+	})
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: page, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
+	defer stop()
 	fmt.Fprintf(e.stdout, "Starting browser login...\n\nPlease open the following URL in your browser to sign in:\n\n  http://127.0.0.1:%d/device/selectAccounts?%s\n\nWaiting for browser authorization...\n",
-		portOf(ln), q.Encode())
+		port, q.Encode())
 	select {
 	case a := <-approved:
 		fmt.Fprintf(e.stdout, "\nSigned in as %s.\n", a.User)

@@ -1,9 +1,7 @@
 package sim
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,63 +9,43 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 )
 
-// qoderSession is one simulated print-mode qodercli process.
-type qoderSession struct {
-	e       *qoderEnv
-	o       printOptions
-	user    qoderUser
-	partial bool
-	tokens  bool // QODER_EXPOSE_TOKEN_USAGE: results carry token counts
-
-	wmu sync.Mutex
-
-	mu      sync.Mutex
-	id      string
-	history []exchange
-	model   string
+// qoderVoice is Qoder CLI's part of a session: its lines, its login and
+// its commands.
+type qoderVoice struct {
+	*agentSession
+	user   qoderUser
+	tokens bool // QODER_EXPOSE_TOKEN_USAGE: results carry token counts
+	// Under the session's mu:
 	inited  bool
-	cancel  context.CancelFunc
 	credits float64
 }
 
-// qoderDefaultTools are the built-in tools without --tools "".
-var qoderDefaultTools = []string{"Agent", "Bash", "Edit", "Glob", "Grep", "Read", "WebFetch", "WebSearch", "Write"}
-
-// session runs a print-mode process until its input ends.
-func (e *qoderEnv) session(ctx context.Context, o printOptions) error {
-	s := &qoderSession{e: e, o: o, partial: o.has("--include-partial-messages"), model: o["--model"],
-		tokens: e.getenv("QODER_EXPOSE_TOKEN_USAGE") == "1"}
-	if s.model == "" {
-		s.model = "auto"
-	}
-	u, ok, err := e.login()
+// start checks the login, then takes the session. Logged out, the CLI
+// answers a turn it was never asked, then answers nothing more.
+func (q *qoderVoice) start(ctx context.Context) error {
+	u, ok, err := q.e.qoderLogin()
 	switch {
 	case err != nil:
-		_ = e.critical(err)
-		s.drain(ctx, qoderAuthExit) // it reads nothing more
+		_ = q.e.critical(err)
+		q.drain(ctx, qoderAuthExit) // it reads nothing more
 		return err
 	case !ok:
-		// Logged out, the CLI answers a turn it was never asked, then
-		// answers nothing more.
-		s.id = newUUID()
-		s.init(false)
-		s.assistant("<synthetic>", qoderNotLoggedIn, "authentication_failed", false)
-		s.result(map[string]any{"subtype": "success", "is_error": true, "num_turns": 1, "result": qoderNotLoggedIn,
-			"stop_reason": "stop_sequence"})
-		s.drain(ctx, qoderAuthExit)
+		q.id = newUUID()
+		q.init(false)
+		q.loggedOut()
+		q.drain(ctx, qoderAuthExit)
 		return errors.New("not logged in")
 	}
-	s.user = u
-	if err := s.open(); err != nil {
+	q.user = u
+	if err := q.open(); err != nil {
 		return err
 	}
-	e.runLog("cli.main.started")
-	return s.serve(ctx)
+	q.e.runLog("cli.main.started")
+	return nil
 }
 
 // qoderAuthExit is how long a CLI that cannot log in stays after saying
@@ -76,9 +54,9 @@ func (e *qoderEnv) session(ctx context.Context, o printOptions) error {
 const qoderAuthExit = 8500 * time.Millisecond
 
 // drain reads the input, doing nothing with it, until it ends or for d.
-func (s *qoderSession) drain(ctx context.Context, d time.Duration) {
+func (q *qoderVoice) drain(ctx context.Context, d time.Duration) {
 	done := make(chan struct{})
-	go func() { _, _ = io.Copy(io.Discard, s.e.stdin); close(done) }()
+	go func() { _, _ = io.Copy(io.Discard, q.e.stdin); close(done) }()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -90,242 +68,99 @@ func (s *qoderSession) drain(ctx context.Context, d time.Duration) {
 
 // open takes the session --resume or --session-id names, or a new one;
 // the CLI exits 42 for one it cannot take.
-func (s *qoderSession) open() error {
-	if id := s.o["--resume"]; id != "" {
-		h, err := s.load(id)
+func (q *qoderVoice) open() error {
+	if id := q.o["--resume"]; id != "" {
+		h, err := q.load(id, false)
 		if err != nil {
-			msg := fmt.Sprintf("Error resuming session: Invalid session identifier %q.\n  Searched current project and same-repo worktrees:\n    - %s\n  Use --list-sessions to see available sessions.", id, s.projectDir())
-			fmt.Fprintln(s.e.stderr, msg)
+			msg := fmt.Sprintf("Error resuming session: Invalid session identifier %q.\n  Searched current project and same-repo worktrees:\n    - %s\n  Use --list-sessions to see available sessions.", id, q.e.projectDir())
+			fmt.Fprintln(q.e.stderr, msg)
 			return errors.New(msg) // the real CLI exits 42
 		}
-		s.id, s.history = id, h
+		q.id, q.history = id, h
 		return nil
 	}
-	s.id = s.o["--session-id"]
-	if s.id == "" {
-		s.id = newUUID()
-	} else if !uuidRE.MatchString(s.id) {
-		fmt.Fprintln(s.e.stderr, "Invalid session ID. Must be a valid UUID.")
+	q.id = q.o["--session-id"]
+	if q.id == "" {
+		q.id = newUUID()
+	} else if !uuidRE.MatchString(q.id) {
+		fmt.Fprintln(q.e.stderr, "Invalid session ID. Must be a valid UUID.")
 		return errors.New("invalid session id") // the real CLI exits 42
 	}
 	return nil
 }
 
-// projectDir is where the CLI keeps this working directory's sessions.
-func (s *qoderSession) projectDir() string {
-	return filepath.Join(s.e.configDir, "projects", strings.ReplaceAll(s.e.cwd, string(filepath.Separator), "-"))
-}
-
-func (s *qoderSession) load(id string) ([]exchange, error) {
-	if !uuidRE.MatchString(id) {
-		return nil, errors.New("not a session id")
-	}
-	b, err := os.ReadFile(filepath.Join(s.projectDir(), id+".jsonl"))
-	if err != nil {
-		return nil, err
-	}
-	var out []exchange
-	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var x struct{ Question, Answer string }
-		if json.Unmarshal([]byte(l), &x) == nil {
-			out = append(out, exchange{question: x.Question, answer: x.Answer})
-		}
-	}
-	return out, nil
-}
-
-func (s *qoderSession) save(id string, x exchange) {
-	if s.o.has("--no-session-persistence") || os.MkdirAll(s.projectDir(), 0o700) != nil {
-		return
-	}
-	f, err := os.OpenFile(filepath.Join(s.projectDir(), id+".jsonl"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	b, _ := json.Marshal(map[string]string{"question": x.question, "answer": x.answer})
-	_, _ = f.Write(append(b, '\n'))
-}
-
-// serve reads control requests and user messages until the input ends.
-func (s *qoderSession) serve(ctx context.Context) error {
-	turns := make(chan qoderInput, 64)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for in := range turns {
-			s.turn(ctx, in)
-		}
-	}()
-	lines := make(chan []byte)
-	go func() {
-		defer close(lines)
-		r := bufio.NewReaderSize(s.e.stdin, 1<<16)
-		for {
-			line, err := r.ReadBytes('\n')
-			if len(strings.TrimSpace(string(line))) > 0 {
-				lines <- line
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	for {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				close(turns)
-				select {
-				case <-done:
-				case <-ctx.Done():
-				}
-				return nil
-			}
-			s.input(line, turns)
-		case <-ctx.Done():
-			return nil
-		}
-	}
-}
-
-// qoderInput is a line of input, as the simulator reads it.
-type qoderInput struct {
-	Type      string `json:"type"`
-	RequestID string `json:"request_id"`
-	Request   struct {
-		Type    string  `json:"type"`
-		Subtype string  `json:"subtype"`
-		Model   *string `json:"model"`
-	} `json:"request"`
-	Message *struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-	} `json:"message"`
-	ClientComposed bool `json:"client_composed"`
-}
-
-func (s *qoderSession) input(line []byte, turns chan<- qoderInput) {
-	var in qoderInput
-	if err := json.Unmarshal(line, &in); err != nil {
-		fmt.Fprintf(s.e.stderr, "Error parsing streaming input line: %v\n", err)
-		return
-	}
-	switch in.Type {
-	case "control_request":
-		s.control(&in)
-	case "user":
-		if in.Message != nil {
-			turns <- in
-		}
-	}
-}
-
 // control answers a control request, named by its type or (the older
 // form) its subtype; both were seen answered.
-func (s *qoderSession) control(in *qoderInput) {
+func (q *qoderVoice) control(in *inLine) {
 	kind := in.Request.Type
 	if kind == "" {
 		kind = in.Request.Subtype
 	}
-	answer := func(resp any) {
-		r := map[string]any{"subtype": "success", "request_id": in.RequestID}
-		if resp != nil {
-			r["response"] = resp
-		}
-		s.emit(map[string]any{"type": "control_response", "response": r})
-	}
-	fail := func(msg string) {
-		s.emit(map[string]any{"type": "control_response", "response": map[string]any{"subtype": "error",
-			"request_id": in.RequestID, "error": msg}})
-	}
 	switch kind {
 	case "initialize":
-		s.mu.Lock()
-		again := s.inited
-		s.inited = true
-		s.mu.Unlock()
+		q.mu.Lock()
+		again := q.inited
+		q.inited = true
+		q.mu.Unlock()
 		if again {
-			fail("Already initialized")
+			q.deny(in, "Already initialized", "")
 			return
 		}
-		s.init(true)
-		answer(s.initialize())
+		q.init(true)
+		q.reply(in, map[string]any{"commands": []any{map[string]any{"name": "clear",
+			"description": "Clear conversation history", "argumentHint": ""}}, "agents": []any{},
+			"output_style": "default", "available_output_styles": []string{"default"}, "models": []any{},
+			"account": q.account(), "capabilities": qoderCapabilities, "pid": os.Getpid()})
 	case "mcp_status":
-		answer(map[string]any{"servers": []any{}})
+		q.reply(in, map[string]any{"servers": []any{}})
 	case "account_info":
-		answer(map[string]any{"account": s.account()})
+		q.reply(in, map[string]any{"account": q.account()})
 	case "set_model":
-		s.mu.Lock()
+		q.mu.Lock()
 		if in.Request.Model != nil {
-			s.model = *in.Request.Model
+			q.model = *in.Request.Model
 		}
-		s.mu.Unlock()
-		answer(nil)
+		q.mu.Unlock()
+		q.reply(in, nil)
 	case "interrupt":
-		s.mu.Lock()
-		if s.cancel != nil {
-			s.cancel()
-		}
-		s.mu.Unlock()
-		answer(map[string]any{"still_queued": []string{}})
+		q.interrupt(in)
 	default:
-		fail(fmt.Sprintf("Unsupported control request type: %q", kind))
+		q.deny(in, fmt.Sprintf("Unsupported control request type: %q", kind), "")
 	}
 }
 
-func (s *qoderSession) account() map[string]any {
-	return map[string]any{"userId": s.user.UID, "name": s.user.Name, "email": s.user.Email}
-}
-
-func (s *qoderSession) initialize() map[string]any {
-	return map[string]any{"commands": []any{map[string]any{"name": "clear", "description": "Clear conversation history",
-		"argumentHint": ""}}, "agents": []any{}, "output_style": "default", "available_output_styles": []string{"default"},
-		"models": []any{}, "account": s.account(), "capabilities": qoderCapabilities, "pid": os.Getpid()}
+func (q *qoderVoice) account() map[string]any {
+	return map[string]any{"userId": q.user.UID, "name": q.user.Name, "email": q.user.Email}
 }
 
 var qoderCapabilities = []string{"interrupt_receipt_v1", "interrupt_cancel_queued_v1", "msg_lifecycle_v1"}
 
 // init prints the init line, and the artifacts update after it (which the
 // CLI prints after initialize's init line only).
-func (s *qoderSession) init(artifacts bool) {
-	s.mu.Lock()
-	id, model := s.id, s.model
-	s.mu.Unlock()
-	tools := []string{}
-	if v, ok := s.o["--tools"]; !ok || v != "" {
-		tools = qoderDefaultTools
-	}
+func (q *qoderVoice) init(artifacts bool) {
+	q.mu.Lock()
+	id, model := q.id, q.model
+	q.mu.Unlock()
 	mode := map[string]string{"": "default", "default": "default", "accept_edits": "acceptEdits",
-		"bypass_permissions": "bypassPermissions", "dont_ask": "dontAsk", "auto": "auto"}[s.o["--permission-mode"]]
-	if s.o.has("--dangerously-skip-permissions") {
+		"bypass_permissions": "bypassPermissions", "dont_ask": "dontAsk", "auto": "auto"}[q.o["--permission-mode"]]
+	if q.o.has("--dangerously-skip-permissions") {
 		mode = "bypassPermissions"
 	}
-	s.emit(map[string]any{"type": "system", "subtype": "init", "apiKeySource": "none", "qodercli_version": qoderVersion,
-		"protocol_version": qoderProtocol, "cwd": s.e.cwd, "tools": tools, "mcp_servers": []any{}, "model": model,
+	q.emit(map[string]any{"type": "system", "subtype": "init", "apiKeySource": "none", "qodercli_version": qoderVersion,
+		"protocol_version": qoderProtocol, "cwd": q.e.cwd, "tools": q.tools, "mcp_servers": []any{}, "model": model,
 		"permissionMode": mode, "slash_commands": []string{"clear", "compact", "login", "logout"},
 		"output_style": "default", "agents": []string{"general-purpose"}, "skills": []string{}, "plugins": []any{},
 		"capabilities": qoderCapabilities, "fast_mode_state": "off", "uuid": newUUID(), "session_id": id})
 	if artifacts {
-		s.emit(map[string]any{"type": "system", "subtype": "artifacts_update", "artifacts": []any{}, "uuid": newUUID(),
+		q.emit(map[string]any{"type": "system", "subtype": "artifacts_update", "artifacts": []any{}, "uuid": newUUID(),
 			"session_id": id})
 	}
 }
 
-func (s *qoderSession) emit(v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return
-	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	_, _ = s.e.stdout.Write(append(b, '\n'))
-}
-
-// qoderUsage is a result's usage: token counts only when the CLI was
-// asked to expose them.
-func (s *qoderSession) usage(in, out int) map[string]any {
-	if !s.tokens {
+// usage is a message's or result's usage: token counts only when the
+// CLI was asked to expose them.
+func (q *qoderVoice) usage(in, out int) map[string]any {
+	if !q.tokens {
 		in, out = 0, 0
 	}
 	return map[string]any{"input_tokens": in, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
@@ -334,13 +169,13 @@ func (s *qoderSession) usage(in, out int) map[string]any {
 }
 
 // assistant prints an assistant message (code: its error).
-func (s *qoderSession) assistant(model, text, code string, aborted bool) {
-	s.mu.Lock()
-	id := s.id
-	s.mu.Unlock()
+func (q *qoderVoice) assistant(model, text, code string, aborted bool) {
+	q.mu.Lock()
+	id := q.id
+	q.mu.Unlock()
 	m := map[string]any{"type": "assistant", "message": map[string]any{"id": newUUID(), "type": "message",
 		"role": "assistant", "model": model, "stop_reason": "stop_sequence", "stop_sequence": "",
-		"content": []any{map[string]any{"type": "text", "text": text}}, "usage": s.usage(0, 0)},
+		"content": []any{map[string]any{"type": "text", "text": text}}, "usage": q.usage(0, 0)},
 		"parent_tool_use_id": nil, "session_id": id, "uuid": newUUID()}
 	if code != "" {
 		m["error"] = code
@@ -348,21 +183,21 @@ func (s *qoderSession) assistant(model, text, code string, aborted bool) {
 	if aborted {
 		m["aborted"] = true
 	}
-	s.emit(m)
+	q.emit(m)
 }
 
 // result prints a result with the fields every result has.
-func (s *qoderSession) result(fields map[string]any) {
-	s.mu.Lock()
-	id, credits := s.id, s.credits
-	s.mu.Unlock()
+func (q *qoderVoice) result(fields map[string]any) {
+	q.mu.Lock()
+	id, credits := q.id, q.credits
+	q.mu.Unlock()
 	r := map[string]any{"type": "result", "duration_ms": 1, "duration_api_ms": 1, "session_id": id,
-		"total_cost_usd": 0, "total_credits": credits, "usage": s.usage(0, 0), "modelUsage": map[string]any{},
+		"total_cost_usd": 0, "total_credits": credits, "usage": q.usage(0, 0), "modelUsage": map[string]any{},
 		"permission_denials": []any{}, "uuid": newUUID()}
 	for k, v := range fields {
 		r[k] = v
 	}
-	s.emit(r)
+	q.emit(r)
 }
 
 // qoderMentionRE is the CLI's @-mention pattern: a quoted path, a path
@@ -372,14 +207,14 @@ var qoderMentionRE = regexp.MustCompile(`@(?:"([^"]+)"|([~./][^\t\n\v\f\r \x{a0}
 
 // mentions attaches the files the message mentions, as the CLI does,
 // whatever its tools; the simulated model shows what it was given.
-func (s *qoderSession) mentions(text string) string {
+func (q *qoderVoice) mentions(text string) string {
 	for _, m := range qoderMentionRE.FindAllStringSubmatch(text, -1) {
 		p := m[1] + m[2] + m[3] + m[4]
 		switch {
 		case strings.HasPrefix(p, "~"):
-			p = filepath.Join(s.e.getenv("HOME"), strings.TrimPrefix(p, "~"))
+			p = filepath.Join(q.e.getenv("HOME"), strings.TrimPrefix(p, "~"))
 		case !filepath.IsAbs(p):
-			p = filepath.Join(s.e.cwd, p)
+			p = filepath.Join(q.e.cwd, p)
 		}
 		if b, err := os.ReadFile(p); err == nil {
 			text += fmt.Sprintf("\n[attached %s: %s]", p, strings.TrimSpace(string(b)))
@@ -391,4 +226,95 @@ func (s *qoderSession) mentions(text string) string {
 // jsTrim trims as JavaScript's String.prototype.trim does.
 func jsTrim(s string) string {
 	return strings.TrimFunc(s, func(r rune) bool { return unicode.IsSpace(r) || r == '\ufeff' })
+}
+
+// preempt runs a message that opens with "/" (after JavaScript's trim,
+// which drops U+FEFF but not U+200B) as one of the CLI's commands,
+// unless the host said the text is composed (client_composed). /clear
+// starts a new session: its result still names the old one, and the
+// next turn's init line the new. Another command does not reach the
+// model (offline, /help ended as a failed execution of no turns). It
+// reports whether text was a command.
+func (q *qoderVoice) preempt(in *inLine, text string) bool {
+	t := jsTrim(text)
+	if in.ClientComposed || !strings.HasPrefix(t, "/") || len(t) == 1 {
+		return false
+	}
+	name := strings.Fields(t[1:] + " ")[0]
+	q.init(false)
+	if name == "clear" || name == "new" {
+		q.result(map[string]any{"subtype": "success", "is_error": false, "num_turns": 0, "result": "",
+			"stop_reason": nil})
+		q.mu.Lock()
+		q.id, q.history = newUUID(), nil
+		q.mu.Unlock()
+		return true
+	}
+	q.result(map[string]any{"subtype": "error_during_execution", "is_error": true, "num_turns": 0,
+		"stop_reason": nil, "errors": []string{qoderFailed}, "error_code": 500})
+	return true
+}
+
+// begin prints a turn's init line, alone: the artifacts update follows
+// initialize's only.
+func (q *qoderVoice) begin(string, string) { q.init(false) }
+
+// logout drops the stored login, and the turn ends as a logged-out one.
+func (q *qoderVoice) logout() bool {
+	_ = os.Remove(filepath.Join(q.e.authDir(), "user"))
+	q.loggedOut()
+	return true
+}
+
+// loggedOut prints the turn the CLI answers itself without a login.
+func (q *qoderVoice) loggedOut() {
+	q.assistant("<synthetic>", qoderNotLoggedIn, "authentication_failed", false)
+	q.result(map[string]any{"subtype": "success", "is_error": true, "num_turns": 1, "result": qoderNotLoggedIn,
+		"stop_reason": "stop_sequence"})
+}
+
+func (q *qoderVoice) rateLimited(string, directives) {
+	q.failure("rate_limit", "Rate limit reached: too many requests, retry later (429)", 429)
+}
+
+func (q *qoderVoice) serverError() { q.failure("", qoderFailed, 500) }
+
+func (q *qoderVoice) broken(string, string, string, string) {
+	q.failure("server_error", qoderFailed, 500)
+}
+
+// failure ends a turn whose model request failed, as the CLI reports it:
+// its synthetic message (with the error's code, when it has one) and an
+// error result with the code as error_code.
+func (q *qoderVoice) failure(code, text string, status int) {
+	q.assistant("<synthetic>", text, code, false)
+	q.result(map[string]any{"subtype": "error_during_execution", "is_error": true, "num_turns": 1,
+		"stop_reason": "stop_sequence", "errors": []string{text}, "error_code": status})
+}
+
+// interrupted ends a turn an interrupt stopped: the message so far, marked
+// aborted (with the session's model at that moment), and an error result.
+func (q *qoderVoice) interrupted(_, _, _, partial string) {
+	q.mu.Lock()
+	model := q.model
+	q.mu.Unlock()
+	q.assistant(model, partial, "", true)
+	q.result(map[string]any{"subtype": "error_during_execution", "is_error": true, "num_turns": 1,
+		"stop_reason": nil, "errors": []string{"Operation aborted"}, "terminal_reason": "aborted"})
+}
+
+// finish prints the stream's end, the whole message and the result.
+func (q *qoderVoice) finish(id, model, msgID, text, full string) {
+	in, out := wordCount(text), wordCount(full)
+	q.endStream(id, map[string]any{"output_tokens": out})
+	q.emit(map[string]any{"type": "assistant", "message": map[string]any{"id": msgID, "type": "message",
+		"role": "assistant", "model": model, "stop_reason": "end_turn", "stop_sequence": nil,
+		"content": []any{map[string]any{"type": "text", "text": full}}, "usage": q.usage(in, out)},
+		"parent_tool_use_id": nil, "session_id": id, "uuid": newUUID()})
+	q.keep(id, text, full)
+	q.mu.Lock()
+	q.credits += 0.25
+	q.mu.Unlock()
+	q.result(map[string]any{"subtype": "success", "is_error": false, "num_turns": 1, "result": full,
+		"stop_reason": "end_turn", "terminal_reason": "completed", "usage": q.usage(in, out)})
 }

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,10 +13,13 @@ import (
 )
 
 // agentSession is one print-mode process: its session (the conversation
-// it holds) and its output.
+// it holds) and its output. The loop that reads its input, the turn path
+// and the session files are the same in every dialect; v says the
+// dialect's lines.
 type agentSession struct {
 	e       *agentEnv
 	o       printOptions
+	v       voice
 	partial bool
 	tools   []string
 
@@ -33,17 +34,49 @@ type agentSession struct {
 	note    string             // what a reset left for the next message
 }
 
+// voice is a dialect's part of a session: what it prints where the
+// dialects differ.
+type voice interface {
+	// start readies the session before its input is read (its login,
+	// the session it continues); an error ends the process.
+	start(ctx context.Context) error
+	// control answers a control request.
+	control(in *inLine)
+	// preempt answers a message the model never gets (a command the CLI
+	// runs itself, a turn it cannot make) and reports whether it did.
+	preempt(in *inLine, text string) bool
+	// begin prints a turn's first lines.
+	begin(id, model string)
+	// mentions attaches the files the message mentions.
+	mentions(text string) string
+	// logout plays [[sim:logout]] and reports whether that ends the turn.
+	logout() bool
+	// usage is a message's token usage.
+	usage(in, out int) map[string]any
+	// rateLimited and serverError end a turn whose model request failed.
+	rateLimited(id string, d directives)
+	serverError()
+	// broken ends a turn whose stream broke after sent; interrupted, one
+	// an interrupt stopped (msgID "" before its message started).
+	broken(id, model, msgID, sent string)
+	interrupted(id, model, msgID, partial string)
+	// finish prints a whole answer's last lines and its result, and keeps
+	// the exchange.
+	finish(id, model, msgID, text, full string)
+}
+
 // session reads user messages and control requests until its input ends.
 func (e *agentEnv) session(ctx context.Context, o printOptions) error {
-	s := &agentSession{e: e, o: o, partial: o.has("--include-partial-messages"), model: o["--model"]}
+	s := &agentSession{e: e, o: o, partial: o.has("--include-partial-messages"), model: o["--model"],
+		tools: []string{}}
 	if s.model == "" {
-		s.model = "claude-sim-1"
+		s.model = e.d.defaultModel
 	}
-	s.tools = []string{}
 	if !o.has("--tools") || o["--tools"] != "" {
 		s.tools = e.d.defaultTools
 	}
-	if err := s.open(); err != nil {
+	s.v = e.d.voice(s)
+	if err := s.v.start(ctx); err != nil {
 		return err
 	}
 	lines := make(chan []byte)
@@ -60,12 +93,12 @@ func (e *agentEnv) session(ctx context.Context, o printOptions) error {
 			}
 		}
 	}()
-	turns := make(chan string, 64)
+	turns := make(chan *inLine, 64)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for text := range turns {
-			s.turn(ctx, text)
+		for in := range turns {
+			s.turn(ctx, in)
 		}
 	}()
 	for {
@@ -89,32 +122,89 @@ func (e *agentEnv) session(ctx context.Context, o printOptions) error {
 	}
 }
 
-// open takes the session to continue (--resume) or starts one.
-func (s *agentSession) open() error {
-	id := s.o["--resume"]
-	if id == "" {
-		s.id = s.o["--session-id"]
-		if s.id == "" {
-			s.id = newUUID()
+// inLine is what the simulator reads of a line on its input.
+type inLine struct {
+	Type      string `json:"type"`
+	RequestID string `json:"request_id"`
+	Request   struct {
+		Type    string  `json:"type"`
+		Subtype string  `json:"subtype"`
+		Model   *string `json:"model"`
+	} `json:"request"`
+	Message *struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	} `json:"message"`
+	// ClientComposed says the host composed the text (Qoder CLI's): a
+	// "/" opening it is no command.
+	ClientComposed bool `json:"client_composed"`
+}
+
+// input handles one line of input: a control request now, a user message
+// in its turn.
+func (s *agentSession) input(line []byte, turns chan<- *inLine) {
+	var in inLine
+	if err := json.Unmarshal(line, &in); err != nil {
+		fmt.Fprintf(s.e.stderr, "Error parsing streaming input line: %v\n", err)
+		return
+	}
+	switch {
+	case in.Type == "control_request":
+		s.v.control(&in)
+	case in.Type == "user" && in.Message != nil:
+		turns <- &in
+	case s.e.d.quiet || in.Type == "control_response" || in.Type == "keep_alive":
+	case in.Type == "user":
+		fmt.Fprintln(s.e.stderr, "Error: a user message without its message")
+	default:
+		fmt.Fprintf(s.e.stderr, "Error: unexpected message type %q on input\n", in.Type)
+	}
+}
+
+// messageText is a message's text: its content is a string or content
+// blocks, of which the text blocks count.
+func messageText(raw json.RawMessage) string {
+	var str string
+	if json.Unmarshal(raw, &str) == nil {
+		return str
+	}
+	var blocks []struct{ Type, Text string }
+	_ = json.Unmarshal(raw, &blocks)
+	var b strings.Builder
+	for _, bl := range blocks {
+		if bl.Type == "text" {
+			b.WriteString(bl.Text)
 		}
-		return nil
 	}
-	var msg string
-	if !uuidRE.MatchString(id) {
-		msg = fmt.Sprintf("Error: --resume requires a valid session ID or session title when used with --print. Usage: claude -p --resume <session-id|title>. Provided value %q is not a UUID and does not match any session title.", id)
-		s.id = newUUID()
-	} else if h, err := s.load(id); err != nil {
-		msg = "No conversation found with session ID: " + id
-		s.id = id
-	} else {
-		s.id, s.history = id, h
-		return nil
+	return b.String()
+}
+
+// reply answers a control request with success (and resp, when not nil).
+func (s *agentSession) reply(in *inLine, resp any) {
+	r := map[string]any{"subtype": "success", "request_id": in.RequestID}
+	if resp != nil {
+		r["response"] = resp
 	}
-	s.emit(map[string]any{"type": "result", "subtype": "error_during_execution", "duration_ms": 0, "is_error": true,
-		"num_turns": 0, "stop_reason": nil, "session_id": s.id, "total_cost_usd": 0, "usage": usage(0, 0),
-		"errors": []string{msg}, "uuid": newUUID()})
-	fmt.Fprintln(s.e.stderr, msg)
-	return errors.New(msg)
+	s.emit(map[string]any{"type": "control_response", "response": r})
+}
+
+// deny answers a control request with an error (and its code, when not "").
+func (s *agentSession) deny(in *inLine, msg, code string) {
+	r := map[string]any{"subtype": "error", "request_id": in.RequestID, "error": msg}
+	if code != "" {
+		r["error_code"] = code
+	}
+	s.emit(map[string]any{"type": "control_response", "response": r})
+}
+
+// interrupt stops the running turn and answers the request.
+func (s *agentSession) interrupt(in *inLine) {
+	s.mu.Lock()
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.mu.Unlock()
+	s.reply(in, map[string]any{"still_queued": []string{}})
 }
 
 // sessionFile is where a session's exchanges are kept.
@@ -122,32 +212,37 @@ func (s *agentSession) sessionFile(id string) string {
 	return filepath.Join(s.e.projectDir(), id+".jsonl")
 }
 
-func (s *agentSession) load(id string) ([]exchange, error) {
-	f, err := os.Open(s.sessionFile(id))
+// load reads a kept session; a line that is not an exchange fails it
+// when strict, and is skipped when not.
+func (s *agentSession) load(id string, strict bool) ([]exchange, error) {
+	if !uuidRE.MatchString(id) {
+		return nil, errors.New("not a session id")
+	}
+	b, err := os.ReadFile(s.sessionFile(id))
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	var out []exchange
-	dec := json.NewDecoder(f)
-	for {
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		var x struct{ Question, Answer string }
-		if err := dec.Decode(&x); err != nil {
-			if errors.Is(err, io.EOF) {
-				return out, nil
+		if err := json.Unmarshal([]byte(l), &x); err != nil {
+			if strict && l != "" {
+				return nil, err
 			}
-			return nil, err
+			continue
 		}
 		out = append(out, exchange{question: x.Question, answer: x.Answer})
 	}
+	return out, nil
 }
 
-// save appends an exchange to the session's file.
-func (s *agentSession) save(id string, x exchange) {
-	if s.o.has("--no-session-persistence") {
-		return
-	}
-	if err := os.MkdirAll(s.e.projectDir(), 0o700); err != nil {
+// keep adds an exchange to the session and appends it to its file.
+func (s *agentSession) keep(id, text, full string) {
+	x := exchange{question: text, answer: full}
+	s.mu.Lock()
+	s.history = append(s.history, x)
+	s.mu.Unlock()
+	if s.o.has("--no-session-persistence") || os.MkdirAll(s.e.projectDir(), 0o700) != nil {
 		return
 	}
 	f, err := os.OpenFile(s.sessionFile(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -170,125 +265,18 @@ func (s *agentSession) emit(v any) {
 	_, _ = s.e.stdout.Write(append(b, '\n'))
 }
 
-// inLine is what the simulator reads of a line on its input.
-type inLine struct {
-	Type      string `json:"type"`
-	RequestID string `json:"request_id"`
-	Request   struct {
-		Subtype string  `json:"subtype"`
-		Model   *string `json:"model"`
-	} `json:"request"`
-	Message *struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-	} `json:"message"`
-}
-
-// input handles one line of input: a control request now, a user message
-// in its turn.
-func (s *agentSession) input(line []byte, turns chan<- string) {
-	var in inLine
-	if err := json.Unmarshal(line, &in); err != nil {
-		fmt.Fprintf(s.e.stderr, "Error parsing streaming input line: %v\n", err)
-		return
-	}
-	switch in.Type {
-	case "control_request":
-		s.control(&in)
-	case "user":
-		if in.Message == nil {
-			fmt.Fprintln(s.e.stderr, "Error: a user message without its message")
-			return
-		}
-		turns <- (&agentContent{raw: in.Message.Content}).text()
-	case "control_response", "keep_alive":
-	default:
-		fmt.Fprintf(s.e.stderr, "Error: unexpected message type %q on input\n", in.Type)
+// event prints a stream event, when partial messages were asked for.
+func (s *agentSession) event(id string, e map[string]any) {
+	if s.partial {
+		s.emit(map[string]any{"type": "stream_event", "event": e, "session_id": id, "parent_tool_use_id": nil,
+			"uuid": newUUID()})
 	}
 }
 
-// agentContent is a message's content: a string or content blocks.
-type agentContent struct{ raw json.RawMessage }
-
-func (c *agentContent) text() string {
-	var str string
-	if json.Unmarshal(c.raw, &str) == nil {
-		return str
-	}
-	var blocks []struct{ Type, Text string }
-	_ = json.Unmarshal(c.raw, &blocks)
-	var b strings.Builder
-	for _, bl := range blocks {
-		if bl.Type == "text" {
-			b.WriteString(bl.Text)
-		}
-	}
-	return b.String()
+// endStream prints the stream events that close a whole message.
+func (s *agentSession) endStream(id string, usage map[string]any) {
+	s.event(id, map[string]any{"type": "content_block_stop", "index": 0})
+	s.event(id, map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": "end_turn",
+		"stop_sequence": nil}, "usage": usage})
+	s.event(id, map[string]any{"type": "message_stop"})
 }
-
-// control answers a control request.
-func (s *agentSession) control(in *inLine) {
-	ok := func(resp any) {
-		s.emit(map[string]any{"type": "control_response", "response": map[string]any{"subtype": "success",
-			"request_id": in.RequestID, "response": resp}})
-	}
-	switch in.Request.Subtype {
-	case "initialize":
-		ok(s.initialize())
-	case "get_binary_version":
-		ok(map[string]any{"version": s.e.d.version})
-	case "set_model":
-		s.mu.Lock()
-		if in.Request.Model != nil && *in.Request.Model != "default" {
-			s.model = *in.Request.Model
-		}
-		s.mu.Unlock()
-		ok(map[string]any{})
-	case "interrupt":
-		s.mu.Lock()
-		if s.cancel != nil {
-			s.cancel()
-		}
-		s.mu.Unlock()
-		ok(map[string]any{"still_queued": []string{}})
-	default:
-		s.emit(map[string]any{"type": "control_response", "response": map[string]any{"subtype": "error",
-			"request_id": in.RequestID, "error": "Unsupported control request subtype: " + in.Request.Subtype,
-			"error_code": "unsupported_request"}})
-	}
-}
-
-// initialize is the initialize answer: what the real one lists that a
-// driver reads (models, account), in its shape.
-func (s *agentSession) initialize() map[string]any {
-	var models []map[string]any
-	for _, m := range s.e.d.models {
-		models = append(models, map[string]any{"value": m[0], "displayName": m[1], "description": m[1]})
-	}
-	account := map[string]any{"tokenSource": "none", "apiProvider": "firstParty"}
-	switch method, source := s.e.login(); method {
-	case "api_key":
-		account["apiKeySource"] = source
-	case "oauth_token":
-		account["tokenSource"] = source
-	case "claude.ai":
-		delete(account, "tokenSource")
-		account["subscriptionType"] = "Claude Pro"
-	}
-	return map[string]any{"commands": []any{}, "agents": []any{}, "output_style": "default",
-		"available_output_styles": []string{"default"}, "models": models, "account": account, "pid": os.Getpid(),
-		"claude_code_version": s.e.d.version, "capabilities": []string{}}
-}
-
-func usage(in, out int) map[string]any {
-	return map[string]any{"input_tokens": in, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-		"output_tokens": out}
-}
-
-// newUUID is a random version-4 UUID.
-func newUUID() string {
-	h := randomHex(16)
-	return h[:8] + "-" + h[8:12] + "-4" + h[13:16] + "-a" + h[17:20] + "-" + h[20:32]
-}
-
-func portOf(ln net.Listener) int { return ln.Addr().(*net.TCPAddr).Port }

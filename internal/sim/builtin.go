@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/poolgate/poolgate/internal/lingmarpc"
 )
@@ -91,16 +90,7 @@ func (c *conn) invoke(ctx context.Context, inv toolInvoke) (*invokeResponse, err
 	if !inv.Async {
 		return readInvokeResponse(m.Result)
 	}
-	timer := time.NewTimer(c.s.cfg.ReplyTimeout)
-	defer timer.Stop()
-	select {
-	case res := <-wait:
-		return res, nil
-	case <-timer.C:
-		return nil, fmt.Errorf("tool/invokeResult for %s: %w", inv.ToolCallID, errNoReply)
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
-	}
+	return awaitReply(ctx, wait, c.s.cfg.ReplyTimeout, "tool/invokeResult for "+inv.ToolCallID)
 }
 
 // readInvokeResponse reads a tool result, which must say whether it

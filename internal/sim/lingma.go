@@ -276,14 +276,21 @@ func (c *conn) callResult(ctx context.Context, method string, params any) (*ling
 	if err := c.send(&lingmarpc.Message{ID: id, Method: method, Params: raw}); err != nil {
 		return nil, fmt.Errorf("send %s: %w", method, err)
 	}
-	t := time.NewTimer(c.s.cfg.ReplyTimeout)
+	return awaitReply(ctx, ch, c.s.cfg.ReplyTimeout, method)
+}
+
+// awaitReply waits for what the client sends on ch, at most timeout (then
+// errNoReply, with what); it fails early when ctx ends.
+func awaitReply[T any](ctx context.Context, ch <-chan T, timeout time.Duration, what string) (T, error) {
+	var none T
+	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
-	case m := <-ch:
-		return m, nil
+	case v := <-ch:
+		return v, nil
 	case <-t.C:
-		return nil, fmt.Errorf("%s: %w", method, errNoReply)
+		return none, fmt.Errorf("%s: %w", what, errNoReply)
 	case <-ctx.Done():
-		return nil, context.Cause(ctx)
+		return none, context.Cause(ctx)
 	}
 }

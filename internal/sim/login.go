@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 )
 
@@ -48,9 +49,9 @@ func (s *Sim) validNonce(state string) bool {
 	return ok && time.Now().Before(exp)
 }
 
-// page is what the login templates render.
+// page is what the login templates (and the device login's) render.
 type page struct {
-	Kind     string // form, user, password, delayed, org, message
+	Kind     string // form, user, password, delayed, org, message; signin, accounts, done
 	Title    string
 	State    string
 	Username string
@@ -59,13 +60,19 @@ type page struct {
 	Message  string
 	MsgID    string
 	Orgs     []orgOption
+	Params   DeviceApproval // a device login's parameters
 }
 
-func (s *Sim) render(w http.ResponseWriter, code int, p page) {
+// renderPage writes a login page that no cache keeps.
+func renderPage(w http.ResponseWriter, code int, tpl *template.Template, p page) error {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
-	if err := loginPages.Execute(w, p); err != nil {
+	return tpl.Execute(w, p)
+}
+
+func (s *Sim) render(w http.ResponseWriter, code int, p page) {
+	if err := renderPage(w, code, loginPages, p); err != nil {
 		s.log.Debug("render login page", "err", err)
 	}
 }
@@ -107,7 +114,7 @@ func (s *Sim) serveLoginSubmit(w http.ResponseWriter, r *http.Request) {
 		s.render(w, http.StatusOK, page{Kind: "password", Title: "Enter your password", State: state, Username: user})
 		return
 	}
-	if !s.checkPassword(user, pass) {
+	if !checkPassword(s.cfg.Accounts, user, pass) {
 		p := s.firstPage(state)
 		if twoStep {
 			p = page{Kind: "password", Title: "Enter your password", State: state, Username: user}
@@ -128,8 +135,9 @@ func (s *Sim) serveLoginSubmit(w http.ResponseWriter, r *http.Request) {
 	s.redirectToCallback(w, r, g)
 }
 
-func (s *Sim) checkPassword(user, pass string) bool {
-	want, ok := s.cfg.Accounts[user]
+// checkPassword reports whether pass is user's among accounts.
+func checkPassword(accounts map[string]string, user, pass string) bool {
+	want, ok := accounts[user]
 	return ok && subtle.ConstantTimeCompare([]byte(want), []byte(pass)) == 1
 }
 
@@ -139,10 +147,7 @@ func (s *Sim) serveLoginOrg(w http.ResponseWriter, r *http.Request) {
 	g, ok := s.tickets[ticket]
 	delete(s.tickets, ticket)
 	s.mu.Unlock()
-	known := false
-	for _, o := range orgs {
-		known = known || o.Value == org
-	}
+	known := slices.ContainsFunc(orgs, func(o orgOption) bool { return o.Value == org })
 	if !ok || !known || time.Now().After(g.expires) {
 		s.invalidState(w)
 		return

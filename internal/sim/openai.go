@@ -156,7 +156,7 @@ func (s *Sim) serveCompletions(w http.ResponseWriter, r *http.Request) {
 	nth := s.asks.Add(1)
 	secs := sections(&req)
 	f := s.cfg.Faults
-	d := s.directives(secs).withDefaults(f)
+	d := directivesOf(s.cfg.Directives, secs).withDefaults(f)
 	ctx := r.Context()
 	if d.hang {
 		<-ctx.Done()

@@ -187,10 +187,11 @@ type directives struct {
 	unknown                 []string
 }
 
-// directives are the directives of a prompt's sections, when the worker
-// takes them (Config.Directives); none otherwise.
-func (s *Sim) directives(secs []section) directives {
-	if !s.cfg.Directives {
+// directivesOf are the directives of a prompt's sections when the worker
+// takes them (on: Config.Directives, agent-cli's --directives); none
+// otherwise.
+func directivesOf(on bool, secs []section) directives {
+	if !on {
 		return parseDirectives("")
 	}
 	return parseDirectives(directiveText(secs))
@@ -210,26 +211,6 @@ func parseDirectives(text string) directives {
 		case "builtin", "builtin-async":
 			ok = val != ""
 			d.builtins = append(d.builtins, builtin{name: val, async: name == "builtin-async"})
-		case "whoami":
-			d.whoami = true
-		case "ask":
-			d.ask = true
-		case "env":
-			d.env = true
-		case "tool_code":
-			d.toolCode = true
-		case "think":
-			d.think = true
-		case "crash":
-			d.crash = true
-		case "hang":
-			d.hang = true
-		case "await-results":
-			d.awaitResults = true
-		case "logout":
-			d.logout = true
-		case "off-model":
-			d.offModel = true
 		case "error":
 			d.errAfter = 0
 		case "timeout":
@@ -253,13 +234,23 @@ func parseDirectives(text string) directives {
 				}
 			}
 		default:
-			ok = false
+			flag := d.flag(name)
+			if ok = flag != nil; ok {
+				*flag = true
+			}
 		}
 		if !ok {
 			d.unknown = append(d.unknown, m[0])
 		}
 	}
 	return d
+}
+
+// flag is the switch a directive without a value turns on, or nil.
+func (d *directives) flag(name string) *bool {
+	return map[string]*bool{"whoami": &d.whoami, "ask": &d.ask, "env": &d.env, "tool_code": &d.toolCode,
+		"think": &d.think, "crash": &d.crash, "hang": &d.hang, "await-results": &d.awaitResults,
+		"logout": &d.logout, "off-model": &d.offModel}[name]
 }
 
 // withDefaults fills what the prompt left unset from the process-wide faults.

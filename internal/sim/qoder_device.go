@@ -1,10 +1,10 @@
 package sim
 
 import (
-	"crypto/subtle"
 	"html/template"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 )
@@ -76,7 +76,7 @@ func (p *DevicePage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/device/approve":
 		p.approve(w, r)
 	case "/device/auth/callback":
-		p.render(w, http.StatusOK, devicePage{Kind: "done", Title: "Device authorized"})
+		p.render(w, http.StatusOK, page{Kind: "done", Title: "Device authorized"})
 		if p.OnDone != nil {
 			p.OnDone()
 		}
@@ -101,14 +101,14 @@ func params(v url.Values) (DeviceApproval, bool) {
 func (p *DevicePage) first(w http.ResponseWriter, r *http.Request) {
 	a, ok := params(r.URL.Query())
 	if r.Method != http.MethodGet || !ok {
-		p.render(w, http.StatusBadRequest, devicePage{Kind: "message", Title: "Invalid request",
+		p.render(w, http.StatusBadRequest, page{Kind: "message", Title: "Invalid request",
 			Message: "This sign-in link is not valid.", MsgID: "login-invalid"})
 		return
 	}
 	p.mu.Lock()
 	p.visits = append(p.visits, r.URL.RawQuery)
 	p.mu.Unlock()
-	p.render(w, http.StatusOK, devicePage{Kind: "signin", Title: "Sign in to Qoder", Params: a})
+	p.render(w, http.StatusOK, page{Kind: "signin", Title: "Sign in to Qoder", Params: a})
 }
 
 func (p *DevicePage) signIn(w http.ResponseWriter, r *http.Request) {
@@ -118,14 +118,13 @@ func (p *DevicePage) signIn(w http.ResponseWriter, r *http.Request) {
 		a, ok = params(r.PostForm)
 	}
 	if !ok {
-		p.render(w, http.StatusBadRequest, devicePage{Kind: "message", Title: "Invalid request",
+		p.render(w, http.StatusBadRequest, page{Kind: "message", Title: "Invalid request",
 			Message: "This sign-in link is not valid.", MsgID: "login-invalid"})
 		return
 	}
 	user, pass := r.PostFormValue("email"), r.PostFormValue("password")
-	want, known := p.Accounts[user]
-	if !known || subtle.ConstantTimeCompare([]byte(want), []byte(pass)) != 1 {
-		p.render(w, http.StatusOK, devicePage{Kind: "signin", Title: "Sign in to Qoder", Params: a,
+	if !checkPassword(p.Accounts, user, pass) {
+		p.render(w, http.StatusOK, page{Kind: "signin", Title: "Sign in to Qoder", Params: a,
 			Error: "Incorrect email or password"})
 		return
 	}
@@ -137,8 +136,8 @@ func (p *DevicePage) signIn(w http.ResponseWriter, r *http.Request) {
 	}
 	p.tickets[ticket] = a
 	p.mu.Unlock()
-	p.render(w, http.StatusOK, devicePage{Kind: "accounts", Title: "Select an account", Ticket: ticket,
-		Accounts: deviceAccounts, User: user})
+	p.render(w, http.StatusOK, page{Kind: "accounts", Title: "Select an account", Ticket: ticket,
+		Orgs: deviceAccounts, Username: user})
 }
 
 func (p *DevicePage) approve(w http.ResponseWriter, r *http.Request) {
@@ -147,19 +146,16 @@ func (p *DevicePage) approve(w http.ResponseWriter, r *http.Request) {
 	a, ok := p.tickets[ticket]
 	delete(p.tickets, ticket)
 	p.mu.Unlock()
-	known := false
-	for _, o := range deviceAccounts {
-		known = known || o.Value == acct
-	}
+	known := slices.ContainsFunc(deviceAccounts, func(o orgOption) bool { return o.Value == acct })
 	if r.Method != http.MethodPost || !ok || !known {
-		p.render(w, http.StatusBadRequest, devicePage{Kind: "message", Title: "Invalid request",
+		p.render(w, http.StatusBadRequest, page{Kind: "message", Title: "Invalid request",
 			Message: "This sign-in session has expired.", MsgID: "login-invalid"})
 		return
 	}
 	a.Account, a.At = acct, time.Now()
 	if p.OnApprove != nil {
 		if err := p.OnApprove(a); err != nil {
-			p.render(w, http.StatusOK, devicePage{Kind: "message", Title: "Authorization failed",
+			p.render(w, http.StatusOK, page{Kind: "message", Title: "Authorization failed",
 				Message: err.Error(), MsgID: "login-failed"})
 			return
 		}
@@ -170,18 +166,8 @@ func (p *DevicePage) approve(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/device/auth/callback?"+url.Values{"challenge": {a.Challenge}}.Encode(), http.StatusSeeOther)
 }
 
-// devicePage is what the device templates render.
-type devicePage struct {
-	Kind, Title, Error, Message, MsgID, Ticket, User string
-	Params                                           DeviceApproval
-	Accounts                                         []orgOption
-}
-
-func (p *DevicePage) render(w http.ResponseWriter, code int, d devicePage) {
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	_ = devicePages.Execute(w, d)
+func (p *DevicePage) render(w http.ResponseWriter, code int, d page) {
+	_ = renderPage(w, code, devicePages, d)
 }
 
 // devicePages are self-contained (no external resources), like the
@@ -202,9 +188,9 @@ var devicePages = template.Must(template.New("device").Parse(`<!doctype html>
 <button id="submit" type="submit">Sign in</button>
 </form>
 {{else if eq .Kind "accounts"}}
-<p>Signed in as {{.User}}. Authorize Qoder CLI for:</p>
+<p>Signed in as {{.Username}}. Authorize Qoder CLI for:</p>
 <form method="post" action="/device/approve"><input type="hidden" name="ticket" value="{{.Ticket}}">
-{{range .Accounts}}<button class="org-option account-item" type="submit" name="account" value="{{.Value}}">{{.Label}}</button>
+{{range .Orgs}}<button class="org-option account-item" type="submit" name="account" value="{{.Value}}">{{.Label}}</button>
 {{end}}</form>
 {{else if eq .Kind "done"}}
 <p id="login-ok" class="device-ok">Device authorized. You can close this page and return to your terminal.</p>

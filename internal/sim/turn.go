@@ -196,7 +196,7 @@ func (c *conn) ask(m *lingmarpc.Message) {
 		return
 	}
 	secs := relayed(parsePrompt(question))
-	d := c.s.directives(secs).withDefaults(c.s.cfg.Faults)
+	d := directivesOf(c.s.cfg.Directives, secs).withDefaults(c.s.cfg.Faults)
 	if len(d.unknown) > 0 {
 		c.log.Warn("ignoring unknown or malformed directives", "directives", d.unknown)
 	}
@@ -414,17 +414,22 @@ func (c *conn) answerText(t *turn) string {
 	if tools == nil && t.n > 1 {
 		tools = c.s.earlierTools(t.sid, t.n)
 	}
-	p := planAnswer(t.secs, tools, t.d.calls)
+	return planText(t.secs, tools, t.d)
+}
+
+// planText is the planned answer to secs as text: its tool calls in the
+// form the directives ask for, or its text padded as they ask.
+func planText(secs []section, tools *toolSpec, d directives) string {
+	p := planAnswer(secs, tools, d.calls)
 	switch {
-	case len(p.calls) > 0 && t.d.toolCode:
+	case len(p.calls) > 0 && d.toolCode:
 		return renderToolCode(p.calls[0])
 	case len(p.calls) > 0:
 		return renderJSONCalls(p.calls)
-	case t.d.words >= 0:
-		return padWords(p.text, t.d.words)
-	default:
-		return p.text
+	case d.words >= 0:
+		return padWords(p.text, d.words)
 	}
+	return p.text
 }
 
 // crash ends the process as [[sim:crash]] asks. It returns only under a test
