@@ -113,6 +113,7 @@ type gatewayConfig struct {
 // gateway is one running poolgate with its workers.
 type gateway struct {
 	*child
+	cfg gatewayConfig
 	url string
 	// pprofURL is the gateway's loopback-only profiler.
 	pprofURL string
@@ -186,7 +187,7 @@ func startGateway(ctx context.Context, bin, dir string, cfg gatewayConfig) (*gat
 	if err != nil {
 		return nil, err
 	}
-	g := &gateway{child: c, url: "http://127.0.0.1:" + strconv.Itoa(port), pprofURL: "http://127.0.0.1:" + strconv.Itoa(pprofPort)}
+	g := &gateway{child: c, cfg: cfg, url: "http://127.0.0.1:" + strconv.Itoa(port), pprofURL: "http://127.0.0.1:" + strconv.Itoa(pprofPort)}
 	if err := g.waitReady(ctx, cfg.Accounts, 30*time.Second); err != nil {
 		g.stop(syscall.SIGINT, 10*time.Second)
 		return nil, fmt.Errorf("%w\n--- poolgate log ---\n%s", err, g.logTail())
