@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -138,9 +139,7 @@ func startGateway(ctx context.Context, bin, dir string, cfg gatewayConfig) (*gat
 	if cfg.PerInstance <= 0 {
 		cfg.PerInstance = 256
 	}
-	if cfg.Driver == "" {
-		cfg.Driver = "openai"
-	}
+	cfg.Driver = cmp.Or(cfg.Driver, "openai")
 	port, err := freePort()
 	if err != nil {
 		return nil, err

@@ -23,6 +23,7 @@ import (
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // Store is the shared state replicas coordinate through (Redis).
@@ -121,12 +122,8 @@ type heldLease struct {
 // New returns the coordinator for the workers' accounts. The workers must
 // be configured Held: the cluster starts the ones it wins. m may be nil.
 func New(cfg Config, workers Workers, adm Admission, store Store, m *metrics.Metrics, log *slog.Logger) *Cluster {
-	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = 15 * time.Second
-	}
-	if cfg.DrainTimeout <= 0 {
-		cfg.DrainTimeout = 15 * time.Second
-	}
+	worker.Default(&cfg.LeaseTTL, 15*time.Second)
+	worker.Default(&cfg.DrainTimeout, 15*time.Second)
 	// No account is leased yet: a worker started by anything but a won
 	// lease (a stray admin restart) must not take turns.
 	for _, name := range workers.Names() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/poolgate/poolgate/internal/chat"
 )
@@ -89,6 +90,14 @@ type Setup struct {
 	Section any
 	// Logger receives the driver's warnings.
 	Logger *slog.Logger
+}
+
+// Default sets *v to def when *v is zero or less: how a driver's
+// configuration fills a field left unset.
+func Default[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // TurnChecker is a Driver that knows the largest turn its workers take;
