@@ -13,6 +13,7 @@ package cluster
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -172,11 +173,8 @@ func (c *Cluster) heartbeat(ctx context.Context) {
 	r := Replica{ID: c.cfg.ID, URL: c.cfg.URL, InFlight: snap.InFlight, Queue: snap.Waiting,
 		MaxAccounts: c.cfg.MaxAccounts, Models: c.adm.LocalModels()}
 	c.mu.Lock()
-	for name := range c.held {
-		r.Accounts = append(r.Accounts, name)
-	}
+	r.Accounts = slices.Sorted(maps.Keys(c.held))
 	c.mu.Unlock()
-	sort.Strings(r.Accounts)
 	for _, in := range snap.Instances {
 		if in.State == supervisor.StateReady {
 			r.Capacity += in.MaxInFlight
