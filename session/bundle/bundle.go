@@ -31,6 +31,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // A session bundle is the credential files of one worker's work dir (those
@@ -137,15 +139,9 @@ type Limits struct {
 }
 
 func (l Limits) withDefaults() Limits {
-	if l.MaxSealed <= 0 {
-		l.MaxSealed = 1 << 20
-	}
-	if l.MaxUnpacked <= 0 {
-		l.MaxUnpacked = 4 << 20
-	}
-	if l.MaxFiles <= 0 {
-		l.MaxFiles = 64
-	}
+	worker.Default(&l.MaxSealed, 1<<20)
+	worker.Default(&l.MaxUnpacked, 4<<20)
+	worker.Default(&l.MaxFiles, 64)
 	return l
 }
 
