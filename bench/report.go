@@ -67,11 +67,15 @@ func (r *row) cpuPerRequest() time.Duration {
 	if len(per) > 0 {
 		return time.Duration(median(per))
 	}
-	n := r.through.ok.Load()
+	return perN(r.cpu, r.through.ok.Load())
+}
+
+// perN is d over n (0 when n is 0).
+func perN(d time.Duration, n int64) time.Duration {
 	if n == 0 {
 		return 0
 	}
-	return r.cpu / time.Duration(n)
+	return d / time.Duration(n)
 }
 
 // addedAt is through minus direct at percentile q of the latencies (or of
@@ -125,16 +129,9 @@ func (r *row) workerPerRequest() time.Duration {
 		return time.Duration(median(per))
 	}
 	if r.noDirect {
-		if n := r.through.ok.Load(); n > 0 {
-			return r.workerThrough / time.Duration(n)
-		}
-		return 0
+		return perN(r.workerThrough, r.through.ok.Load())
 	}
-	n := r.direct.ok.Load()
-	if n == 0 {
-		return 0
-	}
-	return r.workerDirect / time.Duration(n)
+	return perN(r.workerDirect, r.direct.ok.Load())
 }
 
 // allocsPerRequest is the gateway's allocations and bytes per request.
@@ -364,12 +361,7 @@ func (s *streamsResult) target() []string {
 }
 
 // cpuPerStream is the gateway's CPU per completed slow stream.
-func (s *streamsResult) cpuPerStream() time.Duration {
-	if n := s.rec.ok.Load(); n > 0 {
-		return s.cpu / time.Duration(n)
-	}
-	return 0
-}
+func (s *streamsResult) cpuPerStream() time.Duration { return perN(s.cpu, s.rec.ok.Load()) }
 
 // plotPoints returns the non-streaming closed-loop rows by concurrency.
 func (res *results) plotPoints() []point {
