@@ -4,7 +4,6 @@
 package responsestest
 
 import (
-	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -49,7 +48,10 @@ func (s *Store) SaveResponse(_ context.Context, _, id string, data []byte, ttl t
 	if s.data == nil {
 		s.data = make(map[string]entry)
 	}
-	max := cmp.Or(s.Max, 1000)
+	max := s.Max
+	if max == 0 {
+		max = 1000
+	}
 	if _, ok := s.data[id]; !ok {
 		s.order = append(s.order, id)
 	}
