@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -113,6 +114,7 @@ type gatewayConfig struct {
 // gateway is one running poolgate with its workers.
 type gateway struct {
 	*child
+	cfg gatewayConfig
 	url string
 	// pprofURL is the gateway's loopback-only profiler.
 	pprofURL string
@@ -137,9 +139,7 @@ func startGateway(ctx context.Context, bin, dir string, cfg gatewayConfig) (*gat
 	if cfg.PerInstance <= 0 {
 		cfg.PerInstance = 256
 	}
-	if cfg.Driver == "" {
-		cfg.Driver = "openai"
-	}
+	cfg.Driver = cmp.Or(cfg.Driver, "openai")
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -186,7 +186,7 @@ func startGateway(ctx context.Context, bin, dir string, cfg gatewayConfig) (*gat
 	if err != nil {
 		return nil, err
 	}
-	g := &gateway{child: c, url: "http://127.0.0.1:" + strconv.Itoa(port), pprofURL: "http://127.0.0.1:" + strconv.Itoa(pprofPort)}
+	g := &gateway{child: c, cfg: cfg, url: "http://127.0.0.1:" + strconv.Itoa(port), pprofURL: "http://127.0.0.1:" + strconv.Itoa(pprofPort)}
 	if err := g.waitReady(ctx, cfg.Accounts, 30*time.Second); err != nil {
 		g.stop(syscall.SIGINT, 10*time.Second)
 		return nil, fmt.Errorf("%w\n--- poolgate log ---\n%s", err, g.logTail())
@@ -262,22 +262,33 @@ func (g *gateway) cacheMisses(ctx context.Context) (int64, error) {
 const benchAdminToken = "bench-admin-token"
 
 func getJSON(ctx context.Context, url string, v any) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	body, err := get(ctx, url, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(body, v)
+}
+
+// get fetches url within timeout and returns its body, failing on any
+// status but 200. It sends the admin token, which a gateway without keys
+// and the profiler ignore.
+func get(ctx context.Context, url string, timeout time.Duration) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+benchAdminToken) // ignored by a gateway without keys
+	req.Header.Set("Authorization", "Bearer "+benchAdminToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return io.ReadAll(resp.Body)
 }
 
 // startRedis runs a throwaway redis-server on a free loopback port.

@@ -5,11 +5,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -80,26 +79,9 @@ func (g *gateway) profile(ctx context.Context, kind string, d time.Duration, pat
 	return os.WriteFile(path, body, 0o644)
 }
 
+// pprofGet fetches path of the gateway's profiler within timeout.
 func (g *gateway) pprofGet(ctx context.Context, path string, timeout time.Duration) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.pprofURL+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
-	return body, nil
+	return get(ctx, g.pprofURL+path, timeout)
 }
 
 // topEntry is one line of `go tool pprof -top`.
@@ -183,12 +165,7 @@ func kindOf(fn string) string {
 }
 
 func hasAnyPrefix(s string, prefixes ...string) bool {
-	for _, p := range prefixes {
-		if strings.HasPrefix(s, p) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(s, p) })
 }
 
 // profileBreakdown sums a CPU profile's own time by kind of work.

@@ -341,19 +341,20 @@ const (
 // scenarioSequential is scenario 1: one client, back to back, zero-latency
 // worker; non-streaming and streaming.
 func (b *bench) scenarioSequential(ctx context.Context) ([]*row, error) {
-	g, err := b.gateway(ctx, gatewayConfig{})
-	if err != nil {
-		return nil, err
-	}
-	defer g.stop(syscall.SIGINT, 10*time.Second)
 	limit := 4 * b.plan.block // time bound; the counts normally end it first
-	return b.pair(ctx, g, &row{id: "1", title: "sequential, c=1", concurrency: 1}, "bench",
+	return b.pair(ctx, gatewayConfig{}, &row{id: "1", title: "sequential, c=1", concurrency: 1}, "bench",
 		load{clients: 1, n: b.plan.seqN, dur: limit}, load{clients: 1, n: b.plan.seqStreamN, dur: limit})
 }
 
 // pair measures a scenario's non-streaming row ns and its streaming twin
-// (same id, title and direct setting; 100 events) on g, both with prompt.
-func (b *bench) pair(ctx context.Context, g *gateway, ns *row, prompt string, nsLoad, stLoad load) ([]*row, error) {
+// (same id, title and direct setting; 100 events), both with prompt, on a
+// fresh poolgate set up as cfg.
+func (b *bench) pair(ctx context.Context, cfg gatewayConfig, ns *row, prompt string, nsLoad, stLoad load) ([]*row, error) {
+	g, err := b.gateway(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer g.stop(syscall.SIGINT, 10*time.Second)
 	ns.mode = "non-stream"
 	if err := b.compare(ctx, g, ns, false, fixed(chatBody(false, prompt)), nsLoad); err != nil {
 		return nil, err
@@ -385,35 +386,33 @@ func (b *bench) scenarioSweep(ctx context.Context) ([]*row, error) {
 
 // scenarioConcurrent is scenario 2: many clients, zero-latency worker.
 func (b *bench) scenarioConcurrent(ctx context.Context) ([]*row, error) {
-	g, err := b.gateway(ctx, gatewayConfig{})
-	if err != nil {
-		return nil, err
-	}
-	defer g.stop(syscall.SIGINT, 10*time.Second)
 	c := b.plan.clients
 	ld := load{clients: c, n: unbounded, dur: b.plan.block}
-	return b.pair(ctx, g, &row{id: "2", title: fmt.Sprintf("%d clients", c), concurrency: c}, "bench", ld, ld)
+	return b.pair(ctx, gatewayConfig{}, &row{id: "2", title: fmt.Sprintf("%d clients", c), concurrency: c}, "bench", ld, ld)
 }
 
 // scenarioSlow is scenario 3: a worker that takes 50 ms per answer, with
 // many clients, so the gateway holds many turns open at once.
 func (b *bench) scenarioSlow(ctx context.Context) ([]*row, error) {
-	g, err := b.gateway(ctx, gatewayConfig{})
-	if err != nil {
-		return nil, err
-	}
-	defer g.stop(syscall.SIGINT, 10*time.Second)
 	c := b.plan.clients
 	ld := load{clients: c, n: unbounded, dur: b.plan.block}
-	return b.pair(ctx, g, &row{id: "3", title: fmt.Sprintf("50 ms worker, %d clients", c)}, "bench"+delayDirective, ld, ld)
+	return b.pair(ctx, gatewayConfig{}, &row{id: "3", title: fmt.Sprintf("50 ms worker, %d clients", c)}, "bench"+delayDirective, ld, ld)
 }
 
 // scenarioAffinity is scenario 5: a workload of first turns and follow-ups,
 // with affinity in memory and on Redis.
 func (b *bench) scenarioAffinity(ctx context.Context) ([]*row, error) {
+	return b.perStore(ctx, gatewayConfig{}, func(g *gateway, store string) (*row, error) {
+		return b.affinityRow(ctx, g, store)
+	})
+}
+
+// perStore measures a row with the gateway's state in memory, then on a
+// throwaway redis-server (stopped when the scenario ends), each on a fresh
+// poolgate set up as cfg.
+func (b *bench) perStore(ctx context.Context, cfg gatewayConfig, measure func(g *gateway, store string) (*row, error)) ([]*row, error) {
 	var rows []*row
 	for _, store := range []string{"memory", "redis"} {
-		cfg := gatewayConfig{}
 		if store == "redis" {
 			rc, url, err := startRedis(ctx, b.dir)
 			if err != nil {
@@ -423,7 +422,12 @@ func (b *bench) scenarioAffinity(ctx context.Context) ([]*row, error) {
 			defer rc.stop(syscall.SIGTERM, 5*time.Second)
 			cfg.RedisURL = url
 		}
-		r, err := b.affinityRow(ctx, cfg, store)
+		g, err := b.gateway(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		r, err := measure(g, store)
+		g.stop(syscall.SIGINT, 10*time.Second)
 		if err != nil {
 			return nil, err
 		}
@@ -441,12 +445,8 @@ func redisAddr(url string) string {
 	return addr
 }
 
-func (b *bench) affinityRow(ctx context.Context, cfg gatewayConfig, store string) (*row, error) {
-	g, err := b.gateway(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer g.stop(syscall.SIGINT, 10*time.Second)
+func (b *bench) affinityRow(ctx context.Context, g *gateway, store string) (*row, error) {
+	redisURL := g.cfg.RedisURL
 	c := b.plan.affinityClients
 	r := &row{id: "5", title: fmt.Sprintf("affinity on %s, %d clients", store, c), mode: "non-stream"}
 	m0, err := g.cacheMisses(ctx)
@@ -454,8 +454,8 @@ func (b *bench) affinityRow(ctx context.Context, cfg gatewayConfig, store string
 		return nil, err
 	}
 	var cmds0 int64
-	if cfg.RedisURL != "" {
-		if cmds0, err = redisScriptCalls(redisAddr(cfg.RedisURL)); err != nil {
+	if redisURL != "" {
+		if cmds0, err = redisScriptCalls(redisAddr(redisURL)); err != nil {
 			return nil, err
 		}
 	}
@@ -467,8 +467,8 @@ func (b *bench) affinityRow(ctx context.Context, cfg gatewayConfig, store string
 		return nil, err
 	}
 	r.note = fmt.Sprintf("%d affinity misses", m1-m0)
-	if cfg.RedisURL != "" {
-		cmds1, err := redisScriptCalls(redisAddr(cfg.RedisURL))
+	if redisURL != "" {
+		cmds1, err := redisScriptCalls(redisAddr(redisURL))
 		if err != nil {
 			return nil, err
 		}
@@ -492,32 +492,11 @@ const (
 // API key with limits, as users run it: limits at admission, usage counting
 // and the request log, in memory and on Redis.
 func (b *bench) scenarioKeys(ctx context.Context) ([]*row, error) {
-	var rows []*row
-	for _, store := range []string{"memory", "redis"} {
-		cfg := gatewayConfig{APIKeys: benchKeys}
-		if store == "redis" {
-			rc, url, err := startRedis(ctx, b.dir)
-			if err != nil {
-				return nil, err
-			}
-			b.track(rc)
-			defer rc.stop(syscall.SIGTERM, 5*time.Second)
-			cfg.RedisURL = url
-		}
-		g, err := b.gateway(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
+	return b.perStore(ctx, gatewayConfig{APIKeys: benchKeys}, func(g *gateway, store string) (*row, error) {
 		c := b.plan.clients
 		r := &row{id: "7", title: fmt.Sprintf("key with limits, %s, %d clients", store, c), mode: "non-stream", key: benchKey}
-		err = b.compare(ctx, g, r, false, fixed(chatBody(false, "bench")), load{clients: c, n: unbounded, dur: b.plan.block})
-		g.stop(syscall.SIGINT, 10*time.Second)
-		if err != nil {
-			return nil, err
-		}
-		rows = append(rows, r)
-	}
-	return rows, nil
+		return r, b.compare(ctx, g, r, false, fixed(chatBody(false, "bench")), load{clients: c, n: unbounded, dur: b.plan.block})
+	})
 }
 
 // scenarioLingma is scenario 6: the lingma driver against the bundled
@@ -525,14 +504,9 @@ func (b *bench) scenarioKeys(ctx context.Context) ([]*row, error) {
 // figure: the row shows what a turn costs the gateway through that driver,
 // beside the simulator's own CPU per turn.
 func (b *bench) scenarioLingma(ctx context.Context) ([]*row, error) {
-	g, err := b.gateway(ctx, gatewayConfig{Driver: "lingma"})
-	if err != nil {
-		return nil, err
-	}
-	defer g.stop(syscall.SIGINT, 10*time.Second)
 	c := b.plan.affinityClients
 	ld := load{clients: c, n: unbounded, dur: b.plan.block}
-	return b.pair(ctx, g, &row{id: "6", title: fmt.Sprintf("lingma driver, %d clients", c), noDirect: true}, "bench", ld, ld)
+	return b.pair(ctx, gatewayConfig{Driver: "lingma"}, &row{id: "6", title: fmt.Sprintf("lingma driver, %d clients", c), noDirect: true}, "bench", ld, ld)
 }
 
 // streamsResult is scenario 4: many slow streams open at once.

@@ -1,6 +1,7 @@
 package login
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // Config configures the login runner. Zero fields take the defaults noted;
@@ -91,36 +93,19 @@ var ErrNoChromium = errors.New("no chromium found on PATH (tried chromium, chrom
 
 // withDefaults fills zero fields and finds the browser.
 func (c Config) withDefaults() (Config, error) {
-	setDur := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
-	setDur(&c.StepTimeout, DefaultStepTimeout)
-	setDur(&c.LoginTimeout, DefaultLoginTimeout)
-	setDur(&c.Backoff, DefaultBackoff)
-	if c.Cooloff == 0 {
-		c.Cooloff = DefaultCooloff
-	}
+	worker.Default(&c.Concurrency, DefaultConcurrency)
+	worker.Default(&c.MaxAttempts, DefaultMaxAttempts)
+	worker.Default(&c.StepTimeout, DefaultStepTimeout)
+	worker.Default(&c.LoginTimeout, DefaultLoginTimeout)
+	worker.Default(&c.Backoff, DefaultBackoff)
+	c.Cooloff = cmp.Or(c.Cooloff, DefaultCooloff)
 	if c.Headless == nil {
 		on := true
 		c.Headless = &on
 	}
-	if c.DefaultRecipe == "" {
-		c.DefaultRecipe = DefaultRecipeName
-	}
-	if c.Screenshots == 0 {
-		c.Screenshots = DefaultScreenshots
-	}
-	if c.TempDir == "" {
-		c.TempDir = os.TempDir()
-	}
+	c.DefaultRecipe = cmp.Or(c.DefaultRecipe, DefaultRecipeName)
+	c.Screenshots = cmp.Or(c.Screenshots, DefaultScreenshots)
+	c.TempDir = cmp.Or(c.TempDir, os.TempDir())
 	if c.Getenv == nil {
 		c.Getenv = func(string) string { return "" } // only cmd reads the environment
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/poolgate/poolgate/pool/route"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // MemoryConfig configures the in-memory store. Zero values take the defaults.
@@ -41,24 +42,12 @@ type MemoryConfig struct {
 }
 
 func (c MemoryConfig) withDefaults() MemoryConfig {
-	if c.MaxAffinity <= 0 {
-		c.MaxAffinity = 10000
-	}
-	if c.AffinityTTL <= 0 {
-		c.AffinityTTL = 30 * time.Minute
-	}
-	if c.MaxResponses <= 0 {
-		c.MaxResponses = 1000
-	}
-	if c.MaxResponseBytes <= 0 {
-		c.MaxResponseBytes = 256 << 20
-	}
-	if c.ResponseTTL <= 0 {
-		c.ResponseTTL = 24 * time.Hour
-	}
-	if c.SweepInterval <= 0 {
-		c.SweepInterval = time.Minute
-	}
+	worker.Default(&c.MaxAffinity, 10000)
+	worker.Default(&c.AffinityTTL, 30*time.Minute)
+	worker.Default(&c.MaxResponses, 1000)
+	worker.Default(&c.MaxResponseBytes, 256<<20)
+	worker.Default(&c.ResponseTTL, 24*time.Hour)
+	worker.Default(&c.SweepInterval, time.Minute)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -276,9 +265,7 @@ func (m *Memory) saveResponse(id string, data []byte, ttl time.Duration, mirrore
 	if size > m.cfg.MaxResponseBytes {
 		return fmt.Errorf("save response %s: %d bytes: %w", id, size, ErrTooLarge)
 	}
-	if ttl <= 0 {
-		ttl = m.cfg.ResponseTTL
-	}
+	worker.Default(&ttl, m.cfg.ResponseTTL)
 	n := &node[[]byte]{key: id, val: append([]byte(nil), data...), size: size, mirrored: mirrored}
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/redisconn"
 	"github.com/poolgate/poolgate/pool/route"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // RedisConfig configures the Redis store. Zero values take the defaults.
@@ -67,33 +69,15 @@ type RedisConfig struct {
 }
 
 func (c RedisConfig) withDefaults() RedisConfig {
-	if c.Prefix == "" {
-		c.Prefix = "poolgate:"
-	}
-	if c.AffinityTimeout <= 0 {
-		c.AffinityTimeout = 250 * time.Millisecond
-	}
-	if c.ResponseTimeout <= 0 {
-		c.ResponseTimeout = time.Second
-	}
-	if c.RetryInterval <= 0 {
-		c.RetryInterval = time.Second
-	}
-	if c.SweepInterval <= 0 {
-		c.SweepInterval = 30 * time.Second
-	}
-	if c.EvictGrace <= 0 {
-		c.EvictGrace = 10 * time.Minute
-	}
-	if c.OwnerMaxResponses <= 0 {
-		c.OwnerMaxResponses = 1000
-	}
-	if c.OwnerMaxResponseBytes <= 0 {
-		c.OwnerMaxResponseBytes = 64 << 20
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Prefix = cmp.Or(c.Prefix, "poolgate:")
+	worker.Default(&c.AffinityTimeout, 250*time.Millisecond)
+	worker.Default(&c.ResponseTimeout, time.Second)
+	worker.Default(&c.RetryInterval, time.Second)
+	worker.Default(&c.SweepInterval, 30*time.Second)
+	worker.Default(&c.EvictGrace, 10*time.Minute)
+	worker.Default(&c.OwnerMaxResponses, 1000)
+	worker.Default(&c.OwnerMaxResponseBytes, 64<<20)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.OnHeld == nil {
 		c.OnHeld = func(int) {}
 	}
@@ -270,9 +254,7 @@ func (r *Redis) SaveResponse(ctx context.Context, owner, id string, data []byte,
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if ttl <= 0 {
-		ttl = r.cfg.Memory.ResponseTTL
-	}
+	worker.Default(&ttl, r.cfg.Memory.ResponseTTL)
 	var remoteErr error = redisconn.ErrUnavailable
 	if r.conn.Allow() {
 		remoteErr = r.saveRemote(context.WithoutCancel(ctx), owner, id, data, ttl, keep)

@@ -2,6 +2,8 @@ package session
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -60,12 +62,7 @@ func (p *pending) queueLocked(set *map[string]struct{}, s string, limit int) {
 func (p *pending) take() (aff, resp []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for k := range p.aff {
-		aff = append(aff, k)
-	}
-	for k := range p.resp {
-		resp = append(resp, k)
-	}
+	aff, resp = slices.Collect(maps.Keys(p.aff)), slices.Collect(maps.Keys(p.resp))
 	p.aff, p.resp = nil, nil
 	return aff, resp
 }
@@ -75,10 +72,7 @@ func (p *pending) take() (aff, resp []string) {
 func (p *pending) takePuts() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	keys := make([]string, 0, len(p.puts))
-	for k := range p.puts {
-		keys = append(keys, k)
-	}
+	keys := slices.Collect(maps.Keys(p.puts))
 	p.puts = nil
 	if len(keys) > 0 {
 		p.onHeld(0)

@@ -2,7 +2,9 @@ package testenv
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -203,12 +205,7 @@ func (s *RedisServer) start() error {
 func (s *RedisServer) waitReady(exited <-chan struct{}) error {
 	deadline := time.Now().Add(readyTimeout)
 	for {
-		var err error
-		if s.lock != nil {
-			err = pingLocked(s.Addr(), s.lock)
-		} else {
-			err = ping(s.Addr())
-		}
+		err := ping(s.Addr(), s.lock)
 		if err == nil {
 			return nil
 		}
@@ -223,23 +220,35 @@ func (s *RedisServer) waitReady(exited <-chan struct{}) error {
 	}
 }
 
-// ping speaks just enough RESP to check readiness without a client library.
-func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+// ping speaks just enough RESP to check readiness without a client
+// library: over TLS with the password when l is set.
+func ping(addr string, l *RedisLock) error {
+	what, cmds, want := "PING", "PING\r\n", []string{"+PONG"}
+	var c net.Conn
+	var err error
+	if l != nil {
+		what, cmds, want = "AUTH, PING", "AUTH "+l.Password+"\r\n"+cmds, []string{"+OK", "+PONG"}
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, l.TLSConfig())
+	} else {
+		c, err = net.DialTimeout("tcp", addr, time.Second)
+	}
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+	if _, err := io.WriteString(c, cmds); err != nil {
 		return err
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if strings.TrimSpace(line) != "+PONG" {
-		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+	r := bufio.NewReader(c)
+	for _, w := range want {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(line) != w {
+			return fmt.Errorf("%s answered %q", what, strings.TrimSpace(line))
+		}
 	}
 	return nil
 }

@@ -9,15 +9,15 @@ import (
 
 func TestRedisKillRestart(t *testing.T) {
 	s := Redis(t)
-	if err := ping(s.Addr()); err != nil {
+	if err := ping(s.Addr(), nil); err != nil {
 		t.Fatalf("ping after start: %v", err)
 	}
 	s.Kill()
-	if err := ping(s.Addr()); err == nil {
+	if err := ping(s.Addr(), nil); err == nil {
 		t.Fatalf("ping after Kill succeeded, want an error")
 	}
 	s.Restart()
-	if err := ping(s.Addr()); err != nil {
+	if err := ping(s.Addr(), nil); err != nil {
 		t.Fatalf("ping after Restart: %v", err)
 	}
 }

@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,7 +8,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -119,29 +117,4 @@ func RedisLocked(t testing.TB, l *RedisLock) *RedisServer {
 // userinfo is the URL's user info for password: percent-encoded.
 func userinfo(password string) string {
 	return ":" + strings.NewReplacer("%", "%25", "@", "%40").Replace(password) + "@"
-}
-
-// pingLocked is ping over TLS with the password.
-func pingLocked(addr string, l *RedisLock) error {
-	d := &net.Dialer{Timeout: time.Second}
-	c, err := tls.DialWithDialer(d, "tcp", addr, l.TLSConfig())
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := fmt.Fprintf(c, "AUTH %s\r\nPING\r\n", l.Password); err != nil {
-		return err
-	}
-	r := bufio.NewReader(c)
-	for _, want := range []string{"+OK", "+PONG"} {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			return err
-		}
-		if strings.TrimSpace(line) != want {
-			return fmt.Errorf("AUTH, PING answered %q", strings.TrimSpace(line))
-		}
-	}
-	return nil
 }

@@ -13,6 +13,7 @@ package cluster
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/poolgate/poolgate/internal/metrics"
 	"github.com/poolgate/poolgate/pool/route"
 	"github.com/poolgate/poolgate/pool/supervisor"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // Store is the shared state replicas coordinate through (Redis).
@@ -121,12 +123,8 @@ type heldLease struct {
 // New returns the coordinator for the workers' accounts. The workers must
 // be configured Held: the cluster starts the ones it wins. m may be nil.
 func New(cfg Config, workers Workers, adm Admission, store Store, m *metrics.Metrics, log *slog.Logger) *Cluster {
-	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = 15 * time.Second
-	}
-	if cfg.DrainTimeout <= 0 {
-		cfg.DrainTimeout = 15 * time.Second
-	}
+	worker.Default(&cfg.LeaseTTL, 15*time.Second)
+	worker.Default(&cfg.DrainTimeout, 15*time.Second)
 	// No account is leased yet: a worker started by anything but a won
 	// lease (a stray admin restart) must not take turns.
 	for _, name := range workers.Names() {
@@ -175,11 +173,8 @@ func (c *Cluster) heartbeat(ctx context.Context) {
 	r := Replica{ID: c.cfg.ID, URL: c.cfg.URL, InFlight: snap.InFlight, Queue: snap.Waiting,
 		MaxAccounts: c.cfg.MaxAccounts, Models: c.adm.LocalModels()}
 	c.mu.Lock()
-	for name := range c.held {
-		r.Accounts = append(r.Accounts, name)
-	}
+	r.Accounts = slices.Sorted(maps.Keys(c.held))
 	c.mu.Unlock()
-	sort.Strings(r.Accounts)
 	for _, in := range snap.Instances {
 		if in.State == supervisor.StateReady {
 			r.Capacity += in.MaxInFlight

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -18,12 +19,7 @@ type PeerNetworks []netip.Prefix
 // Allows reports whether addr is in one of the networks.
 func (n PeerNetworks) Allows(addr netip.Addr) bool {
 	addr = addr.Unmap()
-	for _, p := range n {
-		if p.Contains(addr) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(n, func(p netip.Prefix) bool { return p.Contains(addr) })
 }
 
 // Dialer returns a dialer that connects only to addresses in the networks.

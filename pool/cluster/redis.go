@@ -1,12 +1,14 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/poolgate/poolgate/internal/redisconn"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // RedisConfig configures the lease store. Zero fields take the defaults.
@@ -46,12 +48,8 @@ var _ Store = (*RedisStore)(nil)
 
 // NewRedisStore returns the store on client.
 func NewRedisStore(cfg RedisConfig, client RedisClient) *RedisStore {
-	if cfg.Prefix == "" {
-		cfg.Prefix = "poolgate:"
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 500 * time.Millisecond
-	}
+	cfg.Prefix = cmp.Or(cfg.Prefix, "poolgate:")
+	worker.Default(&cfg.Timeout, 500*time.Millisecond)
 	return &RedisStore{cfg: cfg, client: client}
 }
 

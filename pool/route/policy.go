@@ -2,6 +2,7 @@ package route
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -59,10 +60,5 @@ func (p ToolPolicy) apply(req *chat.Request) (dropped []string, err error) {
 }
 
 func (p ToolPolicy) names() string {
-	names := make([]string, 0, len(p.Allow))
-	for n := range p.Allow {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return strings.Join(names, ", ")
+	return strings.Join(slices.Sorted(maps.Keys(p.Allow)), ", ")
 }

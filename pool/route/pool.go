@@ -35,21 +35,11 @@ type Config struct {
 }
 
 func (c *Config) fill() {
-	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = 64
-	}
-	if c.MaxQueue <= 0 {
-		c.MaxQueue = 256
-	}
-	for _, d := range []struct {
-		p *time.Duration
-		v time.Duration
-	}{{&c.QueueTimeout, 60 * time.Second}, {&c.NoInstanceWait, 5 * time.Second},
-		{&c.AffinityWait, 2 * time.Second}} {
-		if *d.p <= 0 {
-			*d.p = d.v
-		}
-	}
+	worker.Default(&c.MaxInFlight, 64)
+	worker.Default(&c.MaxQueue, 256)
+	worker.Default(&c.QueueTimeout, 60*time.Second)
+	worker.Default(&c.NoInstanceWait, 5*time.Second)
+	worker.Default(&c.AffinityWait, 2*time.Second)
 }
 
 // Pool admits turns onto the supervisor's workers: it keeps a view of every

@@ -147,20 +147,7 @@ func (f *failures) count(err error, limit int) (error, bool) {
 func (w *Worker) failed(ctx context.Context, err error, held *bool) bool {
 	w.set(StateFailed, err)
 	w.log.Error("worker failed: not restarted until an operator restarts it", "err", err)
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-w.box.wake:
-			switch w.box.take() {
-			case cmdRestart:
-				return true
-			case cmdDrain, cmdStop:
-				*held = true
-				return true
-			}
-		}
-	}
+	return w.between(ctx, nil, held)
 }
 
 // backoff waits d before the next start; a restart cuts it short, a drain or
@@ -168,11 +155,18 @@ func (w *Worker) failed(ctx context.Context, err error, held *bool) bool {
 func (w *Worker) backoff(ctx context.Context, d time.Duration, held *bool) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
+	return w.between(ctx, t.C, held)
+}
+
+// between waits for the end of a wait between lives: timeout (nil: none), a
+// restart, or a drain or stop, which holds the worker. It reports false
+// when ctx ended.
+func (w *Worker) between(ctx context.Context, timeout <-chan time.Time, held *bool) bool {
 	for {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-t.C:
+		case <-timeout:
 			return true
 		case <-w.box.wake:
 			switch w.box.take() {

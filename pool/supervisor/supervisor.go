@@ -29,6 +29,7 @@ import (
 
 	"github.com/poolgate/poolgate/internal/chat"
 	"github.com/poolgate/poolgate/internal/metrics"
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // ErrUnknownInstance: no instance has that name.
@@ -115,9 +116,7 @@ func (e *env) notify(st Status) {
 // New makes one worker per config, each started by its config's driver,
 // and tells cfg.Members of each; nothing starts until Start.
 func New(cfg Config, workers []WorkerConfig, launcher Launcher, m *metrics.Metrics, log *slog.Logger) *Supervisor {
-	if cfg.DrainTimeout <= 0 {
-		cfg.DrainTimeout = 15 * time.Second
-	}
+	worker.Default(&cfg.DrainTimeout, 15*time.Second)
 	s := &Supervisor{byName: map[string]*Worker{}, runs: map[string]*run{}, launch: launcher, log: log,
 		env: &env{drainTimeout: cfg.DrainTimeout, metrics: m, hooks: cfg.Hooks, loginer: cfg.Loginer, busy: cfg.Busy,
 			subscribers: cfg.Reports, members: cfg.Members}}

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -82,30 +83,17 @@ type WorkerConfig struct {
 }
 
 func (c *WorkerConfig) fill() {
-	if c.Name == "" {
-		c.Name = c.Account.Name
-	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = 1
-	}
-	if c.UnhealthyAfter <= 0 {
-		c.UnhealthyAfter = 3
-	}
-	if c.FailAfter <= 0 {
-		c.FailAfter = 5
-	}
-	def(&c.StartTimeout, 20*time.Second)
-	def(&c.HealthInterval, 5*time.Second)
-	def(&c.HealthTimeout, 3*time.Second)
-	def(&c.BackoffMin, 500*time.Millisecond)
-	def(&c.BackoffMax, 30*time.Second)
-	def(&c.StableAfter, 60*time.Second)
-	def(&c.StopGrace, 3*time.Second)
+	c.Name = cmp.Or(c.Name, c.Account.Name)
+	worker.Default(&c.MaxInFlight, 1)
+	worker.Default(&c.UnhealthyAfter, 3)
+	worker.Default(&c.FailAfter, 5)
+	worker.Default(&c.StartTimeout, 20*time.Second)
+	worker.Default(&c.HealthInterval, 5*time.Second)
+	worker.Default(&c.HealthTimeout, 3*time.Second)
+	worker.Default(&c.BackoffMin, 500*time.Millisecond)
+	worker.Default(&c.BackoffMax, 30*time.Second)
+	worker.Default(&c.StableAfter, 60*time.Second)
+	worker.Default(&c.StopGrace, 3*time.Second)
 }
 
 // Status is a worker's state at one moment, as it reports it.

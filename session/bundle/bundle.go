@@ -31,6 +31,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/poolgate/poolgate/pool/worker"
 )
 
 // A session bundle is the credential files of one worker's work dir (those
@@ -137,15 +139,9 @@ type Limits struct {
 }
 
 func (l Limits) withDefaults() Limits {
-	if l.MaxSealed <= 0 {
-		l.MaxSealed = 1 << 20
-	}
-	if l.MaxUnpacked <= 0 {
-		l.MaxUnpacked = 4 << 20
-	}
-	if l.MaxFiles <= 0 {
-		l.MaxFiles = 64
-	}
+	worker.Default(&l.MaxSealed, 1<<20)
+	worker.Default(&l.MaxUnpacked, 4<<20)
+	worker.Default(&l.MaxFiles, 64)
 	return l
 }
 
@@ -357,26 +353,34 @@ func writeTarGz(m Manifest, files []credFile) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return packTarGz(m.Dir, files, m.CreatedAt, tar.FormatPAX, credFile{name: manifestName, data: mj})
+}
+
+// packTarGz writes a tar.gz of top (at the archive's root), the entry of
+// the credential dir and its files, every entry dated mod and in format
+// (tar.FormatUnknown: the writer's choice).
+func packTarGz(dir string, files []credFile, mod time.Time, format tar.Format, top ...credFile) ([]byte, error) {
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(gz)
-	mod := m.CreatedAt
 	add := func(h *tar.Header, data []byte) error {
-		h.ModTime, h.Format = mod, tar.FormatPAX
+		h.ModTime, h.Format = mod, format
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
 		_, err := tw.Write(data)
 		return err
 	}
-	if err := add(&tar.Header{Name: manifestName, Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(mj))}, mj); err != nil {
-		return nil, err
+	for _, f := range top {
+		if err := add(&tar.Header{Name: f.name, Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(f.data))}, f.data); err != nil {
+			return nil, err
+		}
 	}
-	if err := add(&tar.Header{Name: m.Dir + "/", Typeflag: tar.TypeDir, Mode: 0o700}, nil); err != nil {
+	if err := add(&tar.Header{Name: dir + "/", Typeflag: tar.TypeDir, Mode: 0o700}, nil); err != nil {
 		return nil, err
 	}
 	for _, f := range files {
-		h := &tar.Header{Name: m.Dir + "/" + f.name, Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(f.data))}
+		h := &tar.Header{Name: dir + "/" + f.name, Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(f.data))}
 		if err := add(h, f.data); err != nil {
 			return nil, err
 		}

@@ -135,24 +135,5 @@ func PackPlain(workDir string, spec Spec, now time.Time) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pack %s: %w", workDir, err)
 	}
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	mod := now.UTC().Truncate(time.Second)
-	if err := tw.WriteHeader(&tar.Header{Name: spec.Dir + "/", Typeflag: tar.TypeDir, Mode: 0o700, ModTime: mod}); err != nil {
-		return nil, err
-	}
-	for _, f := range files {
-		h := &tar.Header{Name: spec.Dir + "/" + f.name, Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(f.data)), ModTime: mod}
-		if err := tw.WriteHeader(h); err != nil {
-			return nil, err
-		}
-		if _, err := tw.Write(f.data); err != nil {
-			return nil, err
-		}
-	}
-	if err := errors.Join(tw.Close(), gz.Close()); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return packTarGz(spec.Dir, files, now.UTC().Truncate(time.Second), tar.FormatUnknown)
 }

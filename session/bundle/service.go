@@ -6,6 +6,7 @@
 package bundle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,9 +88,7 @@ func New(cfg Config, instances Instances, store Store, log *slog.Logger) *Servic
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if log == nil {
-		log = slog.Default()
-	}
+	log = cmp.Or(log, slog.Default())
 	return &Service{cfg: cfg, instances: instances, storage: store, log: log, configured: cfg.Configured}
 }
 

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -72,12 +73,7 @@ func StartDaemonNoFile(t testing.TB, nofile int, env ...string) *Daemon {
 func startDaemon(t testing.TB, argv []string, env []string) *Daemon {
 	t.Helper()
 	has := func(k string) bool {
-		for _, kv := range env {
-			if strings.HasPrefix(kv, k+"=") {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, k+"=") })
 	}
 	if !has("POOLGATE_LISTEN") {
 		env = append(env, fmt.Sprintf("POOLGATE_LISTEN=127.0.0.1:%d", testenv.FreePort(t)))
@@ -115,22 +111,20 @@ func startDaemon(t testing.TB, argv []string, env []string) *Daemon {
 			t.Logf("poolgate log:\n%s", d.Log())
 		}
 	})
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if c, err := net.DialTimeout("tcp", d.Addr, 200*time.Millisecond); err == nil {
-			c.Close()
-			return d
-		}
+	// A failed start prints the daemon's log (the cleanup above).
+	testenv.WaitFor(t, 15*time.Second, "poolgate to listen on "+d.Addr, func() bool {
 		select {
 		case <-d.done:
-			t.Fatalf("poolgate exited at start (%v):\n%s", d.err, d.Log())
+			t.Fatalf("poolgate exited at start (%v)", d.err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("poolgate did not listen on %s within 15s:\n%s", d.Addr, d.Log())
+		c, err := net.DialTimeout("tcp", d.Addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil
+	})
+	return d
 }
 
 // cleanEnv is the test's environment without POOLGATE_ settings, so a
@@ -177,20 +171,14 @@ func (d *Daemon) Stop(t testing.TB, grace time.Duration) {
 // WaitReady polls /readyz until it answers 200.
 func (d *Daemon) WaitReady(t testing.TB, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testenv.WaitFor(t, within, "poolgate to answer /readyz with 200", func() bool {
 		resp, err := http.Get(d.URL + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("poolgate not ready within %s:\n%s", within, d.Log())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }
 
 // GetJSON fetches path with an optional Bearer token and decodes into v.

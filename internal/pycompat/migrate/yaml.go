@@ -1,8 +1,9 @@
 package migrate
 
 import (
+	"maps"
 	"reflect"
-	"sort"
+	"slices"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -29,11 +30,7 @@ func configYAML(cfg config.Config) ([]byte, error) {
 			out[key] = x
 		}
 	}
-	keys := make([]string, 0, len(out))
-	for k := range out {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(out))
 	var doc yaml.Node
 	doc.Kind = yaml.MappingNode
 	for _, k := range keys {

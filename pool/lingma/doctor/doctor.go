@@ -87,15 +87,9 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.StartTimeout <= 0 {
-		c.StartTimeout = 30 * time.Second
-	}
-	if c.Timeout <= 0 {
-		c.Timeout = 2 * time.Minute
-	}
-	if c.FinishWait <= 0 {
-		c.FinishWait = 15 * time.Second
-	}
+	worker.Default(&c.StartTimeout, 30*time.Second)
+	worker.Default(&c.Timeout, 2*time.Minute)
+	worker.Default(&c.FinishWait, 15*time.Second)
 	if c.Out == nil {
 		c.Out = io.Discard
 	}
