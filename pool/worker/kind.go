@@ -92,8 +92,9 @@ type Setup struct {
 	Logger *slog.Logger
 }
 
-// Default sets *v to def when *v is zero or less: how a driver's
-// configuration fills a field left unset.
+// Default sets *v to def when *v is zero or less: how a configuration
+// (a driver's, the supervisor's, the stores' and the login's) fills a
+// field left unset.
 func Default[T int | int64 | time.Duration](v *T, def T) {
 	if *v <= 0 {
 		*v = def
