@@ -28,6 +28,7 @@ var Kind = worker.Kind{
 	Name:        name,
 	Credentials: worker.Credentials{Dir: "config", Required: []string{credentialsFile}},
 	SimArgs:     []string{"agent-cli", "claude-code"},
+	DemoSecret:  "sk-ant-api03-simulated", // an API key to the simulator
 	Section:     func() any { s := DefaultSettings(); return &s },
 	New:         newFromSetup,
 }

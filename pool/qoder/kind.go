@@ -36,6 +36,7 @@ var Kind = worker.Kind{
 	Credentials: worker.Credentials{Dir: credDir, Required: []string{credFile, machineIDFile}, MachineIDFile: machineIDFile},
 	LoginRecipe: "qoder-device",
 	SimArgs:     []string{"agent-cli", "qoder"},
+	DemoSecret:  patPrefix + "simulated", // a personal access token the simulator exchanges
 	Section:     func() any { s := DefaultSettings(); return &s },
 	New:         newFromSetup,
 }

@@ -31,6 +31,10 @@ type Kind struct {
 	// configured), so that its workers start logged in when the kind has a
 	// login.
 	SimArgs, DemoArgs []string
+	// DemoSecret is the password a simulated account with neither username
+	// nor password gets, for a kind whose simulator, like its CLI, logs in
+	// by a secret (an API key, a token) rather than by DemoArgs.
+	DemoSecret string
 	// Section makes the kind's configuration section with its defaults: a
 	// pointer to a struct whose fields carry yaml tags (the keys under the
 	// kind's name) and trailing comments (their documentation), with an

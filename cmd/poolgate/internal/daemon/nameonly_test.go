@@ -22,7 +22,8 @@ func TestSimulatedAccountByNameOnlyStartsLoggedIn(t *testing.T) {
 		model    string
 	}{
 		{"lingma", `[{"name":"s1"}]`, "kmodel"},
-		{"every kind", `[{"name":"s1"},{"name":"s2","driver":"openai","args":["--model-keys=ms-small"]}]`, "ms-small"},
+		{"every kind", `[{"name":"s1"},{"name":"s2","driver":"openai","args":["--model-keys=ms-small"]},` +
+			`{"name":"s3","driver":"claude-code"},{"name":"s4","driver":"qoder"}]`, "ms-small"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			d := daemontest.StartDaemon(t, "POOLGATE_ACCOUNTS="+tt.accounts)
@@ -36,6 +37,17 @@ func TestSimulatedAccountByNameOnlyStartsLoggedIn(t *testing.T) {
 			})
 			if code, _, _, body := mixedPost(t, d, "/v1/chat/completions", nil, convBody(tt.model, "hello")); code != http.StatusOK {
 				t.Errorf("%s: %d %s", tt.model, code, body)
+			}
+			// Each account serves a model of its own.
+			for name, in := range instancesOf(t, d) {
+				if len(in.Models) == 0 {
+					t.Errorf("%s (%s) lists no models", name, in.Driver)
+					continue
+				}
+				code, served, _, body := mixedPost(t, d, "/v1/chat/completions", nil, convBody(in.Models[0], "hello"))
+				if code != http.StatusOK || in.Driver != "lingma" && served != name {
+					t.Errorf("%s (%s): %d from %q: %s", in.Models[0], in.Driver, code, served, body)
+				}
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"crypto/hkdf"
 	"crypto/sha256"
@@ -422,13 +423,15 @@ func adoptWorkDirs(cfg config.Config, log *slog.Logger) {
 // own env entries, and the bundled simulator (only it) its credentials in
 // SIMWORKER_ACCOUNTS, which is how it knows whom to let log in. A simulated
 // account with no username has no login to play: its simulator starts
-// logged in as its own default user, as the demo accounts do.
+// logged in as its own default user (or with the kind's demo secret), as
+// the demo accounts do.
 func poolAccount(acct config.Account, kind worker.Kind, sim bool) worker.Account {
 	var env []string
 	args := acct.Args
 	switch {
 	case sim && acct.Username == "":
 		args = append(append([]string(nil), kind.DemoArgs...), acct.Args...)
+		acct.Password = cmp.Or(acct.Password, kind.DemoSecret)
 	case sim:
 		env = append(env, "SIMWORKER_ACCOUNTS="+acct.Username+":"+acct.Password)
 	}
