@@ -41,7 +41,8 @@ func TestAdminListenerNeedsCredentials(t *testing.T) {
 }
 
 // dumpEnv writes a wrapper script that saves its environment to out, then
-// execs target with its arguments.
+// execs target with its arguments. The dump is renamed into place whole: a
+// test that sees out reads all of it.
 func dumpEnv(t *testing.T, out string, target ...string) string {
 	t.Helper()
 	script := filepath.Join(t.TempDir(), "wrapper")
@@ -49,7 +50,8 @@ func dumpEnv(t *testing.T, out string, target ...string) string {
 	for i, a := range target {
 		quoted[i] = "'" + a + "'"
 	}
-	body := fmt.Sprintf("#!/bin/sh\nenv > \"%s\"\nexec %s \"$@\"\n", out, strings.Join(quoted, " "))
+	body := fmt.Sprintf("#!/bin/sh\nenv > \"%[1]s.$$\" && mv \"%[1]s.$$\" \"%[1]s\"\nexec %[2]s \"$@\"\n", out,
+		strings.Join(quoted, " "))
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
