@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -19,18 +18,9 @@ import (
 // own login, driven by real Chromium with the simworker recipe, serves;
 // its login travels to another daemon in a session bundle.
 func TestClaudeCodeSimulatedPool(t *testing.T) {
-	ask := func(d *daemontest.Daemon, prompt string) string {
-		t.Helper()
-		c := sdk(d, "x")
-		resp, err := c.Chat.Completions.New(context.Background(), chatParams(prompt))
-		if err != nil {
-			t.Fatalf("%s: %v", prompt, err)
-		}
-		return resp.Choices[0].Message.Content
-	}
 	demo := daemontest.StartDaemon(t, "POOLGATE_DRIVER=claude-code")
 	waitAllReady(t, demo, 2, 20*time.Second)
-	if got := ask(demo, "hello demo"); got != "You said: hello demo" {
+	if got := sdkAsk(t, demo, "hello demo"); got != "You said: hello demo" {
 		t.Fatalf("demo pool: %q", got)
 	}
 
@@ -58,7 +48,7 @@ func TestClaudeCodeSimulatedPool(t *testing.T) {
 		}
 		return nil
 	})
-	if got := ask(a, "after the login"); got != "You said: after the login" {
+	if got := sdkAsk(t, a, "after the login"); got != "You said: after the login" {
 		t.Fatalf("after the login: %q", got)
 	}
 
@@ -89,7 +79,7 @@ func TestClaudeCodeSimulatedPool(t *testing.T) {
 		t.Fatalf("import: %d %s", code, body)
 	}
 	waitReady(b, 20*time.Second)
-	if got := ask(b, "from the bundle"); got != "You said: from the bundle" {
+	if got := sdkAsk(t, b, "from the bundle"); got != "You said: from the bundle" {
 		t.Fatalf("after the import: %q", got)
 	}
 }

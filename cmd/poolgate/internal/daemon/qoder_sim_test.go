@@ -20,22 +20,13 @@ import (
 // an account's login travels to another daemon in a session bundle (its
 // config/.auth, machine id included) and serves there without a login.
 func TestQoderSimulatedPool(t *testing.T) {
-	ask := func(d *daemontest.Daemon, prompt string) string {
-		t.Helper()
-		c := sdk(d, "x")
-		resp, err := c.Chat.Completions.New(context.Background(), chatParams(prompt))
-		if err != nil {
-			t.Fatalf("%s: %v", prompt, err)
-		}
-		return resp.Choices[0].Message.Content
-	}
 	start := time.Now()
 	key := newBundleKey(t)
 	a := daemontest.StartDaemon(t, "POOLGATE_DRIVER=qoder", "POOLGATE_BUNDLE_KEY="+key, "POOLGATE_ADMIN_TOKEN=adm",
 		"POOLGATE_HEALTH_INTERVAL=500ms")
 	waitQoderStates(t, a, 90*time.Second, "the demo accounts logged in by Chromium and ready", supervisor.StateReady)
 	t.Logf("demo pool ready after %s", time.Since(start).Round(time.Millisecond))
-	if got := ask(a, "hello demo"); got != "You said: hello demo" {
+	if got := sdkAsk(t, a, "hello demo"); got != "You said: hello demo" {
 		t.Fatalf("demo pool: %q", got)
 	}
 
@@ -60,7 +51,7 @@ func TestQoderSimulatedPool(t *testing.T) {
 		}
 		return fmt.Errorf("b: %+v", s.Instances)
 	})
-	if got := ask(b, "from the bundle"); got != "You said: from the bundle" {
+	if got := sdkAsk(t, b, "from the bundle"); got != "You said: from the bundle" {
 		t.Fatalf("after the import: %q", got)
 	}
 }
@@ -78,4 +69,15 @@ func waitQoderStates(t *testing.T, d *daemontest.Daemon, within time.Duration, w
 		}
 		return nil
 	})
+}
+
+// sdkAsk sends prompt to d through the OpenAI SDK and returns the answer.
+func sdkAsk(t *testing.T, d *daemontest.Daemon, prompt string) string {
+	t.Helper()
+	c := sdk(d, "x")
+	resp, err := c.Chat.Completions.New(context.Background(), chatParams(prompt))
+	if err != nil {
+		t.Fatalf("%s: %v", prompt, err)
+	}
+	return resp.Choices[0].Message.Content
 }
